@@ -1,0 +1,1 @@
+"""Where jobs run: local processes, SSH hosts, rented Clore servers."""

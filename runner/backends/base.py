@@ -1,0 +1,84 @@
+"""The small Protocol every backend implements, and the data that crosses it.
+
+A backend hands out *places* to run (a local working slot, an SSH host, a rented server), runs one
+job attempt at a time on a place with live output, and takes places back. The engine calls these
+from worker threads; `shutdown` is called on every exit path and must release everything held.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, Protocol
+
+from runner.core.model import FailureKind, Job
+
+Stream = Literal["stdout", "stderr"]
+
+
+class OutputSink(Protocol):
+    """Receives a job's output as it arrives. Bytes, because job output need not be UTF-8."""
+
+    def write(self, stream: Stream, data: bytes) -> None: ...
+
+
+@dataclass
+class Place:
+    """Somewhere a job can run. `facts` land in reports (GPU, price, host key fingerprint...)."""
+
+    name: str
+    facts: dict[str, str] = field(default_factory=dict)
+    usd_per_hour: float = 0.0
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """Everything a backend needs to run one attempt of a job."""
+
+    job: Job
+    attempt: int
+    env: Mapping[str, str]  # pipeline env + job env + CLORE_RUN_JOB / CLORE_RUN_ATTEMPT
+    workspace_root: Path | None  # where the workspace files come from; None: no workspace
+    workspace_files: tuple[str, ...]  # relative paths under workspace_root to copy/upload
+    artifacts_dir: Path  # OUT/artifacts/<job id>/ : artifacts and the job's junit land here
+    timeout_s: float
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """How an attempt ended. `failure` None means the script exited 0."""
+
+    exit_code: int | None
+    failure: FailureKind | None
+    message: str = ""
+    facts: Mapping[str, str] = field(default_factory=dict)
+
+
+class Backend(Protocol):
+    """Where jobs run. Implementations: local, ssh, clore."""
+
+    name: str
+
+    def capacity(self) -> int | None:
+        """How many jobs may run at once on this backend (None: no limit of its own)."""
+        ...
+
+    def acquire(self, job: Job, cancel: threading.Event) -> Place:
+        """A place fit for `job`. Raises InfrastructureError when none can be had."""
+        ...
+
+    def run(
+        self, place: Place, request: RunRequest, sink: OutputSink, cancel: threading.Event
+    ) -> RunOutcome:
+        """Run one attempt; honour `cancel` and `request.timeout_s` by killing the whole job."""
+        ...
+
+    def release(self, place: Place) -> None:
+        """Give a place back (for a rented server: cancel the order)."""
+        ...
+
+    def shutdown(self) -> None:
+        """Release everything still held. Called on every exit path, signals included."""
+        ...

@@ -1,0 +1,1 @@
+"""The pure scheduling core: stdlib only, no I/O, no clock reads, no threads."""

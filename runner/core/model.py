@@ -1,0 +1,209 @@
+"""The plain, immutable data the scheduling core works on.
+
+Everything here is stdlib only: the spec layer builds these from YAML, the core schedules them,
+backends run them and reports render them. Times are seconds (floats); absolute times are unix
+seconds passed in by the caller, never read from a clock here.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+
+class Priority(enum.IntEnum):
+    """User priority of a job; a larger value runs first."""
+
+    LOW = 0
+    NORMAL = 1
+    HIGH = 2
+    URGENT = 3
+
+
+class Condition(str, enum.Enum):
+    """A job's `if:`: when it runs relative to the outcome of its needs."""
+
+    SUCCESS = "success()"
+    FAILURE = "failure()"
+    ALWAYS = "always()"
+
+
+class JobStatus(str, enum.Enum):
+    """Final status of a job (the report vocabulary)."""
+
+    PASSED = "passed"
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+    ERROR = "error"  # infrastructure: the job could not run to a verdict
+    SKIPPED = "skipped"
+    CANCELLED = "cancelled"
+
+
+class FailureKind(str, enum.Enum):
+    """Why one attempt did not pass. Drives the retry table in `core.retry`."""
+
+    TEST_FAILURE = "test_failure"  # the script exited non-zero (or was killed by a signal)
+    TIMEOUT = "timeout"
+    SERVER_LOST = "server_lost"  # spot outbid, server gone, connection dropped
+    SSH_FAILED = "ssh_failed"
+    PROVISIONING_FAILED = "provisioning_failed"
+    CANCELLED = "cancelled"
+
+
+INFRASTRUCTURE_KINDS = frozenset(
+    {FailureKind.SERVER_LOST, FailureKind.SSH_FAILED, FailureKind.PROVISIONING_FAILED}
+)
+
+
+@dataclass(frozen=True)
+class GpuAsk:
+    """What a job needs from a server. `max_usd_per_hour` is for the whole server."""
+
+    type: str | None = None
+    count: int = 1
+    min_vram_gb: float = 0.0
+    max_usd_per_hour: float | None = None
+    spot: bool = False
+    min_reliability: float | None = None
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where a node sits in the pipeline file (1-based line and column)."""
+
+    file: str
+    line: int
+    column: int
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.column}"
+
+
+def _frozen_env(env: Mapping[str, str] | None = None) -> Mapping[str, str]:
+    return MappingProxyType(dict(env or {}))
+
+
+@dataclass(frozen=True)
+class Job:
+    """One runnable job (a matrix instance is a job of its own)."""
+
+    id: str  # unique, filesystem-safe
+    name: str  # readable, e.g. "train (RTX 3090)"
+    run: str  # the script body
+    index: int = 0  # file order, the last tie-breaker
+    needs: tuple[str, ...] = ()
+    priority: Priority = Priority.NORMAL
+    timeout_s: float = 3600.0
+    retries: int = 0
+    gpu: GpuAsk | None = None
+    image: str | None = None
+    env: Mapping[str, str] = field(default_factory=_frozen_env)
+    workspace: bool = True
+    artifacts: tuple[str, ...] = ()
+    junit: str | None = None
+    condition: Condition = Condition.SUCCESS
+    not_before: float | None = None  # unix seconds
+    continue_on_error: bool = False
+    group: str = ""  # the job key in the file (shared by matrix instances)
+    matrix: Mapping[str, str] = field(default_factory=_frozen_env)
+    fail_fast: bool = True
+    estimate_s: float | None = None  # expected duration, for critical paths and plans
+    location: Location | None = None
+
+    @property
+    def duration_hint_s(self) -> float:
+        """What the scheduler assumes a job takes: its estimate, else its timeout."""
+        return self.estimate_s if self.estimate_s is not None else self.timeout_s
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """A validated, expanded pipeline: jobs in file order."""
+
+    name: str
+    jobs: tuple[Job, ...]
+    concurrency: int = 3
+    budget_usd: float | None = None
+    timeout_s: float | None = None
+    currency: str = "CLORE-Blockchain"
+    hosts: tuple[str, ...] = ()
+    source: str = ""  # the pipeline file path
+
+    def job(self, job_id: str) -> Job:
+        for job in self.jobs:
+            if job.id == job_id:
+                return job
+        raise KeyError(job_id)
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One try at running a job."""
+
+    number: int  # 1-based
+    started_at: float
+    finished_at: float
+    exit_code: int | None = None
+    failure: FailureKind | None = None  # None: passed
+    message: str = ""
+    server: str = ""
+    cost_usd: float = 0.0
+    facts: Mapping[str, str] = field(default_factory=_frozen_env)  # GPU, fingerprint, price...
+
+    @property
+    def duration_s(self) -> float:
+        return max(0.0, self.finished_at - self.started_at)
+
+
+@dataclass(frozen=True)
+class JobResult:
+    """The final word on a job."""
+
+    job_id: str
+    status: JobStatus
+    reason: str = ""
+    attempts: tuple[Attempt, ...] = ()
+
+    @property
+    def duration_s(self) -> float:
+        return sum(a.duration_s for a in self.attempts)
+
+    @property
+    def cost_usd(self) -> float:
+        return sum(a.cost_usd for a in self.attempts)
+
+    @property
+    def exit_code(self) -> int | None:
+        return self.attempts[-1].exit_code if self.attempts else None
+
+    @property
+    def server(self) -> str:
+        return self.attempts[-1].server if self.attempts else ""
+
+
+class RunStatus(str, enum.Enum):
+    """Outcome of a whole run; maps to the exit code."""
+
+    PASSED = "passed"  # exit 0
+    FAILED = "failed"  # exit 1: a job failed
+    ERROR = "error"  # exit 3: infrastructure
+    INTERRUPTED = "interrupted"  # exit 130
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """Everything the reports need about a finished (or interrupted) run."""
+
+    pipeline: Pipeline
+    results: tuple[JobResult, ...]  # in pipeline job order
+    status: RunStatus
+    started_at: float  # unix seconds
+    finished_at: float
+    backend: str = "local"
+    run_id: str = ""
+
+    @property
+    def total_cost_usd(self) -> float:
+        return sum(r.cost_usd for r in self.results)

@@ -1,0 +1,35 @@
+"""Exceptions a user may see, each mapped to an exit code by the CLI's one error boundary."""
+
+from __future__ import annotations
+
+
+class CloreRunError(Exception):
+    """Base: a message meant for a human, and the exit code it maps to."""
+
+    exit_code = 3
+
+    def __init__(self, message: str, hint: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return f"{self.message} ({self.hint})" if self.hint else self.message
+
+
+class UsageError(CloreRunError):
+    """Invalid pipeline, flag or argument: exit 2."""
+
+    exit_code = 2
+
+
+class InfrastructureError(CloreRunError):
+    """Auth, API down, no offer fits, budget exceeded, SSH unreachable: exit 3."""
+
+    exit_code = 3
+
+
+class Interrupted(CloreRunError):
+    """SIGINT/SIGTERM after cleanup: exit 130."""
+
+    exit_code = 130
