@@ -1,0 +1,3 @@
+"""Shared fixtures. Plugins: fake Clore API, real sshd (added as they land)."""
+
+pytest_plugins: list[str] = []
