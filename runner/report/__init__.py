@@ -1,0 +1,90 @@
+"""Reports of a run: junit.xml, summary.json and summary.md in the output directory.
+
+`write_reports` is what the engine calls, at the end of a run and when it is interrupted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from runner.core.model import RunRecord
+from runner.report.compare import BadBaseline, compare
+from runner.report.junit import build_junit
+from runner.report.markdown import render_markdown
+from runner.report.summary import Summary, build_summary
+
+__all__ = ["ReportPaths", "load_summary", "render_markdown", "with_comparison", "write_reports"]
+
+
+@dataclass(frozen=True)
+class ReportPaths:
+    """Where the reports went, and what was wrong with the inputs (never fatal)."""
+
+    junit: Path
+    summary_json: Path
+    summary_md: Path
+    warnings: tuple[str, ...] = ()
+
+
+def write_reports(
+    out_dir: Path, record: RunRecord, baseline: dict[str, Any] | None = None
+) -> ReportPaths:
+    """Write junit.xml, summary.json and summary.md into `out_dir`, each atomically.
+
+    Bad job JUnit files and a bad baseline become warnings. OSError (e.g. an unwritable
+    `out_dir`) is raised: the caller decides what an unwritable output means.
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = ReportPaths(out_dir / "junit.xml", out_dir / "summary.json", out_dir / "summary.md")
+    junit = build_junit(out_dir, record)
+    atomic_write(paths.junit, junit.xml)
+    summary = build_summary(out_dir, record, junit)
+    if baseline is not None:
+        summary = with_comparison(summary, baseline)
+    atomic_write(paths.summary_json, dump_summary(summary))
+    atomic_write(paths.summary_md, render_markdown(summary).encode("utf-8"))
+    return ReportPaths(
+        paths.junit, paths.summary_json, paths.summary_md, tuple(summary["warnings"])
+    )
+
+
+def with_comparison(summary: Summary, baseline: Mapping[str, Any]) -> Summary:
+    """`summary` with its `comparison` filled in, or a warning when the baseline is unusable."""
+    summary = dict(summary)
+    try:
+        summary["comparison"] = compare(summary, baseline)
+    except (BadBaseline, KeyError, TypeError, AttributeError) as exc:
+        summary["warnings"] = [*summary.get("warnings", []), f"baseline ignored: {exc}"]
+    return summary
+
+
+def load_summary(path: Path) -> Summary:
+    """Read a summary.json. Raises OSError or ValueError (bad JSON, not an object)."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: not a JSON object")
+    return data
+
+
+def dump_summary(summary: Mapping[str, Any]) -> bytes:
+    return (json.dumps(summary, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write via a temp file in the same directory and `os.replace`: readers never see half."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

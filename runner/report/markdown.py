@@ -1,0 +1,158 @@
+"""`summary.md`: the summary dict rendered with the package's jinja2 template, and a clean cut.
+
+The template only sees the summary dict, so `clore-run comment SUMMARY.json` renders the same
+Markdown later from the JSON file alone.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import jinja2
+
+_ICONS = {
+    "passed": "✅",
+    "failed": "❌",
+    "timed_out": "⏱️",
+    "error": "⚠️",
+    "skipped": "⏭️",
+    "cancelled": "🚫",
+    "interrupted": "⏹️",
+}
+_CELL_LIMIT = 200
+_BACKTICKS = re.compile(r"`{3,}")
+_FENCE = re.compile(r"^\s{0,3}(`{3,}|~{3,})")
+
+
+def render_markdown(summary: Mapping[str, Any]) -> str:
+    """Render `summary.md` from a summary dict (schema 1)."""
+    return _environment().get_template("summary.md.j2").render(s=summary)
+
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("runner.report", "templates"),
+        autoescape=False,  # Markdown, not HTML: cells are escaped by the `cell` filter instead
+        undefined=jinja2.StrictUndefined,  # a typo in the template fails the tests, not silently
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+    env.filters.update(
+        cell=cell, money=money, rate=rate, duration=duration, pct=pct, icon=icon, fence=fence
+    )
+    env.filters["human"] = human
+    return env
+
+
+def cell(value: object, limit: int = _CELL_LIMIT) -> str:
+    """Text safe inside a Markdown table cell or list item: one line, no table or HTML breakers."""
+    text = " ".join(str(value).split())  # newlines would end the table row
+    if len(text) > limit:
+        text = text[: limit - 1] + "…"
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("<", "&lt;")
+
+
+def money(value: object) -> str:
+    """$0.0124, $12.50: below $10 four decimals, so fractions of a cent of GPU time show."""
+    if not isinstance(value, (int, float)):
+        return "–"
+    if value == 0:
+        return "$0.00"
+    return f"${value:.4f}" if abs(value) < 10 else f"${value:.2f}"
+
+
+def rate(value: object) -> str:
+    """An hourly price: $0.72, $0.045 (three decimals below ten cents)."""
+    if not isinstance(value, (int, float)):
+        return "–"
+    return f"${value:.3f}" if abs(value) < 0.1 else f"${value:.2f}"
+
+
+def human(status: object) -> str:
+    """`timed_out` -> `timed out`."""
+    return str(status).replace("_", " ")
+
+
+def duration(value: object) -> str:
+    """12.3s, 4m 05s, 2h 03m."""
+    if not isinstance(value, (int, float)):
+        return "–"
+    if value < 60:
+        return f"{value:.1f}s"
+    minutes, seconds = divmod(round(value), 60)
+    if minutes < 60:
+        return f"{minutes}m {seconds:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h {minutes:02d}m"
+
+
+def pct(value: object) -> str:
+    """+38%, -5%, ±0%; "new" when there was nothing to compare with."""
+    if not isinstance(value, (int, float)):
+        return "new"
+    if round(value) == 0:
+        return "±0%"
+    return f"{value:+.0f}%"
+
+
+def icon(status: object) -> str:
+    return _ICONS.get(str(status), "❔")
+
+
+def fence(text: str) -> str:
+    """A code fence longer than any backtick run inside `text`, so the log cannot close it."""
+    longest = max((len(m) for m in _BACKTICKS.findall(text)), default=2)
+    return "`" * (longest + 1)
+
+
+def cut_markdown(text: str, limit: int, size: Callable[[str], int], note: str) -> str:
+    """`text` if it fits in `limit`, else its longest prefix of whole lines that fits with `note`.
+
+    Cut cleanly: open code fences and `<details>` blocks are closed so the rest of the page (or
+    the comment) still renders.
+    """
+    if size(text) <= limit:
+        return text
+    blocks = _Blocks()
+    kept: list[str] = []
+    used = 0
+    budget = limit - size(note) - 1  # 1: the newline a cut last line may need
+    for line in text.splitlines(keepends=True):
+        after = blocks.after(line)
+        if used + size(line) + size(after.closers()) > budget:
+            break
+        kept.append(line)
+        used += size(line)
+        blocks = after
+    if kept and not kept[-1].endswith("\n"):
+        kept[-1] += "\n"
+    return "".join(kept) + blocks.closers() + note
+
+
+@dataclass(frozen=True)
+class _Blocks:
+    """Which Markdown blocks are open after some lines: a code fence, `<details>` elements."""
+
+    fence: str = ""
+    details: int = 0
+
+    def after(self, line: str) -> _Blocks:
+        match = _FENCE.match(line)
+        if match:
+            marker = match.group(1)
+            if not self.fence:
+                return _Blocks(marker, self.details)
+            if marker[0] == self.fence[0] and len(marker) >= len(self.fence):
+                return _Blocks("", self.details)
+            return self
+        if self.fence:  # HTML inside a code block is just text
+            return self
+        opened = line.count("<details") - line.count("</details>")
+        return _Blocks("", max(0, self.details + opened))
+
+    def closers(self) -> str:
+        return (self.fence + "\n" if self.fence else "") + "</details>\n" * self.details

@@ -1,0 +1,218 @@
+"""`summary.json`: the run in numbers, and the baseline comparison.
+
+Schema 1 (`"schema": 1`; fields are only ever added within a version; absent facts are `null`).
+Times are ISO 8601 UTC strings, durations seconds, money USD.
+
+    schema              1
+    tool                {"name": "clore-run", "version": "0.1.0"}
+    pipeline            {"name", "source"}           source: the pipeline file as given
+    backend, run_id     str
+    status              "passed" | "failed" | "error" | "interrupted"
+    started_at, finished_at, duration_s
+    total_cost_usd      float
+    budget_usd          float | null; budget_used_pct: float | null
+    jobs_by_status      {"passed": 2, "skipped": 1, ...}
+    tests               {"total", "passed", "failures", "errors", "skipped", "flaky_jobs"}
+    ci                  null | {"server_url", "repository", "run_id", "run_attempt", "run_url",
+                                "ref_name", "sha", "event_name"}
+    warnings            [str]   problems with job JUnit files and the like
+    comparison          null | see `compare()`
+    jobs                [job]
+    job:
+      id, name, group, status, reason
+      attempts          int, how many tries
+      duration_s        all attempts together
+      exit_code         int | null (last attempt)
+      cost_usd          all attempts together
+      server            str (last attempt; "" when it never ran)
+      usd_per_hour      float | null (last attempt)
+      gpu               "RTX 4090 x2" | ""
+      host              {gpu, gpu_count, driver, cuda, host_fingerprint, server_id}: those known
+      location          null | {"file", "line", "column"} of the job in the pipeline file
+      tests             {"total", "failures", "errors", "skipped"}
+      flaky             passed, but only after a retry
+      failed_tests      [{"classname", "name", "message", "kind": "failure" | "error",
+                          "scope": "test" | "job"}] (capped; "job": the job itself failed)
+      log_tail          [str]: last lines of logs/<id>.log, for jobs that did not pass
+      attempt_details   [{"number", "started_at", "finished_at", "duration_s", "exit_code",
+                          "failure", "message", "server", "cost_usd", "usd_per_hour", "facts"}]
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from runner import __version__
+from runner.core.model import Attempt, Job, JobResult, JobStatus, RunRecord
+from runner.report import facts as F
+from runner.report.junit import JobTests, JUnitReport, iso
+from runner.report.text import clip, redact, tail_lines
+
+SCHEMA_VERSION = 1
+LOG_TAIL_LINES = 30
+MAX_FAILED_TESTS = 50  # per job, so one broken suite cannot flood the summary
+
+Summary = dict[str, Any]
+
+
+def build_summary(
+    out_dir: Path,
+    record: RunRecord,
+    junit: JUnitReport,
+    env: Mapping[str, str] | None = None,
+) -> Summary:
+    """The summary dict of a run (without comparison; see `compare`)."""
+    env = os.environ if env is None else env
+    tests = {t.job_id: t for t in junit.jobs}
+    jobs = [_job(out_dir, record, r, tests.get(r.job_id)) for r in record.results]
+    budget = record.pipeline.budget_usd
+    total = record.total_cost_usd
+    return {
+        "schema": SCHEMA_VERSION,
+        "tool": {"name": "clore-run", "version": __version__},
+        "pipeline": {"name": record.pipeline.name, "source": record.pipeline.source},
+        "backend": record.backend,
+        "run_id": record.run_id,
+        "status": record.status.value,
+        "started_at": iso(record.started_at),
+        "finished_at": iso(record.finished_at),
+        "duration_s": _round(max(0.0, record.finished_at - record.started_at), 3),
+        "total_cost_usd": _round(total, 6),
+        "budget_usd": budget,
+        "budget_used_pct": _round(100.0 * total / budget, 1) if budget else None,
+        "jobs_by_status": dict(Counter(r.status.value for r in record.results)),
+        "tests": _test_totals(junit.jobs),
+        "ci": ci_info(env),
+        "warnings": list(junit.warnings),
+        "comparison": None,
+        "jobs": jobs,
+    }
+
+
+def ci_info(env: Mapping[str, str]) -> dict[str, str] | None:
+    """Where this run happened, when it ran in GitHub Actions."""
+    server, repo, run_id = (
+        env.get(k, "") for k in ("GITHUB_SERVER_URL", "GITHUB_REPOSITORY", "GITHUB_RUN_ID")
+    )
+    if not (server and repo and run_id):
+        return None
+    return {
+        "server_url": server,
+        "repository": repo,
+        "run_id": run_id,
+        "run_attempt": env.get("GITHUB_RUN_ATTEMPT", ""),
+        "run_url": f"{server.rstrip('/')}/{repo}/actions/runs/{run_id}",
+        "ref_name": env.get("GITHUB_REF_NAME", ""),
+        "sha": env.get("GITHUB_SHA", ""),
+        "event_name": env.get("GITHUB_EVENT_NAME", ""),
+    }
+
+
+def _job(out_dir: Path, record: RunRecord, result: JobResult, tests: JobTests | None) -> Summary:
+    job = _pipeline_job(record, result.job_id)
+    facts = F.last_facts(result)
+    last = result.attempts[-1] if result.attempts else None
+    counts = tests.counts if tests else None
+    return {
+        "id": result.job_id,
+        "name": job.name if job else result.job_id,
+        "group": job.group if job else "",
+        "status": result.status.value,
+        "reason": result.reason,
+        "attempts": len(result.attempts),
+        "duration_s": _round(result.duration_s, 3),
+        "exit_code": result.exit_code,
+        "cost_usd": _round(result.cost_usd, 6),
+        "server": result.server,
+        "usd_per_hour": F.usd_per_hour(last) if last else None,
+        "gpu": F.gpu_label(facts),
+        "host": {k: facts[k] for k in F.HOST_KEYS if facts.get(k)},
+        "location": _location(job),
+        "tests": {
+            "total": counts.tests if counts else 0,
+            "failures": counts.failures if counts else 0,
+            "errors": counts.errors if counts else 0,
+            "skipped": counts.skipped if counts else 0,
+        },
+        "flaky": bool(tests and tests.flaky),
+        "failed_tests": _failed_tests(tests),
+        "log_tail": _log_tail(out_dir, result),
+        "attempt_details": [_attempt(a) for a in result.attempts],
+    }
+
+
+def _pipeline_job(record: RunRecord, job_id: str) -> Job | None:
+    try:
+        return record.pipeline.job(job_id)
+    except KeyError:
+        return None
+
+
+def _location(job: Job | None) -> dict[str, Any] | None:
+    loc = job.location if job else None
+    if loc is None:
+        return None
+    return {"file": loc.file, "line": loc.line, "column": loc.column}
+
+
+def _failed_tests(tests: JobTests | None) -> list[dict[str, str]]:
+    if tests is None:
+        return []
+    return [
+        {
+            "classname": c.classname,
+            "name": c.name,
+            "message": redact(clip(c.message, 500)),
+            "kind": c.outcome,
+            "scope": "job" if c.job_level else "test",
+        }
+        for c in tests.failed[:MAX_FAILED_TESTS]
+    ]
+
+
+def _log_tail(out_dir: Path, result: JobResult) -> list[str]:
+    if result.status in (JobStatus.PASSED, JobStatus.SKIPPED, JobStatus.CANCELLED):
+        return []
+    lines = tail_lines(out_dir / "logs" / f"{result.job_id}.log", LOG_TAIL_LINES)
+    return [redact(clip(line, 500)) for line in lines]
+
+
+def _attempt(attempt: Attempt) -> Summary:
+    return {
+        "number": attempt.number,
+        "started_at": iso(attempt.started_at),
+        "finished_at": iso(attempt.finished_at),
+        "duration_s": _round(attempt.duration_s, 3),
+        "exit_code": attempt.exit_code,
+        "failure": attempt.failure.value if attempt.failure else None,
+        "message": redact(attempt.message),
+        "server": attempt.server,
+        "cost_usd": _round(attempt.cost_usd, 6),
+        "usd_per_hour": F.usd_per_hour(attempt),
+        "facts": dict(attempt.facts),
+    }
+
+
+def _test_totals(jobs: tuple[JobTests, ...]) -> dict[str, int]:
+    total = failures = errors = skipped = 0
+    for t in jobs:
+        total += t.counts.tests
+        failures += t.counts.failures
+        errors += t.counts.errors
+        skipped += t.counts.skipped
+    return {
+        "total": total,
+        "passed": total - failures - errors - skipped,
+        "failures": failures,
+        "errors": errors,
+        "skipped": skipped,
+        "flaky_jobs": sum(1 for t in jobs if t.flaky),
+    }
+
+
+def _round(value: float, digits: int) -> float:
+    return round(value, digits)

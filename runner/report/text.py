@@ -1,0 +1,63 @@
+"""Small text helpers shared by the reports: XML-safe text, log tails, secret redaction."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+# Characters XML 1.0 forbids (the `Char` production). Lone surrogates are among them: they appear
+# when job output that is not UTF-8 was decoded with `surrogateescape`.
+_XML_ILLEGAL = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+# ANSI escape sequences (colours, cursor moves) that test runners print: noise outside a terminal.
+_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])")
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f]")
+
+# Env vars whose values must never reach a report (the PR comment is not masked by the runner).
+SECRET_ENV_VARS = ("CLORE_API_KEY", "GITHUB_TOKEN", "CLORE_GITHUB_TOKEN")
+_MIN_SECRET_LEN = 6  # shorter values would redact ordinary words
+
+
+def xml_safe(text: str) -> str:
+    """Drop the characters an XML document cannot hold."""
+    return _XML_ILLEGAL.sub("", text)
+
+
+def clip(text: str, limit: int, marker: str = "…") -> str:
+    """At most `limit` characters, marked when cut."""
+    return text if len(text) <= limit else text[: max(0, limit - len(marker))] + marker
+
+
+def tail_lines(path: Path, max_lines: int, max_bytes: int = 256 * 1024) -> list[str]:
+    """The last lines of a (possibly huge, possibly non-UTF-8) log, [] when it is missing.
+
+    Reads only the last `max_bytes` so a 1 GB log costs nothing.
+    """
+    try:
+        with path.open("rb") as fh:
+            size = fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, size - max_bytes))
+            data = fh.read()
+    except OSError:
+        return []
+    lines = [clean_line(line) for line in data.decode("utf-8", errors="replace").splitlines()]
+    if size > max_bytes and lines:
+        lines = lines[1:]  # the first line was cut in the middle
+    return lines[-max_lines:] if max_lines > 0 else []
+
+
+def clean_line(line: str) -> str:
+    """A log line without ANSI sequences or control characters (tabs kept)."""
+    return _CONTROL.sub("", _ANSI.sub("", line))
+
+
+def redact(text: str, env: Mapping[str, str] | None = None) -> str:
+    """Replace the values of known secret variables with `***`."""
+    env = os.environ if env is None else env
+    for name in SECRET_ENV_VARS:
+        value = env.get(name, "")
+        if len(value) >= _MIN_SECRET_LEN:
+            text = text.replace(value, "***")
+    return text

@@ -1,0 +1,167 @@
+"""junit.xml: structure, Surefire retries, XSD validity, junitparser reading, golden file."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from collections.abc import Callable
+from pathlib import Path
+
+import junitparser
+import pytest
+import xmlschema
+from junitparser import xunit2
+
+from runner.report import write_reports
+from tests.report.records import mixed_record, write_outputs
+
+XSD = Path(__file__).parent / "junit-10.xsd"
+
+
+@pytest.fixture(scope="module")
+def schema() -> xmlschema.XMLSchema:
+    return xmlschema.XMLSchema(str(XSD))
+
+
+@pytest.fixture
+def junit_path(tmp_path: Path) -> Path:
+    write_outputs(tmp_path)
+    return write_reports(tmp_path, mixed_record()).junit
+
+
+def _suite(root: ET.Element, job_id: str) -> ET.Element:
+    suite = root.find(f"testsuite[@id='{job_id}']")
+    assert suite is not None, job_id
+    return suite
+
+
+def _job_case(root: ET.Element, job_id: str) -> ET.Element:
+    case = _suite(root, job_id).find(f"testcase[@classname='{job_id}']")
+    assert case is not None, job_id
+    return case
+
+
+def test_matches_golden(junit_path: Path, golden: Callable[[str, str], None]) -> None:
+    golden("mixed.junit.xml", junit_path.read_text(encoding="utf-8"))
+
+
+def test_valid_against_junit_xsd(junit_path: Path, schema: xmlschema.XMLSchema) -> None:
+    schema.validate(str(junit_path))
+
+
+def test_xsd_is_strict_enough_to_catch_mistakes(schema: xmlschema.XMLSchema) -> None:
+    # junit-10 has no `skipped` on <testsuites>: the validation above would catch us adding it.
+    assert not schema.is_valid('<testsuites skipped="1"/>')
+    assert not schema.is_valid('<testsuites><testsuite name="x"/></testsuites>')
+
+
+def test_totals_match_the_suites(junit_path: Path) -> None:
+    root = ET.parse(junit_path).getroot()
+    suites = root.findall("testsuite")
+    assert len(suites) == 7
+    for attr in ("tests", "failures", "errors"):
+        assert int(root.get(attr, "-1")) == sum(int(s.get(attr, "0")) for s in suites)
+    assert (root.get("tests"), root.get("failures"), root.get("errors")) == ("10", "3", "1")
+
+
+def test_suite_attributes_and_properties(junit_path: Path) -> None:
+    suite = _suite(ET.parse(junit_path).getroot(), "build")
+    assert suite.get("name") == "build"
+    assert suite.get("hostname") == "gpu-a"
+    assert suite.get("timestamp") == "2026-05-28T20:26:40+00:00"
+    assert suite.get("time") == "62.000"
+    props = {p.get("name"): p.get("value") for p in suite.iter("property")}
+    assert props["clore.gpu"] == "RTX 4090 x2"
+    assert props["clore.server_id"] == "40123"
+    assert props["clore.usd_per_hour"] == "0.72"
+    assert props["clore.cost_usd"] == "0.0124"
+    assert props["clore.cuda"] == "12.4"
+    assert props["clore.host_fingerprint"] == "SHA256:q1w2e3r4t5y6"
+
+
+def test_missing_facts_are_absent_not_empty(junit_path: Path) -> None:
+    suite = _suite(ET.parse(junit_path).getroot(), "report")
+    names = {p.get("name") for p in suite.iter("property")}
+    assert "clore.gpu" not in names and "clore.cuda" not in names
+    assert suite.get("hostname") is None  # never ran anywhere
+
+
+def test_job_junit_is_merged_with_prefixed_classnames(junit_path: Path) -> None:
+    suite = _suite(ET.parse(junit_path).getroot(), "test-4090")
+    cases = {(c.get("classname"), c.get("name")): c for c in suite.findall("testcase")}
+    assert set(cases) == {
+        ("test-4090.tests.test_model", "test_forward"),
+        ("test-4090.tests.test_model", "test_backward"),
+        ("test-4090.tests.test_model", "test_fp8"),
+        ("test-4090", "test (RTX 4090)"),  # the job failed, so the job itself shows too
+    }
+    failure = cases[("test-4090.tests.test_model", "test_backward")].find("failure")
+    assert failure is not None and failure.get("message") == "AssertionError: grad is NaN"
+    skipped = cases[("test-4090.tests.test_model", "test_fp8")].find("skipped")
+    assert skipped is not None and skipped.get("message") == "needs Hopper"
+    assert (suite.get("tests"), suite.get("failures"), suite.get("skipped")) == ("4", "2", "1")
+
+
+def test_flaky_job_has_flaky_failure_and_no_failure(junit_path: Path) -> None:
+    case = _job_case(ET.parse(junit_path).getroot(), "unit")
+    assert case.find("failure") is None and case.find("error") is None
+    flaky = case.findall("flakyFailure")
+    assert len(flaky) == 1 and flaky[0].get("type") == "test_failure"
+    assert case.get("time") == "20.000"  # Surefire: the passing run's time
+
+
+def test_always_failing_job_has_failure_and_rerun_failures(junit_path: Path) -> None:
+    case = _job_case(ET.parse(junit_path).getroot(), "test-4090")
+    assert len(case.findall("failure")) == 1
+    assert len(case.findall("rerunFailure")) == 1
+    assert case.get("time") == "300.000"  # Surefire: the first run's time
+
+
+def test_infrastructure_failure_is_an_error(junit_path: Path) -> None:
+    root = ET.parse(junit_path).getroot()
+    case = _job_case(root, "train")
+    assert case.find("failure") is None
+    error = case.find("error")
+    assert error is not None and error.get("type") == "server_lost"
+    assert [e.get("type") for e in case.findall("rerunError")] == ["server_lost"]
+    timeout = _job_case(root, "bench").find("failure")
+    assert timeout is not None and timeout.get("type") == "timeout"
+
+
+def test_skipped_and_cancelled_jobs_are_skipped(junit_path: Path) -> None:
+    root = ET.parse(junit_path).getroot()
+    for job_id, reason in (
+        ("report", "needs 'test-4090', which failed"),
+        ("docs", "run cancelled"),
+    ):
+        skipped = _job_case(root, job_id).find("skipped")
+        assert skipped is not None and skipped.get("message") == reason
+
+
+def test_log_tail_in_system_out_without_illegal_characters(junit_path: Path) -> None:
+    root = ET.parse(junit_path).getroot()
+    out = _job_case(root, "test-4090").findtext("system-out") or ""
+    assert "FAILED tests/test_model.py::test_backward" in out  # ANSI colours gone
+    assert "collecting 39" in out
+    train = _job_case(root, "train").findtext("system-out") or ""
+    assert "epoch 1" in train and "\x01" not in train
+
+
+def test_read_by_junitparser(junit_path: Path) -> None:
+    xml = junitparser.JUnitXml.fromfile(str(junit_path))
+    suites = {s.name: s for s in xml}
+    assert suites["test (RTX 4090)"].tests == 4
+    assert suites["test (RTX 4090)"].failures == 2
+    assert suites["train"].errors == 1
+    results = {(c.classname, c.name): [type(r).__name__ for r in c.result] for s in xml for c in s}
+    assert results[("test-4090.tests.test_model", "test_backward")] == ["Failure"]
+    assert results[("train", "train")] == ["Error"]
+    assert results[("docs", "docs")] == ["Skipped"]
+    assert results[("build", "build")] == []
+
+
+def test_read_by_junitparser_xunit2_retries(junit_path: Path) -> None:
+    xml = xunit2.JUnitXml.fromfile(str(junit_path))
+    cases = {c.classname: c for s in xml for c in s}
+    assert cases["unit"].is_flaky and not cases["unit"].is_rerun
+    assert cases["test-4090"].is_rerun and len(cases["test-4090"].rerun_failures()) == 1
+    assert len(cases["train"].rerun_errors()) == 1

@@ -1,0 +1,226 @@
+"""summary.json (schema 1), the baseline comparison and summary.md (golden)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runner.core.model import JobResult, JobStatus, RunRecord, RunStatus
+from runner.report import load_summary, write_reports
+from runner.report.compare import BadBaseline, compare
+from runner.report.markdown import cell, render_markdown
+from tests.report.records import CI_ENV, baseline_summary, mixed_record, write_outputs
+
+ISSUE_3_JOB_FIELDS = {
+    "id", "name", "status", "reason", "attempts", "duration_s", "exit_code", "cost_usd", "server",
+}  # fmt: skip
+
+
+@pytest.fixture
+def ci_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in CI_ENV.items():
+        monkeypatch.setenv(name, value)
+
+
+def _write(tmp_path: Path, baseline: dict[str, Any] | None = None) -> dict[str, Any]:
+    write_outputs(tmp_path)
+    paths = write_reports(tmp_path, mixed_record(), baseline)
+    return load_summary(paths.summary_json)
+
+
+def _job(summary: dict[str, Any], job_id: str) -> dict[str, Any]:
+    return next(j for j in summary["jobs"] if j["id"] == job_id)
+
+
+def test_summary_md_matches_golden(
+    tmp_path: Path, ci_env: None, golden: Callable[[str, str], None]
+) -> None:
+    _write(tmp_path, baseline_summary())
+    golden("mixed.summary.md", (tmp_path / "summary.md").read_text(encoding="utf-8"))
+
+
+def test_summary_md_without_baseline_or_ci(
+    tmp_path: Path, golden: Callable[[str, str], None]
+) -> None:
+    _write(tmp_path)
+    golden("mixed-plain.summary.md", (tmp_path / "summary.md").read_text(encoding="utf-8"))
+
+
+def test_run_fields(tmp_path: Path) -> None:
+    s = _write(tmp_path)
+    assert s["schema"] == 1
+    assert s["status"] == "failed"
+    assert (s["started_at"], s["finished_at"]) == (
+        "2026-05-28T20:26:40+00:00",
+        "2026-05-28T20:38:20+00:00",
+    )
+    assert s["total_cost_usd"] == pytest.approx(0.2146)
+    assert s["budget_usd"] == 2.0 and s["budget_used_pct"] == pytest.approx(10.7)
+    assert s["jobs_by_status"] == {
+        "passed": 2, "failed": 1, "timed_out": 1, "error": 1, "skipped": 1, "cancelled": 1,
+    }  # fmt: skip
+    assert s["tests"] == {
+        "total": 10, "passed": 3, "failures": 3, "errors": 1, "skipped": 3, "flaky_jobs": 1,
+    }  # fmt: skip
+    assert s["ci"] is None and s["comparison"] is None
+
+
+def test_job_fields_costs_per_attempt_and_host(tmp_path: Path) -> None:
+    s = _write(tmp_path)
+    for job in s["jobs"]:
+        assert set(job) >= ISSUE_3_JOB_FIELDS
+    t = _job(s, "test-4090")
+    assert (t["status"], t["attempts"], t["exit_code"], t["server"]) == ("failed", 2, 1, "gpu-a")
+    assert t["duration_s"] == 590.0 and t["cost_usd"] == pytest.approx(0.118)
+    assert [a["cost_usd"] for a in t["attempt_details"]] == [0.06, 0.058]
+    assert t["attempt_details"][0]["usd_per_hour"] == 0.72
+    assert t["attempt_details"][0]["facts"]["cost_native"] == "31.5"
+    assert t["host"] == {
+        "gpu": "RTX 4090", "gpu_count": "2", "driver": "550.54.15", "cuda": "12.4",
+        "host_fingerprint": "SHA256:q1w2e3r4t5y6", "server_id": "40123",
+    }  # fmt: skip
+    assert t["gpu"] == "RTX 4090 x2" and t["usd_per_hour"] == 0.72
+    assert t["tests"] == {"total": 4, "failures": 2, "errors": 0, "skipped": 1}
+    assert t["location"] == {"file": "ci/gpu.yml", "line": 18, "column": 3}
+    assert [(f["name"], f["scope"]) for f in t["failed_tests"]] == [
+        ("test_backward", "test"),
+        ("test (RTX 4090)", "job"),
+    ]
+    assert _job(s, "unit")["flaky"] is True
+    assert _job(s, "report")["host"] == {} and _job(s, "report")["usd_per_hour"] is None
+
+
+def test_log_tail_only_for_jobs_that_did_not_pass(tmp_path: Path) -> None:
+    s = _write(tmp_path)
+    tail = _job(s, "test-4090")["log_tail"]
+    assert len(tail) == 30 and tail[-1] == "not a fence end"
+    assert "FAILED tests/test_model.py::test_backward | grad" in tail  # ANSI stripped
+    assert _job(s, "build")["log_tail"] == []
+    assert _job(s, "train")["log_tail"][-1] == "\ufffd\ufffd bad bytes"
+
+
+def test_secrets_are_redacted_from_log_tails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CLORE_API_KEY", "sk-live-123456")
+    write_outputs(tmp_path)
+    (tmp_path / "logs" / "bench.log").write_text("using key sk-live-123456\n")
+    paths = write_reports(tmp_path, mixed_record())
+    for path in (paths.summary_json, paths.summary_md, paths.junit):
+        assert "sk-live-123456" not in path.read_text(), path.name
+    assert "using key ***" in paths.summary_md.read_text()
+
+
+def test_ci_links(tmp_path: Path, ci_env: None) -> None:
+    s = _write(tmp_path)
+    assert s["ci"]["run_url"] == "https://github.com/octo/gpu-lib/actions/runs/9876543210"
+    md = (tmp_path / "summary.md").read_text()
+    assert "[CI run 9876543210](https://github.com/octo/gpu-lib/actions/runs/9876543210)" in md
+
+
+def test_comparison_with_baseline(tmp_path: Path) -> None:
+    c = _write(tmp_path, baseline_summary())["comparison"]
+    assert c["label"] == "main"
+    assert c["total"]["cost_delta_pct"] == pytest.approx(43.1)  # 0.2146 vs 0.15
+    assert c["total"]["duration_delta_s"] == -100.0
+    jobs = {j["id"]: j for j in c["jobs"]}
+    assert set(jobs) == {"build", "test-4090"}
+    assert jobs["build"]["cost_delta_pct"] == 0.0
+    assert jobs["test-4090"]["cost_delta_usd"] == pytest.approx(0.028)
+    assert jobs["test-4090"]["duration_delta_pct"] == pytest.approx(31.1)
+    assert "unit" in c["new_jobs"] and c["missing_jobs"] == ["gone"]
+    md = (tmp_path / "summary.md").read_text()
+    assert "**+43% GPU cost vs main**" in md
+
+
+def test_comparison_from_zero_cost_has_no_percentage() -> None:
+    base = {"schema": 1, "total_cost_usd": 0, "duration_s": 0, "jobs": [{"id": "a"}]}
+    cur = {"total_cost_usd": 0.5, "duration_s": 0, "jobs": [{"id": "a", "cost_usd": 0.5}]}
+    c = compare(cur, base)
+    assert c["total"]["cost_delta_pct"] is None and c["total"]["duration_delta_pct"] == 0.0
+    assert c["label"] == "baseline"
+
+
+@pytest.mark.parametrize(
+    "baseline", [{"schema": 99, "jobs": []}, {"schema": 1, "jobs": "nope"}, {"schema": 1}]
+)
+def test_unusable_baseline_is_a_warning(tmp_path: Path, baseline: dict[str, Any]) -> None:
+    with pytest.raises(BadBaseline):
+        compare({"jobs": []}, baseline)
+    s = _write(tmp_path, baseline)
+    assert s["comparison"] is None
+    assert any(w.startswith("baseline ignored") for w in s["warnings"])
+
+
+def test_table_cells_cannot_break_the_table(tmp_path: Path) -> None:
+    record = mixed_record()
+    evil = JobResult("build", JobStatus.FAILED, "line one\nline | two <details>")
+    record = RunRecord(
+        record.pipeline,
+        (evil, *record.results[1:]),
+        RunStatus.FAILED,
+        record.started_at,
+        record.finished_at,
+    )
+    write_outputs(tmp_path)
+    md = write_reports(tmp_path, record).summary_md.read_text()
+    rows = [line for line in md.splitlines() if line.startswith("| ")]
+    assert len(rows) == 1 + 7  # header and one row per job: the newline did not split a row
+    widths = {len(line.replace("\\|", "").split("|")) for line in rows}
+    assert len(widths) == 1  # every row has as many cells as the header
+    assert "line one line \\| two &lt;details>" in md
+
+
+def test_cell_filter() -> None:
+    assert cell("a|b\nc\r\nd") == "a\\|b c d"
+    assert cell("x" * 300) == "x" * 199 + "…"
+    assert cell("<b>") == "&lt;b>"
+
+
+def test_log_with_backticks_cannot_close_its_fence(tmp_path: Path) -> None:
+    s = _write(tmp_path)
+    md = render_markdown(s)
+    block = md.split("logs/test-4090.log</summary>\n\n", 1)[1]
+    fence = block.split("text\n", 1)[0]
+    assert fence == "````"  # longer than the ``` inside the log
+    assert block.count(fence + "\n") == 1 and block.count(fence + "text") == 1
+
+
+def test_reports_are_replaced_atomically(tmp_path: Path) -> None:
+    write_outputs(tmp_path)
+    (tmp_path / "summary.json").write_text("stale")
+    write_reports(tmp_path, mixed_record())
+    write_reports(tmp_path, mixed_record())
+    assert json.loads((tmp_path / "summary.json").read_text())["schema"] == 1
+    leftovers = [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+    assert leftovers == []
+
+
+def test_failed_write_keeps_the_old_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write_outputs(tmp_path)
+    write_reports(tmp_path, mixed_record())
+    before = (tmp_path / "junit.xml").read_bytes()
+
+    def broken_replace(src: str, dst: str) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("runner.report.os.replace", broken_replace)
+    with pytest.raises(OSError):
+        write_reports(tmp_path, mixed_record())
+    assert (tmp_path / "junit.xml").read_bytes() == before
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_interrupted_run_with_no_results_still_reports(tmp_path: Path) -> None:
+    record = mixed_record()
+    record = RunRecord(
+        record.pipeline, (), RunStatus.INTERRUPTED, record.started_at, record.started_at + 3
+    )
+    paths = write_reports(tmp_path, record)
+    s = load_summary(paths.summary_json)
+    assert s["status"] == "interrupted" and s["jobs"] == [] and s["tests"]["total"] == 0
+    assert "interrupted" in paths.summary_md.read_text()
