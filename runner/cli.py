@@ -1,0 +1,149 @@
+"""The `clore-run` command line: wires adapters and maps every error to an exit code.
+
+`main()` is the one error boundary: no traceback reaches the user for any input. Exit codes:
+0 every job passed, 1 a job failed, 2 invalid pipeline or usage, 3 infrastructure, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from runner import __version__
+from runner.errors import CloreRunError
+from runner.plan import build_plan, render_plan
+from runner.spec.loader import load_pipeline
+from runner.spec.models import PipelineSchema
+
+app = typer.Typer(
+    name="clore-run",
+    help="Run pipelines of GPU jobs on servers rented from Clore.ai (or locally, for free).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+EXIT_USAGE = 2
+EXIT_INFRA = 3
+EXIT_INTERRUPTED = 130
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"clore-run {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version."),
+    ] = False,
+) -> None:
+    """clore-run PIPELINE is short for clore-run run PIPELINE."""
+
+
+@app.command()
+def validate(
+    pipelines: Annotated[list[Path], typer.Argument(help="Pipeline files to check.")],
+) -> None:
+    """Check pipeline files: exit 0, or 2 with FILE:LINE:COL errors."""
+    failed = False
+    for path in pipelines:
+        try:
+            pipeline = load_pipeline(path)
+        except CloreRunError as exc:
+            typer.echo(str(exc), err=True)
+            failed = True
+        else:
+            typer.echo(f"{path}: ok ({len(pipeline.jobs)} jobs)")
+    if failed:
+        raise typer.Exit(EXIT_USAGE)
+
+
+@app.command()
+def plan(
+    pipeline: Annotated[Path, typer.Argument(help="The pipeline file.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
+) -> None:
+    """Show the order in waves, each job's ask and the critical path. Rents nothing."""
+    result = build_plan(load_pipeline(pipeline))
+    typer.echo(json.dumps(result, indent=2) if as_json else render_plan(result))
+
+
+@app.command()
+def run(
+    pipeline: Annotated[Path, typer.Argument(help="The pipeline file.")],
+) -> None:
+    """Run a pipeline (arrives with the scheduling core)."""
+    load_pipeline(pipeline)
+    typer.echo("clore-run: `run` is not implemented yet", err=True)
+    raise typer.Exit(EXIT_USAGE)
+
+
+@app.command()
+def schema() -> None:
+    """Print the JSON Schema of the pipeline format (for editors)."""
+    document = PipelineSchema.model_json_schema(by_alias=True)
+    document["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    typer.echo(json.dumps(document, indent=2))
+
+
+def _insert_run(argv: list[str]) -> list[str]:
+    """`clore-run PIPELINE ...` -> `clore-run run PIPELINE ...`."""
+    command = typer.main.get_command(app)
+    names = set(getattr(command, "commands", {}))
+    if argv and argv[0] not in names and not argv[0].startswith("-"):
+        return ["run", *argv]
+    return argv
+
+
+def _click_exit_code(exc: Exception) -> int | None:
+    """Exit code for the parser's own exceptions (usage errors, Abort, Exit), else None.
+
+    Recent Typer versions carry a private copy of click, so these are matched by shape rather
+    than by importing click's classes.
+    """
+    kind = type(exc).__name__
+    if kind == "Abort":
+        typer.echo("clore-run: interrupted", err=True)
+        return EXIT_INTERRUPTED
+    if kind == "Exit":
+        return int(getattr(exc, "exit_code", 0))
+    show = getattr(exc, "show", None)
+    if callable(show) and hasattr(exc, "exit_code"):
+        show()
+        return EXIT_USAGE
+    return None
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: run the app inside the one error boundary."""
+    args = _insert_run(list(sys.argv[1:] if argv is None else argv))
+    command = typer.main.get_command(app)
+    try:
+        code = command.main(args=args, prog_name="clore-run", standalone_mode=False)
+    except CloreRunError as exc:
+        typer.echo(f"clore-run: {exc}" if exc.exit_code != EXIT_USAGE else str(exc), err=True)
+        code = exc.exit_code
+    except KeyboardInterrupt:
+        typer.echo("clore-run: interrupted", err=True)
+        code = EXIT_INTERRUPTED
+    except Exception as exc:  # the boundary: a bug must not print a traceback at a user
+        code = _click_exit_code(exc)
+        if code is None:
+            if os.environ.get("CLORE_RUN_DEBUG"):
+                raise
+            typer.echo(
+                f"clore-run: internal error: {type(exc).__name__}: {exc} "
+                "(set CLORE_RUN_DEBUG=1 for a traceback, and please report it)",
+                err=True,
+            )
+            code = EXIT_INFRA
+    sys.exit(code if isinstance(code, int) else 0)

@@ -1,0 +1,55 @@
+"""Located errors in a pipeline file: `FILE:LINE:COL: key.path: what is wrong (hint)`."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from runner.errors import UsageError
+
+KeyPath = tuple[str | int, ...]
+
+
+def format_path(path: KeyPath) -> str:
+    """`("jobs", "test", "needs", 0)` -> `jobs.test.needs[0]`."""
+    out = ""
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else part
+    return out
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    """One problem in a pipeline file."""
+
+    file: str
+    line: int
+    column: int
+    path: KeyPath
+    message: str
+    hint: str = ""
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}:{self.column}"
+        key = format_path(self.path)
+        text = f"{where}: {key}: {self.message}" if key else f"{where}: {self.message}"
+        return f"{text} ({self.hint})" if self.hint else text
+
+
+class SpecError(UsageError):
+    """One or more problems in a pipeline file, reported together in file order."""
+
+    def __init__(self, diagnostics: Sequence[Diagnostic]) -> None:
+        ordered = sorted(diagnostics, key=lambda d: (d.file, d.line, d.column))
+        super().__init__("\n".join(str(d) for d in ordered))
+        self.diagnostics = tuple(ordered)
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """A hint naming the closest choice, or "" when nothing is close."""
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f"did you mean '{close[0]}'?" if close else ""

@@ -1,0 +1,364 @@
+"""Pipeline file -> validated, expanded, immutable `Pipeline`.
+
+Every problem becomes a located Diagnostic; all of a file's problems are reported together, in
+file order, as one SpecError. Nothing else escapes for any input.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from runner.core import graph
+from runner.core.model import Condition, GpuAsk, Job, Location, Pipeline, Priority
+from runner.spec import matrix as matrix_mod
+from runner.spec.diagnostics import Diagnostic, KeyPath, SpecError, did_you_mean
+from runner.spec.expressions import Contexts, ExpressionError, parse_condition, substitute
+from runner.spec.models import Defaults, JobSpec, PipelineHeader, Strategy, iso_time
+from runner.spec.pydantic_errors import diagnostics_from
+from runner.spec.yaml_source import Source, parse_yaml
+
+DEFAULT_TIMEOUT_MINUTES = 60.0
+_JOB_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+_NOT_SUBSTITUTED = frozenset({"if", "strategy", "needs"})
+M = TypeVar("M", bound=BaseModel)
+
+
+def load_pipeline(path: str | Path, environ: Mapping[str, str] | None = None) -> Pipeline:
+    """Read and validate a pipeline file. Raises SpecError (exit 2) for any bad input."""
+    display = str(path)
+    try:
+        raw = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise _fatal(display, "file not found", "check the path") from None
+    except IsADirectoryError:
+        raise _fatal(display, "is a directory, not a pipeline file") from None
+    except OSError as exc:
+        raise _fatal(display, f"cannot read the file: {exc.strerror}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise _fatal(display, "the file is not UTF-8 text") from None
+    return parse_pipeline(text, display, environ)
+
+
+def parse_pipeline(text: str, file: str, environ: Mapping[str, str] | None = None) -> Pipeline:
+    source = parse_yaml(text, file)
+    builder = _PipelineBuilder(source, dict(os.environ if environ is None else environ))
+    return builder.build()
+
+
+def _fatal(file: str, message: str, hint: str = "") -> SpecError:
+    return SpecError([Diagnostic(file, 1, 1, (), message, hint)])
+
+
+@dataclass
+class _Draft:
+    """A job instance before its needs are resolved."""
+
+    key: str
+    id: str
+    combo: dict[str, Any]
+    spec: JobSpec
+    defaults: Defaults
+    needs: list[str] = field(default_factory=list)
+    fail_fast: bool = True
+
+
+class _PipelineBuilder:
+    def __init__(self, source: Source, environ: dict[str, str]) -> None:
+        self.source = source
+        self.environ = environ
+        self.problems: list[Diagnostic] = []
+
+    def build(self) -> Pipeline:
+        header = self._header()
+        jobs_raw = self._jobs_raw()
+        defaults_raw = self.source.data.get("defaults") if jobs_raw is not None else None
+        drafts: list[_Draft] = []
+        if jobs_raw is not None:
+            self._check_needs(jobs_raw)
+            for key, raw in jobs_raw.items():
+                drafts.extend(self._job_instances(key, raw, defaults_raw or {}))
+        jobs = self._resolve(drafts) if not self.problems else []
+        if self.problems or header is None:
+            raise SpecError(_unique(self.problems))
+        env = dict(header.env)
+        return Pipeline(
+            name=header.name or Path(self.source.file).stem,
+            jobs=tuple(self._job(d, env, i) for i, d in enumerate(jobs)),
+            concurrency=header.concurrency,
+            budget_usd=header.budget,
+            timeout_s=header.timeout_minutes * 60 if header.timeout_minutes else None,
+            currency=header.currency,
+            hosts=tuple(header.hosts),
+            source=self.source.file,
+        )
+
+    # -- top level -------------------------------------------------------------------------
+
+    def _header(self) -> PipelineHeader | None:
+        data = self.source.data
+        if not isinstance(data, dict):
+            self.problems.append(
+                self.source.error((), "the top level must be a mapping", "start with `jobs:`")
+            )
+            return None
+        if "jobs" not in data:
+            self.problems.append(self.source.error((), "no `jobs` in the pipeline", "add `jobs:`"))
+            return None
+        settings = {k: v for k, v in data.items() if k not in ("jobs", "defaults")}
+        settings = self._substitute(settings, Contexts({}, self.environ), ())
+        return self._validate(PipelineHeader, {**data, **settings}, ())
+
+    def _jobs_raw(self) -> dict[str, Any] | None:
+        """The `jobs` mapping, with its ids checked; None when there is nothing to expand."""
+        data = self.source.data
+        if not isinstance(data, dict) or "jobs" not in data:
+            return None
+        jobs = data["jobs"]
+        if not isinstance(jobs, dict) or not jobs:
+            if isinstance(jobs, dict) or jobs is None:  # a non-mapping is the model's to report
+                self.problems.append(
+                    self.source.error(("jobs",), "`jobs` must be a non-empty mapping of job ids")
+                )
+            return None
+        if not isinstance(data.get("defaults", {}), dict):
+            return None  # the model reports it
+        for key in jobs:
+            if not _JOB_KEY.match(key):
+                self.problems.append(
+                    self.source.error(
+                        ("jobs", key),
+                        f"invalid job id '{key}'",
+                        "start with a letter or _, then letters, digits, - or _",
+                        key=True,
+                    )
+                )
+        return jobs
+
+    # -- one job key -> instances ----------------------------------------------------------
+
+    def _job_instances(self, key: str, raw: Any, raw_defaults: dict[str, Any]) -> list[_Draft]:
+        path: KeyPath = ("jobs", key)
+        if not isinstance(raw, dict):
+            self.problems.append(self.source.error(path, "a job must be a mapping with `run:`"))
+            return []
+        strategy = None
+        if "strategy" in raw:
+            strategy = self._validate(Strategy, raw["strategy"], (*path, "strategy"))
+            if strategy is None:
+                return []
+        combos = self._combinations(strategy, path)
+        drafts = []
+        for combo in combos:
+            ctx = Contexts(combo, self.environ, in_matrix_job=strategy is not None)
+            job_raw = self._substitute(raw, ctx, path)
+            defaults_raw = self._substitute(raw_defaults, ctx, ("defaults",))
+            spec = self._validate(JobSpec, job_raw, path)
+            defaults = self._validate(Defaults, defaults_raw, ("defaults",))
+            if not self._check(key, job_raw, defaults_raw) or spec is None or defaults is None:
+                continue
+            suffix = matrix_mod.instance_suffix(combo) if strategy is not None else ""
+            job_id = f"{key}-{suffix}" if suffix else key
+            fail_fast = strategy.fail_fast if strategy is not None else True
+            drafts.append(_Draft(key, job_id, combo, spec, defaults, fail_fast=fail_fast))
+        return drafts
+
+    def _check(self, key: str, job: dict[str, Any], defaults: dict[str, Any]) -> bool:
+        """What the models cannot say alone: a script to run, a known `if:`, a zoned time.
+
+        Works on the raw values, so these are reported even when the models found problems.
+        """
+        path: KeyPath = ("jobs", key)
+        before = len(self.problems)
+        run_at = (*path, "run") if "run" in job else ("defaults", "run")
+        run = job.get("run", defaults.get("run"))
+        if run is None and "run" not in job:
+            self.problems.append(self.source.error(path, "no `run:` script", "add `run: ...`"))
+        elif isinstance(run, str) and not run.strip():
+            self.problems.append(self.source.error(run_at, "the run script is empty"))
+        for where, raw in (((*path, "if"), job), (("defaults", "if"), defaults)):
+            if isinstance(raw.get("if"), str):
+                try:
+                    parse_condition(raw["if"])
+                except ExpressionError as exc:
+                    self.problems.append(self.source.error(where, str(exc), exc.hint))
+        for where, raw in (((*path, "not-before"), job), (("defaults", "not-before"), defaults)):
+            when = iso_time(raw.get("not-before"))
+            if isinstance(when, datetime) and when.tzinfo is None:
+                self.problems.append(
+                    self.source.error(where, "the time has no zone", "end it with Z or +02:00")
+                )
+        return len(self.problems) == before
+
+    def _combinations(self, strategy: Strategy | None, path: KeyPath) -> list[dict[str, Any]]:
+        if strategy is None:
+            return [{}]
+        mpath = (*path, "strategy", "matrix")
+        try:
+            return matrix_mod.expand(strategy.matrix)
+        except matrix_mod.MatrixError as exc:
+            where = (*mpath, exc.key) if exc.key is not None else mpath
+            self.problems.append(self.source.error(where, str(exc), exc.hint))
+            return []
+
+    def _substitute(self, value: Any, ctx: Contexts, path: KeyPath) -> Any:
+        """Replace `${{ }}` in every string below `value`, iteratively."""
+        if isinstance(value, str):
+            try:
+                return substitute(value, ctx)
+            except ExpressionError as exc:
+                self.problems.append(self.source.error(path, str(exc), exc.hint))
+                return value
+        if isinstance(value, dict):
+            return {
+                k: v
+                if k in _NOT_SUBSTITUTED and len(path) == 2 and path[0] == "jobs"
+                else self._substitute(v, ctx, (*path, k))
+                for k, v in value.items()
+            }
+        if isinstance(value, list):
+            return [self._substitute(v, ctx, (*path, i)) for i, v in enumerate(value)]
+        return value
+
+    def _validate(self, model: type[M], data: Any, path: KeyPath) -> M | None:
+        try:
+            return model.model_validate(data)
+        except ValidationError as exc:
+            self.problems.extend(diagnostics_from(exc, model, self.source, path))
+            return None
+
+    # -- the graph -------------------------------------------------------------------------
+
+    def _check_needs(self, jobs: dict[str, Any]) -> None:
+        """Needs name known job keys (checked on the raw file, so every job is checked even
+        when another one failed validation)."""
+        for key, raw in jobs.items():
+            needs = raw.get("needs") if isinstance(raw, dict) else None
+            items = (
+                [(("jobs", key, "needs"), needs)]
+                if isinstance(needs, str)
+                else [
+                    (("jobs", key, "needs", i), n)
+                    for i, n in enumerate(needs or [])
+                    if isinstance(needs, list)
+                ]
+            )
+            for where, need in items:
+                if not isinstance(need, str):
+                    continue  # the model reports the type
+                if need == key:
+                    self.problems.append(self.source.error(where, f"job '{need}' needs itself"))
+                elif need not in jobs:
+                    hint = did_you_mean(need, jobs)
+                    self.problems.append(self.source.error(where, f"unknown job '{need}'", hint))
+
+    def _resolve(self, drafts: list[_Draft]) -> list[_Draft]:
+        """Expand needs on job keys to needs on instance ids; find cycles."""
+        by_key: dict[str, list[str]] = {}
+        for d in drafts:
+            by_key.setdefault(d.key, []).append(d.id)
+        self._check_unique_ids(drafts)
+        for d in drafts:
+            for need in d.spec.needs or []:
+                d.needs.extend(i for i in by_key[need] if i not in d.needs)
+        if self.problems:
+            return []
+        cycle = graph.find_cycle({d.id: d.needs for d in drafts})
+        if cycle:
+            first = next(d for d in drafts if d.id == cycle[1])
+            self.problems.append(
+                self.source.error(
+                    ("jobs", first.key, "needs"),
+                    f"cycle: {' -> '.join(cycle)}",
+                    "remove one of these needs",
+                )
+            )
+        return drafts
+
+    def _check_unique_ids(self, drafts: Iterable[_Draft]) -> None:
+        seen: dict[str, _Draft] = {}
+        for d in drafts:
+            if d.id in seen:
+                other = seen[d.id]
+                self.problems.append(
+                    self.source.error(
+                        ("jobs", d.key),
+                        f"job id '{d.id}' is produced twice (also by '{other.key}')",
+                        "rename a job or change a matrix value",
+                        key=True,
+                    )
+                )
+            seen[d.id] = d
+
+    # -- draft -> core Job -----------------------------------------------------------------
+
+    def _job(self, d: _Draft, pipeline_env: dict[str, str], index: int) -> Job:
+        spec, defaults = d.spec, d.defaults
+
+        def pick(name: str) -> Any:
+            value = getattr(spec, name)
+            return value if value is not None else getattr(defaults, name)
+
+        line, col = self.source.locate(("jobs", d.key), key=True)
+        label = matrix_mod.instance_label(d.combo)
+        base_name = spec.name or d.key
+        run = pick("run")
+        timeout_min = pick("timeout_minutes") or DEFAULT_TIMEOUT_MINUTES
+        estimate = pick("estimate_minutes")
+        not_before = pick("not_before")
+        return Job(
+            id=d.id,
+            name=f"{base_name} ({label})" if label and spec.name is None else base_name,
+            run=run,
+            index=index,
+            needs=tuple(d.needs),
+            priority=Priority[(pick("priority") or "normal").upper()],
+            timeout_s=float(timeout_min) * 60,
+            retries=pick("retries") or 0,
+            gpu=_gpu(spec, defaults),
+            image=pick("image"),
+            env={**pipeline_env, **(defaults.env or {}), **(spec.env or {})},
+            workspace=pick("workspace") if pick("workspace") is not None else True,
+            artifacts=tuple(pick("artifacts") or ()),
+            junit=pick("junit"),
+            condition=parse_condition(pick("if_")) if pick("if_") else Condition.SUCCESS,
+            not_before=not_before.timestamp() if not_before is not None else None,
+            continue_on_error=bool(pick("continue_on_error")),
+            group=d.key,
+            matrix={k: matrix_mod.instance_label({k: v}) for k, v in d.combo.items()},
+            fail_fast=d.fail_fast,
+            estimate_s=float(estimate) * 60 if estimate else None,
+            location=Location(self.source.file, line, col),
+        )
+
+
+def _gpu(spec: JobSpec, defaults: Defaults) -> GpuAsk | None:
+    """Job gpu keys override default gpu keys one by one."""
+    if spec.gpu is None and defaults.gpu is None:
+        return None
+    merged: dict[str, Any] = {}
+    for part in (defaults.gpu, spec.gpu):
+        if part is not None:
+            merged.update({name: getattr(part, name) for name in part.model_fields_set})
+    return GpuAsk(
+        type=merged.get("type"),
+        count=merged.get("count", 1),
+        min_vram_gb=float(merged.get("min_vram_gb", 0)),
+        max_usd_per_hour=merged.get("max_price"),
+        spot=merged.get("spot", False),
+        min_reliability=merged.get("min_reliability"),
+    )
+
+
+def _unique(problems: list[Diagnostic]) -> list[Diagnostic]:
+    """Matrix instances repeat the same problem; report each once."""
+    return list(dict.fromkeys(problems))

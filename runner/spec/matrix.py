@@ -1,0 +1,94 @@
+"""`strategy.matrix` expansion with GitHub Actions semantics (product, exclude, include)."""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Mapping
+from typing import Any
+
+Combination = dict[str, Any]
+_SCALARS = (str, int, float, bool)
+
+
+class MatrixError(ValueError):
+    def __init__(self, message: str, key: str | int | None = None, hint: str = "") -> None:
+        super().__init__(message)
+        self.key = key
+        self.hint = hint
+
+
+def expand(matrix: Mapping[str, Any]) -> list[Combination]:
+    """All combinations, in the order GitHub Actions lists them."""
+    axes = {k: v for k, v in matrix.items() if k not in ("include", "exclude")}
+    for key, values in axes.items():
+        if not isinstance(values, list):
+            raise MatrixError("a matrix key needs a list of values", key, f"{key}: [a, b]")
+        if not values:
+            raise MatrixError("empty list of values", key, "give at least one value")
+        if not all(isinstance(v, _SCALARS) for v in values):
+            raise MatrixError("matrix values must be strings, numbers or booleans", key)
+    include = _entries(matrix.get("include", []), "include")
+    exclude = _entries(matrix.get("exclude", []), "exclude")
+    combos = (
+        [dict(zip(axes, values, strict=True)) for values in itertools.product(*axes.values())]
+        if axes
+        else []
+    )
+    combos = [c for c in combos if not any(_matches(c, e) for e in exclude)]
+    combos = _apply_include(combos, include, frozenset(axes))
+    if not combos:
+        raise MatrixError("the matrix has no combinations", None, "check `exclude` and the values")
+    return combos
+
+
+def _entries(value: Any, key: str) -> list[Combination]:
+    if not isinstance(value, list) or not all(isinstance(e, dict) for e in value):
+        raise MatrixError(f"`{key}` must be a list of mappings", key)
+    for entry in value:
+        if not all(isinstance(v, _SCALARS) for v in entry.values()):
+            raise MatrixError("matrix values must be strings, numbers or booleans", key)
+    return [dict(e) for e in value]
+
+
+def _matches(combo: Combination, entry: Combination) -> bool:
+    return all(k in combo and combo[k] == v for k, v in entry.items())
+
+
+def _apply_include(
+    combos: list[Combination], include: list[Combination], original: frozenset[str]
+) -> list[Combination]:
+    """Add each include entry to every combination whose original values it does not change;
+    when it fits none, it becomes a combination of its own."""
+    base = [dict(c) for c in combos]
+    out = [dict(c) for c in combos]
+    for entry in include:
+        fitted = False
+        for plain, combo in zip(base, out, strict=True):
+            if all(plain[k] == v for k, v in entry.items() if k in original and k in plain):
+                combo.update(entry)
+                fitted = True
+        if not fitted:
+            out.append(dict(entry))
+            base.append(dict(entry))
+    return out
+
+
+def instance_suffix(combo: Combination) -> str:
+    """A filesystem-safe, readable suffix: {gpu: "RTX 3090", py: 3.11} -> "rtx-3090-3.11"."""
+    parts = [_slug(_text(v)) for v in combo.values()]
+    return "-".join(p for p in parts if p)
+
+
+def instance_label(combo: Combination) -> str:
+    return ", ".join(_text(v) for v in combo.values())
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"-{2,}", "-", re.sub(r"[^a-z0-9._]+", "-", text.lower())).strip("-.")

@@ -1,0 +1,152 @@
+"""Pydantic models of the pipeline file: strict, unknown keys are errors.
+
+These exist only at the edge: the loader turns them into the core's plain `Pipeline`. Their field
+descriptions feed `clore-run schema`, which editors use to complete and check pipeline files.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+
+PriorityName = Literal["low", "normal", "high", "urgent"]
+CurrencyName = Literal["bitcoin", "CLORE-Blockchain", "USD-Blockchain"]
+
+
+def _one_or_many(value: Any) -> Any:
+    return [value] if isinstance(value, str) else value
+
+
+def _scalar_strings(value: Any) -> Any:
+    """Env values may be written as numbers or booleans; the process sees strings."""
+    if not isinstance(value, dict):
+        return value
+    out: dict[Any, Any] = {}
+    for key, item in value.items():
+        if isinstance(item, bool):
+            out[key] = "true" if item else "false"
+        elif isinstance(item, (int, float)):
+            out[key] = str(item)
+        else:
+            out[key] = item
+    return out
+
+
+def iso_time(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return value  # left for the type check to reject with its own message
+    return value
+
+
+NameList = Annotated[
+    list[str], BeforeValidator(_one_or_many, json_schema_input_type=str | list[str])
+]
+EnvMap = Annotated[
+    dict[str, str],
+    BeforeValidator(_scalar_strings, json_schema_input_type=dict[str, str | int | float | bool]),
+]
+IsoTime = Annotated[datetime, BeforeValidator(iso_time, json_schema_input_type=str)]
+
+
+class StrictModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=False)
+
+
+class GpuSpec(StrictModel):
+    """The server a job needs."""
+
+    type: str | None = Field(
+        None, description='GPU model, matched case-insensitively as a substring ("RTX", "4090").'
+    )
+    count: int = Field(1, ge=1, le=16, description="Number of GPUs on the server.")
+    min_vram_gb: float = Field(0, ge=0, alias="min-vram-gb", description="Minimum VRAM per GPU.")
+    max_price: float | None = Field(
+        None, gt=0, alias="max-price", description="Maximum USD per hour for the whole server."
+    )
+    spot: bool = Field(False, description="Rent as spot (cheaper, may be outbid).")
+    min_reliability: float | None = Field(
+        None, ge=0, le=1, alias="min-reliability", description="Minimum host reliability, 0..1."
+    )
+
+
+class Strategy(StrictModel):
+    fail_fast: bool = Field(
+        True, alias="fail-fast", description="Cancel the other matrix jobs when one fails."
+    )
+    matrix: dict[str, Any] = Field(
+        description="Keys with lists of values; every combination becomes a job. "
+        "`include`/`exclude` work as in GitHub Actions."
+    )
+
+
+class JobSettings(StrictModel):
+    """Keys a job and `defaults` share."""
+
+    image: str | None = Field(None, description="Docker image for rented servers.")
+    timeout_minutes: float | None = Field(
+        None, gt=0, alias="timeout-minutes", description="Per attempt; any positive number."
+    )
+    retries: int | None = Field(None, ge=0, le=20, description="Extra attempts after a failure.")
+    gpu: GpuSpec | None = None
+    workspace: bool | None = Field(
+        None, description="Copy the git-tracked files into the job's directory (default true)."
+    )
+    env: EnvMap | None = Field(None, description="Environment variables for the job.")
+    priority: PriorityName | None = Field(None, description="low | normal | high | urgent.")
+    continue_on_error: bool | None = Field(
+        None, alias="continue-on-error", description="A failure does not fail the run."
+    )
+    artifacts: NameList | None = Field(None, description="Files or globs to fetch back.")
+    junit: str | None = Field(None, description="A JUnit XML file the job writes.")
+    if_: str | None = Field(
+        None, alias="if", description="success() (default) | failure() | always()."
+    )
+    not_before: IsoTime | None = Field(
+        None, alias="not-before", description="ISO-8601 time with zone; do not start earlier."
+    )
+    estimate_minutes: float | None = Field(
+        None, gt=0, alias="estimate-minutes", description="Expected duration, for plans."
+    )
+    run: str | None = Field(None, description="The script, run by bash -eo pipefail.")
+
+
+class Defaults(JobSettings):
+    """Values every job gets unless it sets its own."""
+
+
+class JobSpec(JobSettings):
+    name: str | None = Field(None, description="Display name (default: the job key).")
+    needs: NameList | None = Field(None, description="Jobs that must finish first.")
+    strategy: Strategy | None = None
+
+
+class PipelineSettings(StrictModel):
+    name: str | None = Field(None, description="Pipeline name (default: the file name).")
+    concurrency: int = Field(3, ge=1, le=1000, description="Max servers held at once.")
+    budget: float | None = Field(None, gt=0, description="USD, hard cap on the whole run.")
+    timeout_minutes: float | None = Field(None, gt=0, alias="timeout-minutes")
+    currency: CurrencyName = Field("CLORE-Blockchain", description="What orders are paid in.")
+    env: EnvMap = Field(default_factory=dict, description="Environment for every job.")
+    hosts: NameList = Field(
+        default_factory=list, description="SSH hosts (user@host[:port]) for --backend ssh."
+    )
+
+
+class PipelineHeader(PipelineSettings):
+    """The top level as first validated; jobs and defaults are validated one by one later."""
+
+    defaults: dict[str, Any] = Field(default_factory=dict)
+    jobs: dict[str, Any]
+
+
+class PipelineSchema(PipelineSettings):
+    """The complete format, for the JSON Schema."""
+
+    model_config = ConfigDict(title="clore-run pipeline")
+    defaults: Defaults | None = None
+    jobs: dict[str, JobSpec] = Field(description="The jobs, by id.")

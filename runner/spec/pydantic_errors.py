@@ -1,0 +1,83 @@
+"""Pydantic ValidationError -> located, readable Diagnostics."""
+
+from __future__ import annotations
+
+import types
+import typing
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from runner.spec.diagnostics import Diagnostic, KeyPath, did_you_mean
+from runner.spec.yaml_source import Source
+
+_HINTS = {
+    "timeout-minutes": "minutes as a positive number, e.g. 30 or 0.5",
+    "estimate-minutes": "minutes as a positive number",
+    "max-price": "USD per hour for the whole server, e.g. 0.40",
+    "priority": "one of low, normal, high, urgent",
+    "currency": "bitcoin, CLORE-Blockchain or USD-Blockchain",
+    "not-before": "an ISO-8601 time with zone, e.g. 2026-12-01T02:00:00Z",
+    "needs": "a job id or a list of job ids",
+}
+
+
+def diagnostics_from(
+    exc: ValidationError, model: type[BaseModel], source: Source, prefix: KeyPath
+) -> list[Diagnostic]:
+    out = []
+    for err in exc.errors():
+        loc: KeyPath = tuple(err["loc"])
+        path = (*prefix, *loc)
+        if err["type"] == "extra_forbidden":
+            key = str(loc[-1])
+            hint = did_you_mean(key, _known_keys(model, loc[:-1]))
+            out.append(source.error(path, f"unknown key '{key}'", hint, key=True))
+            continue
+        if err["type"] == "missing":
+            out.append(source.error(path[:-1], f"missing required key '{loc[-1]}'"))
+            continue
+        message = _message(err)
+        field_name = next((str(p) for p in reversed(loc) if isinstance(p, str)), "")
+        out.append(source.error(path, message, _HINTS.get(field_name, "")))
+    return out
+
+
+def _message(err: Any) -> str:
+    msg = str(err["msg"])
+    msg = msg[0].lower() + msg[1:] if msg else "invalid value"
+    value = err.get("input")
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+        return f"{msg}, got {shown}"
+    return f"{msg}, got a {type(value).__name__}"
+
+
+def _known_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+    """The keys allowed at `loc` inside `model`, by their YAML names."""
+    current: type[BaseModel] | None = model
+    for part in loc:
+        if current is None or not isinstance(part, str):
+            continue  # list indexes and dict keys do not change the model
+        current = _submodel(current, part)
+    if current is None:
+        return []
+    return [f.alias or name for name, f in current.model_fields.items()]
+
+
+def _submodel(model: type[BaseModel], key: str) -> type[BaseModel] | None:
+    for name, info in model.model_fields.items():
+        if key in (name, info.alias):
+            return _model_in(info.annotation)
+    return None
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        for arg in typing.get_args(annotation):
+            found = _model_in(arg)
+            if found is not None:
+                return found
+    return None

@@ -1,0 +1,171 @@
+"""Read a pipeline YAML keeping the line and column of every node.
+
+PyYAML's composer gives us nodes with marks; we build plain Python values from them and a side
+table from key path to position. Duplicate keys, which PyYAML accepts silently (the last one
+wins), are reported here, because a repeated job name must not pass unnoticed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from runner.spec.diagnostics import Diagnostic, KeyPath, SpecError
+
+
+@dataclass
+class Source:
+    """A parsed file: its plain data and where each key and value sits (1-based)."""
+
+    file: str
+    data: Any
+    value_at: dict[KeyPath, tuple[int, int]] = field(default_factory=dict)
+    key_at: dict[KeyPath, tuple[int, int]] = field(default_factory=dict)
+
+    def locate(self, path: KeyPath, *, key: bool = False) -> tuple[int, int]:
+        """Position of the node at `path`, or of its nearest existing ancestor."""
+        table = self.key_at if key else self.value_at
+        probe = tuple(path)
+        while probe:
+            if probe in table:
+                return table[probe]
+            if not key and probe in self.key_at:
+                return self.key_at[probe]
+            probe = probe[:-1]
+        return self.value_at.get((), (1, 1))
+
+    def error(
+        self, path: KeyPath, message: str, hint: str = "", *, key: bool = False
+    ) -> Diagnostic:
+        line, column = self.locate(path, key=key)
+        return Diagnostic(self.file, line, column, path, message, hint)
+
+
+def _mark(node: yaml.Node) -> tuple[int, int]:
+    return node.start_mark.line + 1, node.start_mark.column + 1
+
+
+MAX_NODES = 200_000
+MAX_DEPTH = 64
+
+
+class _Builder:
+    """Turns a composed node tree into plain values, iteratively (deep files are fine)."""
+
+    def __init__(self, source: Source, loader: yaml.SafeLoader) -> None:
+        self.source = source
+        self.loader = loader
+        self.problems: list[Diagnostic] = []
+
+    def build(self, root: yaml.Node) -> Any:
+        holder: dict[str, Any] = {}
+        stack: list[tuple[yaml.Node, KeyPath, Any, Any]] = [(root, (), holder, "root")]
+        built = 0
+        while stack:
+            node, path, parent, slot = stack.pop()
+            built += 1
+            if built > MAX_NODES or len(path) > MAX_DEPTH:  # recursive aliases, alias bombs
+                line, col = _mark(node)
+                raise SpecError(
+                    [
+                        Diagnostic(
+                            self.source.file,
+                            line,
+                            col,
+                            path,
+                            "the document is too large",
+                            f"at most {MAX_NODES} nodes, {MAX_DEPTH} levels; no recursive aliases",
+                        )
+                    ]
+                )
+            self.source.value_at[path] = _mark(node)
+            value = self._shell(node)
+            parent[slot] = value
+            if isinstance(node, yaml.MappingNode):
+                stack.extend(self._mapping_children(node, path, value))
+            elif isinstance(node, yaml.SequenceNode):
+                stack.extend((child, (*path, i), value, i) for i, child in enumerate(node.value))
+        return holder["root"]
+
+    def _shell(self, node: yaml.Node) -> Any:
+        if isinstance(node, yaml.MappingNode):
+            return {}
+        if isinstance(node, yaml.SequenceNode):
+            return [None] * len(node.value)
+        return self.loader.construct_object(node, deep=True)
+
+    def _mapping_children(
+        self, node: yaml.MappingNode, path: KeyPath, value: dict[Any, Any]
+    ) -> list[tuple[yaml.Node, KeyPath, Any, Any]]:
+        children = []
+        first_at: dict[Any, tuple[int, int]] = {}
+        for key_node, value_node in node.value:
+            key = self.loader.construct_object(key_node, deep=True)
+            if not isinstance(key, (str, int, float, bool)) or key is None:
+                line, col = _mark(key_node)
+                self.problems.append(
+                    Diagnostic(self.source.file, line, col, path, "keys must be plain strings")
+                )
+                continue
+            key = str(key) if not isinstance(key, str) else key
+            child_path = (*path, key)
+            if key in first_at:
+                line, col = _mark(key_node)
+                first = first_at[key][0]
+                self.problems.append(
+                    Diagnostic(
+                        self.source.file,
+                        line,
+                        col,
+                        child_path,
+                        f"duplicate key '{key}' (first defined on line {first})",
+                        "remove or rename one of them",
+                    )
+                )
+                continue
+            first_at[key] = _mark(key_node)
+            self.source.key_at[child_path] = _mark(key_node)
+            value[key] = None
+            children.append((value_node, child_path, value, key))
+        return children
+
+
+def parse_yaml(text: str, file: str) -> Source:
+    """Parse `text`; raise SpecError with located problems (syntax, duplicates, empty)."""
+    source = Source(file=file, data=None)
+    loader = yaml.SafeLoader(text)
+    try:
+        root = loader.get_single_node()
+        if root is None:
+            raise SpecError([Diagnostic(file, 1, 1, (), "the file is empty", "add a `jobs:` map")])
+        builder = _Builder(source, loader)
+        source.data = builder.build(root)
+    except yaml.MarkedYAMLError as exc:
+        raise SpecError([_syntax_diagnostic(exc, file)]) from None
+    except yaml.YAMLError as exc:
+        raise SpecError([Diagnostic(file, 1, 1, (), f"not valid YAML: {exc}")]) from None
+    finally:
+        loader.dispose()
+    if builder.problems:
+        raise SpecError(builder.problems)
+    return source
+
+
+def _syntax_diagnostic(exc: yaml.MarkedYAMLError, file: str) -> Diagnostic:
+    problem = exc.problem or "syntax error"
+    # At the end of the stream the problem mark is useless; the context (an opening quote or
+    # bracket) is where the user has to look.
+    at_end = "end of stream" in problem or "<stream end>" in problem
+    mark = (
+        (exc.context_mark or exc.problem_mark) if at_end else (exc.problem_mark or exc.context_mark)
+    )
+    line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
+    hint = ""
+    if "\\t" in problem or "\t" in problem or "tab" in problem:
+        hint = "indent with spaces, not tabs"
+    elif exc.context and "quoted" in exc.context:
+        hint = "close the quote"
+    what = f"{exc.context}, {problem}" if exc.context else problem
+    return Diagnostic(file, line, col, (), f"not valid YAML: {what}", hint)
