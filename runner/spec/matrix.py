@@ -59,18 +59,18 @@ def _apply_include(
     combos: list[Combination], include: list[Combination], original: frozenset[str]
 ) -> list[Combination]:
     """Add each include entry to every combination whose original values it does not change;
-    when it fits none, it becomes a combination of its own."""
+    when it fits none, it becomes a combination of its own. Only the original combinations are
+    candidates: an entry never merges into one that an earlier include added."""
     base = [dict(c) for c in combos]
     out = [dict(c) for c in combos]
     for entry in include:
         fitted = False
-        for plain, combo in zip(base, out, strict=True):
-            if all(plain[k] == v for k, v in entry.items() if k in original and k in plain):
+        for plain, combo in zip(base, out[: len(base)], strict=True):
+            if all(plain[k] == v for k, v in entry.items() if k in original):
                 combo.update(entry)
                 fitted = True
         if not fitted:
             out.append(dict(entry))
-            base.append(dict(entry))
     return out
 
 
