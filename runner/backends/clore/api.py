@@ -1,0 +1,430 @@
+"""A thin client for the Clore.ai REST API as it really behaves (reference/clore-api.md).
+
+- Every reply is judged by its JSON `code` first; the HTTP status only fills in when there is none.
+- Every call goes through one serial `RateLimiter` (the process-wide one by default).
+- Reads are retried on rate limits and transient failures, with backoff and jitter, bounded in
+  attempts and in total time. `create_order` is never retried: it returns no id and is not
+  idempotent, so the client finds the new order in `my_orders` instead, and after an ambiguous
+  failure (code 1, a non-JSON reply, a timeout, a dropped connection) it looks there first.
+- The API key lives in one private object; it is sent per request and redacted from any text that
+  ends up in an exception or a log line.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import requests
+from pydantic import ValidationError
+
+from runner.backends.clore import errors as e
+from runner.backends.clore.models import Marketplace, MarketServer, Order, SpotMarket, Wallet
+from runner.backends.clore.ratelimit import DEFAULT_LIMITER, RateLimiter
+
+log = logging.getLogger(__name__)
+
+DEFAULT_URL = "https://api.clore.ai/v1"
+DEFAULT_TIMEOUT_S = (10.0, 60.0)  # (connect, read): the marketplace reply is ~2,100 servers
+RECOVER_DELAYS_S = (2.0, 3.5, 5.0, 8.0, 12.0, 20.0)  # G-gv's schedule: my_orders lags create
+CT_SKEW_S = 30.0  # tolerated difference between our clock and the API's `ct`
+KEY_HINT = (
+    "create an API key in your clore.ai profile (API section), then `export CLORE_API_KEY=...`; "
+    "in GitHub Actions pass it from a secret"
+)
+
+Json = dict[str, Any]
+
+
+class _Secret:
+    """Holds the key; its repr and str never show it."""
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def redact(self, text: str) -> str:
+        return text.replace(self._value, "***") if self._value else text
+
+    def __repr__(self) -> str:
+        return "_Secret('***')"
+
+    __str__ = __repr__
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Retries of reads: exponential backoff with jitter, bounded in attempts and total seconds."""
+
+    max_attempts: int = 5
+    max_total_s: float = 90.0
+    base_s: float = 2.0
+    cap_s: float = 30.0
+    jitter: float = 0.25  # up to +25 %, so clients that failed together do not retry together
+
+    def delay_s(self, attempt: int, exc: e.CloreApiError, rng: random.Random) -> float:
+        backoff = min(self.cap_s, self.base_s * 2**attempt) * (1 + rng.uniform(0, self.jitter))
+        hinted = exc.retry_after_s if isinstance(exc, e.RateLimitedError) else None
+        return float(max(backoff, hinted or 0.0))
+
+
+@dataclass(frozen=True)
+class OrderRequest:
+    """The body of `create_order`. Prices are PER DAY in `currency`, as the API takes them.
+
+    `spot_price_per_day` set makes a spot order. No `ssh_password` (design §5: keys only) and no
+    `required_price` (G-gv saw opaque code-1 failures with it set).
+    """
+
+    server_id: int
+    image: str
+    currency: str
+    spot_price_per_day: float | None = None
+    ports: Mapping[str, str] = field(default_factory=lambda: {"22": "tcp"})
+    env: Mapping[str, str] = field(default_factory=dict)
+    ssh_key: str | None = None
+    command: str | None = None
+
+    def __post_init__(self) -> None:
+        # An `&` in an env value reproducibly gets HTTP 500 / code 1 (G-gv): refuse it up front.
+        bad = sorted(k for k, v in self.env.items() if "&" in v)
+        if bad:
+            raise ValueError(f"Clore rejects '&' in env values: {', '.join(bad)}")
+
+    def body(self) -> Json:
+        body: Json = {
+            "renting_server": self.server_id,
+            "type": "spot" if self.spot_price_per_day is not None else "on-demand",
+            "currency": self.currency,
+            "image": self.image,
+            "ports": dict(self.ports),
+        }
+        if self.spot_price_per_day is not None:
+            body["spotprice"] = self.spot_price_per_day
+        optional = {"env": dict(self.env), "ssh_key": self.ssh_key, "command": self.command}
+        body.update({k: v for k, v in optional.items() if v})
+        return body
+
+
+class CloreClient:
+    """The Clore API. Thread-safe as far as the limiter goes: it serialises all calls."""
+
+    def __init__(
+        self,
+        api_key: str,
+        *,
+        base_url: str = DEFAULT_URL,
+        limiter: RateLimiter | None = None,
+        timeout_s: float | tuple[float, float] = DEFAULT_TIMEOUT_S,
+        retry: RetryPolicy | None = None,
+        recover_delays_s: Sequence[float] = RECOVER_DELAYS_S,
+        ct_skew_s: float = CT_SKEW_S,
+        session: requests.Session | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._key = _Secret(api_key)
+        self.base_url = base_url.rstrip("/")
+        self.limiter = limiter or DEFAULT_LIMITER
+        self.timeout_s = timeout_s
+        self.retry = retry or RetryPolicy()
+        self.recover_delays_s = tuple(recover_delays_s)
+        self.ct_skew_s = ct_skew_s
+        self._session = session or requests.Session()
+        self._rng = rng or random.Random()
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **kwargs: Any) -> CloreClient:
+        """A client from CLORE_API_KEY and CLORE_API_URL. Raises MissingApiKeyError."""
+        env = os.environ if environ is None else environ
+        key = env.get("CLORE_API_KEY", "").strip()
+        if not key:
+            raise e.MissingApiKeyError("CLORE_API_KEY is not set", hint=KEY_HINT)
+        return cls(key, base_url=env.get("CLORE_API_URL", "").strip() or DEFAULT_URL, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"CloreClient(base_url={self.base_url!r}, api_key='***')"
+
+    # --- endpoints -------------------------------------------------------------------------
+
+    def marketplace(self) -> Marketplace:
+        """Every server on the market. Entries that do not parse are skipped and counted."""
+        reply = self._read("GET", "marketplace")
+        servers: list[MarketServer] = []
+        for raw in _list(reply.get("servers")):
+            try:
+                servers.append(MarketServer.model_validate(raw))
+            except ValidationError:
+                log.debug("skipping a marketplace entry that does not parse")
+        skipped = len(_list(reply.get("servers"))) - len(servers)
+        mine = [i for i in _list(reply.get("my_servers")) if isinstance(i, int)]
+        return Marketplace(servers=servers, my_servers=mine, skipped=skipped)
+
+    def my_orders(self, return_completed: bool = False) -> list[Order]:
+        """Our orders; with `return_completed`, ended ones too (they carry `expired`)."""
+        params = {"return_completed": "true"} if return_completed else None
+        reply = self._read("GET", "my_orders", params=params)
+        orders = []
+        for raw in _list(reply.get("orders")):
+            try:
+                orders.append(Order.model_validate(raw))
+            except ValidationError:
+                # Only an order without an int id lands here: nothing could cancel it anyway.
+                log.warning("skipping a my_orders entry without a usable id")
+        return orders
+
+    def wallets(self) -> list[Wallet]:
+        reply = self._read("GET", "wallets")
+        return [Wallet.model_validate(w) for w in _list(reply.get("wallets"))]
+
+    def spot_marketplace(self, server_id: int) -> SpotMarket:
+        """The spot book of one server (bids and minimum prices are per day)."""
+        reply = self._read("GET", "spot_marketplace", params={"market": str(server_id)})
+        market = reply.get("market")
+        fields = market if isinstance(market, dict) else {}
+        return SpotMarket.model_validate({**fields, "exists": reply.get("exists", True)})
+
+    def set_spot_price(self, order_id: int, price_per_day: float) -> None:
+        """Change a spot bid (per day, order currency). Retried only on rate limits: a lost
+        reply to a successful lowering would turn a retry into `can_lower_every_600_seconds`."""
+        body = {"order_id": order_id, "desired_price": price_per_day}
+        self._read(
+            "POST",
+            "set_spot_price",
+            body=body,
+            retry_if=lambda x: isinstance(x, e.RateLimitedError),
+        )
+
+    def cancel_order(self, order_id: int, issue: str | None = None) -> None:
+        """Cancel an order. The order may stay listed briefly: confirm with `my_orders`."""
+        body: Json = {"id": order_id}
+        if issue:
+            body["issue"] = issue
+        self._read("POST", "cancel_order", body=body)
+
+    def create_order(self, request: OrderRequest) -> Order:
+        """Rent a server and return its order, found in `my_orders` (the reply has no id).
+
+        Never retried. Definite refusals (codes 2-6) raise at once. Ambiguous failures look in
+        `my_orders` first and return the order if it exists; otherwise re-raise, noting none
+        appeared. A success whose order never appears raises OrderOutcomeUnknownError.
+        """
+        since = self.limiter.clock.time() - self.ct_skew_s
+        try:
+            self._call("POST", "create_order", body=request.body(), create=True)
+        except e.CloreApiError as exc:
+            if not _may_have_created(exc):
+                raise
+            order = self._recover(request.server_id, since, cause=exc)
+            if order is None:
+                exc.message += (
+                    f"; no order for server {request.server_id} appeared in my_orders within "
+                    f"{sum(self.recover_delays_s):.0f} s, so it was most likely not created"
+                )
+                raise
+            log.warning(
+                "create_order on server %s answered %s, yet order %s exists: using it",
+                request.server_id,
+                type(exc).__name__,
+                order.id,
+            )
+            return order
+        order = self._recover(request.server_id, since, cause=None)
+        if order is None:
+            raise e.OrderOutcomeUnknownError(
+                f"create_order on server {request.server_id} succeeded but no order for it "
+                f"appeared in my_orders within {sum(self.recover_delays_s):.0f} s",
+                server_id=request.server_id,
+                endpoint="create_order",
+                hint="a billed server may exist: run `clore-run cleanup`",
+            )
+        return order
+
+    def find_created_order(self, server_id: int, since_unix_s: float) -> Order | None:
+        """One look at `my_orders` for our newest order on `server_id` created at or after
+        `since_unix_s` (minus the clock skew allowance). For callers reconciling after a crash."""
+        return newest_order_on(self.my_orders(), server_id, since_unix_s - self.ct_skew_s)
+
+    # --- plumbing --------------------------------------------------------------------------
+
+    def _recover(
+        self, server_id: int, since_unix_s: float, cause: e.CloreApiError | None
+    ) -> Order | None:
+        """Wait with backoff for the order on `server_id` to show in my_orders."""
+        for delay in self.recover_delays_s:
+            self.limiter.clock.sleep(delay)
+            try:
+                found = newest_order_on(self.my_orders(), server_id, since_unix_s)
+            except e.CloreApiError as exc:
+                raise e.OrderOutcomeUnknownError(
+                    f"could not check my_orders after create_order on server {server_id}: "
+                    f"{exc.message}",
+                    server_id=server_id,
+                    endpoint="create_order",
+                    hint="a billed server may exist: run `clore-run cleanup`",
+                ) from (cause or exc)
+            if found is not None:
+                return found
+        return None
+
+    def _read(
+        self,
+        method: str,
+        endpoint: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        body: Json | None = None,
+        retry_if: Callable[[e.CloreApiError], bool] | None = None,
+    ) -> Json:
+        """A call that may be repeated: retried while `retry_if` (default: retryable) holds."""
+        should_retry = retry_if or (lambda x: x.retryable)
+        clock = self.limiter.clock
+        started = clock.now()
+        for attempt in range(self.retry.max_attempts):
+            try:
+                return self._call(method, endpoint, params=params, body=body)
+            except e.CloreApiError as exc:
+                delay = self.retry.delay_s(attempt, exc, self._rng)
+                last = attempt + 1 >= self.retry.max_attempts
+                if (
+                    not should_retry(exc)
+                    or last
+                    or clock.now() - started + delay > (self.retry.max_total_s)
+                ):
+                    raise
+                log.info("clore %s: %s; retrying in %.1f s", endpoint, exc.message, delay)
+                self.limiter.back_off(delay)
+        raise AssertionError("unreachable: the last attempt raises")  # pragma: no cover
+
+    def _call(
+        self,
+        method: str,
+        endpoint: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        body: Json | None = None,
+        create: bool = False,
+    ) -> Json:
+        """Exactly one HTTP request, under the limiter, mapped to a reply or a typed error."""
+        with self.limiter.slot(create=create):
+            try:
+                response = self._session.request(
+                    method,
+                    f"{self.base_url}/{endpoint}",
+                    params=params,
+                    json=body,
+                    headers={"auth": self._key.reveal()},
+                    timeout=self.timeout_s,
+                )
+            except requests.RequestException as exc:
+                raise self._transport_error(endpoint, exc) from None
+        reply = self._parse(endpoint, response)
+        log.debug("clore %s %s -> http %s code 0", method, endpoint, response.status_code)
+        return reply
+
+    def _transport_error(self, endpoint: str, exc: requests.RequestException) -> e.TransportError:
+        kind = "timed out" if isinstance(exc, requests.Timeout) else "connection failed"
+        detail = self._key.redact(str(exc))[:300]
+        return e.TransportError(
+            f"Clore API {endpoint}: {kind} ({type(exc).__name__}: {detail})", endpoint=endpoint
+        )
+
+    def _parse(self, endpoint: str, response: requests.Response) -> Json:
+        try:
+            data = response.json()
+        except ValueError:
+            data = None
+        if not isinstance(data, dict):
+            snippet = " ".join(response.text.split())[:200]
+            raise e.NonJsonReplyError(
+                f"Clore API {endpoint}: HTTP {response.status_code} with a non-JSON reply: "
+                f"{self._key.redact(snippet)!r}",
+                endpoint=endpoint,
+                http_status=response.status_code,
+            )
+        code = _int_or_none(data.get("code"))
+        if code == 0:
+            return data
+        raise map_error(endpoint, data, code, response.status_code, self._key.redact, response)
+
+
+def map_error(
+    endpoint: str,
+    reply: Json,
+    code: int | None,
+    http_status: int,
+    redact: Callable[[str], str] = lambda s: s,
+    response: requests.Response | None = None,
+) -> e.CloreApiError:
+    """The typed error for a reply whose `code` is not 0 (code first, HTTP status as fallback)."""
+    common: dict[str, Any] = {
+        "endpoint": endpoint,
+        "code": code,
+        "http_status": http_status,
+        "reply": reply,
+    }
+    if code == 6:
+        text = redact(str(reply.get("error", "")))
+        app_cls = e.ERROR_STRINGS.get(text, e.ApplicationError)
+        msg = f"Clore API {endpoint}: {text or 'application error'} (code 6)"
+        return app_cls(msg, error=text, hint=e.HINTS.get(app_cls, ""), **common)
+    if code == 5 or (code is None and http_status == 429):
+        return e.RateLimitedError(
+            f"Clore API {endpoint}: rate limit exceeded (code {code}, HTTP {http_status})",
+            retry_after_s=_retry_after(response),
+            hint=e.HINTS[e.RateLimitedError],
+            **common,
+        )
+    if code in e.CODES:
+        cls, meaning = e.CODES[code]
+        hint = e.HINTS.get(cls, "")
+        return cls(f"Clore API {endpoint}: {meaning} (code {code})", hint=hint, **common)
+    return e.UnknownCodeError(
+        f"Clore API {endpoint}: unexpected reply (code {code}, HTTP {http_status})",
+        retryable=http_status >= 500,  # a 5xx without a known code looks like an outage
+        **common,
+    )
+
+
+def newest_order_on(orders: Iterable[Order], server_id: int, since_unix_s: float) -> Order | None:
+    """Our newest live order on `server_id` created at or after `since_unix_s` (a missing `ct`
+    cannot rule an order out). One server holds one active order, so this is the one we made."""
+    fits = [
+        o
+        for o in orders
+        if o.si == server_id and not o.expired and (o.ct is None or o.ct >= since_unix_s)
+    ]
+    return max(fits, key=lambda o: o.id, default=None)
+
+
+def _may_have_created(exc: e.CloreApiError) -> bool:
+    """Failures after which the order may exist. Codes 2-6 are refusals: nothing was created."""
+    ambiguous = (e.DatabaseError, e.NonJsonReplyError, e.TransportError, e.UnknownCodeError)
+    return isinstance(exc, ambiguous)
+
+
+def _retry_after(response: requests.Response | None) -> float | None:
+    value = response.headers.get("Retry-After") if response is not None else None
+    try:
+        return float(value) if value else None
+    except ValueError:
+        return None  # an HTTP date: rare, and our own backoff is long enough
+
+
+def _int_or_none(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    return None
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []

@@ -1,0 +1,206 @@
+"""Lenient pydantic models of the Clore API's replies (shapes: reference/clore-api.md §2).
+
+Real replies carry more fields than any client knows and omit some that others assume, and the
+`clore-ai` SDK crashed on real `my_orders` replies because it typed `pub_cluster` as a string and
+`tcp_ports` as a dict. So: unknown fields are ignored, everything but identifiers is optional, and
+validators accept the odd shapes seen in the wild. Prices here are exactly what the API sends:
+PER DAY in the native currency. Conversion to USD per hour lives in `market.py` only.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+
+
+class _Reply(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+def _flatten_strings(value: Any) -> list[str]:
+    """`[" RTX 3090", ["RTX 3090"]]` → `["RTX 3090", "RTX 3090"]`: spaces and nesting seen live."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value.strip()] if value.strip() else []
+    if isinstance(value, (list, tuple)):
+        return [s for item in value for s in _flatten_strings(item)]
+    return [str(value).strip()]
+
+
+def _as_text(value: Any) -> str | None:
+    """`cuda_version` arrives as "13.0" or as 12.2; keep the text."""
+    if value is None or value == "":
+        return None
+    return str(value).strip()
+
+
+def _to_float(value: Any) -> float | None:
+    """Prices sometimes come as strings or null; non-numbers become None, not an error."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _price_map(value: Any) -> dict[str, float]:
+    """`{"bitcoin": 4.4e-05, "CLORE-Blockchain": null}` → the numeric entries only."""
+    if not isinstance(value, dict):
+        return {}
+    parsed = {str(k): _to_float(v) for k, v in value.items()}
+    return {k: v for k, v in parsed.items() if v is not None}
+
+
+def _port_list(value: Any) -> list[str]:
+    """The SDK assumed `{"22": 1972}`; real replies are `["22:1972"]`. Accept both."""
+    if isinstance(value, dict):
+        return [f"{k}:{v}" for k, v in value.items()]
+    return _flatten_strings(value)
+
+
+def _as_bool(value: Any) -> bool:
+    """Flags arrive as true/false, 0/1 or null; null means "no"."""
+    if isinstance(value, str):
+        return value.strip().lower() in {"true", "1", "yes"}
+    return bool(value)
+
+
+Flag = Annotated[bool, BeforeValidator(_as_bool)]
+Num = Annotated[float | None, BeforeValidator(_to_float)]
+Text = Annotated[str | None, BeforeValidator(_as_text)]
+Strings = Annotated[list[str], BeforeValidator(_flatten_strings)]
+PriceMap = Annotated[dict[str, float], BeforeValidator(_price_map)]
+Ports = Annotated[list[str], BeforeValidator(_port_list)]
+
+
+class UsdPrices(_Reply):
+    """`price.usd`: USD-equivalents PER DAY of the native on-demand prices (`spot` is often 0)."""
+
+    on_demand_btc: Num = None
+    on_demand_clore: Num = None
+    on_demand_usd: Num = None
+    spot: Num = None
+
+
+class Prices(_Reply):
+    """`price`: per-day prices by currency ("bitcoin", "CLORE-Blockchain", "USD-Blockchain")."""
+
+    on_demand: PriceMap = Field(default_factory=dict)
+    spot: PriceMap = Field(default_factory=dict)  # the spot minimum, per day
+    usd: UsdPrices | None = None
+
+
+class NetSpecs(_Reply):
+    cc: Text = None  # country code
+    down: Num = None  # Mbps
+    up: Num = None
+
+
+class Specs(_Reply):
+    gpu: Text = None  # "2x NVIDIA GeForce RTX 3090"
+    gpuram: Num = None  # GB per GPU
+    cpu: Text = None
+    cpus: Text = None
+    ram: Num = None
+    disk: Text = None
+    net: NetSpecs | None = None
+
+
+class MarketServer(_Reply):
+    """One entry of `GET /marketplace` `servers`."""
+
+    id: int
+    owner: int | None = None
+    price: Prices = Field(default_factory=Prices)
+    rented: Flag = False
+    specs: Specs = Field(default_factory=Specs)
+    reliability: Num = None
+    allowed_coins: Strings = Field(default_factory=list)
+    gpu_array: Strings = Field(default_factory=list)
+    cuda_version: Text = None
+    mrl: Num = None  # units differ between endpoints (hours? seconds?): not used for decisions
+    online: bool | None = None  # in no captured marketplace entry
+
+
+class Marketplace(_Reply):
+    servers: list[MarketServer] = Field(default_factory=list)
+    my_servers: list[int] = Field(default_factory=list)
+    skipped: int = 0  # entries that did not parse (logged, never fatal)
+
+
+class Order(_Reply):
+    """One entry of `GET /my_orders` `orders` (real shape: reference §2.3). There is no status."""
+
+    id: int
+    si: int | None = None  # the SERVER id (what create_order called renting_server)
+    price: Num = None  # PER DAY in `currency`
+    currency: Text = None
+    spend: Num = None  # accrued, in `currency`
+    creation_fee: Num = None
+    ct: Num = None  # creation time, unix seconds
+    image: Text = None
+    online: Flag = False
+    spot: Flag = False
+    expired: Flag = False
+    pub_cluster: Strings = Field(default_factory=list)
+    tcp_ports: Ports = Field(default_factory=list)  # ["22:1972"]: container:public
+    http_port: Text = None
+    http_pub: Text = None
+    specs: Specs | None = None
+    reliability: Num = None
+    gpu_array: Strings = Field(default_factory=list)
+
+    def public_port(self, container_port: int) -> int | None:
+        """The public port mapped to `container_port`, from `tcp_ports` "container:public"."""
+        for entry in self.tcp_ports:
+            inner, _, outer = entry.partition(":")
+            if inner.strip() == str(container_port) and outer.strip().isdigit():
+                return int(outer)
+        return None
+
+    @property
+    def ssh_endpoint(self) -> tuple[str, int] | None:
+        """(host, port) for SSH once the order shows them: `pub_cluster[0]` and "22:P"."""
+        port = self.public_port(22)
+        if not self.pub_cluster or port is None:
+            return None
+        return self.pub_cluster[0], port
+
+    @property
+    def ready(self) -> bool:
+        """Up as far as the API can tell. sshd may still refuse: probe it before use."""
+        return self.online and not self.expired and self.ssh_endpoint is not None
+
+
+class Wallet(_Reply):
+    name: str
+    deposit: Text = None
+    balance: Num = None  # in the wallet's own unit; null for legacy wallets
+    withdrawal_fee: Num = None
+
+
+class SpotOffer(_Reply):
+    offer_id: int | None = None
+    bid: Num = None  # per day, in `currency`
+    active: Flag = False
+    my: Flag = False
+    currency: Text = None
+
+
+class SpotServer(_Reply):
+    min_pricing: PriceMap = Field(default_factory=dict)  # per day, by currency
+    mrl: Num = None
+    visibility: Text = None
+    online: bool | None = None
+
+
+class SpotMarket(_Reply):
+    """`GET /spot_marketplace?market=<id>`: the `market` object plus the top-level `exists`."""
+
+    offers: list[SpotOffer] = Field(default_factory=list)
+    server: SpotServer = Field(default_factory=SpotServer)
+    currency_rates_in_usd: PriceMap = Field(default_factory=dict)
+    exists: bool = True

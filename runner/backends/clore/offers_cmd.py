@@ -1,0 +1,109 @@
+"""`clore-run offers`: what the Clore market has right now, priced in USD per hour, best first."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Annotated, NoReturn
+
+import typer
+
+from runner.backends.clore import errors as e
+from runner.backends.clore.api import CloreClient
+from runner.backends.clore.market import (
+    CURRENCIES,
+    Offer,
+    explain_no_fit,
+    matching_offers,
+    offers_from_servers,
+)
+from runner.core.model import GpuAsk
+
+ClientFactory = Callable[[], CloreClient]
+
+_COLUMNS = ("ID", "GPUS", "VRAM", "$/H", "SPOT $/H", "RELIAB", "CUDA", "LOC")
+
+
+def register(app: typer.Typer, client_factory: ClientFactory | None = None) -> None:
+    """Add the `offers` command to `app`. `client_factory` defaults to CloreClient.from_env."""
+    make_client = client_factory or CloreClient.from_env
+
+    @app.command("offers")
+    def offers(
+        gpu: Annotated[str | None, typer.Option(help="GPU type, a substring: 4090, 'RTX'")] = None,
+        count: Annotated[int, typer.Option(min=1, help="At least this many GPUs")] = 1,
+        min_vram: Annotated[float, typer.Option("--min-vram", help="GB per GPU")] = 0.0,
+        max_price: Annotated[
+            float | None, typer.Option("--max-price", help="USD per hour, whole server")
+        ] = None,
+        spot: Annotated[bool, typer.Option(help="Price and filter by the spot minimum")] = False,
+        currency: Annotated[str, typer.Option(help="Order currency")] = "CLORE-Blockchain",
+        as_json: Annotated[bool, typer.Option("--json", help="JSON instead of a table")] = False,
+        limit: Annotated[int, typer.Option(min=1, help="Show at most this many")] = 20,
+    ) -> None:
+        """List the offers that fit, cheapest per reliable hour first."""
+        if currency not in CURRENCIES:
+            typer.echo(f"error: --currency must be one of {', '.join(CURRENCIES)}", err=True)
+            raise typer.Exit(2)
+        ask = GpuAsk(
+            type=gpu, count=count, min_vram_gb=min_vram, max_usd_per_hour=max_price, spot=spot
+        )
+        all_offers = _fetch_offers(make_client, currency)
+        shown = matching_offers(all_offers, ask)[:limit]
+        if as_json:
+            typer.echo(json.dumps([o.to_json() for o in shown], indent=2))
+        elif shown:
+            typer.echo(render_table(shown))
+        else:
+            typer.echo(explain_no_fit(all_offers, ask, currency), err=True)
+
+
+def _fetch_offers(make_client: ClientFactory, currency: str) -> list[Offer]:
+    try:
+        servers = make_client().marketplace().servers
+    except e.MissingApiKeyError as exc:
+        _fail(f"{exc.message}: {exc.hint}")
+    except e.InvalidTokenError:
+        _fail("the Clore API refused the key in CLORE_API_KEY (code 3: invalid API token)")
+    except e.CloreApiError as exc:
+        _fail(str(exc))
+    return offers_from_servers(servers, currency)
+
+
+def _fail(message: str) -> NoReturn:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(3)
+
+
+def render_table(offers: list[Offer]) -> str:
+    """A plain, aligned table (no colours: it ends up in CI logs)."""
+    rows = [_COLUMNS, *(_row(o) for o in offers)]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(_COLUMNS))]
+    return "\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    )
+
+
+def _row(offer: Offer) -> tuple[str, ...]:
+    return (
+        str(offer.server_id),
+        f"{offer.gpu_count}x {_short(offer.gpu_model)}",
+        f"{offer.vram_gb:g} GB" if offer.vram_gb is not None else "-",
+        _money(offer.on_demand_usd_per_hour),
+        _money(offer.spot_usd_per_hour),
+        f"{offer.reliability * 100:.1f}%" if offer.reliability is not None else "-",
+        offer.cuda_version or "-",
+        offer.location or "-",
+    )
+
+
+def _short(model: str) -> str:
+    for prefix in ("NVIDIA GeForce ", "NVIDIA "):
+        if model.startswith(prefix):
+            return model[len(prefix) :]
+    return model
+
+
+def _money(usd_per_hour: float | None) -> str:
+    return f"{usd_per_hour:.3f}" if usd_per_hour is not None else "-"

@@ -1,0 +1,627 @@
+"""A stateful fake of the Clore.ai API on pytest-httpserver, replaying the real reply shapes,
+HTTP statuses and error codes of reference/clore-api.md.
+
+What it models:
+- a marketplace of realistic servers (`SAMPLE_SERVERS`, shapes and values from the reference);
+- orders: `create_order` answers a bare `{"code": 0}`; the order shows in `my_orders`
+  `appear_after_s` later and goes online `online_after_s` after creation, only then carrying
+  `pub_cluster`/`tcp_ports` (host and port configurable: a later test points them at a real sshd);
+  `cancel_order` ends it; spend accrues per second at price/day;
+- the API's own rules: currency-not-allowed (HTTP 500), server-already-rented (HTTP 200),
+  not_enough_balance, too_low_price, spot lowering rules, invalid token (code 3);
+- its rate limits (1 request/s, 1 create/5 s): a faster request gets 429 + code 5 and is listed
+  in `violations`;
+- injected faults (`fail_next`), e.g. HTTP 500 + code 1 that still created the order.
+
+Time is a `FakeClock` shared with the client under test, so nothing waits real seconds.
+Every request is recorded with its fake time.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+import re
+import threading
+from collections import defaultdict, deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from pytest_httpserver import HTTPServer
+from werkzeug import Request, Response
+
+from runner.backends.clore.api import CloreClient, RetryPolicy
+from runner.backends.clore.ratelimit import RateLimiter
+
+START_UNIX = 1_783_700_000.0  # July 2026, when the reference's live captures were taken
+API_KEY = "fake-key-5f0c2e9a7b31d4e8"
+Json = dict[str, Any]
+
+
+class FakeClock:
+    """A clock that moves only when slept on or advanced. Thread-safe."""
+
+    def __init__(self, start_unix: float = START_UNIX) -> None:
+        self._t = 0.0
+        self._start_unix = start_unix
+        self._lock = threading.Lock()
+        self.slept: list[float] = []
+
+    def now(self) -> float:
+        with self._lock:
+            return self._t
+
+    def time(self) -> float:
+        return self._start_unix + self.now()
+
+    def sleep(self, seconds: float) -> None:
+        with self._lock:
+            self.slept.append(seconds)
+            self._t += max(0.0, seconds)
+
+    def advance(self, seconds: float) -> None:
+        with self._lock:
+            self._t += seconds
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A canned reply: HTTP status, body (a dict is sent as JSON), and whether the create it
+    answers still happens (the API's opaque code 1 sometimes did)."""
+
+    status: int
+    body: Json | str
+    creates_order: bool = False
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+class Faults:
+    """Faults with the statuses the reference captured (the rest: HTTP 200, as documented)."""
+
+    RATE_LIMITED = Fault(429, {"code": 5})
+    CURRENCY_NOT_ALLOWED = Fault(500, {"code": 6, "error": "currency-not-allowed"})
+    SERVER_ALREADY_RENTED = Fault(200, {"code": 6, "error": "server-already-rented"})
+    DB_ERROR = Fault(500, {"code": 1})
+    DB_ERROR_BUT_CREATED = Fault(500, {"code": 1}, creates_order=True)
+    BAD_GATEWAY = Fault(
+        502,
+        "<html><head><title>502 Bad Gateway</title></head><body>"
+        "<center><h1>502 Bad Gateway</h1></center><hr><center>cloudflare</center></body></html>",
+    )
+    NOT_ENOUGH_BALANCE = Fault(200, {"code": 6, "error": "not_enough_balance"})
+    TOO_LOW_PRICE = Fault(200, {"code": 6, "error": "too_low_price"})
+    SERVER_OFFLINE = Fault(200, {"code": 6, "error": "server-offline"})
+    EXCEEDED_MAX_STEP = Fault(200, {"code": 6, "error": "exceeded_max_step", "max_step": 0.5})
+    CANNOT_LOWER_YET = Fault(
+        200, {"code": 6, "error": "can_lower_every_600_seconds", "time_to_lowering": 412}
+    )
+    UNKNOWN_APP_ERROR = Fault(200, {"code": 6, "error": "gpu-on-fire"})
+    INVALID_INPUT = Fault(200, {"code": 2})
+    INVALID_TOKEN = Fault(200, {"code": 3})
+    INVALID_ENDPOINT = Fault(404, {"code": 4})
+    UNKNOWN_CODE = Fault(200, {"code": 42})
+
+
+def _prices(usd_per_day: float, spot_usd_per_day: float, clore_usd: float = 0.0027055) -> Json:
+    """A `price` block quoting the same USD value in all three currencies (per day)."""
+    btc_usd = 68022.87
+
+    def native(usd: float) -> Json:
+        return {
+            "bitcoin": round(usd / btc_usd, 10),
+            "CLORE-Blockchain": round(usd / clore_usd, 2),
+            "USD-Blockchain": usd,
+        }
+
+    return {
+        "on_demand": native(usd_per_day),
+        "spot": native(spot_usd_per_day),
+        "usd": {
+            "on_demand_btc": usd_per_day,
+            "on_demand_clore": usd_per_day,
+            "on_demand_usd": usd_per_day,
+            "spot": 0,
+        },
+    }
+
+
+def _specs(gpu: str, gpuram: float, cc: str | None) -> Json:
+    specs: Json = {
+        "mb": "TUF GAMING B650-PLUS WIFI",
+        "cpu": "AMD Ryzen 9 7950X 16-Core Processor",
+        "cpus": "16/32",
+        "ram": 31.8111,
+        "disk": "KINGSTON SNV2S500G 394.1GB",
+        "disk_speed": 1857.97,
+        "gpu": gpu,
+        "gpuram": gpuram,
+        "backend_version": 21,
+        "pcie_rev": 4,
+        "pcie_width": 16,
+        "pl": [450],
+    }
+    if cc is not None:
+        specs["net"] = {"cc": cc, "down": 875.58, "up": 866.4, "test_history": []}
+    return specs
+
+
+ALL_COINS = ["bitcoin", "CLORE-Blockchain", "USD-Blockchain"]
+
+SAMPLE_SERVERS: list[Json] = [
+    {
+        # The reference's sample server, verbatim where it is consistent: 3 USD/day = 0.125 $/h.
+        "id": 99173,
+        "owner": 24169,
+        "autoprice": "usd",
+        "mrl": 720,
+        "price": {
+            "on_demand": {"bitcoin": 0.0000441, "CLORE-Blockchain": 1108.85, "USD-Blockchain": 3},
+            "spot": {"bitcoin": 0.0000441, "CLORE-Blockchain": 1108.85, "USD-Blockchain": 3},
+            "usd": {"on_demand_btc": 3.0, "on_demand_clore": 3.0, "on_demand_usd": 3, "spot": 0},
+            "original_usd": {"CLORE-Blockchain": {"on_demand": 3, "spot": 3}},
+        },
+        "rented": False,
+        "specs": _specs("1x NVIDIA GeForce RTX 4090", 23, "NO"),
+        "reliability": 0.9964,
+        "allowed_coins": ALL_COINS,
+        "rating": {"avg": 4.64, "cnt": 44},
+        "gpu_array": [" RTX 4090"],
+        "gigaspot": True,
+        "oc": True,
+        "cuda_version": "13.0",
+    },
+    {
+        # The captured order's server: 2 USD-Blockchain/day (0.0833 $/h).
+        "id": 88028,
+        "owner": 2288,
+        "mrl": 720,
+        "price": _prices(2.0, 1.5),
+        "rented": False,
+        "specs": _specs("1x NVIDIA GeForce RTX 3090", 24, "US"),
+        "reliability": 1,
+        "allowed_coins": ALL_COINS,
+        "rating": {"avg": 4.64, "cnt": 44},
+        "gpu_array": [" RTX 3090"],
+        "cuda_version": "13.0",
+    },
+    {
+        "id": 100201,
+        "owner": 3001,
+        "mrl": 73,
+        "price": _prices(4.8, 3.6),  # 0.2 $/h for two GPUs
+        "rented": False,
+        "specs": _specs("2x NVIDIA GeForce RTX 3090", 24, "DE"),
+        "reliability": 0.95,
+        "allowed_coins": ["bitcoin", "CLORE-Blockchain"],
+        "gpu_array": [" RTX 3090", " RTX 3090"],
+        "cuda_version": "12.4",
+    },
+    {
+        "id": 100302,
+        "owner": 3002,
+        "mrl": 720,
+        "price": _prices(48.0, 36.0),  # 2 $/h
+        "rented": False,
+        "specs": _specs("4x NVIDIA A100-SXM4-80GB", 80, "US"),
+        "reliability": 0.999,
+        "allowed_coins": ALL_COINS,
+        "gpu_array": ["A100-SXM4-80GB"] * 4,
+        "cuda_version": 12.2,  # a number, not a string: tolerated
+    },
+    {
+        "id": 100403,
+        "owner": 3003,
+        "price": _prices(2.4, 1.2),  # the cheapest 4090, but taken
+        "rented": True,
+        "specs": _specs("1x NVIDIA GeForce RTX 4090", 24, "FI"),
+        "reliability": 0.99,
+        "allowed_coins": ALL_COINS,
+        "gpu_array": [" RTX 4090"],
+        "cuda_version": "12.8",
+    },
+    {
+        # The incident host (reference §2.2): USD quote 1.61/day, CLORE quote worth 4.0 USD/day;
+        # it lists USD-Blockchain but the fake refuses it, as the real one did.
+        "id": 100504,
+        "owner": 3004,
+        "price": {
+            "on_demand": {"CLORE-Blockchain": 1478.47, "USD-Blockchain": 1.61},
+            "spot": {"CLORE-Blockchain": 1108.85, "USD-Blockchain": 1.2},
+            "usd": {"on_demand_clore": 4.0, "on_demand_usd": 1.61, "spot": 0},
+        },
+        "rented": False,
+        "specs": _specs("1x NVIDIA GeForce RTX 3080", 10, "CA"),
+        "reliability": 0.97,
+        "allowed_coins": ["CLORE-Blockchain", "USD-Blockchain"],
+        "gpu_array": [" RTX 3080"],
+        "cuda_version": "12.4",
+    },
+    {
+        # Sparse and odd: mixed GPUs, nested gpu_array, no net/cuda/rating/allowed_coins.
+        "id": 100605,
+        "price": {"on_demand": {"CLORE-Blockchain": 3000.0}, "spot": {}},
+        "rented": False,
+        "specs": {"gpu": "6x Mixed GPUs", "gpuram": 11},
+        "reliability": 0.8,
+        "gpu_array": [[" RTX 3090"], " RTX 2080 Ti", " RTX 2080 Ti"],
+    },
+    {
+        "id": 100706,
+        "owner": 3006,
+        "price": _prices(1.3, 0.78),  # 0.054 $/h, but reliability 0.6
+        "rented": False,
+        "specs": _specs("1x NVIDIA GeForce RTX 3060", 12, "PL"),
+        "reliability": 0.6,
+        "allowed_coins": ALL_COINS,
+        "gpu_array": [" RTX 3060"],
+        "cuda_version": "12.2",
+    },
+]
+
+
+@dataclass
+class FakeOrder:
+    id: int
+    server_id: int
+    currency: str
+    price_per_day: float
+    spot: bool
+    image: str
+    created_unix: float
+    ports: dict[str, str]
+    ssh_key: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    creation_fee: float = 0.1
+    ended_unix: float | None = None
+    last_lowered_unix: float | None = None
+
+    @property
+    def live(self) -> bool:
+        return self.ended_unix is None
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """One request as the fake saw it, at fake (monotonic) time `t`."""
+
+    t: float
+    method: str
+    endpoint: str
+    query: dict[str, str]
+    body: Any
+    auth: str | None
+    status: int
+    code: int | None
+
+
+class FakeClore:
+    """The fake API. Mutate `servers`, `balances`, `refused_currencies` or the timing knobs
+    freely between calls; tests read `orders`, `requests` and `violations`."""
+
+    MIN_GAP_S = 1.0  # the API's own limits (the client's targets are stricter)
+    CREATE_GAP_S = 5.0
+
+    def __init__(
+        self,
+        server: HTTPServer,
+        clock: FakeClock,
+        *,
+        api_key: str = API_KEY,
+        servers: list[Json] | None = None,
+    ) -> None:
+        self.server = server
+        self.clock = clock
+        self.api_key = api_key
+        self.servers: dict[int, Json] = {
+            s["id"]: s for s in copy.deepcopy(servers if servers is not None else SAMPLE_SERVERS)
+        }
+        self.balances = {"bitcoin": 0.01, "CLORE-Blockchain": 200000.0, "USD-Blockchain": 100.0}
+        self.refused_currencies: dict[int, set[str]] = {100504: {"USD-Blockchain"}}
+        self.appear_after_s = 3.0
+        self.online_after_s = 30.0
+        self.ssh_host = "n1.us.clorecloud.net"
+        self.ssh_port: int | None = None  # None: a port derived from the order id
+        self.enforce_rate_limits = True
+        self.orders: dict[int, FakeOrder] = {}
+        self.requests: list[Recorded] = []
+        self.violations: list[str] = []
+        self._faults: dict[str, deque[Fault]] = defaultdict(deque)
+        self._next_id = 1939941
+        self._lock = threading.Lock()
+
+    # --- test API --------------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        return self.server.url_for("/v1")
+
+    def install(self) -> FakeClore:
+        self.server.expect_request(re.compile(r"^/v1/.*")).respond_with_handler(self._handle)
+        return self
+
+    def client(self, **kwargs: Any) -> CloreClient:
+        """A client wired to this fake: its own limiter on the fake clock, seeded jitter."""
+        kwargs.setdefault("limiter", RateLimiter(self.clock))
+        kwargs.setdefault("rng", random.Random(4))
+        kwargs.setdefault("retry", RetryPolicy())
+        return CloreClient(kwargs.pop("api_key", self.api_key), base_url=self.url, **kwargs)
+
+    def fail_next(self, endpoint: str, fault: Fault, times: int = 1) -> None:
+        """Answer the next `times` calls to `endpoint` with `fault` (after the auth check)."""
+        self._faults[endpoint].extend([fault] * times)
+
+    def calls(self, endpoint: str) -> list[Recorded]:
+        return [r for r in self.requests if r.endpoint == endpoint]
+
+    def live_orders(self) -> list[FakeOrder]:
+        return [o for o in self.orders.values() if o.live]
+
+    def add_order(self, server_id: int, *, age_s: float, currency: str = "USD-Blockchain") -> int:
+        """An order that already exists (created `age_s` ago), e.g. a leftover of a dead run."""
+        with self._lock:
+            order = self._new_order(server_id, {"currency": currency, "image": "old"}, False)
+            order.created_unix -= age_s
+            return order.id
+
+    def end_order(self, order_id: int) -> None:
+        """The server side ends an order (spot outbid, host gone)."""
+        with self._lock:
+            self._end(self.orders[order_id])
+
+    def spend(self, order_id: int) -> float:
+        order = self.orders[order_id]
+        end = order.ended_unix if order.ended_unix is not None else self.clock.time()
+        return order.price_per_day * max(0.0, end - order.created_unix) / 86400
+
+    # --- dispatch --------------------------------------------------------------------------
+
+    def _handle(self, request: Request) -> Response:
+        with self._lock:
+            endpoint = request.path.removeprefix("/v1/").strip("/")
+            body = request.get_json(silent=True) if request.method == "POST" else None
+            status, reply, headers = self._reply(endpoint, request, body)
+            code = reply.get("code") if isinstance(reply, dict) else None
+            self.requests.append(
+                Recorded(
+                    t=self.clock.now(),
+                    method=request.method,
+                    endpoint=endpoint,
+                    query=dict(request.args),
+                    body=body,
+                    auth=request.headers.get("auth"),
+                    status=status,
+                    code=code,
+                )
+            )
+            if isinstance(reply, str):
+                return Response(reply, status, headers, content_type="text/html")
+            return Response(json.dumps(reply), status, headers, content_type="application/json")
+
+    def _reply(
+        self, endpoint: str, request: Request, body: Any
+    ) -> tuple[int, Json | str, dict[str, str]]:
+        """Injected faults come after the auth and rate checks, as the real service's would."""
+        if request.headers.get("auth") == self.api_key and not self._rate_limited(endpoint):
+            if self._faults[endpoint]:
+                fault = self._faults[endpoint].popleft()
+                if fault.creates_order and isinstance(body, dict):
+                    self._create(body)
+                return fault.status, fault.body, dict(fault.headers)
+        status, reply = self._dispatch(endpoint, request, body)
+        return status, reply, {}
+
+    def _dispatch(self, endpoint: str, request: Request, body: Any) -> tuple[int, Json | str]:
+        if request.headers.get("auth") != self.api_key:
+            return 200, {"code": 3}
+        limited = self._rate_limited(endpoint)
+        if limited:
+            self.violations.append(limited)
+            return 429, {"code": 5}
+        handler = self._handlers().get(endpoint)
+        if handler is None:
+            return 404, {"code": 4}
+        return handler(request, body)
+
+    def _handlers(self) -> dict[str, Callable[[Request, Any], tuple[int, Json]]]:
+        return {
+            "marketplace": self._marketplace,
+            "my_orders": self._my_orders,
+            "wallets": self._wallets,
+            "spot_marketplace": self._spot_marketplace,
+            "create_order": lambda _r, body: self._create(body),
+            "cancel_order": lambda _r, body: self._cancel(body),
+            "set_spot_price": lambda _r, body: self._set_spot_price(body),
+        }
+
+    def _rate_limited(self, endpoint: str) -> str | None:
+        if not self.enforce_rate_limits:
+            return None
+        now = self.clock.now()
+        if self.requests and now - self.requests[-1].t < self.MIN_GAP_S:
+            return f"{endpoint} at t={now:.2f}: {now - self.requests[-1].t:.2f} s after last call"
+        creates = self.calls("create_order")
+        if endpoint == "create_order" and creates and now - creates[-1].t < self.CREATE_GAP_S:
+            return f"create_order at t={now:.2f}: {now - creates[-1].t:.2f} s after last create"
+        return None
+
+    # --- endpoints -------------------------------------------------------------------------
+
+    def _marketplace(self, _request: Request, _body: Any) -> tuple[int, Json]:
+        return 200, {"servers": list(self.servers.values()), "my_servers": [], "code": 0}
+
+    def _wallets(self, _request: Request, _body: Any) -> tuple[int, Json]:
+        wallets = [
+            {"name": name, "deposit": f"dep-{name}", "balance": bal, "withdrawal_fee": 0.0001}
+            for name, bal in self.balances.items()
+        ]
+        return 200, {"wallets": wallets, "code": 0}
+
+    def _my_orders(self, request: Request, _body: Any) -> tuple[int, Json]:
+        completed = request.args.get("return_completed") == "true"
+        now = self.clock.time()
+        shown = [
+            self._order_json(o, now)
+            for o in self.orders.values()
+            if now >= o.created_unix + self.appear_after_s and (o.live or completed)
+        ]
+        return 200, {"orders": shown, "limit": 16, "code": 0}
+
+    def _spot_marketplace(self, request: Request, _body: Any) -> tuple[int, Json]:
+        server = self.servers.get(int(request.args.get("market", "0") or 0))
+        if server is None:
+            return 200, {"exists": False, "code": 0}
+        bids = [
+            {"offer_id": o.id, "bid": o.price_per_day, "active": True, "my": True}
+            | {"currency": o.currency}
+            for o in self.live_orders()
+            if o.server_id == server["id"] and o.spot
+        ]
+        market = {
+            "offers": bids,
+            "server": {
+                "min_pricing": server["price"].get("spot", {}),
+                "mrl": 2520000,
+                "visibility": "public",
+                "online": True,
+            },
+            "currency_rates_in_usd": {
+                "bitcoin": 68022.87,
+                "CLORE-Blockchain": 0.0027055,
+                "USD-Blockchain": 1,
+            },
+        }
+        return 200, {"market": market, "exists": True, "code": 0}
+
+    def _create(self, body: Any) -> tuple[int, Json]:
+        if not isinstance(body, dict) or not isinstance(body.get("renting_server"), int):
+            return 200, {"code": 2}
+        server = self.servers.get(body["renting_server"])
+        currency = body.get("currency")
+        kind = body.get("type")
+        if server is None or kind not in ("on-demand", "spot") or not body.get("image"):
+            return 200, {"code": 2}
+        allowed = set(server.get("allowed_coins", [])) - self.refused_currencies.get(
+            server["id"], set()
+        )
+        if currency not in allowed:
+            return 500, {"code": 6, "error": "currency-not-allowed"}
+        if server.get("rented"):
+            return 200, {"code": 6, "error": "server-already-rented"}
+        spot = kind == "spot"
+        prices = server["price"]["spot" if spot else "on_demand"]
+        minimum = prices.get(currency) or 0
+        if spot and float(body.get("spotprice") or 0) < minimum:
+            return 200, {"code": 6, "error": "too_low_price"}
+        price = float(body["spotprice"]) if spot else minimum
+        if self.balances.get(currency, 0) < 0.1 + price / 24:
+            return 200, {"code": 6, "error": "not_enough_balance"}
+        self._new_order(server["id"], body, spot, price)
+        return 200, {"code": 0}
+
+    def _new_order(
+        self, server_id: int, body: Json, spot: bool, price: float | None = None
+    ) -> FakeOrder:
+        server = self.servers[server_id]
+        currency = body.get("currency", "USD-Blockchain")
+        if price is None:
+            price = server["price"]["on_demand"].get(currency, 1.0)
+        order = FakeOrder(
+            id=self._next_id,
+            server_id=server_id,
+            currency=currency,
+            price_per_day=price,
+            spot=spot,
+            image=body.get("image", ""),
+            created_unix=self.clock.time(),
+            ports=dict(body.get("ports") or {}),
+            ssh_key=body.get("ssh_key"),
+            env=dict(body.get("env") or {}),
+        )
+        self._next_id += 1
+        self.orders[order.id] = order
+        server["rented"] = True
+        return order
+
+    def _cancel(self, body: Any) -> tuple[int, Json]:
+        order = self.orders.get(body.get("id") if isinstance(body, dict) else None)
+        if order is None or not order.live:
+            return 200, {"code": 2}
+        self._end(order)
+        return 200, {"code": 0}
+
+    def _end(self, order: FakeOrder) -> None:
+        order.ended_unix = self.clock.time()
+        self.balances[order.currency] -= self.spend(order.id) + order.creation_fee
+        self.servers[order.server_id]["rented"] = False
+
+    def _set_spot_price(self, body: Any) -> tuple[int, Json]:
+        order = self.orders.get(body.get("order_id") if isinstance(body, dict) else None)
+        desired = body.get("desired_price") if isinstance(body, dict) else None
+        if order is None or not order.live or not order.spot or not desired:
+            return 200, {"code": 2}
+        minimum = self.servers[order.server_id]["price"]["spot"].get(order.currency, 0)
+        now = self.clock.time()
+        if desired < minimum:
+            return 200, {"code": 6, "error": "too_low_price"}
+        if desired < order.price_per_day:
+            last = order.last_lowered_unix
+            if last is not None and now - last < 600:
+                wait = round(600 - (now - last))
+                error = {"error": "can_lower_every_600_seconds", "time_to_lowering": wait}
+                return 200, {"code": 6, **error}
+            max_step = order.price_per_day * 0.1
+            if order.price_per_day - desired > max_step:
+                return 200, {"code": 6, "error": "exceeded_max_step", "max_step": max_step}
+            order.last_lowered_unix = now
+        order.price_per_day = float(desired)
+        return 200, {"code": 0}
+
+    def _order_json(self, order: FakeOrder, now: float) -> Json:
+        server = self.servers[order.server_id]
+        reply: Json = {
+            "id": order.id,
+            "creation_fee": order.creation_fee,
+            "price": order.price_per_day,
+            "mrl": 604800,
+            "image": order.image,
+            "currency": order.currency,
+            "spend": self.spend(order.id),
+            "ct": int(order.created_unix),
+            "specs": server.get("specs", {}),
+            "si": order.server_id,
+            "mon_container": 0,
+            "online": order.live and now >= order.created_unix + self.online_after_s,
+            "spot": order.spot,
+            "rating": server.get("rating", {"avg": 0, "cnt": 0}),
+            "reliability": server.get("reliability"),
+            "owner": server.get("owner"),
+            "cuda_version": server.get("cuda_version"),
+            "gpu_array": server.get("gpu_array", []),
+        }
+        if reply["online"]:
+            # Connection fields exist only once the order is up (absent before: tolerated).
+            reply["pub_cluster"] = [self.ssh_host]
+            port = self.ssh_port or 1000 + order.id % 50000
+            tcp = sorted((p for p, kind in order.ports.items() if kind == "tcp"), key=_ssh_first)
+            reply["tcp_ports"] = [f"{p}:{port + i}" for i, p in enumerate(tcp)]
+        if not order.live:
+            reply["expired"] = True
+        return reply
+
+
+def _ssh_first(port: str) -> tuple[bool, str]:
+    return (port != "22", port)
+
+
+@pytest.fixture
+def fake_clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def fake_clore(httpserver: HTTPServer, fake_clock: FakeClock) -> Iterator[FakeClore]:
+    """The fake API, installed on the test's httpserver; `fake_clore.client()` talks to it."""
+    yield FakeClore(httpserver, fake_clock).install()
