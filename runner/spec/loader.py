@@ -248,8 +248,7 @@ class _PipelineBuilder:
                 if isinstance(needs, str)
                 else [
                     (("jobs", key, "needs", i), n)
-                    for i, n in enumerate(needs or [])
-                    if isinstance(needs, list)
+                    for i, n in enumerate(needs if isinstance(needs, list) else [])
                 ]
             )
             for where, need in items:
