@@ -404,12 +404,12 @@ class FakeClore:
         self, endpoint: str, request: Request, body: Any
     ) -> tuple[int, Json | str, dict[str, str]]:
         """Injected faults come after the auth and rate checks, as the real service's would."""
-        if request.headers.get("auth") == self.api_key and not self._rate_limited(endpoint):
-            if self._faults[endpoint]:
-                fault = self._faults[endpoint].popleft()
-                if fault.creates_order and isinstance(body, dict):
-                    self._create(body)
-                return fault.status, fault.body, dict(fault.headers)
+        authorised = request.headers.get("auth") == self.api_key
+        if authorised and not self._rate_limited(endpoint) and self._faults[endpoint]:
+            fault = self._faults[endpoint].popleft()
+            if fault.creates_order and isinstance(body, dict):
+                self._create(body)
+            return fault.status, fault.body, dict(fault.headers)
         status, reply = self._dispatch(endpoint, request, body)
         return status, reply, {}
 
@@ -516,7 +516,7 @@ class FakeClore:
         if spot and float(body.get("spotprice") or 0) < minimum:
             return 200, {"code": 6, "error": "too_low_price"}
         price = float(body["spotprice"]) if spot else minimum
-        if self.balances.get(currency, 0) < 0.1 + price / 24:
+        if self.balances.get(str(currency), 0) < 0.1 + price / 24:
             return 200, {"code": 6, "error": "not_enough_balance"}
         self._new_order(server["id"], body, spot, price)
         return 200, {"code": 0}
@@ -546,11 +546,15 @@ class FakeClore:
         return order
 
     def _cancel(self, body: Any) -> tuple[int, Json]:
-        order = self.orders.get(body.get("id") if isinstance(body, dict) else None)
+        order = self._order_in(body, "id")
         if order is None or not order.live:
             return 200, {"code": 2}
         self._end(order)
         return 200, {"code": 0}
+
+    def _order_in(self, body: Any, key: str) -> FakeOrder | None:
+        order_id = body.get(key) if isinstance(body, dict) else None
+        return self.orders.get(order_id) if isinstance(order_id, int) else None
 
     def _end(self, order: FakeOrder) -> None:
         order.ended_unix = self.clock.time()
@@ -558,7 +562,7 @@ class FakeClore:
         self.servers[order.server_id]["rented"] = False
 
     def _set_spot_price(self, body: Any) -> tuple[int, Json]:
-        order = self.orders.get(body.get("order_id") if isinstance(body, dict) else None)
+        order = self._order_in(body, "order_id")
         desired = body.get("desired_price") if isinstance(body, dict) else None
         if order is None or not order.live or not order.spot or not desired:
             return 200, {"code": 2}
@@ -572,7 +576,7 @@ class FakeClore:
                 wait = round(600 - (now - last))
                 error = {"error": "can_lower_every_600_seconds", "time_to_lowering": wait}
                 return 200, {"code": 6, **error}
-            max_step = order.price_per_day * 0.1
+            max_step = order.price_per_day * 0.03  # [UNCONFIRMED] the real step is unknown
             if order.price_per_day - desired > max_step:
                 return 200, {"code": 6, "error": "exceeded_max_step", "max_step": max_step}
             order.last_lowered_unix = now
