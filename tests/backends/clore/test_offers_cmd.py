@@ -1,0 +1,113 @@
+"""`clore-run offers` through typer's CliRunner, against the fake API."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from runner.backends.clore.api import CloreClient, RetryPolicy
+from runner.backends.clore.offers_cmd import register
+from runner.backends.clore.ratelimit import RateLimiter
+from tests.fakes.clore_api import API_KEY, FakeClore, Faults
+
+runner = CliRunner()
+
+
+def app_for(fake: FakeClore, **client_kwargs: object) -> typer.Typer:
+    app = typer.Typer()
+
+    @app.callback()
+    def main() -> None:
+        """A stand-in for the real CLI, so `offers` stays a subcommand."""
+
+    register(app, lambda: fake.client(**client_kwargs))
+    return app
+
+
+def test_table_lists_fitting_offers_best_first_in_usd_per_hour(fake_clore: FakeClore) -> None:
+    result = runner.invoke(app_for(fake_clore), ["offers", "--gpu", "3090"])
+    assert result.exit_code == 0, result.output
+    header, *rows = result.stdout.splitlines()
+    assert header.split() == ["ID", "GPUS", "VRAM", "$/H", "SPOT", "$/H", "RELIAB", "CUDA", "LOC"]
+    assert [r.split()[0] for r in rows] == ["88028", "100201"]
+    assert rows[0].split() == [
+        "88028", "1x", "RTX", "3090", "24", "GB", "0.083", "0.063", "100.0%", "13.0", "US"
+    ]  # fmt: skip
+    assert rows[1].split()[1:7] == ["2x", "RTX", "3090", "24", "GB", "0.200"]
+
+
+def test_json_with_price_cap_and_currency(fake_clore: FakeClore) -> None:
+    args = ["offers", "--json", "--currency", "USD-Blockchain", "--max-price", "0.1"]
+    result = runner.invoke(app_for(fake_clore), args)
+    assert result.exit_code == 0, result.output
+    listed = json.loads(result.stdout)
+    # The incident host is cheap in USD-Blockchain (1.61/day); 100706 is cheaper per hour but
+    # ranks last at reliability 0.6.
+    assert [o["server_id"] for o in listed] == [100504, 88028, 100706]
+    assert listed[0]["on_demand_usd_per_hour"] == pytest.approx(1.61 / 24)
+    assert all(o["on_demand_usd_per_hour"] <= 0.1 for o in listed)
+    assert all(o["currency"] == "USD-Blockchain" for o in listed)
+
+
+def test_spot_count_vram_and_limit(fake_clore: FakeClore) -> None:
+    spot = runner.invoke(app_for(fake_clore), ["offers", "--spot", "--max-price", "0.07", "--json"])
+    # Spot minimums: 100706 0.0325 $/h at reliability 0.6 (0.054 per reliable hour) beats
+    # 88028 at 0.0625 $/h; 99173's 0.125 $/h is over the cap.
+    assert [o["server_id"] for o in json.loads(spot.stdout)] == [100706, 88028]
+    big = runner.invoke(app_for(fake_clore), ["offers", "--count", "4", "--min-vram", "40"])
+    assert [r.split()[0] for r in big.stdout.splitlines()[1:]] == ["100302"]
+    one = runner.invoke(app_for(fake_clore), ["offers", "--json", "--limit", "1"])
+    assert len(json.loads(one.stdout)) == 1
+
+
+def test_no_fit_explains_the_closest_offers(fake_clore: FakeClore) -> None:
+    result = runner.invoke(app_for(fake_clore), ["offers", "--gpu", "4090", "--max-price", "0.1"])
+    assert result.exit_code == 0
+    assert result.stdout == ""
+    assert "no offer fits 1x 4090" in result.stderr
+    assert "#100403" in result.stderr and "already rented" in result.stderr
+
+
+def test_missing_key_exits_3_and_says_how_to_set_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CLORE_API_KEY", raising=False)
+    app = typer.Typer()
+    app.callback()(lambda: None)
+    register(app)  # the default factory: CloreClient.from_env
+    result = runner.invoke(app, ["offers"])
+    assert result.exit_code == 3
+    assert "CLORE_API_KEY is not set" in result.stderr and "export CLORE_API_KEY" in result.stderr
+
+
+def test_refused_key_exits_3_without_printing_it(fake_clore: FakeClore) -> None:
+    wrong = "sk-wrong-key-7d1e2f"
+    app = typer.Typer()
+    app.callback()(lambda: None)
+
+    def from_env() -> CloreClient:
+        return CloreClient.from_env(limiter=RateLimiter(fake_clore.clock))
+
+    register(app, from_env)
+    env = {"CLORE_API_KEY": wrong, "CLORE_API_URL": fake_clore.url}
+    result = runner.invoke(app, ["offers"], env=env)
+    assert result.exit_code == 3
+    assert "refused the key in CLORE_API_KEY" in result.stderr
+    assert wrong not in result.output and API_KEY not in result.output
+    assert fake_clore.requests[0].auth == wrong  # it did ask the API, at CLORE_API_URL
+
+
+def test_api_down_exits_3(fake_clore: FakeClore) -> None:
+    fake_clore.fail_next("marketplace", Faults.BAD_GATEWAY, times=5)
+    app = app_for(fake_clore, retry=RetryPolicy(max_attempts=2))
+    result = runner.invoke(app, ["offers"])
+    assert result.exit_code == 3
+    assert "HTTP 502 with a non-JSON reply" in result.stderr
+
+
+def test_unknown_currency_is_a_usage_error(fake_clore: FakeClore) -> None:
+    result = runner.invoke(app_for(fake_clore), ["offers", "--currency", "dogecoin"])
+    assert result.exit_code == 2
+    assert "CLORE-Blockchain" in result.stderr
+    assert fake_clore.requests == []
