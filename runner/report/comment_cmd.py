@@ -1,0 +1,146 @@
+"""`clore-run comment SUMMARY.json [--baseline B] [--header NAME] [--token T]`.
+
+Not being able to comment (a fork PR's read-only token, a rate limit, no PR at all) is not a
+failure of the run: it prints a notice, puts the report in the step summary, and exits 0.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, TextIO
+
+import requests
+import typer
+
+from runner.report import load_summary, render_markdown, with_comparison
+from runner.report.comment import (
+    api_url,
+    comment_body,
+    is_fork_pr,
+    load_event,
+    pr_number,
+    upsert_comment,
+)
+from runner.report.github_actions import add_mask, append_step_summary, command, is_active
+from runner.report.github_api import GitHubApi, GitHubError, RateLimited, ReadOnly
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What `comment` did: its exit code, and a message for the log (`level` notice|error)."""
+
+    exit_code: int
+    message: str
+    level: str = "notice"
+
+
+@dataclass(frozen=True)
+class Http:
+    """Injectable transport, so tests neither reach the network nor sleep."""
+
+    session: requests.Session | None = None
+    sleep: Callable[[float], None] = time.sleep
+    clock: Callable[[], float] = time.time
+
+
+def post_comment(
+    summary_path: Path,
+    baseline_path: Path | None = None,
+    header: str | None = None,
+    token: str | None = None,
+    env: Mapping[str, str] | None = None,
+    http: Http | None = None,
+) -> Outcome:
+    """Create or update the sticky comment for this run's PR."""
+    env = os.environ if env is None else env
+    http = http or Http()
+    try:
+        summary = load_summary(summary_path)
+    except (OSError, ValueError) as exc:
+        return Outcome(2, f"cannot read {summary_path}: {exc}", "error")
+    summary, warning = _compared(summary, baseline_path)
+    token = token or env.get("GITHUB_TOKEN", "")
+    repo = env.get("GITHUB_REPOSITORY", "")
+    if not token or not repo:
+        return Outcome(2, "need a token (--token or GITHUB_TOKEN) and GITHUB_REPOSITORY", "error")
+    run_url = (summary.get("ci") or {}).get("run_url")
+    name = header or str((summary.get("pipeline") or {}).get("name") or "default")
+    body = comment_body(render_markdown(summary), name, run_url)
+    api = GitHubApi(api_url(env), token, http.session, http.sleep, http.clock)
+    outcome = _post(api, repo, env, name, body)
+    if outcome.level in ("notice", "error") and env.get("GITHUB_STEP_SUMMARY"):
+        append_step_summary(Path(env["GITHUB_STEP_SUMMARY"]), body)
+    if warning:
+        return Outcome(outcome.exit_code, f"{outcome.message} ({warning})", outcome.level)
+    return outcome
+
+
+def _compared(summary: dict[str, Any], baseline_path: Path | None) -> tuple[dict[str, Any], str]:
+    if baseline_path is None:
+        return summary, ""
+    try:
+        baseline = load_summary(baseline_path)
+    except (OSError, ValueError) as exc:
+        return summary, f"baseline ignored: {exc}"
+    return with_comparison(summary, baseline), ""
+
+
+def _post(api: GitHubApi, repo: str, env: Mapping[str, str], header: str, body: str) -> Outcome:
+    event = load_event(env)
+    try:
+        pr = pr_number(
+            api, repo, env.get("GITHUB_EVENT_NAME", ""), event, env.get("GITHUB_SHA", "")
+        )
+        if pr is None:
+            return Outcome(0, "not a pull request: no comment posted", "skipped")
+        posted = upsert_comment(api, repo, pr, header, body)
+    except ReadOnly as exc:
+        why = "a pull request from a fork" if is_fork_pr(event, repo) else "the token"
+        msg = f"cannot comment ({why} has read-only access: {exc.message}); see the job summary"
+        return Outcome(0, msg)
+    except RateLimited as exc:
+        return Outcome(0, f"GitHub rate limit: no comment posted ({exc.message})")
+    except GitHubError as exc:
+        return Outcome(3, f"could not post the PR comment: {exc}", "error")
+    except requests.RequestException as exc:
+        return Outcome(3, f"could not reach the GitHub API: {exc}", "error")
+    return Outcome(0, f"{posted.action} PR comment {posted.url}".rstrip(), "posted")
+
+
+def say(outcome: Outcome, env: Mapping[str, str] | None = None, out: TextIO | None = None) -> None:
+    """Print the outcome as an Actions notice/error, or as a plain line outside Actions."""
+    if is_active(env):
+        kind = "error" if outcome.level == "error" else "notice"
+        print(command(kind, outcome.message, title="clore-run comment"), file=out or sys.stdout)
+    else:
+        print(f"clore-run comment: {outcome.message}", file=out or sys.stderr)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the `comment` command to the CLI."""
+
+    @app.command("comment")
+    def comment(
+        summary: Annotated[Path, typer.Argument(help="summary.json of the run")],
+        baseline: Annotated[
+            Path | None, typer.Option(help="summary.json to compare with (e.g. from main)")
+        ] = None,
+        header: Annotated[
+            str | None, typer.Option(help="one sticky comment per header (default: pipeline name)")
+        ] = None,
+        token: Annotated[
+            str | None,
+            typer.Option(help="GitHub token (default: $GITHUB_TOKEN)", show_default=False),
+        ] = None,
+    ) -> None:
+        """Create or update the sticky PR comment with the run's results and GPU cost."""
+        if token and is_active():
+            add_mask(token)
+        outcome = post_comment(summary, baseline, header, token)
+        say(outcome)
+        raise typer.Exit(outcome.exit_code)

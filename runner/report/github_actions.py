@@ -1,0 +1,224 @@
+"""GitHub Actions integration: workflow commands on stdout and the environment files.
+
+Active only when `GITHUB_ACTIONS=true`. Conventions (see the Actions docs and actions/toolkit):
+- command data escapes `%`, CR and LF; property values also escape `:` and `,`;
+- `GITHUB_OUTPUT` values use the `name<<DELIMITER` syntax with a random delimiter, so a value
+  can never end the block early (the runner reads until a line equal to the delimiter);
+- a step gets at most 10 error annotations; a step summary at most 1 MiB.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TextIO
+
+from runner.report import ReportPaths
+from runner.report.markdown import cut_markdown
+from runner.report.text import tail_lines
+
+STEP_SUMMARY_LIMIT = 1024 * 1024  # bytes per step; over it GitHub drops the whole summary
+_SUMMARY_MARGIN = 4096  # other writers in the same step, and GitHub's added newlines
+ERROR_ANNOTATION_LIMIT = 10  # per step; more are silently dropped by the runner
+_FAILED = ("failed", "timed_out", "error")
+_LOG_GROUP_BYTES = 4 * 1024 * 1024  # a log group is for reading, the full log is in OUT/logs
+
+
+def is_active(env: Mapping[str, str] | None = None) -> bool:
+    env = os.environ if env is None else env
+    return env.get("GITHUB_ACTIONS") == "true"
+
+
+def escape_data(value: str) -> str:
+    return value.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def escape_property(value: str) -> str:
+    return escape_data(value).replace(":", "%3A").replace(",", "%2C")
+
+
+def command(name: str, message: str = "", **properties: str | int | None) -> str:
+    """`::name k=v,...::message`, escaped; properties that are None are left out."""
+    props = ",".join(
+        f"{key}={escape_property(str(value))}"
+        for key, value in properties.items()
+        if value is not None and value != ""
+    )
+    return f"::{name}{' ' + props if props else ''}::{escape_data(message)}"
+
+
+def add_mask(value: str, out: TextIO | None = None) -> None:
+    """Ask the runner to hide `value` in the log. Call before the value can be printed."""
+    stream = out or sys.stdout
+    parts = {value, *value.splitlines()}  # the runner masks per line of a multi-line value
+    for part in sorted(p for p in parts if p.strip()):
+        print(command("add-mask", part), file=stream, flush=True)
+
+
+def mask_secrets(env: Mapping[str, str] | None = None, out: TextIO | None = None) -> None:
+    """Mask the API key (and any other secret the run holds) when running in Actions."""
+    env = os.environ if env is None else env
+    if not is_active(env):
+        return
+    for name in ("CLORE_API_KEY",):
+        if env.get(name):
+            add_mask(env[name], out)
+
+
+@contextmanager
+def group(title: str, out: TextIO | None = None) -> Iterator[None]:
+    """A collapsible block in the Actions log."""
+    stream = out or sys.stdout
+    print(command("group", title), file=stream, flush=True)
+    try:
+        yield
+    finally:
+        print(command("endgroup"), file=stream, flush=True)
+
+
+def print_log_group(
+    title: str, log: Path, out: TextIO | None = None, max_lines: int = 5000
+) -> None:
+    """A job's log in a group. Commands in it are switched off: the log comes from a rented
+    machine, and a line like `::add-mask::` or `::error::` in it must not act on this runner."""
+    stream = out or sys.stdout
+    token = f"clore-run-{uuid.uuid4().hex}"
+    with group(title, stream):
+        print(f"::stop-commands::{token}", file=stream)
+        _print_tail(log, stream, max_lines)
+        print(f"::{token}::", file=stream, flush=True)
+
+
+def _print_tail(log: Path, stream: TextIO, max_lines: int) -> None:
+    if not log.is_file():
+        print(f"(no log at {log})", file=stream)
+        return
+    lines = tail_lines(log, max_lines, max_bytes=_LOG_GROUP_BYTES)
+    if lines and log.stat().st_size > sum(len(x) + 1 for x in lines):
+        print(f"... (earlier lines in {log})", file=stream)
+    for line in lines:
+        print(line, file=stream)
+
+
+def annotate_failures(
+    summary: Mapping[str, Any],
+    out: TextIO | None = None,
+    workspace: str | None = None,
+    limit: int = ERROR_ANNOTATION_LIMIT,
+) -> int:
+    """One `::error file=PIPELINE,line=N::` per failed job, at most `limit` in all.
+
+    Past the limit the runner would drop annotations silently, so the last slot says how many
+    more failed instead. Returns how many annotations were printed.
+    """
+    stream = out or sys.stdout
+    failed = [j for j in summary.get("jobs", []) if j.get("status") in _FAILED]
+    shown = failed if len(failed) <= limit else failed[: limit - 1]
+    for job in shown:
+        print(_job_annotation(job, summary, workspace), file=stream)
+    if len(shown) < len(failed):
+        rest = len(failed) - len(shown)
+        source = _repo_path(summary.get("pipeline", {}).get("source", ""), workspace)
+        msg = f"{rest} more failed jobs; see the job summary"
+        print(command("error", msg, file=source, title="clore-run"), file=stream)
+    stream.flush()
+    return len(shown) + (len(shown) < len(failed))
+
+
+def _job_annotation(
+    job: Mapping[str, Any], summary: Mapping[str, Any], workspace: str | None
+) -> str:
+    loc = job.get("location") or {}
+    source = loc.get("file") or summary.get("pipeline", {}).get("source", "")
+    status = str(job.get("status", "")).replace("_", " ")
+    message = f"job '{job.get('name')}' {status}: {job.get('reason') or status}"
+    tests = [t for t in job.get("failed_tests", []) if t.get("scope") == "test"]
+    if tests:
+        names = ", ".join(t.get("name", "") for t in tests[:5])
+        more = f" and {len(tests) - 5} more" if len(tests) > 5 else ""
+        message += f"\nfailed tests: {names}{more}"
+    return command(
+        "error",
+        message,
+        file=_repo_path(source, workspace),
+        line=loc.get("line"),
+        col=loc.get("column"),
+        title=f"clore-run: {job.get('name')} {status}",
+    )
+
+
+def _repo_path(path: str, workspace: str | None) -> str:
+    """Annotations link only for repository-relative paths."""
+    workspace = workspace or os.environ.get("GITHUB_WORKSPACE", "")
+    if workspace and os.path.isabs(path):
+        try:
+            return Path(path).relative_to(workspace).as_posix()
+        except ValueError:
+            return path
+    return path
+
+
+def write_outputs(path: Path, outputs: Mapping[str, str]) -> None:
+    """Append step outputs to the `GITHUB_OUTPUT` file with the multi-line delimiter syntax."""
+    chunks = []
+    for name, value in outputs.items():
+        delimiter = f"ghadelimiter_{uuid.uuid4()}"
+        if delimiter in name or delimiter in value:  # cannot happen with a fresh uuid; be sure
+            raise ValueError(f"output {name!r} contains its delimiter")
+        chunks.append(f"{name}<<{delimiter}\n{value}\n{delimiter}\n")
+    with path.open("a", encoding="utf-8") as fh:
+        fh.write("".join(chunks))
+
+
+def append_step_summary(path: Path, markdown: str, limit: int = STEP_SUMMARY_LIMIT) -> bool:
+    """Append to `GITHUB_STEP_SUMMARY`, cut cleanly so the step's file stays under `limit`.
+
+    Returns whether the Markdown had to be cut.
+    """
+    try:
+        used = path.stat().st_size
+    except OSError:
+        used = 0
+    room = max(0, limit - used - _SUMMARY_MARGIN)
+    note = "\n_Cut to fit the 1 MiB step-summary limit: the full summary.md is in the output._\n"
+    text = cut_markdown(markdown, room, _utf8_len, note)
+    if _utf8_len(text) > room:  # not even the note fits: write nothing rather than break it
+        return True
+    with path.open("a", encoding="utf-8") as fh:
+        fh.write(text if text.endswith("\n") else text + "\n")
+    return text != markdown
+
+
+def _utf8_len(text: str) -> int:
+    return len(text.encode("utf-8"))
+
+
+def publish(
+    summary: Mapping[str, Any],
+    paths: ReportPaths,
+    env: Mapping[str, str] | None = None,
+    out: TextIO | None = None,
+) -> None:
+    """At the end of a run in Actions: annotations, step outputs and the step summary."""
+    env = os.environ if env is None else env
+    if not is_active(env):
+        return
+    annotate_failures(summary, out, env.get("GITHUB_WORKSPACE"))
+    if env.get("GITHUB_OUTPUT"):
+        write_outputs(
+            Path(env["GITHUB_OUTPUT"]),
+            {
+                "status": str(summary.get("status", "")),
+                "total-cost-usd": f"{float(summary.get('total_cost_usd') or 0.0):.4f}",
+                "junit-path": str(paths.junit),
+                "summary-path": str(paths.summary_json),
+                "summary-md-path": str(paths.summary_md),
+            },
+        )
+    if env.get("GITHUB_STEP_SUMMARY"):
+        markdown = paths.summary_md.read_text(encoding="utf-8")
+        append_step_summary(Path(env["GITHUB_STEP_SUMMARY"]), markdown)
