@@ -9,14 +9,21 @@ from __future__ import annotations
 import json
 import os
 import sys
+from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from runner import __version__
-from runner.errors import CloreRunError
+from runner.backends.base import Backend
+from runner.backends.clore.offers_cmd import register as register_offers
+from runner.backends.local import LocalBackend
+from runner.errors import CloreRunError, UsageError
 from runner.plan import build_plan, render_plan
+from runner.report import load_summary
+from runner.report.comment_cmd import register as register_comment
+from runner.run_command import RunOptions, execute, select_jobs
 from runner.spec.loader import load_pipeline
 from runner.spec.models import PipelineSchema
 
@@ -77,14 +84,69 @@ def plan(
     typer.echo(json.dumps(result, indent=2) if as_json else render_plan(result))
 
 
+class BackendName(str, Enum):
+    local = "local"
+    ssh = "ssh"
+    clore = "clore"
+
+
 @app.command()
 def run(
     pipeline: Annotated[Path, typer.Argument(help="The pipeline file.")],
+    backend: Annotated[
+        BackendName | None,
+        typer.Option(help="Where jobs run (default: clore when CLORE_API_KEY is set, else local)."),
+    ] = None,
+    out: Annotated[Path, typer.Option(help="Folder for reports, logs and artifacts.")] = Path(
+        "clore-run-results"
+    ),
+    concurrency: Annotated[
+        int | None, typer.Option(min=1, help="Override the pipeline's concurrency.")
+    ] = None,
+    budget: Annotated[
+        float | None, typer.Option(min=0.0, help="Override the budget (USD, whole run).")
+    ] = None,
+    job: Annotated[
+        list[str] | None, typer.Option("--job", help="Run these jobs and what they need.")
+    ] = None,
+    dry_run: Annotated[bool, typer.Option(help="Show the plan; run and rent nothing.")] = False,
+    baseline: Annotated[
+        Path | None, typer.Option(help="A previous summary.json to compare cost and time with.")
+    ] = None,
 ) -> None:
-    """Run a pipeline (arrives with the scheduling core)."""
-    load_pipeline(pipeline)
-    typer.echo("clore-run: `run` is not implemented yet", err=True)
-    raise typer.Exit(EXIT_USAGE)
+    """Run a pipeline: exit 0 all passed, 1 a job failed, 3 infrastructure, 130 interrupted."""
+    loaded = load_pipeline(pipeline)
+    if dry_run:
+        typer.echo(render_plan(build_plan(select_jobs(loaded, job or []))))
+        return
+    chosen = backend or (BackendName.clore if os.environ.get("CLORE_API_KEY") else None)
+    if chosen is None:
+        typer.echo("clore-run: no CLORE_API_KEY set: running locally (--backend local)", err=True)
+        chosen = BackendName.local
+    options = RunOptions(
+        out_dir=out,
+        concurrency=concurrency,
+        budget_usd=budget,
+        jobs=job or [],
+        baseline=_read_baseline(baseline),
+    )
+    _, code = execute(loaded, _make_backend(chosen), options)
+    raise typer.Exit(code)
+
+
+def _make_backend(name: BackendName) -> Backend:
+    if name is BackendName.local:
+        return LocalBackend()
+    raise UsageError(f"--backend {name.value}: not available yet", "use --backend local")
+
+
+def _read_baseline(path: Path | None) -> dict[str, Any] | None:
+    if path is None:
+        return None
+    try:
+        return load_summary(path)
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"--baseline {path}: cannot read it ({exc})") from None
 
 
 @app.command()
@@ -93,6 +155,10 @@ def schema() -> None:
     document = PipelineSchema.model_json_schema(by_alias=True)
     document["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     typer.echo(json.dumps(document, indent=2))
+
+
+register_offers(app)
+register_comment(app)
 
 
 def _insert_run(argv: list[str]) -> list[str]:

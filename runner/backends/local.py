@@ -1,0 +1,164 @@
+"""Run jobs as local processes: the free way to debug a pipeline before renting GPUs.
+
+Each attempt runs as `bash --noprofile --norc -eo pipefail SCRIPT` (the GitHub Actions default
+shell) in a fresh directory holding a copy of the workspace, in its own process group so that a
+timeout or cancel kills background children too. Both output streams are read concurrently.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import selectors
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from runner.backends.base import OutputSink, Place, RunOutcome, RunRequest, Stream
+from runner.backends.local_files import collect_artifacts, copy_workspace
+from runner.core.model import FailureKind, Job
+
+KILL_GRACE_S = 2.0  # SIGTERM first, SIGKILL after this
+DRAIN_AFTER_EXIT_S = 2.0  # how long a leftover child may hold the pipes after the script ended
+_READ_CHUNK = 1 << 16
+
+
+class LocalBackend:
+    """Jobs run on this machine; a place is a fresh working directory."""
+
+    name = "local"
+
+    def __init__(self, root: Path | None = None) -> None:
+        self._root = Path(tempfile.mkdtemp(prefix="clore-run-", dir=root))
+        self._lock = threading.Lock()
+        self._serial = 0
+
+    def capacity(self) -> int | None:
+        return None
+
+    def acquire(self, job: Job, cancel: threading.Event) -> Place:
+        with self._lock:
+            self._serial += 1
+            serial = self._serial
+        folder = self._root / f"{job.id}-{serial}"
+        (folder / "work").mkdir(parents=True)
+        return Place(name="localhost", facts={"workdir": str(folder / "work")})
+
+    def run(
+        self, place: Place, request: RunRequest, sink: OutputSink, cancel: threading.Event
+    ) -> RunOutcome:
+        folder = Path(place.facts["workdir"]).parent
+        workdir = folder / "work"
+        if request.workspace_root is not None:
+            copy_workspace(request.workspace_root, request.workspace_files, workdir)
+        script = folder / "script.sh"
+        script.write_text(request.job.run, encoding="utf-8")
+        env = {**os.environ, **request.env}
+        outcome = _run_process(
+            ["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)],
+            workdir,
+            env,
+            sink,
+            cancel,
+            request.timeout_s,
+        )
+        warnings = collect_artifacts(workdir, request.job, request.artifacts_dir)
+        for warning in warnings:
+            sink.write("stderr", f"clore-run: {warning}\n".encode())
+        return outcome
+
+    def release(self, place: Place) -> None:
+        shutil.rmtree(Path(place.facts["workdir"]).parent, ignore_errors=True)
+
+    def shutdown(self) -> None:
+        shutil.rmtree(self._root, ignore_errors=True)
+
+
+def _run_process(
+    argv: list[str],
+    cwd: Path,
+    env: dict[str, str],
+    sink: OutputSink,
+    cancel: threading.Event,
+    timeout_s: float,
+) -> RunOutcome:
+    try:
+        proc = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        return RunOutcome(None, FailureKind.PROVISIONING_FAILED, f"cannot start bash: {exc}")
+    deadline = time.monotonic() + timeout_s
+    killed: FailureKind | None = None
+    with selectors.DefaultSelector() as sel:
+        assert proc.stdout is not None and proc.stderr is not None
+        sel.register(proc.stdout, selectors.EVENT_READ, "stdout")
+        sel.register(proc.stderr, selectors.EVENT_READ, "stderr")
+        exited_at: float | None = None
+        while sel.get_map():
+            now = time.monotonic()
+            if killed is None and cancel.is_set():
+                killed = FailureKind.CANCELLED
+            elif killed is None and now >= deadline:
+                killed = FailureKind.TIMEOUT
+            if killed is not None and exited_at is None:
+                _kill_group(proc)
+                exited_at = time.monotonic()
+            if exited_at is None and proc.poll() is not None:
+                # The script ended; children it left behind must not outlive it or hold the
+                # pipes open forever.
+                _signal_group(proc.pid, signal.SIGKILL)
+                exited_at = now
+            if exited_at is not None and now - exited_at > DRAIN_AFTER_EXIT_S:
+                break
+            wait = 0.1 if exited_at is None else 0.05
+            for key, _ in sel.select(timeout=min(wait, max(0.0, deadline - now)) or 0.01):
+                data = os.read(key.fd, _READ_CHUNK)
+                if data:
+                    stream: Stream = key.data
+                    sink.write(stream, data)
+                else:
+                    sel.unregister(key.fileobj)
+    code = proc.wait()
+    _signal_group(proc.pid, signal.SIGKILL)  # background children: the job is over
+    proc.stdout.close()
+    proc.stderr.close()
+    return _outcome(code, killed)
+
+
+def _outcome(code: int, killed: FailureKind | None) -> RunOutcome:
+    if killed is FailureKind.TIMEOUT:
+        return RunOutcome(code, FailureKind.TIMEOUT, "timed out")
+    if killed is FailureKind.CANCELLED:
+        return RunOutcome(code, FailureKind.CANCELLED, "cancelled")
+    if code == 0:
+        return RunOutcome(0, None)
+    if code < 0:
+        name = signal.Signals(-code).name if -code in signal.valid_signals() else str(-code)
+        return RunOutcome(128 - code, FailureKind.TEST_FAILURE, f"killed by signal {name}")
+    if code == 127:
+        return RunOutcome(code, FailureKind.TEST_FAILURE, "exit code 127 (command not found)")
+    return RunOutcome(code, FailureKind.TEST_FAILURE, f"exit code {code}")
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM the job's process group, SIGKILL it after a grace period."""
+    _signal_group(proc.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=KILL_GRACE_S)
+    _signal_group(proc.pid, signal.SIGKILL)
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)

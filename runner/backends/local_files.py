@@ -1,0 +1,56 @@
+"""Files in and out of a local job: the workspace copy and the artifact collection.
+
+Artifacts are matched inside the job's directory only; a glob or a symlink that leads outside
+it is refused, so a job cannot make clore-run copy arbitrary files into the reports.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from runner.core.model import Job
+
+
+def copy_workspace(root: Path, files: tuple[str, ...], dest: Path) -> None:
+    """Copy `files` (relative to `root`) into `dest`, keeping their layout."""
+    made: set[Path] = set()
+    for rel in files:
+        target = dest / rel
+        if target.parent not in made:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            made.add(target.parent)
+        shutil.copy2(root / rel, target, follow_symlinks=True)
+
+
+def collect_artifacts(workdir: Path, job: Job, out: Path) -> list[str]:
+    """Copy the job's artifact globs and JUnit file to `out`; return warnings."""
+    patterns = [*job.artifacts, *([job.junit] if job.junit else [])]
+    warnings: list[str] = []
+    base = workdir.resolve()
+    for pattern in patterns:
+        if Path(pattern).is_absolute() or ".." in Path(pattern).parts:
+            warnings.append(f"artifact '{pattern}' ignored: it must be a path inside the job")
+            continue
+        matches = sorted(workdir.glob(pattern))
+        if not matches:
+            warnings.append(f"artifact '{pattern}' matched no file")
+        for match in matches:
+            real = match.resolve()
+            if not real.is_relative_to(base):
+                warnings.append(f"artifact '{match.relative_to(workdir)}' leads outside the job")
+                continue
+            _copy(match, base, out / match.relative_to(workdir))
+    return warnings
+
+
+def _copy(source: Path, base: Path, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if source.is_dir():
+        for item in sorted(source.rglob("*")):
+            if item.is_file() and item.resolve().is_relative_to(base):
+                dest = target / item.relative_to(source)
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(item, dest)
+    elif source.is_file():
+        shutil.copy2(source, target)

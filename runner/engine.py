@@ -1,0 +1,231 @@
+"""The imperative shell: feeds events to the pure core and carries out its commands.
+
+Each started attempt runs in a worker thread on the backend (acquire, run, release) and reports
+back through one queue. Timers live here, on the injected clock. Whatever happens, `run()` gives
+every place back (`backend.shutdown()`) and writes the reports, interrupted runs included.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import queue
+import threading
+import time
+import uuid
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from runner.backends.base import Backend, Place, RunOutcome, RunRequest
+from runner.console import Console
+from runner.core.events import (
+    CancelRequested,
+    Command,
+    Event,
+    JobCompleted,
+    JobFinished,
+    KillJob,
+    ScheduleTimer,
+    StartJob,
+    TimerFired,
+)
+from runner.core.model import Attempt, FailureKind, Job, Pipeline, RunRecord
+from runner.core.scheduler import Scheduler
+from runner.errors import CloreRunError
+from runner.joblog import JobLog
+
+# After a cancel, how long running attempts get to report before the engine settles them.
+CANCEL_GRACE_S = 5.0
+_TICK_S = 0.5  # the longest the loop sleeps before re-checking a cancel
+
+
+@dataclass
+class EngineOptions:
+    out_dir: Path
+    capacity: int
+    workspace_root: Path | None = None
+    workspace_files: tuple[str, ...] = ()
+    extra_env: Mapping[str, str] = field(default_factory=dict)
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+
+
+class Engine:
+    """Runs one pipeline on one backend."""
+
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        backend: Backend,
+        options: EngineOptions,
+        console: Console,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.pipeline = pipeline
+        self.backend = backend
+        self.options = options
+        self.console = console
+        self.clock = clock
+        self._events: queue.SimpleQueue[Event] = queue.SimpleQueue()
+        self._timers: list[tuple[float, int, Hashable]] = []
+        self._seq = itertools.count()
+        self._kill: dict[str, threading.Event] = {}
+        self._threads: list[threading.Thread] = []
+        self._started: dict[str, tuple[int, float]] = {}  # job -> (attempt, start time)
+        self._jobs = {j.id: j for j in pipeline.jobs}
+        self.interrupted = False
+        self._cancel_at: float | None = None
+
+    def cancel(self, reason: str, interrupted: bool = True) -> None:
+        """Ask the run to stop. Safe from a signal handler (SimpleQueue.put is reentrant)."""
+        self.interrupted = self.interrupted or interrupted
+        self._events.put(CancelRequested(reason))
+
+    def run(self) -> RunRecord:
+        started_at = self.clock()
+        core = Scheduler(self.pipeline.jobs, self.options.capacity, self.pipeline.timeout_s)
+        try:
+            self._apply(core.start(started_at), started_at)
+            while not core.done:
+                self._step(core)
+        finally:
+            self._settle_threads()
+            self.backend.shutdown()
+        return RunRecord(
+            pipeline=self.pipeline,
+            results=core.results(),
+            status=core.status(self.interrupted),
+            started_at=started_at,
+            finished_at=self.clock(),
+            backend=self.backend.name,
+            run_id=self.options.run_id,
+        )
+
+    # -- the loop --------------------------------------------------------------------------
+
+    def _step(self, core: Scheduler) -> None:
+        now = self.clock()
+        wait = _TICK_S
+        if self._timers:
+            wait = min(wait, max(0.0, self._timers[0][0] - now))
+        try:
+            event: Event | None = self._events.get(timeout=wait)
+        except queue.Empty:
+            event = None
+        now = self.clock()
+        if event is not None:
+            if isinstance(event, CancelRequested) and self._cancel_at is None:
+                self._cancel_at = now
+                self.console.notice(f"cancelling: {event.reason}")
+            if isinstance(event, JobFinished):
+                self._started.pop(event.job_id, None)
+            self._apply(core.handle(event, now), now)
+        while self._timers and self._timers[0][0] <= now:
+            _, _, token = heapq.heappop(self._timers)
+            self._apply(core.handle(TimerFired(token), now), now)
+        if self._cancel_at is not None and now - self._cancel_at > CANCEL_GRACE_S:
+            self._settle_stragglers(core, now)
+
+    def _settle_stragglers(self, core: Scheduler, now: float) -> None:
+        """Attempts that did not stop when told are reported as cancelled; shutdown() frees
+        their places."""
+        for job_id, (number, began) in list(self._started.items()):
+            attempt = Attempt(number, began, now, None, FailureKind.CANCELLED, "did not stop")
+            self._started.pop(job_id)
+            self._apply(core.handle(JobFinished(job_id, attempt), now), now)
+
+    def _apply(self, commands: list[Command], now: float) -> None:
+        for cmd in commands:
+            if isinstance(cmd, StartJob):
+                self._start(cmd, now)
+            elif isinstance(cmd, KillJob):
+                self._kill_job(cmd)
+            elif isinstance(cmd, ScheduleTimer):
+                heapq.heappush(self._timers, (cmd.at, next(self._seq), cmd.token))
+            elif isinstance(cmd, JobCompleted):
+                self.console.job_done(self._jobs[cmd.result.job_id], cmd.result)
+
+    def _kill_job(self, cmd: KillJob) -> None:
+        event = self._kill.get(cmd.job_id)
+        if event is not None:
+            event.set()
+
+    # -- workers ---------------------------------------------------------------------------
+
+    def _start(self, cmd: StartJob, now: float) -> None:
+        job = self._jobs[cmd.job_id]
+        kill = threading.Event()
+        self._kill[job.id] = kill
+        self._started[job.id] = (cmd.attempt, now)
+        self.console.job_started(job, cmd.attempt)
+        worker = threading.Thread(
+            target=self._work,
+            args=(job, cmd.attempt, cmd.timeout_s, kill),
+            daemon=True,
+            name=f"job-{job.id}",
+        )
+        self._threads.append(worker)
+        worker.start()
+
+    def _work(self, job: Job, number: int, timeout_s: float, kill: threading.Event) -> None:
+        began = self.clock()
+        place: Place | None = None
+        log = JobLog(self.options.out_dir, job, number, self.console)
+        try:
+            place = self.backend.acquire(job, kill)
+            log.header(place.name)
+            outcome = self.backend.run(place, self._request(job, number, timeout_s), log, kill)
+        except CloreRunError as exc:
+            kind = FailureKind.PROVISIONING_FAILED if place is None else FailureKind.SSH_FAILED
+            outcome = RunOutcome(None, kind, str(exc))
+        except Exception as exc:  # a backend bug must not hang the run
+            outcome = RunOutcome(None, FailureKind.PROVISIONING_FAILED, f"internal: {exc!r}")
+        finally:
+            if place is not None:
+                self._release(place, log)
+        log.close(outcome)
+        ended = self.clock()
+        facts = {**(place.facts if place else {}), **outcome.facts}
+        facts.pop("workdir", None)
+        cost = (place.usd_per_hour if place else 0.0) * max(0.0, ended - began) / 3600
+        attempt = Attempt(
+            number,
+            began,
+            ended,
+            outcome.exit_code,
+            outcome.failure,
+            outcome.message,
+            place.name if place else "",
+            cost,
+            facts,
+        )
+        self._events.put(JobFinished(job.id, attempt))
+
+    def _release(self, place: Place, log: JobLog) -> None:
+        try:
+            self.backend.release(place)
+        except Exception as exc:  # shutdown() tries again; the run goes on
+            log.note(f"releasing {place.name} failed: {exc}")
+
+    def _request(self, job: Job, number: int, timeout_s: float) -> RunRequest:
+        env = {
+            **job.env,
+            **self.options.extra_env,
+            "CLORE_RUN_JOB": job.id,
+            "CLORE_RUN_ATTEMPT": str(number),
+        }
+        with_workspace = job.workspace and self.options.workspace_root is not None
+        return RunRequest(
+            job=job,
+            attempt=number,
+            env=env,
+            workspace_root=self.options.workspace_root if with_workspace else None,
+            workspace_files=self.options.workspace_files if with_workspace else (),
+            artifacts_dir=self.options.out_dir / "artifacts" / job.id,
+            timeout_s=timeout_s,
+        )
+
+    def _settle_threads(self) -> None:
+        deadline = time.monotonic() + CANCEL_GRACE_S
+        for worker in self._threads:
+            worker.join(timeout=max(0.0, deadline - time.monotonic()))

@@ -1,0 +1,49 @@
+"""A job's log: every byte of every attempt in OUT/logs/<job>.log, and a live copy on the console.
+
+The file gets the raw bytes (job output need not be UTF-8); the console gets decoded lines.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import BinaryIO
+
+from runner.backends.base import RunOutcome, Stream
+from runner.console import Console
+from runner.core.model import Job
+
+
+class JobLog:
+    """The OutputSink for one attempt of one job."""
+
+    def __init__(self, out_dir: Path, job: Job, attempt: int, console: Console) -> None:
+        self.job = job
+        self.attempt = attempt
+        self.console = console
+        path = out_dir / "logs" / f"{job.id}.log"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._file: BinaryIO = path.open("ab")
+
+    def header(self, place: str) -> None:
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        self._raw(f"=== {self.job.id}: attempt {self.attempt} on {place} at {stamp} ===\n")
+
+    def write(self, stream: Stream, data: bytes) -> None:
+        self._file.write(data)
+        self._file.flush()  # a run killed hard still leaves the log complete up to here
+        self.console.output(self.job, stream, data)
+
+    def note(self, text: str) -> None:
+        self._raw(f"clore-run: {text}\n")
+
+    def close(self, outcome: RunOutcome) -> None:
+        self.console.flush_job(self.job)
+        verdict = "passed" if outcome.failure is None else outcome.failure.value
+        detail = f": {outcome.message}" if outcome.message else ""
+        self._raw(f"=== {self.job.id}: attempt {self.attempt} {verdict}{detail} ===\n")
+        self._file.close()
+
+    def _raw(self, text: str) -> None:
+        self._file.write(text.encode("utf-8", "replace"))
+        self._file.flush()

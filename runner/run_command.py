@@ -1,0 +1,154 @@
+"""`clore-run run`: load, select, prepare the output folder, run on a backend, report.
+
+Kept apart from cli.py so the flag parsing stays thin and this stays testable.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import os
+import shutil
+import signal
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any, TextIO
+
+from runner.backends.base import Backend
+from runner.console import Console
+from runner.core import graph
+from runner.core.model import Pipeline, RunRecord, RunStatus
+from runner.engine import Engine, EngineOptions
+from runner.errors import UsageError
+from runner.report import write_reports
+from runner.spec.diagnostics import did_you_mean
+from runner.workspace import workspace_files
+
+EXIT_CODES = {
+    RunStatus.PASSED: 0,
+    RunStatus.FAILED: 1,
+    RunStatus.ERROR: 3,
+    RunStatus.INTERRUPTED: 130,
+}
+
+
+@dataclass
+class RunOptions:
+    out_dir: Path = Path("clore-run-results")
+    concurrency: int | None = None
+    budget_usd: float | None = None
+    jobs: Sequence[str] = ()
+    workspace_root: Path | None = None  # default: the current directory
+    baseline: dict[str, Any] | None = None
+
+
+def select_jobs(pipeline: Pipeline, names: Sequence[str]) -> Pipeline:
+    """Keep the named jobs (ids or job keys) and everything they need."""
+    if not names:
+        return pipeline
+    ids = {j.id for j in pipeline.jobs}
+    groups: dict[str, list[str]] = {}
+    for j in pipeline.jobs:
+        groups.setdefault(j.group or j.id, []).append(j.id)
+    wanted: list[str] = []
+    for name in names:
+        if name in ids:
+            wanted.append(name)
+        elif name in groups:
+            wanted.extend(groups[name])
+        else:
+            hint = did_you_mean(name, [*groups, *ids]) or "see `clore-run plan`"
+            raise UsageError(f"--job: unknown job '{name}'", hint)
+    keep = graph.ancestors({j.id: j.needs for j in pipeline.jobs}, wanted)
+    jobs = tuple(
+        dataclasses.replace(j, index=i)
+        for i, j in enumerate(j for j in pipeline.jobs if j.id in keep)
+    )
+    return dataclasses.replace(pipeline, jobs=jobs)
+
+
+@contextmanager
+def output_folder(out_dir: Path) -> Iterator[None]:
+    """Make `out_dir` ours for the run: writable, locked against a second run, no stale files."""
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        lock = (out_dir / ".clore-run.lock").open("a+")
+    except OSError as exc:
+        raise UsageError(
+            f"--out {out_dir}: cannot write there ({exc.strerror})", "choose a writable folder"
+        ) from None
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        lock.close()
+        raise UsageError(
+            f"--out {out_dir}: another clore-run is writing there", "use another --out"
+        ) from None
+    try:
+        for stale in ("logs", "artifacts"):
+            shutil.rmtree(out_dir / stale, ignore_errors=True)
+        yield
+    finally:
+        lock.close()
+
+
+@contextmanager
+def stop_on_signals(cancel: Callable[[str], None]) -> Iterator[None]:
+    """SIGINT and SIGTERM cancel the run (cleanly, reports included) instead of killing it."""
+
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        cancel(f"interrupted by {signal.Signals(signum).name}")
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def execute(
+    pipeline: Pipeline,
+    backend: Backend,
+    options: RunOptions,
+    stream: TextIO | None = None,
+) -> tuple[RunRecord, int]:
+    """Run `pipeline` and write the reports; return the record and the exit code."""
+    pipeline = select_jobs(pipeline, options.jobs)
+    if options.budget_usd is not None:
+        pipeline = dataclasses.replace(pipeline, budget_usd=options.budget_usd)
+    cap = options.concurrency or pipeline.concurrency
+    backend_cap = backend.capacity()
+    if backend_cap is not None:
+        cap = min(cap, backend_cap)
+    root = (options.workspace_root or Path.cwd()).resolve()
+    files = workspace_files(root) if any(j.workspace for j in pipeline.jobs) else ()
+    console = Console(stream or sys.stdout, total_jobs=len(pipeline.jobs))
+    with output_folder(options.out_dir):
+        engine = Engine(
+            pipeline,
+            backend,
+            EngineOptions(options.out_dir, cap, root, files),
+            console,
+        )
+        with stop_on_signals(engine.cancel):
+            record = engine.run()
+        console.close()
+        paths = write_reports(options.out_dir, record, options.baseline)
+    for warning in paths.warnings:
+        console.notice(f"warning: {warning}")
+    console.notice(
+        f"{record.status.value}: {_counts(record)}; reports in {options.out_dir}{os.sep}"
+    )
+    return record, EXIT_CODES[record.status]
+
+
+def _counts(record: RunRecord) -> str:
+    tally: dict[str, int] = {}
+    for result in record.results:
+        tally[result.status.value] = tally.get(result.status.value, 0) + 1
+    return ", ".join(f"{n} {status}" for status, n in sorted(tally.items()))
