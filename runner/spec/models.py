@@ -13,6 +13,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 PriorityName = Literal["low", "normal", "high", "urgent"]
 CurrencyName = Literal["bitcoin", "CLORE-Blockchain", "USD-Blockchain"]
+MAX_MINUTES = 10_000_000  # about 19 years: any real duration, and finite once in seconds
 
 
 def _one_or_many(value: Any) -> Any:
@@ -54,7 +55,9 @@ IsoTime = Annotated[datetime, BeforeValidator(iso_time, json_schema_input_type=s
 
 
 class StrictModel(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=False)
+    model_config = ConfigDict(
+        extra="forbid", strict=True, frozen=True, populate_by_name=False, allow_inf_nan=False
+    )
 
 
 class GpuSpec(StrictModel):
@@ -89,7 +92,11 @@ class JobSettings(StrictModel):
 
     image: str | None = Field(None, description="Docker image for rented servers.")
     timeout_minutes: float | None = Field(
-        None, gt=0, alias="timeout-minutes", description="Per attempt; any positive number."
+        None,
+        gt=0,
+        le=MAX_MINUTES,
+        alias="timeout-minutes",
+        description="Per attempt; any positive number.",
     )
     retries: int | None = Field(None, ge=0, le=20, description="Extra attempts after a failure.")
     gpu: GpuSpec | None = None
@@ -110,7 +117,11 @@ class JobSettings(StrictModel):
         None, alias="not-before", description="ISO-8601 time with zone; do not start earlier."
     )
     estimate_minutes: float | None = Field(
-        None, gt=0, alias="estimate-minutes", description="Expected duration, for plans."
+        None,
+        gt=0,
+        le=MAX_MINUTES,
+        alias="estimate-minutes",
+        description="Expected duration, for plans.",
     )
     run: str | None = Field(None, description="The script, run by bash -eo pipefail.")
 
@@ -129,7 +140,7 @@ class PipelineSettings(StrictModel):
     name: str | None = Field(None, description="Pipeline name (default: the file name).")
     concurrency: int = Field(3, ge=1, le=1000, description="Max servers held at once.")
     budget: float | None = Field(None, gt=0, description="USD, hard cap on the whole run.")
-    timeout_minutes: float | None = Field(None, gt=0, alias="timeout-minutes")
+    timeout_minutes: float | None = Field(None, gt=0, le=MAX_MINUTES, alias="timeout-minutes")
     currency: CurrencyName = Field("CLORE-Blockchain", description="What orders are paid in.")
     env: EnvMap = Field(default_factory=dict, description="Environment for every job.")
     hosts: NameList = Field(
