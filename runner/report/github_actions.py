@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
-from runner.report import ReportPaths
+from runner.report import ReportPaths, load_summary
 from runner.report.markdown import cut_markdown
 from runner.report.text import tail_lines
 
@@ -198,15 +198,13 @@ def _utf8_len(text: str) -> int:
 
 
 def publish(
-    summary: Mapping[str, Any],
-    paths: ReportPaths,
-    env: Mapping[str, str] | None = None,
-    out: TextIO | None = None,
+    paths: ReportPaths, env: Mapping[str, str] | None = None, out: TextIO | None = None
 ) -> None:
     """At the end of a run in Actions: annotations, step outputs and the step summary."""
     env = os.environ if env is None else env
     if not is_active(env):
         return
+    summary = load_summary(paths.summary_json)
     annotate_failures(summary, out, env.get("GITHUB_WORKSPACE"))
     if env.get("GITHUB_OUTPUT"):
         write_outputs(

@@ -49,7 +49,7 @@ from typing import Any
 from runner import __version__
 from runner.core.model import Attempt, Job, JobResult, JobStatus, RunRecord
 from runner.report import facts as F
-from runner.report.junit import JobTests, JUnitReport, iso
+from runner.report.junit import JobTests, JUnitReport, iso, pipeline_jobs
 from runner.report.text import clip, redact, tail_lines
 
 SCHEMA_VERSION = 1
@@ -68,7 +68,8 @@ def build_summary(
     """The summary dict of a run (without comparison; see `compare`)."""
     env = os.environ if env is None else env
     tests = {t.job_id: t for t in junit.jobs}
-    jobs = [_job(out_dir, record, r, tests.get(r.job_id)) for r in record.results]
+    by_id = pipeline_jobs(record)
+    jobs = [_job(out_dir, by_id.get(r.job_id), r, tests.get(r.job_id)) for r in record.results]
     budget = record.pipeline.budget_usd
     total = record.total_cost_usd
     return {
@@ -112,8 +113,7 @@ def ci_info(env: Mapping[str, str]) -> dict[str, str] | None:
     }
 
 
-def _job(out_dir: Path, record: RunRecord, result: JobResult, tests: JobTests | None) -> Summary:
-    job = _pipeline_job(record, result.job_id)
+def _job(out_dir: Path, job: Job | None, result: JobResult, tests: JobTests | None) -> Summary:
     facts = F.last_facts(result)
     last = result.attempts[-1] if result.attempts else None
     counts = tests.counts if tests else None
@@ -143,13 +143,6 @@ def _job(out_dir: Path, record: RunRecord, result: JobResult, tests: JobTests | 
         "log_tail": _log_tail(out_dir, result),
         "attempt_details": [_attempt(a) for a in result.attempts],
     }
-
-
-def _pipeline_job(record: RunRecord, job_id: str) -> Job | None:
-    try:
-        return record.pipeline.job(job_id)
-    except KeyError:
-        return None
 
 
 def _location(job: Job | None) -> dict[str, Any] | None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.report import load_summary, write_reports
+from runner.report import write_reports
 from runner.report.github_actions import (
     STEP_SUMMARY_LIMIT,
     add_mask,
@@ -82,7 +82,7 @@ def test_publish_outputs_summary_and_annotations(tmp_path: Path) -> None:
         "GITHUB_WORKSPACE": str(tmp_path),
     }
     stdout = io.StringIO()
-    publish(load_summary(paths.summary_json), paths, env, stdout)
+    publish(paths, env, stdout)
     outputs = parse_env_file((tmp_path / "output").read_text())
     assert outputs == {
         "status": "failed",
@@ -106,7 +106,7 @@ def test_publish_does_nothing_outside_actions(tmp_path: Path) -> None:
     paths = write_reports(tmp_path, mixed_record())
     stdout = io.StringIO()
     env = {"GITHUB_OUTPUT": str(tmp_path / "output")}
-    publish(load_summary(paths.summary_json), paths, env, stdout)
+    publish(paths, env, stdout)
     assert stdout.getvalue() == "" and not (tmp_path / "output").exists()
 
 

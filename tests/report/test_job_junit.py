@@ -115,3 +115,18 @@ def test_nested_suites_and_odd_times_are_normalised(tmp_path: Path) -> None:
     ]
     error = cases[0].find("error")
     assert error is not None and error.get("type") == "RuntimeError"
+
+
+@pytest.mark.parametrize("junit", ["../../../secret.xml", "link.xml"])
+def test_junit_path_cannot_leave_the_job_artifacts(tmp_path: Path, junit: str) -> None:
+    outside = tmp_path / "secret.xml"
+    outside.write_text('<testsuite><testcase classname="stolen" name="x"/></testsuite>')
+    artifacts = tmp_path / "artifacts" / "gpu"
+    artifacts.mkdir(parents=True)
+    (artifacts / "link.xml").symlink_to(outside)
+    job = Job(id="gpu", name="gpu", run="pytest", junit=junit)
+    result = JobResult("gpu", JobStatus.PASSED)
+    record = RunRecord(Pipeline(name="p", jobs=(job,)), (result,), RunStatus.PASSED, 0.0, 1.0)
+    paths = write_reports(tmp_path, record)
+    assert "leaves artifacts/gpu/" in paths.warnings[0]
+    assert "stolen" not in paths.junit.read_text()
