@@ -172,7 +172,7 @@ def test_huge_report_is_cut_below_the_limit_instead_of_a_422(
 ) -> None:
     summary = json.loads(summary_path.read_text())
     template = next(j for j in summary["jobs"] if j["id"] == "test-4090")
-    summary["jobs"] = [{**template, "id": f"j{i}", "name": f"job {i}"} for i in range(400)]
+    summary["jobs"] = [{**template, "id": f"j{i}", "name": f"job {i}"} for i in range(1000)]
     summary_path.write_text(json.dumps(summary))
     outcome = _post(summary_path, _env(tmp_path, github), clock)
     assert outcome.message.startswith("created"), outcome.message

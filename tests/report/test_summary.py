@@ -224,3 +224,16 @@ def test_interrupted_run_with_no_results_still_reports(tmp_path: Path) -> None:
     s = load_summary(paths.summary_json)
     assert s["status"] == "interrupted" and s["jobs"] == [] and s["tests"]["total"] == 0
     assert "interrupted" in paths.summary_md.read_text()
+
+
+def test_long_failure_lists_are_capped(tmp_path: Path) -> None:
+    s = _write(tmp_path)
+    job = _job(s, "test-4090")
+    test = job["failed_tests"][0]
+    s["jobs"] = [
+        {**job, "id": f"j{i}", "failed_tests": [test] * 5, "log_tail": ["x"]} for i in range(30)
+    ]
+    md = render_markdown(s)
+    assert md.count("tests.test_model.test_backward") == 100
+    assert "… and 50 more in junit.xml" in md
+    assert md.count("<details>") == 20 and "the logs of 10 more failed jobs" in md
