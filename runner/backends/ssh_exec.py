@@ -1,0 +1,317 @@
+"""Running one job attempt on a server over an open SSH connection.
+
+Independent of how the server was obtained (named by the user, or rented from Clore). Each attempt:
+
+1. one exec makes a fresh folder `~/.clore-run/jobs/<job>.XXXXXXXX/` and unpacks a tar stream into
+   it: `work/` (the workspace, the job's working directory), `ctl/script.sh` (the job's script, as
+   a file: a line `EOF` or `SCRIPT` in it ends nothing) and `ctl/env.sh` (`export` lines, values
+   shlex-quoted);
+2. the script runs under `setsid` (its own process group) as `bash --noprofile --norc -eo pipefail`;
+   both output streams are forwarded live; the group's id lands in `ctl/pgid`;
+3. on timeout or cancel the group gets TERM, then KILL: closing the channel would not stop it
+   (design §6), and root may not send signal requests. Processes a finished job left behind are
+   killed too, as GitHub Actions does with orphans, so they cannot disturb the next job;
+4. artifacts and the junit file come back as a tar stream, extracted with path checks;
+5. the folder is removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import shlex
+import tarfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+import paramiko
+
+from runner.backends.base import OutputSink, RunOutcome, RunRequest
+from runner.backends.safe_extract import ExtractReport, safe_extract
+from runner.backends.ssh_channel import ChannelReader, pump
+from runner.backends.ssh_connection import ConnectionLost, SshConnection, exit_status
+from runner.backends.ssh_tar import Entry, file_entry, write_tar
+from runner.core.model import FailureKind
+from runner.errors import InfrastructureError
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+_PREPARE = """set -e
+root="${{HOME:-/tmp}}/.clore-run/jobs"
+mkdir -p "$root"
+d=$(mktemp -d "$root/{name}.XXXXXXXX")
+cd "$d"
+tar -x -f - --no-same-owner
+printf '%s' "$d"
+"""
+
+# Fixed text; only the quoted job folder is filled in. `setsid -w` forks when the login shell is a
+# group leader (it is, under sshd) and passes the exit code through.
+_START = """cd {work} || exit 126
+command -v setsid >/dev/null 2>&1 || {{ echo "clore-run: setsid (util-linux) is missing on the \
+server" >&2; exit 127; }}
+exec setsid -w bash --noprofile --norc -c {inner} </dev/null
+"""
+_INNER = "echo $$ > ../ctl/pgid && . ../ctl/env.sh && exec bash --noprofile --norc -eo pipefail \
+../ctl/script.sh"
+
+_SIGNAL = """f={pgid_file}; i=0
+while [ ! -s "$f" ] && [ "$i" -lt {ticks} ]; do sleep 0.1; i=$((i+1)); done
+[ -s "$f" ] && kill -{signal} -- "-$(cat "$f")" 2>/dev/null
+exit 0
+"""
+
+# Globs are expanded by bash on the server (positional args, never pasted into the text);
+# IFS= keeps names with spaces whole, nullglob drops patterns that match nothing, and a file that
+# several patterns match is sent once.
+_COLLECT = """shopt -s nullglob globstar
+IFS=
+files=()
+declare -A seen
+for p in "$@"; do for f in $p; do
+  [ -e "$f" ] || [ -L "$f" ] || continue
+  [ -n "${seen[$f]}" ] || { seen[$f]=1; files+=("$f"); }
+done; done
+[ ${#files[@]} -eq 0 ] && exec tar -c -f - -T /dev/null
+exec tar -c -f - -- "${files[@]}"
+"""
+
+
+@dataclass(frozen=True)
+class ExecOptions:
+    kill_grace_s: float = 2.0  # between TERM and KILL
+    drain_s: float = 5.0  # how long output may still trickle in after the job ended or was killed
+    pgid_wait_s: float = 5.0  # a job cancelled right at its start may not have written ctl/pgid
+    keep_workdir: bool = False
+
+
+class CancelFlag(Protocol):
+    """What run_job needs of a cancel signal (a threading.Event is one)."""
+
+    def is_set(self) -> bool: ...
+
+
+class _Stopped(Exception):
+    def __init__(self, failure: FailureKind, message: str) -> None:
+        super().__init__(message)
+        self.failure = failure
+
+
+def run_job(
+    conn: SshConnection,
+    request: RunRequest,
+    sink: OutputSink,
+    cancel: CancelFlag,
+    options: ExecOptions = ExecOptions(),  # frozen, so sharing it is safe
+) -> RunOutcome:
+    """Run one attempt on `conn` and say how it ended. Never raises for remote trouble."""
+    job = RemoteJob(conn, request, options)
+    try:
+        outcome = job.run(sink, cancel)
+        notes = job.fetch_artifacts(sink) if conn.alive else ""
+    except ConnectionLost as exc:
+        return RunOutcome(None, FailureKind.SERVER_LOST, str(exc), job.facts())
+    except InfrastructureError as exc:
+        if not conn.alive:
+            return RunOutcome(None, FailureKind.SERVER_LOST, conn.lost_reason(), job.facts())
+        return RunOutcome(None, FailureKind.SSH_FAILED, str(exc), job.facts())
+    finally:
+        job.remove()
+    message = "; ".join(m for m in (outcome.message, notes) if m)
+    return RunOutcome(outcome.exit_code, outcome.failure, message, job.facts())
+
+
+class RemoteJob:
+    """One attempt's folder and process group on the server."""
+
+    def __init__(self, conn: SshConnection, request: RunRequest, options: ExecOptions) -> None:
+        self.conn = conn
+        self.request = request
+        self.options = options
+        self.folder: str | None = None
+        self._started = False
+
+    def facts(self) -> dict[str, str]:
+        facts = {"host": str(self.conn.endpoint), "host_key": self.conn.host_key_fingerprint}
+        if self.folder:
+            facts["workdir"] = f"{self.folder}/work"
+        return facts
+
+    def run(self, sink: OutputSink, cancel: CancelFlag) -> RunOutcome:
+        bad = [name for name in self.request.env if not _ENV_NAME.fullmatch(name)]
+        if bad:
+            return RunOutcome(None, FailureKind.TEST_FAILURE, f"invalid env names: {bad}")
+        self.upload()
+        if cancel.is_set():
+            return RunOutcome(None, FailureKind.CANCELLED, "cancelled before the start")
+        chan = self.conn.exec(_START.format(work=self._path("work"), inner=shlex.quote(_INNER)))
+        self._started = True
+        try:
+            return self._follow(chan, sink, cancel)
+        finally:
+            chan.close()
+
+    def upload(self) -> None:
+        """Make the fresh folder and send workspace, script and env into it as one tar stream."""
+        name = re.sub(r"[^A-Za-z0-9_.-]", "_", self.request.job.id)[:60] or "job"
+        chan = self.conn.exec(_PREPARE.format(name=name))
+        out: list[bytes] = []
+        err: list[bytes] = []
+        try:
+            _stream_in(chan, lambda send: write_tar(send, self._entries()))
+            pump(chan, out.append, err.append, lambda: False)
+            code = exit_status(chan, wait_s=self.options.drain_s)
+        finally:
+            chan.close()
+        if code != 0:
+            if not self.conn.alive:
+                raise ConnectionLost(self.conn.lost_reason())
+            detail = b"".join(err).decode("utf-8", "replace").strip()[-2000:]
+            raise InfrastructureError(f"{self.conn.endpoint}: upload failed ({code}): {detail}")
+        self.folder = b"".join(out).decode("utf-8", "surrogateescape")
+
+    def _entries(self) -> list[Entry]:
+        env = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in self.request.env.items())
+        entries = [
+            Entry("ctl", mode=0o700),
+            Entry("ctl/script.sh", data=self.request.job.run.encode("utf-8", "surrogateescape")),
+            Entry("ctl/env.sh", data=env.encode("utf-8", "surrogateescape"), mode=0o600),
+            Entry("work", mode=0o755),
+        ]
+        root = self.request.workspace_root
+        if root is not None:
+            entries += [file_entry(root, rel, "work") for rel in self.request.workspace_files]
+        return entries
+
+    def _follow(self, chan: paramiko.Channel, sink: OutputSink, cancel: CancelFlag) -> RunOutcome:
+        deadline = time.monotonic() + self.request.timeout_s
+
+        def stopped() -> _Stopped | None:
+            if cancel.is_set():
+                return _Stopped(FailureKind.CANCELLED, "cancelled; process group killed")
+            if time.monotonic() >= deadline:
+                limit = f"{self.request.timeout_s:g}"
+                return _Stopped(FailureKind.TIMEOUT, f"timed out after {limit} s; killed")
+            return None
+
+        def out(data: bytes) -> None:
+            sink.write("stdout", data)
+
+        def err(data: bytes) -> None:
+            sink.write("stderr", data)
+
+        pump(chan, out, err, lambda: stopped() is not None or chan.exit_status_ready())
+        reason = stopped()
+        if reason is not None and not chan.exit_status_ready():
+            return self._stop(chan, reason, out, err)
+        self.signal("KILL", wait_for_start=False)  # orphans must not outlive the job
+        self._drain(chan, out, err, self.options.drain_s)
+        return self._verdict(chan)
+
+    def _stop(
+        self,
+        chan: paramiko.Channel,
+        reason: _Stopped,
+        out: Callable[[bytes], None],
+        err: Callable[[bytes], None],
+    ) -> RunOutcome:
+        """TERM the group, give it a moment to end (output still flowing), then KILL it."""
+        self.signal("TERM", wait_for_start=True)
+        self._drain(chan, out, err, self.options.kill_grace_s)
+        self.signal("KILL", wait_for_start=False)
+        self._drain(chan, out, err, self.options.drain_s)
+        return RunOutcome(None, reason.failure, str(reason))
+
+    def _drain(
+        self,
+        chan: paramiko.Channel,
+        out: Callable[[bytes], None],
+        err: Callable[[bytes], None],
+        within_s: float,
+    ) -> None:
+        until = time.monotonic() + within_s
+        pump(chan, out, err, lambda: time.monotonic() >= until)
+
+    def _verdict(self, chan: paramiko.Channel) -> RunOutcome:
+        code = exit_status(chan, wait_s=self.options.drain_s)
+        if code is None:
+            if not self.conn.alive:
+                raise ConnectionLost(self.conn.lost_reason())
+            return RunOutcome(
+                None, FailureKind.TEST_FAILURE, "ended without an exit code (signal?)"
+            )
+        if code != 0:
+            return RunOutcome(code, FailureKind.TEST_FAILURE, f"exit code {code}")
+        return RunOutcome(0, None)
+
+    def signal(self, signal: str, wait_for_start: bool) -> None:
+        """Send `signal` to the job's process group (waiting for it to exist, if asked)."""
+        ticks = int(self.options.pgid_wait_s * 10) if wait_for_start else 0
+        pgid_file = self._path("ctl/pgid")
+        self.conn.run(_SIGNAL.format(pgid_file=pgid_file, ticks=ticks, signal=signal))
+
+    def fetch_artifacts(self, sink: OutputSink) -> str:
+        """Bring the artifacts and junit file into `artifacts_dir`; returns notes for the report."""
+        job = self.request.job
+        patterns = list(dict.fromkeys((*job.artifacts, *((job.junit,) if job.junit else ()))))
+        if not patterns or self.folder is None:
+            return ""
+        args = " ".join(shlex.quote(p) for p in patterns)
+        command = f"cd {self._path('work')} && exec bash --noprofile --norc -c " + shlex.quote(
+            _COLLECT
+        )
+        chan = self.conn.exec(f"{command} clore-run-artifacts {args}")
+        try:
+            reader = ChannelReader(chan)
+            report = _extract(reader, self.request)
+            exit_status(chan, wait_s=self.options.drain_s)
+        finally:
+            chan.close()
+        if not self.conn.alive:
+            raise ConnectionLost(self.conn.lost_reason())
+        return _artifact_notes(report, reader.stderr, sink)
+
+    def remove(self) -> None:
+        """Delete the job's folder (best effort: the connection may be gone)."""
+        if self.folder is None or self.options.keep_workdir or not self.conn.alive:
+            return
+        # A leftover folder on a server is not worth failing the job for.
+        with contextlib.suppress(InfrastructureError):
+            self.conn.run(f"rm -rf -- {shlex.quote(self.folder)}")
+
+    def _path(self, relative: str) -> str:
+        assert self.folder is not None
+        return shlex.quote(f"{self.folder}/{relative}")
+
+
+def _stream_in(
+    chan: paramiko.Channel, produce: Callable[[Callable[[bytes], None]], object]
+) -> None:
+    """Feed a channel's stdin; a remote side that exits early just ends the feeding."""
+    try:
+        produce(chan.sendall)
+        chan.shutdown_write()
+    except OSError:
+        pass  # the exit code and stderr, read next, say why
+
+
+def _extract(reader: ChannelReader, request: RunRequest) -> ExtractReport | str:
+    try:
+        return safe_extract(reader, request.artifacts_dir)  # type: ignore[arg-type]
+    except tarfile.TarError as exc:
+        return f"artifacts unreadable: {exc}"
+
+
+def _artifact_notes(report: ExtractReport | str, stderr: bytes, sink: OutputSink) -> str:
+    if isinstance(report, str):
+        notes = [report]
+    else:
+        notes = [f"artifact {name!r} refused: {why}" for name, why in report.rejected]
+    for note in notes:
+        sink.write("stderr", f"clore-run: {note}\n".encode())
+    tail = stderr.decode("utf-8", "replace").strip()
+    if tail:
+        sink.write("stderr", f"clore-run: collecting artifacts: {tail}\n".encode())
+    return "; ".join(notes)

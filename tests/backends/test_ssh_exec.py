@@ -1,0 +1,233 @@
+"""Running jobs over SSH against a real sshd on loopback."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from runner.backends.ssh_connection import SshConnection
+from runner.backends.ssh_exec import ExecOptions, run_job
+from runner.core.model import FailureKind
+from tests.sshd_fixture import RecordingSink, make_request
+
+FAST_KILL = ExecOptions(kill_grace_s=0.5, drain_s=2.0)
+
+
+def _run(conn: SshConnection, tmp_path: Path, script: str, **kwargs: object) -> tuple:  # type: ignore[type-arg]
+    sink = RecordingSink()
+    request = make_request(script, tmp_path / "artifacts", **kwargs)  # type: ignore[arg-type]
+    outcome = run_job(conn, request, sink, threading.Event(), FAST_KILL)
+    return outcome, sink
+
+
+def _gone(conn: SshConnection, pid: int) -> bool:
+    """True when `pid` no longer runs on the server (a zombie awaiting its reaper counts)."""
+    result = conn.run(f"ps -o stat= -p {pid}")
+    return result.stdout.strip() in (b"", b"Z")
+
+
+@pytest.mark.parametrize(
+    ("script", "code"),
+    [("true", 0), ("exit 3", 3), ("false\necho not reached", 1), ("false | true", 1)],
+)
+def test_exit_code_and_verdict(
+    ssh_conn: SshConnection, tmp_path: Path, script: str, code: int
+) -> None:
+    outcome, sink = _run(ssh_conn, tmp_path, script)
+    assert outcome.exit_code == code
+    assert outcome.failure is (None if code == 0 else FailureKind.TEST_FAILURE)
+    assert b"not reached" not in sink.stdout  # -e stops at the first failure; pipefail sees it
+
+
+def test_facts_name_the_host_key(ssh_conn: SshConnection, tmp_path: Path) -> None:
+    outcome, _ = _run(ssh_conn, tmp_path, "true")
+    assert outcome.facts["host_key"] == ssh_conn.host_key_fingerprint
+    assert outcome.facts["host_key"].startswith("SHA256:")
+
+
+def test_large_stdout_and_stderr_at_once_do_not_hang(
+    ssh_conn: SshConnection, tmp_path: Path
+) -> None:
+    script = "head -c 50000000 /dev/zero &\nhead -c 10000000 /dev/zero >&2\nwait"
+    outcome, sink = _run(ssh_conn, tmp_path, script, timeout_s=60)
+    assert outcome.failure is None
+    assert len(sink.stdout) == 50_000_000
+    assert len(sink.stderr) == 10_000_000
+
+
+def test_output_that_is_not_utf8_is_kept_byte_for_byte(
+    ssh_conn: SshConnection, tmp_path: Path
+) -> None:
+    outcome, sink = _run(ssh_conn, tmp_path, r"printf '\377\376\000ok\200\n'")
+    assert outcome.failure is None
+    assert bytes(sink.stdout) == b"\xff\xfe\x00ok\x80\n"
+
+
+def test_script_with_heredoc_markers_and_quotes_runs_verbatim(
+    ssh_conn: SshConnection, tmp_path: Path
+) -> None:
+    body = 'SCRIPT\nEOF\nit\'s "quoted" `not run` $HOME \\n'
+    script = f"cat <<'END'\n{body}\nEND\necho SCRIPT\necho 'EOF'\n"
+    outcome, sink = _run(ssh_conn, tmp_path, script)
+    assert outcome.failure is None, sink.stderr
+    assert sink.stdout.decode() == f"{body}\nSCRIPT\nEOF\n"
+
+
+def test_env_values_arrive_exactly(ssh_conn: SshConnection, tmp_path: Path) -> None:
+    env = {
+        "SPACES": "a  b   c",
+        "QUOTES": "it's \"double\" and 'single'",
+        "DOLLAR": "$HOME ${PATH} $(id) `id`",
+        "NEWLINES": "line1\nline2\n\nline4\n",
+        "BACKSLASH": "C:\\path\\n",
+        "EMPTY": "",
+        "UNICODE": "ümlaut ✓",
+    }
+    script = "printf '%s\\0' " + " ".join(f'"${name}"' for name in env)
+    outcome, sink = _run(ssh_conn, tmp_path, script, env=env)
+    assert outcome.failure is None, sink.stderr
+    assert sink.stdout.decode().split("\0")[:-1] == list(env.values())
+
+
+def test_invalid_env_name_fails_the_job_without_running_it(
+    ssh_conn: SshConnection, tmp_path: Path
+) -> None:
+    outcome, sink = _run(ssh_conn, tmp_path, "echo ran", env={"A B": "x"})
+    assert outcome.failure is FailureKind.TEST_FAILURE
+    assert "A B" in outcome.message
+    assert b"ran" not in sink.stdout
+
+
+def test_timeout_kills_the_job_and_what_it_forked(ssh_conn: SshConnection, tmp_path: Path) -> None:
+    # The background child ignores TERM, so only the KILL that follows can end it.
+    script = "(trap '' TERM; exec sleep 300) &\necho bg=$!\nsleep 300"
+    start = time.monotonic()
+    outcome, sink = _run(ssh_conn, tmp_path, script, timeout_s=1.0)
+    elapsed = time.monotonic() - start
+    assert outcome.failure is FailureKind.TIMEOUT
+    assert outcome.exit_code is None
+    assert elapsed < 1.0 + FAST_KILL.kill_grace_s + 3
+    pid = int(re.search(rb"bg=(\d+)", sink.stdout).group(1))  # type: ignore[union-attr]
+    assert _gone(ssh_conn, pid)
+
+
+def test_cancel_kills_the_job_promptly(ssh_conn: SshConnection, tmp_path: Path) -> None:
+    sink = RecordingSink()
+    cancel = threading.Event()
+    request = make_request("sleep 300 &\necho bg=$!\necho started\nwait", tmp_path)
+    result: list[object] = []
+    worker = threading.Thread(
+        target=lambda: result.append(run_job(ssh_conn, request, sink, cancel, FAST_KILL))
+    )
+    worker.start()
+    assert sink.wait_for(b"started")
+    cancelled_at = time.monotonic()
+    cancel.set()
+    worker.join(timeout=10)
+    assert not worker.is_alive()
+    assert time.monotonic() - cancelled_at < 3
+    (outcome,) = result
+    assert outcome.failure is FailureKind.CANCELLED  # type: ignore[attr-defined]
+    pid = int(re.search(rb"bg=(\d+)", sink.stdout).group(1))  # type: ignore[union-attr]
+    assert _gone(ssh_conn, pid)
+
+
+def test_leftover_background_process_is_killed_when_the_job_ends(
+    ssh_conn: SshConnection, tmp_path: Path
+) -> None:
+    # It keeps stdout open, which alone would hold the channel (and the job) open for 300 s.
+    outcome, sink = _run(ssh_conn, tmp_path, "sleep 300 &\necho bg=$!")
+    assert outcome.failure is None
+    pid = int(re.search(rb"bg=(\d+)", sink.stdout).group(1))  # type: ignore[union-attr]
+    assert _gone(ssh_conn, pid)
+
+
+def test_workspace_upload_brings_exact_content(ssh_conn: SshConnection, tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    (ws / "sub dir").mkdir(parents=True)
+    files = {
+        "a.txt": b"hello\n",
+        "sub dir/b.bin": bytes(range(256)) * 4000,
+        "empty": b"",
+        "run.sh": b"#!/bin/sh\necho hi\n",
+    }
+    for name, data in files.items():
+        (ws / name).write_bytes(data)
+    (ws / "run.sh").chmod(0o755)
+    (ws / "not-shipped.txt").write_text("left out")
+    script = "find . -type f | sort\nsha256sum ./a.txt './sub dir/b.bin' ./empty ./run.sh\n./run.sh"
+    outcome, sink = _run(ssh_conn, tmp_path, script, workspace=ws, files=tuple(files))
+    assert outcome.failure is None, sink.stderr
+    lines = sink.stdout.decode().splitlines()
+    assert lines[:4] == sorted(f"./{n}" for n in files)
+    for name, data in files.items():
+        assert f"{hashlib.sha256(data).hexdigest()}  ./{name}" in lines
+    assert lines[-1] == "hi"  # the executable bit came along
+
+
+def test_workspace_false_gives_an_empty_folder(ssh_conn: SshConnection, tmp_path: Path) -> None:
+    outcome, sink = _run(ssh_conn, tmp_path, "ls -A | wc -l")
+    assert outcome.failure is None
+    assert sink.stdout.strip() == b"0"
+
+
+def test_each_job_gets_a_fresh_folder_removed_afterwards(
+    ssh_conn: SshConnection, tmp_path: Path
+) -> None:
+    _, sink1 = _run(ssh_conn, tmp_path, "pwd\nls -A\ntouch marker")
+    _, sink2 = _run(ssh_conn, tmp_path, "pwd\nls -A\ntouch marker")
+    dir1, dir2 = sink1.stdout.decode().split()[0], sink2.stdout.decode().split()[0]
+    assert dir1 != dir2
+    assert sink2.stdout.decode().split() == [dir2]  # no marker left from the first job
+    assert ssh_conn.run(f"test -e {dir1}").exit_code != 0
+
+
+def test_artifacts_and_junit_come_back(ssh_conn: SshConnection, tmp_path: Path) -> None:
+    script = (
+        "mkdir -p out/deep\necho '<testsuite/>' > results.xml\n"
+        "echo a > out/a.png\necho b > 'out/b c.png'\necho x > out/skip.txt\n"
+        "echo d > out/deep/d.png"
+    )
+    outcome, _ = _run(
+        ssh_conn,
+        tmp_path,
+        script,
+        artifacts=("out/*.png", "out/**/*.png", "missing/*.bin"),
+        junit="results.xml",
+    )
+    assert outcome.failure is None
+    got = sorted(p.relative_to(tmp_path / "artifacts").as_posix() for p in _files(tmp_path))
+    assert got == ["out/a.png", "out/b c.png", "out/deep/d.png", "results.xml"]
+    assert (tmp_path / "artifacts" / "results.xml").read_text() == "<testsuite/>\n"
+
+
+def test_artifacts_are_fetched_for_a_failing_job(ssh_conn: SshConnection, tmp_path: Path) -> None:
+    outcome, _ = _run(ssh_conn, tmp_path, "echo '<x/>' > r.xml\nexit 1", junit="r.xml")
+    assert outcome.failure is FailureKind.TEST_FAILURE
+    assert (tmp_path / "artifacts" / "r.xml").read_text() == "<x/>\n"
+
+
+def test_symlink_artifacts_leading_out_are_refused(ssh_conn: SshConnection, tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    script = (
+        f"mkdir out\nln -s {outside} out/escape\nln -s /etc/passwd out/passwd\n"
+        "ln -s ok.txt out/inside\necho ok > out/ok.txt"
+    )
+    outcome, sink = _run(ssh_conn, tmp_path, script, artifacts=("out",))
+    assert outcome.failure is None
+    art = tmp_path / "artifacts" / "out"
+    assert sorted(p.name for p in art.iterdir()) == ["inside", "ok.txt"]
+    assert (art / "inside").read_text() == "ok\n"
+    assert "out/escape" in outcome.message and "out/passwd" in outcome.message
+    assert b"refused" in sink.stderr
+    assert list(outside.iterdir()) == []
+
+
+def _files(tmp_path: Path) -> list[Path]:
+    return [p for p in (tmp_path / "artifacts").rglob("*") if p.is_file()]
