@@ -1,0 +1,193 @@
+"""The `ssh` backend: run jobs on machines the user already has (`--backend ssh --host ...`).
+
+Each host runs one job at a time, so the backend's capacity is the number of hosts. One
+connection per host is opened on first use and kept for the run; a host whose connection died is
+reconnected at its next `acquire`. The work on the server itself is `ssh_exec`'s, shared with the
+Clore backend.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import re
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from runner.backends.base import Backend, OutputSink, Place, RunOutcome, RunRequest
+from runner.backends.ssh_connection import ConnectOptions, Endpoint, SshConnection, connect
+from runner.backends.ssh_exec import ExecOptions, run_job
+from runner.backends.ssh_facts import gpu_facts
+from runner.backends.ssh_keys import ClientKey, HostKeyStore
+from runner.core.model import FailureKind, Job
+from runner.errors import InfrastructureError, UsageError
+
+_HOST = re.compile(
+    r"(?:(?P<user>[A-Za-z0-9_.][A-Za-z0-9_.-]*)@)?"
+    r"(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[A-Za-z0-9_.-]+))"
+    r"(?::(?P<port>[0-9]{1,5}))?"
+)
+_DEFAULT_IDENTITIES = ("id_ed25519", "id_ecdsa", "id_rsa")
+_SHUTDOWN_WAIT_S = 5.0  # GitHub sends SIGKILL 10 s after SIGTERM; leave room for the rest
+
+
+def parse_host(text: str) -> Endpoint:
+    """`[USER@]HOST[:PORT]` (IPv6 as `[addr]`) → Endpoint; user defaults to root, port to 22."""
+    match = _HOST.fullmatch(text.strip())
+    port = int(match["port"]) if match and match["port"] else 22
+    if match is None or not 0 < port < 65536:
+        raise UsageError(
+            f"--host {text!r} is not USER@HOST[:PORT]",
+            hint="for example root@203.0.113.7:2222 or root@[2001:db8::1]:22",
+        )
+    return Endpoint(host=match["v6"] or match["host"], port=port, user=match["user"] or "root")
+
+
+def default_identity(home: Path | None = None) -> Path:
+    """The first of ~/.ssh/id_ed25519, id_ecdsa, id_rsa that exists, as `ssh` would try."""
+    ssh_dir = (home or Path.home()) / ".ssh"
+    for name in _DEFAULT_IDENTITIES:
+        if (ssh_dir / name).is_file():
+            return ssh_dir / name
+    raise UsageError("--backend ssh needs a key", hint="pass --identity KEYFILE")
+
+
+class _EitherSet:
+    """Quacks like a threading.Event for `is_set`: set when either event is."""
+
+    def __init__(self, first: threading.Event, second: threading.Event) -> None:
+        self._events = (first, second)
+
+    def is_set(self) -> bool:
+        return any(e.is_set() for e in self._events)
+
+
+class SshBackend:
+    """Backend over a fixed list of SSH hosts."""
+
+    name = "ssh"
+
+    def __init__(
+        self,
+        hosts: Sequence[Endpoint],
+        key: ClientKey,
+        connect_options: ConnectOptions = ConnectOptions(),  # noqa: B008 - frozen
+        exec_options: ExecOptions = ExecOptions(),  # noqa: B008 - frozen
+        probe_gpu: bool = True,
+    ) -> None:
+        names = [str(h) for h in hosts]
+        if not hosts:
+            raise UsageError("--backend ssh needs at least one --host USER@HOST[:PORT]")
+        if len(set(names)) != len(names):
+            raise UsageError(f"a host is listed twice: {names}")
+        self._key = key
+        self._connect_options = connect_options
+        self._exec_options = exec_options
+        self._probe_gpu = probe_gpu
+        self._host_keys = HostKeyStore()
+        self._hosts = {str(h): h for h in hosts}
+        self._free: queue.Queue[Endpoint] = queue.Queue()
+        for host in hosts:
+            self._free.put(host)
+        self._conns: dict[str, SshConnection] = {}
+        self._facts: dict[str, dict[str, str]] = {}
+        self._lock = threading.Lock()
+        self._closing = threading.Event()
+        self._running = 0
+        self._idle = threading.Condition(self._lock)
+
+    @classmethod
+    def from_flags(cls, hosts: Sequence[str], identity: Path | None) -> SshBackend:
+        """From `--host` values (and the pipeline's `hosts:`) and `--identity`."""
+        key = ClientKey.from_file(identity if identity is not None else default_identity())
+        return cls([parse_host(h) for h in hosts], key)
+
+    def capacity(self) -> int:
+        return len(self._hosts)
+
+    def acquire(self, job: Job, cancel: threading.Event) -> Place:
+        endpoint = self._take_free_host(cancel)
+        try:
+            self._ensure_connection(endpoint, cancel)
+        except BaseException:
+            self._free.put(endpoint)
+            raise
+        return Place(name=str(endpoint), facts=dict(self._facts[str(endpoint)]))
+
+    def run(
+        self, place: Place, request: RunRequest, sink: OutputSink, cancel: threading.Event
+    ) -> RunOutcome:
+        with self._lock:
+            conn = self._conns.get(place.name)
+            self._running += 1
+        try:
+            if conn is None or not conn.alive:
+                why = conn.lost_reason() if conn else f"{place.name}: not connected"
+                return RunOutcome(None, FailureKind.SERVER_LOST, why, dict(place.facts))
+            stop = _EitherSet(cancel, self._closing)
+            outcome = run_job(conn, request, sink, stop, self._exec_options)
+        finally:
+            with self._lock:
+                self._running -= 1
+                self._idle.notify_all()
+        facts = {**place.facts, **outcome.facts}
+        return RunOutcome(outcome.exit_code, outcome.failure, outcome.message, facts)
+
+    def release(self, place: Place) -> None:
+        endpoint = self._hosts[place.name]
+        with self._lock:
+            conn = self._conns.get(place.name)
+            if conn is not None and not conn.alive:
+                del self._conns[place.name]
+                conn.close()
+        self._free.put(endpoint)
+
+    def shutdown(self) -> None:
+        """Kill running jobs' process groups (briefly waited for), then close every connection."""
+        self._closing.set()
+        deadline = time.monotonic() + _SHUTDOWN_WAIT_S
+        with self._lock:
+            while self._running and time.monotonic() < deadline:
+                self._idle.wait(max(0.0, deadline - time.monotonic()))
+            conns = list(self._conns.values())
+            self._conns.clear()
+        for conn in conns:
+            conn.close()
+
+    def _take_free_host(self, cancel: threading.Event) -> Endpoint:
+        while True:
+            if cancel.is_set() or self._closing.is_set():
+                raise InfrastructureError("cancelled while waiting for a free SSH host")
+            try:
+                return self._free.get(timeout=0.2)
+            except queue.Empty:
+                continue
+
+    def _ensure_connection(self, endpoint: Endpoint, cancel: threading.Event) -> None:
+        """Connect on first use, or again after the old connection died. One job per host at a
+        time means no one else touches this host's entry meanwhile."""
+        name = str(endpoint)
+        with self._lock:
+            conn = self._conns.get(name)
+        if conn is not None and conn.alive:
+            return
+        if conn is not None:
+            conn.close()
+        conn = connect(endpoint, self._key, self._host_keys, self._connect_options, cancel)
+        facts = {"host": name, "host_key": conn.host_key_fingerprint}
+        if self._probe_gpu:
+            # GPU facts are a nicety; the job itself will show whether the host works.
+            with contextlib.suppress(InfrastructureError):
+                facts.update(gpu_facts(conn))
+        with self._lock:
+            self._conns[name] = conn
+            self._facts[name] = facts
+
+
+if TYPE_CHECKING:  # let mypy hold SshBackend to the engine's Protocol
+
+    def _is_a_backend(backend: SshBackend) -> Backend:
+        return backend

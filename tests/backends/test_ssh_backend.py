@@ -1,0 +1,167 @@
+"""The `--backend ssh` backend: hosts, one job per host, connections kept and replaced."""
+
+from __future__ import annotations
+
+import re
+import threading
+from pathlib import Path
+
+import pytest
+
+from runner.backends.base import RunOutcome
+from runner.backends.ssh import SshBackend, default_identity, parse_host
+from runner.backends.ssh_connection import ConnectOptions, Endpoint, SshConnection
+from runner.backends.ssh_exec import ExecOptions
+from runner.backends.ssh_keys import ClientKey
+from runner.core.model import FailureKind, Job
+from runner.errors import InfrastructureError, UsageError
+from tests.sshd_fixture import RecordingSink, SshServer, make_request, write_private_key
+
+JOB = Job(id="j", name="j", run="true")
+
+
+@pytest.mark.parametrize(
+    ("text", "endpoint"),
+    [
+        ("root@203.0.113.7:2222", Endpoint("203.0.113.7", 2222, "root")),
+        ("ubuntu@gpu-box.example.org", Endpoint("gpu-box.example.org", 22, "ubuntu")),
+        ("10.0.0.5", Endpoint("10.0.0.5", 22, "root")),
+        ("root@[2001:db8::1]:2200", Endpoint("2001:db8::1", 2200, "root")),
+    ],
+)
+def test_parse_host(text: str, endpoint: Endpoint) -> None:
+    assert parse_host(text) == endpoint
+
+
+@pytest.mark.parametrize(
+    "text", ["", "root@", "@host", "root@host:", "root@host:0", "root@host:70000", "a b@c", "h:x"]
+)
+def test_parse_host_rejects_malformed(text: str) -> None:
+    with pytest.raises(UsageError, match="USER@HOST") as info:
+        parse_host(text)
+    assert "root@" in info.value.hint
+
+
+def test_backend_needs_distinct_hosts(ssh_key: ClientKey) -> None:
+    with pytest.raises(UsageError, match="at least one"):
+        SshBackend([], ssh_key)
+    with pytest.raises(UsageError, match="twice"):
+        SshBackend([Endpoint("h"), Endpoint("h")], ssh_key)
+
+
+def test_default_identity_is_found_like_ssh_does(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="--identity"):
+        default_identity(tmp_path)
+    (tmp_path / ".ssh").mkdir()
+    write_private_key(tmp_path / ".ssh" / "id_rsa")
+    write_private_key(tmp_path / ".ssh" / "id_ed25519")
+    assert default_identity(tmp_path) == tmp_path / ".ssh" / "id_ed25519"
+
+
+def _backend(server: SshServer, *targets: str) -> SshBackend:
+    return SshBackend.from_flags(list(targets) or [server.target], server.client_key)
+
+
+def test_acquire_run_release_on_one_host(sshd_server: SshServer, tmp_path: Path) -> None:
+    backend = _backend(sshd_server)
+    try:
+        assert backend.capacity() == 1
+        place = backend.acquire(JOB, threading.Event())
+        assert place.name == sshd_server.target
+        assert place.facts["host_key"].startswith("SHA256:")
+        sink = RecordingSink()
+        outcome = backend.run(place, make_request("echo hi", tmp_path), sink, threading.Event())
+        assert (outcome.exit_code, outcome.failure) == (0, None)
+        assert outcome.facts["host_key"] == place.facts["host_key"]
+        assert sink.stdout == b"hi\n"
+        backend.release(place)
+    finally:
+        backend.shutdown()
+
+
+def test_a_host_runs_one_job_at_a_time(sshd_server: SshServer) -> None:
+    backend = _backend(sshd_server)
+    try:
+        place = backend.acquire(JOB, threading.Event())
+        waiter: list[object] = []
+        second = threading.Thread(
+            target=lambda: waiter.append(backend.acquire(JOB, threading.Event()))
+        )
+        second.start()
+        second.join(timeout=0.5)
+        assert second.is_alive() and waiter == []  # still waiting for the busy host
+        backend.release(place)
+        second.join(timeout=10)
+        assert [p.name for p in waiter] == [place.name]  # type: ignore[attr-defined]
+        cancelled = threading.Event()
+        cancelled.set()
+        with pytest.raises(InfrastructureError, match="cancelled"):
+            backend.acquire(JOB, cancelled)
+    finally:
+        backend.shutdown()
+
+
+def test_capacity_is_the_number_of_hosts(sshd_server: SshServer) -> None:
+    port = sshd_server.port
+    backend = _backend(sshd_server, f"root@127.0.0.1:{port}", f"root@localhost:{port}")
+    try:
+        assert backend.capacity() == 2
+        places = [backend.acquire(JOB, threading.Event()) for _ in range(2)]
+        assert {p.name for p in places} == {f"root@127.0.0.1:{port}", f"root@localhost:{port}"}
+    finally:
+        backend.shutdown()
+
+
+def test_dead_connection_is_replaced_at_next_acquire(
+    sshd_server: SshServer, tmp_path: Path
+) -> None:
+    backend = _backend(sshd_server)
+    try:
+        place = backend.acquire(JOB, threading.Event())
+        backend._conns[place.name].transport.close()  # the network dropped between jobs
+        request = make_request("true", tmp_path)
+        lost = backend.run(place, request, RecordingSink(), threading.Event())
+        assert lost.failure is FailureKind.SERVER_LOST
+        backend.release(place)
+        place = backend.acquire(JOB, threading.Event())
+        ok = backend.run(place, request, RecordingSink(), threading.Event())
+        assert ok.failure is None
+    finally:
+        backend.shutdown()
+
+
+def test_unreachable_host_fails_acquire_and_frees_the_slot(
+    ssh_key: ClientKey, sshd_server: SshServer
+) -> None:
+    quick = ConnectOptions(tries=2, backoff_s=0.01)
+    backend = SshBackend([Endpoint("127.0.0.1", 1)], ssh_key, connect_options=quick)
+    with pytest.raises(InfrastructureError, match="no SSH connection"):
+        backend.acquire(JOB, threading.Event())
+    with pytest.raises(InfrastructureError, match="no SSH connection"):
+        backend.acquire(JOB, threading.Event())  # the host was given back, not lost
+    backend.shutdown()
+
+
+def test_shutdown_kills_a_running_job(
+    sshd_server: SshServer, ssh_conn: SshConnection, tmp_path: Path
+) -> None:
+    backend = SshBackend(
+        [Endpoint("127.0.0.1", sshd_server.port)],
+        ClientKey.from_file(sshd_server.client_key),
+        exec_options=ExecOptions(kill_grace_s=0.5),
+    )
+    place = backend.acquire(JOB, threading.Event())
+    sink = RecordingSink()
+    request = make_request("sleep 300 &\necho bg=$! started\nwait", tmp_path)
+    result: list[RunOutcome] = []
+    worker = threading.Thread(
+        target=lambda: result.append(backend.run(place, request, sink, threading.Event()))
+    )
+    worker.start()
+    assert sink.wait_for(b"started")
+    backend.shutdown()
+    worker.join(timeout=10)
+    assert not worker.is_alive()
+    assert result[0].failure is FailureKind.CANCELLED
+    pid = re.search(rb"bg=(\d+)", sink.stdout).group(1).decode()  # type: ignore[union-attr]
+    assert ssh_conn.run(f"ps -o stat= -p {pid}").stdout.strip() in (b"", b"Z")
