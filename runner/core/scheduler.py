@@ -120,9 +120,10 @@ class Scheduler:
         self._now = now
         if self.run_timeout_s is not None:
             self._out.append(ScheduleTimer(now + self.run_timeout_s, ("run_timeout",)))
-        for job_id in self._order:
-            if self._pending[job_id] == 0:
-                self._needs_done(job_id, now)
+        # Take the roots first: settling one (a failure() job skipped at once) readies its
+        # dependents, which must not be queued a second time by this loop.
+        for job_id in [i for i in self._order if self._pending[i] == 0]:
+            self._needs_done(job_id, now)
         return self._flush(now)
 
     def handle(self, event: Event, now: float) -> list[Command]:
