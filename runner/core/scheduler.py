@@ -184,7 +184,7 @@ class Scheduler:
             job_id = token[1]
             if job_id not in self._results and job_id not in self._running:
                 heapq.heappush(self._ready, (self._key[job_id], job_id))
-        elif kind == "run_timeout":
+        elif kind == "run_timeout" and not self.done:  # a run that finished did not time out
             self._timed_out = True
             self._cancel(f"the run timed out after {self.run_timeout_s or 0:g} s")
 
