@@ -53,6 +53,7 @@ def simulate(
     running: dict[str, tuple[int, float]] = {}  # job -> (attempt, start)
     starts: list[tuple[float, str]] = []
     max_running = 0
+    interrupted = False  # the cancel came before the run finished (the engine's flag)
     now = start_time
 
     def push(at: float, event: Event) -> None:
@@ -83,8 +84,10 @@ def simulate(
             if current is None or current[0] != event.attempt.number:
                 continue  # already killed and reported
             del running[event.job_id]
+        interrupted = interrupted or isinstance(event, CancelRequested)
         apply(core.handle(event, now))
-    return SimulationResult(now - start_time, core.results(), core.status(), max_running, starts)
+    status = core.status(interrupted)
+    return SimulationResult(now - start_time, core.results(), status, max_running, starts)
 
 
 def _finish(
