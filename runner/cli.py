@@ -23,6 +23,7 @@ from runner.errors import CloreRunError, UsageError
 from runner.plan import build_plan, render_plan
 from runner.report import load_summary
 from runner.report.comment_cmd import register as register_comment
+from runner.report.github_actions import mask_secrets
 from runner.run_command import RunOptions, execute, select_jobs
 from runner.spec.loader import load_pipeline
 from runner.spec.models import PipelineSchema
@@ -191,6 +192,7 @@ def _click_exit_code(exc: Exception) -> int | None:
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app inside the one error boundary."""
+    mask_secrets()  # before anything else is printed
     args = _insert_run(list(sys.argv[1:] if argv is None else argv))
     command = typer.main.get_command(app)
     try:

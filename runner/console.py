@@ -10,10 +10,12 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import TextIO
 
 from runner.backends.base import Stream
 from runner.core.model import Job, JobResult, JobStatus
+from runner.report.github_actions import print_log_group
 
 CONSOLE_CAP_BYTES = 1 << 20  # per job; the rest is in logs/<job>.log
 _MARK = {
@@ -28,16 +30,25 @@ _MARK = {
 
 class Console:
     def __init__(
-        self, stream: TextIO | None = None, *, total_jobs: int = 0, live: bool | None = None
+        self,
+        stream: TextIO | None = None,
+        *,
+        total_jobs: int = 0,
+        live: bool | None = None,
+        grouped_logs: Path | None = None,
     ) -> None:
+        """`grouped_logs`: in GitHub Actions, the logs folder; each job's log is then printed
+        in a collapsible group when the job ends, instead of line by line."""
         self.stream = stream or sys.stdout
         self.live = self.stream.isatty() if live is None else live
+        self.grouped_logs = grouped_logs
         self.total = total_jobs
         self._lock = threading.Lock()
         self._partial: dict[tuple[str, Stream], bytes] = {}
         self._printed: dict[str, int] = {}
         self._running: dict[str, float] = {}
         self._done = 0
+        self._broken = False
         self._t0 = time.monotonic()
 
     # -- events ----------------------------------------------------------------------------
@@ -56,6 +67,12 @@ class Console:
         with self._lock:
             self._running.pop(job.id, None)
             self._done += 1
+            log = self.grouped_logs / f"{job.id}.log" if self.grouped_logs else None
+            if log is not None and log.exists() and not self._broken:
+                try:
+                    print_log_group(f"{job.name}: {_MARK[result.status]}", log, self.stream)
+                except (OSError, ValueError):
+                    self._broken = True
             self._print(f"[{job.id}] {_MARK[result.status]}{took}{why}")
 
     def notice(self, text: str) -> None:
@@ -65,6 +82,8 @@ class Console:
     # -- output ----------------------------------------------------------------------------
 
     def output(self, job: Job, stream: Stream, data: bytes) -> None:
+        if self.grouped_logs is not None:
+            return  # printed whole, in a group, when the job ends
         with self._lock:
             shown = self._printed.get(job.id, 0)
             if shown >= CONSOLE_CAP_BYTES:
@@ -89,12 +108,19 @@ class Console:
     # -- drawing (called with the lock held) -----------------------------------------------
 
     def _print(self, text: str) -> None:
-        if self.live:
-            self.stream.write("\r\x1b[K")
-        self.stream.write(text + "\n")
-        if self.live:
-            self.stream.write(self._status_line())
-        self.stream.flush()
+        if self._broken:
+            return
+        try:
+            if self.live:
+                self.stream.write("\r\x1b[K")
+            self.stream.write(text + "\n")
+            if self.live:
+                self.stream.write(self._status_line())
+            self.stream.flush()
+        except (OSError, ValueError):
+            # A closed terminal or pipe (`| head`) must not fail the jobs: the logs and reports
+            # still get everything.
+            self._broken = True
 
     def _status_line(self) -> str:
         elapsed = time.monotonic() - self._t0

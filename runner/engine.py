@@ -31,6 +31,7 @@ from runner.core.events import (
     TimerFired,
 )
 from runner.core.model import Attempt, FailureKind, Job, Pipeline, RunRecord
+from runner.core.retry import backoff_s
 from runner.core.scheduler import Scheduler
 from runner.errors import CloreRunError
 from runner.joblog import JobLog
@@ -48,6 +49,7 @@ class EngineOptions:
     workspace_files: tuple[str, ...] = ()
     extra_env: Mapping[str, str] = field(default_factory=dict)
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    backoff: Callable[[int], float] = backoff_s  # seconds before retry n (tests shorten it)
 
 
 class Engine:
@@ -83,7 +85,12 @@ class Engine:
 
     def run(self) -> RunRecord:
         started_at = self.clock()
-        core = Scheduler(self.pipeline.jobs, self.options.capacity, self.pipeline.timeout_s)
+        core = Scheduler(
+            self.pipeline.jobs,
+            self.options.capacity,
+            self.pipeline.timeout_s,
+            self.options.backoff,
+        )
         try:
             self._apply(core.start(started_at), started_at)
             while not core.done:

@@ -22,9 +22,10 @@ from runner.backends.base import Backend
 from runner.console import Console
 from runner.core import graph
 from runner.core.model import Pipeline, RunRecord, RunStatus
+from runner.core.retry import backoff_s
 from runner.engine import Engine, EngineOptions
 from runner.errors import UsageError
-from runner.report import write_reports
+from runner.report import github_actions, write_reports
 from runner.spec.diagnostics import did_you_mean
 from runner.workspace import workspace_files
 
@@ -44,6 +45,7 @@ class RunOptions:
     jobs: Sequence[str] = ()
     workspace_root: Path | None = None  # default: the current directory
     baseline: dict[str, Any] | None = None
+    backoff: Callable[[int], float] = backoff_s
 
 
 def select_jobs(pipeline: Pipeline, names: Sequence[str]) -> Pipeline:
@@ -127,18 +129,24 @@ def execute(
         cap = min(cap, backend_cap)
     root = (options.workspace_root or Path.cwd()).resolve()
     files = workspace_files(root) if any(j.workspace for j in pipeline.jobs) else ()
-    console = Console(stream or sys.stdout, total_jobs=len(pipeline.jobs))
+    in_actions = github_actions.is_active()
+    console = Console(
+        stream or sys.stdout,
+        total_jobs=len(pipeline.jobs),
+        grouped_logs=options.out_dir / "logs" if in_actions else None,
+    )
     with output_folder(options.out_dir):
         engine = Engine(
             pipeline,
             backend,
-            EngineOptions(options.out_dir, cap, root, files),
+            EngineOptions(options.out_dir, cap, root, files, backoff=options.backoff),
             console,
         )
         with stop_on_signals(engine.cancel):
             record = engine.run()
         console.close()
         paths = write_reports(options.out_dir, record, options.baseline)
+        github_actions.publish(paths)
     for warning in paths.warnings:
         console.notice(f"warning: {warning}")
     console.notice(

@@ -12,7 +12,7 @@ commands. The real engine and the simulator drive the same code.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, replace
 
 from runner.core import graph
@@ -60,12 +60,17 @@ class Scheduler:
     """Schedules one run. Call `start(now)` once, then `handle(event, now)` per event."""
 
     def __init__(
-        self, jobs: Sequence[Job], capacity: int, run_timeout_s: float | None = None
+        self,
+        jobs: Sequence[Job],
+        capacity: int,
+        run_timeout_s: float | None = None,
+        backoff: Callable[[int], float] = backoff_s,
     ) -> None:
         if capacity < 1:
             raise ValueError("capacity must be at least 1")
         self.capacity = capacity
         self.run_timeout_s = run_timeout_s
+        self._backoff = backoff
         self._jobs = {j.id: j for j in jobs}
         self._order = [j.id for j in jobs]
         needs = {j.id: j.needs for j in jobs}
@@ -160,7 +165,7 @@ class Scheduler:
             else:
                 self._infra_used[job_id] += 1
             failures = len(self._attempts[job_id])
-            self._out.append(ScheduleTimer(now + backoff_s(failures), ("retry", job_id)))
+            self._out.append(ScheduleTimer(now + self._backoff(failures), ("retry", job_id)))
             return
         reason = attempt.message or kind.value
         self._finalize(job_id, rule.final_status, reason)

@@ -1,0 +1,70 @@
+"""Ctrl-C and SIGTERM: jobs killed, reports written, exit 130, well within GitHub's 7.5 s."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.processes import alive
+
+PIPELINE = """\
+jobs:
+  long:
+    workspace: false
+    run: |
+      sleep 300 &
+      echo $! > {pidfile}
+      echo ready
+      wait
+  after: {{needs: long, run: echo never}}
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_signal_cancels_cleanly(tmp_path: Path, sig: signal.Signals) -> None:
+    pidfile = tmp_path / "child.pid"
+    pipeline = tmp_path / "p.yml"
+    pipeline.write_text(PIPELINE.format(pidfile=pidfile))
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "runner",
+            "run",
+            str(pipeline),
+            "--backend",
+            "local",
+            "--out",
+            str(out),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        cwd=tmp_path,
+    )
+    assert proc.stdout is not None
+    for line in proc.stdout:  # blocks until the job has really started
+        if b"[long] ready" in line:
+            break
+    sent = time.monotonic()
+    proc.send_signal(sig)
+    code = proc.wait(timeout=15)
+    took = time.monotonic() - sent
+    rest = proc.stdout.read().decode()
+    assert code == 130, rest
+    assert took < 7.0
+    assert "Traceback" not in rest
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "interrupted"
+    assert {j["id"]: j["status"] for j in summary["jobs"]} == {
+        "long": "cancelled",
+        "after": "cancelled",
+    }
+    child = int(pidfile.read_text())
+    assert not alive(child)

@@ -1,0 +1,300 @@
+"""`clore-run run --backend local` end to end: statuses, faults, limits and reports."""
+
+from __future__ import annotations
+
+import io
+import json
+import textwrap
+import threading
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from runner.backends.base import OutputSink, Place, RunOutcome, RunRequest
+from runner.backends.local import LocalBackend
+from runner.core.model import Job, JobStatus, Pipeline, RunRecord
+from runner.errors import UsageError
+from runner.run_command import RunOptions, execute, output_folder, select_jobs
+from runner.spec.loader import parse_pipeline
+from tests.processes import alive
+
+
+def pipeline_of(text: str, environ: dict[str, str] | None = None) -> Pipeline:
+    return parse_pipeline(textwrap.dedent(text), "p.yml", environ or {})
+
+
+def run(
+    tmp_path: Path, text: str, backend: LocalBackend | None = None, **opts: object
+) -> tuple[RunRecord, int, dict[str, JobStatus]]:
+    out = tmp_path / "out"
+    options = RunOptions(out_dir=out, workspace_root=tmp_path / "ws", backoff=lambda n: 0.01)
+    (tmp_path / "ws").mkdir(exist_ok=True)
+    for key, value in opts.items():
+        setattr(options, key, value)
+    record, code = execute(pipeline_of(text), backend or LocalBackend(), options, io.StringIO())
+    return record, code, {r.job_id: r.status for r in record.results}
+
+
+def test_every_status_and_the_skip_cascade(tmp_path: Path) -> None:
+    record, code, status = run(
+        tmp_path,
+        """\
+        jobs:
+          ok: {run: echo hi}
+          bad: {run: exit 3}
+          missing: {run: no-such-command-xyz}
+          segv: {run: kill -SEGV $$}
+          slow: {run: sleep 30, timeout-minutes: 0.01}
+          after: {needs: bad, run: echo never}
+          after2: {needs: after, run: echo never}
+          cleanup: {needs: bad, if: always(), run: echo cleanup}
+          onfail: {needs: bad, if: failure(), run: echo onfail}
+          notfail: {needs: ok, if: failure(), run: echo never}
+        """,
+    )
+    assert code == 1
+    assert status == {
+        "ok": JobStatus.PASSED,
+        "bad": JobStatus.FAILED,
+        "missing": JobStatus.FAILED,
+        "segv": JobStatus.FAILED,
+        "slow": JobStatus.TIMED_OUT,
+        "after": JobStatus.SKIPPED,
+        "after2": JobStatus.SKIPPED,
+        "cleanup": JobStatus.PASSED,
+        "onfail": JobStatus.PASSED,
+        "notfail": JobStatus.SKIPPED,
+    }
+    by_id = {r.job_id: r for r in record.results}
+    assert by_id["bad"].exit_code == 3
+    assert by_id["missing"].reason == "exit code 127 (command not found)"
+    assert by_id["segv"].reason == "killed by signal SIGSEGV"
+    assert by_id["after"].reason == "needs 'bad', which failed"
+    assert by_id["after2"].reason == "needs 'after', which was skipped"
+    assert by_id["slow"].attempts[0].duration_s < 10
+
+
+def test_reports_are_written_and_valid(tmp_path: Path) -> None:
+    run(tmp_path, "jobs:\n  a: {run: echo out-a}\n  b: {needs: a, run: exit 2}\n")
+    out = tmp_path / "out"
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "failed"
+    jobs = {j["id"]: j for j in summary["jobs"]}
+    assert jobs["a"]["status"] == "passed" and jobs["b"]["exit_code"] == 2
+    for key in ("id", "name", "status", "reason", "attempts", "duration_s", "cost_usd", "server"):
+        assert key in jobs["b"]
+    root = ET.parse(out / "junit.xml").getroot()
+    assert root.tag == "testsuites" and root.get("failures") == "1"
+    assert b"out-a" in (out / "logs" / "a.log").read_bytes()
+    assert "b" in (out / "summary.md").read_text()
+
+
+def test_env_workspace_and_artifacts(tmp_path: Path) -> None:
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / "data.txt").write_text("payload")
+    run(
+        tmp_path,
+        """\
+        env: {A: "from pipeline", B: pipeline}
+        jobs:
+          with-ws:
+            env: {B: "job value with 'quotes' and $dollar"}
+            run: |
+              cat data.txt > seen.txt
+              echo "$A|$B|$CLORE_RUN_JOB|$CLORE_RUN_ATTEMPT" >> seen.txt
+            artifacts: [seen.txt]
+          no-ws:
+            workspace: false
+            run: ls -A > listing.txt
+            artifacts: [listing.txt, "../escape.txt", nothing-*.bin]
+        """,
+    )
+    art = tmp_path / "out" / "artifacts"
+    assert (art / "with-ws" / "seen.txt").read_text() == (
+        "payloadfrom pipeline|job value with 'quotes' and $dollar|with-ws|1\n"
+    )
+    assert (art / "no-ws" / "listing.txt").read_text() == "listing.txt\n"
+    log = (tmp_path / "out" / "logs" / "no-ws.log").read_text()
+    assert "'../escape.txt' ignored" in log and "'nothing-*.bin' matched no file" in log
+
+
+def test_retry_passes_on_second_attempt(tmp_path: Path) -> None:
+    flag = tmp_path / "flag"
+    record, code, status = run(
+        tmp_path,
+        f"""\
+        jobs:
+          flaky:
+            retries: 2
+            run: test -f {flag} || {{ touch {flag}; exit 1; }}
+        """,
+    )
+    assert code == 0 and status["flaky"] is JobStatus.PASSED
+    attempts = record.results[0].attempts
+    assert [a.exit_code for a in attempts] == [1, 0]
+    log = (tmp_path / "out" / "logs" / "flaky.log").read_text()
+    assert "attempt 1 test_failure" in log and "attempt 2 passed" in log
+
+
+def test_timeout_kills_background_children(tmp_path: Path) -> None:
+    pidfile = tmp_path / "child.pid"
+    _, _, status = run(
+        tmp_path,
+        f"""\
+        jobs:
+          hang:
+            timeout-minutes: 0.01
+            run: |
+              sleep 300 &
+              echo $! > {pidfile}
+              sleep 300
+        """,
+    )
+    assert status["hang"] is JobStatus.TIMED_OUT
+    assert not alive(int(pidfile.read_text()))
+
+
+def test_daemon_left_by_a_passing_job_is_killed(tmp_path: Path) -> None:
+    pidfile = tmp_path / "daemon.pid"
+    _, code, _ = run(tmp_path, f"jobs:\n  d: {{run: 'sleep 300 & echo $! > {pidfile}'}}\n")
+    assert code == 0
+    assert not alive(int(pidfile.read_text()))
+
+
+def test_big_streams_on_both_pipes_do_not_hang(tmp_path: Path) -> None:
+    _, code, _ = run(
+        tmp_path,
+        """\
+        jobs:
+          loud:
+            run: |
+              head -c 100000000 /dev/zero >&2 &
+              head -c 50000000 /dev/zero
+              wait
+              printf 'end\\xff\\xfe\\n'
+        """,
+    )
+    assert code == 0
+    log = (tmp_path / "out" / "logs" / "loud.log").read_bytes()
+    assert log.count(b"\0") == 150_000_000
+    assert b"end\xff\xfe\n" in log
+
+
+def test_run_timeout_cancels_everything(tmp_path: Path) -> None:
+    record, code, status = run(
+        tmp_path,
+        """\
+        timeout-minutes: 0.01
+        jobs:
+          long: {run: sleep 60}
+          next: {needs: long, run: echo never}
+        """,
+    )
+    assert code == 1
+    assert status == {"long": JobStatus.CANCELLED, "next": JobStatus.CANCELLED}
+    assert "timed out" in record.results[0].reason
+
+
+class RecordingBackend(LocalBackend):
+    """Counts attempts running at once and the order they started in."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lock = threading.Lock()
+        self.now = 0
+        self.peak = 0
+        self.order: list[str] = []
+        self.started = threading.Event()
+
+    def run(
+        self, place: Place, request: RunRequest, sink: OutputSink, cancel: threading.Event
+    ) -> RunOutcome:
+        with self.lock:
+            self.now += 1
+            self.peak = max(self.peak, self.now)
+            self.order.append(request.job.id)
+        self.started.set()
+        try:
+            return super().run(place, request, sink, cancel)
+        finally:
+            with self.lock:
+                self.now -= 1
+
+
+def test_concurrency_cap_is_reached_and_never_exceeded(tmp_path: Path) -> None:
+    backend = RecordingBackend()
+    jobs = "".join(f"  j{i}: {{run: sleep 0.2, workspace: false}}\n" for i in range(10))
+    _, code, _ = run(tmp_path, "concurrency: 3\njobs:\n" + jobs, backend)
+    assert code == 0 and backend.peak == 3
+
+
+def test_priority_order_with_one_slot(tmp_path: Path) -> None:
+    backend = RecordingBackend()
+    run(
+        tmp_path,
+        """\
+        concurrency: 1
+        jobs:
+          low: {priority: low, run: "true"}
+          normal: {run: "true"}
+          urgent: {priority: urgent, run: "true"}
+          high: {priority: high, run: "true"}
+        """,
+        backend,
+    )
+    assert backend.order == ["urgent", "high", "normal", "low"]
+
+
+def test_cancel_kills_running_and_cancels_pending(tmp_path: Path) -> None:
+    from runner.console import Console
+    from runner.engine import Engine, EngineOptions
+
+    backend = RecordingBackend()
+    pipeline = pipeline_of("jobs:\n  a: {run: sleep 60}\n  b: {needs: a, run: echo never}\n")
+    engine = Engine(pipeline, backend, EngineOptions(tmp_path, 2), Console(io.StringIO()))
+    holder: list[RunRecord] = []
+    worker = threading.Thread(target=lambda: holder.append(engine.run()))
+    worker.start()
+    assert backend.started.wait(10)
+    engine.cancel("interrupted by SIGINT")
+    worker.join(15)
+    record = holder[0]
+    assert record.status.value == "interrupted"
+    assert [(r.job_id, r.status) for r in record.results] == [
+        ("a", JobStatus.CANCELLED),
+        ("b", JobStatus.CANCELLED),
+    ]
+
+
+def test_select_jobs_keeps_what_they_need() -> None:
+    pipeline = pipeline_of(
+        """\
+        jobs:
+          a: {run: x}
+          b: {needs: a, run: x}
+          c: {run: x}
+          m: {needs: b, strategy: {matrix: {n: [1, 2]}}, run: x}
+        """
+    )
+    assert [j.id for j in select_jobs(pipeline, ["m"]).jobs] == ["a", "b", "m-1", "m-2"]
+    assert [j.id for j in select_jobs(pipeline, ["m-2"]).jobs] == ["a", "b", "m-2"]
+    with pytest.raises(UsageError, match=r"unknown job 'bb'.*did you mean 'b'"):
+        select_jobs(pipeline, ["bb"])
+
+
+def test_unwritable_out(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(UsageError, match="cannot write there"):
+        run(tmp_path, "jobs:\n  a: {run: x}\n", out_dir=blocker / "out")
+
+
+def test_two_runs_into_the_same_out(tmp_path: Path) -> None:
+    with output_folder(tmp_path / "out"), pytest.raises(UsageError, match="another clore-run"):
+        run(tmp_path, "jobs:\n  a: {run: x}\n")
+
+
+def test_job_model_defaults_for_local_runs() -> None:
+    job = pipeline_of("jobs:\n  a: {run: x}\n").jobs[0]
+    assert isinstance(job, Job) and job.timeout_s == 3600 and job.workspace is True
