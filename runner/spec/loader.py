@@ -266,9 +266,8 @@ class _PipelineBuilder:
         for d in drafts:
             by_key.setdefault(d.key, []).append(d.id)
         self._check_unique_ids(drafts)
-        for d in drafts:
-            for need in d.spec.needs or []:
-                d.needs.extend(i for i in by_key[need] if i not in d.needs)
+        for d in drafts:  # dict.fromkeys: first-seen order, no duplicates, linear time
+            d.needs = list(dict.fromkeys(i for need in d.spec.needs or [] for i in by_key[need]))
         if self.problems:
             return []
         cycle = graph.find_cycle({d.id: d.needs for d in drafts})
