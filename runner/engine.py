@@ -14,6 +14,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Hashable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -72,7 +73,10 @@ class Engine:
         self._timers: list[tuple[float, int, Hashable]] = []
         self._seq = itertools.count()
         self._kill: dict[str, threading.Event] = {}
-        self._threads: list[threading.Thread] = []
+        # A pool sized to the cap: starting a thread per attempt costs milliseconds under a
+        # busy GIL, which dominated short jobs.
+        self._pool = ThreadPoolExecutor(max(1, options.capacity), thread_name_prefix="job")
+        self._futures: list[Future[None]] = []
         self._started: dict[str, tuple[int, float]] = {}  # job -> (attempt, start time)
         self._jobs = {j.id: j for j in pipeline.jobs}
         self.interrupted = False
@@ -165,14 +169,8 @@ class Engine:
         self._kill[job.id] = kill
         self._started[job.id] = (cmd.attempt, now)
         self.console.job_started(job, cmd.attempt)
-        worker = threading.Thread(
-            target=self._work,
-            args=(job, cmd.attempt, cmd.timeout_s, kill),
-            daemon=True,
-            name=f"job-{job.id}",
-        )
-        self._threads.append(worker)
-        worker.start()
+        self._futures = [f for f in self._futures if not f.done()]
+        self._futures.append(self._pool.submit(self._work, job, cmd.attempt, cmd.timeout_s, kill))
 
     def _work(self, job: Job, number: int, timeout_s: float, kill: threading.Event) -> None:
         began = self.clock()
@@ -233,6 +231,5 @@ class Engine:
         )
 
     def _settle_threads(self) -> None:
-        deadline = time.monotonic() + CANCEL_GRACE_S
-        for worker in self._threads:
-            worker.join(timeout=max(0.0, deadline - time.monotonic()))
+        wait(self._futures, timeout=CANCEL_GRACE_S)
+        self._pool.shutdown(wait=False, cancel_futures=True)

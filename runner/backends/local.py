@@ -44,18 +44,18 @@ class LocalBackend:
         with self._lock:
             self._serial += 1
             serial = self._serial
-        folder = self._root / f"{job.id}-{serial}"
-        (folder / "work").mkdir(parents=True)
-        return Place(name="localhost", facts={"workdir": str(folder / "work")})
+        workdir = self._root / f"{job.id}-{serial}"
+        workdir.mkdir()
+        return Place(name="localhost", facts={"workdir": str(workdir)})
 
     def run(
         self, place: Place, request: RunRequest, sink: OutputSink, cancel: threading.Event
     ) -> RunOutcome:
-        folder = Path(place.facts["workdir"]).parent
-        workdir = folder / "work"
+        workdir = Path(place.facts["workdir"])
         if request.workspace_root is not None:
             copy_workspace(request.workspace_root, request.workspace_files, workdir)
-        script = folder / "script.sh"
+        # Beside the workdir, not in it: the job's folder holds only the workspace and its output.
+        script = _script_path(workdir)
         script.write_text(request.job.run, encoding="utf-8")
         env = {**os.environ, **request.env}
         outcome = _run_process(
@@ -72,10 +72,16 @@ class LocalBackend:
         return outcome
 
     def release(self, place: Place) -> None:
-        shutil.rmtree(Path(place.facts["workdir"]).parent, ignore_errors=True)
+        workdir = Path(place.facts["workdir"])
+        shutil.rmtree(workdir, ignore_errors=True)
+        _script_path(workdir).unlink(missing_ok=True)
 
     def shutdown(self) -> None:
         shutil.rmtree(self._root, ignore_errors=True)
+
+
+def _script_path(workdir: Path) -> Path:
+    return workdir.with_name(workdir.name + ".sh")
 
 
 def _run_process(

@@ -47,6 +47,8 @@ def _mark(node: yaml.Node) -> tuple[int, int]:
     return node.start_mark.line + 1, node.start_mark.column + 1
 
 
+# libyaml when PyYAML was built with it: the same nodes and marks, parsed faster.
+_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 MAX_NODES = 200_000
 MAX_DEPTH = 64
 
@@ -135,7 +137,7 @@ class _Builder:
 def parse_yaml(text: str, file: str) -> Source:
     """Parse `text`; raise SpecError with located problems (syntax, duplicates, empty)."""
     source = Source(file=file, data=None)
-    loader = yaml.SafeLoader(text)
+    loader = _LOADER(text)
     try:
         root = loader.get_single_node()
         if root is None:
@@ -143,7 +145,7 @@ def parse_yaml(text: str, file: str) -> Source:
         builder = _Builder(source, loader)
         source.data = builder.build(root)
     except yaml.MarkedYAMLError as exc:
-        raise SpecError([_syntax_diagnostic(exc, file)]) from None
+        raise SpecError([_syntax_diagnostic(exc, file, text)]) from None
     except yaml.YAMLError as exc:
         raise SpecError([Diagnostic(file, 1, 1, (), f"not valid YAML: {exc}")]) from None
     finally:
@@ -153,7 +155,7 @@ def parse_yaml(text: str, file: str) -> Source:
     return source
 
 
-def _syntax_diagnostic(exc: yaml.MarkedYAMLError, file: str) -> Diagnostic:
+def _syntax_diagnostic(exc: yaml.MarkedYAMLError, file: str, text: str) -> Diagnostic:
     problem = exc.problem or "syntax error"
     # At the end of the stream the problem mark is useless; the context (an opening quote or
     # bracket) is where the user has to look.
@@ -163,9 +165,16 @@ def _syntax_diagnostic(exc: yaml.MarkedYAMLError, file: str) -> Diagnostic:
     )
     line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
     hint = ""
-    if "\\t" in problem or "\t" in problem or "tab" in problem:
+    if _char_at(text, line, col) == "\t" or "\\t" in problem or "\t" in problem:
         hint = "indent with spaces, not tabs"
     elif exc.context and "quoted" in exc.context:
         hint = "close the quote"
     what = f"{exc.context}, {problem}" if exc.context else problem
     return Diagnostic(file, line, col, (), f"not valid YAML: {what}", hint)
+
+
+def _char_at(text: str, line: int, col: int) -> str:
+    lines = text.splitlines()
+    if 1 <= line <= len(lines) and 1 <= col <= len(lines[line - 1]):
+        return lines[line - 1][col - 1]
+    return ""
