@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -324,7 +325,7 @@ class _PipelineBuilder:
             retries=pick("retries") or 0,
             gpu=_gpu(spec, defaults),
             image=pick("image"),
-            env={**pipeline_env, **(defaults.env or {}), **(spec.env or {})},
+            env=MappingProxyType({**pipeline_env, **(defaults.env or {}), **(spec.env or {})}),
             workspace=pick("workspace") if pick("workspace") is not None else True,
             artifacts=tuple(pick("artifacts") or ()),
             junit=pick("junit"),
@@ -332,7 +333,9 @@ class _PipelineBuilder:
             not_before=not_before.timestamp() if not_before is not None else None,
             continue_on_error=bool(pick("continue_on_error")),
             group=d.key,
-            matrix={k: matrix_mod.instance_label({k: v}) for k, v in d.combo.items()},
+            matrix=MappingProxyType(
+                {k: matrix_mod.instance_label({k: v}) for k, v in d.combo.items()}
+            ),
             fail_fast=d.fail_fast,
             estimate_s=float(estimate) * 60 if estimate else None,
             location=Location(self.source.file, line, col),
