@@ -12,6 +12,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -46,7 +47,7 @@ UseDNS no
 MaxSessions 50
 MaxStartups 50:30:100
 Subsystem sftp internal-sftp
-SetEnv HOME={dir}/home
+SetEnv HOME={dir}/home PATH={path}
 LogLevel ERROR
 """
 
@@ -168,7 +169,7 @@ def start_sshd(folder: Path, client_key: Path | None = None, port: int | None = 
     for _ in range(5):  # a free port can be taken between our probe and sshd's bind
         chosen = port or free_port()
         config = folder / "sshd_config"
-        config.write_text(_CONFIG.format(port=chosen, dir=folder))
+        config.write_text(_CONFIG.format(port=chosen, dir=folder, path=_session_path()))
         process = subprocess.Popen(
             [SSHD, "-D", "-e", "-f", str(config)],
             stdin=subprocess.DEVNULL,
@@ -189,6 +190,13 @@ def _public_line(private_key: Path) -> str:
         serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
     )
     return public.decode()
+
+
+def _session_path() -> str:
+    """PATH for sessions: the tests' own Python first, so jobs on this loopback "server" find
+    the same python3 (and pytest) as a job run with --backend local does."""
+    system = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+    return f"{Path(sys.executable).parent}:{system}"
 
 
 def _ensure_privsep_dir() -> None:

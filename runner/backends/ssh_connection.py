@@ -161,14 +161,15 @@ def connect(
     changed host key is not, since trying again cannot change the answer.
     """
     delay = options.backoff_s
-    for attempt in range(1, options.tries + 1):
+    tries = max(1, options.tries)
+    for attempt in range(1, tries + 1):
         try:
             return _connect_once(endpoint, key, host_keys, options)
         except InfrastructureError:
             raise
         except (OSError, paramiko.SSHException, EOFError) as exc:
             last = exc
-        if attempt == options.tries:
+        if attempt == tries:
             break
         if cancel is not None and cancel.wait(delay):
             raise InfrastructureError(f"{endpoint}: connecting was cancelled")
@@ -176,7 +177,7 @@ def connect(
             time.sleep(delay)
         delay = min(delay * 2, options.max_backoff_s)
     raise InfrastructureError(
-        f"{endpoint}: no SSH connection after {options.tries} tries: {_describe(last)}",
+        f"{endpoint}: no SSH connection after {tries} tries: {_describe(last)}",
         hint="check the host and port, and that sshd runs there",
     )
 
