@@ -160,7 +160,10 @@ class RemoteJob:
         out: list[bytes] = []
         err: list[bytes] = []
         try:
-            _stream_in(chan, lambda send: write_tar(send, self._entries()))
+            try:
+                _stream_in(chan, lambda send: write_tar(send, self._entries()))
+            except OSError as exc:
+                raise InfrastructureError(f"workspace upload stopped: {exc}") from exc
             pump(chan, out.append, err.append, lambda: False)
             code = exit_status(chan, wait_s=self.options.drain_s)
         finally:
@@ -294,7 +297,9 @@ def _stream_in(
         produce(chan.sendall)
         chan.shutdown_write()
     except OSError:
-        pass  # the exit code and stderr, read next, say why
+        if not chan.closed:
+            raise  # our side failed: a workspace file could not be read
+        # else the remote side ended early: its exit code and stderr, read next, say why
 
 
 def _extract(reader: ChannelReader, request: RunRequest) -> ExtractReport | str:

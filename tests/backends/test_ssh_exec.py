@@ -170,6 +170,18 @@ def test_workspace_upload_brings_exact_content(ssh_conn: SshConnection, tmp_path
     assert lines[-1] == "hi"  # the executable bit came along
 
 
+def test_unreadable_workspace_file_is_named_in_the_failure(
+    ssh_conn: SshConnection, tmp_path: Path
+) -> None:
+    (tmp_path / "ws").mkdir()
+    outcome, sink = _run(
+        ssh_conn, tmp_path, "echo ran", workspace=tmp_path / "ws", files=("gone.txt",)
+    )
+    assert outcome.failure is FailureKind.SSH_FAILED
+    assert "gone.txt" in outcome.message
+    assert b"ran" not in sink.stdout
+
+
 def test_workspace_false_gives_an_empty_folder(ssh_conn: SshConnection, tmp_path: Path) -> None:
     outcome, sink = _run(ssh_conn, tmp_path, "ls -A | wc -l")
     assert outcome.failure is None
