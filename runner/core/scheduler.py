@@ -215,8 +215,11 @@ class Scheduler:
             return
         job = self._jobs[job_id]
         bad = [n for n in job.needs if n in self._tainted]
-        if job.condition is Condition.SUCCESS and bad:
-            need = bad[0]
+        # As in GitHub Actions, success() needs every need to have passed: a need that was
+        # skipped for any reason (also a failure() job with nothing to handle) skips it too.
+        unmet = [n for n in job.needs if not self._succeeded(n)]
+        if job.condition is Condition.SUCCESS and unmet:
+            need = unmet[0]
             word = _WORD.get(self._results[need].status, "failed")
             self._finalize(job_id, JobStatus.SKIPPED, f"needs '{need}', which {word}")
             return
@@ -229,6 +232,12 @@ class Scheduler:
             self._out.append(ScheduleTimer(job.not_before, ("not_before", job_id)))
             return
         heapq.heappush(self._ready, (self._key[job_id], job_id))
+
+    def _succeeded(self, job_id: str) -> bool:
+        status = self._results[job_id].status
+        return status is JobStatus.PASSED or (
+            self._jobs[job_id].continue_on_error and status in _BAD
+        )
 
     def _finalize(self, job_id: str, status: JobStatus, reason: str) -> None:
         job = self._jobs[job_id]

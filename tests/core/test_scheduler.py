@@ -581,11 +581,20 @@ def test_not_before_already_passed_when_needs_finish() -> None:
     assert ("not_before", "b") not in [t.token for t in timers(out)]
 
 
+def test_a_need_skipped_for_nothing_to_handle_skips_success_jobs() -> None:
+    """As in GitHub Actions: success() wants every need passed, not merely none failed."""
+    jobs = pipeline(job("on-fail", condition=Condition.FAILURE), job("b", "on-fail"))
+    sim = simulate(jobs, 1, outcomes({}))
+    by_id = {r.job_id: r for r in sim.results}
+    assert by_id["b"].status is JobStatus.SKIPPED
+    assert by_id["b"].reason == "needs 'on-fail', which was skipped"
+
+
 def test_not_before_timer_is_asked_for_once() -> None:
     # b becomes ready during start() because its only need is skipped at once
     jobs = pipeline(
         job("on-fail", condition=Condition.FAILURE),
-        job("b", "on-fail", not_before=50.0),
+        job("b", "on-fail", not_before=50.0, condition=Condition.ALWAYS),
     )
     out = Scheduler(jobs, 1).start(0.0)
     assert [t.token for t in timers(out)] == [("not_before", "b")]
@@ -596,7 +605,7 @@ def test_a_job_readied_during_start_is_queued_once() -> None:
     jobs = pipeline(
         job("on-fail", condition=Condition.FAILURE),  # skipped at start: nothing failed
         job("first", priority=Priority.HIGH),
-        job("b", "on-fail", retries=1),
+        job("b", "on-fail", retries=1, condition=Condition.ALWAYS),
     )
     sim = simulate(jobs, 1, outcomes({"b": [FAIL, PASS]}))
     assert start_times(sim)["b"] == [10.0, 22.0]
