@@ -19,6 +19,7 @@ from runner import __version__
 from runner.backends.base import Backend
 from runner.backends.clore.offers_cmd import register as register_offers
 from runner.backends.local import LocalBackend
+from runner.backends.ssh import SshBackend
 from runner.errors import CloreRunError, UsageError
 from runner.plan import build_plan, render_plan
 from runner.report import load_summary
@@ -114,6 +115,13 @@ def run(
     baseline: Annotated[
         Path | None, typer.Option(help="A previous summary.json to compare cost and time with.")
     ] = None,
+    host: Annotated[
+        list[str] | None,
+        typer.Option("--host", help="--backend ssh: user@HOST[:PORT] (repeat for more hosts)."),
+    ] = None,
+    identity: Annotated[
+        Path | None, typer.Option(help="--backend ssh: private key file (default ~/.ssh/id_*).")
+    ] = None,
 ) -> None:
     """Run a pipeline: exit 0 all passed, 1 a job failed, 3 infrastructure, 130 interrupted."""
     loaded = load_pipeline(pipeline)
@@ -131,13 +139,20 @@ def run(
         jobs=job or [],
         baseline=_read_baseline(baseline),
     )
-    _, code = execute(loaded, _make_backend(chosen), options)
+    hosts = list(host or loaded.hosts)
+    _, code = execute(loaded, _make_backend(chosen, hosts, identity), options)
     raise typer.Exit(code)
 
 
-def _make_backend(name: BackendName) -> Backend:
+def _make_backend(name: BackendName, hosts: list[str], identity: Path | None) -> Backend:
     if name is BackendName.local:
         return LocalBackend()
+    if name is BackendName.ssh:
+        if not hosts:
+            raise UsageError(
+                "--backend ssh needs hosts", "pass --host root@HOST[:PORT] or set `hosts:`"
+            )
+        return SshBackend.from_flags(hosts, identity)
     raise UsageError(f"--backend {name.value}: not available yet", "use --backend local")
 
 
