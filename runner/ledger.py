@@ -1,0 +1,261 @@
+"""The rental ledger: one SQLite row per rental, written before any API call that can cost money.
+
+It is what `clore-run cleanup` reconciles with `my_orders` after a crash, so it must survive one:
+- WAL mode with `synchronous=FULL`: each write is on disk when the call returns, so an intent
+  recorded just before `create_order` is there after a `kill -9` or a lost VM. Writes are a few
+  per rental, so an fsync each costs nothing that matters.
+- `busy_timeout`: a run and a `cleanup` (two processes) may write at the same moment.
+- One connection (`check_same_thread=False`) behind a lock, shared by the engine's worker threads:
+  writes are single short statements that SQLite serialises anyway, and a single connection is
+  one thing to close (per-thread connections would outlive threads nobody can close them from).
+- `PRAGMA user_version` numbers the schema, so a later version can migrate an older file and an
+  older clore-run refuses a newer file instead of misreading it.
+Every SQLite failure becomes a LedgerError (exit 3) naming the file, never a traceback.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+from runner.errors import InfrastructureError
+
+DEFAULT_PATH = Path(".clore-run/ledger.db")
+BUSY_TIMEOUT_MS = 10_000  # a cleanup beside a busy run waits, it does not fail
+
+State = Literal["intent", "ordered", "running", "releasing", "released", "failed"]
+STATES: tuple[State, ...] = get_args(State)
+# `failed` is terminal like `released`, but only for an intent whose create made nothing.
+DONE: tuple[State, ...] = ("released", "failed")
+
+SCHEMA_VERSION = 1
+# MIGRATIONS[n] takes a file from user_version n to n + 1. Append, never edit.
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    (
+        f"""CREATE TABLE rentals (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            run_id TEXT NOT NULL,
+            job_id TEXT NOT NULL,
+            server_id INTEGER NOT NULL,
+            order_id INTEGER,
+            state TEXT NOT NULL CHECK (state IN {STATES!r}),
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL,
+            price_per_day REAL,
+            currency TEXT,
+            usd_per_hour REAL,
+            note TEXT NOT NULL DEFAULT ''
+        )""",
+        "CREATE INDEX rentals_by_run ON rentals (run_id)",
+        "CREATE INDEX rentals_open ON rentals (state) WHERE state NOT IN ('released', 'failed')",
+    ),
+)
+assert len(MIGRATIONS) == SCHEMA_VERSION
+
+_COLUMNS = (
+    "id, run_id, job_id, server_id, order_id, state, created_at, updated_at, "
+    "price_per_day, currency, usd_per_hour, note"
+)
+
+
+class LedgerError(InfrastructureError):
+    """The ledger file cannot be opened, read or written."""
+
+
+@dataclass(frozen=True)
+class Rental:
+    """One rental. Times are unix seconds; prices as the order has them (per day, `currency`)."""
+
+    id: int
+    run_id: str
+    job_id: str
+    server_id: int
+    order_id: int | None
+    state: State
+    created_at: float
+    updated_at: float
+    price_per_day: float | None
+    currency: str | None
+    usd_per_hour: float | None
+    note: str
+
+    @property
+    def done(self) -> bool:
+        return self.state in DONE
+
+
+class Ledger:
+    """The ledger at `path` (parent folders created). Thread-safe; `clock` gives unix seconds."""
+
+    def __init__(
+        self, path: Path | str = DEFAULT_PATH, *, clock: Callable[[], float] = time.time
+    ) -> None:
+        self.path = Path(path)
+        self._clock = clock
+        self._lock = threading.Lock()
+        with self._guard("open"):
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            # `timeout` is SQLite's busy_timeout: wait out another process's write lock.
+            self._db = sqlite3.connect(
+                self.path,
+                check_same_thread=False,
+                isolation_level=None,  # autocommit: every write is its own transaction
+                timeout=BUSY_TIMEOUT_MS / 1000,
+            )
+        try:
+            with self._guard("open"):
+                self._setup()
+        except LedgerError:
+            self._db.close()
+            raise
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    # --- writes ----------------------------------------------------------------------------
+
+    def record_intent(
+        self,
+        run_id: str,
+        job_id: str,
+        server_id: int,
+        price_per_day: float | None,
+        currency: str | None,
+        usd_per_hour: float | None,
+    ) -> int:
+        """Note that we are about to rent `server_id`. Call BEFORE `create_order` is sent."""
+        now = self._clock()
+        with self._write("record an intent") as db:
+            cursor = db.execute(
+                "INSERT INTO rentals (run_id, job_id, server_id, state, created_at, updated_at, "
+                "price_per_day, currency, usd_per_hour) VALUES (?, ?, ?, 'intent', ?, ?, ?, ?, ?)",
+                (run_id, job_id, server_id, now, now, price_per_day, currency, usd_per_hour),
+            )
+            rental_id = cursor.lastrowid
+        assert rental_id is not None
+        return rental_id
+
+    def set_order(self, rental_id: int, order_id: int) -> None:
+        """The order id is known. An `intent` (or a `failed` one: a cleanup running beside the
+        run gave up on it too early) becomes `ordered`: an order id means a billed server."""
+        with self._write("record an order id") as db:
+            cursor = db.execute(
+                "UPDATE rentals SET order_id = ?, updated_at = ?, state = CASE WHEN state IN "
+                "('intent', 'failed') THEN 'ordered' ELSE state END WHERE id = ?",
+                (order_id, self._clock(), rental_id),
+            )
+            if cursor.rowcount == 0:
+                raise KeyError(f"no rental {rental_id} in {self.path}")
+
+    def set_state(self, rental_id: int, state: State, note: str = "") -> None:
+        """Move a rental to `state`. `failed` is refused once an order id is known: it would
+        hide a billed server from cleanup."""
+        if state not in STATES:
+            raise ValueError(f"unknown rental state {state!r}; one of {', '.join(STATES)}")
+        guard = " AND order_id IS NULL" if state == "failed" else ""
+        with self._write(f"mark a rental {state}") as db:
+            cursor = db.execute(
+                f"UPDATE rentals SET state = ?, note = ?, updated_at = ? WHERE id = ?{guard}",
+                (state, note, self._clock(), rental_id),
+            )
+            if cursor.rowcount == 0:
+                exists = db.execute("SELECT 1 FROM rentals WHERE id = ?", (rental_id,)).fetchone()
+                if not exists:
+                    raise KeyError(f"no rental {rental_id} in {self.path}")
+                raise ValueError(f"rental {rental_id} has an order: it cannot be marked failed")
+
+    # --- reads -----------------------------------------------------------------------------
+
+    def unreleased(self, run_id: str | None = None) -> list[Rental]:
+        """Rentals not yet `released` or `failed` (of one run, or all), oldest first."""
+        query = f"SELECT {_COLUMNS} FROM rentals WHERE state NOT IN ('released', 'failed')"
+        args: tuple[Any, ...] = ()
+        if run_id is not None:
+            query, args = query + " AND run_id = ?", (run_id,)
+        return self._select(query + " ORDER BY id", args)
+
+    def rentals(self, run_id: str) -> list[Rental]:
+        """Every rental of `run_id`, oldest first."""
+        return self._select(
+            f"SELECT {_COLUMNS} FROM rentals WHERE run_id = ? ORDER BY id", (run_id,)
+        )
+
+    def get(self, rental_id: int) -> Rental:
+        found = self._select(f"SELECT {_COLUMNS} FROM rentals WHERE id = ?", (rental_id,))
+        if not found:
+            raise KeyError(f"no rental {rental_id} in {self.path}")
+        return found[0]
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    # --- plumbing --------------------------------------------------------------------------
+
+    def _setup(self) -> None:
+        # The first read of the file: a corrupt one fails right here.
+        self._check_version(self._version())
+        mode = self._db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            raise LedgerError(f"ledger {self.path}: SQLite refused WAL mode (got {mode!r})")
+        self._db.execute("PRAGMA synchronous = FULL")
+        if self._version() == SCHEMA_VERSION:
+            return
+        # All steps and the version bump in one write transaction; the version is read again
+        # inside it, so two processes opening a new file at once migrate it once.
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            version = self._version()
+            self._check_version(version)
+            for step in range(version, SCHEMA_VERSION):
+                for statement in MIGRATIONS[step]:
+                    self._db.execute(statement)
+            self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            self._db.execute("COMMIT")
+        except BaseException:
+            if self._db.in_transaction:  # some errors roll back by themselves
+                self._db.execute("ROLLBACK")
+            raise
+
+    def _version(self) -> int:
+        return int(self._db.execute("PRAGMA user_version").fetchone()[0])
+
+    def _check_version(self, version: int) -> None:
+        if version > SCHEMA_VERSION:
+            raise LedgerError(
+                f"ledger {self.path} has schema version {version}, newer than this clore-run "
+                f"reads ({SCHEMA_VERSION})",
+                hint="upgrade clore-run to read it",
+            )
+
+    @contextmanager
+    def _guard(self, doing: str) -> Iterator[None]:
+        try:
+            yield
+        except sqlite3.Error as exc:
+            raise LedgerError(
+                f"ledger {self.path}: cannot {doing}: {exc}",
+                hint="if the file is damaged, move it aside; the rentals it lists may still be "
+                "billed: check your orders on clore.ai",
+            ) from None
+        except OSError as exc:
+            raise LedgerError(f"ledger {self.path}: cannot {doing}: {exc.strerror}") from None
+
+    @contextmanager
+    def _write(self, doing: str) -> Iterator[sqlite3.Connection]:
+        with self._lock, self._guard(doing):
+            yield self._db
+
+    def _select(self, query: str, args: tuple[Any, ...]) -> list[Rental]:
+        with self._lock, self._guard("read rentals"):
+            rows = self._db.execute(query, args).fetchall()
+        return [Rental(*row) for row in rows]
