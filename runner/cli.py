@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -16,11 +17,12 @@ from typing import Annotated, Any
 import typer
 
 from runner import __version__
-from runner.backends.base import Backend
+from runner.backends.clore.factory import clore_backend
 from runner.backends.clore.offers_cmd import register as register_offers
 from runner.backends.local import LocalBackend
 from runner.backends.ssh import SshBackend
 from runner.errors import CloreRunError, UsageError
+from runner.ledger import DEFAULT_PATH as DEFAULT_LEDGER
 from runner.plan import build_plan, render_plan
 from runner.report import load_summary
 from runner.report.comment_cmd import register as register_comment
@@ -122,6 +124,9 @@ def run(
     identity: Annotated[
         Path | None, typer.Option(help="--backend ssh: private key file (default ~/.ssh/id_*).")
     ] = None,
+    ledger: Annotated[
+        Path, typer.Option(help="--backend clore: the record of rentals, for `cleanup`.")
+    ] = DEFAULT_LEDGER,
 ) -> None:
     """Run a pipeline: exit 0 all passed, 1 a job failed, 3 infrastructure, 130 interrupted."""
     loaded = load_pipeline(pipeline)
@@ -139,21 +144,20 @@ def run(
         jobs=job or [],
         baseline=_read_baseline(baseline),
     )
-    hosts = list(host or loaded.hosts)
-    _, code = execute(loaded, _make_backend(chosen, hosts, identity), options)
-    raise typer.Exit(code)
-
-
-def _make_backend(name: BackendName, hosts: list[str], identity: Path | None) -> Backend:
-    if name is BackendName.local:
-        return LocalBackend()
-    if name is BackendName.ssh:
+    if budget is not None:
+        loaded = dataclasses.replace(loaded, budget_usd=budget)
+    if chosen is BackendName.clore:
+        _, code = execute(loaded, clore_backend(loaded, ledger, options.run_id), options)
+    elif chosen is BackendName.ssh:
+        hosts = list(host or loaded.hosts)
         if not hosts:
             raise UsageError(
                 "--backend ssh needs hosts", "pass --host root@HOST[:PORT] or set `hosts:`"
             )
-        return SshBackend.from_flags(hosts, identity)
-    raise UsageError(f"--backend {name.value}: not available yet", "use --backend local")
+        _, code = execute(loaded, SshBackend.from_flags(hosts, identity), options)
+    else:
+        _, code = execute(loaded, LocalBackend(), options)
+    raise typer.Exit(code)
 
 
 def _read_baseline(path: Path | None) -> dict[str, Any] | None:

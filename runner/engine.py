@@ -18,7 +18,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runner.backends.base import Backend, Place, RunOutcome, RunRequest
+from runner.backends.base import Backend, Place, RentingBackend, RunOutcome, RunRequest
 from runner.console import Console
 from runner.core.events import (
     CancelRequested,
@@ -34,7 +34,7 @@ from runner.core.events import (
 from runner.core.model import Attempt, FailureKind, Job, Pipeline, RunRecord
 from runner.core.retry import backoff_s
 from runner.core.scheduler import Scheduler
-from runner.errors import CloreRunError
+from runner.errors import CloreRunError, JobCannotRun, RunMustStop
 from runner.joblog import JobLog
 
 # After a cancel, how long running attempts get to report before the engine settles them.
@@ -80,6 +80,8 @@ class Engine:
         self._started: dict[str, tuple[int, float]] = {}  # job -> (attempt, start time)
         self._jobs = {j.id: j for j in pipeline.jobs}
         self.interrupted = False
+        self._settled: set[str] = set()
+        self._early: threading.Thread | None = None
         self._cancel_at: float | None = None
 
     def cancel(self, reason: str, interrupted: bool = True) -> None:
@@ -101,6 +103,8 @@ class Engine:
                 self._step(core)
         finally:
             self._settle_threads()
+            if self._early is not None:
+                self._early.join(timeout=CANCEL_GRACE_S)
             self.backend.shutdown()
         return RunRecord(
             pipeline=self.pipeline,
@@ -110,6 +114,9 @@ class Engine:
             finished_at=self.clock(),
             backend=self.backend.name,
             run_id=self.options.run_id,
+            idle_cost_usd=(
+                self.backend.idle_cost_usd() if isinstance(self.backend, RentingBackend) else 0.0
+            ),
         )
 
     # -- the loop --------------------------------------------------------------------------
@@ -128,6 +135,7 @@ class Engine:
             if isinstance(event, CancelRequested) and self._cancel_at is None:
                 self._cancel_at = now
                 self.console.notice(f"cancelling: {event.reason}")
+                self._give_back_early()
             if isinstance(event, JobFinished):
                 self._started.pop(event.job_id, None)
             self._apply(core.handle(event, now), now)
@@ -136,6 +144,13 @@ class Engine:
             self._apply(core.handle(TimerFired(token), now), now)
         if self._cancel_at is not None and now - self._cancel_at > CANCEL_GRACE_S:
             self._settle_stragglers(core, now)
+
+    def _give_back_early(self) -> None:
+        """A renting backend starts giving its servers back the moment a run is cancelled,
+        beside the kills, so that all of it fits in GitHub's 7.5 s before SIGTERM."""
+        if isinstance(self.backend, RentingBackend):
+            self._early = threading.Thread(target=self.backend.shutdown, daemon=True)
+            self._early.start()
 
     def _settle_stragglers(self, core: Scheduler, now: float) -> None:
         """Attempts that did not stop when told are reported as cancelled; shutdown() frees
@@ -146,6 +161,8 @@ class Engine:
             self._apply(core.handle(JobFinished(job_id, attempt), now), now)
 
     def _apply(self, commands: list[Command], now: float) -> None:
+        if commands and isinstance(self.backend, RentingBackend):
+            self.backend.set_pending(self._pending_jobs(commands))
         for cmd in commands:
             if isinstance(cmd, StartJob):
                 self._start(cmd, now)
@@ -155,6 +172,15 @@ class Engine:
                 heapq.heappush(self._timers, (cmd.at, next(self._seq), cmd.token))
             elif isinstance(cmd, JobCompleted):
                 self.console.job_done(self._jobs[cmd.result.job_id], cmd.result)
+
+    def _pending_jobs(self, commands: list[Command]) -> list[Job]:
+        """Jobs that may still ask for a place: not settled, not running, not starting now."""
+        for cmd in commands:
+            if isinstance(cmd, JobCompleted):
+                self._settled.add(cmd.result.job_id)
+        starting = {c.job_id for c in commands if isinstance(c, StartJob)}
+        busy = self._settled | starting | set(self._started)
+        return [j for j in self.pipeline.jobs if j.id not in busy]
 
     def _kill_job(self, cmd: KillJob) -> None:
         event = self._kill.get(cmd.job_id)
@@ -175,11 +201,17 @@ class Engine:
     def _work(self, job: Job, number: int, timeout_s: float, kill: threading.Event) -> None:
         began = self.clock()
         place: Place | None = None
+        stop_run = ""
         log = JobLog(self.options.out_dir, job, number, self.console)
         try:
             place = self.backend.acquire(job, kill)
             log.header(place.name)
             outcome = self.backend.run(place, self._request(job, number, timeout_s), log, kill)
+        except JobCannotRun as exc:
+            outcome = RunOutcome(None, FailureKind.UNAVAILABLE, str(exc))
+        except RunMustStop as exc:
+            outcome = RunOutcome(None, FailureKind.UNAVAILABLE, str(exc))
+            stop_run = str(exc)
         except CloreRunError as exc:
             kind = FailureKind.PROVISIONING_FAILED if place is None else FailureKind.SSH_FAILED
             outcome = RunOutcome(None, kind, str(exc))
@@ -192,7 +224,11 @@ class Engine:
         ended = self.clock()
         facts = {**(place.facts if place else {}), **outcome.facts}
         facts.pop("workdir", None)
-        cost = (place.usd_per_hour if place else 0.0) * max(0.0, ended - began) / 3600
+        # A renting backend knows what the attempt cost (its share of the rental); otherwise
+        # it is the place's hourly price over the attempt.
+        billed = facts.pop("cost_usd", None)
+        hourly = place.usd_per_hour if place else 0.0
+        cost = float(billed) if billed is not None else hourly * max(0.0, ended - began) / 3600
         attempt = Attempt(
             number,
             began,
@@ -205,6 +241,8 @@ class Engine:
             facts,
         )
         self._events.put(JobFinished(job.id, attempt))
+        if stop_run:  # after the finish, so this job ends as `error`, not as cancelled
+            self.cancel(stop_run, interrupted=False)
 
     def _release(self, place: Place, log: JobLog) -> None:
         try:

@@ -33,3 +33,13 @@ class Interrupted(CloreRunError):
     """SIGINT/SIGTERM after cleanup: exit 130."""
 
     exit_code = 130
+
+
+class JobCannotRun(InfrastructureError):
+    """This job cannot get a place now or later (no offer fits, over budget): it ends as
+    `error` without retries; the rest of the run goes on."""
+
+
+class RunMustStop(InfrastructureError):
+    """Nothing else can succeed either (the API key is refused, the balance is empty): the run
+    is cancelled and exits 3."""

@@ -11,9 +11,10 @@ import os
 import shutil
 import signal
 import sys
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import Any, TextIO
@@ -46,6 +47,7 @@ class RunOptions:
     workspace_root: Path | None = None  # default: the current directory
     baseline: dict[str, Any] | None = None
     backoff: Callable[[int], float] = backoff_s
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
 
 
 def select_jobs(pipeline: Pipeline, names: Sequence[str]) -> Pipeline:
@@ -139,7 +141,9 @@ def execute(
         engine = Engine(
             pipeline,
             backend,
-            EngineOptions(options.out_dir, cap, root, files, backoff=options.backoff),
+            EngineOptions(
+                options.out_dir, cap, root, files, run_id=options.run_id, backoff=options.backoff
+            ),
             console,
         )
         with stop_on_signals(engine.cancel):

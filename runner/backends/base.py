@@ -8,10 +8,10 @@ from worker threads; `shutdown` is called on every exit path and must release ev
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Literal, Protocol, runtime_checkable
 
 from runner.core.model import FailureKind, Job
 
@@ -82,3 +82,14 @@ class Backend(Protocol):
     def shutdown(self) -> None:
         """Release everything still held. Called on every exit path, signals included."""
         ...
+
+
+@runtime_checkable
+class RentingBackend(Protocol):
+    """A backend that holds places between jobs (rented servers). It needs to know which jobs
+    may still ask for one, so it can give back what none of them can use, and it reports the
+    cost of servers held with no job on them."""
+
+    def set_pending(self, jobs: Sequence[Job]) -> None: ...
+
+    def idle_cost_usd(self) -> float: ...

@@ -49,11 +49,17 @@ class FailureKind(str, enum.Enum):
     SERVER_LOST = "server_lost"  # spot outbid, server gone, connection dropped
     SSH_FAILED = "ssh_failed"
     PROVISIONING_FAILED = "provisioning_failed"
+    UNAVAILABLE = "unavailable"  # no offer fits, or over budget: retrying cannot help
     CANCELLED = "cancelled"
 
 
 INFRASTRUCTURE_KINDS = frozenset(
-    {FailureKind.SERVER_LOST, FailureKind.SSH_FAILED, FailureKind.PROVISIONING_FAILED}
+    {
+        FailureKind.SERVER_LOST,
+        FailureKind.SSH_FAILED,
+        FailureKind.PROVISIONING_FAILED,
+        FailureKind.UNAVAILABLE,
+    }
 )
 
 
@@ -203,7 +209,8 @@ class RunRecord:
     finished_at: float
     backend: str = "local"
     run_id: str = ""
+    idle_cost_usd: float = 0.0  # rented servers held between jobs and given back unused
 
     @property
     def total_cost_usd(self) -> float:
-        return sum(r.cost_usd for r in self.results)
+        return sum(r.cost_usd for r in self.results) + self.idle_cost_usd

@@ -25,6 +25,7 @@ RETRY_TABLE: dict[FailureKind, RetryRule] = {
     FailureKind.SERVER_LOST: RetryRule(True, False, JobStatus.ERROR),
     FailureKind.SSH_FAILED: RetryRule(True, False, JobStatus.ERROR),
     FailureKind.PROVISIONING_FAILED: RetryRule(True, False, JobStatus.ERROR),
+    FailureKind.UNAVAILABLE: RetryRule(False, False, JobStatus.ERROR),
     FailureKind.CANCELLED: RetryRule(False, True, JobStatus.CANCELLED),
 }
 

@@ -1,0 +1,287 @@
+"""The `clore` backend: rents the cheapest fitting servers, reuses them, keeps to the budget,
+and gives every one back.
+
+- acquire: a free rented server that fits the job, else the best offer within the budget, rented
+  through `Provisioner` (a host that fails is excluded for the run and the next offer tried).
+- release: a server that a job still waiting could use is kept; otherwise it is cancelled.
+- shutdown (every exit path, signals included): cancel everything held, confirm in one sweep.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from runner.backends.base import OutputSink, Place, RunOutcome, RunRequest
+from runner.backends.clore.api import CloreClient
+from runner.backends.clore.market import (
+    Offer,
+    best_offer,
+    explain_no_fit,
+    misses,
+    offers_from_servers,
+)
+from runner.backends.clore.provision import Provisioner, Rental, SkipOffer
+from runner.backends.clore.ratelimit import Clock
+from runner.backends.ssh_exec import run_job
+from runner.core.model import FailureKind, GpuAsk, Job
+from runner.errors import InfrastructureError, JobCannotRun
+
+MARKET_TTL_S = 60.0  # the marketplace is ~2,100 servers: fetch it at most once a minute
+MAX_OFFERS_PER_ATTEMPT = 5
+_ANY_GPU = GpuAsk()
+
+
+@dataclass
+class Budget:
+    """Spent + committed + the new rental must fit `limit_usd` (design §4)."""
+
+    limit_usd: float | None
+    spent_usd: float = 0.0  # rentals already given back
+
+    def shortfall(self, committed_usd: float, new_usd: float) -> float:
+        """How much over the limit a new rental would go (<= 0: it fits)."""
+        if self.limit_usd is None:
+            return 0.0
+        return self.spent_usd + committed_usd + new_usd - self.limit_usd
+
+
+@dataclass
+class _Held:
+    rental: Rental
+    job: Job | None = None  # the job running on it; None: idle
+    job_started: float = 0.0
+
+
+@dataclass
+class CloreBackend:
+    client: CloreClient
+    provisioner: Provisioner
+    clock: Clock
+    concurrency: int
+    budget: Budget
+    currency: str
+    name: str = "clore"
+    _held: dict[int, _Held] = field(default_factory=dict)  # rental id -> server
+    _pending: list[Job] = field(default_factory=list)
+    _excluded: set[int] = field(default_factory=set)
+    _market: tuple[float, list[Offer]] | None = None
+    _cond: threading.Condition = field(default_factory=threading.Condition)
+    _closing: bool = False
+    _releasers: list[threading.Thread] = field(default_factory=list)
+    _idle_usd: float = 0.0
+
+    def capacity(self) -> int | None:
+        return self.concurrency
+
+    def set_pending(self, jobs: Sequence[Job]) -> None:
+        with self._cond:
+            self._pending = list(jobs)
+            useless = [h for h in self._held.values() if h.job is None and not self._wanted(h)]
+            for held in useless:
+                del self._held[held.rental.rental_id]
+        if useless:  # nobody waiting can use them: stop paying now, off the engine's loop
+            worker = threading.Thread(target=self._give_back_idle, args=(useless,), daemon=True)
+            self._releasers.append(worker)
+            worker.start()
+
+    # -- acquire ---------------------------------------------------------------------------
+
+    def acquire(self, job: Job, cancel: threading.Event) -> Place:
+        reused = self._take_idle(job)
+        if reused is not None:
+            return reused
+        tried: list[str] = []
+        for _ in range(MAX_OFFERS_PER_ATTEMPT):
+            offer = self._choose(job)
+            self._wait_for_budget(job, offer, cancel)
+            try:
+                rental = self.provisioner.rent(job, offer, cancel)
+            except SkipOffer as exc:
+                with self._cond:
+                    self._excluded.add(offer.server_id)
+                tried.append(str(exc))
+                continue
+            return self._hold(rental, job)
+        raise InfrastructureError(
+            f"{job.id}: {len(tried)} offers failed to start: " + "; ".join(tried[-3:])
+        )
+
+    def _take_idle(self, job: Job) -> Place | None:
+        ask = job.gpu or _ANY_GPU
+        with self._cond:
+            for held in self._held.values():
+                free = held.job is None and not held.rental.lost
+                if free and not misses(held.rental.offer, ask):
+                    held.job, held.job_started = job, self.clock.time()
+                    return self._place(held.rental)
+        return None
+
+    def _choose(self, job: Job) -> Offer:
+        ask = job.gpu or _ANY_GPU
+        offers = self._offers()
+        with self._cond:
+            excluded = set(self._excluded)
+        offer = best_offer(offers, ask, excluded)
+        if offer is None:
+            raise JobCannotRun(explain_no_fit(offers, ask, self.currency, excluded))
+        return offer
+
+    def _offers(self) -> list[Offer]:
+        now = self.clock.now()
+        if self._market is None or now - self._market[0] > MARKET_TTL_S:
+            servers = self.client.marketplace().servers
+            self._market = (now, offers_from_servers(servers, self.currency))
+        return self._market[1]
+
+    def _wait_for_budget(self, job: Job, offer: Offer, cancel: threading.Event) -> None:
+        price = offer.on_demand_usd_per_hour or offer.spot_usd_per_hour or 0.0
+        new_usd = price * job.timeout_s / 3600
+        with self._cond:
+            while True:
+                over = self.budget.shortfall(self._committed_usd(), new_usd)
+                if over <= 0:
+                    return
+                if not any(h.job is not None for h in self._held.values()) or cancel.is_set():
+                    raise JobCannotRun(
+                        f"budget ${self.budget.limit_usd:.2f} would be exceeded by "
+                        f"${over:.2f}: spent ${self.budget.spent_usd:.2f} + committed "
+                        f"${self._committed_usd():.2f} + this rental ${new_usd:.2f} "
+                        f"(${price:.3f}/h x {job.timeout_s / 3600:.2f} h timeout)"
+                    )
+                self._cond.wait(timeout=1.0)  # a server given back frees money
+
+    def _committed_usd(self) -> float:
+        """Cost so far of what is held, plus each running job's price x its remaining timeout."""
+        now = self.clock.time()
+        total = 0.0
+        for held in self._held.values():
+            rental = held.rental
+            total += rental.usd_per_hour * max(0.0, now - rental.held_since) / 3600
+            total += rental.creation_fee_usd
+            if held.job is not None:
+                left = held.job_started + held.job.timeout_s - now
+                total += rental.usd_per_hour * max(0.0, left) / 3600
+        return total
+
+    def _hold(self, rental: Rental, job: Job) -> Place:
+        with self._cond:
+            self._held[rental.rental_id] = _Held(rental, job, self.clock.time())
+            if self._closing:  # shut down while we were renting
+                del self._held[rental.rental_id]
+                closing = True
+            else:
+                closing = False
+        if closing:
+            self.provisioner.release(rental)
+            raise InfrastructureError("the run is shutting down")
+        return self._place(rental)
+
+    def _place(self, rental: Rental) -> Place:
+        offer = rental.offer
+        facts = {
+            "rental_id": str(rental.rental_id),
+            "server_id": str(offer.server_id),
+            "order_id": str(rental.order_id),
+            "gpu": offer.gpu_model,
+            "gpu_count": str(offer.gpu_count),
+            "usd_per_hour": f"{rental.usd_per_hour:.4f}",
+            "order_currency": rental.currency,
+            "price_per_day": f"{rental.price_per_day:g}",
+        }
+        if offer.cuda_version:
+            facts["cuda"] = offer.cuda_version
+        return Place(f"clore-{offer.server_id}", facts, rental.usd_per_hour)
+
+    # -- run and release -------------------------------------------------------------------
+
+    def run(
+        self, place: Place, request: RunRequest, sink: OutputSink, cancel: threading.Event
+    ) -> RunOutcome:
+        held = self._find(place)
+        if held is None or held.rental.conn is None:
+            return RunOutcome(None, FailureKind.SERVER_LOST, "the server is no longer held")
+        outcome = run_job(held.rental.conn, request, sink, cancel)
+        if outcome.failure in (FailureKind.SERVER_LOST, FailureKind.SSH_FAILED):
+            held.rental.lost = True
+        return outcome
+
+    def release(self, place: Place) -> None:
+        held = self._find(place)
+        if held is None:
+            return
+        with self._cond:
+            finished_job = held.job
+            held.job = None
+            keep = not held.rental.lost and not self._closing and self._wanted(held)
+            if not keep:
+                self._held.pop(held.rental.rental_id, None)
+            place.facts["cost_usd"] = f"{self._bill(held.rental):.6f}"
+        if not keep:
+            final = self._give_back([held]).get(held.rental.rental_id)
+            if final is not None and finished_job is not None:
+                # The API's own figure settles the rental: the last user gets the rest.
+                billed = float(place.facts["cost_usd"])
+                place.facts["cost_usd"] = f"{billed + self._rest(held.rental, final):.6f}"
+        with self._cond:
+            self._cond.notify_all()
+
+    def _bill(self, rental: Rental) -> float:
+        """Cost since the last attempt billed on this server (the fee goes to the first)."""
+        now = self.clock.time()
+        cost = rental.usd_per_hour * max(0.0, now - rental.billed_until) / 3600
+        if not rental.fee_billed:
+            cost += rental.creation_fee_usd
+            rental.fee_billed = True
+        rental.billed_until = now
+        rental.facts["billed_usd"] = f"{float(rental.facts.get('billed_usd', 0)) + cost:.6f}"
+        return cost
+
+    def _rest(self, rental: Rental, final_usd: float) -> float:
+        return max(0.0, final_usd - float(rental.facts.get("billed_usd", 0)))
+
+    def _give_back(self, helds: list[_Held]) -> dict[int, float | None]:
+        finals = self.provisioner.release_all([h.rental for h in helds])
+        with self._cond:
+            for held in helds:
+                final = finals.get(held.rental.rental_id)
+                billed = float(held.rental.facts.get("billed_usd", 0))
+                self.budget.spent_usd += final if final is not None else billed
+            self._cond.notify_all()
+        return finals
+
+    def _give_back_idle(self, helds: list[_Held]) -> None:
+        """Servers with no job on them: what they cost since their last job is the run's."""
+        finals = self._give_back(helds)
+        with self._cond:
+            for held in helds:
+                final = finals.get(held.rental.rental_id)
+                if final is not None:
+                    self._idle_usd += self._rest(held.rental, final)
+                else:
+                    self._idle_usd += self._bill(held.rental)
+
+    def idle_cost_usd(self) -> float:
+        with self._cond:
+            return self._idle_usd
+
+    def _wanted(self, held: _Held) -> bool:
+        """Could a job still waiting use this server?"""
+        return any(not misses(held.rental.offer, j.gpu or _ANY_GPU) for j in self._pending)
+
+    def _find(self, place: Place) -> _Held | None:
+        with self._cond:
+            return self._held.get(int(place.facts.get("rental_id", "-1")))
+
+    def shutdown(self) -> None:
+        """Give back everything held, all orders cancelled first and then confirmed together.
+        Idempotent: the engine calls it as soon as a run is cancelled, and again at the end."""
+        with self._cond:
+            self._closing = True
+            held = list(self._held.values())
+            self._held.clear()
+        if held:
+            self._give_back_idle(held)
+        for worker in self._releasers:
+            worker.join(timeout=10.0)

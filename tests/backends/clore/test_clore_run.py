@@ -1,0 +1,184 @@
+"""Pipelines on the clore backend end to end: a fake Clore API whose orders point at a real sshd.
+
+Every test ends with no live order on the fake and every rental released in the ledger.
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from runner.backends.clore.backend import Budget, CloreBackend
+from runner.backends.clore.provision import Provisioner, ProvisionOptions
+from runner.backends.ssh_connection import ConnectOptions
+from runner.backends.ssh_keys import ClientKey, HostKeyStore
+from runner.core.model import JobStatus, Pipeline, RunRecord
+from runner.ledger import Ledger
+from runner.run_command import RunOptions, execute
+from runner.spec.loader import load_pipeline, parse_pipeline
+from tests.fakes.clore_api import FakeClock, FakeClore, Faults
+from tests.sshd_fixture import SshServer
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+
+
+@dataclass
+class Setup:
+    fake: FakeClore
+    clock: FakeClock
+    sshd: SshServer
+    tmp: Path
+
+    def backend(self, pipeline: Pipeline, run_id: str = "run-1") -> tuple[CloreBackend, Ledger]:
+        client = self.fake.client()
+        key = ClientKey.generate()
+        self.sshd.authorize(key.public_line)  # what Clore does with `ssh_key`
+        ledger = Ledger(self.tmp / "ledger.db")
+        options = ProvisionOptions(
+            pause=lambda seconds, _cancel: self.clock.sleep(seconds),
+            ssh=ConnectOptions(tries=3, backoff_s=0.05, max_backoff_s=0.2),
+        )
+        provisioner = Provisioner(
+            client, ledger, run_id, key, HostKeyStore(), self.clock, pipeline.currency, options
+        )
+        backend = CloreBackend(
+            client,
+            provisioner,
+            self.clock,
+            pipeline.concurrency,
+            Budget(pipeline.budget_usd),
+            pipeline.currency,
+        )
+        return backend, ledger
+
+    def run(self, pipeline: Pipeline, **opts: object) -> tuple[RunRecord, int, Ledger]:
+        backend, ledger = self.backend(pipeline)
+        (self.tmp / "ws").mkdir(exist_ok=True)
+        options = RunOptions(
+            out_dir=self.tmp / "out", workspace_root=self.tmp / "ws", backoff=lambda n: 0.01
+        )
+        for key, value in opts.items():
+            setattr(options, key, value)
+        record, code = execute(pipeline, backend, options, io.StringIO())
+        return record, code, ledger
+
+
+@pytest.fixture
+def setup(
+    fake_clore: FakeClore, fake_clock: FakeClock, sshd_server: SshServer, tmp_path: Path
+) -> Iterator[Setup]:
+    fake_clore.ssh_host = "127.0.0.1"
+    fake_clore.ssh_port = sshd_server.port
+    yield Setup(fake_clore, fake_clock, sshd_server, tmp_path)
+    assert fake_clore.live_orders() == [], "a server was leaked"
+    assert fake_clore.violations == [], "the rate limits were exceeded"
+
+
+def statuses(record: RunRecord) -> dict[str, JobStatus]:
+    return {r.job_id: r.status for r in record.results}
+
+
+def fake_cost_usd(fake: FakeClore) -> float:
+    """What the fake billed, converted with each server's own USD ratio."""
+    from runner.backends.clore.market import offer_from_server
+    from runner.backends.clore.models import MarketServer
+
+    total = 0.0
+    for order in fake.orders.values():
+        offer = offer_from_server(
+            MarketServer.model_validate(fake.servers[order.server_id]), order.currency
+        )
+        total += (fake.spend(order.id) + order.creation_fee) * (offer.usd_per_unit or 0.0)
+    return total
+
+
+def test_ml_example_passes_reuses_servers_and_costs_agree(setup: Setup) -> None:
+    pipeline = load_pipeline(EXAMPLES / "ml-pipeline.yml")
+    record, code, ledger = setup.run(pipeline)
+    assert code == 0, [(r.job_id, r.status, r.reason) for r in record.results]
+    assert set(statuses(record).values()) == {JobStatus.PASSED}
+    rented = len(setup.fake.orders)
+    assert rented < len(pipeline.jobs)  # servers were reused
+    assert all(r.state == "released" for r in ledger.rentals("run-1"))
+    ours = record.total_cost_usd
+    theirs = fake_cost_usd(setup.fake)
+    assert theirs > 0 and abs(ours - theirs) / theirs < 0.01, (ours, theirs)
+    print(
+        f"\nML example: {rented} servers for {len(pipeline.jobs)} jobs; "
+        f"{len(setup.fake.requests)} API calls; cost ${ours:.6f} vs fake ${theirs:.6f}"
+    )
+
+
+def test_create_answered_500_code_1_while_created_rents_once(setup: Setup) -> None:
+    setup.fake.fail_next("create_order", Faults.DB_ERROR_BUT_CREATED)
+    pipeline = parse_pipeline(
+        "currency: USD-Blockchain\njobs:\n  a: {run: echo hi, gpu: {type: '3090'}}\n", "p.yml", {}
+    )
+    _record, code, _ = setup.run(pipeline)
+    assert code == 0
+    assert len(setup.fake.orders) == 1
+    assert len(setup.fake.calls("create_order")) == 1
+
+
+def test_not_enough_balance_stops_the_run(setup: Setup) -> None:
+    setup.fake.balances["USD-Blockchain"] = 0.0
+    pipeline = parse_pipeline(
+        "currency: USD-Blockchain\njobs:\n  a: {run: echo hi}\n  b: {run: echo hi}\n", "p.yml", {}
+    )
+    record, code, _ = setup.run(pipeline)
+    assert code == 3, [(r.job_id, r.status, r.reason) for r in record.results]
+    assert "not_enough_balance" in " ".join(r.reason for r in record.results)
+    assert setup.fake.orders == {}
+
+
+def test_no_offer_fits_is_an_error_with_closest_offers(setup: Setup) -> None:
+    pipeline = parse_pipeline(
+        "jobs:\n  a: {run: echo hi, gpu: {type: H100}}\n  b: {run: echo hi, gpu: {type: '3090'}}\n",
+        "p.yml",
+        {},
+    )
+    record, code, _ = setup.run(pipeline)
+    by_id = {r.job_id: r for r in record.results}
+    assert by_id["a"].status is JobStatus.ERROR and "H100" in by_id["a"].reason
+    assert len(by_id["a"].attempts) == 1  # not retried: retrying cannot help
+    assert by_id["b"].status is JobStatus.PASSED
+    assert code == 3
+
+
+def test_budget_too_small_for_the_second_job(setup: Setup) -> None:
+    # 3090 on-demand at $0.0833/h: a 60-minute timeout commits ~$0.083 per job.
+    pipeline = parse_pipeline(
+        """\
+        budget: 0.10
+        concurrency: 2
+        currency: USD-Blockchain
+        jobs:
+          a: {run: echo a, gpu: {type: '3090', max-price: 0.1}}
+          b: {run: echo b, gpu: {type: '4090', max-price: 0.2}}
+        """.replace("        ", ""),
+        "p.yml",
+        {},
+    )
+    record, code, _ = setup.run(pipeline)
+    reasons = {r.job_id: (r.status, r.reason) for r in record.results}
+    errors = [v for v in reasons.values() if v[0] is JobStatus.ERROR]
+    assert errors and "budget $0.10 would be exceeded" in errors[0][1], reasons
+    assert code == 3
+
+
+def test_order_that_never_goes_online_moves_to_the_next_offer(setup: Setup) -> None:
+    setup.fake.online_after_s = 10_000.0  # nothing ever comes up within the timeout
+    pipeline = parse_pipeline("jobs:\n  a: {run: echo hi, gpu: {type: RTX}}\n", "p.yml", {})
+    backend, _ = setup.backend(pipeline)
+    cancel = threading.Event()
+    from runner.errors import InfrastructureError
+
+    with pytest.raises(InfrastructureError, match="not online"):
+        backend.acquire(pipeline.jobs[0], cancel)
+    backend.shutdown()
+    assert len(setup.fake.orders) >= 2  # tried more than one host, cancelled each
