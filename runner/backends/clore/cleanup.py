@@ -1,0 +1,217 @@
+"""Reconcile the ledger with `my_orders`: cancel whatever a run left behind (design §5).
+
+For every rental not yet released, the order is looked up in `my_orders` (completed ones
+included, so "ended" and "never created" can be told apart):
+- by its order id when the ledger has one;
+- otherwise (the run died between `create_order` and learning the id) by server id `si` and
+  creation time `ct` >= intent time - clock skew, newest id first, skipping orders that other
+  rentals already own, so two intents on one server cannot both claim one order.
+A live order is cancelled, then confirmed gone from `my_orders` (the API can answer OK and keep
+listing it: it is cancelled once more, then looked at again). Only then is the rental `released`.
+An order that already ended is `released` at once; an intent with no order is `failed`, but only
+once it is old enough that `my_orders` (which lags `create_order`) would show its order.
+
+All waiting goes through the client's rate limiter, whose clock tests replace. An API error on one
+rental is reported and the others go on; the rental stays unreleased for the next run.
+Idempotent: with nothing unreleased it makes no API call at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+from runner.backends.clore.api import CloreClient, newest_order_on
+from runner.backends.clore.errors import CloreApiError
+from runner.backends.clore.models import Order
+from runner.backends.clore.ratelimit import Clock
+from runner.ledger import Ledger, Rental
+
+CONFIRM_WAIT_S = 5.0  # before the last look after a second cancel (G-gv waited 2-12 s)
+
+Kind = Literal["cancelled", "ended", "nothing-created", "error"]
+
+_DONE_TEXT: dict[Kind, tuple[str, str]] = {  # (done, dry run)
+    "cancelled": ("cancelled; marked released", "would cancel"),
+    "ended": ("already ended; marked released", "already ended; would mark released"),
+    "nothing-created": ("no order was created; marked failed", "no order; would mark failed"),
+    "error": ("error", "error"),
+}
+
+
+@dataclass(frozen=True)
+class Action:
+    """What reconcile did (or, in a dry run, would do) for one rental."""
+
+    rental: Rental
+    kind: Kind
+    order_id: int | None
+    detail: str = ""
+    dry_run: bool = False
+
+    @property
+    def resolved(self) -> bool:
+        """False when the rental is still unreleased and may still be billed."""
+        return self.kind != "error"
+
+    def describe(self) -> str:
+        text = _DONE_TEXT[self.kind][1 if self.dry_run else 0]
+        return f"{text}: {self.detail}" if self.detail else text
+
+
+def reconcile(
+    ledger: Ledger,
+    client: CloreClient,
+    *,
+    dry_run: bool,
+    run_id: str | None = None,
+    clock: Clock | None = None,
+    settle_s: float | None = None,
+) -> list[Action]:
+    """Release every unreleased rental (of `run_id`, or all) and say what was done, in ledger
+    order. `settle_s` (default: the client's own wait for a new order) is how old an intent must
+    be before the absence of its order from `my_orders` means it made none."""
+    pending = ledger.unreleased(run_id)
+    if not pending:
+        return []
+    clock = clock or client.limiter.clock
+    settle = sum(client.recover_delays_s) if settle_s is None else settle_s
+    # Orders other unreleased rentals (any run) hold are theirs, not candidates for an intent.
+    owned = {r.order_id for r in ledger.unreleased() if r.order_id is not None}
+    try:
+        found = _look_up(client, pending, owned, clock, settle)
+    except CloreApiError as exc:
+        return [_error(r, r.order_id, f"could not list orders: {exc}") for r in pending]
+    if dry_run:
+        return [_verdict(r, found[r.id], dry_run=True) for r in pending]
+
+    actions: dict[int, Action] = {}
+    live: dict[int, Order] = {}
+    for rental in pending:
+        order = found[rental.id]
+        if order is None or order.expired:
+            actions[rental.id] = _settle(ledger, rental, order)
+        else:
+            live[rental.id] = order
+    actions.update(_cancel_all(ledger, client, [r for r in pending if r.id in live], live))
+    return [actions[r.id] for r in pending]
+
+
+def _look_up(
+    client: CloreClient, pending: list[Rental], owned: set[int], clock: Clock, settle_s: float
+) -> dict[int, Order | None]:
+    """Each rental's order in `my_orders` (None: not there). When an intent without an order
+    is younger than `settle_s`, its order may not be listed yet: wait, then look once more."""
+    found = _match(pending, client.my_orders(return_completed=True), owned, client.ct_skew_s)
+    unsure = [r.created_at for r in pending if r.order_id is None and found[r.id] is None]
+    wait = max(unsure, default=float("-inf")) + settle_s - clock.time()
+    if wait > 0:
+        client.limiter.back_off(wait)
+        found = _match(pending, client.my_orders(return_completed=True), owned, client.ct_skew_s)
+    return found
+
+
+def _match(
+    pending: list[Rental], orders: list[Order], owned: set[int], skew_s: float
+) -> dict[int, Order | None]:
+    by_id = {o.id: o for o in orders}
+    found: dict[int, Order | None] = {
+        r.id: by_id.get(r.order_id) for r in pending if r.order_id is not None
+    }
+    taken = set(owned)
+    # Newest intent first: it claims the newest order, an older one the order before it.
+    for rental in sorted(pending, key=lambda r: r.created_at, reverse=True):
+        if rental.order_id is not None:
+            continue
+        free = [o for o in orders if o.id not in taken]
+        since = rental.created_at - skew_s
+        order = newest_order_on(free, rental.server_id, since) or _newest_ended(
+            free, rental.server_id, since
+        )
+        found[rental.id] = order
+        if order is not None:
+            taken.add(order.id)
+    return found
+
+
+def _newest_ended(orders: Iterable[Order], server_id: int, since: float) -> Order | None:
+    """An intent's order that has already ended: nothing to cancel, but it did exist."""
+    fits = [
+        o for o in orders if o.expired and o.si == server_id and (o.ct is None or o.ct >= since)
+    ]
+    return max(fits, key=lambda o: o.id, default=None)
+
+
+def _verdict(rental: Rental, order: Order | None, *, dry_run: bool) -> Action:
+    order_id = order.id if order is not None else rental.order_id
+    if order is not None and not order.expired:
+        return Action(rental, "cancelled", order_id, dry_run=dry_run)
+    if order is None and rental.order_id is None:
+        return Action(rental, "nothing-created", None, dry_run=dry_run)
+    return Action(rental, "ended", order_id, dry_run=dry_run)
+
+
+def _settle(ledger: Ledger, rental: Rental, order: Order | None) -> Action:
+    """Record a rental with nothing to cancel."""
+    action = _verdict(rental, order, dry_run=False)
+    if action.kind == "nothing-created":
+        ledger.set_state(rental.id, "failed", "cleanup: no order in my_orders")
+    else:
+        if rental.order_id is None and action.order_id is not None:
+            ledger.set_order(rental.id, action.order_id)
+        ledger.set_state(rental.id, "released", "cleanup: order already ended")
+    return action
+
+
+def _cancel_all(
+    ledger: Ledger, client: CloreClient, rentals: list[Rental], live: dict[int, Order]
+) -> dict[int, Action]:
+    """Cancel every live order, confirm each left `my_orders` (one more cancel for those still
+    listed), and mark the confirmed ones released. Confirming is one listing for all of them."""
+    if not rentals:
+        return {}
+    errors: dict[int, str] = {}
+    for rental in rentals:
+        if rental.order_id is None:
+            ledger.set_order(rental.id, live[rental.id].id)
+        ledger.set_state(rental.id, "releasing", "cleanup: cancelling")
+        errors.update(_cancel(client, rental, live[rental.id]))
+    try:
+        listed = _live_ids(client)
+        again = [r for r in rentals if live[r.id].id in listed]
+        if again:
+            for rental in again:
+                errors.update(_cancel(client, rental, live[rental.id]))
+            client.limiter.back_off(CONFIRM_WAIT_S)  # it can stay listed briefly after an OK
+            listed = _live_ids(client)
+    except CloreApiError as exc:
+        why = f"cancel sent, but could not confirm it in my_orders: {exc}"
+        return {r.id: _error(r, live[r.id].id, why) for r in rentals}
+    actions: dict[int, Action] = {}
+    for rental in rentals:
+        order_id = live[rental.id].id
+        if order_id in listed:
+            why = errors.get(rental.id) or "cancelled twice, still listed in my_orders"
+            actions[rental.id] = _error(rental, order_id, f"still active: {why}")
+        else:
+            ledger.set_state(rental.id, "released", "cleanup: cancelled, gone from my_orders")
+            actions[rental.id] = Action(rental, "cancelled", order_id)
+    return actions
+
+
+def _cancel(client: CloreClient, rental: Rental, order: Order) -> dict[int, str]:
+    """Cancel `order`; the error text if the API refused (the listing decides what happened)."""
+    try:
+        client.cancel_order(order.id)
+    except CloreApiError as exc:
+        return {rental.id: str(exc)}
+    return {}
+
+
+def _live_ids(client: CloreClient) -> set[int]:
+    return {o.id for o in client.my_orders() if not o.expired}
+
+
+def _error(rental: Rental, order_id: int | None, detail: str) -> Action:
+    return Action(rental, "error", order_id, detail)
