@@ -32,7 +32,6 @@ BUSY_TIMEOUT_MS = 10_000  # a cleanup beside a busy run waits, it does not fail
 State = Literal["intent", "ordered", "running", "releasing", "released", "failed"]
 STATES: tuple[State, ...] = get_args(State)
 # `failed` is terminal like `released`, but only for an intent whose create made nothing.
-DONE: tuple[State, ...] = ("released", "failed")
 
 SCHEMA_VERSION = 1
 # MIGRATIONS[n] takes a file from user_version n to n + 1. Append, never edit.
@@ -84,10 +83,6 @@ class Rental:
     currency: str | None
     usd_per_hour: float | None
     note: str
-
-    @property
-    def done(self) -> bool:
-        return self.state in DONE
 
 
 class Ledger:
@@ -188,12 +183,6 @@ class Ledger:
         return self._select(
             f"SELECT {_COLUMNS} FROM rentals WHERE run_id = ? ORDER BY id", (run_id,)
         )
-
-    def get(self, rental_id: int) -> Rental:
-        found = self._select(f"SELECT {_COLUMNS} FROM rentals WHERE id = ?", (rental_id,))
-        if not found:
-            raise KeyError(f"no rental {rental_id} in {self.path}")
-        return found[0]
 
     def close(self) -> None:
         with self._lock:
