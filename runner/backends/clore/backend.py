@@ -204,7 +204,9 @@ class CloreBackend:
             return RunOutcome(None, FailureKind.SERVER_LOST, "the server is no longer held")
         outcome = run_job(held.rental.conn, request, sink, cancel)
         if outcome.failure in (FailureKind.SERVER_LOST, FailureKind.SSH_FAILED):
-            held.rental.lost = True
+            held.rental.lost = True  # outbid or gone: the retry goes to another host
+            with self._cond:
+                self._excluded.add(held.rental.offer.server_id)
         return outcome
 
     def release(self, place: Place) -> None:

@@ -5,6 +5,7 @@ Every test ends with no live order on the fake and every rental released in the 
 
 from __future__ import annotations
 
+import contextlib
 import io
 import threading
 from collections.abc import Iterator
@@ -182,3 +183,205 @@ def test_order_that_never_goes_online_moves_to_the_next_offer(setup: Setup) -> N
         backend.acquire(pipeline.jobs[0], cancel)
     backend.shutdown()
     assert len(setup.fake.orders) >= 2  # tried more than one host, cancelled each
+
+
+def test_429_bursts_on_reads_are_ridden_out(setup: Setup) -> None:
+    setup.fake.fail_next("marketplace", Faults.RATE_LIMITED, times=2)
+    setup.fake.fail_next("my_orders", Faults.RATE_LIMITED, times=3)
+    pipeline = parse_pipeline("jobs:\n  a: {run: echo hi, gpu: {type: '3090'}}\n", "p.yml", {})
+    record, code, _ = setup.run(pipeline)
+    assert code == 0, record.results
+    assert len(setup.fake.orders) == 1
+
+
+class SlowStartSshd:
+    """A loopback port whose first `refusals` connections are dropped at once, like an sshd
+    that is not up yet on a server Clore already calls online; later ones reach the real sshd."""
+
+    def __init__(self, target_port: int, refusals: int) -> None:
+        import socket
+
+        self.target_port = target_port
+        self.refusals = refusals
+        self.dropped = 0
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        import socket
+
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            if self.dropped < self.refusals:
+                self.dropped += 1
+                client.close()
+                continue
+            upstream = socket.create_connection(("127.0.0.1", self.target_port))
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=_pipe, args=(a, b), daemon=True).start()
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def _pipe(src: object, dst: object) -> None:
+    import socket
+
+    assert isinstance(src, socket.socket) and isinstance(dst, socket.socket)
+    try:
+        while data := src.recv(65536):
+            dst.sendall(data)
+    except OSError:
+        pass
+    finally:
+        for s in (src, dst):
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+
+
+def test_online_but_sshd_not_answering_yet_is_waited_for(setup: Setup) -> None:
+    gate = SlowStartSshd(setup.sshd.port, refusals=2)
+    setup.fake.ssh_port = gate.port
+    try:
+        pipeline = parse_pipeline("jobs:\n  a: {run: echo hi, gpu: {type: '3090'}}\n", "p.yml", {})
+        record, code, _ = setup.run(pipeline)
+    finally:
+        gate.close()
+    assert code == 0, record.results
+    assert gate.dropped == 2 and len(setup.fake.orders) == 1  # same order, probed until up
+
+
+def test_sshd_that_never_answers_cancels_and_excludes_the_host(setup: Setup) -> None:
+    gate = SlowStartSshd(setup.sshd.port, refusals=3)  # the first order's 3 tries all fail
+    setup.fake.ssh_port = gate.port
+    try:
+        pipeline = parse_pipeline("jobs:\n  a: {run: echo hi, gpu: {type: RTX}}\n", "p.yml", {})
+        record, code, _ = setup.run(pipeline)
+    finally:
+        gate.close()
+    assert code == 0, record.results
+    first, second = sorted(setup.fake.orders.values(), key=lambda o: o.id)
+    assert first.server_id != second.server_id and not first.live
+
+
+class PreemptingBackend(CloreBackend):
+    """Calls `preempt` once the first attempt has printed its marker."""
+
+    preempt: object = None
+
+    def run(self, place, request, sink, cancel):  # type: ignore[no-untyped-def]
+        outer = self
+
+        class Watch:
+            def write(self, stream, data):  # type: ignore[no-untyped-def]
+                sink.write(stream, data)
+                if b"working" in data and request.attempt == 1 and callable(outer.preempt):
+                    threading.Thread(target=outer.preempt, args=(place,), daemon=True).start()
+
+        return super().run(place, request, Watch(), cancel)
+
+
+def test_spot_preemption_mid_job_is_retried_elsewhere(
+    setup: Setup, sshd_killable: SshServer
+) -> None:
+    pipeline = parse_pipeline(
+        """\
+        jobs:
+          train:
+            gpu: {type: RTX, spot: true, max-price: 0.5}
+            run: |
+              echo working
+              test "$CLORE_RUN_ATTEMPT" = 2 || sleep 60
+        """.replace("        ", ""),
+        "p.yml",
+        {},
+    )
+    setup.fake.ssh_port = sshd_killable.port
+    backend, ledger = setup.backend(pipeline)
+    sshd_killable.authorize(backend.provisioner.key.public_line)
+    preempting = PreemptingBackend(
+        **{
+            f: getattr(backend, f)
+            for f in ("client", "provisioner", "clock", "concurrency", "budget", "currency")
+        }
+    )
+
+    def preempt(place: object) -> None:
+        from runner.backends.base import Place
+
+        assert isinstance(place, Place)
+        setup.fake.ssh_port = setup.sshd.port  # the next server is a healthy one
+        setup.fake.end_order(int(place.facts["order_id"]))  # outbid
+        sshd_killable.kill_all()  # ...and the machine goes away
+
+    preempting.preempt = preempt
+    (setup.tmp / "ws").mkdir()
+    options = RunOptions(
+        out_dir=setup.tmp / "out", workspace_root=setup.tmp / "ws", backoff=lambda n: 0.01
+    )
+    record, code = execute(pipeline, preempting, options, io.StringIO())
+    result = record.results[0]
+    assert code == 0, result
+    assert [str(a.failure) for a in result.attempts] == ["FailureKind.SERVER_LOST", "None"]
+    servers = [o.server_id for o in sorted(setup.fake.orders.values(), key=lambda o: o.id)]
+    assert len(servers) == 2 and servers[0] != servers[1]
+    assert all(r.state == "released" for r in ledger.rentals("run-1"))
+
+
+def test_sigterm_mid_run_cancels_everything_fast(setup: Setup) -> None:
+    import os
+    import signal
+    import time
+
+    pipeline = parse_pipeline(
+        """\
+        concurrency: 2
+        jobs:
+          a: {run: "echo working; sleep 60", gpu: {type: '3090'}}
+          b: {run: "echo working; sleep 60", gpu: {type: '4090'}}
+          c: {needs: [a, b], run: echo never}
+        """.replace("        ", ""),
+        "p.yml",
+        {},
+    )
+    backend, ledger = setup.backend(pipeline)
+    started: list[str] = []
+    sent: list[float] = []
+
+    class Signalling(CloreBackend):
+        def run(self, place, request, sink, cancel):  # type: ignore[no-untyped-def]
+            class Watch:
+                def write(self, stream, data):  # type: ignore[no-untyped-def]
+                    sink.write(stream, data)
+                    if b"working" in data:
+                        started.append(request.job.id)
+                        if len(started) == 2:
+                            sent.append(time.monotonic())
+                            os.kill(os.getpid(), signal.SIGTERM)
+
+            return super().run(place, request, Watch(), cancel)
+
+    signalling = Signalling(
+        **{
+            f: getattr(backend, f)
+            for f in ("client", "provisioner", "clock", "concurrency", "budget", "currency")
+        }
+    )
+    (setup.tmp / "ws").mkdir()
+    options = RunOptions(out_dir=setup.tmp / "out", workspace_root=setup.tmp / "ws")
+    record, code = execute(pipeline, signalling, options, io.StringIO())
+    took = time.monotonic() - sent[0]
+    assert code == 130
+    assert took < 7.0, took
+    assert {r.job_id: r.status for r in record.results} == {
+        "a": JobStatus.CANCELLED,
+        "b": JobStatus.CANCELLED,
+        "c": JobStatus.CANCELLED,
+    }
+    assert (setup.tmp / "out" / "summary.json").exists()
+    assert all(r.state == "released" for r in ledger.rentals("run-1"))
