@@ -158,12 +158,20 @@ def parse_yaml(text: str, file: str) -> Source:
 def _syntax_diagnostic(exc: yaml.MarkedYAMLError, file: str, text: str) -> Diagnostic:
     problem = exc.problem or "syntax error"
     # At the end of the stream the problem mark is useless; the context (an opening quote or
-    # bracket) is where the user has to look.
-    at_end = "end of stream" in problem or "<stream end>" in problem
+    # bracket) is where the user has to look. libyaml words it differently from PyYAML and,
+    # without a final newline, puts the mark on a line past the end: compare positions too.
+    last_line = text.count("\n")
+    end = (last_line, len(text) - text.rfind("\n") - 1)
+    past_end = exc.problem_mark is not None and (
+        (exc.problem_mark.line, exc.problem_mark.column) >= end
+    )
+    at_end = past_end or "end of stream" in problem or "<stream end>" in problem
     mark = (
         (exc.context_mark or exc.problem_mark) if at_end else (exc.problem_mark or exc.context_mark)
     )
     line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
+    if line > last_line + 1:  # never point past the file
+        line, col = last_line + 1, end[1] + 1
     hint = ""
     if _char_at(text, line, col) == "\t" or "\\t" in problem or "\t" in problem:
         hint = "indent with spaces, not tabs"
