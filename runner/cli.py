@@ -17,6 +17,7 @@ from typing import Annotated, Any
 import typer
 
 from runner import __version__
+from runner.backends.clore.cleanup_cmd import register as register_cleanup
 from runner.backends.clore.factory import clore_backend
 from runner.backends.clore.offers_cmd import register as register_offers
 from runner.backends.local import LocalBackend
@@ -179,6 +180,7 @@ def schema() -> None:
 
 register_offers(app)
 register_comment(app)
+register_cleanup(app)
 
 
 def _insert_run(argv: list[str]) -> list[str]:

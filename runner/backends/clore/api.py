@@ -218,7 +218,7 @@ class CloreClient:
         try:
             self._call("POST", "create_order", body=request.body(), create=True)
         except e.CloreApiError as exc:
-            if not _may_have_created(exc):
+            if not may_have_created(exc):
                 raise
             order = self._recover(request.server_id, since, cause=exc)
             if order is None:
@@ -402,7 +402,7 @@ def newest_order_on(orders: Iterable[Order], server_id: int, since_unix_s: float
     return max(fits, key=lambda o: o.id, default=None)
 
 
-def _may_have_created(exc: e.CloreApiError) -> bool:
+def may_have_created(exc: e.CloreApiError) -> bool:
     """Failures after which the order may exist. Codes 2-6 are refusals: nothing was created."""
     ambiguous = (e.DatabaseError, e.NonJsonReplyError, e.TransportError, e.UnknownCodeError)
     return isinstance(exc, ambiguous)

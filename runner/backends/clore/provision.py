@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from runner.backends.clore import errors as api_errors
-from runner.backends.clore.api import CloreClient, OrderRequest
+from runner.backends.clore.api import CloreClient, OrderRequest, may_have_created
 from runner.backends.clore.market import Offer, per_hour, spot_bid_per_day
 from runner.backends.clore.models import Order
 from runner.backends.clore.ratelimit import Clock
@@ -26,14 +26,6 @@ from runner.ledger import Ledger
 
 # An image whose entrypoint runs sshd with the `ssh_key` given at create (reference §3).
 DEFAULT_IMAGE = "cloreai/jupyter:ubuntu24.04-v2"
-_PER_HOST = (
-    api_errors.ServerAlreadyRentedError,
-    api_errors.CurrencyNotAllowedError,
-    api_errors.ServerOfflineError,
-    api_errors.TooLowPriceError,
-    api_errors.InvalidInputError,
-    api_errors.OrderOutcomeUnknownError,
-)
 _FATAL = (api_errors.NotEnoughBalanceError, api_errors.InvalidTokenError)
 
 
@@ -143,12 +135,13 @@ class Provisioner:
         except _FATAL as exc:
             self.ledger.set_state(rental.rental_id, "failed", str(exc))
             raise RunMustStop(str(exc)) from None
-        except api_errors.OrderOutcomeUnknownError as exc:
-            # Maybe billed: the intent stays open for `clore-run cleanup` to settle.
-            self.ledger.set_state(rental.rental_id, "intent", str(exc))
-            raise SkipOffer(str(exc)) from None
-        except (*_PER_HOST, api_errors.CloreApiError) as exc:
-            self.ledger.set_state(rental.rental_id, "failed", str(exc))
+        except api_errors.CloreApiError as exc:
+            if isinstance(exc, api_errors.OrderOutcomeUnknownError) or may_have_created(exc):
+                # Maybe billed, though not found yet: the intent stays open for `cleanup`,
+                # which looks again; `failed` would hide a server that shows up later.
+                self.ledger.set_state(rental.rental_id, "intent", str(exc))
+            else:
+                self.ledger.set_state(rental.rental_id, "failed", str(exc))
             raise SkipOffer(f"server {rental.offer.server_id}: {exc}") from None
 
     def _wait_online(self, order_id: int, cancel: threading.Event) -> Order:
