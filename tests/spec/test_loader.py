@@ -546,3 +546,20 @@ def test_errors_point_at_the_value_in_a_flow_mapping() -> None:
         parse("jobs:\n  a:\n    run: x\n    gpu: {type: RTX, count: 0}\n")
     (d,) = info.value.diagnostics
     assert (d.file, d.line, d.column, d.path) == ("p.yml", 4, 29, ("jobs", "a", "gpu", "count"))
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "column"),
+    [
+        ("jobs:\n  a: {run: x\n", 2, 6),  # the unclosed bracket, not the end of the file
+        ("jobs:\n  a: [x", 2, 6),  # no final newline
+        ("jobs:\n  a:\n    run: x\n  b", 4, 3),  # never a line past the end of the file
+        ("jobs:\n  a:\n    run: x\n  b\n", 4, 3),
+    ],
+)
+def test_syntax_errors_at_the_end_point_at_their_cause(text: str, line: int, column: int) -> None:
+    with pytest.raises(SpecError) as info:
+        parse(text)
+    (d,) = info.value.diagnostics
+    assert (d.line, d.column) == (line, column)
+    assert d.message.startswith("not valid YAML")

@@ -114,11 +114,12 @@ def mutated(draw: st.DrawFn) -> str:
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(mutated())
-# regressions the fuzzer found: a scalar `needs` crashed; infinite minutes crashed `plan`
+# regressions the fuzzer found: a scalar `needs` crashed, infinite minutes crashed `plan`
 @example("jobs:\n  a:\n    run: x\n  b:\n    needs: -1\n    run: y\n")
 @example("jobs:\n  a:\n    run: x\n    timeout-minutes: .inf\n")
 @example("jobs:\n  a:\n    run: x\n    estimate-minutes: 1.0e+308\n")
 @example("budget: .inf\njobs:\n  a:\n    run: x\n")
+@example("jobs:\n  a:\n    run: x\n  b")  # libyaml put this error on a line past the end
 def test_mutated_examples_never_crash(text: str) -> None:
     check(text)
 
