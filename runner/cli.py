@@ -17,9 +17,12 @@ from typing import Annotated, Any
 import typer
 
 from runner import __version__
+from runner.backends.clore.api import CloreClient
 from runner.backends.clore.cleanup_cmd import register as register_cleanup
 from runner.backends.clore.factory import clore_backend
+from runner.backends.clore.market import offers_from_servers
 from runner.backends.clore.offers_cmd import register as register_offers
+from runner.backends.clore.plan_offers import plan_offers, render_offers
 from runner.backends.local import LocalBackend
 from runner.backends.ssh import SshBackend
 from runner.errors import CloreRunError, UsageError
@@ -83,10 +86,29 @@ def validate(
 def plan(
     pipeline: Annotated[Path, typer.Argument(help="The pipeline file.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
+    backend: Annotated[
+        str, typer.Option(help="`clore`: also the offer each job would take today and its cost.")
+    ] = "none",
 ) -> None:
     """Show the order in waves, each job's ask and the critical path. Rents nothing."""
-    result = build_plan(load_pipeline(pipeline))
-    typer.echo(json.dumps(result, indent=2) if as_json else render_plan(result))
+    loaded = load_pipeline(pipeline)
+    result = build_plan(loaded)
+    unfit = False
+    if backend == "clore":
+        client = CloreClient.from_env()
+        offers = offers_from_servers(client.marketplace().servers, loaded.currency)
+        result["clore"] = plan_offers(loaded, offers)
+        unfit = bool(result["clore"]["unfit"])
+    elif backend != "none":
+        raise UsageError(f"--backend {backend}: plan knows `clore` only", "omit it or use clore")
+    if as_json:
+        typer.echo(json.dumps(result, indent=2))
+    else:
+        typer.echo(render_plan(result))
+        if "clore" in result:
+            typer.echo(render_offers(result["clore"]))
+    if unfit:
+        raise typer.Exit(EXIT_INFRA)
 
 
 class BackendName(str, Enum):

@@ -136,7 +136,8 @@ class CloreBackend:
         return self._market[1]
 
     def _wait_for_budget(self, job: Job, offer: Offer, cancel: threading.Event) -> None:
-        price = offer.on_demand_usd_per_hour or offer.spot_usd_per_hour or 0.0
+        spot = job.gpu is not None and job.gpu.spot
+        price = offer.usd_per_hour(spot) or 0.0
         new_usd = price * job.timeout_s / 3600
         with self._cond:
             while True:

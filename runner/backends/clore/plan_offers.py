@@ -1,0 +1,80 @@
+"""`clore-run plan --backend clore`: the offer each job would take today and what it may cost.
+
+Pure: takes today's offers, gives data. The ceiling is price x timeout (what the budget check
+commits); the estimate is price x `estimate-minutes` where the job gives one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from runner.backends.clore.market import Offer, best_offer, explain_no_fit
+from runner.core.model import GpuAsk, Job, Pipeline
+
+_ANY_GPU = GpuAsk()
+
+
+def plan_offers(pipeline: Pipeline, offers: list[Offer]) -> dict[str, Any]:
+    jobs: dict[str, Any] = {}
+    ceiling = estimate = 0.0
+    for job in pipeline.jobs:
+        entry = _job_entry(job, offers, pipeline.currency)
+        jobs[job.id] = entry
+        if entry["offer"] is not None:
+            ceiling += entry["ceiling_usd"]
+            estimate += entry["estimate_usd"]
+    budget = pipeline.budget_usd
+    return {
+        "currency": pipeline.currency,
+        "jobs": jobs,
+        "total_ceiling_usd": round(ceiling, 6),
+        "total_estimate_usd": round(estimate, 6),
+        "budget_usd": budget,
+        "within_budget": budget is None or ceiling <= budget,
+        "unfit": [job_id for job_id, e in jobs.items() if e["offer"] is None],
+    }
+
+
+def _job_entry(job: Job, offers: list[Offer], currency: str) -> dict[str, Any]:
+    ask = job.gpu or _ANY_GPU
+    offer = best_offer(offers, ask)
+    if offer is None:
+        return {"offer": None, "why": explain_no_fit(offers, ask, currency)}
+    usd_per_hour = offer.usd_per_hour(ask.spot) or 0.0
+    return {
+        "offer": {
+            "server_id": offer.server_id,
+            "gpus": offer.gpus,
+            "usd_per_hour": round(usd_per_hour, 6),
+            "spot": ask.spot,
+            "reliability": offer.reliability,
+            "location": offer.location,
+        },
+        "ceiling_usd": round(usd_per_hour * job.timeout_s / 3600, 6),
+        "estimate_usd": round(usd_per_hour * job.duration_hint_s / 3600, 6),
+    }
+
+
+def render_offers(data: dict[str, Any]) -> str:
+    lines = [f"offers today ({data['currency']}):"]
+    for job_id, entry in data["jobs"].items():
+        offer = entry["offer"]
+        if offer is None:
+            lines.append(f"  {job_id}: {entry['why']}".replace("\n", "\n    "))
+            continue
+        lines.append(
+            f"  {job_id}: #{offer['server_id']} {offer['gpus']} ${offer['usd_per_hour']:.3f}/h"
+            f"{' spot' if offer['spot'] else ''}: estimate ${entry['estimate_usd']:.2f}, "
+            f"at most ${entry['ceiling_usd']:.2f}"
+        )
+    budget = data["budget_usd"]
+    verdict = (
+        ""
+        if budget is None
+        else (f" against a budget of ${budget:.2f}" + ("" if data["within_budget"] else " (OVER)"))
+    )
+    lines.append(
+        f"total: estimate ${data['total_estimate_usd']:.2f}, "
+        f"at most ${data['total_ceiling_usd']:.2f}{verdict}"
+    )
+    return "\n".join(lines)

@@ -1,0 +1,64 @@
+"""`clore-run plan --backend clore` against the fake marketplace: offers, per-hour prices, cost."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from runner.cli import main
+from tests.fakes.clore_api import API_KEY, FakeClore
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+
+
+def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exited:
+        main(args)
+    out, err = capsys.readouterr()
+    return int(exited.value.code or 0), out, err
+
+
+@pytest.fixture
+def api_env(fake_clore: FakeClore, monkeypatch: pytest.MonkeyPatch) -> FakeClore:
+    monkeypatch.setenv("CLORE_API_URL", fake_clore.url)
+    monkeypatch.setenv("CLORE_API_KEY", API_KEY)
+    return fake_clore
+
+
+def test_plan_shows_todays_offer_and_cost(
+    api_env: FakeClore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run_cli(
+        ["plan", str(EXAMPLES / "ml-pipeline.yml"), "--backend", "clore", "--json"], capsys
+    )
+    assert code == 0
+    plan = json.loads(out)["clore"]
+    prepare = plan["jobs"]["prepare"]
+    # 88028: RTX 3090 at 2 USD/day on-demand -> 0.0833 USD/h; 10-minute timeout ceiling.
+    assert prepare["offer"]["server_id"] == 88028
+    assert prepare["offer"]["usd_per_hour"] == pytest.approx(2 / 24, rel=1e-3)
+    assert prepare["ceiling_usd"] == pytest.approx(2 / 24 * 10 / 60, rel=1e-3)
+    assert plan["jobs"]["train-rtx-4090"]["offer"]["gpus"].endswith("RTX 4090")
+    assert plan["within_budget"] is True and plan["unfit"] == []
+    assert API_KEY not in out
+
+
+def test_plan_with_a_job_no_offer_fits_exits_3(
+    api_env: FakeClore, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pipeline = tmp_path / "p.yml"
+    pipeline.write_text("jobs:\n  big: {run: x, gpu: {type: H100, count: 8}}\n")
+    code, out, err = run_cli(["plan", str(pipeline), "--backend", "clore"], capsys)
+    assert code == 3
+    assert "big: no offer fits" in out and "closest" in out
+    assert API_KEY not in out + err
+
+
+def test_plan_without_key_says_how_to_set_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("CLORE_API_KEY", raising=False)
+    code, _, err = run_cli(["plan", str(EXAMPLES / "hello.yml"), "--backend", "clore"], capsys)
+    assert code == 3 and "CLORE_API_KEY" in err and "Traceback" not in err
