@@ -1,0 +1,176 @@
+"""The ML example on the clore backend against the fake Clore API, its orders on a real sshd.
+
+    python -m benchmarks.bench_clore_fake
+
+Prints: servers rented vs jobs run (reuse), real wall time from an order seen online to its
+first log line, API calls made against the rate limits (on the fake clock the client follows),
+and the cost in the summary against the fake's own billing. Loopback only.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import logging
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from pytest_httpserver import HTTPServer
+
+from runner.backends.base import OutputSink, Place, RunOutcome, RunRequest, Stream
+from runner.backends.clore.backend import Budget, CloreBackend
+from runner.backends.clore.market import offer_from_server
+from runner.backends.clore.models import MarketServer, Order
+from runner.backends.clore.provision import Provisioner, ProvisionOptions
+from runner.backends.ssh_connection import ConnectOptions
+from runner.backends.ssh_keys import ClientKey, HostKeyStore
+from runner.ledger import Ledger
+from runner.run_command import RunOptions, execute
+from runner.spec.loader import load_pipeline
+from tests.fakes.clore_api import FakeClock, FakeClore
+from tests.sshd_fixture import start_sshd
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "ml-pipeline.yml"
+
+
+class TimingProvisioner(Provisioner):
+    """Notes the real time each order was seen online."""
+
+    online_at: dict[int, float]
+
+    def _wait_online(self, order_id: int, cancel: threading.Event) -> Order:
+        order = super()._wait_online(order_id, cancel)
+        self.online_at[order_id] = time.perf_counter()
+        return order
+
+
+class TimingBackend(CloreBackend):
+    """Notes the real time of each rental's first job output."""
+
+    first_output: dict[int, float]
+
+    def run(
+        self, place: Place, request: RunRequest, sink: OutputSink, cancel: threading.Event
+    ) -> RunOutcome:
+        order_id = int(place.facts["order_id"])
+        seen = self.first_output
+
+        class Watch:
+            def write(self, stream: Stream, data: bytes) -> None:
+                seen.setdefault(order_id, time.perf_counter())
+                sink.write(stream, data)
+
+        return super().run(place, request, Watch(), cancel)
+
+
+def main() -> None:
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
+    with tempfile.TemporaryDirectory() as tmp_name, HTTPServer() as http:
+        tmp = Path(tmp_name)
+        sshd = start_sshd(tmp / "sshd")
+        try:
+            report(run(tmp, http, sshd.port, sshd.authorize))
+        finally:
+            sshd.stop()
+
+
+def run(tmp: Path, http: HTTPServer, ssh_port: int, authorize: Any) -> dict[str, Any]:
+    clock = FakeClock()
+    fake = FakeClore(http, clock).install()
+    fake.ssh_host, fake.ssh_port = "127.0.0.1", ssh_port
+    pipeline = load_pipeline(EXAMPLE)
+    client = fake.client()
+    key = ClientKey.generate()
+    authorize(key.public_line)
+    options = ProvisionOptions(
+        pause=lambda seconds, _cancel: clock.sleep(seconds),
+        ssh=ConnectOptions(tries=3, backoff_s=0.05),
+    )
+    provisioner = TimingProvisioner(
+        client,
+        Ledger(tmp / "ledger.db"),
+        "bench",
+        key,
+        HostKeyStore(),
+        clock,
+        pipeline.currency,
+        options,
+    )
+    provisioner.online_at = {}
+    backend = TimingBackend(
+        client,
+        provisioner,
+        clock,
+        pipeline.concurrency,
+        Budget(pipeline.budget_usd),
+        pipeline.currency,
+    )
+    backend.first_output = {}
+    (tmp / "ws").mkdir()
+    options_run = RunOptions(out_dir=tmp / "out", workspace_root=tmp / "ws")
+    record, code = execute(pipeline, backend, options_run, io.StringIO())
+    assert code == 0, record.results
+    return {
+        "jobs": len(pipeline.jobs),
+        "rented": len(fake.orders),
+        "live_after": len(fake.live_orders()),
+        "online_to_first_line": [
+            backend.first_output[o] - provisioner.online_at[o]
+            for o in provisioner.online_at
+            if o in backend.first_output
+        ],
+        "calls": fake.requests,
+        "violations": fake.violations,
+        "ours": record.total_cost_usd,
+        "theirs": fake_cost(fake),
+    }
+
+
+def fake_cost(fake: FakeClore) -> float:
+    total = 0.0
+    for order in fake.orders.values():
+        server = MarketServer.model_validate(fake.servers[order.server_id])
+        rate = offer_from_server(server, order.currency).usd_per_unit or 0.0
+        total += (fake.spend(order.id) + order.creation_fee) * rate
+    return total
+
+
+def report(r: dict[str, Any]) -> None:
+    calls = r["calls"]
+    gaps = [b.t - a.t for a, b in itertools.pairwise(calls)]
+    creates = [c.t for c in calls if c.endpoint == "create_order"]
+    before_create = [
+        c.t - calls[i - 1].t for i, c in enumerate(calls) if c.endpoint == "create_order" and i
+    ]
+    span = calls[-1].t - calls[0].t if len(calls) > 1 else 0.0
+    waits = r["online_to_first_line"]
+    print(f"ML example ({EXAMPLE.name}) on the fake Clore API, orders on a loopback sshd")
+    print(
+        f"  servers rented: {r['rented']} for {r['jobs']} jobs; live orders after: "
+        f"{r['live_after']}"
+    )
+    print(
+        f"  online -> first log line (real): "
+        f"min {min(waits):.3f} s, max {max(waits):.3f} s over {len(waits)} rentals"
+    )
+    print(
+        f"  API calls: {len(calls)} in {span:.1f} s of API time "
+        f"({len(calls) / span if span else 0:.2f}/s; limit 1/s)"
+    )
+    print(
+        f"  smallest gap between calls: {min(gaps):.2f} s (client keeps >= 1.1 s); "
+        f"before a create: {min(before_create):.2f} s (>= 5.5 s); creates: {len(creates)}"
+    )
+    print(f"  rate-limit violations seen by the fake: {len(r['violations'])}")
+    diff = abs(r["ours"] - r["theirs"]) / r["theirs"] * 100 if r["theirs"] else 0.0
+    print(
+        f"  cost: summary ${r['ours']:.6f} vs fake ${r['theirs']:.6f} ({diff:.3f}% apart; "
+        "target < 1%)"
+    )
+
+
+if __name__ == "__main__":
+    main()
