@@ -26,6 +26,7 @@ from runner.core.events import (
     Event,
     JobCompleted,
     JobFinished,
+    JobRunning,
     KillJob,
     ScheduleTimer,
     StartJob,
@@ -205,6 +206,7 @@ class Engine:
         log = JobLog(self.options.out_dir, job, number, self.console)
         try:
             place = self.backend.acquire(job, kill)
+            self._events.put(JobRunning(job.id, number))
             log.header(place.name)
             outcome = self.backend.run(place, self._request(job, number, timeout_s), log, kill)
         except JobCannotRun as exc:

@@ -298,3 +298,18 @@ def test_two_runs_into_the_same_out(tmp_path: Path) -> None:
 def test_job_model_defaults_for_local_runs() -> None:
     job = pipeline_of("jobs:\n  a: {run: x}\n").jobs[0]
     assert isinstance(job, Job) and job.timeout_s == 3600 and job.workspace is True
+
+
+class SlowToProvision(LocalBackend):
+    """Takes longer to hand out a place than the job's whole timeout, as renting can."""
+
+    def acquire(self, job: Job, cancel: threading.Event) -> Place:
+        cancel.wait(1.0)  # the provisioning delay being modelled, not a wait for the test
+        return super().acquire(job, cancel)
+
+
+def test_provisioning_time_does_not_count_against_the_job_timeout(tmp_path: Path) -> None:
+    _, code, status = run(
+        tmp_path, "jobs:\n  a: {run: 'true', timeout-minutes: 0.01}\n", SlowToProvision()
+    )
+    assert code == 0 and status["a"] is JobStatus.PASSED

@@ -19,6 +19,15 @@ class JobFinished:
 
 
 @dataclass(frozen=True)
+class JobRunning:
+    """The attempt has its place and its script starts now: its timeout counts from here, so
+    renting and booting a server never eat into the job's own time."""
+
+    job_id: str
+    attempt: int
+
+
+@dataclass(frozen=True)
 class TimerFired:
     """A timer the core asked for came due. Stale timers are ignored by the core."""
 
@@ -32,7 +41,7 @@ class CancelRequested:
     reason: str
 
 
-Event = JobFinished | TimerFired | CancelRequested
+Event = JobFinished | JobRunning | TimerFired | CancelRequested
 
 # -- commands: returned by the core, carried out by the engine ---------------------------------
 

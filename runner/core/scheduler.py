@@ -22,6 +22,7 @@ from runner.core.events import (
     Event,
     JobCompleted,
     JobFinished,
+    JobRunning,
     KillJob,
     ScheduleTimer,
     StartJob,
@@ -135,6 +136,8 @@ class Scheduler:
         self._now = now
         if isinstance(event, JobFinished):
             self._finished(event.job_id, event.attempt, now)
+        elif isinstance(event, JobRunning):
+            self._script_started(event.job_id, event.attempt, now)
         elif isinstance(event, TimerFired):
             self._timer(event.token, now)
         elif isinstance(event, CancelRequested):
@@ -169,6 +172,12 @@ class Scheduler:
             return
         reason = attempt.message or kind.value
         self._finalize(job_id, rule.final_status, reason)
+
+    def _script_started(self, job_id: str, number: int, now: float) -> None:
+        run = self._running.get(job_id)
+        if run is not None and run.attempt == number and run.kill_reason is None:
+            timeout = self._jobs[job_id].timeout_s
+            self._out.append(ScheduleTimer(now + timeout, ("timeout", job_id, number)))
 
     def _kill(self, job_id: str, run: _Running, reason: FailureKind, message: str) -> None:
         if run.kill_reason is None:
@@ -274,9 +283,6 @@ class Scheduler:
             job = self._jobs[job_id]
             number = len(self._attempts[job_id]) + 1
             self._running[job_id] = _Running(number, now)
-            self._out += [
-                StartJob(job_id, number, job.timeout_s),
-                ScheduleTimer(now + job.timeout_s, ("timeout", job_id, number)),
-            ]
+            self._out.append(StartJob(job_id, number, job.timeout_s))
         out, self._out = self._out, []
         return out

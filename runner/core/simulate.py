@@ -16,6 +16,7 @@ from runner.core.events import (
     Command,
     Event,
     JobFinished,
+    JobRunning,
     KillJob,
     ScheduleTimer,
     StartJob,
@@ -66,6 +67,7 @@ def simulate(
                 duration, failure = outcome(cmd.job_id, cmd.attempt)
                 running[cmd.job_id] = (cmd.attempt, now)
                 starts.append((now, cmd.job_id))
+                push(now, JobRunning(cmd.job_id, cmd.attempt))  # no provisioning delay here
                 max_running = max(max_running, len(running))
                 push(now + duration, _finish(cmd.job_id, cmd.attempt, now, now + duration, failure))
             elif isinstance(cmd, KillJob):
@@ -79,11 +81,13 @@ def simulate(
     apply(core.start(now))
     while not core.done and queue:
         now, _, event = heapq.heappop(queue)
-        if isinstance(event, JobFinished):
+        if isinstance(event, (JobFinished, JobRunning)):
+            number = event.attempt.number if isinstance(event, JobFinished) else event.attempt
             current = running.get(event.job_id)
-            if current is None or current[0] != event.attempt.number:
+            if current is None or current[0] != number:
                 continue  # already killed and reported
-            del running[event.job_id]
+            if isinstance(event, JobFinished):
+                del running[event.job_id]
         interrupted = interrupted or isinstance(event, CancelRequested)
         apply(core.handle(event, now))
     status = core.status(interrupted)

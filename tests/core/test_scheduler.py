@@ -17,6 +17,7 @@ from runner.core.events import (
     Command,
     JobCompleted,
     JobFinished,
+    JobRunning,
     KillJob,
     ScheduleTimer,
     StartJob,
@@ -375,7 +376,8 @@ def test_job_timeout_kills_at_start_plus_timeout_then_retries() -> None:
     core = Scheduler(pipeline(job("a", timeout_s=30.0, retries=1)), 1)
     out = core.start(5.0)
     assert [c for c in out if isinstance(c, StartJob)] == [StartJob("a", 1, 30.0)]
-    (timer,) = timers(out)
+    assert timers(out) == []  # the clock starts when the script does, not while renting
+    (timer,) = timers(core.handle(JobRunning("a", 1), 5.0))
     assert timer.at == 35.0
     out = core.handle(TimerFired(timer.token), 35.0)
     assert out == [KillJob("a", FailureKind.TIMEOUT)]
@@ -386,6 +388,7 @@ def test_job_timeout_kills_at_start_plus_timeout_then_retries() -> None:
     assert retry.at == 37.2
     out = core.handle(TimerFired(retry.token), 37.2)
     assert started(out) == ["a"]
+    core.handle(JobRunning("a", 2), 37.2)
     out = core.handle(finished("a", 2, 37.2, 40), 40.0)
     r = completed(out)["a"]
     assert r.status is JobStatus.PASSED
@@ -616,11 +619,13 @@ def test_a_job_readied_during_start_is_queued_once() -> None:
 
 def test_stale_timeout_timers_are_ignored() -> None:
     core = Scheduler(pipeline(job("a", timeout_s=30.0, retries=1)), 1)
-    (t1,) = timers(core.start(0.0))
+    core.start(0.0)
+    (t1,) = timers(core.handle(JobRunning("a", 1), 0.0))
     out = core.handle(finished("a", 1, 0, 5, FailureKind.TEST_FAILURE), 5.0)
     (retry,) = timers(out)
-    out = core.handle(TimerFired(retry.token), 7.0)
-    (t2,) = timers(out)
+    core.handle(TimerFired(retry.token), 7.0)
+    assert core.handle(JobRunning("a", 1), 7.0) == []  # a stale report arms nothing
+    (t2,) = timers(core.handle(JobRunning("a", 2), 7.0))
     assert t1.token != t2.token
     assert core.handle(TimerFired(t1.token), 30.0) == []  # attempt 1's deadline, attempt 2 runs
     assert core.running == frozenset({"a"})
@@ -630,7 +635,8 @@ def test_stale_timeout_timers_are_ignored() -> None:
 
 def test_timeout_timer_after_the_job_passed_is_ignored() -> None:
     core = Scheduler(pipeline(job("a", timeout_s=30.0)), 1)
-    (t1,) = timers(core.start(0.0))
+    core.start(0.0)
+    (t1,) = timers(core.handle(JobRunning("a", 1), 0.0))
     core.handle(finished("a", 1, 0, 5), 5.0)
     assert core.handle(TimerFired(t1.token), 30.0) == []
     assert by_id(core.results())["a"].status is JobStatus.PASSED
