@@ -170,6 +170,9 @@ class QueueCore:
         slot = self._slots.get(job_id)
         return slot.state if slot else None
 
+    def job(self, job_id: str) -> Job:
+        return self._slots[job_id].job
+
     def unsettled_jobs(self) -> list[Job]:
         return [s.job for s in self._slots.values()]
 

@@ -1,0 +1,458 @@
+"""The queue's SQLite store: every submission, job and attempt, so that a restart loses nothing.
+
+As the rental ledger does (runner/ledger.py): WAL with `synchronous=FULL` (a reply saying
+"queued" means the job is on disk), a busy timeout, `PRAGMA user_version` for the schema, one
+connection behind a lock shared by the API threads and the scheduling loop. Every SQLite
+failure becomes a StoreError (exit 3), never a traceback.
+
+An attempt row is written when the attempt starts and completed when it ends: a row left open
+by a dead server is how the next one knows what was interrupted.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from runner.core.model import Attempt, Job, JobStatus
+from runner.errors import InfrastructureError
+from runner.serve.codec import dumps, failure_from, job_from_json, job_to_json
+
+BUSY_TIMEOUT_S = 10.0
+QUEUED, RUNNING = "queued", "running"
+STATUSES = (QUEUED, RUNNING, *(s.value for s in JobStatus))
+FINAL = tuple(s.value for s in JobStatus)
+
+SCHEMA_VERSION = 1
+MIGRATIONS: tuple[tuple[str, ...], ...] = (  # MIGRATIONS[n]: version n -> n + 1; append only
+    (
+        """CREATE TABLE submissions (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            kind TEXT NOT NULL,
+            label TEXT NOT NULL,
+            submitted_at REAL NOT NULL
+        )""",
+        f"""CREATE TABLE jobs (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            id TEXT NOT NULL UNIQUE,
+            submission INTEGER NOT NULL REFERENCES submissions (id),
+            name TEXT NOT NULL,
+            spec TEXT NOT NULL,
+            status TEXT NOT NULL CHECK (status IN {STATUSES!r}),
+            priority TEXT NOT NULL,
+            submitted_at REAL NOT NULL,
+            first_started_at REAL,
+            finished_at REAL,
+            reason TEXT NOT NULL DEFAULT '',
+            attempts INTEGER NOT NULL DEFAULT 0,
+            cost_usd REAL NOT NULL DEFAULT 0,
+            retries_used INTEGER NOT NULL DEFAULT 0,
+            infra_used INTEGER NOT NULL DEFAULT 0,
+            retry_at REAL
+        )""",
+        "CREATE INDEX jobs_by_status ON jobs (status, seq)",
+        """CREATE TABLE attempts (
+            job_id TEXT NOT NULL REFERENCES jobs (id),
+            number INTEGER NOT NULL,
+            instance TEXT NOT NULL,
+            started_at REAL NOT NULL,
+            finished_at REAL,
+            exit_code INTEGER,
+            failure TEXT,
+            message TEXT NOT NULL DEFAULT '',
+            server TEXT NOT NULL DEFAULT '',
+            cost_usd REAL NOT NULL DEFAULT 0,
+            facts TEXT NOT NULL DEFAULT '{}',
+            PRIMARY KEY (job_id, number)
+        )""",
+        "CREATE INDEX attempts_open ON attempts (instance) WHERE finished_at IS NULL",
+        "CREATE INDEX attempts_by_end ON attempts (finished_at)",
+        """CREATE TABLE instances (
+            token TEXT PRIMARY KEY,
+            pid INTEGER NOT NULL,
+            backend TEXT NOT NULL,
+            started_at REAL NOT NULL,
+            stopped_at REAL
+        )""",
+    ),
+)
+assert len(MIGRATIONS) == SCHEMA_VERSION
+
+_SUMMARY = (
+    "seq, id, submission, name, status, priority, submitted_at, first_started_at, finished_at, "
+    "reason, attempts, cost_usd, retries_used, infra_used, retry_at"
+)
+
+
+class StoreError(InfrastructureError):
+    """The queue database cannot be opened, read or written."""
+
+
+@dataclass(frozen=True)
+class JobRow:
+    """A job as the store has it (no attempts)."""
+
+    seq: int
+    id: str
+    submission: int
+    name: str
+    status: str
+    priority: str
+    submitted_at: float
+    first_started_at: float | None
+    finished_at: float | None
+    reason: str
+    attempts: int
+    cost_usd: float
+    retries_used: int
+    infra_used: int
+    retry_at: float | None
+
+
+@dataclass(frozen=True)
+class Unsettled:
+    """A job not settled yet, with what scheduling it again needs."""
+
+    row: JobRow
+    job: Job
+
+
+@dataclass(frozen=True)
+class OpenAttempt:
+    """An attempt row that was never completed."""
+
+    job_id: str
+    number: int
+    instance: str
+    started_at: float
+
+
+@dataclass(frozen=True)
+class Instance:
+    token: str
+    pid: int
+    backend: str
+    started_at: float
+    stopped_at: float | None
+
+
+class Store:
+    """The queue database at `path` (parent folders created). Thread-safe."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self._lock = threading.Lock()
+        with self._guard("open"):
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(
+                self.path, check_same_thread=False, isolation_level=None, timeout=BUSY_TIMEOUT_S
+            )
+        try:
+            with self._lock, self._guard("open"):
+                self._setup()
+        except StoreError:
+            self._db.close()
+            raise
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    # -- instances -------------------------------------------------------------------------
+
+    def begin_instance(self, token: str, pid: int, backend: str, now: float) -> None:
+        with self._tx("record the server start") as db:
+            db.execute(
+                "INSERT INTO instances (token, pid, backend, started_at) VALUES (?, ?, ?, ?)",
+                (token, pid, backend, now),
+            )
+
+    def end_instance(self, token: str, now: float) -> None:
+        with self._tx("record the server stop") as db:
+            db.execute("UPDATE instances SET stopped_at = ? WHERE token = ?", (now, token))
+
+    def instances(self) -> list[Instance]:
+        rows = self._read("SELECT token, pid, backend, started_at, stopped_at FROM instances", ())
+        return [Instance(*r) for r in rows]
+
+    # -- submissions -----------------------------------------------------------------------
+
+    def submit(
+        self, kind: str, label: str, make: Callable[[int], Sequence[Job]], now: float
+    ) -> list[tuple[int, Job]]:
+        """Record a submission; `make(number)` builds its jobs (their ids carry the number).
+        One transaction: all of a submission's jobs are queued, or none."""
+        with self._tx("queue the jobs") as db:
+            cursor = db.execute(
+                "INSERT INTO submissions (kind, label, submitted_at) VALUES (?, ?, ?)",
+                (kind, label, now),
+            )
+            number = cursor.lastrowid
+            assert number is not None
+            out = []
+            for job in make(number):
+                cursor = db.execute(
+                    "INSERT INTO jobs (id, submission, name, spec, status, priority, "
+                    "submitted_at) VALUES (?, ?, ?, ?, 'queued', ?, ?)",
+                    (job.id, number, job.name, dumps(job_to_json(job)), _prio(job), now),
+                )
+                assert cursor.lastrowid is not None
+                out.append((cursor.lastrowid, job))
+        return out
+
+    def known(self, ids: Sequence[str]) -> set[str]:
+        """Which of `ids` name jobs in the store."""
+        found: set[str] = set()
+        for chunk in _chunks(list(dict.fromkeys(ids))):
+            marks = ",".join("?" * len(chunk))
+            rows = self._read(f"SELECT id FROM jobs WHERE id IN ({marks})", tuple(chunk))
+            found.update(r[0] for r in rows)
+        return found
+
+    # -- what the scheduling loop writes ---------------------------------------------------
+
+    def start_attempt(self, job_id: str, number: int, instance: str, now: float) -> None:
+        with self._tx("record an attempt start") as db:
+            db.execute(
+                "INSERT OR REPLACE INTO attempts (job_id, number, instance, started_at) "
+                "VALUES (?, ?, ?, ?)",
+                (job_id, number, instance, now),
+            )
+            db.execute(
+                "UPDATE jobs SET status = 'running', attempts = ?, retry_at = NULL, "
+                "first_started_at = COALESCE(first_started_at, ?) WHERE id = ?",
+                (number, now, job_id),
+            )
+
+    def end_attempt(self, job_id: str, attempt: Attempt, *, requeue: bool = False) -> None:
+        """Complete the attempt row. `requeue`: the job goes back to `queued` at once (a
+        server shutting down hands its running jobs to the next start)."""
+        with self._tx("record an attempt end") as db:
+            db.execute(
+                "UPDATE attempts SET finished_at = ?, exit_code = ?, failure = ?, message = ?, "
+                "server = ?, cost_usd = ?, facts = ? WHERE job_id = ? AND number = ?",
+                (
+                    attempt.finished_at,
+                    attempt.exit_code,
+                    attempt.failure.value if attempt.failure else None,
+                    attempt.message,
+                    attempt.server,
+                    attempt.cost_usd,
+                    dumps(dict(attempt.facts)),
+                    job_id,
+                    attempt.number,
+                ),
+            )
+            # A sum, not an increment: replaying an attempt after a crash must not bill it twice.
+            status = ", status = 'queued'" if requeue else ""
+            db.execute(
+                "UPDATE jobs SET cost_usd = (SELECT coalesce(sum(cost_usd), 0) FROM attempts "
+                f"WHERE job_id = ?){status} WHERE id = ?",
+                (job_id, job_id),
+            )
+
+    def requeue(self, job_id: str, at: float, retries_used: int, infra_used: int) -> None:
+        with self._tx("requeue a job") as db:
+            db.execute(
+                "UPDATE jobs SET status = 'queued', retry_at = ?, retries_used = ?, "
+                "infra_used = ? WHERE id = ?",
+                (at, retries_used, infra_used, job_id),
+            )
+
+    def settle(self, job_id: str, status: JobStatus, reason: str, now: float) -> None:
+        with self._tx("settle a job") as db:
+            db.execute(
+                "UPDATE jobs SET status = ?, reason = ?, finished_at = ?, retry_at = NULL "
+                "WHERE id = ?",
+                (status.value, reason, now, job_id),
+            )
+
+    # -- reads -----------------------------------------------------------------------------
+
+    def unsettled(self) -> list[Unsettled]:
+        """Jobs queued or running, in submission order."""
+        rows = self._read(
+            f"SELECT {_SUMMARY}, spec FROM jobs WHERE status IN ('queued', 'running') ORDER BY seq",
+            (),
+        )
+        return [Unsettled(JobRow(*r[:-1]), job_from_json(json.loads(r[-1]))) for r in rows]
+
+    def open_attempts(self) -> list[OpenAttempt]:
+        rows = self._read(
+            "SELECT job_id, number, instance, started_at FROM attempts WHERE finished_at IS NULL",
+            (),
+        )
+        return [OpenAttempt(*r) for r in rows]
+
+    def settled(self, ids: Sequence[str]) -> dict[str, tuple[Job, JobStatus, str]]:
+        """The settled jobs among `ids`: job, status, reason."""
+        out: dict[str, tuple[Job, JobStatus, str]] = {}
+        for chunk in _chunks(list(dict.fromkeys(ids))):
+            marks = ",".join("?" * len(chunk))
+            rows = self._read(
+                f"SELECT spec, status, reason FROM jobs WHERE id IN ({marks}) "
+                f"AND status IN {FINAL!r}",
+                tuple(chunk),
+            )
+            for spec, status, reason in rows:
+                job = job_from_json(json.loads(spec))
+                out[job.id] = (job, JobStatus(status), reason)
+        return out
+
+    def job(self, job_id: str) -> tuple[JobRow, dict[str, Any]] | None:
+        rows = self._read(f"SELECT {_SUMMARY}, spec FROM jobs WHERE id = ?", (job_id,))
+        if not rows:
+            return None
+        return JobRow(*rows[0][:-1]), json.loads(rows[0][-1])
+
+    def attempts(self, job_id: str) -> list[dict[str, Any]]:
+        rows = self._read(
+            "SELECT number, instance, started_at, finished_at, exit_code, failure, message, "
+            "server, cost_usd, facts FROM attempts WHERE job_id = ? ORDER BY number",
+            (job_id,),
+        )
+        keys = (
+            "number",
+            "instance",
+            "started_at",
+            "finished_at",
+            "exit_code",
+            "failure",
+            "message",
+            "server",
+            "cost_usd",
+        )
+        return [{**dict(zip(keys, r[:-1], strict=True)), "facts": json.loads(r[-1])} for r in rows]
+
+    def ended_attempt(self, job_id: str, number: int) -> Attempt | None:
+        """The attempt if its row was completed, else None."""
+        rows = self._read(
+            "SELECT started_at, finished_at, exit_code, failure, message, server, cost_usd, facts "
+            "FROM attempts WHERE job_id = ? AND number = ? AND finished_at IS NOT NULL",
+            (job_id, number),
+        )
+        if not rows:
+            return None
+        began, ended, code, failure, message, server, cost, facts = rows[0]
+        return Attempt(
+            number, began, ended, code, failure_from(failure), message, server, cost,
+            MappingProxyType(json.loads(facts)),
+        )  # fmt: skip
+
+    def jobs(self, status: str | None, after: int, limit: int) -> list[JobRow]:
+        """A page of jobs in submission order, after sequence number `after`."""
+        args: list[Any]
+        where, args = "seq > ?", [after]  # seq, not OFFSET: a page costs the same anywhere
+        if status is not None:
+            where, args = where + " AND status = ?", [*args, status]
+        rows = self._read(
+            f"SELECT {_SUMMARY} FROM jobs WHERE {where} ORDER BY seq LIMIT ?", (*args, limit)
+        )
+        return [JobRow(*r) for r in rows]
+
+    def counts(self) -> dict[str, int]:
+        rows = self._read("SELECT status, count(*) FROM jobs GROUP BY status", ())
+        return {**dict.fromkeys(STATUSES, 0), **{s: n for s, n in rows}}
+
+    def spend_since(self, since: float) -> float:
+        """USD of attempts that ended at or after `since`."""
+        rows = self._read("SELECT sum(cost_usd) FROM attempts WHERE finished_at >= ?", (since,))
+        return float(rows[0][0] or 0.0)
+
+    def timing(self) -> dict[str, float]:
+        """Sums and counts for the metrics: queue wait (submit to first start), run time."""
+        wait = self._read(
+            "SELECT count(*), sum(first_started_at - submitted_at) FROM jobs "
+            "WHERE first_started_at IS NOT NULL",
+            (),
+        )[0]
+        run = self._read(
+            "SELECT count(*), sum(finished_at - started_at), sum(cost_usd) FROM attempts "
+            "WHERE finished_at IS NOT NULL",
+            (),
+        )[0]
+        return {
+            "wait_count": float(wait[0]),
+            "wait_sum": float(wait[1] or 0.0),
+            "run_count": float(run[0]),
+            "run_sum": float(run[1] or 0.0),
+            "spend": float(run[2] or 0.0),
+        }
+
+    # -- plumbing --------------------------------------------------------------------------
+
+    def _setup(self) -> None:
+        version = self._version()
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"queue database {self.path} has schema version {version}, newer than this "
+                f"clore-run reads ({SCHEMA_VERSION})",
+                hint="upgrade clore-run to read it",
+            )
+        mode = self._db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            raise StoreError(f"queue database {self.path}: SQLite refused WAL mode ({mode!r})")
+        self._db.execute("PRAGMA synchronous = FULL")
+        if version == SCHEMA_VERSION:
+            return
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            version = self._version()  # again, inside the lock: two opens migrate once
+            for step in range(version, SCHEMA_VERSION):
+                for statement in MIGRATIONS[step]:
+                    self._db.execute(statement)
+            self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            self._db.execute("COMMIT")
+        except BaseException:
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
+            raise
+
+    def _version(self) -> int:
+        return int(self._db.execute("PRAGMA user_version").fetchone()[0])
+
+    @contextmanager
+    def _guard(self, doing: str) -> Iterator[None]:
+        try:
+            yield
+        except sqlite3.Error as exc:
+            raise StoreError(
+                f"queue database {self.path}: cannot {doing}: {exc}",
+                hint="if the file is damaged, move it aside (queued jobs in it are lost)",
+            ) from None
+        except OSError as exc:
+            raise StoreError(f"queue database {self.path}: cannot {doing}: {exc}") from None
+
+    @contextmanager
+    def _tx(self, doing: str) -> Iterator[sqlite3.Connection]:
+        """One write transaction: all of it lands, or none."""
+        with self._lock, self._guard(doing):
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+                self._db.execute("COMMIT")
+            except BaseException:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise
+
+    def _read(self, query: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        with self._lock, self._guard("read the queue"):
+            return self._db.execute(query, args).fetchall()
+
+
+def _prio(job: Job) -> str:
+    return job.priority.name.lower()
+
+
+def _chunks(items: list[str], size: int = 500) -> Iterator[list[str]]:
+    """SQLite limits the number of `?` in one statement."""
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
