@@ -1,0 +1,73 @@
+"""The backend a queue server runs on, and how a restart reconciles what a dead server left.
+
+- local: processes marked with the dead instance's token are killed (runner/serve/orphans.py);
+- clore: the dead instance's rentals (its token is their run id in the ledger) are reconciled
+  with `my_orders` and cancelled, as `clore-run cleanup` does;
+- ssh: a remote job cannot be re-attached; the record says it may run on until its timeout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from runner.backends.base import Backend
+from runner.backends.clore.api import CloreClient
+from runner.backends.clore.cleanup import reconcile
+from runner.backends.clore.factory import clore_backend
+from runner.backends.local import LocalBackend
+from runner.backends.ssh import SshBackend
+from runner.core.model import Pipeline
+from runner.errors import UsageError
+from runner.ledger import Ledger
+from runner.serve.orphans import kill_orphans
+from runner.serve.service import Reconcile
+
+
+@dataclass(frozen=True)
+class BackendChoice:
+    name: str  # local | ssh | clore
+    ssh_hosts: Sequence[str] = ()
+    identity: Path | None = None
+    ledger: Path = Path(".clore-run/ledger.db")
+    currency: str = "CLORE-Blockchain"
+
+
+def build(choice: BackendChoice, capacity: int, instance: str) -> tuple[Backend, Reconcile]:
+    if choice.name == "clore":
+        return _clore(choice, capacity, instance)
+    if choice.name == "ssh":
+        if not choice.ssh_hosts:
+            raise UsageError("--backend ssh needs hosts", "pass --ssh-host root@HOST[:PORT]")
+        return SshBackend.from_flags(list(choice.ssh_hosts), choice.identity), _ssh_note
+    return LocalBackend(), _kill_local
+
+
+def _kill_local(tokens: set[str]) -> str:
+    groups = kill_orphans(tokens)
+    if not groups:
+        return "no process of it was left"
+    return f"its processes were killed at restart (groups {', '.join(map(str, groups))})"
+
+
+def _ssh_note(tokens: set[str]) -> str:
+    return "it may still run on its host until its timeout (SSH jobs cannot be re-attached)"
+
+
+def _clore(choice: BackendChoice, capacity: int, instance: str) -> tuple[Backend, Reconcile]:
+    settings = Pipeline(name="serve", jobs=(), concurrency=capacity, currency=choice.currency)
+    backend = clore_backend(settings, choice.ledger, instance)
+    client = CloreClient.from_env()  # built now: the key leaves the environment before jobs run
+
+    def cancel_rentals(tokens: set[str]) -> str:
+        failed = 0
+        with Ledger(choice.ledger) as ledger:
+            for token in sorted(tokens):
+                actions = reconcile(ledger, client, dry_run=False, run_id=token)
+                failed += sum(not a.resolved for a in actions)
+        if failed:
+            return f"{failed} rental(s) could not be cancelled: run `clore-run cleanup`"
+        return "its rental was reconciled with the ledger and cancelled"
+
+    return backend, cancel_rentals
