@@ -1,0 +1,102 @@
+"""The API's request and reply bodies (pydantic, at this edge only): they make the OpenAPI spec."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from runner.spec.models import JobSpec, NameList
+
+Status = Literal[
+    "queued", "running", "passed", "failed", "timed_out", "error", "skipped", "cancelled"
+]
+
+
+class JobSubmission(JobSpec):
+    """One job, with the keys of a pipeline file's job (`run`, `timeout-minutes`, `gpu`...)."""
+
+    id: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z_][A-Za-z0-9_-]*$",
+        max_length=100,
+        description="Its key; the server id is s<submission>.<id> (default: job).",
+    )
+    needs: NameList | None = Field(
+        None, description="Server ids of jobs that must finish first, e.g. s7.build."
+    )
+
+
+class Problem(BaseModel):
+    loc: list[str | int] = Field(description="Where: body/query, then the key path.")
+    msg: str
+    hint: str = ""
+    line: int | None = None
+    column: int | None = None
+
+
+class ErrorReply(BaseModel):
+    detail: str | list[Problem] | list[dict[str, Any]]
+
+
+class Submitted(BaseModel):
+    ids: list[str] = Field(description="The server ids of the jobs queued, in file order.")
+    warnings: list[str] = Field(default_factory=list)
+
+
+class JobSummary(BaseModel):
+    id: str
+    name: str
+    status: Status
+    priority: str
+    submitted_at: float
+    started_at: float | None = Field(description="When its first attempt started.")
+    finished_at: float | None
+    reason: str
+    attempts: int
+    cost_usd: float
+
+
+class AttemptView(BaseModel):
+    number: int
+    started_at: float
+    finished_at: float | None
+    exit_code: int | None
+    failure: str | None
+    message: str
+    server: str
+    cost_usd: float
+    facts: dict[str, Any]
+
+
+class JobDetail(JobSummary):
+    needs: list[str]
+    waiting_for: str | None = Field(description="Why a queued job has not started yet.")
+    server: str = Field(description="Where its last attempt ran.")
+    attempt_list: list[AttemptView]
+    spec: dict[str, Any]
+
+
+class JobPage(BaseModel):
+    jobs: list[JobSummary]
+    next_after: int | None = Field(description="Pass as `after` for the next page; null: done.")
+
+
+class Cancelled(BaseModel):
+    id: str
+    status: Literal["cancelled", "cancelling"]
+
+
+class Stats(BaseModel):
+    counts: dict[str, int]
+    running: int
+    capacity: int
+    servers_held: int
+    spend_usd_total: float
+    spend_usd_today: float
+    daily_spend_limit_usd: float | None
+    held_until: float | None = Field(description="The daily limit holds starts until then.")
+
+
+class Health(BaseModel):
+    status: Literal["ok", "degraded"]

@@ -1,0 +1,248 @@
+"""The REST API (FastAPI): routes over the Service and its Store, with an OpenAPI spec.
+
+Every route but /healthz wants `Authorization: Bearer <CLORE_RUN_TOKEN>`, compared in constant
+time. Errors are JSON naming what is wrong (`detail`); an unexpected exception is logged and
+answered with a plain 500 JSON, never a traceback. Handlers that touch SQLite are plain `def`, so
+FastAPI runs them in its thread pool and the event loop never blocks on the disk.
+
+No `from __future__ import annotations` here: FastAPI reads the annotations of the route
+functions at runtime, and some name values local to the functions that build the routes.
+"""
+
+import hmac
+import logging
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.concurrency import run_in_threadpool
+from starlette.types import ASGIApp
+
+from runner import __version__
+from runner.serve import metrics, views
+from runner.serve.api_models import (
+    Cancelled,
+    ErrorReply,
+    Health,
+    JobDetail,
+    JobPage,
+    JobSubmission,
+    Stats,
+    Status,
+    Submitted,
+)
+from runner.serve.middleware import MAX_BODY_BYTES, BodyLimit, ErrorCounter, ErrorTally
+from runner.serve.service import LoopNotRunning, Service
+from runner.serve.store import FINAL, StoreError
+from runner.serve.submit import Problem, SubmissionError, prepare_job, prepare_pipeline
+
+log = logging.getLogger("clore_run.serve")
+
+LOG_POLL_S = 0.2  # how often a followed log looks for more output
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorReply} for code in (401, 404, 409, 413, 422, 503)
+}
+_YAML_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/yaml": {"schema": {"type": "string"}},
+            "text/plain": {"schema": {"type": "string"}},
+        },
+    }
+}
+
+
+def create_app(service: Service, token: str, body_limit: int = MAX_BODY_BYTES) -> ASGIApp:
+    """The API as an ASGI app; errors are counted and large bodies refused around it."""
+    tally = ErrorTally()
+    api = FastAPI(
+        title="clore-run queue",
+        version=__version__,
+        description="A persistent GPU job queue. Auth: `Authorization: Bearer $CLORE_RUN_TOKEN`.",
+    )
+    _handlers(api)
+    api.include_router(_routes(service, tally), dependencies=[Depends(_auth(token))])
+
+    @api.get("/healthz", response_model=Health, tags=["health"])
+    def healthz() -> JSONResponse:
+        """No auth: for load balancers and probes."""
+        ok = service.alive
+        return JSONResponse({"status": "ok" if ok else "degraded"}, 200 if ok else 503)
+
+    return ErrorCounter(BodyLimit(api, body_limit), tally)
+
+
+def _auth(token: str) -> Callable[..., None]:
+    expected = token.encode()
+    bearer = HTTPBearer(auto_error=False, description="The server's CLORE_RUN_TOKEN.")
+
+    def check(creds: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> None:
+        if creds is None:
+            raise HTTPException(401, "a bearer token is required", {"WWW-Authenticate": "Bearer"})
+        if not hmac.compare_digest(creds.credentials.encode(), expected):
+            raise HTTPException(
+                401, "the token is not valid", {"WWW-Authenticate": 'Bearer error="invalid_token"'}
+            )
+
+    return check
+
+
+def _handlers(api: FastAPI) -> None:
+    @api.exception_handler(SubmissionError)
+    async def bad_submission(_: Request, exc: SubmissionError) -> JSONResponse:
+        return JSONResponse({"detail": [_problem(p) for p in exc.problems]}, 422)
+
+    @api.exception_handler(StoreError)
+    async def store_down(_: Request, exc: StoreError) -> JSONResponse:
+        log.error("%s", exc)
+        return JSONResponse({"detail": "the queue database is unavailable"}, 503)
+
+    @api.exception_handler(LoopNotRunning)
+    async def loop_down(_: Request, exc: LoopNotRunning) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, 503)
+
+    @api.exception_handler(Exception)
+    async def internal(_: Request, exc: Exception) -> JSONResponse:
+        log.exception("internal error", exc_info=exc)
+        return JSONResponse({"detail": "internal error; the server log has the details"}, 500)
+
+
+def _problem(p: Problem) -> dict[str, Any]:
+    return {"loc": list(p.loc), "msg": p.msg, "hint": p.hint, "line": p.line, "column": p.column}
+
+
+def _routes(service: Service, tally: ErrorTally) -> APIRouter:
+    router = APIRouter(responses=_ERRORS)
+    store = service.store
+
+    @router.post("/pipelines", status_code=201, openapi_extra=_YAML_BODY, tags=["submit"])
+    async def submit_pipeline(
+        request: Request,
+        after: Annotated[
+            list[str], Query(description="Server ids the pipeline's root jobs also need.")
+        ] = [],  # noqa: B006 - FastAPI copies query defaults
+    ) -> Submitted:
+        """Queue a pipeline (its YAML as the body). 422 lists located problems."""
+        raw = await request.body()
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise SubmissionError([Problem(("body",), "the body is not UTF-8 text")]) from None
+        prepared = await run_in_threadpool(prepare_pipeline, text, after)
+        done = await run_in_threadpool(service.submit, prepared, "pipeline")
+        return Submitted(ids=list(done.ids), warnings=list(done.warnings))
+
+    @router.post("/jobs", status_code=201, tags=["submit"])
+    def submit_job(body: JobSubmission) -> Submitted:
+        """Queue one job (a matrix gives several)."""
+        prepared = prepare_job(body.model_dump(by_alias=True, exclude_unset=True, mode="json"))
+        done = service.submit(prepared, "job")
+        return Submitted(ids=list(done.ids), warnings=list(done.warnings))
+
+    @router.get("/jobs", tags=["jobs"])
+    def list_jobs(
+        status: Status | None = None,
+        after: Annotated[int, Query(ge=0, le=2**62, description="Last seen `next_after`.")] = 0,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    ) -> JobPage:
+        """Jobs in submission order, a page at a time."""
+        rows = store.jobs(status, after, limit)
+        more = len(rows) == limit
+        return JobPage(
+            jobs=[views.summary(r) for r in rows], next_after=rows[-1].seq if more else None
+        )
+
+    @router.get("/jobs/{job_id}", tags=["jobs"])
+    def get_job(job_id: str) -> JobDetail:
+        """Status, attempts, cost, server, and why it waits."""
+        found = store.job(job_id)
+        if found is None:
+            raise HTTPException(404, f"no job '{job_id}'")
+        row, spec = found
+        return views.detail(store, row, spec, service.clock(), service.held_until)
+
+    @router.get(
+        "/jobs/{job_id}/log",
+        response_class=StreamingResponse,
+        responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
+        tags=["jobs"],
+    )
+    def job_log(
+        job_id: str,
+        follow: Annotated[bool, Query(description="Keep streaming until the job settles.")] = False,
+    ) -> StreamingResponse:
+        """The job's log, every attempt; with follow=true, streamed as it is written."""
+        if store.job(job_id) is None:
+            raise HTTPException(404, f"no job '{job_id}'")
+        path = service.options.data_dir / "logs" / f"{job_id}.log"
+        return StreamingResponse(
+            _tail(path, follow, lambda: _settled(service, job_id)), media_type="text/plain"
+        )
+
+    @router.delete("/jobs/{job_id}", tags=["jobs"], responses={202: {"model": Cancelled}})
+    def cancel_job(job_id: str) -> JSONResponse:
+        """Queued: cancelled (200). Running: killed, its server released (202)."""
+        outcome = service.cancel(job_id)
+        if outcome == "unknown":
+            raise HTTPException(404, f"no job '{job_id}'")
+        if outcome.startswith("final:"):
+            raise HTTPException(409, f"job '{job_id}' already {outcome[6:]}")
+        body = Cancelled(id=job_id, status="cancelled" if outcome == "cancelled" else "cancelling")
+        return JSONResponse(body.model_dump(), 200 if outcome == "cancelled" else 202)
+
+    @router.get("/stats", tags=["server"])
+    def stats() -> Stats:
+        """Counts by status, spend, servers held."""
+        counts = store.counts()
+        return Stats(
+            counts=counts,
+            running=counts["running"],
+            capacity=service.options.capacity,
+            servers_held=service.servers_held,
+            spend_usd_total=store.timing()["spend"],
+            spend_usd_today=service.spent_today(),
+            daily_spend_limit_usd=service.options.daily_spend_limit_usd,
+            held_until=service.held_until,
+        )
+
+    @router.get("/metrics", response_class=PlainTextResponse, tags=["server"])
+    def prometheus() -> PlainTextResponse:
+        """Prometheus text format."""
+        text = metrics.render(
+            store.counts(),
+            store.timing(),
+            service.spent_today(),
+            service.servers_held,
+            tally.snapshot(),
+        )
+        return PlainTextResponse(text, media_type=metrics.CONTENT_TYPE)
+
+    return router
+
+
+def _settled(service: Service, job_id: str) -> bool:
+    found = service.store.job(job_id)
+    return found is None or found[0].status in FINAL
+
+
+def _tail(path: Path, follow: bool, settled: Callable[[], bool]) -> Iterator[bytes]:
+    """The file from the start; when following, more as it grows, until the job settles."""
+    offset = 0
+    while True:
+        done = not follow or settled()  # asked before reading, so the last bytes are sent
+        try:
+            with path.open("rb") as file:
+                file.seek(offset)
+                while chunk := file.read(1 << 16):
+                    offset += len(chunk)
+                    yield chunk
+        except FileNotFoundError:
+            pass  # not started yet
+        if done:
+            return
+        time.sleep(LOG_POLL_S)

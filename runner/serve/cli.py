@@ -1,0 +1,157 @@
+"""`clore-run serve`, `submit`, `status` and `cancel`, added to the Typer app by `register(app)`.
+
+Exit codes of the client commands: 0 ok, 2 usage or a 4xx reply, 3 server unreachable or 5xx.
+The server's modules (FastAPI, uvicorn) are imported only by `serve`, so the client commands
+work without the `serve` extra.
+"""
+
+from __future__ import annotations
+
+import json
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from runner.errors import UsageError
+from runner.serve.client import DEFAULT_SERVER, Client, ClientError
+
+Server = Annotated[
+    str, typer.Option(envvar="CLORE_RUN_SERVER", help="The queue server's URL.", metavar="URL")
+]
+
+
+class ServeBackend(str, Enum):
+    local = "local"
+    ssh = "ssh"
+    clore = "clore"
+
+
+def register(app: typer.Typer) -> None:
+    """Add the queue's server and client commands to `app`."""
+    app.command("serve")(serve)
+    app.command("submit")(submit)
+    app.command("status")(status)
+    app.command("cancel")(cancel)
+
+
+def serve(
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port (0: any free one).")] = 8000,
+    db: Annotated[Path, typer.Option(help="The queue database (SQLite).", metavar="FILE")] = Path(
+        ".clore-run/serve.db"
+    ),
+    backend: Annotated[ServeBackend, typer.Option(help="Where jobs run.")] = ServeBackend.local,
+    concurrency: Annotated[int, typer.Option(min=1, help="Jobs running at once, in all.")] = 3,
+    daily_spend_limit: Annotated[
+        float | None,
+        typer.Option(min=0.0, help="USD per UTC day; no job starts once it is spent."),
+    ] = None,
+    ssh_host: Annotated[
+        list[str] | None, typer.Option("--ssh-host", help="--backend ssh: USER@HOST[:PORT].")
+    ] = None,
+    identity: Annotated[Path | None, typer.Option(help="--backend ssh: private key.")] = None,
+    ledger: Annotated[Path, typer.Option(help="--backend clore: the rental ledger.")] = Path(
+        ".clore-run/ledger.db"
+    ),
+) -> None:
+    """Run the persistent job queue and its REST API (needs CLORE_RUN_TOKEN)."""
+    from runner.serve.backends import BackendChoice
+    from runner.serve.server_cmd import ServeOptions, run_server
+
+    choice = BackendChoice(backend.value, tuple(ssh_host or ()), identity, ledger)
+    run_server(
+        ServeOptions(host, port, db, choice, concurrency, daily_spend_limit),
+    )
+
+
+def submit(
+    pipeline: Annotated[Path, typer.Argument(help="The pipeline file.")],
+    server: Server = DEFAULT_SERVER,
+    after: Annotated[
+        list[str] | None, typer.Option("--after", help="Server job ids its root jobs need.")
+    ] = None,
+) -> None:
+    """Queue a pipeline on a server; print the job ids."""
+    try:
+        text = pipeline.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{pipeline}: cannot read it ({exc})") from None
+    try:
+        reply = Client(server).submit_pipeline(text, after or [])
+    except ClientError as exc:
+        raise UsageError(_located(pipeline, exc)) from None
+    for warning in reply.get("warnings", []):
+        typer.echo(f"warning: {warning}", err=True)
+    for job_id in reply["ids"]:
+        typer.echo(job_id)
+
+
+def status(
+    job: Annotated[
+        str | None, typer.Argument(help="A job id (default: the server's stats).")
+    ] = None,
+    server: Server = DEFAULT_SERVER,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the reply as JSON.")] = False,
+) -> None:
+    """Show a job (status, attempts, cost), or the server's counts and spend."""
+    client = Client(server)
+    reply = client.job(job) if job else client.stats()
+    if as_json:
+        typer.echo(json.dumps(reply, indent=2))
+    else:
+        typer.echo(_job_text(reply) if job else _stats_text(reply))
+
+
+def cancel(
+    job: Annotated[str, typer.Argument(help="The job id.")],
+    server: Server = DEFAULT_SERVER,
+) -> None:
+    """Cancel a job: queued ones at once, running ones are killed."""
+    reply = Client(server).cancel(job)
+    typer.echo(f"{reply['id']}: {reply['status']}")
+
+
+def _located(pipeline: Path, exc: ClientError) -> str:
+    """Located problems from the server, named by the local file."""
+    body = exc.body
+    items = body.get("detail") if isinstance(body, dict) else None
+    if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+        return str(exc)
+    lines = []
+    for item in items:
+        path = ".".join(str(p) for p in item.get("loc", [])[1:])
+        where = f"{pipeline}:{item['line']}:{item['column']}" if item.get("line") else str(pipeline)
+        hint = f" ({item['hint']})" if item.get("hint") else ""
+        lines.append(f"{where}: {path + ': ' if path else ''}{item.get('msg', '')}{hint}")
+    return "\n".join(lines)
+
+
+def _job_text(job: dict[str, Any]) -> str:
+    lines = [
+        f"{job['id']}: {job['status']}" + (f" ({job['reason']})" if job.get("reason") else ""),
+        f"  name: {job['name']}  priority: {job['priority']}  cost: ${job['cost_usd']:.4f}",
+    ]
+    if job.get("waiting_for"):
+        lines.append(f"  waiting for: {job['waiting_for']}")
+    for a in job.get("attempt_list", []):
+        verdict = a["failure"] or ("passed" if a["finished_at"] else "running")
+        detail = f": {a['message']}" if a.get("message") else ""
+        lines.append(f"  attempt {a['number']} on {a['server'] or '-'}: {verdict}{detail}")
+    return "\n".join(lines)
+
+
+def _stats_text(stats: dict[str, Any]) -> str:
+    counts = ", ".join(f"{n} {s}" for s, n in stats["counts"].items() if n)
+    limit = stats.get("daily_spend_limit_usd")
+    return "\n".join(
+        [
+            f"jobs: {counts or 'none'}",
+            f"running: {stats['running']}/{stats['capacity']}  servers held: "
+            f"{stats['servers_held']}",
+            f"spend: ${stats['spend_usd_today']:.2f} today"
+            + (f" of ${limit:.2f}" if limit is not None else "")
+            + f", ${stats['spend_usd_total']:.2f} in all",
+        ]
+    )

@@ -1,0 +1,102 @@
+"""A small HTTP client for the queue's API (requests: already a dependency, no extra needed)."""
+
+from __future__ import annotations
+
+import os
+import urllib.parse
+from collections.abc import Sequence
+from typing import Any
+
+import requests
+
+from runner.errors import CloreRunError, InfrastructureError, UsageError
+
+DEFAULT_SERVER = "http://127.0.0.1:8000"
+TIMEOUT_S = 30.0
+
+
+class ClientError(UsageError):
+    """The server refused the request (4xx): exit 2. `body` is its JSON reply."""
+
+    def __init__(self, message: str, body: Any = None) -> None:
+        super().__init__(message)
+        self.body = body
+
+
+class Client:
+    def __init__(self, server: str, token: str | None = None) -> None:
+        self.server = server.rstrip("/")
+        self.token = token if token is not None else os.environ.get("CLORE_RUN_TOKEN", "")
+        self.session = requests.Session()
+        if self.token:
+            self.session.headers["Authorization"] = f"Bearer {self.token}"
+
+    def submit_pipeline(self, text: str, after: Sequence[str] = ()) -> dict[str, Any]:
+        return self._call(
+            "POST",
+            "/pipelines",
+            data=text.encode("utf-8"),
+            params={"after": list(after)},
+            headers={"Content-Type": "application/yaml"},
+        )
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        return self._call("GET", f"/jobs/{_quote(job_id)}")
+
+    def stats(self) -> dict[str, Any]:
+        return self._call("GET", "/stats")
+
+    def cancel(self, job_id: str) -> dict[str, Any]:
+        return self._call("DELETE", f"/jobs/{_quote(job_id)}")
+
+    def _call(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        try:
+            reply = self.session.request(method, self.server + path, timeout=TIMEOUT_S, **kwargs)
+        except requests.RequestException as exc:
+            raise InfrastructureError(f"cannot reach {self.server}: {_short(exc)}") from None
+        body = _json(reply)
+        if reply.status_code >= 500:
+            raise InfrastructureError(
+                f"{self.server} answered {reply.status_code}: {_detail(body)}"
+            )
+        if reply.status_code >= 400:
+            raise ClientError(f"{reply.status_code}: {_detail(body)}", body)
+        if not isinstance(body, dict):
+            raise InfrastructureError(f"{self.server} did not answer with JSON")
+        return body
+
+
+def _quote(job_id: str) -> str:
+    return urllib.parse.quote(job_id, safe="")
+
+
+def _json(reply: requests.Response) -> Any:
+    try:
+        return reply.json()
+    except ValueError:
+        return reply.text
+
+
+def _detail(body: Any) -> str:
+    if isinstance(body, dict) and "detail" in body:
+        detail = body["detail"]
+        if isinstance(detail, list):
+            return "; ".join(_item(d) for d in detail)
+        return str(detail)
+    return str(body)[:200]
+
+
+def _item(item: Any) -> str:
+    if not isinstance(item, dict):
+        return str(item)
+    where = ".".join(str(p) for p in item.get("loc", []))
+    hint = f" ({item['hint']})" if item.get("hint") else ""
+    return f"{where}: {item.get('msg', '')}{hint}"
+
+
+def _short(exc: Exception) -> str:
+    text = str(exc)
+    return text if len(text) < 200 else text[:200] + "..."
+
+
+__all__ = ["DEFAULT_SERVER", "Client", "ClientError", "CloreRunError"]

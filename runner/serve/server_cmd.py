@@ -1,0 +1,111 @@
+"""`clore-run serve`: start the queue (store, backend, scheduling loop) and the HTTP API.
+
+The token is mandatory: the API runs shell commands, and loopback is no trust boundary (every
+local user and any web page a local browser opens can reach 127.0.0.1). There is deliberately
+no flag to turn auth off. The token and the Clore API key are taken out of the process's
+environment once read, because local jobs inherit it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import sys
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from runner.errors import UsageError
+from runner.serve.backends import BackendChoice, build
+from runner.serve.service import Service, ServiceOptions
+from runner.serve.store import Store
+
+MIN_TOKEN_CHARS = 16
+_MAKE_TOKEN = (
+    "export CLORE_RUN_TOKEN=$(python3 -c 'import secrets; print(secrets.token_urlsafe(32))')"
+)
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    host: str
+    port: int
+    db: Path
+    backend: BackendChoice
+    concurrency: int
+    daily_spend_limit_usd: float | None
+
+
+def read_token() -> str:
+    token = os.environ.get("CLORE_RUN_TOKEN", "")
+    if not token:
+        raise UsageError("CLORE_RUN_TOKEN is not set: the API needs a bearer token", _MAKE_TOKEN)
+    if len(token) < MIN_TOKEN_CHARS:
+        raise UsageError(
+            f"CLORE_RUN_TOKEN is shorter than {MIN_TOKEN_CHARS} characters", _MAKE_TOKEN
+        )
+    return token
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """Bind before anything starts, so a taken port is a usage error, not a uvicorn exit."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        sock = socket.socket(family, kind, proto)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError as exc:
+        raise UsageError(f"--host {host} --port {port}: cannot listen there ({exc})") from None
+    return sock
+
+
+def run_server(options: ServeOptions) -> None:
+    token = read_token()
+    try:
+        import uvicorn
+
+        from runner.serve.app import create_app
+    except ImportError as exc:
+        raise UsageError(
+            f"clore-run serve needs the 'serve' extra ({exc.name} is missing)",
+            "pip install 'clore-run[serve]'",
+        ) from None
+    sock = bind(options.host, options.port)
+    instance = uuid.uuid4().hex[:12]
+    store = Store(options.db)
+    backend, reconcile = build(options.backend, options.concurrency, instance)
+    capacity = min(options.concurrency, backend.capacity() or options.concurrency)
+    for secret in ("CLORE_RUN_TOKEN", "CLORE_API_KEY"):
+        os.environ.pop(secret, None)
+    service = Service(
+        store,
+        backend,
+        ServiceOptions(
+            data_dir=options.db.with_name(options.db.name + ".d"),
+            capacity=capacity,
+            daily_spend_limit_usd=options.daily_spend_limit_usd,
+            reconcile=reconcile,
+            instance=instance,
+        ),
+    )
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
+    service.start()
+    host, port = sock.getsockname()[:2]
+    print(
+        f"clore-run serve: listening on http://{_url_host(host)}:{port} (db {options.db}, "
+        f"backend {backend.name}, concurrency {capacity}, instance {instance})",
+        flush=True,
+    )
+    config = uvicorn.Config(
+        create_app(service, token), log_level="warning", lifespan="off", timeout_graceful_shutdown=5
+    )
+    try:
+        uvicorn.Server(config).run(sockets=[sock])  # returns on SIGINT/SIGTERM
+    finally:
+        service.stop()
+        store.close()
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host

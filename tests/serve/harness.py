@@ -1,0 +1,192 @@
+"""Queue servers for tests, over real HTTP on loopback: in a thread (with an injectable clock and
+backend) or as a `clore-run serve` subprocess (for restarts)."""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import requests
+import uvicorn
+
+from runner.backends.base import Backend
+from runner.backends.local import LocalBackend
+from runner.serve.app import create_app
+from runner.serve.service import Service, ServiceOptions
+from runner.serve.store import Store
+
+TOKEN = "t-" + secrets.token_urlsafe(24)
+FINAL = {"passed", "failed", "timed_out", "error", "skipped", "cancelled"}
+
+
+def wait_until(check: Callable[[], Any], timeout: float = 15.0, what: str = "") -> Any:
+    """Poll `check` until it returns something truthy; fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what or check}")
+        time.sleep(0.01)
+
+
+class FakeClock:
+    def __init__(self, now: float = 1_800_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass
+class Api:
+    """A requests session on a server's URL, authenticated unless told otherwise."""
+
+    url: str
+    token: str | None = TOKEN
+    session: requests.Session = field(default_factory=requests.Session)
+
+    def __post_init__(self) -> None:
+        if self.token:
+            self.session.headers["Authorization"] = f"Bearer {self.token}"
+
+    def request(self, method: str, path: str, **kw: Any) -> requests.Response:
+        return self.session.request(method, self.url + path, timeout=30, **kw)
+
+    def get(self, path: str, **kw: Any) -> requests.Response:
+        return self.request("GET", path, **kw)
+
+    def submit(self, yaml_text: str, **params: Any) -> list[str]:
+        reply = self.request(
+            "POST",
+            "/pipelines",
+            data=yaml_text.encode(),
+            params=params,
+            headers={"Content-Type": "application/yaml"},
+        )
+        assert reply.status_code == 201, reply.text
+        ids: list[str] = reply.json()["ids"]
+        return ids
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        reply = self.get(f"/jobs/{job_id}")
+        assert reply.status_code == 200, reply.text
+        body: dict[str, Any] = reply.json()
+        return body
+
+    def status(self, job_id: str) -> str:
+        return str(self.job(job_id)["status"])
+
+    def wait_status(self, job_id: str, wanted: set[str], timeout: float = 15.0) -> dict[str, Any]:
+        def check() -> dict[str, Any] | None:
+            job = self.job(job_id)
+            return job if job["status"] in wanted else None
+
+        result: dict[str, Any] = wait_until(check, timeout, f"{job_id} in {wanted}")
+        return result
+
+
+@dataclass
+class ThreadServer:
+    service: Service
+    api: Api
+    server: uvicorn.Server
+
+
+@contextmanager
+def thread_server(
+    tmp: Path,
+    *,
+    capacity: int = 2,
+    clock: Callable[[], float] = time.time,
+    backend: Backend | None = None,
+    daily_spend_limit: float | None = None,
+) -> Iterator[ThreadServer]:
+    """The app and the service in this process; uvicorn on a free loopback port."""
+    store = Store(tmp / "queue.db")
+    options = ServiceOptions(
+        data_dir=tmp / "data",
+        capacity=capacity,
+        daily_spend_limit_usd=daily_spend_limit,
+        backoff=lambda n: 0.0,
+    )
+    service = Service(store, backend or LocalBackend(tmp), options, clock)
+    service.start()
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    config = uvicorn.Config(create_app(service, TOKEN), log_level="error", lifespan="off")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: server.started, 10, "uvicorn to start")
+        yield ThreadServer(service, Api(f"http://127.0.0.1:{sock.getsockname()[1]}"), server)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        service.stop(grace_s=5)
+        store.close()
+        sock.close()
+
+
+# The CLI as the lead wires it: runner.cli's app with this module's commands registered.
+_ENTRY = (
+    "import sys; from runner.cli import app, main; from runner.serve.cli import register; "
+    "register(app); main(sys.argv[1:])"
+)
+
+
+@dataclass
+class ServeProcess:
+    proc: subprocess.Popen[str]
+    api: Api
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait(timeout=10)
+
+    def terminate(self) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=20)
+
+
+def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`clore-run ARGS...` as the lead wires it, in a subprocess."""
+    return subprocess.run(
+        [sys.executable, "-c", _ENTRY, *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=60,
+    )
+
+
+def start_serve(db: Path, *extra: str, token: str = TOKEN) -> ServeProcess:
+    """`clore-run serve --port 0` in a subprocess; its URL from its first line of output."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _ENTRY, "serve", "--port", "0", "--db", str(db), *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, "CLORE_RUN_TOKEN": token},
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()  # blocks until the server prints, or exits
+    match = re.search(r"listening on (http://\S+)", line)
+    if match is None:
+        proc.kill()
+        raise AssertionError(f"serve did not start: {line!r}")
+    return ServeProcess(proc, Api(match.group(1)))
