@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
 import sys
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 
 from runner.errors import UsageError
 from runner.serve.backends import BackendChoice, build
@@ -54,7 +58,11 @@ def bind(host: str, port: int) -> socket.socket:
         family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
         sock = socket.socket(family, kind, proto)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        # Accepted sockets inherit it. Without it uvicorn's h11 writes (headers, then body)
+        # meet Nagle and delayed ACKs: every reply took 44 ms on loopback instead of 1 ms.
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.bind(address)
+        sock.listen(2048)  # connections wait in the backlog from here on, not refused
     except OSError as exc:
         raise UsageError(f"--host {host} --port {port}: cannot listen there ({exc})") from None
     return sock
@@ -101,10 +109,29 @@ def run_server(options: ServeOptions) -> None:
         create_app(service, token), log_level="warning", lifespan="off", timeout_graceful_shutdown=5
     )
     try:
-        uvicorn.Server(config).run(sockets=[sock])  # returns on SIGINT/SIGTERM
+        with _signals_end_the_server():
+            uvicorn.Server(config).run(sockets=[sock])  # returns on SIGINT/SIGTERM
     finally:
         service.stop()
         store.close()
+
+
+@contextmanager
+def _signals_end_the_server() -> Iterator[None]:
+    """uvicorn stops on SIGINT/SIGTERM, then raises the signal again for the handler that was
+    there before it. With Python's defaults that kills the process (SIGTERM) or raises
+    KeyboardInterrupt (SIGINT) before the queue hands its running jobs over; this handler lets
+    run() return, so the shutdown is clean and the exit code 0."""
+    previous = {s: signal.signal(s, _noted) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _noted(signum: int, _frame: FrameType | None) -> None:
+    logging.getLogger("clore_run.serve").info("%s: stopped", signal.Signals(signum).name)
 
 
 def _url_host(host: str) -> str:

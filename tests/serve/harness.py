@@ -126,7 +126,9 @@ def thread_server(
     service = Service(store, backend or LocalBackend(tmp), options, clock)
     service.start()
     sock = socket.socket()
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as `clore-run serve` does
     sock.bind(("127.0.0.1", 0))
+    sock.listen(128)
     config = uvicorn.Config(create_app(service, TOKEN), log_level="error", lifespan="off")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
