@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from pydantic import ValidationError
 from pytest_httpserver import HTTPServer
 
@@ -877,3 +878,59 @@ def test_the_comment_step_on_a_fork_pr_is_a_notice_and_a_summary(
 def test_no_comment_step_on_a_push(tmp_path: Path) -> None:
     job = Job(tmp_path, event_name="push", event={"after": "0" * 40})
     assert _run_then_comment(job, {}) is None
+
+
+# --- README ------------------------------------------------------------------------------------
+
+
+def _readme_section() -> str:
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    start = text.index("\n## Use it in GitHub Actions\n")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end != -1 else len(text)]
+
+
+def _table(section: str, first_header: str) -> dict[str, list[str]]:
+    """Rows of the Markdown table whose header starts with `first_header`, by first cell."""
+    lines = section.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"| {first_header} |"))
+    rows: dict[str, list[str]] = {}
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]]
+        rows[cells[0].strip("`")] = cells[1:]
+    return rows
+
+
+def test_readme_documents_every_input_with_its_default_and_every_output() -> None:
+    section = _readme_section()
+    inputs = action()["inputs"]
+    documented = _table(section, "input")
+    assert list(documented) == list(inputs)  # all of them, in action.yml's order
+    for name, spec in inputs.items():
+        default = documented[name][0]
+        if spec.get("required"):
+            assert default == "(required)", name
+        elif spec.get("default", "") == "":
+            assert default == "—", f"{name}: the README gives a default action.yml lacks"
+        else:
+            assert default == f"`{spec['default']}`", f"{name}: README default differs"
+    assert list(_table(section, "output")) == list(action()["outputs"])
+    for needed in ("pull-requests: write", "contents: read", "CLORE_API_KEY", "fork"):
+        assert needed in section
+
+
+def test_readme_example_uses_only_real_inputs() -> None:
+    blocks = re.findall(r"```yaml\n(.*?)```", _readme_section(), re.S)
+    uses = [
+        step
+        for block in blocks
+        for job in yaml.safe_load(block)["jobs"].values()
+        for step in job["steps"]
+        if step.get("uses", "").startswith(THIS_ACTION + "@")
+    ]
+    assert uses, "the README shows the action in a workflow"
+    for step in uses:
+        assert set(step["with"]) <= set(action()["inputs"])
+        assert "pipeline" in step["with"]
