@@ -207,7 +207,7 @@ def _routes(service: Service, tally: ErrorTally) -> APIRouter:
             spend_usd_total=store.timing()["spend"],
             spend_usd_today=service.spent_today(),
             daily_spend_limit_usd=service.options.daily_spend_limit_usd,
-            held_until=service.held_until,
+            held_until=held if (held := service.held_until) and held > service.clock() else None,
         )
 
     @router.get("/metrics", response_class=PlainTextResponse, tags=["server"])

@@ -227,6 +227,8 @@ class Service:
         elif isinstance(event, JobFinished):
             self._running.pop(event.job_id, None)
             self._kills.pop(event.job_id, None)
+            # Before the core hears of it: the same call starts the next jobs.
+            self._check_spend(now, event.attempt.cost_usd)
             self._apply(self.core.handle(event, now), now)
         elif isinstance(event, _Cancel):
             event.reply.set_result(self._cancel(event.job_id, now))
@@ -269,8 +271,6 @@ class Service:
                 heapq.heappush(self._timers, (cmd.at, next(self._seq), cmd.token))
             elif isinstance(cmd, AttemptEnded):
                 self.store.end_attempt(cmd.job_id, cmd.attempt)
-                if cmd.attempt.cost_usd > 0:
-                    self._check_spend(now)
             elif isinstance(cmd, Requeued):
                 self.store.requeue(cmd.job_id, cmd.at, cmd.retries_used, cmd.infra_used)
             elif isinstance(cmd, JobCompleted):
@@ -305,14 +305,17 @@ class Service:
     def spent_today(self, now: float | None = None) -> float:
         return self.store.spend_since(_day_start(self.clock() if now is None else now))
 
-    def _check_spend(self, now: float) -> None:
+    def _check_spend(self, now: float, unrecorded_usd: float = 0.0) -> None:
+        """Past the daily limit, hold starts until the next UTC day. Checked before each
+        start can happen; jobs already running go on (their timeouts bound what they add)."""
         limit = self.options.daily_spend_limit_usd
-        if limit is None or self.spent_today(now) < limit:
+        if limit is None or self.spent_today(now) + unrecorded_usd < limit:
             return
         until = _day_start(now) + 86_400
-        self.held_until = until
-        log.warning("daily spend limit $%.2f reached: starting nothing until 00:00 UTC", limit)
-        self._apply(self.core.hold(until, now), now)
+        if self.held_until != until:
+            log.warning("daily spend limit $%.2f reached: starting nothing until 00:00 UTC", limit)
+            self.held_until = until
+            self._apply(self.core.hold(until, now), now)
 
     # -- recovery and hand-over ------------------------------------------------------------
 

@@ -1,0 +1,81 @@
+"""Server-wide rules over HTTP: the daily spend limit, servers held, a followed log."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import requests
+
+from runner.backends.base import OutputSink, Place, RunOutcome, RunRequest
+from runner.core.model import Job
+from tests.serve.harness import FINAL, FakeClock, thread_server
+
+
+class BilledBackend:
+    """Every attempt passes at once and costs $2.50."""
+
+    name = "billed"
+
+    def capacity(self) -> int | None:
+        return None
+
+    def acquire(self, job: Job, cancel: threading.Event) -> Place:
+        return Place("rented-1", usd_per_hour=1.0)
+
+    def run(
+        self, place: Place, request: RunRequest, sink: OutputSink, cancel: threading.Event
+    ) -> RunOutcome:
+        return RunOutcome(0, None, facts={"cost_usd": "2.5"})
+
+    def release(self, place: Place) -> None:
+        return None
+
+    def shutdown(self) -> None:
+        return None
+
+
+def test_the_daily_spend_limit_holds_starts_until_the_next_utc_day(tmp_path: Path) -> None:
+    clock = FakeClock(1_800_000_000.0)  # 2027-01-15T08:00:00Z
+    with thread_server(
+        tmp_path, capacity=1, clock=clock, backend=BilledBackend(), daily_spend_limit=4.0
+    ) as srv:
+        ids = srv.api.submit(
+            "jobs:\n  a:\n    run: x\n  b:\n    needs: a\n    run: x\n"
+            "  c:\n    needs: b\n    run: x\n"
+        )
+        srv.api.wait_status("s1.b", FINAL)
+        stats = srv.api.get("/stats").json()
+        assert (stats["spend_usd_today"], stats["daily_spend_limit_usd"]) == (5.0, 4.0)
+        assert stats["held_until"] == 1_800_057_600.0  # 2027-01-16T00:00:00Z
+        assert srv.api.job("s1.c")["waiting_for"] == (
+            "the daily spend limit (until 2027-01-16T00:00:00Z)"
+        )
+        clock.now = 1_800_057_600.0
+        srv.service.wake()
+        assert srv.api.wait_status("s1.c", FINAL)["status"] == "passed"
+        assert [srv.api.job(i)["cost_usd"] for i in ids] == [2.5, 2.5, 2.5]
+        assert "clore_run_spend_usd_total 7.500000" in srv.api.get("/metrics").text
+
+
+def test_a_followed_log_streams_until_the_job_settles(tmp_path: Path) -> None:
+    gate = tmp_path / "gate"
+    with thread_server(tmp_path) as srv:
+        srv.api.submit(
+            f"jobs:\n  talk:\n    run: |\n      echo one\n"
+            f"      while [ ! -e {gate} ]; do sleep 0.02; done\n      echo two\n"
+        )
+        srv.api.wait_status("s1.talk", {"running"})
+        assert srv.api.get("/stats").json()["servers_held"] == 1
+        url = f"{srv.api.url}/jobs/s1.talk/log?follow=true"
+        with requests.get(url, headers=srv.api.session.headers, stream=True, timeout=30) as r:
+            seen = b""
+            chunks = r.iter_content(chunk_size=None)
+            while b"one\n" not in seen:
+                seen += next(chunks)
+            assert b"two" not in seen
+            gate.touch()
+            seen += b"".join(chunks)  # ends by itself once the job has settled
+        assert b"two\n" in seen and b"attempt 1 passed" in seen
+        assert srv.api.status("s1.talk") == "passed"
+        assert srv.api.get("/stats").json()["servers_held"] == 0
