@@ -1,0 +1,161 @@
+"""The queue server (`clore-run serve`, local backend) as a client sees it, over loopback HTTP.
+
+    python benchmarks/bench_serve.py [--queued 10000] [--samples 500] [--starts 30]
+
+Starts the server in a subprocess on a fresh --db and reports:
+
+- submit-to-start latency with a free slot: POST /jobs of one `true` job, from just before the
+  request to the attempt's start as the server recorded it (same machine, same clock), p50/p99;
+- the time to queue --queued jobs (10 pipelines, each one request), held by a far `not-before`
+  so they stay queued;
+- GET /jobs latency p50/p99 with that many queued: the first page (100), a page deep in the
+  queue (`after` near the end), and `status=queued`; GET /jobs/{id} and GET /stats too;
+- the server's resident memory (VmRSS) idle and with the queue full.
+
+Figures are printed, not asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import secrets
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import requests
+
+ENTRY = (
+    "import sys; from runner.cli import app, main; from runner.serve.cli import register; "
+    "register(app); main(sys.argv[1:])"
+)
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def timed(call: Callable[[], Any], n: int) -> list[float]:
+    out = []
+    for _ in range(n):
+        began = time.perf_counter()
+        call()
+        out.append(time.perf_counter() - began)
+    return out
+
+
+def report(label: str, seconds: list[float]) -> None:
+    ms = [s * 1000 for s in seconds]
+    print(f"  {label:<34} p50 {pct(ms, 0.5):7.2f} ms   p99 {pct(ms, 0.99):7.2f} ms")
+
+
+def start(db: Path, token: str) -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", ENTRY, "serve", "--port", "0", "--db", str(db)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, "CLORE_RUN_TOKEN": token},
+    )
+    assert proc.stdout is not None
+    match = re.search(r"listening on (http://\S+)", proc.stdout.readline())
+    if match is None:
+        proc.kill()
+        sys.exit("the server did not start")
+    return proc, match.group(1)
+
+
+def submit_to_start(http: requests.Session, url: str, n: int) -> list[float]:
+    out = []
+    for i in range(n):
+        began = time.time()
+        reply = http.post(f"{url}/jobs", json={"id": f"probe{i}", "run": "true"}, timeout=30)
+        (job_id,) = reply.json()["ids"]
+        while True:  # bounded by the job's own 60 min timeout, in practice milliseconds
+            job = http.get(f"{url}/jobs/{job_id}", timeout=30).json()
+            if job["started_at"] is not None and job["status"] != "running":
+                break
+        out.append(job["started_at"] - began)
+    return out
+
+
+def fill(http: requests.Session, url: str, total: int) -> float:
+    per = max(1, total // 10)
+    began = time.perf_counter()
+    for batch in range(0, total, per):
+        jobs = "".join(
+            f"  j{i}:\n    not-before: 2099-01-01T00:00:00Z\n    run: 'true'\n"
+            for i in range(batch, min(total, batch + per))
+        )
+        reply = http.post(
+            f"{url}/pipelines",
+            data=f"jobs:\n{jobs}".encode(),
+            headers={"Content-Type": "application/yaml"},
+            timeout=120,
+        )
+        assert reply.status_code == 201, reply.text[:500]
+    return time.perf_counter() - began
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--queued", type=int, default=10_000)
+    parser.add_argument("--samples", type=int, default=500)
+    parser.add_argument("--starts", type=int, default=30)
+    args = parser.parse_args()
+    token = secrets.token_urlsafe(24)
+    with tempfile.TemporaryDirectory() as tmp:
+        proc, url = start(Path(tmp) / "queue.db", token)
+        http = requests.Session()
+        http.headers["Authorization"] = f"Bearer {token}"
+        try:
+            idle = rss_mib(proc.pid)
+            starts = submit_to_start(http, url, args.starts)
+            print(f"clore-run serve, local backend, {url}")
+            report(f"submit-to-start ({args.starts} jobs)", starts)
+            took = fill(http, url, args.queued)
+            print(f"  queued {args.queued} jobs in 10 requests: {took:.2f} s")
+            last = http.get(f"{url}/jobs", params={"status": "queued", "limit": 1}).json()
+            deep = last["jobs"][0]["id"]
+            seq_near_end = args.starts + args.queued - 200
+            report(
+                "GET /jobs (first page of 100)",
+                timed(lambda: http.get(f"{url}/jobs"), args.samples),
+            )
+            report(
+                "GET /jobs?after=<near the end>",
+                timed(
+                    lambda: http.get(f"{url}/jobs", params={"after": seq_near_end}), args.samples
+                ),
+            )
+            report(
+                "GET /jobs?status=queued",
+                timed(lambda: http.get(f"{url}/jobs", params={"status": "queued"}), args.samples),
+            )
+            report("GET /jobs/{id}", timed(lambda: http.get(f"{url}/jobs/{deep}"), args.samples))
+            report("GET /stats", timed(lambda: http.get(f"{url}/stats"), args.samples // 5))
+            full = rss_mib(proc.pid)
+            print(f"  server RSS: {idle:.1f} MiB idle, {full:.1f} MiB with {args.queued} queued")
+            print(f"  ({statistics.mean(starts) * 1000:.1f} ms mean submit-to-start)")
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+
+
+if __name__ == "__main__":
+    main()
