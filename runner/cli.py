@@ -32,6 +32,7 @@ from runner.report import load_summary
 from runner.report.comment_cmd import register as register_comment
 from runner.report.github_actions import mask_secrets
 from runner.run_command import RunOptions, execute, select_jobs
+from runner.serve.cli import register as register_serve
 from runner.spec.loader import load_pipeline
 from runner.spec.models import PipelineSchema
 
@@ -203,6 +204,7 @@ def schema() -> None:
 register_offers(app)
 register_comment(app)
 register_cleanup(app)
+register_serve(app)
 
 
 def _insert_run(argv: list[str]) -> list[str]:
