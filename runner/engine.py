@@ -83,6 +83,8 @@ class Engine:
         self.interrupted = False
         self._settled: set[str] = set()
         self._early: threading.Thread | None = None
+        # Checked once: isinstance on a runtime Protocol is slow, and this is per event.
+        self._renting = backend if isinstance(backend, RentingBackend) else None
         self._cancel_at: float | None = None
 
     def cancel(self, reason: str, interrupted: bool = True) -> None:
@@ -115,9 +117,7 @@ class Engine:
             finished_at=self.clock(),
             backend=self.backend.name,
             run_id=self.options.run_id,
-            idle_cost_usd=(
-                self.backend.idle_cost_usd() if isinstance(self.backend, RentingBackend) else 0.0
-            ),
+            idle_cost_usd=self._renting.idle_cost_usd() if self._renting is not None else 0.0,
         )
 
     # -- the loop --------------------------------------------------------------------------
@@ -149,8 +149,8 @@ class Engine:
     def _give_back_early(self) -> None:
         """A renting backend starts giving its servers back the moment a run is cancelled,
         beside the kills, so that all of it fits in GitHub's 7.5 s before SIGTERM."""
-        if isinstance(self.backend, RentingBackend):
-            self._early = threading.Thread(target=self.backend.shutdown, daemon=True)
+        if self._renting is not None:
+            self._early = threading.Thread(target=self._renting.shutdown, daemon=True)
             self._early.start()
 
     def _settle_stragglers(self, core: Scheduler, now: float) -> None:
@@ -162,8 +162,8 @@ class Engine:
             self._apply(core.handle(JobFinished(job_id, attempt), now), now)
 
     def _apply(self, commands: list[Command], now: float) -> None:
-        if commands and isinstance(self.backend, RentingBackend):
-            self.backend.set_pending(self._pending_jobs(commands))
+        if commands and self._renting is not None:
+            self._renting.set_pending(self._pending_jobs(commands))
         for cmd in commands:
             if isinstance(cmd, StartJob):
                 self._start(cmd, now)

@@ -33,7 +33,8 @@ class LocalBackend:
     name = "local"
 
     def __init__(self, root: Path | None = None) -> None:
-        self._root = Path(tempfile.mkdtemp(prefix="clore-run-", dir=root))
+        self._parent = root
+        self._folders: tuple[Path, Path] | None = None  # made at the first job, not before
         self._lock = threading.Lock()
         self._serial = 0
 
@@ -42,9 +43,13 @@ class LocalBackend:
 
     def acquire(self, job: Job, cancel: threading.Event) -> Place:
         with self._lock:
+            if self._folders is None:
+                root = Path(tempfile.mkdtemp(prefix="clore-run-", dir=self._parent))
+                self._folders = (root, _scripts_folder(root))
             self._serial += 1
             serial = self._serial
-        workdir = self._root / f"{job.id}-{serial}"
+            root = self._folders[0]
+        workdir = root / f"{job.id}-{serial}"
         workdir.mkdir()
         return Place(name="localhost", facts={"workdir": str(workdir)})
 
@@ -54,8 +59,8 @@ class LocalBackend:
         workdir = Path(place.facts["workdir"])
         if request.workspace_root is not None:
             copy_workspace(request.workspace_root, request.workspace_files, workdir)
-        # Beside the workdir, not in it: the job's folder holds only the workspace and its output.
-        script = _script_path(workdir)
+        # Not in the workdir: the job's folder holds only the workspace and its output.
+        script = self._script_path(workdir)
         script.write_text(request.job.run, encoding="utf-8")
         env = {**os.environ, **request.env}
         outcome = _run_process(
@@ -77,14 +82,32 @@ class LocalBackend:
             workdir.rmdir()  # most short jobs leave nothing: one syscall instead of a tree walk
         except OSError:
             shutil.rmtree(workdir, ignore_errors=True)
-        _script_path(workdir).unlink(missing_ok=True)
+        self._script_path(workdir).unlink(missing_ok=True)
 
     def shutdown(self) -> None:
-        shutil.rmtree(self._root, ignore_errors=True)
+        with self._lock:
+            folders, self._folders = self._folders, None
+        for folder in folders or ():
+            shutil.rmtree(folder, ignore_errors=True)
+
+    def _script_path(self, workdir: Path) -> Path:
+        assert self._folders is not None  # made by the acquire that made `workdir`
+        return self._folders[1] / f"{workdir.name}.sh"
 
 
-def _script_path(workdir: Path) -> Path:
-    return workdir.with_name(workdir.name + ".sh")
+def _scripts_folder(root: Path) -> Path:
+    """Where scripts are written: in memory (/dev/shm) when the machine has it, since creating
+    and removing a small file there costs microseconds against milliseconds on some disks;
+    beside the job folders otherwise."""
+    shm = Path("/dev/shm")
+    if shm.is_dir() and os.access(shm, os.W_OK):
+        try:
+            return Path(tempfile.mkdtemp(prefix="clore-run-scripts-", dir=shm))
+        except OSError:
+            pass
+    scripts = root / ".scripts"
+    scripts.mkdir()
+    return scripts
 
 
 def _run_process(
