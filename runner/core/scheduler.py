@@ -230,7 +230,9 @@ class Scheduler:
         if job.condition is Condition.SUCCESS and unmet:
             need = unmet[0]
             word = _WORD.get(self._results[need].status, "failed")
-            self._finalize(job_id, JobStatus.SKIPPED, f"needs '{need}', which {word}")
+            # Skipped because of a failure upstream: failure() jobs further down still run.
+            skipped = f"needs '{need}', which {word}"
+            self._finalize(job_id, JobStatus.SKIPPED, skipped, tainted=bool(bad))
             return
         if job.condition is Condition.FAILURE and not bad:
             self._finalize(
@@ -248,13 +250,13 @@ class Scheduler:
             self._jobs[job_id].continue_on_error and status in _BAD
         )
 
-    def _finalize(self, job_id: str, status: JobStatus, reason: str) -> None:
+    def _finalize(self, job_id: str, status: JobStatus, reason: str, tainted: bool = False) -> None:
         job = self._jobs[job_id]
         result = JobResult(job_id, status, reason, tuple(self._attempts[job_id]))
         self._results[job_id] = result
         self._out.append(JobCompleted(result))
         failed = status in _BAD and not job.continue_on_error
-        if failed or (status is JobStatus.SKIPPED and reason.startswith("needs '")):
+        if failed or tainted:
             self._tainted.add(job_id)
         if failed and status is not JobStatus.CANCELLED and job.fail_fast and job.matrix:
             self._fail_fast(job)

@@ -727,3 +727,20 @@ def test_ten_thousand_deep_chain() -> None:
     sim = simulate(jobs, 3, outcomes({}, default=(1.0, None)))
     assert sim.makespan_s == 10_000.0
     assert sim.max_running == 1
+
+
+def test_a_skip_that_no_failure_caused_does_not_trigger_failure_jobs() -> None:
+    """`b` is skipped only because the failure() job before it had nothing to handle: nothing
+    failed anywhere, so a failure() job after `b` must not run."""
+    jobs = pipeline(
+        job("a"),
+        job("on-fail", "a", condition=Condition.FAILURE),
+        job("b", "on-fail"),
+        job("alert", "b", condition=Condition.FAILURE),
+    )
+    sim = simulate(jobs, 1, outcomes({}))
+    r = by_id(sim)
+    assert r["b"].status is JobStatus.SKIPPED
+    assert r["alert"].status is JobStatus.SKIPPED
+    assert r["alert"].reason == "runs on failure(), and nothing it needs failed"
+    assert [j for _, j in sim.starts] == ["a"]
