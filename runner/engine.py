@@ -201,6 +201,19 @@ class Engine:
 
     def _work(self, job: Job, number: int, timeout_s: float, kill: threading.Event) -> None:
         began = self.clock()
+        stop_run = ""
+        try:
+            attempt, stop_run = self._attempt(job, number, timeout_s, kill, began)
+        except Exception as exc:  # e.g. the log cannot be written: report it, never go silent
+            failure = FailureKind.PROVISIONING_FAILED
+            attempt = Attempt(number, began, self.clock(), None, failure, f"internal: {exc!r}")
+        self._events.put(JobFinished(job.id, attempt))
+        if stop_run:  # after the finish, so this job ends as `error`, not as cancelled
+            self.cancel(stop_run, interrupted=False)
+
+    def _attempt(
+        self, job: Job, number: int, timeout_s: float, kill: threading.Event, began: float
+    ) -> tuple[Attempt, str]:
         place: Place | None = None
         stop_run = ""
         log = JobLog(self.options.out_dir, job, number, self.console)
@@ -242,9 +255,7 @@ class Engine:
             cost,
             facts,
         )
-        self._events.put(JobFinished(job.id, attempt))
-        if stop_run:  # after the finish, so this job ends as `error`, not as cancelled
-            self.cancel(stop_run, interrupted=False)
+        return attempt, stop_run
 
     def _release(self, place: Place, log: JobLog) -> None:
         try:

@@ -38,11 +38,13 @@ class JobLog:
         self._raw(f"clore-run: {text}\n")
 
     def close(self, outcome: RunOutcome) -> None:
-        self.console.flush_job(self.job)
-        verdict = "passed" if outcome.failure is None else outcome.failure.value
-        detail = f": {outcome.message}" if outcome.message else ""
-        self._raw(f"=== {self.job.id}: attempt {self.attempt} {verdict}{detail} ===\n")
-        self._file.close()
+        try:
+            self.console.flush_job(self.job)
+            verdict = "passed" if outcome.failure is None else outcome.failure.value
+            detail = f": {outcome.message}" if outcome.message else ""
+            self._raw(f"=== {self.job.id}: attempt {self.attempt} {verdict}{detail} ===\n")
+        finally:
+            self._file.close()  # even when the disk is full: no descriptor left behind
 
     def _raw(self, text: str) -> None:
         self._file.write(text.encode("utf-8", "replace"))
