@@ -3,16 +3,23 @@ lose a report. Nothing here sleeps to wait: threads are joined with a bound, gat
 
 from __future__ import annotations
 
+import contextlib
 import io
+import os
+import signal
 import textwrap
 import threading
 from pathlib import Path
 
+import pytest
+
+from runner.backends.base import RunRequest
 from runner.backends.local import LocalBackend
 from runner.console import Console
 from runner.core.model import JobStatus, Pipeline, RunRecord, RunStatus
 from runner.engine import Engine, EngineOptions
 from runner.spec.loader import parse_pipeline
+from tests.processes import alive
 
 
 def pipeline_of(text: str) -> Pipeline:
@@ -44,3 +51,30 @@ def test_a_log_that_cannot_be_written_ends_the_job_instead_of_hanging_the_run(
     assert result.status is JobStatus.ERROR
     assert "No space left on device" in result.reason
     assert record.status is RunStatus.ERROR
+
+
+class FailingSink:
+    """The log refuses the first write, as a full disk does."""
+
+    def write(self, stream: str, data: bytes) -> None:
+        raise OSError(28, "No space left on device")
+
+
+def test_a_failing_log_does_not_leave_the_job_running(tmp_path: Path) -> None:
+    pidfile = tmp_path / "job.pid"
+    job = pipeline_of(
+        f"jobs:\n  a: {{run: 'echo $$ > {pidfile}; echo hi; sleep 300', workspace: false}}\n"
+    ).jobs[0]
+    backend = LocalBackend(tmp_path)
+    place = backend.acquire(job, threading.Event())
+    request = RunRequest(job, 1, {}, None, (), tmp_path / "artifacts", 60.0)
+    try:
+        with pytest.raises(OSError, match="No space"):
+            backend.run(place, request, FailingSink(), threading.Event())
+        assert not alive(int(pidfile.read_text()))
+    finally:
+        if pidfile.exists():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(int(pidfile.read_text()), signal.SIGKILL)
+        backend.release(place)
+        backend.shutdown()

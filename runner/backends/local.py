@@ -130,37 +130,46 @@ def _run_process(
         )
     except OSError as exc:
         return RunOutcome(None, FailureKind.PROVISIONING_FAILED, f"cannot start bash: {exc}")
-    deadline = time.monotonic() + timeout_s
-    killed: FailureKind | None = None
-    with selectors.DefaultSelector() as sel:
-        assert proc.stdout is not None and proc.stderr is not None
-        sel.register(proc.stdout, selectors.EVENT_READ, "stdout")
-        sel.register(proc.stderr, selectors.EVENT_READ, "stderr")
-        exited_at: float | None = None
-        while sel.get_map():
-            now = time.monotonic()
-            if killed is None and cancel.is_set():
-                killed = FailureKind.CANCELLED
-            elif killed is None and now >= deadline:
-                killed = FailureKind.TIMEOUT
-            if killed is not None and exited_at is None:
-                _kill_group(proc)
-                exited_at = time.monotonic()
-            if exited_at is None and proc.poll() is not None:
-                # The script ended; children it left behind must not outlive it or hold the
-                # pipes open forever.
-                _signal_group(proc.pid, signal.SIGKILL)
-                exited_at = now
-            if exited_at is not None and now - exited_at > DRAIN_AFTER_EXIT_S:
-                break
-            wait = 0.1 if exited_at is None else 0.05
-            for key, _ in sel.select(timeout=min(wait, max(0.0, deadline - now)) or 0.01):
-                data = os.read(key.fd, _READ_CHUNK)
-                if data:
-                    stream: Stream = key.data
-                    sink.write(stream, data)
-                else:
-                    sel.unregister(key.fileobj)
+    assert proc.stdout is not None and proc.stderr is not None
+    try:
+        deadline = time.monotonic() + timeout_s
+        killed: FailureKind | None = None
+        with selectors.DefaultSelector() as sel:
+            sel.register(proc.stdout, selectors.EVENT_READ, "stdout")
+            sel.register(proc.stderr, selectors.EVENT_READ, "stderr")
+            exited_at: float | None = None
+            while sel.get_map():
+                now = time.monotonic()
+                if killed is None and cancel.is_set():
+                    killed = FailureKind.CANCELLED
+                elif killed is None and now >= deadline:
+                    killed = FailureKind.TIMEOUT
+                if killed is not None and exited_at is None:
+                    _kill_group(proc)
+                    exited_at = time.monotonic()
+                if exited_at is None and proc.poll() is not None:
+                    # The script ended; children it left behind must not outlive it or hold the
+                    # pipes open forever.
+                    _signal_group(proc.pid, signal.SIGKILL)
+                    exited_at = now
+                if exited_at is not None and now - exited_at > DRAIN_AFTER_EXIT_S:
+                    break
+                wait = 0.1 if exited_at is None else 0.05
+                for key, _ in sel.select(timeout=min(wait, max(0.0, deadline - now)) or 0.01):
+                    data = os.read(key.fd, _READ_CHUNK)
+                    if data:
+                        stream: Stream = key.data
+                        sink.write(stream, data)
+                    else:
+                        sel.unregister(key.fileobj)
+    except BaseException:
+        # The output could not be taken (the log's disk is full...): the job must not go on
+        # running unseen after its attempt is over.
+        _signal_group(proc.pid, signal.SIGKILL)
+        proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
+        raise
     code = proc.wait()
     _signal_group(proc.pid, signal.SIGKILL)  # background children: the job is over
     proc.stdout.close()
