@@ -255,15 +255,18 @@ class CloreBackend:
         return finals
 
     def _give_back_idle(self, helds: list[_Held]) -> None:
-        """Servers with no job on them: what they cost since their last job is the run's."""
+        """Servers with no job on them: what they cost since their last job is the run's.
+        Billed before the cancel, so that `_give_back` counts the idle time as spent even when
+        the API reports no `spend`."""
+        with self._cond:
+            idle = {h.rental.rental_id: self._bill(h.rental) for h in helds}
         finals = self._give_back(helds)
         with self._cond:
             for held in helds:
                 final = finals.get(held.rental.rental_id)
+                self._idle_usd += idle[held.rental.rental_id]
                 if final is not None:
                     self._idle_usd += self._rest(held.rental, final)
-                else:
-                    self._idle_usd += self._bill(held.rental)
 
     def idle_cost_usd(self) -> float:
         with self._cond:

@@ -385,3 +385,47 @@ def test_sigterm_mid_run_cancels_everything_fast(setup: Setup) -> None:
     }
     assert (setup.tmp / "out" / "summary.json").exists()
     assert all(r.state == "released" for r in ledger.rentals("run-1"))
+
+
+def _two_jobs(extra_a: str = "", extra_b: str = "", head: str = "") -> Pipeline:
+    return parse_pipeline(
+        f"{head}currency: USD-Blockchain\njobs:\n"
+        f"  a: {{run: echo a, gpu: {{type: '3090'{extra_a}}}}}\n"
+        f"  b: {{run: echo b, gpu: {{type: '3090'{extra_b}}}}}\n",
+        "p.yml",
+        {},
+    )
+
+
+def _without_spend(fake: FakeClore) -> None:
+    """`spend` is optional in `my_orders` (reference §2.3): the API may not report it."""
+    original = fake._order_json
+
+    def order_json(order: object, now: float) -> dict[str, object]:
+        reply = original(order, now)  # type: ignore[arg-type]
+        reply.pop("spend", None)
+        return reply
+
+    fake._order_json = order_json  # type: ignore[method-assign]
+
+
+def _close(ours: float, theirs: float) -> bool:
+    return theirs > 0 and abs(ours - theirs) / theirs < 0.01
+
+
+def test_idle_server_given_back_counts_in_spent_without_api_spend(setup: Setup) -> None:
+    _without_spend(setup.fake)
+    pipeline = _two_jobs()
+    a, b = pipeline.jobs
+    backend, _ = setup.backend(pipeline)
+    backend.set_pending([b])
+    place = backend.acquire(a, threading.Event())
+    setup.clock.advance(600)
+    backend.release(place)  # b could use it: kept, idle
+    setup.clock.advance(3600)  # an hour with nothing on it
+    backend.set_pending([])  # nobody needs it any more: given back
+    backend.shutdown()  # waits for the give-back
+    theirs = fake_cost_usd(setup.fake)
+    assert _close(backend.budget.spent_usd, theirs), (backend.budget.spent_usd, theirs)
+    ours = float(place.facts["cost_usd"]) + backend.idle_cost_usd()
+    assert _close(ours, theirs), (ours, theirs)
