@@ -103,6 +103,8 @@ class CloreBackend:
                     self._excluded.add(offer.server_id)
                 tried.append(str(exc))
                 continue
+            finally:
+                self._count_wasted()
             return self._hold(rental, job)
         raise InfrastructureError(
             f"{job.id}: {len(tried)} offers failed to start: " + "; ".join(tried[-3:])
@@ -175,7 +177,7 @@ class CloreBackend:
             else:
                 closing = False
         if closing:
-            self.provisioner.release(rental)
+            self._give_back_idle([_Held(rental)])  # it ran nothing: its cost is the run's
             raise InfrastructureError("the run is shutting down")
         return self._place(rental)
 
@@ -267,6 +269,15 @@ class CloreBackend:
                 self._idle_usd += idle[held.rental.rental_id]
                 if final is not None:
                     self._idle_usd += self._rest(held.rental, final)
+
+    def _count_wasted(self) -> None:
+        """Orders the provisioner cancelled before they served a job: spent, and the run's."""
+        wasted = self.provisioner.take_wasted_usd()
+        if wasted:
+            with self._cond:
+                self.budget.spent_usd += wasted
+                self._idle_usd += wasted
+                self._cond.notify_all()
 
     def idle_cost_usd(self) -> float:
         with self._cond:

@@ -85,6 +85,8 @@ class Provisioner:
     clock: Clock
     currency: str
     options: ProvisionOptions = field(default_factory=ProvisionOptions)
+    _wasted_usd: float = field(default=0.0, init=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
 
     def rent(self, job: Job, offer: Offer, cancel: threading.Event) -> Rental:
         """Rent `offer` for `job` and return it reachable over SSH, or raise (nothing held)."""
@@ -99,10 +101,24 @@ class Provisioner:
             order = self._wait_online(order.id, cancel)
             rental.conn = self._connect(order, cancel)
         except BaseException:
-            self.release(rental)
+            self._waste(rental, self.release(rental))
             raise
         self.ledger.set_state(rental.rental_id, "running")
         return rental
+
+    def take_wasted_usd(self) -> float:
+        """What orders cancelled before they served any job cost (fee and minutes, USD) since
+        the last call: billed all the same, so the budget and the total must count it."""
+        with self._lock:
+            wasted, self._wasted_usd = self._wasted_usd, 0.0
+        return wasted
+
+    def _waste(self, rental: Rental, final_usd: float | None) -> None:
+        if final_usd is None:  # the API reported no spend: our own estimate
+            held_s = max(0.0, self.clock.time() - rental.held_since)
+            final_usd = rental.usd_per_hour * held_s / 3600 + rental.creation_fee_usd
+        with self._lock:
+            self._wasted_usd += final_usd
 
     # -- steps -----------------------------------------------------------------------------
 

@@ -429,3 +429,44 @@ def test_idle_server_given_back_counts_in_spent_without_api_spend(setup: Setup) 
     assert _close(backend.budget.spent_usd, theirs), (backend.budget.spent_usd, theirs)
     ours = float(place.facts["cost_usd"]) + backend.idle_cost_usd()
     assert _close(ours, theirs), (ours, theirs)
+
+
+def test_an_order_that_never_served_a_job_is_still_counted(setup: Setup) -> None:
+    gate = SlowStartSshd(setup.sshd.port, refusals=3)  # the first order's sshd never answers
+    setup.fake.ssh_port = gate.port
+    pipeline = parse_pipeline(
+        "currency: USD-Blockchain\njobs:\n  a: {run: echo hi, gpu: {type: RTX}}\n", "p.yml", {}
+    )
+    backend, _ = setup.backend(pipeline)
+    try:
+        place = backend.acquire(pipeline.jobs[0], threading.Event())
+    finally:
+        gate.close()
+    backend.release(place)
+    backend.shutdown()
+    assert len(setup.fake.orders) == 2  # the first was cancelled: it cost its fee and minutes
+    theirs = fake_cost_usd(setup.fake)
+    assert _close(backend.budget.spent_usd, theirs), (backend.budget.spent_usd, theirs)
+    ours = float(place.facts["cost_usd"]) + backend.idle_cost_usd()
+    assert _close(ours, theirs), (ours, theirs)
+
+
+def test_a_rental_that_arrives_after_shutdown_is_still_counted(setup: Setup) -> None:
+    pipeline = parse_pipeline(
+        "currency: USD-Blockchain\njobs:\n  a: {run: echo hi, gpu: {type: '3090'}}\n", "p.yml", {}
+    )
+    backend, _ = setup.backend(pipeline)
+    rent = backend.provisioner.rent
+
+    def rent_while_shutting_down(*args: object) -> object:
+        backend.shutdown()  # the run is cancelled while this rental is being set up
+        return rent(*args)  # type: ignore[arg-type]
+
+    backend.provisioner.rent = rent_while_shutting_down  # type: ignore[method-assign]
+    from runner.errors import InfrastructureError
+
+    with pytest.raises(InfrastructureError, match="shutting down"):
+        backend.acquire(pipeline.jobs[0], threading.Event())
+    theirs = fake_cost_usd(setup.fake)
+    assert _close(backend.idle_cost_usd(), theirs), (backend.idle_cost_usd(), theirs)
+    assert _close(backend.budget.spent_usd, theirs), (backend.budget.spent_usd, theirs)
