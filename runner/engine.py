@@ -133,16 +133,17 @@ class Engine:
             event = None
         now = self.clock()
         if event is not None:
-            if isinstance(event, CancelRequested) and self._cancel_at is None:
-                self._cancel_at = now
-                self.console.notice(f"cancelling: {event.reason}")
-                self._give_back_early()
             if isinstance(event, JobFinished):
                 self._started.pop(event.job_id, None)
             self._apply(core.handle(event, now), now)
         while self._timers and self._timers[0][0] <= now:
             _, _, token = heapq.heappop(self._timers)
             self._apply(core.handle(TimerFired(token), now), now)
+        # A request or the run's own timeout: either way, attempts get a grace period to stop.
+        if self._cancel_at is None and core.cancel_reason is not None:
+            self._cancel_at = now
+            self.console.notice(f"cancelling: {core.cancel_reason}")
+            self._give_back_early()
         if self._cancel_at is not None and now - self._cancel_at > CANCEL_GRACE_S:
             self._settle_stragglers(core, now)
 

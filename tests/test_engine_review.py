@@ -9,11 +9,12 @@ import os
 import signal
 import textwrap
 import threading
+import time
 from pathlib import Path
 
 import pytest
 
-from runner.backends.base import RunRequest
+from runner.backends.base import OutputSink, Place, RunOutcome, RunRequest
 from runner.backends.local import LocalBackend
 from runner.console import Console
 from runner.core.model import JobStatus, Pipeline, RunRecord, RunStatus
@@ -26,7 +27,7 @@ def pipeline_of(text: str) -> Pipeline:
     return parse_pipeline(textwrap.dedent(text), "p.yml", {})
 
 
-def run_engine(engine: Engine, bound_s: float = 20.0) -> RunRecord:
+def run_engine(engine: Engine, bound_s: float = 10.0) -> RunRecord:
     """engine.run() on a thread, failing (instead of hanging the suite) if it does not return."""
     holder: list[RunRecord] = []
     worker = threading.Thread(target=lambda: holder.append(engine.run()), daemon=True)
@@ -78,3 +79,51 @@ def test_a_failing_log_does_not_leave_the_job_running(tmp_path: Path) -> None:
                 os.killpg(int(pidfile.read_text()), signal.SIGKILL)
         backend.release(place)
         backend.shutdown()
+
+
+class FastClock:
+    """The engine's clock running `speed` times faster than real time, so that its grace
+    periods (seconds) pass in milliseconds."""
+
+    def __init__(self, speed: float) -> None:
+        self.t0 = time.monotonic()
+        self.speed = speed
+
+    def __call__(self) -> float:
+        return 1_000_000.0 + (time.monotonic() - self.t0) * self.speed
+
+
+class IgnoresCancel(LocalBackend):
+    """A backend whose run() does not honour its cancel event (a hung connection)."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.started = threading.Event()
+        self.gate = threading.Event()  # set by the test when it is over
+
+    def run(
+        self, place: Place, request: RunRequest, sink: OutputSink, cancel: threading.Event
+    ) -> RunOutcome:
+        self.started.set()
+        self.gate.wait(60)
+        return RunOutcome(0, None)
+
+
+def test_a_run_timeout_settles_attempts_that_ignore_their_kill(tmp_path: Path) -> None:
+    backend = IgnoresCancel(tmp_path)
+    pipeline = pipeline_of(
+        "timeout-minutes: 1\njobs:\n  a: {run: 'true', workspace: false}\n"
+        "  b: {needs: a, run: 'true'}\n"
+    )
+    options = EngineOptions(tmp_path / "out", 1)
+    engine = Engine(pipeline, backend, options, Console(io.StringIO()), clock=FastClock(100))
+    try:
+        record = run_engine(engine)
+    finally:
+        backend.gate.set()
+    assert record.status is RunStatus.FAILED
+    assert {r.job_id: r.status for r in record.results} == {
+        "a": JobStatus.CANCELLED,
+        "b": JobStatus.CANCELLED,
+    }
+    assert record.results[0].reason == "the run timed out after 60 s"

@@ -102,6 +102,11 @@ class Scheduler:
         return len(self._results) == len(self._jobs)
 
     @property
+    def cancel_reason(self) -> str | None:
+        """Why the run is being cancelled (a request, or the run's timeout); None while not."""
+        return self._cancel_reason
+
+    @property
     def running(self) -> frozenset[str]:
         return frozenset(self._running)
 
