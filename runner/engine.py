@@ -283,5 +283,10 @@ class Engine:
         )
 
     def _settle_threads(self) -> None:
-        wait(self._futures, timeout=CANCEL_GRACE_S)
+        grace = CANCEL_GRACE_S
+        if self._cancel_at is not None:
+            # What is left of the grace the cancel gave: not a second one after it, which
+            # would overrun the time CI allows between SIGINT and SIGKILL.
+            grace = max(0.0, self._cancel_at + CANCEL_GRACE_S - self.clock())
+        wait(self._futures, timeout=grace)
         self._pool.shutdown(wait=False, cancel_futures=True)

@@ -127,3 +127,28 @@ def test_a_run_timeout_settles_attempts_that_ignore_their_kill(tmp_path: Path) -
         "b": JobStatus.CANCELLED,
     }
     assert record.results[0].reason == "the run timed out after 60 s"
+
+
+def test_a_cancel_ends_within_one_grace_period_when_an_attempt_ignores_it(
+    tmp_path: Path,
+) -> None:
+    """GitHub sends SIGKILL 10 s after SIGINT: the grace (5 s, 50 ms on this clock) is all the
+    stuck attempt gets, not that plus another wait for its thread."""
+    backend = IgnoresCancel(tmp_path)
+    pipeline = pipeline_of("jobs:\n  a: {run: 'true', workspace: false}\n")
+    options = EngineOptions(tmp_path / "out", 1)
+    engine = Engine(pipeline, backend, options, Console(io.StringIO()), clock=FastClock(100))
+    holder: list[RunRecord] = []
+    worker = threading.Thread(target=lambda: holder.append(engine.run()), daemon=True)
+    worker.start()
+    try:
+        assert backend.started.wait(10)
+        engine.cancel("interrupted by SIGINT")
+        sent = time.monotonic()
+        worker.join(10)
+        took = time.monotonic() - sent
+    finally:
+        backend.gate.set()
+    assert holder and holder[0].status is RunStatus.INTERRUPTED
+    assert holder[0].results[0].reason == "interrupted by SIGINT"
+    assert took < 2.5  # 50 ms of grace and a tick or two of the loop
