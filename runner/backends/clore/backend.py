@@ -71,6 +71,7 @@ class CloreBackend:
     _closing: bool = False
     _releasers: list[threading.Thread] = field(default_factory=list)
     _idle_usd: float = 0.0
+    _reserved: list[float] = field(default_factory=list)  # USD of rentals being set up
 
     def capacity(self) -> int | None:
         return self.concurrency
@@ -95,17 +96,19 @@ class CloreBackend:
         tried: list[str] = []
         for _ in range(MAX_OFFERS_PER_ATTEMPT):
             offer = self._choose(job)
-            self._wait_for_budget(job, offer, cancel)
+            reserved = self._wait_for_budget(job, offer, cancel)
             try:
                 rental = self.provisioner.rent(job, offer, cancel)
             except SkipOffer as exc:
+                self._end_renting(reserved)
                 with self._cond:
                     self._excluded.add(offer.server_id)
                 tried.append(str(exc))
                 continue
-            finally:
-                self._count_wasted()
-            return self._hold(rental, job)
+            except BaseException:
+                self._end_renting(reserved)
+                raise
+            return self._hold(rental, job, reserved)
         raise InfrastructureError(
             f"{job.id}: {len(tried)} offers failed to start: " + "; ".join(tried[-3:])
         )
@@ -137,7 +140,9 @@ class CloreBackend:
             self._market = (now, offers_from_servers(servers, self.currency))
         return self._market[1]
 
-    def _wait_for_budget(self, job: Job, offer: Offer, cancel: threading.Event) -> None:
+    def _wait_for_budget(self, job: Job, offer: Offer, cancel: threading.Event) -> float:
+        """Wait until the rental fits the budget, then reserve its cost until it is held (so a
+        rental being set up in another worker counts) and return the amount reserved."""
         spot = job.gpu is not None and job.gpu.spot
         price = offer.usd_per_hour(spot) or 0.0
         new_usd = price * job.timeout_s / 3600
@@ -145,8 +150,10 @@ class CloreBackend:
             while True:
                 over = self.budget.shortfall(self._committed_usd(), new_usd)
                 if over <= 0:
-                    return
-                if not any(h.job is not None for h in self._held.values()) or cancel.is_set():
+                    self._reserved.append(new_usd)
+                    return new_usd
+                busy = self._reserved or any(h.job is not None for h in self._held.values())
+                if not busy or cancel.is_set():
                     raise JobCannotRun(
                         f"budget ${self.budget.limit_usd:.2f} would be exceeded by "
                         f"${over:.2f}: spent ${self.budget.spent_usd:.2f} + committed "
@@ -156,9 +163,10 @@ class CloreBackend:
                 self._cond.wait(timeout=1.0)  # a server given back frees money
 
     def _committed_usd(self) -> float:
-        """Cost so far of what is held, plus each running job's price x its remaining timeout."""
+        """Cost so far of what is held, plus each running job's price x its remaining timeout,
+        plus the reservations of rentals being set up."""
         now = self.clock.time()
-        total = 0.0
+        total = sum(self._reserved)
         for held in self._held.values():
             rental = held.rental
             total += rental.usd_per_hour * max(0.0, now - rental.held_since) / 3600
@@ -168,8 +176,9 @@ class CloreBackend:
                 total += rental.usd_per_hour * max(0.0, left) / 3600
         return total
 
-    def _hold(self, rental: Rental, job: Job) -> Place:
+    def _hold(self, rental: Rental, job: Job, reserved_usd: float) -> Place:
         with self._cond:
+            self._reserved.remove(reserved_usd)  # now committed as a held rental
             self._held[rental.rental_id] = _Held(rental, job, self.clock.time())
             if self._closing:  # shut down while we were renting
                 del self._held[rental.rental_id]
@@ -270,14 +279,15 @@ class CloreBackend:
                 if final is not None:
                     self._idle_usd += self._rest(held.rental, final)
 
-    def _count_wasted(self) -> None:
-        """Orders the provisioner cancelled before they served a job: spent, and the run's."""
+    def _end_renting(self, reserved_usd: float) -> None:
+        """A rental that failed: its reservation goes, and what the orders the provisioner
+        cancelled before they served a job cost is spent, and the run's."""
         wasted = self.provisioner.take_wasted_usd()
-        if wasted:
-            with self._cond:
-                self.budget.spent_usd += wasted
-                self._idle_usd += wasted
-                self._cond.notify_all()
+        with self._cond:
+            self._reserved.remove(reserved_usd)
+            self.budget.spent_usd += wasted
+            self._idle_usd += wasted
+            self._cond.notify_all()
 
     def idle_cost_usd(self) -> float:
         with self._cond:

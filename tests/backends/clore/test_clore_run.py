@@ -18,7 +18,8 @@ from runner.backends.clore.backend import Budget, CloreBackend
 from runner.backends.clore.provision import Provisioner, ProvisionOptions
 from runner.backends.ssh_connection import ConnectOptions
 from runner.backends.ssh_keys import ClientKey, HostKeyStore
-from runner.core.model import JobStatus, Pipeline, RunRecord
+from runner.core.model import Job, JobStatus, Pipeline, RunRecord
+from runner.errors import JobCannotRun
 from runner.ledger import Ledger
 from runner.run_command import RunOptions, execute
 from runner.spec.loader import load_pipeline, parse_pipeline
@@ -470,3 +471,30 @@ def test_a_rental_that_arrives_after_shutdown_is_still_counted(setup: Setup) -> 
     theirs = fake_cost_usd(setup.fake)
     assert _close(backend.idle_cost_usd(), theirs), (backend.idle_cost_usd(), theirs)
     assert _close(backend.budget.spent_usd, theirs), (backend.budget.spent_usd, theirs)
+
+
+def test_two_acquires_at_once_cannot_both_pass_the_budget(setup: Setup) -> None:
+    # 0.083 $/h x 1 h each: either fits $0.12 alone, both together do not.
+    pipeline = _two_jobs(extra_b=", max-price: 0.2", head="budget: 0.12\nconcurrency: 2\n")
+    a, b = pipeline.jobs
+    backend, _ = setup.backend(pipeline)
+    rent = backend.provisioner.rent
+    meanwhile: list[object] = []
+
+    def rent_while_b_asks(job: Job, offer: object, cancel: threading.Event) -> object:
+        if job is a:  # a is being set up: b's acquire runs now, in another worker
+            dont_wait = threading.Event()
+            dont_wait.set()  # b gives up at once instead of waiting for money
+            try:
+                meanwhile.append(backend.acquire(b, dont_wait))
+            except Exception as exc:  # renting anyway shows as ProvisionCancelled
+                meanwhile.append(exc)
+        return rent(job, offer, cancel)  # type: ignore[arg-type]
+
+    backend.provisioner.rent = rent_while_b_asks  # type: ignore[method-assign]
+    try:
+        backend.release(backend.acquire(a, threading.Event()))
+    finally:
+        backend.shutdown()
+    assert isinstance(meanwhile[0], JobCannotRun), meanwhile
+    assert "budget $0.12 would be exceeded" in str(meanwhile[0])
