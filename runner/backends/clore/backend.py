@@ -144,7 +144,11 @@ class CloreBackend:
         """Wait until the rental fits the budget, then reserve its cost until it is held (so a
         rental being set up in another worker counts) and return the amount reserved."""
         spot = job.gpu is not None and job.gpu.spot
-        price = offer.usd_per_hour(spot) or 0.0
+        price_per_day = self.provisioner.price_per_day(job, offer)  # a spot bid, not the minimum
+        if price_per_day is None:
+            price = offer.usd_per_hour(spot) or 0.0  # no bid fits: renting will skip the offer
+        else:
+            price = self.provisioner.usd_per_hour(offer, price_per_day)
         new_usd = price * job.timeout_s / 3600
         with self._cond:
             while True:

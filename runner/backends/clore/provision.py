@@ -122,16 +122,21 @@ class Provisioner:
 
     # -- steps -----------------------------------------------------------------------------
 
+    def price_per_day(self, job: Job, offer: Offer) -> float | None:
+        """What renting `offer` for `job` will cost per day in the order currency: the spot
+        bid (None when no bid fits the cap) or the on-demand price."""
+        if job.gpu is not None and job.gpu.spot:
+            return spot_bid_per_day(offer, job.gpu.max_usd_per_hour)
+        return offer.on_demand_price_per_day or 0.0
+
+    def usd_per_hour(self, offer: Offer, price_per_day: float) -> float:
+        return per_hour(price_per_day) * (offer.usd_per_unit or 0.0)
+
     def _intent(self, job: Job, offer: Offer) -> Rental:
-        spot = job.gpu is not None and job.gpu.spot
-        if spot:
-            cap = job.gpu.max_usd_per_hour if job.gpu else None
-            price_per_day = spot_bid_per_day(offer, cap)
-            if price_per_day is None:
-                raise SkipOffer(f"server {offer.server_id}: no spot bid fits the price cap")
-        else:
-            price_per_day = offer.on_demand_price_per_day or 0.0
-        usd_per_hour = per_hour(price_per_day) * (offer.usd_per_unit or 0.0)
+        price_per_day = self.price_per_day(job, offer)
+        if price_per_day is None:
+            raise SkipOffer(f"server {offer.server_id}: no spot bid fits the price cap")
+        usd_per_hour = self.usd_per_hour(offer, price_per_day)
         rental_id = self.ledger.record_intent(
             self.run_id, job.id, offer.server_id, price_per_day, self.currency, usd_per_hour
         )

@@ -498,3 +498,21 @@ def test_two_acquires_at_once_cannot_both_pass_the_budget(setup: Setup) -> None:
         backend.shutdown()
     assert isinstance(meanwhile[0], JobCannotRun), meanwhile
     assert "budget $0.12 would be exceeded" in str(meanwhile[0])
+
+
+def test_a_spot_rental_is_budgeted_at_its_bid_not_the_spot_minimum(setup: Setup) -> None:
+    # The 3090's spot minimum is 1.5 USD/day (0.0625 $/h); the bid goes 5 % above it
+    # (0.0656 $/h), so a 1-hour timeout commits more than $0.064.
+    pipeline = parse_pipeline(
+        "budget: 0.064\ncurrency: USD-Blockchain\n"
+        "jobs:\n  a: {run: echo hi, gpu: {type: '3090', spot: true, max-price: 0.5}}\n",
+        "p.yml",
+        {},
+    )
+    backend, _ = setup.backend(pipeline)
+    try:
+        with pytest.raises(JobCannotRun, match="budget"):
+            backend.acquire(pipeline.jobs[0], threading.Event())
+    finally:
+        backend.shutdown()
+    assert setup.fake.orders == {}
