@@ -52,6 +52,7 @@ class _Held:
     rental: Rental
     job: Job | None = None  # the job running on it; None: idle
     job_started: float = 0.0
+    place: Place | None = None  # what the running job was handed
 
 
 @dataclass
@@ -120,7 +121,8 @@ class CloreBackend:
                 free = held.job is None and not held.rental.lost
                 if free and not misses(held.rental.offer, ask):
                     held.job, held.job_started = job, self.clock.time()
-                    return self._place(held.rental)
+                    held.place = self._place(held.rental)
+                    return held.place
         return None
 
     def _choose(self, job: Job) -> Offer:
@@ -183,7 +185,8 @@ class CloreBackend:
     def _hold(self, rental: Rental, job: Job, reserved_usd: float) -> Place:
         with self._cond:
             self._reserved.remove(reserved_usd)  # now committed as a held rental
-            self._held[rental.rental_id] = _Held(rental, job, self.clock.time())
+            place = self._place(rental)
+            self._held[rental.rental_id] = _Held(rental, job, self.clock.time(), place)
             if self._closing:  # shut down while we were renting
                 del self._held[rental.rental_id]
                 closing = True
@@ -192,7 +195,7 @@ class CloreBackend:
         if closing:
             self._give_back_idle([_Held(rental)])  # it ran nothing: its cost is the run's
             raise InfrastructureError("the run is shutting down")
-        return self._place(rental)
+        return place
 
     def _place(self, rental: Rental) -> Place:
         offer = rental.offer
@@ -312,6 +315,11 @@ class CloreBackend:
             self._closing = True
             held = list(self._held.values())
             self._held.clear()
+            for h in held:
+                if h.job is not None and h.place is not None:
+                    # Its worker's release() will find the server gone: settle the attempt's
+                    # share now, so the engine does not price it again (the rest is idle).
+                    h.place.facts["cost_usd"] = f"{self._bill(h.rental):.6f}"
         if held:
             self._give_back_idle(held)
         for worker in self._releasers:

@@ -516,3 +516,19 @@ def test_a_spot_rental_is_budgeted_at_its_bid_not_the_spot_minimum(setup: Setup)
     finally:
         backend.shutdown()
     assert setup.fake.orders == {}
+
+
+def test_a_job_running_at_shutdown_is_billed_once(setup: Setup) -> None:
+    pipeline = _two_jobs()
+    backend, _ = setup.backend(pipeline)
+    place = backend.acquire(pipeline.jobs[0], threading.Event())
+    setup.clock.advance(3600)  # an hour into the job
+    backend.shutdown()  # the run is cancelled: every server is given back at once
+    backend.release(place)  # ...and the job's worker ends after that
+    theirs = fake_cost_usd(setup.fake)
+    # Without cost_usd the engine prices the attempt again from its hourly rate, on top of
+    # the idle cost that already holds the same hour.
+    assert "cost_usd" in place.facts, place.facts
+    job_usd = float(place.facts["cost_usd"])
+    assert _close(job_usd + backend.idle_cost_usd(), theirs), (job_usd, theirs)
+    assert job_usd > 0.9 * theirs  # the hour was the job's, not idle time
