@@ -7,6 +7,7 @@ every place back (`backend.shutdown()`) and writes the reports, interrupted runs
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import queue
@@ -14,7 +15,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Hashable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -76,7 +77,7 @@ class Engine:
         self._kill: dict[str, threading.Event] = {}
         # A pool sized to the cap: starting a thread per attempt costs milliseconds under a
         # busy GIL, which dominated short jobs.
-        self._pool = ThreadPoolExecutor(max(1, options.capacity), thread_name_prefix="job")
+        self._pool = _Workers(max(1, options.capacity))
         self._futures: list[Future[None]] = []
         self._started: dict[str, tuple[int, float]] = {}  # job -> (attempt, start time)
         self._jobs = {j.id: j for j in pipeline.jobs}
@@ -198,7 +199,8 @@ class Engine:
         self._started[job.id] = (cmd.attempt, now)
         self.console.job_started(job, cmd.attempt)
         self._futures = [f for f in self._futures if not f.done()]
-        self._futures.append(self._pool.submit(self._work, job, cmd.attempt, cmd.timeout_s, kill))
+        work = functools.partial(self._work, job, cmd.attempt, cmd.timeout_s, kill)
+        self._futures.append(self._pool.submit(work))
 
     def _work(self, job: Job, number: int, timeout_s: float, kill: threading.Event) -> None:
         began = self.clock()
@@ -289,4 +291,55 @@ class Engine:
             # would overrun the time CI allows between SIGINT and SIGKILL.
             grace = max(0.0, self._cancel_at + CANCEL_GRACE_S - self.clock())
         wait(self._futures, timeout=grace)
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._pool.shutdown()
+
+
+class _Workers:
+    """At most `size` daemon threads running the submitted calls, a Future for each.
+
+    Not a ThreadPoolExecutor: its threads are joined when the interpreter exits, so an attempt
+    stuck in a backend that ignores its cancel would keep clore-run from exiting after the run
+    had already settled it and written its reports."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._tasks: queue.SimpleQueue[tuple[Callable[[], None], Future[None]] | None] = (
+            queue.SimpleQueue()
+        )
+        self._threads: list[threading.Thread] = []
+        self._idle = threading.Semaphore(0)
+
+    def submit(self, call: Callable[[], None]) -> Future[None]:
+        """Called from one thread only (the engine's loop)."""
+        future: Future[None] = Future()
+        self._tasks.put((call, future))
+        if not self._idle.acquire(blocking=False) and len(self._threads) < self._size:
+            name = f"job_{len(self._threads)}"
+            thread = threading.Thread(target=self._serve, name=name, daemon=True)
+            self._threads.append(thread)
+            thread.start()
+        return future
+
+    def _serve(self) -> None:
+        while (task := self._tasks.get()) is not None:
+            call, future = task
+            if future.set_running_or_notify_cancel():
+                try:
+                    call()
+                except BaseException as exc:
+                    future.set_exception(exc)
+                else:
+                    future.set_result(None)
+            self._idle.release()
+
+    def shutdown(self) -> None:
+        """Cancel what has not started; idle threads end, busy ones when their call returns."""
+        while True:
+            try:
+                task = self._tasks.get_nowait()
+            except queue.Empty:
+                break
+            if task is not None:
+                task[1].cancel()
+        for _ in self._threads:
+            self._tasks.put(None)

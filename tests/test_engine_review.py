@@ -7,6 +7,8 @@ import contextlib
 import io
 import os
 import signal
+import subprocess
+import sys
 import textwrap
 import threading
 import time
@@ -152,3 +154,35 @@ def test_a_cancel_ends_within_one_grace_period_when_an_attempt_ignores_it(
     assert holder and holder[0].status is RunStatus.INTERRUPTED
     assert holder[0].results[0].reason == "interrupted by SIGINT"
     assert took < 2.5  # 50 ms of grace and a tick or two of the loop
+
+
+STUCK_RUN = """\
+import io, sys, threading
+from pathlib import Path
+from runner.console import Console
+from runner.engine import Engine, EngineOptions
+from tests.test_engine_review import FastClock, IgnoresCancel, pipeline_of
+
+backend = IgnoresCancel(Path(sys.argv[1]))
+backend.gate = threading.Event()  # never set: the attempt never returns
+pipeline = pipeline_of("jobs:\\n  a: {run: 'true', workspace: false}\\n")
+options = EngineOptions(Path(sys.argv[1]) / "out", 1)
+engine = Engine(pipeline, backend, options, Console(io.StringIO()), clock=FastClock(100))
+threading.Thread(target=lambda: backend.started.wait() and engine.cancel("SIGINT")).start()
+print(engine.run().status.value, flush=True)
+"""
+
+
+def test_the_process_can_exit_while_an_attempt_ignores_its_cancel(tmp_path: Path) -> None:
+    """The engine gave up on the stuck attempt: its thread must not keep the process alive."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", STUCK_RUN, str(tmp_path)],
+        stdout=subprocess.PIPE,
+        cwd=Path(__file__).parent.parent,
+    )
+    try:
+        out, _ = proc.communicate(timeout=20)
+    finally:
+        proc.kill()
+    assert out.decode().strip() == "interrupted"
+    assert proc.returncode == 0
