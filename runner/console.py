@@ -135,6 +135,9 @@ class Console:
 
     def close(self) -> None:
         with self._lock:
-            if self.live:
-                self.stream.write("\r\x1b[K")
-                self.stream.flush()
+            if self.live and not self._broken:
+                try:
+                    self.stream.write("\r\x1b[K")
+                    self.stream.flush()
+                except (OSError, ValueError):
+                    self._broken = True  # the reports are written next: this must not stop them

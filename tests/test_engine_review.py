@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import signal
 import subprocess
@@ -21,6 +22,7 @@ from runner.backends.local import LocalBackend
 from runner.console import Console
 from runner.core.model import JobStatus, Pipeline, RunRecord, RunStatus
 from runner.engine import Engine, EngineOptions
+from runner.run_command import RunOptions, execute
 from runner.spec.loader import parse_pipeline
 from tests.processes import alive
 
@@ -186,3 +188,22 @@ def test_the_process_can_exit_while_an_attempt_ignores_its_cancel(tmp_path: Path
         proc.kill()
     assert out.decode().strip() == "interrupted"
     assert proc.returncode == 0
+
+
+class HungUpTerminal(io.StringIO):
+    """A terminal that went away (ssh session dropped): every write fails."""
+
+    def isatty(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        raise OSError(5, "Input/output error")
+
+
+def test_reports_are_written_when_the_terminal_is_gone(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    options = RunOptions(out_dir=out, workspace_root=tmp_path)
+    pipeline = pipeline_of("jobs:\n  a: {run: 'exit 1', workspace: false}\n")
+    _, code = execute(pipeline, LocalBackend(tmp_path), options, HungUpTerminal())
+    assert code == 1
+    assert json.loads((out / "summary.json").read_text())["status"] == "failed"
