@@ -119,7 +119,7 @@ class CloreBackend:
         with self._cond:
             for held in self._held.values():
                 free = held.job is None and not held.rental.lost
-                if free and not misses(held.rental.offer, ask):
+                if free and _fits(held.rental, ask):
                     held.job, held.job_started = job, self.clock.time()
                     held.place = self._place(held.rental)
                     return held.place
@@ -302,7 +302,7 @@ class CloreBackend:
 
     def _wanted(self, held: _Held) -> bool:
         """Could a job still waiting use this server?"""
-        return any(not misses(held.rental.offer, j.gpu or _ANY_GPU) for j in self._pending)
+        return any(_fits(held.rental, j.gpu or _ANY_GPU) for j in self._pending)
 
     def _find(self, place: Place) -> _Held | None:
         with self._cond:
@@ -324,3 +324,12 @@ class CloreBackend:
             self._give_back_idle(held)
         for worker in self._releasers:
             worker.join(timeout=10.0)
+
+
+def _fits(rental: Rental, ask: GpuAsk) -> bool:
+    """Could a job asking `ask` run on this rental? Its server must fit, and so must the terms
+    it is rented on: the price it pays (a spot bid can be above the spot minimum that `misses`
+    checks) and its kind (a spot server can be outbid: it is no server for an on-demand ask)."""
+    if misses(rental.offer, ask) or (rental.spot and not ask.spot):
+        return False
+    return ask.max_usd_per_hour is None or rental.usd_per_hour <= ask.max_usd_per_hour

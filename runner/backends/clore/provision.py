@@ -72,6 +72,7 @@ class Rental:
     creation_fee_usd: float = 0.0
     fee_billed: bool = False
     lost: bool = False  # the server dropped us (spot outbid, gone): never reuse
+    spot: bool = False  # a spot order: it can be outbid
     facts: dict[str, str] = field(default_factory=dict)
 
 
@@ -140,7 +141,9 @@ class Provisioner:
         rental_id = self.ledger.record_intent(
             self.run_id, job.id, offer.server_id, price_per_day, self.currency, usd_per_hour
         )
-        return Rental(rental_id, job.id, offer, price_per_day, self.currency, usd_per_hour)
+        rental = Rental(rental_id, job.id, offer, price_per_day, self.currency, usd_per_hour)
+        rental.spot = job.gpu is not None and job.gpu.spot
+        return rental
 
     def _create(self, rental: Rental, job: Job) -> Order:
         spot = job.gpu is not None and job.gpu.spot

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from runner.backends.base import Place
 from runner.backends.clore.backend import Budget, CloreBackend
 from runner.backends.clore.provision import Provisioner, ProvisionOptions
 from runner.backends.ssh_connection import ConnectOptions
@@ -532,3 +533,31 @@ def test_a_job_running_at_shutdown_is_billed_once(setup: Setup) -> None:
     job_usd = float(place.facts["cost_usd"])
     assert _close(job_usd + backend.idle_cost_usd(), theirs), (job_usd, theirs)
     assert job_usd > 0.9 * theirs  # the hour was the job's, not idle time
+
+
+def _reuse(setup: Setup, pipeline: Pipeline) -> Place:
+    """a runs and ends while b waits; b's place."""
+    a, b = pipeline.jobs
+    backend, _ = setup.backend(pipeline)
+    backend.set_pending([b])
+    try:
+        backend.release(backend.acquire(a, threading.Event()))
+        place = backend.acquire(b, threading.Event())
+        backend.release(place)
+    finally:
+        backend.shutdown()
+    return place
+
+
+def test_reuse_respects_the_price_the_server_is_rented_at(setup: Setup) -> None:
+    # a bids 5 % over the 3090's spot minimum (0.0656 $/h); b takes at most 0.064 $/h, which
+    # the minimum (0.0625 $/h) fits but a's server does not.
+    place = _reuse(
+        setup, _two_jobs(", spot: true, max-price: 0.5", ", spot: true, max-price: 0.064")
+    )
+    assert place.usd_per_hour <= 0.064 + 1e-9, place.facts
+
+
+def test_reuse_gives_an_on_demand_job_no_spot_server(setup: Setup) -> None:
+    place = _reuse(setup, _two_jobs(", spot: true, max-price: 0.5"))
+    assert not setup.fake.orders[int(place.facts["order_id"])].spot  # b cannot be outbid
