@@ -207,3 +207,23 @@ def test_reports_are_written_when_the_terminal_is_gone(tmp_path: Path) -> None:
     _, code = execute(pipeline, LocalBackend(tmp_path), options, HungUpTerminal())
     assert code == 1
     assert json.loads((out / "summary.json").read_text())["status"] == "failed"
+
+
+def test_a_script_that_ended_in_time_is_not_timed_out_while_its_pipes_drain(
+    tmp_path: Path,
+) -> None:
+    """The script exits 0 at once; a child it detached (setsid) holds the pipes, and the
+    backend drains them for a while, past the job's timeout. The verdict is the script's."""
+    pidfile = tmp_path / "daemon.pid"
+    pipeline = pipeline_of(
+        f"jobs:\n  a: {{run: 'setsid sleep 30 & echo $! > {pidfile}', timeout-minutes: 0.01,"
+        " workspace: false}\n"
+    )
+    options = RunOptions(out_dir=tmp_path / "out", workspace_root=tmp_path)
+    try:
+        record, code = execute(pipeline, LocalBackend(tmp_path), options, io.StringIO())
+    finally:
+        with contextlib.suppress(ProcessLookupError, ValueError, FileNotFoundError):
+            os.kill(int(pidfile.read_text()), signal.SIGKILL)
+    assert record.results[0].status is JobStatus.PASSED, record.results[0].reason
+    assert code == 0

@@ -140,9 +140,11 @@ def _run_process(
             exited_at: float | None = None
             while sel.get_map():
                 now = time.monotonic()
-                if killed is None and cancel.is_set():
+                # Once the script has ended, its exit code is the verdict: draining the pipes
+                # a detached child still holds is not the job running past its timeout.
+                if killed is None and exited_at is None and cancel.is_set():
                     killed = FailureKind.CANCELLED
-                elif killed is None and now >= deadline:
+                elif killed is None and exited_at is None and now >= deadline:
                     killed = FailureKind.TIMEOUT
                 if killed is not None and exited_at is None:
                     _kill_group(proc)
