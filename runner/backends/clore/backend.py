@@ -22,7 +22,7 @@ from runner.backends.clore.market import (
     misses,
     offers_from_servers,
 )
-from runner.backends.clore.provision import Provisioner, Rental, SkipOffer
+from runner.backends.clore.provision import ProvisionCancelled, Provisioner, Rental, SkipOffer
 from runner.backends.clore.ratelimit import Clock
 from runner.backends.ssh_exec import run_job
 from runner.core.model import FailureKind, GpuAsk, Job
@@ -96,9 +96,11 @@ class CloreBackend:
             return reused
         tried: list[str] = []
         for _ in range(MAX_OFFERS_PER_ATTEMPT):
+            self._stop_if_stopping(cancel)
             offer = self._choose(job)
             reserved = self._wait_for_budget(job, offer, cancel)
             try:
+                self._stop_if_stopping(cancel)  # waiting for money can take long
                 rental = self.provisioner.rent(job, offer, cancel)
             except SkipOffer as exc:
                 self._end_renting(reserved)
@@ -113,6 +115,16 @@ class CloreBackend:
         raise InfrastructureError(
             f"{job.id}: {len(tried)} offers failed to start: " + "; ".join(tried[-3:])
         )
+
+    def _stop_if_stopping(self, cancel: threading.Event) -> None:
+        """No new order once the attempt is cancelled or the run shuts down: it would cost a
+        creation fee, and its create would hold the API during the shutdown's cancels."""
+        with self._cond:
+            closing = self._closing
+        if closing:
+            raise InfrastructureError("the run is shutting down")
+        if cancel.is_set():
+            raise ProvisionCancelled("cancelled before renting")
 
     def _take_idle(self, job: Job) -> Place | None:
         ask = job.gpu or _ANY_GPU

@@ -474,31 +474,63 @@ def test_a_rental_that_arrives_after_shutdown_is_still_counted(setup: Setup) -> 
     assert _close(backend.budget.spent_usd, theirs), (backend.budget.spent_usd, theirs)
 
 
+class _WatchedCondition(threading.Condition):
+    """Sets `waiting` whenever someone waits on it (a worker waiting for money)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waiting = threading.Event()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waiting.set()
+        return super().wait(timeout)
+
+
 def test_two_acquires_at_once_cannot_both_pass_the_budget(setup: Setup) -> None:
     # 0.083 $/h x 1 h each: either fits $0.12 alone, both together do not.
     pipeline = _two_jobs(extra_b=", max-price: 0.2", head="budget: 0.12\nconcurrency: 2\n")
     a, b = pipeline.jobs
     backend, _ = setup.backend(pipeline)
+    watched = _WatchedCondition()
+    backend._cond = watched
     rent = backend.provisioner.rent
-    meanwhile: list[object] = []
+    a_renting, go_on, a_released = threading.Event(), threading.Event(), threading.Event()
+    b_rented_early: list[bool] = []
 
-    def rent_while_b_asks(job: Job, offer: object, cancel: threading.Event) -> object:
-        if job is a:  # a is being set up: b's acquire runs now, in another worker
-            dont_wait = threading.Event()
-            dont_wait.set()  # b gives up at once instead of waiting for money
-            try:
-                meanwhile.append(backend.acquire(b, dont_wait))
-            except Exception as exc:  # renting anyway shows as ProvisionCancelled
-                meanwhile.append(exc)
+    def rent_slowly(job: Job, offer: object, cancel: threading.Event) -> object:
+        if job is a:
+            a_renting.set()
+            go_on.wait(10)  # a stays in setup until the test has seen what b does
+        else:
+            b_rented_early.append(not a_released.is_set())
+            watched.waiting.set()  # b decided: it rents
         return rent(job, offer, cancel)  # type: ignore[arg-type]
 
-    backend.provisioner.rent = rent_while_b_asks  # type: ignore[method-assign]
+    backend.provisioner.rent = rent_slowly  # type: ignore[method-assign]
+    places: dict[str, Place] = {}
+
+    def work(job: Job) -> None:
+        with contextlib.suppress(Exception):
+            places[job.id] = backend.acquire(job, threading.Event())
+
+    worker_a = threading.Thread(target=work, args=(a,))
+    worker_b = threading.Thread(target=work, args=(b,))
     try:
-        backend.release(backend.acquire(a, threading.Event()))
+        worker_a.start()
+        assert a_renting.wait(10)
+        worker_b.start()
+        assert watched.waiting.wait(10)  # b waits for money, or rents
     finally:
+        go_on.set()
+        worker_a.join(10)
+        if "a" in places:
+            backend.release(places["a"])
+        a_released.set()
+        worker_b.join(10)
+        if "b" in places:
+            backend.release(places["b"])
         backend.shutdown()
-    assert isinstance(meanwhile[0], JobCannotRun), meanwhile
-    assert "budget $0.12 would be exceeded" in str(meanwhile[0])
+    assert b_rented_early in ([], [False]), "b rented while a was being set up"
 
 
 def test_a_spot_rental_is_budgeted_at_its_bid_not_the_spot_minimum(setup: Setup) -> None:
@@ -561,3 +593,22 @@ def test_reuse_respects_the_price_the_server_is_rented_at(setup: Setup) -> None:
 def test_reuse_gives_an_on_demand_job_no_spot_server(setup: Setup) -> None:
     place = _reuse(setup, _two_jobs(", spot: true, max-price: 0.5"))
     assert not setup.fake.orders[int(place.facts["order_id"])].spot  # b cannot be outbid
+
+
+def test_nothing_is_rented_once_the_attempt_is_cancelled_or_the_run_shuts_down(
+    setup: Setup,
+) -> None:
+    from runner.errors import InfrastructureError
+
+    pipeline = _two_jobs()
+    a, b = pipeline.jobs
+    backend, _ = setup.backend(pipeline)
+    cancelled = threading.Event()
+    cancelled.set()
+    with pytest.raises(InfrastructureError):
+        backend.acquire(a, cancelled)
+    backend.shutdown()
+    with pytest.raises(InfrastructureError):
+        backend.acquire(b, threading.Event())
+    # A create now costs a creation fee, and holds the API for 5.5 s of GitHub's 7.5 s.
+    assert setup.fake.calls("create_order") == []
