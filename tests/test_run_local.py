@@ -313,3 +313,24 @@ def test_provisioning_time_does_not_count_against_the_job_timeout(tmp_path: Path
         tmp_path, "jobs:\n  a: {run: 'true', timeout-minutes: 0.01}\n", SlowToProvision()
     )
     assert code == 0 and status["a"] is JobStatus.PASSED
+
+
+def test_an_artifact_that_cannot_be_copied_is_a_warning_not_an_infrastructure_error(
+    tmp_path: Path,
+) -> None:
+    """The job passed: a file it left that cannot be collected (here a symlink loop) must not
+    turn that into `error`, nor make clore-run run the job again."""
+    record, code, status = run(
+        tmp_path,
+        """\
+        jobs:
+          a:
+            workspace: false
+            run: ln -s loop-b loop-a; ln -s loop-a loop-b; echo ok > ok.txt
+            artifacts: ["*"]
+        """,
+    )
+    assert status["a"] is JobStatus.PASSED and code == 0
+    assert len(record.results[0].attempts) == 1
+    assert (tmp_path / "out" / "artifacts" / "a" / "ok.txt").read_text() == "ok\n"
+    assert "loop-a" in (tmp_path / "out" / "logs" / "a.log").read_text()

@@ -36,11 +36,15 @@ def collect_artifacts(workdir: Path, job: Job, out: Path) -> list[str]:
         if not matches:
             warnings.append(f"artifact '{pattern}' matched no file")
         for match in matches:
-            real = match.resolve()
-            if not real.is_relative_to(base):
-                warnings.append(f"artifact '{match.relative_to(workdir)}' leads outside the job")
-                continue
-            _copy(match, base, out / match.relative_to(workdir))
+            name = match.relative_to(workdir)
+            try:
+                if not match.resolve().is_relative_to(base):
+                    warnings.append(f"artifact '{name}' leads outside the job")
+                    continue
+                _copy(match, base, out / name)
+            except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop
+                # The job's verdict stands; a file that cannot be collected is a warning.
+                warnings.append(f"artifact '{name}' not collected: {exc}")
     return warnings
 
 
