@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import tarfile
 from pathlib import Path
@@ -147,3 +148,163 @@ def test_modes_drop_setuid_and_world_write(dest: Path) -> None:
 def test_garbage_is_a_tar_error(dest: Path) -> None:
     with pytest.raises(tarfile.TarError):
         safe_extract(io.BytesIO(b"this is not a tar archive" * 40), dest)
+
+
+# --- what a hostile server can do with sizes, sparse maps, headers and broken streams ---
+
+
+class _Endless(io.RawIOBase):
+    """`head`, then `filler` repeated without end; fails the test once `limit` bytes were read
+    (so a missing bound shows as a failure, not as a hang or a full disk)."""
+
+    def __init__(self, head: bytes, filler: bytes = bytes(512), limit: int = 64 << 20) -> None:
+        super().__init__()
+        self._head = head
+        self._filler = filler
+        self._limit = limit
+        self.read_bytes = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        if self.read_bytes > self._limit:
+            raise AssertionError(f"read past {self._limit} bytes: nothing bounded the stream")
+        data = self._head[: len(buffer)]
+        self._head = self._head[len(data) :]
+        while len(data) < len(buffer):
+            data += self._filler[: len(buffer) - len(data)]
+        buffer[: len(data)] = data
+        self.read_bytes += len(data)
+        return len(data)
+
+
+def _header(info: tarfile.TarInfo, fmt: int = tarfile.USTAR_FORMAT) -> bytes:
+    return info.tobuf(fmt, "utf-8", "surrogateescape")
+
+
+def _block(data: bytes) -> bytes:
+    return data + bytes(-len(data) % tarfile.BLOCKSIZE)
+
+
+def _old_gnu_sparse(name: str, realsize: int) -> bytes:
+    """A GNU tar 'S' member (what `tar --sparse` writes): one data byte at the very end."""
+    info = tarfile.TarInfo(name)
+    info.size = 1
+    info.type = tarfile.GNUTYPE_SPARSE
+    header = bytearray(_header(info, tarfile.GNU_FORMAT))
+    header[386:398] = tarfile.itn(realsize - 1, 12, tarfile.GNU_FORMAT)  # offset
+    header[398:410] = tarfile.itn(1, 12, tarfile.GNU_FORMAT)  # numbytes
+    header[483:495] = tarfile.itn(realsize, 12, tarfile.GNU_FORMAT)  # realsize
+    header[148:156] = b" " * 8
+    header[148:155] = b"%06o\0" % sum(header)
+    return bytes(header) + _block(b"x")
+
+
+def _pax_sparse_1_0(name: str, realsize: int) -> bytes:
+    """A PAX 1.0 sparse member (what `tar --sparse --format=pax` writes)."""
+    sparse_map = _block(b"1\n%d\n1\n" % (realsize - 1))
+    info = tarfile.TarInfo(name)
+    info.size = len(sparse_map) + 1
+    info.pax_headers = {
+        "GNU.sparse.major": "1",
+        "GNU.sparse.minor": "0",
+        "GNU.sparse.name": name,
+        "GNU.sparse.realsize": str(realsize),
+    }
+    return _header(info, tarfile.PAX_FORMAT) + sparse_map + _block(b"x")
+
+
+@pytest.mark.parametrize("member", [_old_gnu_sparse, _pax_sparse_1_0])
+def test_sparse_files_are_refused_not_inflated(tmp_path: Path, dest: Path, member: object) -> None:
+    # 1.5 KiB of archive would otherwise become 256 MiB on disk (or terabytes: the size is free).
+    archive = member("big", 256 << 20) + bytes(1024)  # type: ignore[operator]
+    with pytest.raises(tarfile.TarError, match="sparse"):
+        safe_extract(io.BytesIO(archive), dest)
+    assert not (dest / "big").exists()
+
+
+def test_writing_stops_at_the_size_limit(dest: Path) -> None:
+    archive = _tar(("file", "a", "a" * 600), ("file", "b", "b" * 600), ("file", "c", "c"))
+    report = safe_extract(archive, dest, max_bytes=1000)
+    assert report.written == ["a"]
+    assert [name for name, _ in report.rejected] == ["b"]
+    assert "1000 bytes" in report.rejected[0][1]
+    assert sorted(p.name for p in dest.iterdir()) == ["a"]  # `c` came after the limit
+
+
+def test_hard_link_copies_count_against_the_size_limit(dest: Path) -> None:
+    # Each hard link is a 512-byte header but a full copy on disk.
+    links = [("hard", f"copy{i}", "a") for i in range(20)]
+    report = safe_extract(_tar(("file", "a", "a" * 1000), *links), dest, max_bytes=4000)
+    on_disk = sum(p.stat().st_size for p in dest.iterdir())
+    assert on_disk <= 4000
+    assert report.rejected and "4000 bytes" in report.rejected[0][1]
+
+
+def test_an_endless_stream_of_headers_stops_at_the_limit(dest: Path) -> None:
+    info = tarfile.TarInfo("d")
+    info.type = tarfile.DIRTYPE
+    stream = _Endless(b"", _header(info))
+    with contextlib.suppress(tarfile.TarError):
+        safe_extract(stream, dest, max_bytes=1 << 20)  # type: ignore[arg-type]
+    assert stream.read_bytes < 4 << 20
+
+
+@pytest.mark.parametrize("kind", [tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.GNUTYPE_LONGNAME])
+def test_a_huge_extended_header_is_refused_before_it_is_read(dest: Path, kind: bytes) -> None:
+    # tarfile reads a pax or long-name header whole into memory: 1 TiB claimed here.
+    info = tarfile.TarInfo("././@PaxHeader")
+    info.type = kind
+    info.size = 1 << 40
+    stream = _Endless(_header(info, tarfile.GNU_FORMAT), b"9" * 512)
+    with pytest.raises(tarfile.TarError):
+        safe_extract(stream, dest)  # type: ignore[arg-type]
+    assert stream.read_bytes < 4 << 20
+
+
+def test_many_global_headers_are_refused(dest: Path) -> None:
+    # Global pax headers accumulate for the whole archive: each one small, endless in number.
+    def global_header(i: int) -> bytes:
+        record = f"comment{i}={'x' * 900}\n".encode()
+        record = b"%d %s" % (len(record) + 5, record)
+        info = tarfile.TarInfo("././@PaxHeader")
+        info.type = tarfile.XGLTYPE
+        info.size = len(record)
+        return _header(info) + _block(record)
+
+    head = b"".join(global_header(i) for i in range(5000))
+    stream = _Endless(head)
+    with pytest.raises(tarfile.TarError):
+        safe_extract(stream, dest)  # type: ignore[arg-type]
+    assert stream.read_bytes < 4 << 20
+
+
+def test_a_long_chain_of_headers_is_a_tar_error(dest: Path) -> None:
+    record = b"18 comment=aaaaaa\n"
+    info = tarfile.TarInfo("././@PaxHeader")
+    info.type = tarfile.XHDTYPE
+    info.size = len(record)
+    chain = (_header(info) + _block(record)) * 3000
+    with pytest.raises(tarfile.TarError):
+        safe_extract(io.BytesIO(chain + bytes(1024)), dest)
+
+
+def test_links_are_checked_even_when_the_stream_breaks_off(dest: Path) -> None:
+    # As in test_link_made_harmful_by_a_later_link_is_removed, then a member cut short.
+    good = _tar(("dir", "d", ""), ("sym", "x", "d/l/../.."), ("sym", "d/l", "..")).getvalue()
+    cut = tarfile.TarInfo("cut")
+    cut.size = 10_000
+    archive = good[: 3 * tarfile.BLOCKSIZE] + _header(cut) + b"partial"  # 3 headers, no data
+    with pytest.raises(tarfile.TarError):
+        safe_extract(io.BytesIO(archive), dest)
+    assert not (dest / "x").is_symlink()
+
+
+def test_links_from_an_earlier_extraction_are_checked_again(dest: Path) -> None:
+    # A retry extracts into the same folder. `x` is harmless after the first attempt (d/l is
+    # missing); the second attempt's `d/l` -> .. makes it lead out.
+    safe_extract(_tar(("sym", "x", "d/l/../..")), dest)
+    report = safe_extract(_tar(("dir", "d", ""), ("sym", "d/l", "..")), dest)
+    assert not (dest / "x").is_symlink()
+    assert ("x", "symlink leads out of the folder") in report.rejected
