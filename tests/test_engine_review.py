@@ -20,7 +20,7 @@ import pytest
 from runner.backends.base import OutputSink, Place, RunOutcome, RunRequest
 from runner.backends.local import LocalBackend
 from runner.console import Console
-from runner.core.model import JobStatus, Pipeline, RunRecord, RunStatus
+from runner.core.model import FailureKind, JobStatus, Pipeline, RunRecord, RunStatus
 from runner.engine import Engine, EngineOptions
 from runner.run_command import RunOptions, execute
 from runner.spec.loader import parse_pipeline
@@ -227,3 +227,17 @@ def test_a_script_that_ended_in_time_is_not_timed_out_while_its_pipes_drain(
             os.kill(int(pidfile.read_text()), signal.SIGKILL)
     assert record.results[0].status is JobStatus.PASSED, record.results[0].reason
     assert code == 0
+
+
+def test_a_local_timeout_says_after_how_long(tmp_path: Path) -> None:
+    """The same words whichever notices first, the backend or the core's timer."""
+    job = pipeline_of("jobs:\n  a: {run: sleep 30, workspace: false}\n").jobs[0]
+    backend = LocalBackend(tmp_path)
+    place = backend.acquire(job, threading.Event())
+    request = RunRequest(job, 1, {}, None, (), tmp_path / "artifacts", 0.2)
+    try:
+        outcome = backend.run(place, request, FailingSink(), threading.Event())
+    finally:
+        backend.release(place)
+        backend.shutdown()
+    assert (outcome.failure, outcome.message) == (FailureKind.TIMEOUT, "timed out after 0.2 s")

@@ -176,12 +176,12 @@ def _run_process(
     _signal_group(proc.pid, signal.SIGKILL)  # background children: the job is over
     proc.stdout.close()
     proc.stderr.close()
-    return _outcome(code, killed)
+    return _outcome(code, killed, timeout_s)
 
 
-def _outcome(code: int, killed: FailureKind | None) -> RunOutcome:
-    if killed is FailureKind.TIMEOUT:
-        return RunOutcome(code, FailureKind.TIMEOUT, "timed out")
+def _outcome(code: int, killed: FailureKind | None, timeout_s: float) -> RunOutcome:
+    if killed is FailureKind.TIMEOUT:  # worded as the core's own timer words it
+        return RunOutcome(code, FailureKind.TIMEOUT, f"timed out after {timeout_s:g} s")
     if killed is FailureKind.CANCELLED:
         return RunOutcome(code, FailureKind.CANCELLED, "cancelled")
     if code == 0:
