@@ -73,6 +73,7 @@ class CloreBackend:
     _releasers: list[threading.Thread] = field(default_factory=list)
     _idle_usd: float = 0.0
     _reserved: list[float] = field(default_factory=list)  # USD of rentals being set up
+    _choosing: set[int] = field(default_factory=set)  # servers being ordered
 
     def capacity(self) -> int | None:
         return self.concurrency
@@ -97,21 +98,25 @@ class CloreBackend:
         tried: list[str] = []
         for _ in range(MAX_OFFERS_PER_ATTEMPT):
             self._stop_if_stopping(cancel)
-            offer = self._choose(job)
-            reserved = self._wait_for_budget(job, offer, cancel)
+            offer = self._choose(job)  # marked as ours: no other worker orders it too
             try:
-                self._stop_if_stopping(cancel)  # waiting for money can take long
-                rental = self.provisioner.rent(job, offer, cancel)
-            except SkipOffer as exc:
-                self._end_renting(reserved)
+                reserved = self._wait_for_budget(job, offer, cancel)
+                try:
+                    self._stop_if_stopping(cancel)  # waiting for money can take long
+                    rental = self.provisioner.rent(job, offer, cancel)
+                except SkipOffer as exc:
+                    self._end_renting(reserved)
+                    with self._cond:
+                        self._excluded.add(offer.server_id)
+                    tried.append(str(exc))
+                    continue
+                except BaseException:
+                    self._end_renting(reserved)
+                    raise
+                return self._hold(rental, job, reserved)
+            finally:
                 with self._cond:
-                    self._excluded.add(offer.server_id)
-                tried.append(str(exc))
-                continue
-            except BaseException:
-                self._end_renting(reserved)
-                raise
-            return self._hold(rental, job, reserved)
+                    self._choosing.discard(offer.server_id)
         raise InfrastructureError(
             f"{job.id}: {len(tried)} offers failed to start: " + "; ".join(tried[-3:])
         )
@@ -138,14 +143,21 @@ class CloreBackend:
         return None
 
     def _choose(self, job: Job) -> Offer:
+        """The best offer, leaving out the servers this run holds or is ordering: the cached
+        marketplace still shows them free, and ordering one again wastes a create, excludes a
+        good host, and after an ambiguous create could adopt the other rental's order."""
         ask = job.gpu or _ANY_GPU
         offers = self._offers()
         with self._cond:
             excluded = set(self._excluded)
-        offer = best_offer(offers, ask, excluded)
-        if offer is None:
-            raise JobCannotRun(explain_no_fit(offers, ask, self.currency, excluded))
-        return offer
+            ours = self._choosing | {h.rental.offer.server_id for h in self._held.values()}
+            offer = best_offer(offers, ask, excluded | ours)
+            if offer is not None:
+                self._choosing.add(offer.server_id)
+                return offer
+        if best_offer(offers, ask, excluded) is not None:  # a retry may find one of ours free
+            raise InfrastructureError(f"{job.id}: every server that fits is in use by this run")
+        raise JobCannotRun(explain_no_fit(offers, ask, self.currency, excluded))
 
     def _offers(self) -> list[Offer]:
         now = self.clock.now()

@@ -487,8 +487,13 @@ class _WatchedCondition(threading.Condition):
 
 
 def test_two_acquires_at_once_cannot_both_pass_the_budget(setup: Setup) -> None:
-    # 0.083 $/h x 1 h each: either fits $0.12 alone, both together do not.
-    pipeline = _two_jobs(extra_b=", max-price: 0.2", head="budget: 0.12\nconcurrency: 2\n")
+    # A 3090 at 0.083 $/h and a 4090 at 0.125 $/h for 1 h: either fits $0.15, both do not.
+    pipeline = parse_pipeline(
+        "budget: 0.15\nconcurrency: 2\ncurrency: USD-Blockchain\njobs:\n"
+        "  a: {run: echo a, gpu: {type: '3090'}}\n  b: {run: echo b, gpu: {type: '4090'}}\n",
+        "p.yml",
+        {},
+    )
     a, b = pipeline.jobs
     backend, _ = setup.backend(pipeline)
     watched = _WatchedCondition()
@@ -612,3 +617,43 @@ def test_nothing_is_rented_once_the_attempt_is_cancelled_or_the_run_shuts_down(
         backend.acquire(b, threading.Event())
     # A create now costs a creation fee, and holds the API for 5.5 s of GitHub's 7.5 s.
     assert setup.fake.calls("create_order") == []
+
+
+def test_a_server_this_run_holds_is_not_ordered_again(setup: Setup) -> None:
+    setup.fake.online_after_s = 5.0  # b still chooses from the marketplace read a chose from
+    pipeline = parse_pipeline(
+        "currency: CLORE-Blockchain\n"
+        "jobs:\n  a: {run: echo a, gpu: {type: RTX}}\n  b: {run: echo b, gpu: {type: RTX}}\n",
+        "p.yml",
+        {},
+    )
+    a, b = pipeline.jobs
+    backend, _ = setup.backend(pipeline)
+    try:
+        first = backend.acquire(a, threading.Event())
+        second = backend.acquire(b, threading.Event())  # a still runs on its server
+        backend.release(first)
+        backend.release(second)
+    finally:
+        backend.shutdown()
+    assert first.facts["server_id"] != second.facts["server_id"]
+    refused = [(c.body, c.status) for c in setup.fake.calls("create_order") if c.code != 0]
+    assert refused == []  # no create wasted on our own server (and the host not excluded)
+
+
+def test_when_only_servers_this_run_holds_fit_the_attempt_fails_retryably(setup: Setup) -> None:
+    from runner.errors import InfrastructureError
+
+    setup.fake.online_after_s = 5.0
+    pipeline = _two_jobs()  # one USD 3090 on the market
+    a, b = pipeline.jobs
+    backend, _ = setup.backend(pipeline)
+    try:
+        first = backend.acquire(a, threading.Event())
+        with pytest.raises(InfrastructureError, match="in use by this run") as raised:
+            backend.acquire(b, threading.Event())
+        assert not isinstance(raised.value, JobCannotRun)  # a retry may find it free
+        backend.release(first)
+    finally:
+        backend.shutdown()
+    assert len(setup.fake.calls("create_order")) == 1
