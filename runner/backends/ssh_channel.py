@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import select
+import time
 from collections.abc import Callable
 
 import paramiko
@@ -65,13 +66,29 @@ def pump(
             on_stdout(out)
 
 
-class ChannelReader(io.RawIOBase):
-    """A channel's stdout as a file, for tarfile; stderr is kept (its tail) on the side."""
+class ReadStopped(Exception):
+    """A ChannelReader gave up: past its deadline, or told to stop."""
 
-    def __init__(self, chan: paramiko.Channel, poll_s: float = 0.2) -> None:
+
+class ChannelReader(io.RawIOBase):
+    """A channel's stdout as a file, for tarfile; stderr is kept (its tail) on the side.
+
+    The server on the other end may trickle data forever: past `deadline` (time.monotonic) or
+    once `stop()` says so, a read raises ReadStopped.
+    """
+
+    def __init__(
+        self,
+        chan: paramiko.Channel,
+        poll_s: float = 0.2,
+        deadline: float | None = None,
+        stop: Callable[[], bool] | None = None,
+    ) -> None:
         super().__init__()
         self._chan = chan
         self._poll_s = poll_s
+        self._deadline = deadline
+        self._stop = stop
         self._pending = memoryview(b"")  # a view, so handing out small pieces copies nothing
         self.stderr = b""
 
@@ -80,6 +97,10 @@ class ChannelReader(io.RawIOBase):
 
     def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
         while not self._pending:
+            if self._stop is not None and self._stop():
+                raise ReadStopped("stopped")
+            if self._deadline is not None and time.monotonic() >= self._deadline:
+                raise ReadStopped("out of time")
             chunk = read_some(self._chan, self._poll_s)
             if chunk is None:
                 return 0

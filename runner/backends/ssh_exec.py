@@ -30,7 +30,7 @@ import paramiko
 
 from runner.backends.base import OutputSink, RunOutcome, RunRequest
 from runner.backends.safe_extract import ExtractReport, safe_extract
-from runner.backends.ssh_channel import ChannelReader, pump
+from runner.backends.ssh_channel import ChannelReader, ReadStopped, pump
 from runner.backends.ssh_connection import ConnectionLost, SshConnection, exit_status
 from runner.backends.ssh_tar import Entry, file_entry, write_tar
 from runner.core.model import FailureKind
@@ -85,6 +85,8 @@ class ExecOptions:
     drain_s: float = 5.0  # how long output may still trickle in after the job ended or was killed
     pgid_wait_s: float = 5.0  # a job cancelled right at its start may not have written ctl/pgid
     keep_workdir: bool = False
+    # Bringing the artifacts back: a server could trickle them forever, while billing.
+    artifact_timeout_s: float = 1800.0
 
 
 class CancelFlag(Protocol):
@@ -110,7 +112,7 @@ def run_job(
     job = RemoteJob(conn, request, options)
     try:
         outcome = job.run(sink, cancel)
-        notes = job.fetch_artifacts(sink) if conn.alive else ""
+        notes = job.fetch_artifacts(sink, cancel) if conn.alive else ""
     except ConnectionLost as exc:
         return RunOutcome(None, FailureKind.SERVER_LOST, str(exc), job.facts())
     except InfrastructureError as exc:
@@ -255,8 +257,11 @@ class RemoteJob:
         pgid_file = self._path("ctl/pgid")
         self.conn.run(_SIGNAL.format(pgid_file=pgid_file, ticks=ticks, signal=signal))
 
-    def fetch_artifacts(self, sink: OutputSink) -> str:
-        """Bring the artifacts and junit file into `artifacts_dir`; returns notes for the report."""
+    def fetch_artifacts(self, sink: OutputSink, cancel: CancelFlag) -> str:
+        """Bring the artifacts and junit file into `artifacts_dir`; returns notes for the report.
+
+        Within `artifact_timeout_s`, and not after a cancel (the server must be released soon).
+        """
         job = self.request.job
         patterns = list(dict.fromkeys((*job.artifacts, *((job.junit,) if job.junit else ()))))
         if not patterns or self.folder is None:
@@ -265,11 +270,13 @@ class RemoteJob:
         command = f"cd {self._path('work')} && exec bash --noprofile --norc -c " + shlex.quote(
             _COLLECT
         )
+        limit = self.options.artifact_timeout_s
         chan = self.conn.exec(f"{command} clore-run-artifacts {args}")
         try:
-            reader = ChannelReader(chan)
-            report = _extract(reader, self.request)
-            exit_status(chan, wait_s=self.options.drain_s)
+            reader = ChannelReader(chan, deadline=time.monotonic() + limit, stop=cancel.is_set)
+            report = _extract(reader, self.request, limit)
+            if not isinstance(report, str):  # else the remote tar may be stuck: do not wait
+                exit_status(chan, wait_s=self.options.drain_s)
         finally:
             chan.close()
         if not self.conn.alive:
@@ -302,11 +309,14 @@ def _stream_in(
         # else the remote side ended early: its exit code and stderr, read next, say why
 
 
-def _extract(reader: ChannelReader, request: RunRequest) -> ExtractReport | str:
+def _extract(reader: ChannelReader, request: RunRequest, limit_s: float) -> ExtractReport | str:
     try:
         return safe_extract(reader, request.artifacts_dir)  # type: ignore[arg-type]
     except tarfile.TarError as exc:
         return f"artifacts unreadable: {exc}"
+    except ReadStopped as exc:
+        why = "cancelled" if str(exc) == "stopped" else f"not done within {limit_s:g} s"
+        return f"artifacts not all fetched: {why}"
 
 
 def _artifact_notes(report: ExtractReport | str, stderr: bytes, sink: OutputSink) -> str:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from runner.backends.ssh_channel import ChannelReader, ReadStopped
 from runner.backends.ssh_connection import SshConnection
 from runner.backends.ssh_exec import ExecOptions, run_job
 from runner.core.model import FailureKind
@@ -243,3 +244,34 @@ def test_symlink_artifacts_leading_out_are_refused(ssh_conn: SshConnection, tmp_
 
 def _files(tmp_path: Path) -> list[Path]:
     return [p for p in (tmp_path / "artifacts").rglob("*") if p.is_file()]
+
+
+def test_artifact_download_is_bounded_in_time(ssh_conn: SshConnection, tmp_path: Path) -> None:
+    # A server can trickle an artifact forever; the fetch gives up and the job's verdict stands.
+    sink = RecordingSink()
+    script = "head -c 300000000 /dev/zero > big.bin"
+    request = make_request(script, tmp_path / "artifacts", artifacts=("big.bin",))
+    options = ExecOptions(kill_grace_s=0.5, drain_s=2.0, artifact_timeout_s=0.2)
+    start = time.monotonic()
+    outcome = run_job(ssh_conn, request, sink, threading.Event(), options)
+    assert outcome.failure is None
+    assert "artifacts" in outcome.message and "0.2 s" in outcome.message
+    fetch_s = time.monotonic() - start
+    assert fetch_s < 10
+    assert ssh_conn.alive
+
+
+@pytest.mark.parametrize("how", ["deadline", "stop"])
+def test_channel_reader_gives_up_on_a_silent_server(ssh_conn: SshConnection, how: str) -> None:
+    chan = ssh_conn.exec("sleep 30")
+    try:
+        if how == "deadline":
+            reader = ChannelReader(chan, deadline=time.monotonic() + 0.3)
+        else:
+            reader = ChannelReader(chan, stop=lambda: True)
+        start = time.monotonic()
+        with pytest.raises(ReadStopped):
+            reader.read(512)
+        assert time.monotonic() - start < 3
+    finally:
+        chan.close()
