@@ -22,7 +22,7 @@ from runner.backends.ssh_connection import ConnectOptions, Endpoint, SshConnecti
 from runner.backends.ssh_keys import ClientKey, HostKeyStore
 from runner.core.model import Job
 from runner.errors import InfrastructureError, RunMustStop
-from runner.ledger import Ledger
+from runner.ledger import Ledger, LedgerError, State
 
 # An image whose entrypoint runs sshd with the `ssh_key` given at create (reference §3).
 DEFAULT_IMAGE = "cloreai/jupyter:ubuntu24.04-v2"
@@ -96,15 +96,15 @@ class Provisioner:
         rental.order_id = order.id
         rental.held_since = rental.billed_until = order.ct or self.clock.time()
         self._note_fee(rental, order)
-        self.ledger.set_order(rental.rental_id, order.id)
-        self.ledger.set_state(rental.rental_id, "ordered")
-        try:
+        try:  # the order exists: from here on, every failure cancels it
+            self.ledger.set_order(rental.rental_id, order.id)
+            self.ledger.set_state(rental.rental_id, "ordered")
             order = self._wait_online(order.id, cancel)
             rental.conn = self._connect(order, cancel)
+            self.ledger.set_state(rental.rental_id, "running")
         except BaseException:
             self._waste(rental, self.release(rental))
             raise
-        self.ledger.set_state(rental.rental_id, "running")
         return rental
 
     def take_wasted_usd(self) -> float:
@@ -221,7 +221,7 @@ class Provisioner:
                 rental.conn.close()
             finals[rental.rental_id] = None
             if rental.order_id is not None:
-                self.ledger.set_state(rental.rental_id, "releasing")
+                self._note(rental, "releasing")
                 waiting[rental.order_id] = rental
         for _ in range(self.options.confirm_tries):
             if not waiting:
@@ -234,9 +234,15 @@ class Provisioner:
                     fee = rental.creation_fee_usd
                     finals[rental.rental_id] = spend * (rental.offer.usd_per_unit or 0.0) + fee
                 if gone:
-                    self.ledger.set_state(rental.rental_id, "released")
+                    self._note(rental, "released")
                     del waiting[order_id]
         return finals
+
+    def _note(self, rental: Rental, state: State) -> None:
+        """A ledger write while giving back: a failing ledger must not stop the cancels (the
+        row stays open, and `clore-run cleanup` finds the order ended)."""
+        with contextlib.suppress(LedgerError):
+            self.ledger.set_state(rental.rental_id, state)
 
     def _cancel(self, order_id: int) -> None:
         # Already ended, or a hiccup: the my_orders check decides.

@@ -657,3 +657,32 @@ def test_when_only_servers_this_run_holds_fit_the_attempt_fails_retryably(setup:
     finally:
         backend.shutdown()
     assert len(setup.fake.calls("create_order")) == 1
+
+
+def test_a_ledger_failing_after_the_create_does_not_leave_the_order_running(
+    setup: Setup,
+) -> None:
+    from runner.ledger import LedgerError
+
+    pipeline = _two_jobs()
+    backend, ledger = setup.backend(pipeline)
+    record_intent = ledger.record_intent
+
+    def intent_then_disk_full(*args: object) -> int:
+        rental_id = record_intent(*args)  # type: ignore[arg-type]
+
+        def fail(*_args: object, **_kwargs: object) -> None:
+            raise LedgerError(f"ledger {ledger.path}: cannot write: disk I/O error")
+
+        ledger.set_order = fail  # type: ignore[method-assign]
+        ledger.set_state = fail  # type: ignore[method-assign]
+        return rental_id
+
+    ledger.record_intent = intent_then_disk_full  # type: ignore[method-assign]
+    try:
+        with pytest.raises(LedgerError):
+            backend.acquire(pipeline.jobs[0], threading.Event())
+    finally:
+        backend.shutdown()
+    assert len(setup.fake.orders) == 1
+    assert setup.fake.live_orders() == []  # cancelled at once, not left for `cleanup`
