@@ -37,6 +37,9 @@ from runner.core.model import FailureKind
 from runner.errors import InfrastructureError
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# Line breaks and control characters in text a server sends: a message is printed as one line
+# (in the Actions log, a line of its own starting with `::` would be a workflow command).
+_BREAKS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]+")
 
 _PREPARE = """set -e
 root="${{HOME:-/tmp}}/.clore-run/jobs"
@@ -173,7 +176,7 @@ class RemoteJob:
         if code != 0:
             if not self.conn.alive:
                 raise ConnectionLost(self.conn.lost_reason())
-            detail = b"".join(err).decode("utf-8", "replace").strip()[-2000:]
+            detail = one_line(b"".join(err).decode("utf-8", "replace"))[-2000:]
             raise InfrastructureError(f"{self.conn.endpoint}: upload failed ({code}): {detail}")
         self.folder = b"".join(out).decode("utf-8", "surrogateescape")
 
@@ -294,6 +297,11 @@ class RemoteJob:
     def _path(self, relative: str) -> str:
         assert self.folder is not None
         return shlex.quote(f"{self.folder}/{relative}")
+
+
+def one_line(text: str) -> str:
+    """`text` from a server as one line without control characters."""
+    return _BREAKS.sub(" ", text).strip()
 
 
 def _stream_in(

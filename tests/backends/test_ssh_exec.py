@@ -275,3 +275,20 @@ def test_channel_reader_gives_up_on_a_silent_server(ssh_conn: SshConnection, how
         assert time.monotonic() - start < 3
     finally:
         chan.close()
+
+
+def test_server_text_in_a_failure_message_stays_on_one_line(
+    ssh_conn: SshConnection, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The message ends up printed after `[job] ERROR: ` in the Actions log, where a line
+    # starting with `::` is a workflow command: a server's stderr must not start one.
+    from runner.backends import ssh_exec
+
+    hostile = (
+        "cat >/dev/null; printf 'no\\n::add-mask::x\\r::error::y\\033[2J\\302\\205z' >&2; exit 1"
+    )
+    monkeypatch.setattr(ssh_exec, "_PREPARE", hostile)
+    outcome, _ = _run(ssh_conn, tmp_path, "true")
+    assert outcome.failure is FailureKind.SSH_FAILED
+    assert "::add-mask::x" in outcome.message  # still said, just not as a line of its own
+    assert not re.search(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]", outcome.message), outcome.message
