@@ -131,6 +131,12 @@ def execute(
         cap = min(cap, backend_cap)
     root = (options.workspace_root or Path.cwd()).resolve()
     files = workspace_files(root) if any(j.workspace for j in pipeline.jobs) else ()
+    out = options.out_dir.resolve()
+    if out != root and out.is_relative_to(root):
+        # A previous run's results are not the workspace (and their logs are deleted below,
+        # before any job copies them).
+        inside = out.relative_to(root).as_posix() + "/"
+        files = tuple(f for f in files if not f.startswith(inside))
     in_actions = github_actions.is_active()
     console = Console(
         stream or sys.stdout,

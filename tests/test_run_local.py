@@ -334,3 +334,18 @@ def test_an_artifact_that_cannot_be_copied_is_a_warning_not_an_infrastructure_er
     assert len(record.results[0].attempts) == 1
     assert (tmp_path / "out" / "artifacts" / "a" / "ok.txt").read_text() == "ok\n"
     assert "loop-a" in (tmp_path / "out" / "logs" / "a.log").read_text()
+
+
+def test_a_second_run_with_its_output_inside_the_workspace(tmp_path: Path) -> None:
+    """`clore-run p.yml` twice in a folder (not a git checkout): the first run's results
+    are not workspace files - the second run deletes its stale logs before jobs copy them."""
+    out = tmp_path / "ws" / "clore-run-results"
+    text = """\
+        jobs:
+          a: {run: "true"}
+          b: {needs: a, run: find . -type f > files.txt, artifacts: [files.txt]}
+        """
+    run(tmp_path, text, out_dir=out)
+    _, code, status = run(tmp_path, text, out_dir=out)
+    assert code == 0, status
+    assert (out / "artifacts" / "b" / "files.txt").read_text() == "./files.txt\n"
