@@ -98,6 +98,7 @@ class CloreBackend:
         tried: list[str] = []
         for _ in range(MAX_OFFERS_PER_ATTEMPT):
             self._stop_if_stopping(cancel)
+            self._make_room()
             offer = self._choose(job)  # marked as ours: no other worker orders it too
             try:
                 reserved = self._wait_for_budget(job, offer, cancel)
@@ -130,6 +131,20 @@ class CloreBackend:
             raise InfrastructureError("the run is shutting down")
         if cancel.is_set():
             raise ProvisionCancelled("cancelled before renting")
+
+    def _make_room(self) -> None:
+        """`concurrency` caps the servers held, idle ones included: before a new rental, give
+        back idle servers (those no waiting job wants first) until there is room for it."""
+        with self._cond:
+            idle = sorted(
+                (h for h in self._held.values() if h.job is None), key=self._wanted
+            )  # False (unwanted) first
+            over = len(self._held) + len(self._choosing) + 1 - self.concurrency
+            spare = idle[: max(0, over)]
+            for held in spare:
+                del self._held[held.rental.rental_id]
+        if spare:
+            self._give_back_idle(spare)
 
     def _take_idle(self, job: Job) -> Place | None:
         ask = job.gpu or _ANY_GPU

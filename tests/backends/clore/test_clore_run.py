@@ -686,3 +686,28 @@ def test_a_ledger_failing_after_the_create_does_not_leave_the_order_running(
         backend.shutdown()
     assert len(setup.fake.orders) == 1
     assert setup.fake.live_orders() == []  # cancelled at once, not left for `cleanup`
+
+
+def test_concurrency_caps_the_servers_held_idle_ones_included(setup: Setup) -> None:
+    pipeline = parse_pipeline(
+        "concurrency: 2\ncurrency: CLORE-Blockchain\njobs:\n"
+        "  a: {run: echo a, gpu: {type: '3090'}}\n"
+        "  b: {run: echo b, gpu: {type: '4090'}}\n"
+        "  c: {run: echo c, gpu: {type: '3090'}}\n"
+        "  d: {run: echo d, gpu: {type: '3060'}}\n",
+        "p.yml",
+        {},
+    )
+    a, b, c, d = pipeline.jobs
+    backend, _ = setup.backend(pipeline)
+    backend.set_pending([c])
+    try:
+        backend.release(backend.acquire(a, threading.Event()))  # kept: c could use it
+        running_b = backend.acquire(b, threading.Event())
+        running_d = backend.acquire(d, threading.Event())  # b runs: two jobs, as allowed
+        held = len(setup.fake.live_orders())
+        backend.release(running_b)
+        backend.release(running_d)
+    finally:
+        backend.shutdown()
+    assert held <= 2, f"{held} servers held with concurrency 2"
