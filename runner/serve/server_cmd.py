@@ -3,11 +3,15 @@
 The token is mandatory: the API runs shell commands, and loopback is no trust boundary (every
 local user and any web page a local browser opens can reach 127.0.0.1). There is deliberately
 no flag to turn auth off. The token and the Clore API key are taken out of the process's
-environment once read, because local jobs inherit it.
+environment once read, because local jobs inherit it. That does not erase them from the
+environment block the kernel shows as /proc/<pid>/environ, which a local job (the same user)
+could read, so the process also makes itself non-dumpable: its /proc files and memory are then
+root's alone. (A server run as root has root's jobs, which can read anything anyway.)
 """
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import signal
@@ -26,6 +30,7 @@ from runner.serve.service import Service, ServiceOptions
 from runner.serve.store import Store
 
 MIN_TOKEN_CHARS = 16
+_PR_SET_DUMPABLE = 4
 _MAKE_TOKEN = (
     "export CLORE_RUN_TOKEN=$(python3 -c 'import secrets; print(secrets.token_urlsafe(32))')"
 )
@@ -86,6 +91,7 @@ def run_server(options: ServeOptions) -> None:
     capacity = min(options.concurrency, backend.capacity() or options.concurrency)
     for secret in ("CLORE_RUN_TOKEN", "CLORE_API_KEY"):
         os.environ.pop(secret, None)
+    hide_from_same_user()
     service = Service(
         store,
         backend,
@@ -114,6 +120,17 @@ def run_server(options: ServeOptions) -> None:
     finally:
         service.stop()
         store.close()
+
+
+def hide_from_same_user() -> None:
+    """Linux: make /proc/<pid>/environ, /proc/<pid>/mem and ptrace of this process root-only
+    (PR_SET_DUMPABLE 0, as ssh-agent does). Children get theirs back when they exec."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+    except (OSError, AttributeError):
+        logging.getLogger("clore_run.serve").warning("could not make the process non-dumpable")
 
 
 @contextmanager
