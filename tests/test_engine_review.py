@@ -20,8 +20,9 @@ import pytest
 from runner.backends.base import OutputSink, Place, RunOutcome, RunRequest
 from runner.backends.local import LocalBackend
 from runner.console import Console
-from runner.core.model import FailureKind, JobStatus, Pipeline, RunRecord, RunStatus
+from runner.core.model import FailureKind, Job, JobStatus, Pipeline, RunRecord, RunStatus
 from runner.engine import Engine, EngineOptions
+from runner.errors import RunMustStop
 from runner.run_command import RunOptions, execute
 from runner.spec.loader import parse_pipeline
 from tests.processes import alive
@@ -241,3 +242,34 @@ def test_a_local_timeout_says_after_how_long(tmp_path: Path) -> None:
         backend.release(place)
         backend.shutdown()
     assert (outcome.failure, outcome.message) == (FailureKind.TIMEOUT, "timed out after 0.2 s")
+
+
+class KeyRefused(LocalBackend):
+    """Renting for job `a` finds the API key refused: nothing else can succeed either."""
+
+    def acquire(self, job: Job, cancel: threading.Event) -> Place:
+        if job.id == "a":
+            raise RunMustStop("the API key was refused")
+        return super().acquire(job, cancel)
+
+
+def test_a_run_stopped_by_the_infrastructure_is_an_error_even_when_the_job_may_fail(
+    tmp_path: Path,
+) -> None:
+    """`a` may fail (continue-on-error), but the run it stopped did not pass: `b` never
+    finished. Exit 3, not 0."""
+    pipeline = pipeline_of(
+        """\
+        jobs:
+          a: {run: "true", continue-on-error: true, workspace: false}
+          b: {run: sleep 30, workspace: false}
+        """
+    )
+    options = EngineOptions(tmp_path / "out", 2)
+    record = run_engine(Engine(pipeline, KeyRefused(tmp_path), options, Console(io.StringIO())))
+    assert {r.job_id: r.status for r in record.results} == {
+        "a": JobStatus.ERROR,
+        "b": JobStatus.CANCELLED,
+    }
+    assert record.results[1].reason == "the API key was refused"
+    assert record.status is RunStatus.ERROR

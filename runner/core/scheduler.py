@@ -123,7 +123,9 @@ class Scheduler:
             r.status in (JobStatus.FAILED, JobStatus.TIMED_OUT) for r in counted
         ):
             return RunStatus.FAILED
-        if any(r.status is JobStatus.ERROR for r in counted):
+        # A cancel that is neither an interrupt nor the run's timeout came from the
+        # infrastructure (the key refused...): the jobs it cancelled did not pass.
+        if any(r.status is JobStatus.ERROR for r in counted) or self._cancel_reason is not None:
             return RunStatus.ERROR
         return RunStatus.PASSED
 
