@@ -77,6 +77,7 @@ class SshBackend:
         connect_options: ConnectOptions = ConnectOptions(),  # noqa: B008 - frozen
         exec_options: ExecOptions = ExecOptions(),  # noqa: B008 - frozen
         probe_gpu: bool = True,
+        known_hosts: Path | None = None,
     ) -> None:
         names = [str(h) for h in hosts]
         if not hosts:
@@ -87,7 +88,7 @@ class SshBackend:
         self._connect_options = connect_options
         self._exec_options = exec_options
         self._probe_gpu = probe_gpu
-        self._host_keys = HostKeyStore()
+        self._host_keys = HostKeyStore(known_hosts)
         self._hosts = {str(h): h for h in hosts}
         self._free: queue.Queue[Endpoint] = queue.Queue()
         for host in hosts:
@@ -101,9 +102,11 @@ class SshBackend:
 
     @classmethod
     def from_flags(cls, hosts: Sequence[str], identity: Path | None) -> SshBackend:
-        """From `--host` values (and the pipeline's `hosts:`) and `--identity`."""
+        """From `--host` values (and the pipeline's `hosts:`) and `--identity`; host keys are
+        checked against ~/.ssh/known_hosts for the hosts it lists."""
         key = ClientKey.from_file(identity if identity is not None else default_identity())
-        return cls([parse_host(h) for h in hosts], key)
+        known_hosts = Path.home() / ".ssh" / "known_hosts"
+        return cls([parse_host(h) for h in hosts], key, known_hosts=known_hosts)
 
     def capacity(self) -> int:
         return len(self._hosts)

@@ -192,7 +192,18 @@ def _connect_once(
         transport.banner_timeout = transport.handshake_timeout = options.timeout_s
         transport.auth_timeout = options.timeout_s
         _prefer_fast_ciphers(transport)
-        transport.start_client(timeout=options.timeout_s)
+        known = host_keys.known_algorithms(endpoint.host, endpoint.port)
+        if known:  # only what known_hosts can vouch for
+            security = transport.get_security_options()
+            security.key_types = [t for t in security.key_types if t in known]
+        try:
+            transport.start_client(timeout=options.timeout_s)
+        except paramiko.ssh_exception.IncompatiblePeer:
+            if not known:
+                raise
+            raise host_keys.not_listed(
+                endpoint.host, endpoint.port, f"offers none of the key types {known}"
+            ) from None
         fingerprint = host_keys.verify(
             endpoint.host, endpoint.port, transport.get_remote_server_key()
         )

@@ -11,11 +11,12 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from runner.backends.ssh import SshBackend
 from runner.backends.ssh_connection import ConnectOptions, Endpoint, SshConnection, connect
 from runner.backends.ssh_exec import ExecOptions, run_job
 from runner.backends.ssh_facts import parse_gpu_facts
 from runner.backends.ssh_keys import ClientKey, HostKeyStore
-from runner.core.model import FailureKind
+from runner.core.model import FailureKind, Job
 from runner.errors import InfrastructureError, UsageError
 from tests.sshd_fixture import (
     RecordingSink,
@@ -194,3 +195,76 @@ def test_gpu_facts_parse_nvidia_smi_output() -> None:
         "cuda": "12.4",
     }
     assert parse_gpu_facts("") == {}
+
+
+# --- ~/.ssh/known_hosts, for servers the user names (--backend ssh) ---
+
+
+def _known_hosts(path: Path, server: SshServer, key: paramiko.PKey, hashed: bool = False) -> Path:
+    name = f"[127.0.0.1]:{server.port}"
+    if hashed:
+        name = paramiko.HostKeys.hash_host(name)
+    path.write_text(
+        f"otherhost ssh-ed25519 {key.get_base64()}\n{name} {key.get_name()} {key.get_base64()}\n"
+    )
+    return path
+
+
+@pytest.mark.parametrize("hashed", [False, True])
+def test_a_host_key_other_than_known_hosts_lists_is_refused(
+    sshd_server: SshServer, ssh_key: ClientKey, tmp_path: Path, hashed: bool
+) -> None:
+    write_private_key(tmp_path / "impostor")
+    impostor = paramiko.PKey.from_path(tmp_path / "impostor")
+    known = _known_hosts(tmp_path / "known_hosts", sshd_server, impostor, hashed)
+    start = time.monotonic()
+    with pytest.raises(InfrastructureError, match="known_hosts") as info:
+        connect(_endpoint(sshd_server), ssh_key, HostKeyStore(known), QUICK)
+    assert "intercept" in info.value.hint
+    assert time.monotonic() - start < 3  # refused, not retried
+
+
+def test_the_host_key_known_hosts_lists_is_accepted(
+    sshd_server: SshServer, ssh_key: ClientKey, tmp_path: Path
+) -> None:
+    real = paramiko.PKey.from_path(sshd_server.folder / "host_ed25519")
+    known = _known_hosts(tmp_path / "known_hosts", sshd_server, real, hashed=True)
+    connect(_endpoint(sshd_server), ssh_key, HostKeyStore(known), QUICK).close()
+
+
+def test_known_hosts_listing_only_another_key_type_is_refused(
+    sshd_server: SshServer, ssh_key: ClientKey, tmp_path: Path
+) -> None:
+    # The server has an ed25519 key only: a server that does not offer the listed type must
+    # not get trusted on first use instead.
+    ecdsa = paramiko.ECDSAKey.generate()
+    known = _known_hosts(tmp_path / "known_hosts", sshd_server, ecdsa)
+    start = time.monotonic()
+    with pytest.raises(InfrastructureError, match="known_hosts"):
+        connect(_endpoint(sshd_server), ssh_key, HostKeyStore(known), QUICK)
+    assert time.monotonic() - start < 3
+
+
+def test_hosts_known_hosts_does_not_list_are_trusted_on_first_use(
+    sshd_server: SshServer, ssh_key: ClientKey, tmp_path: Path
+) -> None:
+    (tmp_path / "known_hosts").write_text("# nothing for this host\n")
+    missing = tmp_path / "no-such-file"
+    for path in (tmp_path / "known_hosts", missing):
+        connect(_endpoint(sshd_server), ssh_key, HostKeyStore(path), QUICK).close()
+
+
+def test_ssh_backend_checks_the_users_known_hosts(
+    sshd_server: SshServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_private_key(tmp_path / "impostor")
+    impostor = paramiko.PKey.from_path(tmp_path / "impostor")
+    (tmp_path / ".ssh").mkdir()
+    _known_hosts(tmp_path / ".ssh" / "known_hosts", sshd_server, impostor)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    backend = SshBackend.from_flags([sshd_server.target], sshd_server.client_key)
+    try:
+        with pytest.raises(InfrastructureError, match="known_hosts"):
+            backend.acquire(Job(id="j", name="j", run="true"), threading.Event())
+    finally:
+        backend.shutdown()
