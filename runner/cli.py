@@ -170,6 +170,8 @@ def run(
     )
     if budget is not None:
         loaded = dataclasses.replace(loaded, budget_usd=budget)
+    if concurrency is not None:  # the clore backend caps the servers it holds at this
+        loaded = dataclasses.replace(loaded, concurrency=concurrency)
     if chosen is BackendName.clore:
         _, code = execute(loaded, clore_backend(loaded, ledger, options.run_id), options)
     elif chosen is BackendName.ssh:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from runner import cli
 from runner.backends.base import OutputSink, Place, RunOutcome, RunRequest
 from runner.backends.local import LocalBackend
 from runner.console import Console
@@ -273,3 +274,25 @@ def test_a_run_stopped_by_the_infrastructure_is_an_error_even_when_the_job_may_f
     }
     assert record.results[1].reason == "the API key was refused"
     assert record.status is RunStatus.ERROR
+
+
+def test_the_concurrency_flag_reaches_the_clore_backend(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The clore backend caps the servers held at its own concurrency, and the run at that:
+    built from the file's value, `--concurrency 8` still ran 3 at a time."""
+    seen: list[int] = []
+
+    def clore_backend(pipeline: Pipeline, ledger: Path, run_id: str) -> object:
+        seen.append(pipeline.concurrency)
+        return object()
+
+    monkeypatch.setattr(cli, "clore_backend", clore_backend)
+    monkeypatch.setattr(cli, "execute", lambda pipeline, backend, options: (None, 0))
+    path = tmp_path / "p.yml"
+    path.write_text("concurrency: 3\njobs:\n  a: {run: 'true'}\n")
+    args = ["run", str(path), "--backend", "clore", "--concurrency", "8"]
+    with pytest.raises(SystemExit) as info:
+        cli.main([*args, "--ledger", str(tmp_path / "ledger.db")])
+    assert info.value.code == 0
+    assert seen == [8]
