@@ -66,6 +66,26 @@ def pump(
             on_stdout(out)
 
 
+class Capped:
+    """Bytes collected up to `limit`: the first ones, or with `tail` the last ones. What a
+    server sends is its choice; what we keep of it is ours."""
+
+    def __init__(self, limit: int, tail: bool = False) -> None:
+        self.limit = limit
+        self.tail = tail
+        self._data = bytearray()
+
+    def add(self, data: bytes) -> None:
+        if self.tail:
+            self._data += data[-self.limit :]
+            del self._data[: max(0, len(self._data) - self.limit)]
+        elif len(self._data) < self.limit:
+            self._data += data[: self.limit - len(self._data)]
+
+    def value(self) -> bytes:
+        return bytes(self._data)
+
+
 class ReadStopped(Exception):
     """A ChannelReader gave up: past its deadline, or told to stop."""
 

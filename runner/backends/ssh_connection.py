@@ -17,10 +17,11 @@ from dataclasses import dataclass
 
 import paramiko
 
-from runner.backends.ssh_channel import pump
+from runner.backends.ssh_channel import Capped, pump
 from runner.backends.ssh_keys import ClientKey, HostKeyStore
 from runner.errors import InfrastructureError
 
+RUN_OUTPUT_LIMIT = 1 << 20  # what `run` keeps of each stream (stdout's head, stderr's tail)
 # Preferred first; the rest of paramiko's defaults stay as fallbacks for odd servers.
 _FAST_CIPHERS = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com", "aes128-ctr")
 
@@ -103,15 +104,16 @@ class SshConnection:
     def run(self, command: str, stdin: bytes = b"", timeout_s: float = 60.0) -> CommandResult:
         """Run a short command to completion and capture its output.
 
-        For small bookkeeping commands; jobs go through `ssh_exec`, which streams.
+        For small bookkeeping commands; jobs go through `ssh_exec`, which streams. Of each output
+        stream at most RUN_OUTPUT_LIMIT bytes are kept: a server could send any amount.
         """
         chan = self.exec(command)
-        out: list[bytes] = []
-        err: list[bytes] = []
+        out = Capped(RUN_OUTPUT_LIMIT)
+        err = Capped(RUN_OUTPUT_LIMIT, tail=True)
         try:
             _send_all(self, chan, stdin)
             deadline = time.monotonic() + timeout_s
-            finished = pump(chan, out.append, err.append, lambda: time.monotonic() > deadline)
+            finished = pump(chan, out.add, err.add, lambda: time.monotonic() > deadline)
             if not finished:
                 raise InfrastructureError(f"{self.endpoint}: {command!r} took over {timeout_s} s")
             code = exit_status(chan, wait_s=self._monitor.dead_after_s)
@@ -121,7 +123,7 @@ class SshConnection:
             if not self.alive:
                 raise ConnectionLost(self.lost_reason())
             code = -1  # killed by a signal: sshd sends no exit status then
-        return CommandResult(code, b"".join(out), b"".join(err))
+        return CommandResult(code, out.value(), err.value())
 
     def close(self) -> None:
         self._monitor.stop()

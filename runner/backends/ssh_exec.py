@@ -30,7 +30,7 @@ import paramiko
 
 from runner.backends.base import OutputSink, RunOutcome, RunRequest
 from runner.backends.safe_extract import ExtractReport, safe_extract
-from runner.backends.ssh_channel import ChannelReader, ReadStopped, pump
+from runner.backends.ssh_channel import STDERR_TAIL, Capped, ChannelReader, ReadStopped, pump
 from runner.backends.ssh_connection import ConnectionLost, SshConnection, exit_status
 from runner.backends.ssh_tar import Entry, file_entry, write_tar
 from runner.core.model import FailureKind
@@ -40,6 +40,8 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Line breaks and control characters in text a server sends: a message is printed as one line
 # (in the Actions log, a line of its own starting with `::` would be a workflow command).
 _BREAKS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]+")
+# The job folder the server names: an absolute path on one line, of a sane length.
+_FOLDER = re.compile("/[^\x00-\x1f\x7f]{1,4000}")
 
 _PREPARE = """set -e
 root="${{HOME:-/tmp}}/.clore-run/jobs"
@@ -88,6 +90,8 @@ class ExecOptions:
     drain_s: float = 5.0  # how long output may still trickle in after the job ended or was killed
     pgid_wait_s: float = 5.0  # a job cancelled right at its start may not have written ctl/pgid
     keep_workdir: bool = False
+    # Sending the workspace: a server could stop reading it, or never answer after it.
+    upload_timeout_s: float = 1800.0
     # Bringing the artifacts back: a server could trickle them forever, while billing.
     artifact_timeout_s: float = 1800.0
 
@@ -148,7 +152,7 @@ class RemoteJob:
         bad = [name for name in self.request.env if not _ENV_NAME.fullmatch(name)]
         if bad:
             return RunOutcome(None, FailureKind.TEST_FAILURE, f"invalid env names: {bad}")
-        self.upload()
+        self.upload(cancel)
         if cancel.is_set():
             return RunOutcome(None, FailureKind.CANCELLED, "cancelled before the start")
         chan = self.conn.exec(_START.format(work=self._path("work"), inner=shlex.quote(_INNER)))
@@ -158,27 +162,44 @@ class RemoteJob:
         finally:
             chan.close()
 
-    def upload(self) -> None:
-        """Make the fresh folder and send workspace, script and env into it as one tar stream."""
+    def upload(self, cancel: CancelFlag) -> None:
+        """Make the fresh folder and send workspace, script and env into it as one tar stream,
+        within `upload_timeout_s` and until a cancel."""
         name = re.sub(r"[^A-Za-z0-9_.-]", "_", self.request.job.id)[:60] or "job"
+        limit_s = self.options.upload_timeout_s
+        deadline = time.monotonic() + limit_s
+
+        def why_stop() -> str:
+            if cancel.is_set():
+                return "cancelled"
+            return f"not done within {limit_s:g} s" if time.monotonic() >= deadline else ""
+
         chan = self.conn.exec(_PREPARE.format(name=name))
-        out: list[bytes] = []
-        err: list[bytes] = []
+        out = Capped(4096)
+        err = Capped(STDERR_TAIL, tail=True)
         try:
             try:
-                _stream_in(chan, lambda send: write_tar(send, self._entries()))
+                send = _bounded_send(chan, why_stop, deadline)
+                _stream_in(chan, lambda _: write_tar(send, self._entries()))
             except OSError as exc:
                 raise InfrastructureError(f"workspace upload stopped: {exc}") from exc
-            pump(chan, out.append, err.append, lambda: False)
+            if not pump(chan, out.add, err.add, lambda: bool(why_stop())):
+                raise InfrastructureError(f"{self.conn.endpoint}: upload {why_stop()}")
             code = exit_status(chan, wait_s=self.options.drain_s)
         finally:
             chan.close()
         if code != 0:
             if not self.conn.alive:
                 raise ConnectionLost(self.conn.lost_reason())
-            detail = one_line(b"".join(err).decode("utf-8", "replace"))[-2000:]
+            detail = one_line(err.value().decode("utf-8", "replace"))[-2000:]
             raise InfrastructureError(f"{self.conn.endpoint}: upload failed ({code}): {detail}")
-        self.folder = b"".join(out).decode("utf-8", "surrogateescape")
+        folder = out.value().decode("utf-8", "surrogateescape")
+        if not _FOLDER.fullmatch(folder):
+            shown = one_line(folder.encode("utf-8", "surrogateescape").decode("utf-8", "replace"))
+            raise InfrastructureError(
+                f"{self.conn.endpoint}: the server named no usable job folder: {shown[:100]!r}"
+            )
+        self.folder = folder
 
     def _entries(self) -> list[Entry]:
         env = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in self.request.env.items())
@@ -302,6 +323,29 @@ class RemoteJob:
 def one_line(text: str) -> str:
     """`text` from a server as one line without control characters."""
     return _BREAKS.sub(" ", text).strip()
+
+
+def _bounded_send(
+    chan: paramiko.Channel, why_stop: Callable[[], str], deadline: float
+) -> Callable[[bytes], None]:
+    """`chan.sendall` that gives up at `deadline` (a server may stop reading) or a cancel."""
+
+    def send(data: bytes) -> None:
+        why = why_stop()
+        if not why:
+            chan.settimeout(max(0.0, deadline - time.monotonic()))
+            try:
+                chan.sendall(data)
+                return
+            except TimeoutError:
+                why = why_stop() or "timed out"
+        raise UploadStopped(why)
+
+    return send
+
+
+class UploadStopped(OSError):
+    """The workspace upload ran out of time or was cancelled."""
 
 
 def _stream_in(

@@ -6,17 +6,27 @@ import hashlib
 import re
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from runner.backends.ssh_channel import ChannelReader, ReadStopped
-from runner.backends.ssh_connection import SshConnection
+from runner.backends.ssh_connection import Endpoint, SshConnection, connect
 from runner.backends.ssh_exec import ExecOptions, run_job
+from runner.backends.ssh_keys import ClientKey, HostKeyStore
 from runner.core.model import FailureKind
-from tests.sshd_fixture import RecordingSink, make_request
+from tests.sshd_fixture import RecordingSink, SshServer, make_request
 
 FAST_KILL = ExecOptions(kill_grace_s=0.5, drain_s=2.0)
+
+
+@pytest.fixture
+def own_conn(sshd_server: SshServer, ssh_key: ClientKey) -> Iterator[SshConnection]:
+    """A connection of its own, for tests where a hostile server may break it."""
+    conn = connect(Endpoint("127.0.0.1", sshd_server.port), ssh_key, HostKeyStore())
+    yield conn
+    conn.close()
 
 
 def _run(conn: SshConnection, tmp_path: Path, script: str, **kwargs: object) -> tuple:  # type: ignore[type-arg]
@@ -278,7 +288,7 @@ def test_channel_reader_gives_up_on_a_silent_server(ssh_conn: SshConnection, how
 
 
 def test_server_text_in_a_failure_message_stays_on_one_line(
-    ssh_conn: SshConnection, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    own_conn: SshConnection, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The message ends up printed after `[job] ERROR: ` in the Actions log, where a line
     # starting with `::` is a workflow command: a server's stderr must not start one.
@@ -288,7 +298,52 @@ def test_server_text_in_a_failure_message_stays_on_one_line(
         "cat >/dev/null; printf 'no\\n::add-mask::x\\r::error::y\\033[2J\\302\\205z' >&2; exit 1"
     )
     monkeypatch.setattr(ssh_exec, "_PREPARE", hostile)
-    outcome, _ = _run(ssh_conn, tmp_path, "true")
+    outcome, _ = _run(own_conn, tmp_path, "true")
     assert outcome.failure is FailureKind.SSH_FAILED
     assert "::add-mask::x" in outcome.message  # still said, just not as a line of its own
     assert not re.search(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]", outcome.message), outcome.message
+
+
+@pytest.mark.parametrize(
+    "hostile",
+    [
+        "cat >/dev/null; sleep 30",  # reads the upload, then holds the channel open
+        "sleep 30",  # does not even read it: our sends block once the window is full
+    ],
+)
+def test_workspace_upload_is_bounded_in_time(
+    own_conn: SshConnection, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hostile: str
+) -> None:
+    from runner.backends import ssh_exec
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "big.bin").write_bytes(bytes(8 << 20))  # more than the channel window
+    monkeypatch.setattr(ssh_exec, "_PREPARE", hostile)
+    sink = RecordingSink()
+    request = make_request("true", tmp_path / "art", workspace=ws, files=("big.bin",))
+    options = ExecOptions(kill_grace_s=0.5, drain_s=1.0, upload_timeout_s=1.0)
+    start = time.monotonic()
+    outcome = run_job(own_conn, request, sink, threading.Event(), options)
+    assert time.monotonic() - start < 6
+    assert outcome.failure is FailureKind.SSH_FAILED
+    assert "upload" in outcome.message
+
+
+def test_a_server_answering_no_usable_folder_is_refused(
+    own_conn: SshConnection, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from runner.backends import ssh_exec
+
+    # 50 MB of NULs instead of a folder name: neither kept in memory nor used.
+    monkeypatch.setattr(ssh_exec, "_PREPARE", "cat >/dev/null; head -c 50000000 /dev/zero")
+    outcome, _ = _run(own_conn, tmp_path, "true")
+    assert outcome.failure is FailureKind.SSH_FAILED
+    assert "folder" in outcome.message and len(outcome.message) < 500
+
+
+def test_run_keeps_a_bounded_part_of_a_flood(ssh_conn: SshConnection) -> None:
+    result = ssh_conn.run("head -c 20000000 /dev/zero; head -c 20000000 /dev/zero >&2")
+    assert result.exit_code == 0
+    assert 0 < len(result.stdout) <= 1 << 20
+    assert 0 < len(result.stderr) <= 1 << 20
