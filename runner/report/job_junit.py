@@ -2,7 +2,8 @@
 
 Untrusted input, so: a size cap before reading, DTDs and entity declarations refused (billion
 laughs, external entities), a cap on the number of testcases, and every problem turned into a
-warning rather than an exception, so a broken file never breaks the run's own report.
+warning rather than an exception, so a broken file never breaks the run's own report. Secrets
+are redacted from every text kept (a test may print its environment).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 from typing import Literal
 from xml.parsers import expat
 
-from runner.report.text import clip, xml_safe
+from runner.report.text import clip, redact, xml_safe
 
 MAX_BYTES = 20 * 1024 * 1024
 MAX_CASES = 5000
@@ -136,13 +137,13 @@ def _case(element: ET.Element) -> Case:
 def _attr(element: ET.Element | None, name: str, limit: int = 1000) -> str:
     if element is None:
         return ""
-    return clip(xml_safe(element.get(name, "")), limit)
+    return clip(redact(xml_safe(element.get(name, ""))), limit)
 
 
 def _text(element: ET.Element | None) -> str:
     if element is None:
         return ""
-    return clip(xml_safe("".join(element.itertext())), MAX_OUTPUT_CHARS)
+    return clip(redact(xml_safe("".join(element.itertext()))), MAX_OUTPUT_CHARS)
 
 
 def _seconds(value: str | None) -> float:

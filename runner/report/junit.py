@@ -157,7 +157,7 @@ def _properties(job: Job, result: JobResult) -> ET.Element:
     ]
     for name, value in pairs:
         if value:  # absent facts stay absent rather than showing as ""
-            ET.SubElement(props, "property", name=name, value=xml_safe(clip(value, 2000)))
+            ET.SubElement(props, "property", name=name, value=xml_safe(clip(redact(value), 2000)))
     return props
 
 
@@ -178,7 +178,7 @@ def _job_case(job: Job, result: JobResult, log_tail: str) -> ET.Element:
     duration = attempts[-1].duration_s if attempts else 0.0
     element = ET.Element("testcase", name=xml_safe(job.name), classname=xml_safe(job.id))
     if result.status in _NOT_RUN:
-        ET.SubElement(element, "skipped", message=xml_safe(_reason(result)))
+        ET.SubElement(element, "skipped", message=xml_safe(redact(_reason(result))))
     elif result.status is JobStatus.PASSED:
         for attempt in attempts[:-1]:  # flaky: every failed try before the passing one
             element.append(_rerun(attempt, "flaky"))
@@ -196,7 +196,7 @@ def _verdict(result: JobResult) -> ET.Element:
     """`<failure>`/`<error>` for the first attempt of a job that never passed."""
     tag = "error" if result.status is JobStatus.ERROR else "failure"
     first = result.attempts[0] if result.attempts else None
-    message = (first.message if first else "") or _reason(result)
+    message = redact((first.message if first else "") or _reason(result))
     element = ET.Element(tag, message=xml_safe(message), type=_type(first, result))
     element.text = xml_safe(_describe(first)) if first else None
     return element
@@ -205,7 +205,7 @@ def _verdict(result: JobResult) -> ET.Element:
 def _rerun(attempt: Attempt, prefix: str) -> ET.Element:
     infra = attempt.failure in INFRASTRUCTURE_KINDS
     tag = f"{prefix}{'Error' if infra else 'Failure'}"
-    element = ET.Element(tag, message=xml_safe(attempt.message or _describe(attempt)))
+    element = ET.Element(tag, message=xml_safe(redact(attempt.message) or _describe(attempt)))
     element.set("type", attempt.failure.value if attempt.failure else "unknown")
     ET.SubElement(element, "stackTrace").text = xml_safe(_describe(attempt))
     return element
@@ -246,7 +246,7 @@ def _job_failure(job: Job, result: JobResult) -> Case:
     """The job-level testcase as a failed test, for the summary's "failed tests" list."""
     outcome: Outcome = "error" if result.status is JobStatus.ERROR else "failure"
     first = result.attempts[0] if result.attempts else None
-    message = (result.attempts[-1].message if result.attempts else "") or _reason(result)
+    message = redact((result.attempts[-1].message if result.attempts else "") or _reason(result))
     return Case(
         classname=job.id,
         name=job.name,

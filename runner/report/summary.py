@@ -122,7 +122,7 @@ def _job(out_dir: Path, job: Job | None, result: JobResult, tests: JobTests | No
         "name": job.name if job else result.job_id,
         "group": job.group if job else "",
         "status": result.status.value,
-        "reason": result.reason,
+        "reason": redact(result.reason),
         "attempts": len(result.attempts),
         "duration_s": _round(result.duration_s, 3),
         "exit_code": result.exit_code,
@@ -159,7 +159,7 @@ def _failed_tests(tests: JobTests | None) -> list[dict[str, str]]:
         {
             "classname": c.classname,
             "name": c.name,
-            "message": redact(clip(c.message, 500)),
+            "message": clip(redact(c.message), 500),
             "kind": c.outcome,
             "scope": "job" if c.job_level else "test",
         }
@@ -171,7 +171,7 @@ def _log_tail(out_dir: Path, result: JobResult) -> list[str]:
     if result.status in (JobStatus.PASSED, JobStatus.SKIPPED, JobStatus.CANCELLED):
         return []
     lines = tail_lines(out_dir / "logs" / f"{result.job_id}.log", LOG_TAIL_LINES)
-    return [redact(clip(line, 500)) for line in lines]
+    return [clip(redact(line), 500) for line in lines]
 
 
 def _attempt(attempt: Attempt) -> Summary:

@@ -54,10 +54,11 @@ def clean_line(line: str) -> str:
 
 
 def redact(text: str, env: Mapping[str, str] | None = None) -> str:
-    """Replace the values of known secret variables with `***`."""
+    """Replace the values of known secret variables with `***`. Redact before cutting text
+    short: a cut can leave a secret's head, which no longer matches."""
     env = os.environ if env is None else env
     for name in SECRET_ENV_VARS:
-        value = env.get(name, "")
+        value = env.get(name, "").strip()  # as clore-run uses it: pasted secrets may end in \n
         if len(value) >= _MIN_SECRET_LEN:
             text = text.replace(value, "***")
     return text

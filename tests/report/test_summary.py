@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -113,6 +114,41 @@ def test_secrets_are_redacted_from_log_tails(
     for path in (paths.summary_json, paths.summary_md, paths.junit):
         assert "sk-live-123456" not in path.read_text(), path.name
     assert "using key ***" in paths.summary_md.read_text()
+
+
+def test_secrets_are_redacted_from_every_report_field(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The key can reach a job's JUnit (a test printing its environment), an attempt's message
+    # (and so the job's reason) and a long log line, where it must not be cut before redaction.
+    key = "sk-live-1234567890abcdef"
+    monkeypatch.setenv("CLORE_API_KEY", key)
+    write_outputs(tmp_path)
+    junit = tmp_path / "artifacts" / "test-4090" / "results.xml"
+    junit.write_text(
+        junit.read_text()
+        .replace("grad is NaN", f"grad is NaN with {key}")
+        .replace("loss=nan", f"loss=nan CLORE_API_KEY={key}")
+        .replace("test_model.py:42", f"test_model.py:42 ({key})")
+        .replace('name="test_backward"', f'name="test_backward[{key}]"')
+    )
+    (tmp_path / "logs" / "bench.log").write_text("x" * 480 + key + "\n")
+    record = mixed_record()
+    said = f"upload failed: env has {key}"
+    results = tuple(
+        dataclasses.replace(
+            r,
+            reason=said,
+            attempts=tuple(dataclasses.replace(a, message=said) for a in r.attempts),
+        )
+        if r.job_id in ("test-4090", "train")
+        else r
+        for r in record.results
+    )
+    paths = write_reports(tmp_path, dataclasses.replace(record, results=results))
+    for path in (paths.summary_json, paths.summary_md, paths.junit):
+        text = path.read_text()
+        assert key[:10] not in text, (path.name, text[text.find(key[:10]) - 200 :][:400])
 
 
 def test_ci_links(tmp_path: Path, ci_env: None) -> None:
@@ -237,3 +273,11 @@ def test_long_failure_lists_are_capped(tmp_path: Path) -> None:
     assert md.count("tests.test_model.test_backward") == 100
     assert "… and 50 more in junit.xml" in md
     assert md.count("<details>") == 20 and "the logs of 10 more failed jobs" in md
+
+
+def test_a_secret_given_with_surrounding_whitespace_is_still_redacted() -> None:
+    # A secret pasted with a trailing newline: clore-run itself uses the stripped key.
+    from runner.report.text import redact
+
+    env = {"CLORE_API_KEY": "  sk-live-123456\n"}
+    assert redact("auth failed for sk-live-123456.", env) == "auth failed for ***."
