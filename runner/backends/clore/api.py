@@ -320,6 +320,9 @@ class CloreClient:
                     json=body,
                     headers={"auth": self._key.reveal()},
                     timeout=self.timeout_s,
+                    # requests drops only `Authorization` when a redirect leaves the host: our
+                    # custom `auth` header (the key) would follow it anywhere, even to http.
+                    allow_redirects=False,
                 )
             except requests.RequestException as exc:
                 raise self._transport_error(endpoint, exc) from None
