@@ -80,6 +80,7 @@ class Engine:
         self._pool = _Workers(max(1, options.capacity))
         self._futures: list[Future[None]] = []
         self._started: dict[str, tuple[int, float]] = {}  # job -> (attempt, start time)
+        self._placed: set[str] = set()  # jobs whose attempt holds a place (JobRunning seen)
         self._jobs = {j.id: j for j in pipeline.jobs}
         self.interrupted = False
         self._settled: set[str] = set()
@@ -136,6 +137,9 @@ class Engine:
         if event is not None:
             if isinstance(event, JobFinished):
                 self._started.pop(event.job_id, None)
+                self._placed.discard(event.job_id)
+            elif isinstance(event, JobRunning):
+                self._placed.add(event.job_id)
             self._apply(core.handle(event, now), now)
         while self._timers and self._timers[0][0] <= now:
             _, _, token = heapq.heappop(self._timers)
@@ -177,12 +181,13 @@ class Engine:
                 self.console.job_done(self._jobs[cmd.result.job_id], cmd.result)
 
     def _pending_jobs(self, commands: list[Command]) -> list[Job]:
-        """Jobs that may still ask for a place: not settled, not running, not starting now."""
+        """Jobs that may still ask for a place: not settled and not on one. A job starting now
+        or still acquiring counts: the idle server it is about to take must not be given back
+        under it."""
         for cmd in commands:
             if isinstance(cmd, JobCompleted):
                 self._settled.add(cmd.result.job_id)
-        starting = {c.job_id for c in commands if isinstance(c, StartJob)}
-        busy = self._settled | starting | set(self._started)
+        busy = self._settled | self._placed
         return [j for j in self.pipeline.jobs if j.id not in busy]
 
     def _kill_job(self, cmd: KillJob) -> None:

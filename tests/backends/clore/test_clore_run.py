@@ -711,3 +711,17 @@ def test_concurrency_caps_the_servers_held_idle_ones_included(setup: Setup) -> N
     finally:
         backend.shutdown()
     assert held <= 2, f"{held} servers held with concurrency 2"
+
+
+def test_a_chain_runs_on_one_server(setup: Setup) -> None:
+    """The next job starting must not see the server it is about to reuse given back."""
+    pipeline = parse_pipeline(
+        "jobs:\n  a: {run: echo a, gpu: {type: '3090'}}\n"
+        "  b: {needs: a, run: echo b, gpu: {type: '3090'}}\n",
+        "p.yml",
+        {},
+    )
+    record, code, _ = setup.run(pipeline)
+    assert code == 0, record.results
+    assert len(setup.fake.orders) == 1
+    assert record.results[0].server == record.results[1].server
