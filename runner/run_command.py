@@ -102,12 +102,15 @@ def output_folder(out_dir: Path) -> Iterator[None]:
 
 @contextmanager
 def stop_on_signals(cancel: Callable[[str], None]) -> Iterator[None]:
-    """SIGINT and SIGTERM cancel the run (cleanly, reports included) instead of killing it."""
+    """SIGINT, SIGTERM and SIGHUP cancel the run (cleanly, reports included) instead of
+    killing it."""
 
     def handler(signum: int, _frame: FrameType | None) -> None:
         cancel(f"interrupted by {signal.Signals(signum).name}")
 
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    # SIGHUP too: closing the terminal must give rented servers back, not abandon them.
+    caught = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {sig: signal.signal(sig, handler) for sig in caught}
     try:
         yield
     finally:

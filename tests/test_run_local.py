@@ -349,3 +349,15 @@ def test_a_second_run_with_its_output_inside_the_workspace(tmp_path: Path) -> No
     _, code, status = run(tmp_path, text, out_dir=out)
     assert code == 0, status
     assert (out / "artifacts" / "b" / "files.txt").read_text() == "./files.txt\n"
+
+
+def test_jobs_do_not_inherit_clore_runs_own_secrets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CLORE_API_KEY", "key-that-must-not-leak")
+    monkeypatch.setenv("CLORE_RUN_TOKEN", "token-that-must-not-leak")
+    monkeypatch.setenv("SOME_USER_VAR", "kept")
+    run(tmp_path, "jobs:\n  a: {run: env > env.txt, artifacts: [env.txt]}\n")
+    seen = (tmp_path / "out" / "artifacts" / "a" / "env.txt").read_text()
+    assert "SOME_USER_VAR=kept" in seen
+    assert "must-not-leak" not in seen

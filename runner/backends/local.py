@@ -25,6 +25,9 @@ from runner.core.model import FailureKind, Job
 KILL_GRACE_S = 2.0  # SIGTERM first, SIGKILL after this
 DRAIN_AFTER_EXIT_S = 2.0  # how long a leftover child may hold the pipes after the script ended
 _READ_CHUNK = 1 << 16
+# clore-run's own secrets: a job inherits this process's environment, but not these (a script
+# printing its environment would put them in logs that CI uploads).
+_NOT_FOR_JOBS = frozenset({"CLORE_API_KEY", "CLORE_RUN_TOKEN"})
 
 
 class LocalBackend:
@@ -62,7 +65,7 @@ class LocalBackend:
         # Not in the workdir: the job's folder holds only the workspace and its output.
         script = self._script_path(workdir)
         script.write_text(request.job.run, encoding="utf-8")
-        env = {**os.environ, **request.env}
+        env = {k: v for k, v in os.environ.items() if k not in _NOT_FOR_JOBS} | dict(request.env)
         outcome = _run_process(
             ["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)],
             workdir,

@@ -27,7 +27,7 @@ from runner.spec.pydantic_errors import diagnostics_from
 from runner.spec.yaml_source import Source, parse_yaml
 
 DEFAULT_TIMEOUT_MINUTES = 60.0
-_JOB_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+_JOB_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")  # fullmatch: `$` would allow "id\n"
 _NOT_SUBSTITUTED = frozenset({"if", "strategy", "needs"})
 M = TypeVar("M", bound=BaseModel)
 
@@ -134,7 +134,7 @@ class _PipelineBuilder:
         if not isinstance(data.get("defaults", {}), dict):
             return None  # the model reports it
         for key in jobs:
-            if not _JOB_KEY.match(key):
+            if not _JOB_KEY.fullmatch(key):
                 self.problems.append(
                     self.source.error(
                         ("jobs", key),

@@ -274,3 +274,8 @@ def test_alias_bomb_is_refused() -> None:
         rows.append(f"{name}: &{name} [" + ",".join([f"*{prev}"] * 9) + "]")
     error = one_error("\n".join(rows) + "\n")
     assert "the document is too large" in error
+
+
+def test_job_id_with_a_trailing_newline_is_invalid() -> None:
+    error = one_error('jobs:\n  "a\\n": {run: x}\n')
+    assert "invalid job id" in error
