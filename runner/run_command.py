@@ -30,6 +30,7 @@ from runner.report import github_actions, write_reports
 from runner.spec.diagnostics import did_you_mean
 from runner.workspace import workspace_files
 
+_OUTPUTS = ("logs", "artifacts", "junit.xml", "summary.json", "summary.md")
 EXIT_CODES = {
     RunStatus.PASSED: 0,
     RunStatus.FAILED: 1,
@@ -77,10 +78,21 @@ def select_jobs(pipeline: Pipeline, names: Sequence[str]) -> Pipeline:
 
 @contextmanager
 def output_folder(out_dir: Path) -> Iterator[None]:
-    """Make `out_dir` ours for the run: writable, locked against a second run, no stale files."""
+    """Make `out_dir` ours for the run: writable, locked against a second run, no stale files.
+
+    Only a folder clore-run wrote before (it holds our lock file) is cleaned; a folder of the
+    user's that already has a `logs/` or a `junit.xml` is refused, never emptied (`--out .`).
+    """
+    lock_path = out_dir / ".clore-run.lock"
+    foreign = [n for n in _OUTPUTS if (out_dir / n).exists()] if not lock_path.exists() else []
+    if foreign:
+        raise UsageError(
+            f"--out {out_dir}: it already holds {', '.join(foreign)}, not written by clore-run",
+            "choose an empty folder or a previous clore-run output folder",
+        )
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
-        lock = (out_dir / ".clore-run.lock").open("a+")
+        lock = lock_path.open("a+")
     except OSError as exc:
         raise UsageError(
             f"--out {out_dir}: cannot write there ({exc.strerror})", "choose a writable folder"

@@ -361,3 +361,18 @@ def test_jobs_do_not_inherit_clore_runs_own_secrets(
     seen = (tmp_path / "out" / "artifacts" / "a" / "env.txt").read_text()
     assert "SOME_USER_VAR=kept" in seen
     assert "must-not-leak" not in seen
+
+
+def test_an_out_folder_of_the_users_is_refused_not_emptied(tmp_path: Path) -> None:
+    mine = tmp_path / "project"
+    (mine / "logs").mkdir(parents=True)
+    (mine / "logs" / "keep.txt").write_text("precious")
+    with pytest.raises(UsageError, match="not written by clore-run"):
+        run(tmp_path, "jobs:\n  a: {run: 'true'}\n", out_dir=mine)
+    assert (mine / "logs" / "keep.txt").read_text() == "precious"
+
+
+def test_a_previous_clore_run_folder_is_reused_and_cleaned(tmp_path: Path) -> None:
+    run(tmp_path, "jobs:\n  old: {run: 'true'}\n")
+    run(tmp_path, "jobs:\n  new: {run: 'true'}\n")
+    assert sorted(p.name for p in (tmp_path / "out" / "logs").iterdir()) == ["new.log"]
