@@ -110,7 +110,7 @@ class Engine:
             self._settle_threads()
             if self._early is not None:
                 self._early.join(timeout=CANCEL_GRACE_S)
-            self.backend.shutdown()
+            self._shutdown_backend()
         return RunRecord(
             pipeline=self.pipeline,
             results=core.results(),
@@ -156,8 +156,16 @@ class Engine:
         """A renting backend starts giving its servers back the moment a run is cancelled,
         beside the kills, so that all of it fits in GitHub's 7.5 s before SIGTERM."""
         if self._renting is not None:
-            self._early = threading.Thread(target=self._renting.shutdown, daemon=True)
+            self._early = threading.Thread(target=self._shutdown_backend, daemon=True)
             self._early.start()
+
+    def _shutdown_backend(self) -> None:
+        """Give every place back. A failure here is reported, never raised: the run's reports
+        must still be written (and a rental left open stays in the ledger for `cleanup`)."""
+        try:
+            self.backend.shutdown()
+        except Exception as exc:
+            self.console.notice(f"giving places back failed: {type(exc).__name__}: {exc}")
 
     def _settle_stragglers(self, core: Scheduler, now: float) -> None:
         """Attempts that did not stop when told are reported as cancelled; shutdown() frees

@@ -376,3 +376,15 @@ def test_a_previous_clore_run_folder_is_reused_and_cleaned(tmp_path: Path) -> No
     run(tmp_path, "jobs:\n  old: {run: 'true'}\n")
     run(tmp_path, "jobs:\n  new: {run: 'true'}\n")
     assert sorted(p.name for p in (tmp_path / "out" / "logs").iterdir()) == ["new.log"]
+
+
+class FailsToShutDown(LocalBackend):
+    def shutdown(self) -> None:
+        super().shutdown()
+        raise RuntimeError("API down while giving back")
+
+
+def test_a_backend_failing_to_shut_down_still_gets_the_reports_written(tmp_path: Path) -> None:
+    record, code, _ = run(tmp_path, "jobs:\n  a: {run: 'true'}\n", FailsToShutDown())
+    assert code == 0 and record.results[0].status is JobStatus.PASSED
+    assert (tmp_path / "out" / "summary.json").exists()
