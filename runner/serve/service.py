@@ -60,6 +60,7 @@ log = logging.getLogger("clore_run.serve")
 SHUTDOWN_GRACE_S = 5.0  # running attempts get this long to stop and report at shutdown
 REPLY_TIMEOUT_S = 10.0  # an API call waiting on the loop gives up (503) after this
 MUST_STOP_HOLD_S = 60.0  # the backend said nothing can run (key refused): pause starts
+MAX_WAIT_S = 3600.0  # the loop re-reads the clock at least this often (a far timer would overflow)
 
 # Called once at start with the tokens of dead instances that left attempts open; answers a
 # note for the lost attempts ("its processes were killed at restart").
@@ -209,7 +210,7 @@ class Service:
         self._check_spend(self.clock())
         while True:
             now = self.clock()
-            wait = max(0.0, self._timers[0][0] - now) if self._timers else None
+            wait = min(MAX_WAIT_S, max(0.0, self._timers[0][0] - now)) if self._timers else None
             try:
                 event = self._events.get(timeout=wait)
             except queue.Empty:

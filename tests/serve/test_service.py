@@ -80,3 +80,14 @@ def test_a_followed_log_streams_until_the_job_settles(tmp_path: Path) -> None:
         assert b"two\n" in seen and b"attempt 1 passed" in seen
         assert srv.api.status("s1.talk") == "passed"
         assert srv.api.get("/stats").json()["servers_held"] == 0
+
+
+def test_a_not_before_centuries_away_does_not_stop_the_loop(tmp_path: Path) -> None:
+    with thread_server(tmp_path) as srv:
+        (far,) = srv.api.submit(
+            "jobs:\n  far:\n    not-before: 9999-01-01T00:00:00Z\n    run: echo late\n"
+        )
+        (now,) = srv.api.submit("jobs:\n  now:\n    run: echo now\n")
+        assert srv.api.wait_status(now, FINAL)["status"] == "passed"
+        assert srv.api.job(far)["waiting_for"] == "not before 9999-01-01T00:00:00Z"
+        assert srv.api.get("/healthz").json() == {"status": "ok"}
