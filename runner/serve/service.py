@@ -53,7 +53,7 @@ from runner.serve.core import (
 from runner.serve.orphans import ENV_NAME
 from runner.serve.store import Store, Unsettled
 from runner.serve.submit import Prepared, check_known, with_server_ids
-from runner.serve.worker import QuietConsole, Worker
+from runner.serve.worker import QuietConsole, Ran, Worker
 
 log = logging.getLogger("clore_run.serve")
 
@@ -292,7 +292,13 @@ class Service:
         self._pool.submit(self._work, job, cmd.attempt, cmd.timeout_s, kill)
 
     def _work(self, job: Job, number: int, timeout_s: float, kill: threading.Event) -> None:
-        ran = self._worker.run(job, number, timeout_s, kill)
+        began = self.clock()
+        try:
+            ran = self._worker.run(job, number, timeout_s, kill)
+        except Exception as exc:  # e.g. its log cannot be opened: the attempt must still end
+            log.exception("job %s: attempt %d could not run", job.id, number)
+            failure = FailureKind.PROVISIONING_FAILED
+            ran = Ran(Attempt(number, began, self.clock(), None, failure, f"internal: {exc!r}"))
         self._events.put(JobFinished(job.id, ran.attempt))
         if ran.stop_reason:
             self._events.put(_MustStop(ran.stop_reason))

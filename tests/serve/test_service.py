@@ -91,3 +91,14 @@ def test_a_not_before_centuries_away_does_not_stop_the_loop(tmp_path: Path) -> N
         assert srv.api.wait_status(now, FINAL)["status"] == "passed"
         assert srv.api.job(far)["waiting_for"] == "not before 9999-01-01T00:00:00Z"
         assert srv.api.get("/healthz").json() == {"status": "ok"}
+
+
+def test_an_attempt_whose_log_cannot_be_opened_ends_and_frees_its_slot(tmp_path: Path) -> None:
+    key = "k" * 300  # a valid job key, but `<id>.log` is too long a file name
+    with thread_server(tmp_path, capacity=1) as srv:
+        (long,) = srv.api.submit(f"jobs:\n  {key}:\n    run: echo x\n")
+        (after,) = srv.api.submit("jobs:\n  after:\n    run: echo after\n")
+        job = srv.api.wait_status(long, FINAL)
+        assert job["status"] == "error"
+        assert all(a["finished_at"] is not None for a in job["attempt_list"])
+        assert srv.api.wait_status(after, FINAL)["status"] == "passed"
