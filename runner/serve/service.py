@@ -331,6 +331,7 @@ class Service:
         open_rows = {a.job_id: a for a in self.store.open_attempts()}
         dead = {a.instance for a in open_rows.values()}
         note = self.options.reconcile(dead) if dead else ""
+        self._check_spend(now)  # before the jobs are added: adding starts what it can
         entries = [self._entry(u) for u in unsettled]
         self._add(entries, now)
         for u in unsettled:

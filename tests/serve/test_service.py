@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import threading
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import requests
 
 from runner.backends.base import OutputSink, Place, RunOutcome, RunRequest
 from runner.core.model import Job
-from tests.serve.harness import FINAL, FakeClock, thread_server, wait_until
+from tests.serve.harness import FINAL, FakeClock, ThreadServer, thread_server, wait_until
 
 
 class BilledBackend:
@@ -102,3 +103,27 @@ def test_an_attempt_whose_log_cannot_be_opened_ends_and_frees_its_slot(tmp_path:
         assert job["status"] == "error"
         assert all(a["finished_at"] is not None for a in job["attempt_list"])
         assert srv.api.wait_status(after, FINAL)["status"] == "passed"
+
+
+def test_the_daily_spend_limit_still_holds_after_a_restart(tmp_path: Path) -> None:
+    clock = FakeClock(1_800_000_000.0)  # 2027-01-15T08:00:00Z
+
+    def server() -> AbstractContextManager[ThreadServer]:
+        return thread_server(
+            tmp_path, capacity=1, clock=clock, backend=BilledBackend(), daily_spend_limit=4.0
+        )
+
+    with server() as srv:
+        srv.api.submit(
+            "jobs:\n  a:\n    run: x\n  b:\n    needs: a\n    run: x\n"
+            "  c:\n    needs: b\n    run: x\n"
+        )
+        srv.api.wait_status("s1.b", FINAL)
+        assert srv.api.status("s1.c") == "queued"
+    with server() as srv:
+        job = srv.api.job("s1.c")  # a start would have been recorded as the server started
+        assert (job["status"], job["attempts"]) == ("queued", 0)
+        assert job["waiting_for"] == "the daily spend limit (until 2027-01-16T00:00:00Z)"
+        clock.now = 1_800_057_600.0
+        srv.service.wake()
+        assert srv.api.wait_status("s1.c", FINAL)["status"] == "passed"
