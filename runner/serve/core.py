@@ -221,10 +221,12 @@ class QueueCore:
         return self._flush(now)
 
     def hold(self, until: float, now: float) -> list[QueueCommand]:
-        """Start nothing before `until` (jobs already running go on)."""
-        self._hold_until = until
-        if until > now:
-            self._out.append(ScheduleTimer(until, ("hold",)))
+        """Start nothing before `until` (jobs already running go on). A longer hold in place
+        stays: the spend limit's hold outlasts a backend's one-minute pause."""
+        if until > self._hold_until:
+            self._hold_until = until
+            if until > now:
+                self._out.append(ScheduleTimer(until, ("hold",)))
         return self._flush(now)
 
     # -- adding ----------------------------------------------------------------------------

@@ -190,6 +190,17 @@ def test_hold_starts_nothing_until_its_time() -> None:
     assert started(core.handle(TimerFired(("hold",)), 50.0)) == ["a"]
 
 
+def test_a_shorter_hold_does_not_lift_a_longer_one() -> None:
+    # The daily spend limit holds until midnight; a backend's "nothing can run" pauses for
+    # a minute: that minute ending must not start jobs the spend limit still holds.
+    core = QueueCore(capacity=2)
+    core.hold(86_400.0, 0)
+    core.hold(60.0, 1)
+    assert started(core.add(entries(job("a")), {}, 2)) == []
+    assert started(core.handle(TimerFired(("hold",)), 61.0)) == []
+    assert started(core.handle(TimerFired(("hold",)), 86_400.0)) == ["a"]
+
+
 def test_fail_fast_cancels_matrix_siblings() -> None:
     core = QueueCore(capacity=2)
     matrix = {"gpu": "x"}
