@@ -138,8 +138,11 @@ def _signals_end_the_server() -> Iterator[None]:
     """uvicorn stops on SIGINT/SIGTERM, then raises the signal again for the handler that was
     there before it. With Python's defaults that kills the process (SIGTERM) or raises
     KeyboardInterrupt (SIGINT) before the queue hands its running jobs over; this handler lets
-    run() return, so the shutdown is clean and the exit code 0."""
+    run() return, so the shutdown is clean and the exit code 0. SIGHUP (a closed terminal),
+    which uvicorn does not handle, is turned into SIGTERM: by default it would kill the server
+    with its jobs running on and its rentals billing."""
     previous = {s: signal.signal(s, _noted) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, _hung_up)
     try:
         yield
     finally:
@@ -149,6 +152,10 @@ def _signals_end_the_server() -> Iterator[None]:
 
 def _noted(signum: int, _frame: FrameType | None) -> None:
     logging.getLogger("clore_run.serve").info("%s: stopped", signal.Signals(signum).name)
+
+
+def _hung_up(_signum: int, _frame: FrameType | None) -> None:
+    signal.raise_signal(signal.SIGTERM)  # uvicorn's handler while it runs, else _noted
 
 
 def _url_host(host: str) -> str:

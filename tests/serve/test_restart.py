@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 from tests.processes import alive
@@ -77,5 +78,26 @@ def test_sigterm_hands_running_jobs_to_the_next_start(tmp_path: Path) -> None:
         assert handed["message"] == "interrupted: the queue server shut down"
         assert job["attempt_list"][1]["failure"] is None
         assert len(lines(tmp_path / "after.runs")) == 1
+    finally:
+        second.terminate()
+
+
+def test_sighup_hands_running_jobs_over_and_leaves_no_process(tmp_path: Path) -> None:
+    # A closed terminal sends SIGHUP: the server must stop as cleanly as on SIGTERM, not die
+    # with its local jobs running on (or rentals billing) until some later start.
+    db = tmp_path / "queue.db"
+    first = start_serve(db)
+    first.api.submit(pipeline(tmp_path))
+    first.api.wait_status("s1.long", {"running"})
+    (pid,) = wait_until(lambda: lines(tmp_path / "long.starts"), what="long to start")
+    first.proc.send_signal(signal.SIGHUP)
+    assert first.proc.wait(timeout=20) == 0
+    assert not alive(int(pid))
+
+    second = start_serve(db)
+    try:
+        (tmp_path / "gate").touch()
+        job = second.api.wait_status("s1.long", FINAL)
+        assert job["attempt_list"][0]["message"] == "interrupted: the queue server shut down"
     finally:
         second.terminate()
