@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from runner.report.github_api import GitHubApi, GitHubError
 from runner.report.markdown import cut_markdown
@@ -38,9 +39,20 @@ class Posted:
 
 
 def marker(header: str) -> str:
-    """The hidden first line; `--` and `>` are removed so the header cannot end the comment."""
-    safe = re.sub(r"-{2,}|>", "-", header.strip()) or "default"
+    """The hidden first line. The header is percent-encoded where it could break the marker: `%`
+    itself, line breaks and other control characters (the marker must stay one line), and a `-`
+    before another `-` (`--` would end the HTML comment). So distinct headers never share a
+    marker, and a plain header (`gpu-tests`) reads as it is."""
+    safe = _MARKER_UNSAFE.sub(_percent, header.strip()) or "default"
     return f"<!-- clore-run:{safe} -->"
+
+
+def _percent(match: re.Match[str]) -> str:
+    char = match.group()
+    return "%2D" if char == "-" else quote(char, safe="")  # quote() never encodes `-`
+
+
+_MARKER_UNSAFE = re.compile(r"%|-(?=-)|[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
 def comment_body(markdown: str, header: str, run_url: str | None) -> str:

@@ -129,6 +129,25 @@ def test_two_headers_keep_two_comments(
     assert bodies == [marker("a100"), marker("h100")]
 
 
+@pytest.mark.parametrize("header", ["gpu\nnightly", "a--b", "a\rb", "50%"])
+def test_an_odd_header_still_finds_its_own_comment(
+    tmp_path: Path, github: FakeGitHub, clock: FakeClock, summary_path: Path, header: str
+) -> None:
+    env = _env(tmp_path, github)
+    assert _post(summary_path, env, clock, header=header).message.startswith("created")
+    assert "\n" not in marker(header) and "--" not in marker(header)[4:-3]
+    github.comments[7][0]["body"] = f"{marker(header)}\nstale"
+    assert _post(summary_path, env, clock, header=header).message.startswith("updated")
+    assert len(github.comments[7]) == 1
+
+
+@pytest.mark.parametrize(
+    "headers", [("a--b", "a-b"), ("a>b", "a-b"), ("gpu tests", "gpu\ntests"), ("a%2Db", "a--b")]
+)
+def test_distinct_headers_never_share_a_marker(headers: tuple[str, str]) -> None:
+    assert marker(headers[0]) != marker(headers[1])
+
+
 def test_a_human_copying_the_marker_is_not_overwritten(
     tmp_path: Path, github: FakeGitHub, clock: FakeClock, summary_path: Path
 ) -> None:
