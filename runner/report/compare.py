@@ -16,6 +16,7 @@ A baseline is a user-supplied file, so anything unexpected in it yields a warnin
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -71,9 +72,12 @@ def _delta(cur: Mapping[str, Any], base: Mapping[str, Any], cost_key: str) -> Su
 
 
 def _num(value: object) -> float:
+    """A finite number, else 0.0: Python's json reads NaN and Infinity, which would make every
+    delta NaN, summary.json invalid JSON and summary.md fail to render."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return 0.0
-    return float(value)
+    number = float(value)
+    return number if math.isfinite(number) else 0.0
 
 
 def _pct(value: float, base: float) -> float | None:

@@ -192,6 +192,25 @@ def test_unusable_baseline_is_a_warning(tmp_path: Path, baseline: dict[str, Any]
     assert any(w.startswith("baseline ignored") for w in s["warnings"])
 
 
+@pytest.mark.parametrize("bad", ["NaN", "Infinity", "-Infinity", "1e999"])
+def test_non_finite_numbers_in_a_baseline_do_not_break_the_reports(
+    tmp_path: Path, bad: str
+) -> None:
+    # Python's json reads NaN/Infinity (and 1e999 as inf): a hand-edited or foreign baseline.
+    text = json.dumps(baseline_summary()).replace("800.0", bad).replace("0.09", bad)
+    s = _write(tmp_path, json.loads(text))
+    json.loads((tmp_path / "summary.json").read_text(), parse_constant=_strict)  # valid JSON
+    c = s["comparison"]
+    assert c["total"]["baseline_duration_s"] == 0.0 and c["total"]["duration_delta_pct"] is None
+    test_4090 = next(j for j in c["jobs"] if j["id"] == "test-4090")
+    assert test_4090["cost_delta_pct"] is None
+    assert "GPU cost vs main" in (tmp_path / "summary.md").read_text()
+
+
+def _strict(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
+
+
 def test_table_cells_cannot_break_the_table(tmp_path: Path) -> None:
     record = mixed_record()
     evil = JobResult("build", JobStatus.FAILED, "line one\nline | two <details>")
