@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from runner.report.github_api import GitHubApi, GitHubError
+from runner.report.github_api import GitHubApi, GitHubError, RateLimited
 from runner.report.markdown import cut_markdown
 
 COMMENT_LIMIT = 65_536  # characters; longer bodies get 422 "Body is too long"
@@ -146,11 +146,18 @@ def find_comment(api: GitHubApi, repo: str, pr: int, mark: str) -> dict[str, Any
 
 
 def _viewer(api: GitHubApi) -> str | None:
-    """The token's login; None for an Actions/App token, which may not call GET /user."""
+    """The token's login; None for an Actions/App token, which may not call GET /user (403).
+
+    Any other failure (a rate limit, a server error) is raised: guessing "a bot" then would miss
+    a personal token's own comment and post a second one."""
     try:
         user = api.call("GET", "/user")
-    except GitHubError:
-        return None
+    except RateLimited:
+        raise
+    except GitHubError as exc:
+        if exc.status in (401, 403, 404):
+            return None
+        raise
     return str(user.get("login")) if isinstance(user, dict) else None
 
 

@@ -166,6 +166,32 @@ def test_known_viewer_login_is_matched_exactly(
     assert mine["body"] != f"{marker('gpu-tests')}\nmine"
 
 
+@pytest.mark.parametrize(
+    ("status", "headers", "level"),
+    [(429, {"retry-after": "3600"}, "notice"), (502, {}, "error")],
+    ids=["rate-limited", "server-error"],
+)
+def test_no_duplicate_when_the_viewer_cannot_be_asked(
+    tmp_path: Path,
+    httpserver: HTTPServer,
+    clock: FakeClock,
+    summary_path: Path,
+    status: int,
+    headers: dict[str, str],
+    level: str,
+) -> None:
+    # A personal token's comment is recognised by its login: when GET /user fails for a reason
+    # other than "a token that may not ask" (403), guessing "a bot" would miss it and post twice.
+    httpserver.expect_request("/api/v3/user").respond_with_response(
+        reply({"message": "busy"}, status, headers)
+    )
+    github = FakeGitHub(httpserver, REPO)
+    github.add(7, f"{marker('gpu-tests')}\nmine", {"login": "ci-bot", "type": "User"})
+    outcome = _post(summary_path, _env(tmp_path, github), clock)
+    assert outcome.level == level, outcome.message
+    assert len(github.comments[7]) == 1
+
+
 def test_read_only_token_is_a_notice_and_the_step_summary(
     tmp_path: Path, github: FakeGitHub, clock: FakeClock, summary_path: Path
 ) -> None:
