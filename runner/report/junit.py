@@ -8,8 +8,9 @@ Rules:
   is no merged JUnit, when the job did not pass (a timeout or a crash after the tests must show),
   or when it needed retries (so the flakiness shows).
 - Retries follow Maven Surefire: passed on a later attempt -> `<flakyFailure>`/`<flakyError>` per
-  failed attempt; never passed -> `<failure>` (or `<error>`) for the first attempt and
-  `<rerunFailure>`/`<rerunError>` for each later one. Infrastructure failures are errors.
+  failed attempt; never passed -> `<failure>` (or `<error>`) for the first attempt that failed
+  that way and `<rerunFailure>`/`<rerunError>` for each other one. Infrastructure failures are
+  errors.
 - `<testsuites>` carries tests/failures/errors/time only: junit-10 allows no `skipped` there.
 """
 
@@ -37,6 +38,8 @@ from runner.report.text import clip, redact, tail_lines, xml_safe
 LOG_TAIL_LINES = 200
 _FAILED = (JobStatus.FAILED, JobStatus.TIMED_OUT)
 _NOT_RUN = (JobStatus.SKIPPED, JobStatus.CANCELLED)
+# Child order in Surefire's XSD (3.0), which its readers (Jenkins) follow.
+_SUREFIRE_ORDER = ("failure", "rerunFailure", "flakyFailure", "error", "rerunError", "flakyError")
 
 
 @dataclass(frozen=True)
@@ -183,22 +186,35 @@ def _job_case(job: Job, result: JobResult, log_tail: str) -> ET.Element:
         for attempt in attempts[:-1]:  # flaky: every failed try before the passing one
             element.append(_rerun(attempt, "flaky"))
     else:
-        duration = attempts[0].duration_s if attempts else 0.0  # Surefire: the first run's time
-        element.append(_verdict(result))
-        for attempt in attempts[1:]:
-            element.append(_rerun(attempt, "rerun"))
+        decisive = _decisive_attempt(result)
+        duration = decisive.duration_s if decisive else 0.0  # Surefire: that run's time
+        children = [_verdict(result, decisive)]
+        children += [_rerun(a, "rerun") for a in attempts if a is not decisive]
+        children.sort(key=lambda child: _SUREFIRE_ORDER.index(child.tag))  # stable: by attempt
+        element.extend(children)
     element.set("time", _secs(duration))
     _add_output(element, log_tail, "")
     return element
 
 
-def _verdict(result: JobResult) -> ET.Element:
-    """`<failure>`/`<error>` for the first attempt of a job that never passed."""
+def _decisive_attempt(result: JobResult) -> Attempt | None:
+    """The attempt the `<failure>`/`<error>` of a job that never passed is about: the first one
+    that failed the way the job did (infrastructure for `error`, the job itself for `failure`),
+    so a test failure after a lost server is not reported as the lost server. Any other attempt
+    is a `rerun*` element of its own kind."""
+    infra = result.status is JobStatus.ERROR
+    for attempt in result.attempts:
+        if attempt.failure is not None and (attempt.failure in INFRASTRUCTURE_KINDS) == infra:
+            return attempt
+    return result.attempts[0] if result.attempts else None
+
+
+def _verdict(result: JobResult, attempt: Attempt | None) -> ET.Element:
+    """`<failure>`/`<error>` of a job that never passed, about `attempt`."""
     tag = "error" if result.status is JobStatus.ERROR else "failure"
-    first = result.attempts[0] if result.attempts else None
-    message = redact((first.message if first else "") or _reason(result))
-    element = ET.Element(tag, message=xml_safe(message), type=_type(first, result))
-    element.text = xml_safe(_describe(first)) if first else None
+    message = redact((attempt.message if attempt else "") or _reason(result))
+    element = ET.Element(tag, message=xml_safe(message), type=_type(attempt, result))
+    element.text = xml_safe(_describe(attempt)) if attempt else None
     return element
 
 

@@ -11,7 +11,18 @@ import pytest
 import xmlschema
 from junitparser import xunit2
 
+from runner.core.model import (
+    Attempt,
+    FailureKind,
+    Job,
+    JobResult,
+    JobStatus,
+    Pipeline,
+    RunRecord,
+    RunStatus,
+)
 from runner.report import write_reports
+from runner.report.junit import build_junit
 from tests.report.records import mixed_record, write_outputs
 
 XSD = Path(__file__).parent / "junit-10.xsd"
@@ -125,6 +136,46 @@ def test_infrastructure_failure_is_an_error(junit_path: Path) -> None:
     assert [e.get("type") for e in case.findall("rerunError")] == ["server_lost"]
     timeout = _job_case(root, "bench").find("failure")
     assert timeout is not None and timeout.get("type") == "timeout"
+
+
+def _mixed_retries(status: JobStatus, kinds: tuple[FailureKind, ...]) -> ET.Element:
+    """The job-level testcase of a job whose attempts failed in different ways."""
+    t0 = 1_780_000_000.0
+    attempts = tuple(
+        Attempt(
+            n, t0 + 100 * n, t0 + 100 * n + 10 * n, failure=kind, message=f"try {n}: {kind.value}"
+        )
+        for n, kind in enumerate(kinds, 1)
+    )
+    job = Job(id="j", name="j", run="true")
+    result = JobResult("j", status, attempts[-1].message, attempts)
+    record = RunRecord(Pipeline("p", (job,)), (result,), RunStatus.FAILED, t0, t0 + 500)
+    case = ET.fromstring(build_junit(Path("/nonexistent"), record).xml).find("testsuite/testcase")
+    assert case is not None
+    return case
+
+
+def test_a_test_failure_after_a_lost_server_is_a_failure_about_the_tests() -> None:
+    lost, failed = FailureKind.SERVER_LOST, FailureKind.TEST_FAILURE
+    case = _mixed_retries(JobStatus.FAILED, (lost, failed, failed))
+    failure = case.find("failure")
+    assert failure is not None and failure.get("type") == "test_failure"
+    assert failure.get("message") == "try 2: test_failure"
+    assert case.get("time") == "20.000"  # Surefire: the time of the run the verdict is about
+    assert [e.get("type") for e in case.findall("rerunError")] == ["server_lost"]
+    assert [e.get("type") for e in case.findall("rerunFailure")] == ["test_failure"]
+    # Surefire's order: failure*, rerunFailure*, flakyFailure*, skipped?, error?, rerunError*
+    assert [c.tag for c in case] == ["failure", "rerunFailure", "rerunError"]
+
+
+def test_an_infrastructure_error_after_a_test_failure_is_an_error_about_the_server() -> None:
+    lost, failed = FailureKind.SERVER_LOST, FailureKind.TEST_FAILURE
+    case = _mixed_retries(JobStatus.ERROR, (failed, lost, lost))
+    error = case.find("error")
+    assert error is not None and error.get("type") == "server_lost"
+    assert error.get("message") == "try 2: server_lost"
+    assert [e.get("type") for e in case.findall("rerunFailure")] == ["test_failure"]
+    assert [c.tag for c in case] == ["rerunFailure", "error", "rerunError"]
 
 
 def test_skipped_and_cancelled_jobs_are_skipped(junit_path: Path) -> None:
