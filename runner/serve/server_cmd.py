@@ -12,6 +12,7 @@ root's alone. (A server run as root has root's jobs, which can read anything any
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import logging
 import os
 import signal
@@ -23,6 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
+from typing import IO
 
 from runner.errors import UsageError
 from runner.serve.backends import BackendChoice, build
@@ -85,6 +87,7 @@ def run_server(options: ServeOptions) -> None:
             "pip install 'clore-run[serve]'",
         ) from None
     sock = bind(options.host, options.port)
+    lock = lock_db(options.db)
     instance = uuid.uuid4().hex[:12]
     store = Store(options.db)
     backend, reconcile = build(options.backend, options.concurrency, instance)
@@ -120,6 +123,27 @@ def run_server(options: ServeOptions) -> None:
     finally:
         service.stop()
         store.close()
+        lock.close()
+
+
+def lock_db(db: Path) -> IO[bytes]:
+    """One server per queue database: a second one would take the first one's running
+    attempts for a dead server's (kill them, run them again). The lock is the process's for
+    as long as the returned file is open; the kernel drops it when the process dies."""
+    path = db.with_name(db.name + ".lock")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        file = path.open("ab")
+    except OSError as exc:
+        raise UsageError(f"--db {db}: cannot create {path} ({exc})") from None
+    try:
+        fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        file.close()
+        raise UsageError(
+            f"--db {db}: another clore-run serve is using it", "stop it, or pass another --db"
+        ) from None
+    return file
 
 
 def hide_from_same_user() -> None:

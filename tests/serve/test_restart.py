@@ -6,7 +6,7 @@ import signal
 from pathlib import Path
 
 from tests.processes import alive
-from tests.serve.harness import FINAL, start_serve, wait_until
+from tests.serve.harness import FINAL, TOKEN, cli, start_serve, wait_until
 
 
 def pipeline(tmp: Path) -> str:
@@ -101,3 +101,23 @@ def test_sighup_hands_running_jobs_over_and_leaves_no_process(tmp_path: Path) ->
         assert job["attempt_list"][0]["message"] == "interrupted: the queue server shut down"
     finally:
         second.terminate()
+
+
+def test_a_second_server_on_the_same_db_is_refused(tmp_path: Path) -> None:
+    # It would take the first one's running attempts for a dead server's: kill their
+    # processes, record them lost and run them again, while both schedule the same queue.
+    db = tmp_path / "queue.db"
+    first = start_serve(db)
+    try:
+        first.api.submit(pipeline(tmp_path))
+        first.api.wait_status("s1.long", {"running"})
+        wait_until(lambda: lines(tmp_path / "long.starts"), what="long to start")
+        second = cli("serve", "--port", "0", "--db", str(db), env={"CLORE_RUN_TOKEN": TOKEN})
+        assert second.returncode == 2
+        assert "another clore-run serve" in second.stderr
+        (tmp_path / "gate").touch()
+        job = first.api.wait_status("s1.long", FINAL)
+        assert job["status"] == "passed" and len(job["attempt_list"]) == 1
+        assert len(lines(tmp_path / "long.starts")) == 1
+    finally:
+        assert first.terminate() == 0
