@@ -67,7 +67,7 @@ class GitHubApi:
         url = path if path.startswith(self.base_url) else f"{self.base_url}{path}"
         for attempt in range(1, self.tries + 1):
             resp = self.session.request(method, url, timeout=TIMEOUT_S, **kwargs)
-            wait = self._retry_wait(resp, attempt)
+            wait = self._retry_wait(resp, attempt, method)
             if wait is None:
                 break
             self.sleep(wait)
@@ -86,14 +86,19 @@ class GitHubApi:
                 return
             resp = self.request("GET", next_url)
 
-    def _retry_wait(self, resp: requests.Response, attempt: int) -> float | None:
-        """Seconds to wait before trying again, or None to take this reply as it is."""
+    def _retry_wait(self, resp: requests.Response, attempt: int, method: str) -> float | None:
+        """Seconds to wait before trying again, or None to take this reply as it is.
+
+        A gateway error is retried only for a request that can be repeated safely: a POST that
+        timed out at the gateway has often been done, and sending it again makes a second one.
+        """
         limited = rate_limit_wait(resp, self.clock())
         if limited is not None:
             if attempt >= self.tries or limited > self.max_wait_s:
                 raise RateLimited(resp.status_code, _message(resp) or "rate limited")
             return limited
-        if resp.status_code in (502, 503, 504) and attempt < self.tries:
+        idempotent = method.upper() != "POST"
+        if resp.status_code in (502, 503, 504) and idempotent and attempt < self.tries:
             return float(2**attempt)
         return None
 

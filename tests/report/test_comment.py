@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ import pytest
 import typer
 from pytest_httpserver import HTTPServer
 from typer.testing import CliRunner
+from werkzeug import Request, Response
 
 from runner.report import write_reports
 from runner.report.comment import marker
@@ -190,6 +192,27 @@ def test_no_duplicate_when_the_viewer_cannot_be_asked(
     outcome = _post(summary_path, _env(tmp_path, github), clock)
     assert outcome.level == level, outcome.message
     assert len(github.comments[7]) == 1
+
+
+def test_a_create_that_timed_out_at_the_gateway_is_not_sent_again(
+    tmp_path: Path, httpserver: HTTPServer, clock: FakeClock, summary_path: Path
+) -> None:
+    # GitHub's 502/504 on a POST often comes after the comment was made: posting again would
+    # leave two sticky comments. (Reads are still retried.)
+    github = FakeGitHub(httpserver, REPO)
+    created: list[str] = []
+
+    def gateway_timeout(request: Request) -> Response:
+        created.append(request.get_json()["body"])
+        github.add(7, created[-1])
+        return reply({"message": "Server Error"}, 502)
+
+    httpserver.clear()
+    httpserver.expect_request(re.compile(".*"), method="POST").respond_with_handler(gateway_timeout)
+    httpserver.expect_request(re.compile(".*"), method="GET").respond_with_handler(github._get)
+    outcome = _post(summary_path, _env(tmp_path, github), clock)
+    assert len(created) == 1 and len(github.comments[7]) == 1
+    assert (outcome.exit_code, outcome.level) == (3, "error")
 
 
 def test_read_only_token_is_a_notice_and_the_step_summary(
