@@ -11,11 +11,11 @@ functions at runtime, and some name values local to the functions that build the
 
 import hmac
 import logging
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Annotated, Any
 
+import anyio
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -230,19 +230,25 @@ def _settled(service: Service, job_id: str) -> bool:
     return found is None or found[0].status in FINAL
 
 
-def _tail(path: Path, follow: bool, settled: Callable[[], bool]) -> Iterator[bytes]:
-    """The file from the start; when following, more as it grows, until the job settles."""
+async def _tail(path: Path, follow: bool, settled: Callable[[], bool]) -> AsyncIterator[bytes]:
+    """The file from the start; when following, more as it grows, until the job settles.
+    Each look is a short call in the thread pool: a follower waiting for a job that has not
+    started holds no thread (40 of them would stop every other route)."""
     offset = 0
     while True:
-        done = not follow or settled()  # asked before reading, so the last bytes are sent
-        try:
-            with path.open("rb") as file:
-                file.seek(offset)
-                while chunk := file.read(1 << 16):
-                    offset += len(chunk)
-                    yield chunk
-        except FileNotFoundError:
-            pass  # not started yet
+        done = not follow or await run_in_threadpool(settled)  # first: the last bytes are sent
+        while chunk := await run_in_threadpool(_read, path, offset):
+            offset += len(chunk)
+            yield chunk
         if done:
             return
-        time.sleep(LOG_POLL_S)
+        await anyio.sleep(LOG_POLL_S)
+
+
+def _read(path: Path, offset: int) -> bytes:
+    try:
+        with path.open("rb") as file:
+            file.seek(offset)
+            return file.read(1 << 16)
+    except FileNotFoundError:
+        return b""  # not started yet

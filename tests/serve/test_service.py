@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, ExitStack
 from pathlib import Path
 
 import requests
@@ -127,3 +127,19 @@ def test_the_daily_spend_limit_still_holds_after_a_restart(tmp_path: Path) -> No
         clock.now = 1_800_057_600.0
         srv.service.wake()
         assert srv.api.wait_status("s1.c", FINAL)["status"] == "passed"
+
+
+def test_followers_of_a_waiting_job_do_not_starve_the_api(tmp_path: Path) -> None:
+    # A followed log of a job that has not started holds no worker thread while it waits:
+    # the API's thread pool (40) must still answer with more followers than that.
+    with thread_server(tmp_path, clock=FakeClock()) as srv:
+        (night,) = srv.api.submit(
+            "jobs:\n  night:\n    not-before: 2030-01-01T00:00:00Z\n    run: echo late\n"
+        )
+        url = f"{srv.api.url}/jobs/{night}/log?follow=true"
+        headers = srv.api.session.headers
+        with ExitStack() as streams:
+            for _ in range(45):
+                streams.enter_context(requests.get(url, headers=headers, stream=True, timeout=30))
+            reply = requests.get(f"{srv.api.url}/stats", headers=headers, timeout=5)
+            assert reply.status_code == 200 and reply.json()["counts"]["queued"] == 1
