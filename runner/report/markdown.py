@@ -6,6 +6,7 @@ Markdown later from the JSON file alone.
 
 from __future__ import annotations
 
+import html
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -44,6 +45,7 @@ def _environment() -> jinja2.Environment:
     env.filters.update(
         cell=cell, money=money, rate=rate, duration=duration, pct=pct, icon=icon, fence=fence
     )
+    env.filters["html_text"] = html_text
     env.filters["human"] = human
     return env
 
@@ -54,6 +56,15 @@ def cell(value: object, limit: int = _CELL_LIMIT) -> str:
     if len(text) > limit:
         text = text[: limit - 1] + "…"
     return text.replace("\\", "\\\\").replace("|", "\\|").replace("<", "&lt;")
+
+
+def html_text(value: object, limit: int = _CELL_LIMIT) -> str:
+    """Text inside an HTML element (`<summary>`): one line, HTML-escaped. Markdown is not read
+    there, so the `cell` escapes (`\\|`) would show as they are."""
+    text = " ".join(str(value).split())
+    if len(text) > limit:
+        text = text[: limit - 1] + "…"
+    return html.escape(text, quote=False)
 
 
 def money(value: object) -> str:

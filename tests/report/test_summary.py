@@ -230,6 +230,16 @@ def test_table_cells_cannot_break_the_table(tmp_path: Path) -> None:
     assert "line one line \\| two &lt;details>" in md
 
 
+def test_names_in_the_html_summary_line_are_not_markdown_escaped(tmp_path: Path) -> None:
+    # `<summary>` is HTML, where a Markdown `\\|` escape shows as a literal backslash.
+    s = _write(tmp_path)
+    job = _job(s, "test-4090")
+    job["name"] = "test | fp8 <x> & co"
+    md = render_markdown(s)
+    assert "<summary>test | fp8 &lt;x&gt; &amp; co: last 30 lines of logs/test-4090.log" in md
+    assert "| test \\| fp8 &lt;x> & co |" in md  # the table row keeps its Markdown escapes
+
+
 def test_cell_filter() -> None:
     assert cell("a|b\nc\r\nd") == "a\\|b c d"
     assert cell("x" * 300) == "x" * 199 + "…"
