@@ -316,6 +316,8 @@ class QueueCore:
         if slot.kill is None:
             slot.kill = (kind, message)
             self._out.append(KillJob(slot.job.id, kind))
+        elif kind is FailureKind.CANCELLED and slot.kill[0] is not FailureKind.CANCELLED:
+            slot.kill = (kind, message)  # a timeout's kill under way: now it must not retry
 
     # -- transitions -----------------------------------------------------------------------
 

@@ -201,6 +201,18 @@ def test_a_shorter_hold_does_not_lift_a_longer_one() -> None:
     assert started(core.handle(TimerFired(("hold",)), 86_400.0)) == ["a"]
 
 
+def test_a_cancel_while_a_timeout_kill_is_under_way_is_not_retried() -> None:
+    # The timeout fired and the kill is under way (a process gets a grace period); the user
+    # cancels, is told "cancelling", and the job must not then be retried as a timeout.
+    core = QueueCore(capacity=1)
+    core.add(entries(job("j", retries=2, timeout_s=10.0)), {}, 0)
+    assert KillJob("j", FailureKind.TIMEOUT) in core.handle(TimerFired(("timeout", "j", 1)), 10)
+    core.handle(CancelJob("j", "cancelled by request"), 11)
+    out = finish(core, "j", 1, 12, FailureKind.TEST_FAILURE)
+    assert not [c for c in out if isinstance(c, Requeued)]
+    assert completed(out)["j"] == (JobStatus.CANCELLED, "cancelled by request")
+
+
 def test_fail_fast_cancels_matrix_siblings() -> None:
     core = QueueCore(capacity=2)
     matrix = {"gpu": "x"}
