@@ -19,6 +19,7 @@ import heapq
 import io
 import itertools
 import logging
+import math
 import os
 import queue
 import threading
@@ -357,7 +358,12 @@ class Service:
 
     def _hand_over(self, grace_s: float) -> None:
         """At shutdown: kill running attempts; those that report in time go back to `queued`
-        with the attempt recorded; the others stay open for the next start to reconcile."""
+        with the attempt recorded; the others stay open for the next start to reconcile. A job
+        the core was killing already (cancelled, timed out) ends as the core decides instead:
+        handed over, a cancelled job would run again."""
+        now = self.clock()
+        dying = {job_id for job_id, kill in self._kills.items() if kill.is_set()}
+        self._apply(self.core.hold(math.inf, now), now)  # those ends must start nothing
         for kill in self._kills.values():
             kill.set()
         deadline = time.monotonic() + grace_s
@@ -368,8 +374,14 @@ class Service:
                 break
             if isinstance(event, JobFinished) and event.job_id in self._running:
                 del self._running[event.job_id]
-                attempt = _with_message(event.attempt, "interrupted: the queue server shut down")
-                self.store.end_attempt(event.job_id, attempt, requeue=True)
+                if event.job_id in dying:
+                    ended = self.clock()
+                    self._apply(self.core.handle(event, ended), ended)
+                else:
+                    message = "interrupted: the queue server shut down"
+                    self.store.end_attempt(
+                        event.job_id, _with_message(event.attempt, message), requeue=True
+                    )
 
 
 def _lost(number: int, began: float, now: float, note: str) -> Attempt:

@@ -9,7 +9,8 @@ from pathlib import Path
 import requests
 
 from runner.backends.base import OutputSink, Place, RunOutcome, RunRequest
-from runner.core.model import Job
+from runner.core.model import FailureKind, Job
+from runner.serve.service import Service
 from tests.serve.harness import FINAL, FakeClock, ThreadServer, thread_server, wait_until
 
 
@@ -143,3 +144,45 @@ def test_followers_of_a_waiting_job_do_not_starve_the_api(tmp_path: Path) -> Non
                 streams.enter_context(requests.get(url, headers=headers, stream=True, timeout=30))
             reply = requests.get(f"{srv.api.url}/stats", headers=headers, timeout=5)
             assert reply.status_code == 200 and reply.json()["counts"]["queued"] == 1
+
+
+class SlowToDie:
+    """Runs until killed, and is still dying when the server's loop stops (a process in its
+    kill grace, a rental being cancelled)."""
+
+    name = "slow"
+
+    def __init__(self) -> None:
+        self.service: Service | None = None
+
+    def capacity(self) -> int | None:
+        return None
+
+    def acquire(self, job: Job, cancel: threading.Event) -> Place:
+        return Place("slow-1")
+
+    def run(
+        self, place: Place, request: RunRequest, sink: OutputSink, cancel: threading.Event
+    ) -> RunOutcome:
+        assert cancel.wait(timeout=30)
+        wait_until(lambda: self.service is not None and not self.service.alive, what="the stop")
+        return RunOutcome(-15, FailureKind.TEST_FAILURE, "killed by signal SIGTERM")
+
+    def release(self, place: Place) -> None:
+        return None
+
+    def shutdown(self) -> None:
+        return None
+
+
+def test_a_job_cancelled_just_before_a_shutdown_is_not_run_again(tmp_path: Path) -> None:
+    backend = SlowToDie()
+    with thread_server(tmp_path, backend=backend) as srv:
+        backend.service = srv.service
+        (job,) = srv.api.submit("jobs:\n  j:\n    retries: 2\n    run: x\n")
+        srv.api.wait_status(job, {"running"})
+        assert srv.api.request("DELETE", f"/jobs/{job}").status_code == 202
+    with thread_server(tmp_path, backend=SlowToDie()) as srv:
+        found = srv.api.job(job)
+        assert (found["status"], found["attempts"]) == ("cancelled", 1)
+        assert found["attempt_list"][0]["failure"] == "cancelled"
