@@ -58,4 +58,7 @@ def waiting_for(
 
 
 def _iso(when: float) -> str:
-    return dt.datetime.fromtimestamp(when, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    try:
+        return dt.datetime.fromtimestamp(when, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    except (OverflowError, ValueError, OSError):  # past year 9999 in UTC: 9999-12-31T23:59-23:59
+        return f"{when:.0f} s after 1970-01-01T00:00:00Z"

@@ -83,6 +83,16 @@ def test_not_before_with_an_injected_clock(tmp_path: Path) -> None:
         assert job["status"] == "passed" and job["started_at"] == 1_800_003_600.0
 
 
+def test_a_not_before_past_year_9999_in_utc_is_shown_not_a_500(tmp_path: Path) -> None:
+    with thread_server(tmp_path) as srv:
+        (late,) = srv.api.submit(
+            "jobs:\n  late:\n    not-before: 9999-12-31T23:59:59-23:59\n    run: echo late\n"
+        )
+        job = srv.api.job(late)  # asserts a 200
+        assert job["status"] == "queued"
+        assert job["waiting_for"] == "not before 253402387139 s after 1970-01-01T00:00:00Z"
+
+
 def test_cancel_in_each_state(tmp_path: Path) -> None:
     gate = tmp_path / "gate"
     with thread_server(tmp_path, capacity=1) as srv:
