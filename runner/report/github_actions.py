@@ -152,12 +152,14 @@ def _job_annotation(
 
 
 def _repo_path(path: str, workspace: str | None) -> str:
-    """Annotations link only for repository-relative paths."""
+    """Annotations link only for repository-relative paths. A relative path is relative to the
+    current directory (the pipeline path as given), which need not be the workspace root."""
     workspace = workspace or os.environ.get("GITHUB_WORKSPACE", "")
-    if workspace and os.path.isabs(path):
+    if workspace and path:
         try:
-            return Path(path).relative_to(workspace).as_posix()
-        except ValueError:
+            full = os.path.normpath(os.path.join(os.getcwd(), path))  # an absolute path stays
+            return Path(full).relative_to(workspace).as_posix()
+        except (OSError, ValueError):
             return path
     return path
 

@@ -123,6 +123,19 @@ def test_annotations_stay_within_the_per_step_limit() -> None:
     assert lines[-1].endswith("::6 more failed jobs; see the job summary")
 
 
+def test_annotation_of_a_pipeline_given_from_a_subdirectory_points_into_the_repo(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `cd gpu && clore-run run pipeline.yml`: the file is gpu/pipeline.yml in the repository.
+    (tmp_path / "gpu").mkdir()
+    monkeypatch.chdir(tmp_path / "gpu")
+    jobs = [{"name": "j", "status": "failed", "location": {"file": "pipeline.yml", "line": 4}}]
+    summary = {"pipeline": {"source": "pipeline.yml"}, "jobs": jobs}
+    stdout = io.StringIO()
+    annotate_failures(summary, stdout, workspace=str(tmp_path))
+    assert stdout.getvalue().startswith("::error file=gpu/pipeline.yml,line=4")
+
+
 def test_step_summary_cut_cleanly_under_one_mib(tmp_path: Path) -> None:
     target = tmp_path / "summary"
     target.write_text("# from an earlier command in this step\n" * 1000)
