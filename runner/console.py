@@ -28,6 +28,12 @@ _MARK = {
 }
 
 
+def _one_line(text: str) -> str:
+    """Reasons can carry text from a server; on one line, none of it can start a line that CI
+    reads as a workflow command (`::add-mask::`, `::error::`)."""
+    return " ".join(text.splitlines())
+
+
 class Console:
     def __init__(
         self,
@@ -62,7 +68,9 @@ class Console:
     def job_done(self, job: Job, result: JobResult) -> None:
         took = f" in {result.duration_s:.1f}s" if result.attempts else ""
         why = (
-            f": {result.reason}" if result.reason and result.status is not JobStatus.PASSED else ""
+            f": {_one_line(result.reason)}"
+            if result.reason and result.status is not JobStatus.PASSED
+            else ""
         )
         with self._lock:
             self._running.pop(job.id, None)
@@ -77,7 +85,7 @@ class Console:
 
     def notice(self, text: str) -> None:
         with self._lock:
-            self._print(f"clore-run: {text}")
+            self._print(f"clore-run: {_one_line(text)}")
 
     # -- output ----------------------------------------------------------------------------
 

@@ -388,3 +388,15 @@ def test_a_backend_failing_to_shut_down_still_gets_the_reports_written(tmp_path:
     record, code, _ = run(tmp_path, "jobs:\n  a: {run: 'true'}\n", FailsToShutDown())
     assert code == 0 and record.results[0].status is JobStatus.PASSED
     assert (tmp_path / "out" / "summary.json").exists()
+
+
+def test_a_reason_with_line_breaks_prints_on_one_line() -> None:
+    from runner.console import Console
+    from runner.core.model import JobResult
+
+    out = io.StringIO()
+    job = pipeline_of("jobs:\n  a: {run: x}\n").jobs[0]
+    Console(out, live=False).job_done(
+        job, JobResult("a", JobStatus.ERROR, "ssh failed\n::add-mask::x\r\n::error::boom")
+    )
+    assert out.getvalue() == "[a] ERROR: ssh failed ::add-mask::x ::error::boom\n"
