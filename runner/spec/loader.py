@@ -27,6 +27,7 @@ from runner.spec.pydantic_errors import diagnostics_from
 from runner.spec.yaml_source import Source, parse_yaml
 
 DEFAULT_TIMEOUT_MINUTES = 60.0
+MAX_JOB_ID = 100
 _JOB_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")  # fullmatch: `$` would allow "id\n"
 _NOT_SUBSTITUTED = frozenset({"if", "strategy", "needs"})
 M = TypeVar("M", bound=BaseModel)
@@ -286,6 +287,15 @@ class _PipelineBuilder:
     def _check_unique_ids(self, drafts: Iterable[_Draft]) -> None:
         seen: dict[str, _Draft] = {}
         for d in drafts:
+            if len(d.id) > MAX_JOB_ID:  # it names files: logs/<id>.log, artifacts/<id>/
+                self.problems.append(
+                    self.source.error(
+                        ("jobs", d.key),
+                        f"job id '{d.id[:40]}...' is {len(d.id)} characters long",
+                        f"keep job ids (with matrix values) to {MAX_JOB_ID} characters",
+                        key=True,
+                    )
+                )
             if d.id in seen:
                 other = seen[d.id]
                 self.problems.append(

@@ -96,9 +96,10 @@ def test_a_not_before_centuries_away_does_not_stop_the_loop(tmp_path: Path) -> N
 
 
 def test_an_attempt_whose_log_cannot_be_opened_ends_and_frees_its_slot(tmp_path: Path) -> None:
-    key = "k" * 300  # a valid job key, but `<id>.log` is too long a file name
+    # A folder where the log file should go: opening `<id>.log` fails.
+    (tmp_path / "data" / "logs" / "s1.broken.log").mkdir(parents=True)
     with thread_server(tmp_path, capacity=1) as srv:
-        (long,) = srv.api.submit(f"jobs:\n  {key}:\n    run: echo x\n")
+        (long,) = srv.api.submit("jobs:\n  broken:\n    run: echo x\n")
         (after,) = srv.api.submit("jobs:\n  after:\n    run: echo after\n")
         job = srv.api.wait_status(long, FINAL)
         assert job["status"] == "error"

@@ -279,3 +279,10 @@ def test_alias_bomb_is_refused() -> None:
 def test_job_id_with_a_trailing_newline_is_invalid() -> None:
     error = one_error('jobs:\n  "a\\n": {run: x}\n')
     assert "invalid job id" in error
+
+
+def test_a_job_id_too_long_for_a_file_name_is_refused() -> None:
+    errors = errors_of(
+        "jobs:\n  t:\n    strategy: {matrix: {v: ['" + "x" * 120 + "']}}\n    run: echo\n"
+    )
+    assert any("characters long" in e and e.startswith("p.yml:2:3:") for e in errors), errors
