@@ -164,6 +164,8 @@ class Engine:
         must still be written (and a rental left open stays in the ledger for `cleanup`)."""
         try:
             self.backend.shutdown()
+        except CloreRunError as exc:
+            self.console.notice(f"warning: {exc}")
         except Exception as exc:
             self.console.notice(f"giving places back failed: {type(exc).__name__}: {exc}")
 

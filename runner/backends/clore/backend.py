@@ -363,6 +363,23 @@ class CloreBackend:
             self._give_back_idle(held)
         for worker in self._releasers:
             worker.join(timeout=10.0)
+        self._check_ledger()
+
+    def _check_ledger(self) -> None:
+        """Say so when this run leaves a rental it could not confirm released (an ambiguous
+        create whose order never showed, a cancel the API did not confirm): it may bill."""
+        ledger, run_id = self.provisioner.ledger, self.provisioner.run_id
+        try:
+            left = ledger.unreleased(run_id)
+        except InfrastructureError:
+            return
+        if left:
+            servers = ", ".join(str(r.server_id) for r in left)
+            raise InfrastructureError(
+                f"{len(left)} rental(s) of run {run_id} not confirmed released "
+                f"(servers {servers})",
+                f"run `clore-run cleanup --run {run_id}`",
+            )
 
 
 def _fits(rental: Rental, ask: GpuAsk) -> bool:

@@ -725,3 +725,19 @@ def test_a_chain_runs_on_one_server(setup: Setup) -> None:
     assert code == 0, record.results
     assert len(setup.fake.orders) == 1
     assert record.results[0].server == record.results[1].server
+
+
+def test_a_rental_left_unconfirmed_is_named_with_the_cleanup_command(setup: Setup) -> None:
+    # A create failing ambiguously (HTTP 500, code 1) whose order never shows: the intent stays
+    # open in the ledger, the job goes to the next host, and the run ends saying what to do.
+    setup.fake.fail_next("create_order", Faults.DB_ERROR)
+    pipeline = parse_pipeline("jobs:\n  a: {run: echo hi, gpu: {type: RTX}}\n", "p.yml", {})
+    backend, ledger = setup.backend(pipeline)
+    (setup.tmp / "ws").mkdir()
+    console = io.StringIO()
+    options = RunOptions(out_dir=setup.tmp / "out", workspace_root=setup.tmp / "ws")
+    record, code = execute(pipeline, backend, options, console)
+    assert code == 0, record.results
+    assert [r.state for r in ledger.rentals("run-1")] == ["intent", "released"]
+    assert "1 rental(s) of run run-1 not confirmed released" in console.getvalue()
+    assert "clore-run cleanup --run run-1" in console.getvalue()
