@@ -20,7 +20,7 @@ from runner.backends.clore.provision import Provisioner, ProvisionOptions
 from runner.backends.ssh_connection import ConnectOptions
 from runner.backends.ssh_keys import ClientKey, HostKeyStore
 from runner.core.model import Job, JobStatus, Pipeline, RunRecord
-from runner.errors import JobCannotRun
+from runner.errors import InfrastructureError, JobCannotRun
 from runner.ledger import Ledger
 from runner.run_command import RunOptions, execute
 from runner.spec.loader import load_pipeline, parse_pipeline
@@ -683,7 +683,9 @@ def test_a_ledger_failing_after_the_create_does_not_leave_the_order_running(
         with pytest.raises(LedgerError):
             backend.acquire(pipeline.jobs[0], threading.Event())
     finally:
-        backend.shutdown()
+        # The ledger could not record the release either, so the run says so.
+        with pytest.raises(InfrastructureError, match="not confirmed released"):
+            backend.shutdown()
     assert len(setup.fake.orders) == 1
     assert setup.fake.live_orders() == []  # cancelled at once, not left for `cleanup`
 
