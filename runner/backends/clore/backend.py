@@ -376,8 +376,7 @@ class CloreBackend:
         if left:
             servers = ", ".join(str(r.server_id) for r in left)
             raise InfrastructureError(
-                f"{len(left)} rental(s) of run {run_id} not confirmed released "
-                f"(servers {servers})",
+                f"{len(left)} rental(s) of run {run_id} not confirmed released (servers {servers})",
                 f"run `clore-run cleanup --run {run_id}`",
             )
 
