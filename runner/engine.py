@@ -19,7 +19,8 @@ from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runner.backends.base import Backend, Place, RentingBackend, RunOutcome, RunRequest
+from runner.attempt import AttemptRunner
+from runner.backends.base import Backend, RentingBackend
 from runner.console import Console
 from runner.core.events import (
     CancelRequested,
@@ -36,8 +37,7 @@ from runner.core.events import (
 from runner.core.model import Attempt, FailureKind, Job, Pipeline, RunRecord
 from runner.core.retry import backoff_s
 from runner.core.scheduler import Scheduler
-from runner.errors import CloreRunError, JobCannotRun, RunMustStop
-from runner.joblog import JobLog
+from runner.errors import CloreRunError
 
 # After a cancel, how long running attempts get to report before the engine settles them.
 CANCEL_GRACE_S = 5.0
@@ -72,6 +72,16 @@ class Engine:
         self.console = console
         self.clock = clock
         self._events: queue.SimpleQueue[Event] = queue.SimpleQueue()
+        self._runner = AttemptRunner(
+            backend,
+            options.out_dir,
+            clock,
+            console,
+            options.extra_env,
+            options.workspace_root,
+            options.workspace_files,
+            on_placed=lambda job, number: self._events.put(JobRunning(job.id, number)),
+        )
         self._timers: list[tuple[float, int, Hashable]] = []
         self._seq = itertools.count()
         self._kill: dict[str, threading.Event] = {}
@@ -218,86 +228,10 @@ class Engine:
         self._futures.append(self._pool.submit(work))
 
     def _work(self, job: Job, number: int, timeout_s: float, kill: threading.Event) -> None:
-        began = self.clock()
-        stop_run = ""
-        try:
-            attempt, stop_run = self._attempt(job, number, timeout_s, kill, began)
-        except Exception as exc:  # e.g. the log cannot be written: report it, never go silent
-            failure = FailureKind.PROVISIONING_FAILED
-            attempt = Attempt(number, began, self.clock(), None, failure, f"internal: {exc!r}")
-        self._events.put(JobFinished(job.id, attempt))
-        if stop_run:  # after the finish, so this job ends as `error`, not as cancelled
-            self.cancel(stop_run, interrupted=False)
-
-    def _attempt(
-        self, job: Job, number: int, timeout_s: float, kill: threading.Event, began: float
-    ) -> tuple[Attempt, str]:
-        place: Place | None = None
-        stop_run = ""
-        log = JobLog(self.options.out_dir, job, number, self.console)
-        try:
-            place = self.backend.acquire(job, kill)
-            self._events.put(JobRunning(job.id, number))
-            log.header(place.name)
-            outcome = self.backend.run(place, self._request(job, number, timeout_s), log, kill)
-        except JobCannotRun as exc:
-            outcome = RunOutcome(None, FailureKind.UNAVAILABLE, str(exc))
-        except RunMustStop as exc:
-            outcome = RunOutcome(None, FailureKind.UNAVAILABLE, str(exc))
-            stop_run = str(exc)
-        except CloreRunError as exc:
-            kind = FailureKind.PROVISIONING_FAILED if place is None else FailureKind.SSH_FAILED
-            outcome = RunOutcome(None, kind, str(exc))
-        except Exception as exc:  # a backend bug must not hang the run
-            outcome = RunOutcome(None, FailureKind.PROVISIONING_FAILED, f"internal: {exc!r}")
-        finally:
-            if place is not None:
-                self._release(place, log)
-        log.close(outcome)
-        ended = self.clock()
-        facts = {**(place.facts if place else {}), **outcome.facts}
-        facts.pop("workdir", None)
-        # A renting backend knows what the attempt cost (its share of the rental); otherwise
-        # it is the place's hourly price over the attempt.
-        billed = facts.pop("cost_usd", None)
-        hourly = place.usd_per_hour if place else 0.0
-        cost = float(billed) if billed is not None else hourly * max(0.0, ended - began) / 3600
-        attempt = Attempt(
-            number,
-            began,
-            ended,
-            outcome.exit_code,
-            outcome.failure,
-            outcome.message,
-            place.name if place else "",
-            cost,
-            facts,
-        )
-        return attempt, stop_run
-
-    def _release(self, place: Place, log: JobLog) -> None:
-        try:
-            self.backend.release(place)
-        except Exception as exc:  # shutdown() tries again; the run goes on
-            log.note(f"releasing {place.name} failed: {exc}")
-
-    def _request(self, job: Job, number: int, timeout_s: float) -> RunRequest:
-        env = {
-            **job.env,
-            **self.options.extra_env,
-            "CLORE_RUN_JOB": job.id,
-            "CLORE_RUN_ATTEMPT": str(number),
-        }
-        with_workspace = job.workspace and self.options.workspace_root is not None
-        return RunRequest(
-            job=job,
-            attempt=number,
-            env=env,
-            workspace_root=self.options.workspace_root if with_workspace else None,
-            workspace_files=self.options.workspace_files if with_workspace else (),
-            artifacts_dir=self.options.out_dir / "artifacts" / job.id,
-            timeout_s=timeout_s,
-        )
+        ran = self._runner.run(job, number, timeout_s, kill)
+        self._events.put(JobFinished(job.id, ran.attempt))
+        if ran.stop_reason:  # after the finish, so this job ends as `error`, not as cancelled
+            self.cancel(ran.stop_reason, interrupted=False)
 
     def _settle_threads(self) -> None:
         grace = CANCEL_GRACE_S

@@ -30,6 +30,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from runner.attempt import AttemptRunner
 from runner.backends.base import Backend, RentingBackend
 from runner.core.events import (
     JobCompleted,
@@ -52,9 +53,9 @@ from runner.serve.core import (
     outcome_of,
 )
 from runner.serve.orphans import ENV_NAME
+from runner.serve.quiet_console import QuietConsole
 from runner.serve.store import Store, Unsettled
 from runner.serve.submit import Prepared, check_known, with_server_ids
-from runner.serve.worker import QuietConsole, Ran, Worker
 
 log = logging.getLogger("clore_run.serve")
 
@@ -135,13 +136,14 @@ class Service:
         self._held = 0
         self._held_lock = threading.Lock()
         self._pool = ThreadPoolExecutor(options.capacity, thread_name_prefix="serve-job")
-        self._worker = Worker(
+        self._worker = AttemptRunner(
             backend,
             options.data_dir,
-            {ENV_NAME: options.instance},
             clock,
-            self._count_held,
             QuietConsole(io.StringIO(), live=False),
+            {ENV_NAME: options.instance},  # no workspace: a queue's jobs start in empty folders
+            on_placed=lambda _job, _number: self._count_held(1),
+            on_released=lambda: self._count_held(-1),
         )
         self._thread = threading.Thread(target=self._loop, name="serve-loop", daemon=True)
         self._stopping = False
@@ -293,13 +295,7 @@ class Service:
         self._pool.submit(self._work, job, cmd.attempt, cmd.timeout_s, kill)
 
     def _work(self, job: Job, number: int, timeout_s: float, kill: threading.Event) -> None:
-        began = self.clock()
-        try:
-            ran = self._worker.run(job, number, timeout_s, kill)
-        except Exception as exc:  # e.g. its log cannot be opened: the attempt must still end
-            log.exception("job %s: attempt %d could not run", job.id, number)
-            failure = FailureKind.PROVISIONING_FAILED
-            ran = Ran(Attempt(number, began, self.clock(), None, failure, f"internal: {exc!r}"))
+        ran = self._worker.run(job, number, timeout_s, kill)  # never raises
         self._events.put(JobFinished(job.id, ran.attempt))
         if ran.stop_reason:
             self._events.put(_MustStop(ran.stop_reason))

@@ -1,33 +1,26 @@
-"""One attempt of one job on a backend, as the engine runs it: acquire, run, release, log.
+"""One attempt of one job on a backend: acquire, run, release, log, and what it cost.
 
-The engine's `_work` is a method of a per-pipeline Engine, so the queue has its own copy of the
-same steps and the same mapping of backend errors to failure kinds; the log is the same JobLog
-file (`<data>/logs/<job>.log`, every attempt appended).
+`clore-run run` (the engine) and `clore-run serve` both run attempts this way, with the same
+mapping of backend errors to failure kinds; they differ only in what they do when a place is
+held and given back, which they pass in.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from runner.backends.base import Backend, Place, RunOutcome, RunRequest, Stream
+from runner.backends.base import Backend, Place, RunOutcome, RunRequest
 from runner.console import Console
 from runner.core.model import Attempt, FailureKind, Job
 from runner.errors import CloreRunError, JobCannotRun, RunMustStop
 from runner.joblog import JobLog
 
 
-class QuietConsole(Console):
-    """JobLog also echoes output to a console; a server has nobody watching one, and must
-    not keep per-job console state for months."""
-
-    def output(self, job: Job, stream: Stream, data: bytes) -> None:
-        return None
-
-    def flush_job(self, job: Job) -> None:
-        return None
+def _nothing(*_args: object) -> None:
+    return None
 
 
 @dataclass(frozen=True)
@@ -37,24 +30,36 @@ class Ran:
 
 
 @dataclass
-class Worker:
-    """Runs attempts; `held` is told +1 when a place is acquired and -1 when it is released."""
-
+class AttemptRunner:
     backend: Backend
-    out_dir: Path
-    extra_env: Mapping[str, str]
+    out_dir: Path  # logs/<job>.log and artifacts/<job>/ go here
     clock: Callable[[], float]
-    held: Callable[[int], None]
     console: Console
+    extra_env: Mapping[str, str] = field(default_factory=dict)
+    workspace_root: Path | None = None  # None: jobs start in an empty folder
+    workspace_files: tuple[str, ...] = ()
+    on_placed: Callable[[Job, int], None] = _nothing  # a place is held; the script starts now
+    on_released: Callable[[], None] = _nothing  # the place was given back (or tried to be)
 
     def run(self, job: Job, number: int, timeout_s: float, kill: threading.Event) -> Ran:
+        """Never raises: whatever goes wrong (a log that cannot be opened included) ends the
+        attempt with a failure kind, so a caller waiting for it never waits forever."""
         began = self.clock()
+        try:
+            return self._run(job, number, timeout_s, kill, began)
+        except Exception as exc:
+            failure = FailureKind.PROVISIONING_FAILED
+            return Ran(Attempt(number, began, self.clock(), None, failure, f"internal: {exc!r}"))
+
+    def _run(
+        self, job: Job, number: int, timeout_s: float, kill: threading.Event, began: float
+    ) -> Ran:
         place: Place | None = None
         stop = ""
         log = JobLog(self.out_dir, job, number, self.console)
         try:
             place = self.backend.acquire(job, kill)
-            self.held(1)
+            self.on_placed(job, number)
             log.header(place.name)
             outcome = self.backend.run(place, self._request(job, number, timeout_s), log, kill)
         except JobCannotRun as exc:
@@ -64,7 +69,7 @@ class Worker:
         except CloreRunError as exc:
             kind = FailureKind.PROVISIONING_FAILED if place is None else FailureKind.SSH_FAILED
             outcome = RunOutcome(None, kind, str(exc))
-        except Exception as exc:  # a backend bug must not kill the queue's worker
+        except Exception as exc:  # a backend bug must not hang the run
             outcome = RunOutcome(None, FailureKind.PROVISIONING_FAILED, f"internal: {exc!r}")
         finally:
             if place is not None:
@@ -78,7 +83,8 @@ class Worker:
         ended = self.clock()
         facts = {**(place.facts if place else {}), **outcome.facts}
         facts.pop("workdir", None)
-        # A renting backend knows what the attempt cost; otherwise it is the hourly price.
+        # A renting backend knows what the attempt cost (its share of the rental); otherwise
+        # it is the place's hourly price over the attempt.
         billed = facts.pop("cost_usd", None)
         hourly = place.usd_per_hour if place else 0.0
         cost = float(billed) if billed is not None else hourly * max(0.0, ended - began) / 3600
@@ -91,10 +97,10 @@ class Worker:
     def _release(self, place: Place, log: JobLog) -> None:
         try:
             self.backend.release(place)
-        except Exception as exc:  # shutdown() tries again; the queue goes on
+        except Exception as exc:  # shutdown() tries again; the run goes on
             log.note(f"releasing {place.name} failed: {exc}")
         finally:
-            self.held(-1)
+            self.on_released()
 
     def _request(self, job: Job, number: int, timeout_s: float) -> RunRequest:
         env = {
@@ -103,13 +109,13 @@ class Worker:
             "CLORE_RUN_JOB": job.id,
             "CLORE_RUN_ATTEMPT": str(number),
         }
-        # A queue server has no workspace of its own: jobs start in a fresh, empty folder.
+        with_workspace = job.workspace and self.workspace_root is not None
         return RunRequest(
             job=job,
             attempt=number,
             env=env,
-            workspace_root=None,
-            workspace_files=(),
+            workspace_root=self.workspace_root if with_workspace else None,
+            workspace_files=self.workspace_files if with_workspace else (),
             artifacts_dir=self.out_dir / "artifacts" / job.id,
             timeout_s=timeout_s,
         )
