@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -207,16 +208,18 @@ class CloreClient:
             body["issue"] = issue
         self._read("POST", "cancel_order", body=body)
 
-    def create_order(self, request: OrderRequest) -> Order:
+    def create_order(self, request: OrderRequest, abort: threading.Event | None = None) -> Order:
         """Rent a server and return its order, found in `my_orders` (the reply has no id).
 
         Never retried. Definite refusals (codes 2-6) raise at once. Ambiguous failures look in
         `my_orders` first and return the order if it exists; otherwise re-raise, noting none
         appeared. A success whose order never appears raises OrderOutcomeUnknownError.
+        `abort` set while the create waits for its rate-limit slot raises RequestAborted, and
+        nothing is sent.
         """
         since = self.limiter.clock.time() - self.ct_skew_s
         try:
-            self._call("POST", "create_order", body=request.body(), create=True)
+            self._call("POST", "create_order", body=request.body(), create=True, abort=abort)
         except e.CloreApiError as exc:
             if not may_have_created(exc):
                 raise
@@ -309,9 +312,10 @@ class CloreClient:
         params: Mapping[str, str] | None = None,
         body: Json | None = None,
         create: bool = False,
+        abort: threading.Event | None = None,
     ) -> Json:
         """Exactly one HTTP request, under the limiter, mapped to a reply or a typed error."""
-        with self.limiter.slot(create=create):
+        with self.limiter.slot(create=create, abort=abort):
             try:
                 response = self._session.request(
                     method,

@@ -17,7 +17,7 @@ from runner.backends.clore import errors as api_errors
 from runner.backends.clore.api import CloreClient, OrderRequest, may_have_created
 from runner.backends.clore.market import Offer, per_hour, spot_bid_per_day
 from runner.backends.clore.models import Order
-from runner.backends.clore.ratelimit import Clock
+from runner.backends.clore.ratelimit import Clock, RequestAborted
 from runner.backends.ssh_connection import ConnectOptions, Endpoint, SshConnection, connect
 from runner.backends.ssh_keys import ClientKey, HostKeyStore
 from runner.core.model import Job
@@ -92,7 +92,7 @@ class Provisioner:
     def rent(self, job: Job, offer: Offer, cancel: threading.Event) -> Rental:
         """Rent `offer` for `job` and return it reachable over SSH, or raise (nothing held)."""
         rental = self._intent(job, offer)
-        order = self._create(rental, job)
+        order = self._create(rental, job, cancel)
         rental.order_id = order.id
         rental.held_since = rental.billed_until = order.ct or self.clock.time()
         self._note_fee(rental, order)
@@ -145,7 +145,7 @@ class Provisioner:
         rental.spot = job.gpu is not None and job.gpu.spot
         return rental
 
-    def _create(self, rental: Rental, job: Job) -> Order:
+    def _create(self, rental: Rental, job: Job, cancel: threading.Event) -> Order:
         spot = job.gpu is not None and job.gpu.spot
         request = OrderRequest(
             server_id=rental.offer.server_id,
@@ -155,7 +155,11 @@ class Provisioner:
             ssh_key=self.key.public_line,
         )
         try:
-            return self.client.create_order(request)
+            return self.client.create_order(request, abort=cancel)
+        except RequestAborted:
+            # Given up while waiting for the create's rate-limit slot: nothing was sent.
+            self.ledger.set_state(rental.rental_id, "failed", "cancelled before the create")
+            raise ProvisionCancelled(f"server {rental.offer.server_id}: cancelled") from None
         except _FATAL as exc:
             self.ledger.set_state(rental.rental_id, "failed", str(exc))
             raise RunMustStop(str(exc)) from None

@@ -48,6 +48,10 @@ class SystemClock:
         time.sleep(seconds)
 
 
+class RequestAborted(Exception):
+    """A request given up before it was sent (nothing reached the API)."""
+
+
 class RateLimiter:
     """Serialises calls: ≥ `min_interval_s` after any call, ≥ `create_interval_s` before a create.
 
@@ -71,10 +75,14 @@ class RateLimiter:
         self._not_before = float("-inf")  # pushed out by `back_off` after a 429
 
     @contextmanager
-    def slot(self, *, create: bool = False) -> Iterator[None]:
-        """Hold the API for one request: wait for the gap, run the body, note when it ended."""
+    def slot(self, *, create: bool = False, abort: threading.Event | None = None) -> Iterator[None]:
+        """Hold the API for one request: wait for the gap, run the body, note when it ended.
+
+        `abort` set during the wait gives the slot up (RequestAborted) before anything is sent:
+        a create waiting out its 5.5 s must not hold up the cancels of a run being stopped.
+        """
         with self._lock:
-            self._wait(self.create_interval_s if create else self.min_interval_s)
+            self._wait(self.create_interval_s if create else self.min_interval_s, abort)
             try:
                 yield
             finally:
@@ -85,13 +93,18 @@ class RateLimiter:
         with self._lock:
             self._not_before = max(self._not_before, self.clock.now() + seconds)
 
-    def _wait(self, gap_s: float) -> None:
+    def _wait(self, gap_s: float, abort: threading.Event | None) -> None:
         ready_at = self._not_before
         if self._last_end is not None:
             ready_at = max(ready_at, self._last_end + gap_s)
         delay = ready_at - self.clock.now()
         if delay > 0:
-            self.clock.sleep(delay)
+            if abort is not None and isinstance(self.clock, SystemClock):
+                abort.wait(delay)  # real time: wake at once when aborted
+            else:
+                self.clock.sleep(delay)
+        if abort is not None and abort.is_set():
+            raise RequestAborted("gave up waiting for the API: the request was cancelled")
 
 
 DEFAULT_LIMITER = RateLimiter()

@@ -743,3 +743,18 @@ def test_a_rental_left_unconfirmed_is_named_with_the_cleanup_command(setup: Setu
     assert [r.state for r in ledger.rentals("run-1")] == ["intent", "released"]
     assert "1 rental(s) of run run-1 not confirmed released" in console.getvalue()
     assert "clore-run cleanup --run run-1" in console.getvalue()
+
+
+def test_a_create_still_waiting_for_its_slot_gives_up_on_cancel(setup: Setup) -> None:
+    """A run being stopped must not wait 5.5 s for a create it no longer wants, nor send it."""
+    from runner.backends.clore.provision import ProvisionCancelled
+
+    pipeline = parse_pipeline("jobs:\n  a: {run: echo a, gpu: {type: '3090'}}\n", "p.yml", {})
+    backend, ledger = setup.backend(pipeline)
+    offer = backend._choose(pipeline.jobs[0])
+    cancel = threading.Event()
+    cancel.set()
+    with pytest.raises(ProvisionCancelled):
+        backend.provisioner.rent(pipeline.jobs[0], offer, cancel)
+    assert setup.fake.calls("create_order") == []
+    assert [r.state for r in ledger.rentals("run-1")] == ["failed"]
