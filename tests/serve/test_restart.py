@@ -77,6 +77,8 @@ def test_sigterm_hands_running_jobs_to_the_next_start(tmp_path: Path) -> None:
         handed = job["attempt_list"][0]
         assert handed["message"] == "interrupted: the queue server shut down"
         assert job["attempt_list"][1]["failure"] is None
+        # `after` starts only once `long` has passed: wait for it too before counting its runs.
+        assert second.api.wait_status("s1.after", FINAL)["status"] == "passed"
         assert len(lines(tmp_path / "after.runs")) == 1
     finally:
         second.terminate()
