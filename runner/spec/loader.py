@@ -223,7 +223,7 @@ class _PipelineBuilder:
         if isinstance(value, dict):
             return {
                 k: v
-                if k in _NOT_SUBSTITUTED and len(path) == 2 and path[0] == "jobs"
+                if k in _NOT_SUBSTITUTED and (path == ("defaults",) or _is_job_path(path))
                 else self._substitute(v, ctx, (*path, k))
                 for k, v in value.items()
             }
@@ -368,6 +368,10 @@ def _gpu(spec: JobSpec, defaults: Defaults) -> GpuAsk | None:
         spot=merged.get("spot", False),
         min_reliability=merged.get("min_reliability"),
     )
+
+
+def _is_job_path(path: KeyPath) -> bool:
+    return len(path) == 2 and path[0] == "jobs"
 
 
 def _unique(problems: list[Diagnostic]) -> list[Diagnostic]:

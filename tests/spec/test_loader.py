@@ -563,3 +563,15 @@ def test_syntax_errors_at_the_end_point_at_their_cause(text: str, line: int, col
     (d,) = info.value.diagnostics
     assert (d.line, d.column) == (line, column)
     assert d.message.startswith("not valid YAML")
+
+
+def test_wrapped_if_in_defaults_is_a_condition() -> None:
+    pipeline = parse(
+        """
+        defaults: {if: "${{ always() }}"}
+        jobs:
+          a: {run: x}
+          b: {run: y, needs: a}
+        """
+    )
+    assert [j.condition for j in pipeline.jobs] == [Condition.ALWAYS, Condition.ALWAYS]
