@@ -118,7 +118,8 @@ class _PipelineBuilder:
             return None
         settings = {k: v for k, v in data.items() if k not in ("jobs", "defaults")}
         settings = self._substitute(settings, Contexts({}, self.environ), ())
-        return self._validate(PipelineHeader, {**data, **settings}, ())
+        jobs = {} if data["jobs"] is None else data["jobs"]  # `jobs:` alone: _jobs_raw says so
+        return self._validate(PipelineHeader, {**data, **settings, "jobs": jobs}, ())
 
     def _jobs_raw(self) -> dict[str, Any] | None:
         """The `jobs` mapping, with its ids checked; None when there is nothing to expand."""

@@ -286,3 +286,7 @@ def test_a_job_id_too_long_for_a_file_name_is_refused() -> None:
         "jobs:\n  t:\n    strategy: {matrix: {v: ['" + "x" * 120 + "']}}\n    run: echo\n"
     )
     assert any("characters long" in e and e.startswith("p.yml:2:3:") for e in errors), errors
+
+
+def test_jobs_without_a_value_is_reported_once() -> None:
+    assert one_error("jobs:\n").startswith("p.yml:1:6: jobs: ")
