@@ -222,6 +222,17 @@ class _PipelineBuilder:
                 self.problems.append(self.source.error(path, str(exc), exc.hint))
                 return value
         if isinstance(value, dict):
+            if path and path[-1] == "env":  # the one mapping whose keys are the user's names
+                for name in value:
+                    if isinstance(name, str) and "${{" in name:
+                        self.problems.append(
+                            self.source.error(
+                                (*path, name),
+                                "expressions are not expanded in names",
+                                "use a fixed name; put the expression in the value",
+                                key=True,
+                            )
+                        )
             return {
                 k: v
                 if k in _NOT_SUBSTITUTED and (path == ("defaults",) or _is_job_path(path))

@@ -290,3 +290,18 @@ def test_a_job_id_too_long_for_a_file_name_is_refused() -> None:
 
 def test_jobs_without_a_value_is_reported_once() -> None:
     assert one_error("jobs:\n").startswith("p.yml:1:6: jobs: ")
+
+
+def test_expression_in_an_env_name_is_an_error_not_left_as_text() -> None:
+    error = one_error(
+        """\
+        jobs:
+          a:
+            run: x
+            strategy: {matrix: {v: [A, B]}}
+            env:
+              "${{ matrix.v }}_HOME": /x
+        """
+    )
+    assert error.startswith("p.yml:6:7: jobs.a.env.${{ matrix.v }}_HOME: ")
+    assert "not expanded in names" in error
