@@ -50,6 +50,7 @@ def _mark(node: yaml.Node) -> tuple[int, int]:
 # libyaml when PyYAML was built with it: the same nodes and marks, parsed faster.
 _LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 MAX_NODES = 200_000
+_MERGE_TAG = "tag:yaml.org,2002:merge"
 MAX_DEPTH = 64
 
 
@@ -103,7 +104,8 @@ class _Builder:
     ) -> list[tuple[yaml.Node, KeyPath, Any, Any]]:
         children = []
         first_at: dict[Any, tuple[int, int]] = {}
-        for key_node, value_node in node.value:
+        merged, own = self._merge_pairs(node, 0)
+        for key_node, value_node in own:
             key = self.loader.construct_object(key_node, deep=True)
             if not isinstance(key, (str, int, float, bool)) or key is None:
                 line, col = _mark(key_node)
@@ -131,7 +133,58 @@ class _Builder:
             self.source.key_at[child_path] = _mark(key_node)
             value[key] = None
             children.append((value_node, child_path, value, key))
+        # `<<` merges: the mapping's own keys win, then the first source; a merged key goes
+        # first, like PyYAML's flatten_mapping does it.
+        taken = set(first_at)
+        for key_node, value_node in reversed(merged):
+            key = self.loader.construct_object(key_node, deep=True)
+            if not isinstance(key, (str, int, float, bool)) or key is None:
+                continue  # reported where the merged mapping itself is built
+            key = str(key) if not isinstance(key, str) else key
+            if key in taken:
+                continue
+            taken.add(key)
+            child_path = (*path, key)
+            self.source.key_at[child_path] = _mark(key_node)
+            children.append((value_node, child_path, value, key))
+        if merged:
+            order = [slot for _, _, _, slot in reversed(children[len(first_at) :])]
+            rebuilt = {k: None for k in (*order, *value)}
+            value.clear()
+            value.update(rebuilt)
         return children
+
+    def _merge_pairs(self, node: yaml.MappingNode, depth: int) -> tuple[list[Any], list[Any]]:
+        """(pairs merged in with `<<`, later ones win; the mapping's own pairs)."""
+        merged: list[Any] = []
+        own: list[Any] = []
+        for key_node, value_node in node.value:
+            if key_node.tag != _MERGE_TAG:
+                own.append((key_node, value_node))
+                continue
+            sources = (
+                value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
+            )
+            for source in reversed(sources):  # the first source wins: it goes last
+                if not isinstance(source, yaml.MappingNode):
+                    raise yaml.constructor.ConstructorError(
+                        "while building a merge",
+                        node.start_mark,
+                        "`<<` takes a mapping or a list of mappings",
+                        source.start_mark,
+                    )
+                if depth >= MAX_DEPTH:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, "merges nested too deeply", source.start_mark
+                    )
+                inner_merged, inner_own = self._merge_pairs(source, depth + 1)
+                merged.extend(inner_merged)
+                merged.extend(inner_own)
+                if len(merged) > MAX_NODES:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, "too many merged keys", source.start_mark
+                    )
+        return merged, own
 
 
 def parse_yaml(text: str, file: str) -> Source:

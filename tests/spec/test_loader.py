@@ -575,3 +575,37 @@ def test_wrapped_if_in_defaults_is_a_condition() -> None:
         """
     )
     assert [j.condition for j in pipeline.jobs] == [Condition.ALWAYS, Condition.ALWAYS]
+
+
+def test_merge_keys_share_settings_and_own_keys_win() -> None:
+    pipeline = parse(
+        """
+        jobs:
+          a: &base {run: echo base, priority: high, retries: 2}
+          b:
+            <<: *base
+            run: echo b
+          c:
+            <<: [{gpu: {type: RTX}, retries: 3}, *base]
+        """
+    )
+    a, b, c = pipeline.jobs
+    assert (a.run, a.priority, a.retries) == ("echo base", Priority.HIGH, 2)
+    assert (b.run, b.priority, b.retries) == ("echo b", Priority.HIGH, 2)
+    assert (c.run, c.priority, c.retries) == ("echo base", Priority.HIGH, 3)  # first source wins
+    assert c.gpu is not None and c.gpu.type == "RTX"
+
+
+def test_a_key_repeated_beside_a_merge_is_still_a_duplicate() -> None:
+    with pytest.raises(SpecError) as info:
+        parse(
+            """
+            jobs:
+              a: &base {run: echo}
+              b:
+                <<: *base
+                run: x
+                run: y
+            """
+        )
+    assert [d.line for d in info.value.diagnostics] == [7]
