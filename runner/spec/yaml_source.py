@@ -51,6 +51,7 @@ def _mark(node: yaml.Node) -> tuple[int, int]:
 _LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 MAX_NODES = 200_000
 _MERGE_TAG = "tag:yaml.org,2002:merge"
+_PLAIN = frozenset({"tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"})  # other tags: not ignored
 MAX_DEPTH = 64
 
 
@@ -93,6 +94,10 @@ class _Builder:
         return holder["root"]
 
     def _shell(self, node: yaml.Node) -> Any:
+        if isinstance(node, (yaml.MappingNode, yaml.SequenceNode)) and node.tag not in _PLAIN:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"unsupported tag '{node.tag}'", node.start_mark
+            )
         if isinstance(node, yaml.MappingNode):
             return {}
         if isinstance(node, yaml.SequenceNode):

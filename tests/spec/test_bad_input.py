@@ -305,3 +305,12 @@ def test_expression_in_an_env_name_is_an_error_not_left_as_text() -> None:
     )
     assert error.startswith("p.yml:6:7: jobs.a.env.${{ matrix.v }}_HOME: ")
     assert "not expanded in names" in error
+
+
+@pytest.mark.parametrize(
+    "value", ["!!python/object:os.system {run: x}", "!custom {run: x}", "!!omap [{run: x}]"]
+)
+def test_a_tag_on_a_mapping_or_list_is_refused_not_ignored(value: str) -> None:
+    error = one_error(f"jobs:\n  a: {value}\n")
+    assert error.startswith("p.yml:2:6: not valid YAML: ")
+    assert "tag" in error
