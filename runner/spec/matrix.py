@@ -52,7 +52,12 @@ def _entries(value: Any, key: str) -> list[Combination]:
 
 
 def _matches(combo: Combination, entry: Combination) -> bool:
-    return all(k in combo and combo[k] == v for k, v in entry.items())
+    return all(k in combo and _same(combo[k], v) for k, v in entry.items())
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Python's True == 1: a matrix value `true` is not the number 1."""
+    return isinstance(a, bool) == isinstance(b, bool) and a == b
 
 
 def _apply_include(
@@ -66,7 +71,7 @@ def _apply_include(
     for entry in include:
         fitted = False
         for plain, combo in zip(base, out[: len(base)], strict=True):
-            if all(plain[k] == v for k, v in entry.items() if k in original):
+            if all(_same(plain[k], v) for k, v in entry.items() if k in original):
                 combo.update(entry)
                 fitted = True
         if not fitted:

@@ -609,3 +609,19 @@ def test_a_key_repeated_beside_a_merge_is_still_a_duplicate() -> None:
             """
         )
     assert [d.line for d in info.value.diagnostics] == [7]
+
+
+def test_matrix_exclude_and_include_tell_true_from_1() -> None:
+    pipeline = parse(
+        """
+        jobs:
+          a:
+            run: x
+            strategy:
+              matrix:
+                v: [true, 1]
+                exclude: [{v: 1}]
+                include: [{v: 1, w: one}]
+        """
+    )
+    assert ids(pipeline) == ["a-true", "a-1-one"]
