@@ -118,7 +118,7 @@ class _Builder:
                     Diagnostic(self.source.file, line, col, path, "keys must be plain strings")
                 )
                 continue
-            key = str(key) if not isinstance(key, str) else key
+            key = key if isinstance(key, str) else str(key_node.value)  # `on`, not True
             child_path = (*path, key)
             if key in first_at:
                 line, col = _mark(key_node)
@@ -145,7 +145,7 @@ class _Builder:
             key = self.loader.construct_object(key_node, deep=True)
             if not isinstance(key, (str, int, float, bool)) or key is None:
                 continue  # reported where the merged mapping itself is built
-            key = str(key) if not isinstance(key, str) else key
+            key = key if isinstance(key, str) else str(key_node.value)  # `on`, not True
             if key in taken:
                 continue
             taken.add(key)

@@ -314,3 +314,8 @@ def test_a_tag_on_a_mapping_or_list_is_refused_not_ignored(value: str) -> None:
     error = one_error(f"jobs:\n  a: {value}\n")
     assert error.startswith("p.yml:2:6: not valid YAML: ")
     assert "tag" in error
+
+
+def test_a_key_yaml_reads_as_a_boolean_is_named_as_written() -> None:
+    error = one_error("on: push\njobs: {a: {run: x}}\n")
+    assert error.startswith("p.yml:1:1: on: unknown key 'on'"), error
