@@ -42,6 +42,7 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _BREAKS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]+")
 # The job folder the server names: an absolute path on one line, of a sane length.
 _FOLDER = re.compile("/[^\x00-\x1f\x7f]{1,4000}")
+_SEND_POLL_S = 0.2  # how often a send blocked on the server looks for a cancel
 
 _PREPARE = """set -e
 root="${{HOME:-/tmp}}/.clore-run/jobs"
@@ -152,7 +153,12 @@ class RemoteJob:
         bad = [name for name in self.request.env if not _ENV_NAME.fullmatch(name)]
         if bad:
             return RunOutcome(None, FailureKind.TEST_FAILURE, f"invalid env names: {bad}")
-        self.upload(cancel)
+        try:
+            self.upload(cancel)
+        except InfrastructureError:
+            if cancel.is_set() and self.conn.alive:  # not a server fault: do not retry it
+                return RunOutcome(None, FailureKind.CANCELLED, "cancelled during the upload")
+            raise
         if cancel.is_set():
             return RunOutcome(None, FailureKind.CANCELLED, "cancelled before the start")
         chan = self.conn.exec(_START.format(work=self._path("work"), inner=shlex.quote(_INNER)))
@@ -328,18 +334,23 @@ def one_line(text: str) -> str:
 def _bounded_send(
     chan: paramiko.Channel, why_stop: Callable[[], str], deadline: float
 ) -> Callable[[bytes], None]:
-    """`chan.sendall` that gives up at `deadline` (a server may stop reading) or a cancel."""
+    """`chan.sendall` that gives up at `deadline` (a server may stop reading) or a cancel.
+
+    A send blocked on a full window is woken every `_SEND_POLL_S` to look at both again.
+    """
 
     def send(data: bytes) -> None:
-        why = why_stop()
-        if not why:
-            chan.settimeout(max(0.0, deadline - time.monotonic()))
+        left = memoryview(data)  # slices copy nothing
+        while left:
+            why = why_stop()
+            if why:
+                raise UploadStopped(why)
+            chan.settimeout(min(_SEND_POLL_S, max(0.01, deadline - time.monotonic())))
             try:
-                chan.sendall(data)
-                return
+                sent = chan.send(left)  # type: ignore[arg-type]  # any buffer will do
+                left = left[sent:]
             except TimeoutError:
-                why = why_stop() or "timed out"
-        raise UploadStopped(why)
+                continue
 
     return send
 

@@ -347,3 +347,22 @@ def test_run_keeps_a_bounded_part_of_a_flood(ssh_conn: SshConnection) -> None:
     assert result.exit_code == 0
     assert 0 < len(result.stdout) <= 1 << 20
     assert 0 < len(result.stderr) <= 1 << 20
+
+
+def test_cancel_during_the_upload_is_a_cancel_not_an_ssh_failure(
+    own_conn: SshConnection, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from runner.backends import ssh_exec
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "big.bin").write_bytes(bytes(8 << 20))  # more than the channel window
+    monkeypatch.setattr(ssh_exec, "_PREPARE", "sleep 30")  # the upload blocks
+    cancel = threading.Event()
+    threading.Timer(0.5, cancel.set).start()
+    request = make_request("true", tmp_path / "art", workspace=ws, files=("big.bin",))
+    start = time.monotonic()
+    outcome = run_job(own_conn, request, RecordingSink(), cancel, FAST_KILL)
+    assert time.monotonic() - start < 5
+    # SSH_FAILED would be retried as an infrastructure failure: a cancel must not be.
+    assert outcome.failure is FailureKind.CANCELLED, outcome.message
