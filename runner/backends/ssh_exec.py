@@ -165,6 +165,11 @@ class RemoteJob:
         self._started = True
         try:
             return self._follow(chan, sink, cancel)
+        except BaseException:  # a failing log, say: the job must not run on unseen
+            if self.conn.alive:
+                with contextlib.suppress(InfrastructureError):
+                    self.signal("KILL", wait_for_start=True)
+            raise
         finally:
             chan.close()
 

@@ -366,3 +366,21 @@ def test_cancel_during_the_upload_is_a_cancel_not_an_ssh_failure(
     assert time.monotonic() - start < 5
     # SSH_FAILED would be retried as an infrastructure failure: a cancel must not be.
     assert outcome.failure is FailureKind.CANCELLED, outcome.message
+
+
+class _BrokenSink(RecordingSink):
+    """A log that fails (a full disk) once the job printed `boom`."""
+
+    def write(self, stream: str, data: bytes) -> None:  # type: ignore[override]
+        super().write(stream, data)  # type: ignore[arg-type]
+        if b"boom" in self.stdout:
+            raise OSError(28, "No space left on device")
+
+
+def test_a_failing_log_still_kills_the_remote_job(ssh_conn: SshConnection, tmp_path: Path) -> None:
+    sink = _BrokenSink()
+    request = make_request("sleep 300 &\necho bg=$!\nsleep 0.3\necho boom\nwait", tmp_path)
+    with pytest.raises(OSError, match="No space"):
+        run_job(ssh_conn, request, sink, threading.Event(), FAST_KILL)
+    pid = int(re.search(rb"bg=(\d+)", sink.stdout).group(1))  # type: ignore[union-attr]
+    assert _gone(ssh_conn, pid)  # a job left running would share the host with the next one
