@@ -141,12 +141,14 @@ class SshBackend:
 
     def release(self, place: Place) -> None:
         endpoint = self._hosts[place.name]
-        with self._lock:
-            conn = self._conns.get(place.name)
-            if conn is not None and not conn.alive:
-                del self._conns[place.name]
-                conn.close()
-        self._free.put(endpoint)
+        try:
+            with self._lock:
+                conn = self._conns.get(place.name)
+                if conn is not None and not conn.alive:
+                    del self._conns[place.name]
+                    conn.close()
+        finally:  # else the host stays busy and every later job waits for it forever
+            self._free.put(endpoint)
 
     def shutdown(self) -> None:
         """Kill running jobs' process groups (briefly waited for), then close every connection."""

@@ -165,3 +165,26 @@ def test_shutdown_kills_a_running_job(
     assert result[0].failure is FailureKind.CANCELLED
     pid = re.search(rb"bg=(\d+)", sink.stdout).group(1).decode()  # type: ignore[union-attr]
     assert ssh_conn.run(f"ps -o stat= -p {pid}").stdout.strip() in (b"", b"Z")
+
+
+def test_a_failing_close_does_not_keep_the_host_busy(
+    sshd_server: SshServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    backend = _backend(sshd_server)
+    try:
+        place = backend.acquire(JOB, threading.Event())
+        conn = backend._conns[place.name]
+        conn.transport.close()  # the connection died during the job
+
+        def broken_close() -> None:
+            raise OSError("close failed")
+
+        monkeypatch.setattr(conn, "close", broken_close)
+        with pytest.raises(OSError):
+            backend.release(place)
+        gave_up = threading.Event()
+        threading.Timer(5.0, gave_up.set).start()  # instead of waiting forever
+        again = backend.acquire(JOB, gave_up)
+        assert again.name == place.name
+    finally:
+        backend.shutdown()
