@@ -28,6 +28,7 @@ from runner.spec.yaml_source import Source, parse_yaml
 
 DEFAULT_TIMEOUT_MINUTES = 60.0
 MAX_JOB_ID = 100
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _JOB_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")  # fullmatch: `$` would allow "id\n"
 _NOT_SUBSTITUTED = frozenset({"if", "strategy", "needs"})
 M = TypeVar("M", bound=BaseModel)
@@ -230,6 +231,16 @@ class _PipelineBuilder:
                                 (*path, name),
                                 "expressions are not expanded in names",
                                 "use a fixed name; put the expression in the value",
+                                key=True,
+                            )
+                        )
+                    elif isinstance(name, str) and not _ENV_NAME.fullmatch(name):
+                        # bash could not export it: backends would disagree on what happens
+                        self.problems.append(
+                            self.source.error(
+                                (*path, name),
+                                f"'{name}' is not a valid environment variable name",
+                                "letters, digits and _, not starting with a digit",
                                 key=True,
                             )
                         )

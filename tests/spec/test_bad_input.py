@@ -319,3 +319,10 @@ def test_a_tag_on_a_mapping_or_list_is_refused_not_ignored(value: str) -> None:
 def test_a_key_yaml_reads_as_a_boolean_is_named_as_written() -> None:
     error = one_error("on: push\njobs: {a: {run: x}}\n")
     assert error.startswith("p.yml:1:1: on: unknown key 'on'"), error
+
+
+@pytest.mark.parametrize("name", ["A-B", "1ST", "HAS SPACE"])
+def test_an_env_name_bash_cannot_export_is_refused(name: str) -> None:
+    error = one_error(f"jobs:\n  a:\n    run: x\n    env: {{'{name}': v}}\n")
+    assert f"jobs.a.env.{name}: '{name}' is not a valid environment variable name" in error
+    assert error.startswith("p.yml:4:11:")
