@@ -169,6 +169,8 @@ def run(
         baseline=_read_baseline(baseline),
     )
     if budget is not None:
+        if not budget > 0 or budget == float("inf"):  # as the file's `budget:` must be
+            raise UsageError(f"--budget {budget:g}: must be a positive amount of USD")
         loaded = dataclasses.replace(loaded, budget_usd=budget)
     if concurrency is not None:  # the clore backend caps the servers it holds at this
         loaded = dataclasses.replace(loaded, concurrency=concurrency)

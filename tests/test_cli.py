@@ -370,3 +370,24 @@ def test_python_m_runner_unknown_option_has_no_traceback() -> None:
     assert result.returncode == 2
     assert "No such option: --no-such-flag" in result.stderr
     assert "Traceback" not in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "inf", "nan"])
+def test_a_budget_flag_that_is_not_a_positive_amount_is_a_usage_error(
+    value: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(
+            [
+                "run",
+                str(HELLO),
+                "--backend",
+                "local",
+                "--budget",
+                value,
+                "--out",
+                str(tmp_path / "out"),
+            ]
+        )
+    assert exited.value.code == 2
+    assert "Traceback" not in capsys.readouterr().err
