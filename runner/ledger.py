@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from runner import sqlite_files
 from runner.errors import InfrastructureError
 
 DEFAULT_PATH = Path(".clore-run/ledger.db")
@@ -97,12 +98,7 @@ class Ledger:
         with self._guard("open"):
             self.path.parent.mkdir(parents=True, exist_ok=True)
             # `timeout` is SQLite's busy_timeout: wait out another process's write lock.
-            self._db = sqlite3.connect(
-                self.path,
-                check_same_thread=False,
-                isolation_level=None,  # autocommit: every write is its own transaction
-                timeout=BUSY_TIMEOUT_MS / 1000,
-            )
+            self._db = sqlite_files.connect(self.path, BUSY_TIMEOUT_MS / 1000)
         try:
             with self._guard("open"):
                 self._setup()
@@ -191,40 +187,14 @@ class Ledger:
     # --- plumbing --------------------------------------------------------------------------
 
     def _setup(self) -> None:
-        # The first read of the file: a corrupt one fails right here.
-        self._check_version(self._version())
-        mode = self._db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-        if str(mode).lower() != "wal":
-            raise LedgerError(f"ledger {self.path}: SQLite refused WAL mode (got {mode!r})")
-        self._db.execute("PRAGMA synchronous = FULL")
-        if self._version() == SCHEMA_VERSION:
-            return
-        # All steps and the version bump in one write transaction; the version is read again
-        # inside it, so two processes opening a new file at once migrate it once.
-        self._db.execute("BEGIN IMMEDIATE")
         try:
-            version = self._version()
-            self._check_version(version)
-            for step in range(version, SCHEMA_VERSION):
-                for statement in MIGRATIONS[step]:
-                    self._db.execute(statement)
-            self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            self._db.execute("COMMIT")
-        except BaseException:
-            if self._db.in_transaction:  # some errors roll back by themselves
-                self._db.execute("ROLLBACK")
-            raise
-
-    def _version(self) -> int:
-        return int(self._db.execute("PRAGMA user_version").fetchone()[0])
-
-    def _check_version(self, version: int) -> None:
-        if version > SCHEMA_VERSION:
+            sqlite_files.prepare(self._db, MIGRATIONS, SCHEMA_VERSION)
+        except sqlite_files.NewerSchema as exc:
             raise LedgerError(
-                f"ledger {self.path} has schema version {version}, newer than this clore-run "
-                f"reads ({SCHEMA_VERSION})",
-                hint="upgrade clore-run to read it",
-            )
+                f"ledger {self.path} has {exc}", hint="upgrade clore-run to read it"
+            ) from None
+        except sqlite_files.WalRefused as exc:
+            raise LedgerError(f"ledger {self.path}: {exc}") from None
 
     @contextmanager
     def _guard(self, doing: str) -> Iterator[None]:

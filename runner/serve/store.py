@@ -21,6 +21,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from runner import sqlite_files
 from runner.core.model import Attempt, Job, JobStatus
 from runner.errors import InfrastructureError
 from runner.serve.codec import dumps, failure_from, job_from_json, job_to_json
@@ -151,9 +152,7 @@ class Store:
         self._lock = threading.Lock()
         with self._guard("open"):
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(
-                self.path, check_same_thread=False, isolation_level=None, timeout=BUSY_TIMEOUT_S
-            )
+            self._db = sqlite_files.connect(self.path, BUSY_TIMEOUT_S)
         try:
             with self._lock, self._guard("open"):
                 self._setup()
@@ -389,34 +388,14 @@ class Store:
     # -- plumbing --------------------------------------------------------------------------
 
     def _setup(self) -> None:
-        version = self._version()
-        if version > SCHEMA_VERSION:
-            raise StoreError(
-                f"queue database {self.path} has schema version {version}, newer than this "
-                f"clore-run reads ({SCHEMA_VERSION})",
-                hint="upgrade clore-run to read it",
-            )
-        mode = self._db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-        if str(mode).lower() != "wal":
-            raise StoreError(f"queue database {self.path}: SQLite refused WAL mode ({mode!r})")
-        self._db.execute("PRAGMA synchronous = FULL")
-        if version == SCHEMA_VERSION:
-            return
-        self._db.execute("BEGIN IMMEDIATE")
         try:
-            version = self._version()  # again, inside the lock: two opens migrate once
-            for step in range(version, SCHEMA_VERSION):
-                for statement in MIGRATIONS[step]:
-                    self._db.execute(statement)
-            self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            self._db.execute("COMMIT")
-        except BaseException:
-            if self._db.in_transaction:
-                self._db.execute("ROLLBACK")
-            raise
-
-    def _version(self) -> int:
-        return int(self._db.execute("PRAGMA user_version").fetchone()[0])
+            sqlite_files.prepare(self._db, MIGRATIONS, SCHEMA_VERSION)
+        except sqlite_files.NewerSchema as exc:
+            raise StoreError(
+                f"queue database {self.path} has {exc}", hint="upgrade clore-run to read it"
+            ) from None
+        except sqlite_files.WalRefused as exc:
+            raise StoreError(f"queue database {self.path}: {exc}") from None
 
     @contextmanager
     def _guard(self, doing: str) -> Iterator[None]:

@@ -1,0 +1,67 @@
+"""How clore-run opens its SQLite files: the rental ledger and the queue server's store.
+
+Both must be on disk before they answer (a rental intent before `create_order`; "queued" only
+once stored), both are shared by threads and by a second process (`cleanup` beside a run), and
+both must refuse a file from a newer clore-run rather than misread it.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from pathlib import Path
+
+
+class NewerSchema(Exception):
+    def __init__(self, found: int, known: int) -> None:
+        super().__init__(f"schema version {found}, newer than this clore-run reads ({known})")
+        self.found = found
+        self.known = known
+
+
+class WalRefused(Exception):
+    def __init__(self, mode: object) -> None:
+        super().__init__(f"SQLite refused WAL mode (got {mode!r})")
+        self.mode = mode
+
+
+def connect(path: Path, busy_timeout_s: float) -> sqlite3.Connection:
+    """One connection for all threads (callers serialise with a lock), autocommit, and a busy
+    timeout that waits out another process's write lock."""
+    return sqlite3.connect(
+        path, check_same_thread=False, isolation_level=None, timeout=busy_timeout_s
+    )
+
+
+def prepare(db: sqlite3.Connection, migrations: Sequence[Sequence[str]], version: int) -> None:
+    """WAL and full sync on, and the schema brought to `version`: `migrations[n]` takes a file
+    from version n to n + 1. The first read of the file is here, so a corrupt one fails here."""
+    found = _version(db)
+    if found > version:
+        raise NewerSchema(found, version)
+    mode = db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+    if str(mode).lower() != "wal":
+        raise WalRefused(mode)
+    db.execute("PRAGMA synchronous = FULL")
+    if found == version:
+        return
+    # All steps and the version bump in one write transaction; the version is read again
+    # inside it, so two processes opening a new file at once migrate it once.
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        found = _version(db)
+        if found > version:
+            raise NewerSchema(found, version)
+        for step in range(found, version):
+            for statement in migrations[step]:
+                db.execute(statement)
+        db.execute(f"PRAGMA user_version = {version}")
+        db.execute("COMMIT")
+    except BaseException:
+        if db.in_transaction:  # some errors roll back by themselves
+            db.execute("ROLLBACK")
+        raise
+
+
+def _version(db: sqlite3.Connection) -> int:
+    return int(db.execute("PRAGMA user_version").fetchone()[0])
