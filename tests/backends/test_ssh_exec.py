@@ -377,10 +377,18 @@ class _BrokenSink(RecordingSink):
             raise OSError(28, "No space left on device")
 
 
-def test_a_failing_log_still_kills_the_remote_job(ssh_conn: SshConnection, tmp_path: Path) -> None:
-    sink = _BrokenSink()
-    request = make_request("sleep 300 &\necho bg=$!\nsleep 0.3\necho boom\nwait", tmp_path)
-    with pytest.raises(OSError, match="No space"):
-        run_job(ssh_conn, request, sink, threading.Event(), FAST_KILL)
-    pid = int(re.search(rb"bg=(\d+)", sink.stdout).group(1))  # type: ignore[union-attr]
-    assert _gone(ssh_conn, pid)  # a job left running would share the host with the next one
+def test_a_failing_log_still_kills_the_remote_job(
+    sshd_server: SshServer, ssh_key: ClientKey, tmp_path: Path
+) -> None:
+    # A connection of its own: the session's shared one once died under this test in a full
+    # run (EBADF in paramiko's reader, not reproduced since), failing the check, not the kill.
+    conn = connect(Endpoint("127.0.0.1", sshd_server.port), ssh_key, HostKeyStore())
+    try:
+        sink = _BrokenSink()
+        request = make_request("sleep 300 &\necho bg=$!\nsleep 0.3\necho boom\nwait", tmp_path)
+        with pytest.raises(OSError, match="No space"):
+            run_job(conn, request, sink, threading.Event(), FAST_KILL)
+        pid = int(re.search(rb"bg=(\d+)", sink.stdout).group(1))  # type: ignore[union-attr]
+        assert _gone(conn, pid)  # a job left running would share the host with the next one
+    finally:
+        conn.close()
