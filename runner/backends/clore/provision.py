@@ -17,6 +17,7 @@ from runner.backends.clore import errors as api_errors
 from runner.backends.clore.api import CloreClient, OrderRequest, may_have_created
 from runner.backends.clore.market import Offer, per_hour, spot_bid_per_day
 from runner.backends.clore.models import Order
+from runner.backends.clore.ownership import LedgerMarks
 from runner.backends.clore.ratelimit import Clock, RequestAborted
 from runner.backends.ssh_connection import ConnectOptions, Endpoint, SshConnection, connect
 from runner.backends.ssh_keys import ClientKey, HostKeyStore
@@ -138,8 +139,16 @@ class Provisioner:
         if price_per_day is None:
             raise SkipOffer(f"server {offer.server_id}: no spot bid fits the price cap")
         usd_per_hour = self.usd_per_hour(offer, price_per_day)
+        spot = job.gpu is not None and job.gpu.spot
         rental_id = self.ledger.record_intent(
-            self.run_id, job.id, offer.server_id, price_per_day, self.currency, usd_per_hour
+            self.run_id,
+            job.id,
+            offer.server_id,
+            price_per_day,
+            self.currency,
+            usd_per_hour,
+            image=job.image or DEFAULT_IMAGE,
+            spot=spot,
         )
         rental = Rental(rental_id, job.id, offer, price_per_day, self.currency, usd_per_hour)
         rental.spot = job.gpu is not None and job.gpu.spot
@@ -155,7 +164,10 @@ class Provisioner:
             ssh_key=self.key.public_line,
         )
         try:
-            return self.client.create_order(request, abort=cancel)
+            # The orders the ledger's other rentals hold are not this create's to adopt.
+            taken = {r.order_id for r in self.ledger.unreleased() if r.order_id is not None}
+            marks = LedgerMarks(self.ledger, rental.rental_id)
+            return self.client.create_order(request, abort=cancel, journal=marks, taken=taken)
         except RequestAborted:
             # Given up while waiting for the create's rate-limit slot: nothing was sent.
             self.ledger.set_state(rental.rental_id, "failed", "cancelled before the create")
