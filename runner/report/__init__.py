@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from runner import redact
+
 # The builders (jinja2, the XML writer) load when reports are written, not for every command
 # that only needs a path or load_summary.
 if TYPE_CHECKING:
@@ -83,7 +85,10 @@ def dump_summary(summary: Mapping[str, Any]) -> bytes:
 
 
 def atomic_write(path: Path, data: bytes) -> None:
-    """Write via a temp file in the same directory and `os.replace`: readers never see half."""
+    """Write via a temp file in the same directory and `os.replace`: readers never see half.
+    Every report passes here, so here the known secrets are taken out of it, whatever field
+    (a job name, a GPU name, a test's output) carried them."""
+    data = redact.data(data)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
