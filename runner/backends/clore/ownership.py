@@ -142,7 +142,8 @@ class Claim:
             return None
         low, high = rental.api_offset_low_s, rental.api_offset_high_s
         offset = UNMEASURED if low is None or high is None else ClockOffset(low, high)
-        bid = rental.price_per_day if rental.spot else None
+        # No bid check from the ledger: a create refused as too low is sent again with a higher
+        # bid, and the row keeps the first.
         return cls(
             rental.server_id,
             rental.create_sent_at,
@@ -151,7 +152,6 @@ class Claim:
             rental.image,
             rental.currency,
             rental.spot,
-            bid,
         )
 
     def window(self) -> tuple[float, float]:
@@ -208,9 +208,13 @@ class Verdict:
 
 def find_ours(orders: Iterable[Order], claim: Claim, taken: Collection[int] = ()) -> Verdict:
     """The one order `claim` proves ours among `orders` (orders in `taken` belong to other
-    rentals). Two orders that both fit prove neither: that is reported, not guessed."""
+    rentals). Only a wrong server, a creation time outside the window or another rental's hold
+    prove an order is not ours. A live order in the window that fails another check (no `ct`,
+    an echoed value that differs: the API might have rewritten it) or two that fit leave the
+    claim `ambiguous`: reported, not guessed, and the rental kept open."""
     fits: list[Order] = []
     reasons: list[str] = []
+    doubtful = False
     for order in orders:
         if order.si != claim.server_id:
             continue
@@ -220,10 +224,18 @@ def find_ours(orders: Iterable[Order], claim: Claim, taken: Collection[int] = ()
         why = claim.mismatch(order)
         if why is None:
             fits.append(order)
-        else:
-            reasons.append(f"order {order.id}: {why}")
+            continue
+        reasons.append(f"order {order.id}: {why}")
+        doubtful = doubtful or (not order.expired and _in_window(order, claim))
     if len(fits) > 1:
         ids = ", ".join(str(o.id) for o in fits)
         reasons.append(f"orders {ids} all fit the create: none can be proven ours")
         return Verdict(None, tuple(reasons), ambiguous=True)
-    return Verdict(fits[0] if fits else None, tuple(reasons))
+    if fits:
+        return Verdict(fits[0], tuple(reasons))
+    return Verdict(None, tuple(reasons), ambiguous=doubtful)
+
+
+def _in_window(order: Order, claim: Claim) -> bool:
+    low, high = claim.window()
+    return order.ct is None or low <= order.ct <= high
