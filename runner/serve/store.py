@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -228,6 +228,19 @@ class Store:
                 "UPDATE jobs SET status = 'running', attempts = ?, retry_at = NULL, "
                 "first_started_at = COALESCE(first_started_at, ?) WHERE id = ?",
                 (number, now, job_id),
+            )
+
+    def place_attempt(
+        self, job_id: str, number: int, server: str, facts: Mapping[str, str], usd_per_hour: float
+    ) -> None:
+        """Where a running attempt runs and at what price, until its end records the rest."""
+        shown = {k: v for k, v in facts.items() if k != "workdir"}  # a local path: not a fact
+        shown.setdefault("usd_per_hour", f"{usd_per_hour:.4f}")
+        with self._tx("record where an attempt runs") as db:
+            db.execute(
+                "UPDATE attempts SET server = ?, facts = ? WHERE job_id = ? AND number = ? "
+                "AND finished_at IS NULL",
+                (server, dumps(shown), job_id, number),
             )
 
     def end_attempt(self, job_id: str, attempt: Attempt, *, requeue: bool = False) -> None:

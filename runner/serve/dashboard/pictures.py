@@ -58,7 +58,7 @@ def dag(jobs: Sequence[tuple[str, str, str, Sequence[str]]]) -> Dag:
             place[job_id] = (PAD + col * (NODE_W + GAP_X), PAD + row * (NODE_H + GAP_Y))
     status = {job_id: st for job_id, _, st, _ in jobs}
     nodes = [
-        Node(job_id, _short(name), f"{job_id} ({st})", st, *place[job_id])
+        Node(job_id, _short(name), f"{name}: {job_id} ({st})", st, *place[job_id])
         for job_id, name, st, _ in jobs
     ]
     edges = [
@@ -200,6 +200,8 @@ def timeline(
 
 
 def _duration(seconds: float) -> str:
+    if seconds < 10:
+        return f"{seconds:.1f}s"
     if seconds < 90:
         return f"{seconds:.0f}s"
     if seconds < 5400:

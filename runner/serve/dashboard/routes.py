@@ -22,7 +22,7 @@ from runner.serve.store import FINAL, STATUSES, JobMatch
 LOG_CHUNK = 64 << 10  # the tail a job page opens with, and each "earlier" step
 LOG_FOLLOW_MAX = 256 << 10  # the most one follow read sends
 STATIC = Path(__file__).with_name("static")
-STATIC_FILES = {"app.js": "text/javascript", "style.css": "text/css"}
+STATIC_FILES = {"app.js": "text/javascript", "style.css": "text/css", "icon.svg": "image/svg+xml"}
 
 # Strict: scripts and styles from our own files only (none inline, no eval), nothing framed,
 # forms post to us only. A log line or job name that got past escaping still could not run.
