@@ -350,11 +350,13 @@ def _inside(folder: Path, name: str) -> Path | None:
 
 async def _form(request: Request) -> dict[str, str]:
     """An urlencoded form, as a browser posts it (the last value of a repeated field)."""
+    body = await request.body()
+    if not body:
+        return {}
     if request.headers.get("content-type", "").split(";")[0].strip() != (
         "application/x-www-form-urlencoded"
     ):
         raise BadRequest("expected a form (application/x-www-form-urlencoded)", 415)
-    body = await request.body()
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError:
