@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.browse
 from tests.browser import chromium, find_browser
 
 ENTRY = (
-    "import sys; from runner.cli import app, main; from runner.serve.cli import register; "
+    "import sys; from runner.cli import app, main; from runner.cli.serve import register; "
     "register(app); main(sys.argv[1:])"
 )
 FCP = (
