@@ -7,6 +7,7 @@ methods only: whatever runs the queue underneath plugs in by offering these.
 from __future__ import annotations
 
 import datetime as dt
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -157,16 +158,19 @@ def log_path(settings: Settings, job_id: str) -> Path:
 
 
 def artifacts(folder: Path) -> list[tuple[str, int]]:
-    """Files under the job's artifact folder, as paths relative to it (a bounded listing:
-    a job may leave thousands). Symlinks are not followed."""
+    """Files under the job's artifact folder, as paths relative to it: the first ones in name
+    order, a bounded walk (a job may leave thousands). Symlinks are not followed."""
     out: list[tuple[str, int]] = []
     if not folder.is_dir():
         return out
-    for path in sorted(folder.rglob("*")):
-        if len(out) >= MAX_ARTIFACTS_LISTED:
-            break
-        if path.is_file() and not path.is_symlink():
-            out.append((path.relative_to(folder).as_posix(), _size(path)))
+    for root, dirs, files in os.walk(folder):  # walk does not enter symlinked folders
+        dirs.sort()
+        for name in sorted(files):
+            path = Path(root, name)
+            if path.is_file() and not path.is_symlink():
+                out.append((path.relative_to(folder).as_posix(), _size(path)))
+            if len(out) >= MAX_ARTIFACTS_LISTED:
+                return out
     return out
 
 

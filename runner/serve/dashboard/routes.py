@@ -10,7 +10,7 @@ import urllib.parse
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import APIRouter, FastAPI, Query, Request
+from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.responses import FileResponse, Response
 from starlette.concurrency import run_in_threadpool
 
@@ -140,16 +140,10 @@ def _page_routes(
 
     @router.get("/")
     def queue_page(
-        request: Request,
-        status: str = "",
-        q: Annotated[str, Query(max_length=200)] = "",
-        submission: str = "",
-        after: Annotated[int | None, Query(ge=0, le=2**62)] = None,
-        before: Annotated[int | None, Query(ge=0, le=2**62)] = None,
-        limit: Annotated[int, Query(ge=1, le=reads.MAX_PAGE_SIZE)] = reads.PAGE_SIZE,
+        request: Request, listing: Annotated[tuple[JobMatch, int], Depends(_listing)]
     ) -> Response:
         session = _session(request, sessions)
-        match = _match(status, q, submission, after, before)
+        match, limit = listing
         data = reads.queue_page(queue, match, limit)
         live = "/ui/queue/rows?" + request.url.query if request.url.query else "/ui/queue/rows"
         page = render.page(
@@ -160,16 +154,11 @@ def _page_routes(
 
     @router.get("/ui/queue/rows")
     def queue_rows(
-        request: Request,
-        status: str = "",
-        q: Annotated[str, Query(max_length=200)] = "",
-        submission: str = "",
-        after: Annotated[int | None, Query(ge=0, le=2**62)] = None,
-        before: Annotated[int | None, Query(ge=0, le=2**62)] = None,
-        limit: Annotated[int, Query(ge=1, le=reads.MAX_PAGE_SIZE)] = reads.PAGE_SIZE,
+        request: Request, listing: Annotated[tuple[JobMatch, int], Depends(_listing)]
     ) -> Response:
         _session(request, sessions, fragment=True)
-        data = reads.queue_page(queue, _match(status, q, submission, after, before), limit)
+        match, limit = listing
+        data = reads.queue_page(queue, match, limit)
         return _fragment(request, render.fragment("queue_rows.j2", data=data, limit=limit))
 
     @router.get("/ui/jobs/{job_id}")
@@ -281,19 +270,28 @@ def _static_routes() -> APIRouter:
 # -- helpers --------------------------------------------------------------------------------
 
 
-def _match(status: str, q: str, submission: str, after: int | None, before: int | None) -> JobMatch:
+def _listing(
+    status: str = "",
+    q: Annotated[str, Query(max_length=200)] = "",
+    submission: str = "",
+    after: Annotated[int | None, Query(ge=0, le=2**62)] = None,
+    before: Annotated[int | None, Query(ge=0, le=2**62)] = None,
+    limit: Annotated[int, Query(ge=1, le=reads.MAX_PAGE_SIZE)] = reads.PAGE_SIZE,
+) -> tuple[JobMatch, int]:
+    """The queue page's query: which jobs, and how many a page."""
     if status and status not in STATUSES:
         raise BadRequest(f"no status '{status}': one of {', '.join(STATUSES)}")
     number = submission.strip().lstrip("s")
     if number and not number.isdigit():
         raise BadRequest(f"submission '{submission}' is not a number")
-    return JobMatch(
+    match = JobMatch(
         status=status or None,
         name=q.strip() or None,
         submission=int(number) if number else None,
         after=after if before is None else None,
         before=before,
     )
+    return match, limit
 
 
 def _job(queue: reads.Queue, settings: reads.Settings, job_id: str) -> reads.JobPageData:
