@@ -129,7 +129,7 @@ def first_paint_ms(driver: Any, url: str, n: int) -> float:
 
 
 def page_bytes(http: requests.Session, url: str, paths: list[str]) -> None:
-    print("  bytes per page (uncompressed body):")
+    """Bytes of each page's body (uncompressed), and of a live refresh of it."""
     for path in paths:
         reply = http.get(url + path, timeout=30)
         line = f"    {path:<34} {len(reply.content):>8} B"
@@ -193,9 +193,10 @@ def main() -> None:
         ids = running_queue(http, url, 3000)
         submission = ids[0].split(".")[0][1:]
         pages = ["/", "/?status=running", f"/ui/submissions/{submission}"]
-        pages += [f"/ui/jobs/{ids[0]}", "/ui/spend", "/login"]
+        pages += [f"/ui/jobs/{ids[0]}", "/ui/spend"]
         browser = requests.Session()
         browser.post(f"{url}/login", data={"token": token}, timeout=30)
+        page_bytes(requests.Session(), url, ["/login"])
         page_bytes(browser, url, [*pages, "/ui/queue/rows", "/ui/static/app.js"])
 
         alone = cpu_while(proc.pid, args.window)
