@@ -297,6 +297,9 @@ class CloreBackend:
         if offer.cuda_version:
             facts["cuda"] = offer.cuda_version
         notes = list(rental.skipped)  # said by the first job on it only
+        for timing in ("online_after_s", "ssh_ready_after_s"):  # from the create
+            if timing in rental.facts:
+                facts[timing] = rental.facts[timing]
         if rental.skipped:
             facts["skipped_hosts"] = "; ".join(rental.skipped)
             rental.skipped = []
