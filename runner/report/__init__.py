@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import tempfile
@@ -18,6 +19,8 @@ from runner.report.compare import BadBaseline, compare
 from runner.report.junit import build_junit
 from runner.report.markdown import render_markdown
 from runner.report.summary import Summary, build_summary
+from runner.report.timeline import build_timeline, records_from_summary
+from runner.report.timeline_svg import render_svg
 
 __all__ = ["ReportPaths", "load_summary", "render_markdown", "with_comparison", "write_reports"]
 
@@ -30,6 +33,7 @@ class ReportPaths:
     summary_json: Path
     summary_md: Path
     warnings: tuple[str, ...] = ()
+    timeline_svg: Path | None = None
 
 
 def write_reports(
@@ -49,9 +53,17 @@ def write_reports(
         summary = with_comparison(summary, baseline)
     atomic_write(paths.summary_json, dump_summary(summary))
     atomic_write(paths.summary_md, render_markdown(summary).encode("utf-8"))
+    svg = out_dir / "timeline.svg"
+    atomic_write(svg, timeline_svg(summary).encode("utf-8"))
     return ReportPaths(
-        paths.junit, paths.summary_json, paths.summary_md, tuple(summary["warnings"])
+        paths.junit, paths.summary_json, paths.summary_md, tuple(summary["warnings"]), svg
     )
+
+
+def timeline_svg(summary: Summary) -> str:
+    """timeline.svg of a summary dict."""
+    model = build_timeline(records_from_summary(summary))
+    return render_svg(model, str(summary.get("pipeline", {}).get("name", "")))
 
 
 def with_comparison(summary: Summary, baseline: Mapping[str, Any]) -> Summary:
@@ -76,10 +88,28 @@ def dump_summary(summary: Mapping[str, Any]) -> bytes:
     return (json.dumps(summary, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
 
 
+@functools.cache
+def _umask() -> int:
+    """The process's umask. Linux says it in /proc; elsewhere reading it means setting it, done
+    once (a key file written by another thread meanwhile would get the wrong mode)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write(path: Path, data: bytes) -> None:
     """Write via a temp file in the same directory and `os.replace`: readers never see half."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        # mkstemp makes the file 0600; reports are read by other users (CI containers often
+        # run the upload step as another user), so they get the mode any new file gets.
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()

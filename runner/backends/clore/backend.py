@@ -13,7 +13,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from runner.backends.base import OutputSink, Place, RunOutcome, RunRequest
+from runner.backends.base import NO_STAGES, OutputSink, Place, RunOutcome, RunRequest, StageSink
 from runner.backends.clore.api import CloreClient
 from runner.backends.clore.market import (
     Offer,
@@ -91,7 +91,7 @@ class CloreBackend:
 
     # -- acquire ---------------------------------------------------------------------------
 
-    def acquire(self, job: Job, cancel: threading.Event) -> Place:
+    def acquire(self, job: Job, cancel: threading.Event, stages: StageSink = NO_STAGES) -> Place:
         reused = self._take_idle(job)
         if reused is not None:
             return reused
@@ -104,12 +104,14 @@ class CloreBackend:
                 reserved = self._wait_for_budget(job, offer, cancel)
                 try:
                     self._stop_if_stopping(cancel)  # waiting for money can take long
-                    rental = self.provisioner.rent(job, offer, cancel)
+                    stages.stage("renting", _offer_label(offer), self._hourly(job, offer))
+                    rental = self.provisioner.rent(job, offer, cancel, stages)
                 except SkipOffer as exc:
                     self._end_renting(reserved)
                     with self._cond:
                         self._excluded.add(offer.server_id)
                     tried.append(str(exc))
+                    stages.note(f"{exc}; trying the next offer")
                     continue
                 except BaseException:
                     self._end_renting(reserved)
@@ -184,12 +186,7 @@ class CloreBackend:
     def _wait_for_budget(self, job: Job, offer: Offer, cancel: threading.Event) -> float:
         """Wait until the rental fits the budget, then reserve its cost until it is held (so a
         rental being set up in another worker counts) and return the amount reserved."""
-        spot = job.gpu is not None and job.gpu.spot
-        price_per_day = self.provisioner.price_per_day(job, offer)  # a spot bid, not the minimum
-        if price_per_day is None:
-            price = offer.usd_per_hour(spot) or 0.0  # no bid fits: renting will skip the offer
-        else:
-            price = self.provisioner.usd_per_hour(offer, price_per_day)
+        price = self._hourly(job, offer)
         new_usd = price * job.timeout_s / 3600
         with self._cond:
             while True:
@@ -206,6 +203,14 @@ class CloreBackend:
                         f"(${price:.3f}/h x {job.timeout_s / 3600:.2f} h timeout)"
                     )
                 self._cond.wait(timeout=1.0)  # a server given back frees money
+
+    def _hourly(self, job: Job, offer: Offer) -> float:
+        """What renting `offer` for `job` costs per hour: a spot bid, not the spot minimum."""
+        spot = job.gpu is not None and job.gpu.spot
+        price_per_day = self.provisioner.price_per_day(job, offer)
+        if price_per_day is None:
+            return offer.usd_per_hour(spot) or 0.0  # no bid fits: renting will skip the offer
+        return self.provisioner.usd_per_hour(offer, price_per_day)
 
     def _committed_usd(self) -> float:
         """Cost so far of what is held, plus each running job's price x its remaining timeout,
@@ -255,12 +260,17 @@ class CloreBackend:
     # -- run and release -------------------------------------------------------------------
 
     def run(
-        self, place: Place, request: RunRequest, sink: OutputSink, cancel: threading.Event
+        self,
+        place: Place,
+        request: RunRequest,
+        sink: OutputSink,
+        cancel: threading.Event,
+        stages: StageSink = NO_STAGES,
     ) -> RunOutcome:
         held = self._find(place)
         if held is None or held.rental.conn is None:
             return RunOutcome(None, FailureKind.SERVER_LOST, "the server is no longer held")
-        outcome = run_job(held.rental.conn, request, sink, cancel)
+        outcome = run_job(held.rental.conn, request, sink, cancel, stages=stages)
         if outcome.failure in (FailureKind.SERVER_LOST, FailureKind.SSH_FAILED):
             held.rental.lost = True  # outbid or gone: the retry goes to another host
             with self._cond:
@@ -379,6 +389,10 @@ class CloreBackend:
                 f"{len(left)} rental(s) of run {run_id} not confirmed released (servers {servers})",
                 f"run `clore-run cleanup --run {run_id}`",
             )
+
+
+def _offer_label(offer: Offer) -> str:
+    return f"{offer.gpus} #{offer.server_id}"
 
 
 def _fits(rental: Rental, ask: GpuAsk) -> bool:

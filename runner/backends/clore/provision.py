@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from runner.backends.base import NO_STAGES, StageSink
 from runner.backends.clore import errors as api_errors
 from runner.backends.clore.api import CloreClient, OrderRequest, may_have_created
 from runner.backends.clore.market import Offer, per_hour, spot_bid_per_day
@@ -89,7 +90,9 @@ class Provisioner:
     _wasted_usd: float = field(default=0.0, init=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
 
-    def rent(self, job: Job, offer: Offer, cancel: threading.Event) -> Rental:
+    def rent(
+        self, job: Job, offer: Offer, cancel: threading.Event, stages: StageSink = NO_STAGES
+    ) -> Rental:
         """Rent `offer` for `job` and return it reachable over SSH, or raise (nothing held)."""
         rental = self._intent(job, offer)
         order = self._create(rental, job, cancel)
@@ -99,7 +102,9 @@ class Provisioner:
         try:  # the order exists: from here on, every failure cancels it
             self.ledger.set_order(rental.rental_id, order.id)
             self.ledger.set_state(rental.rental_id, "ordered")
+            stages.stage("booting", f"order {order.id}")
             order = self._wait_online(order.id, cancel)
+            stages.stage("connecting", f"order {order.id}")
             rental.conn = self._connect(order, cancel)
             self.ledger.set_state(rental.rental_id, "running")
         except BaseException:
