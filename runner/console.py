@@ -20,6 +20,7 @@ from rich.console import RenderableType
 from rich.live import Live
 from rich.text import Text
 
+from runner import redact
 from runner.backends.base import BackendStage, Place, Stream
 from runner.core.model import Attempt, Job, JobResult
 from runner.live import board as B
@@ -29,7 +30,7 @@ from runner.live.render import render_board
 from runner.live.words import clock_time, retry_line, seconds, status_text
 from runner.report.github_actions import print_log_group
 from runner.report.markdown import money
-from runner.untrusted import console_text
+from runner.untrusted import console_line
 
 CONSOLE_CAP_BYTES = 1 << 20  # per job; the rest is in logs/<job>.log
 HEARTBEAT_S = 180.0  # plain lines: a job quiet this long gets a line saying it is alive
@@ -41,7 +42,7 @@ PLAIN_WIDTH = 120  # not a terminal (a CI log): the width the final table is lai
 def _one_line(text: str) -> str:
     """Reasons can carry text from a server: on one line, escaped, none of it can start a
     line that CI reads as a workflow command (`::add-mask::`, `::error::`)."""
-    return console_text(" ".join(text.split()))
+    return console_line(" ".join(text.split()))
 
 
 class Console:
@@ -267,6 +268,7 @@ class Console:
         self._print(line)
 
     def _print(self, text: Text) -> None:
+        text.plain = redact.text(text.plain)  # styles stay where they were: a key is one span
         if not self.live:
             text.no_wrap = True
         self._guard(lambda: self.out.print(text, soft_wrap=not self.live, overflow="fold"))

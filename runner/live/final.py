@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from runner.report.markdown import duration, human, money, pct, rate
-from runner.untrusted import console_text
+from runner.untrusted import console_line
 
 FAILED_LOG_LINES = 5  # per failed job; the whole log is in logs/<job>.log
 MAX_FAILED_LOGS = 5
@@ -41,7 +41,7 @@ def render_final(summary: Mapping[str, Any], out_dir: Path) -> RenderableType:
     comparison = summary.get("comparison")
     if comparison:
         parts.append(_baseline(comparison))
-    where = console_text(str(out_dir).rstrip("/") + "/")
+    where = console_line(str(out_dir).rstrip("/") + "/")
     parts.append(Text(f"reports: {where} (summary.md, junit.xml, logs/)", style="dim"))
     return Group(*parts)
 
@@ -65,9 +65,9 @@ def jobs_table(summary: Mapping[str, Any]) -> Table:
         if job.get("allowed_failure"):
             style = "yellow"
         cells = [
-            Text(console_text(job["name"])),
+            Text(console_line(job["name"])),
             Text(word, style=style),
-            Text(console_text(job.get("gpu") or "–")),
+            Text(console_line(job.get("gpu") or "–")),
             Text(duration(job["duration_s"])),
             Text(rate(job.get("usd_per_hour"))),
             Text(money(job["cost_usd"])),
@@ -79,7 +79,7 @@ def jobs_table(summary: Mapping[str, Any]) -> Table:
                 Text(pct(delta.get("cost_delta_pct"))),
                 Text(pct(delta.get("duration_delta_pct"))),
             ]
-        cells.append(Text(console_text(" ".join(str(job.get("reason") or "").split()))))
+        cells.append(Text(console_line(" ".join(str(job.get("reason") or "").split()))))
         table.add_row(*cells)
     return table
 
@@ -88,11 +88,11 @@ def _failed_logs(summary: Mapping[str, Any]) -> list[RenderableType]:
     out: list[RenderableType] = []
     failed = [j for j in summary["jobs"] if j.get("log_tail")]
     for job in failed[:MAX_FAILED_LOGS]:
-        title = Text(f"{console_text(job['name'])}: last lines of logs/{job['id']}.log")
+        title = Text(f"{console_line(job['name'])}: last lines of logs/{job['id']}.log")
         title.stylize("bold")
         out.append(title)
         for line in job["log_tail"][-FAILED_LOG_LINES:]:
-            out.append(Text("  " + console_text(line), no_wrap=True, overflow="ellipsis"))
+            out.append(Text("  " + console_line(line), no_wrap=True, overflow="ellipsis"))
     if len(failed) > MAX_FAILED_LOGS:
         out.append(Text(f"… and {len(failed) - MAX_FAILED_LOGS} more failed jobs in logs/"))
     return out
@@ -115,6 +115,6 @@ def _baseline(comparison: Mapping[str, Any]) -> Text:
     total = comparison["total"]
     return Text(
         f"{pct(total['cost_delta_pct'])} cost, {pct(total['duration_delta_pct'])} time vs "
-        f"{console_text(str(comparison.get('label', 'the baseline')))} "
+        f"{console_line(str(comparison.get('label', 'the baseline')))} "
         f"({money(total['cost_usd'])} vs {money(total['baseline_cost_usd'])})"
     )

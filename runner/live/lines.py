@@ -7,7 +7,7 @@ the job's row until the line ends. A finished line keeps only its last redraw.
 
 from __future__ import annotations
 
-from runner.untrusted import console_text
+from runner.untrusted import console_line
 
 MAX_PENDING = 64 * 1024  # a "line" that never ends is shown in pieces, not kept forever
 
@@ -39,4 +39,4 @@ def _latest(line: bytes) -> str:
     """What a terminal would show of a line drawn with `\\r`s: its last non-empty drawing."""
     text = line.decode("utf-8", "replace").rstrip("\r")
     drawn = [part for part in text.split("\r") if part.strip()]
-    return console_text(drawn[-1].strip() if drawn else "")
+    return console_line(drawn[-1].strip() if drawn else "")

@@ -1,7 +1,7 @@
 """The live table: a header (done/total, servers held, spend against the budget, elapsed) and
 one row per job (stage, elapsed, attempts, cost so far), cut to the terminal's size.
 
-Everything shown that came from a server goes through `console_text` first; cells are rich
+Everything shown that came from a server goes through `console_line` first; cells are rich
 `Text`, never markup, so a job cannot style or move anything either.
 """
 
@@ -15,7 +15,7 @@ from rich.text import Text
 from runner.live import board as B
 from runner.live.words import clock_time, seconds
 from runner.report.markdown import duration, money, rate
-from runner.untrusted import console_text
+from runner.untrusted import console_line
 
 _STYLE = {
     "passed": "green",
@@ -62,7 +62,7 @@ def header(board: B.Board, now: float, started: float) -> Text:
     budget = f" of {rate(board.budget_usd)}" if board.budget_usd else ""
     text = Text(no_wrap=True, overflow="ellipsis")
     if board.name:
-        text.append(console_text(board.name), style="bold")
+        text.append(console_line(board.name), style="bold")
         text.append("  ")
     text.append(f"{board.done()}/{total} done", style="bold")
     text.append(f" · {held} held · {money(spent)}{budget} · {ticking(now - started)}")
@@ -89,9 +89,9 @@ def stage_cell(row: B.Row, now: float) -> Text:
     text = Text(no_wrap=True, overflow="ellipsis")
     text.append(row.stage, style="cyan" if row.stage in B.ACTIVE else "dim")
     if row.stage == "renting" and row.usd_per_hour is not None:
-        text.append(f" {console_text(row.detail)} {rate(row.usd_per_hour)}/h")
+        text.append(f" {console_line(row.detail)} {rate(row.usd_per_hour)}/h")
     elif row.detail:
-        text.append(" " + console_text(row.detail))
+        text.append(" " + console_line(row.detail))
     if row.stage in B.ACTIVE and row.stage_since is not None and row.stage != "running":
         text.append(f" {ticking(now - row.stage_since)}", style="dim")
     if row.progress:

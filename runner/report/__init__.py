@@ -12,17 +12,17 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from runner.core.model import RunRecord
-from runner.report.compare import BadBaseline, compare
-from runner.report.junit import build_junit
-from runner.report.markdown import render_markdown
-from runner.report.summary import Summary, build_summary
-from runner.report.timeline import build_timeline, records_from_summary
-from runner.report.timeline_svg import render_svg
+from runner import redact
 
-__all__ = ["ReportPaths", "load_summary", "render_markdown", "with_comparison", "write_reports"]
+# The builders (jinja2, the XML writer) load when reports are written, not for every command
+# that only needs a path or load_summary.
+if TYPE_CHECKING:
+    from runner.core.model import RunRecord
+    from runner.report.summary import Summary
+
+__all__ = ["ReportPaths", "load_summary", "with_comparison", "write_reports"]
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,10 @@ def write_reports(
     Bad job JUnit files and a bad baseline become warnings. OSError (e.g. an unwritable
     `out_dir`) is raised: the caller decides what an unwritable output means.
     """
+    from runner.report.junit import build_junit
+    from runner.report.markdown import render_markdown
+    from runner.report.summary import build_summary
+
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = ReportPaths(out_dir / "junit.xml", out_dir / "summary.json", out_dir / "summary.md")
     junit = build_junit(out_dir, record)
@@ -54,20 +58,25 @@ def write_reports(
     atomic_write(paths.summary_json, dump_summary(summary))
     atomic_write(paths.summary_md, render_markdown(summary).encode("utf-8"))
     svg = out_dir / "timeline.svg"
-    atomic_write(svg, timeline_svg(summary).encode("utf-8"))
+    atomic_write(svg, svg_of(summary).encode("utf-8"))
     return ReportPaths(
         paths.junit, paths.summary_json, paths.summary_md, tuple(summary["warnings"]), svg
     )
 
 
-def timeline_svg(summary: Summary) -> str:
+def svg_of(summary: Summary) -> str:
     """timeline.svg of a summary dict."""
+    from runner.report.timeline import build_timeline, records_from_summary
+    from runner.report.timeline_svg import render_svg
+
     model = build_timeline(records_from_summary(summary))
     return render_svg(model, str(summary.get("pipeline", {}).get("name", "")))
 
 
 def with_comparison(summary: Summary, baseline: Mapping[str, Any]) -> Summary:
     """`summary` with its `comparison` filled in, or a warning when the baseline is unusable."""
+    from runner.report.compare import BadBaseline, compare
+
     summary = dict(summary)
     try:
         summary["comparison"] = compare(summary, baseline)
@@ -104,7 +113,10 @@ def _umask() -> int:
 
 
 def atomic_write(path: Path, data: bytes) -> None:
-    """Write via a temp file in the same directory and `os.replace`: readers never see half."""
+    """Write via a temp file in the same directory and `os.replace`: readers never see half.
+    Every report passes here, so here the known secrets are taken out of it, whatever field
+    (a job name, a GPU name, a test's output) carried them."""
+    data = redact.data(data)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         # mkstemp makes the file 0600; reports are read by other users (CI containers often

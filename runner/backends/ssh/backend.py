@@ -26,10 +26,10 @@ from runner.backends.base import (
     RunRequest,
     StageSink,
 )
-from runner.backends.ssh_connection import ConnectOptions, Endpoint, SshConnection, connect
-from runner.backends.ssh_exec import ExecOptions, run_job
-from runner.backends.ssh_facts import gpu_facts
-from runner.backends.ssh_keys import ClientKey, HostKeyStore
+from runner.backends.ssh.connection import ConnectOptions, Endpoint, SshConnection, connect
+from runner.backends.ssh.exec import ExecOptions, run_job
+from runner.backends.ssh.facts import gpu_facts
+from runner.backends.ssh.keys import ClientKey, HostKeyStore
 from runner.core.model import FailureKind, Job
 from runner.errors import InfrastructureError, UsageError
 
