@@ -87,6 +87,9 @@ class AttemptRunner:
             self.console.placed(job, place)
             self.on_placed(job, number)
             log.header(place.name)
+            for note in place.notes:
+                log.note(note)
+                self.console.notice(f"{job.id}: {note}")
             request = self._request(job, number, timeout_s)
             outcome = self.backend.run(place, request, log, kill, log)
         except JobCannotRun as exc:
