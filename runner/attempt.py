@@ -63,6 +63,8 @@ class AttemptRunner:
     workspace_files: tuple[str, ...] = ()
     on_placed: Callable[[Job, int], None] = _nothing  # a place is held; the script starts now
     on_released: Callable[[], None] = _nothing  # the place was given back (or tried to be)
+    # Where it runs, as soon as that is known (serve shows a running job's server and price).
+    on_server: Callable[[Job, int, Place], None] = _nothing
 
     def run(self, job: Job, number: int, timeout_s: float, kill: threading.Event) -> Ran:
         """Never raises: whatever goes wrong (a log that cannot be opened included) ends the
@@ -86,6 +88,7 @@ class AttemptRunner:
             placed_at = self.clock()
             self.console.placed(job, place)
             self.on_placed(job, number)
+            self.on_server(job, number, place)
             log.header(place.name)
             for note in place.notes:
                 log.note(note)
