@@ -5,7 +5,7 @@
 Reports, each against a baseline measured in the same run:
 
 - time to first paint (first-contentful-paint) of the queue page with --queued jobs queued,
-  against the same page on the same server with an empty queue;
+  against the same page on the same server with one page (50) of jobs queued;
 - bytes sent per page (the HTML, and each live refresh: changed, or 304 unchanged);
 - the server process's CPU (its own threads; the jobs are other processes) while --pages
   pages watch a running queue, against the same queue with no page open.
@@ -36,13 +36,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.browse
 
 from tests.browser import chromium, find_browser
 
+PAGE = 50  # jobs on one queue page
 ENTRY = (
     "import sys; from runner.cli import app, main; from runner.cli.serve import register; "
     "register(app); main(sys.argv[1:])"
 )
+# First contentful paint, and when the first byte of the page arrived (the server's part).
 FCP = (
     "const p = performance.getEntriesByName('first-contentful-paint')[0];"
-    "return p ? p.startTime : null;"
+    "const n = performance.getEntriesByType('navigation')[0];"
+    "return p ? [p.startTime, n.responseStart] : null;"
 )
 
 
@@ -96,7 +99,7 @@ def submit(http: requests.Session, url: str, yaml_text: str) -> list[str]:
 
 
 def fill(http: requests.Session, url: str, total: int) -> None:
-    per = max(1, total // 10)
+    per = max(1, min(total, 1000))
     for batch in range(0, total, per):
         jobs = "".join(
             f"  j{i}:\n    not-before: 2099-01-01T00:00:00Z\n    run: 'true'\n"
@@ -116,16 +119,24 @@ def log_in(driver: Any, url: str, token: str) -> None:
     WebDriverWait(driver, 20).until(lambda d: "/login" not in d.current_url)
 
 
-def first_paint_ms(driver: Any, url: str, n: int) -> float:
-    out = []
+def first_paint_ms(driver: Any, url: str, n: int) -> tuple[float, float]:
+    """Medians over `n` loads: (first contentful paint, first byte), ms from navigation."""
+    paints, firsts = [], []
     for _ in range(n):
         driver.get(url)
         value = None
         deadline = time.monotonic() + 10
         while value is None and time.monotonic() < deadline:
             value = driver.execute_script(FCP)
-        out.append(float(value or "nan"))
-    return statistics.median(out)
+        paint, first = value or (float("nan"), float("nan"))
+        paints.append(float(paint))
+        firsts.append(float(first))
+    return statistics.median(paints), statistics.median(firsts)
+
+
+def show_paint(label: str, got: tuple[float, float], base: tuple[float, float] | None) -> None:
+    ratio = "(baseline)" if base is None else f"({got[0] / base[0]:.2f}x the baseline)"
+    print(f"  first paint, {label:<34} {got[0]:7.1f} ms {ratio}; first byte {got[1]:.1f} ms")
 
 
 def page_bytes(http: requests.Session, url: str, paths: list[str]) -> None:
@@ -176,19 +187,15 @@ def main() -> None:
         http.headers["Authorization"] = f"Bearer {token}"
         with chromium() as driver:
             log_in(driver, url, token)
+            fill(http, url, PAGE)  # the baseline: one full page of jobs, nothing beyond it
             empty = first_paint_ms(driver, url + "/", args.paints)
-            fill(http, url, args.queued)
+            fill(http, url, args.queued - PAGE)
             full = first_paint_ms(driver, url + "/", args.paints)
             deep = first_paint_ms(driver, url + "/?status=queued&q=j9", args.paints)
         print(f"clore-run serve dashboard, local backend, chromium headless, {url}")
-        print(f"  first paint, queue page, empty queue:         {empty:7.1f} ms (baseline)")
-        print(
-            f"  first paint, queue page, {args.queued} queued:  {full:7.1f} ms"
-            f"  ({full / empty:.2f}x the baseline)"
-        )
-        print(
-            f"  first paint, filtered (status + name):        {deep:7.1f} ms ({deep / empty:.2f}x)"
-        )
+        show_paint(f"queue page, {PAGE} queued (one page):", empty, None)
+        show_paint(f"queue page, {args.queued} queued:", full, empty)
+        show_paint("filtered (status + name):", deep, empty)
 
         ids = running_queue(http, url, 3000)
         submission = ids[0].split(".")[0][1:]
@@ -196,6 +203,7 @@ def main() -> None:
         pages += [f"/ui/jobs/{ids[0]}", "/ui/spend"]
         browser = requests.Session()
         browser.post(f"{url}/login", data={"token": token}, timeout=30)
+        print("  bytes per page (uncompressed body):")
         page_bytes(requests.Session(), url, ["/login"])
         page_bytes(browser, url, [*pages, "/ui/queue/rows", "/ui/static/app.js"])
 

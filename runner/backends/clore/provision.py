@@ -146,6 +146,7 @@ class Provisioner:
     ) -> Rental:
         """Rent `offer` for `job` and return it reachable over SSH, or raise (nothing held)."""
         rental = self._intent(job, offer)
+        asked = self.clock.now()
         order = self._create(rental, job, cancel)
         rental.order_id = order.id
         rental.held_since = rental.billed_until = order.ct or self.clock.time()
@@ -155,8 +156,10 @@ class Provisioner:
             self.ledger.set_state(rental.rental_id, "ordered")
             stages.stage("booting", f"order {order.id}")
             order = self._wait_online(order.id, cancel, rental)
+            rental.facts["online_after_s"] = f"{self.clock.now() - asked:.1f}"
             stages.stage("connecting", f"order {order.id}")
             rental.conn = self._connect(order, cancel)
+            rental.facts["ssh_ready_after_s"] = f"{self.clock.now() - asked:.1f}"
             self.ledger.set_state(rental.rental_id, "running")
         except BaseException:
             self._waste(rental, self.release(rental))
