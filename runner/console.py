@@ -236,10 +236,15 @@ class Console:
                 self._line(row.job, f"{row.stage} {int(span // 60)}m{paid}")
                 row.heartbeat_at = now
 
-    def renderable(self, now: float) -> RenderableType:
-        """The live table at `now` (what the screen shows between lines of output)."""
+    def renderable(
+        self, now: float, width: int | None = None, height: int | None = None
+    ) -> RenderableType:
+        """The live table at `now` (what the screen shows between lines of output), for this
+        terminal's size or the one given."""
         with self._lock:
-            return render_board(self.board, now, self._t0, self.out.size.height)
+            size = self.out.size
+            width, height = width or size.width, height or size.height
+            return render_board(self.board, now, self._t0, height, width)
 
     def _renderable(self) -> RenderableType:
         return self.renderable(self.clock())
