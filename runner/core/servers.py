@@ -1,0 +1,674 @@
+"""The servers a run holds, and every decision about them, pure.
+
+The book is told which jobs are ready (`want`), which attempts ended and which jobs are final,
+and what became of each server; after each batch `decide(now)` answers with commands: rent a
+server (a budget reservation is made first), start a job on one, give one back. The rules:
+
+- Placement: a ready server runs the best waiting job it fits, first the job it was rented for,
+  then a job that needs the one that just ran there (its files are warm), then by priority.
+- Renting: a waiting job with no server coming rents the best offer, when a slot under the cap
+  and the budget allow. The reservation is the rental's worst case: the longest boot, the
+  longest wait for its needs and the job's timeout, at the price with the renter's fee, plus the
+  creation fee whenever the order could live long enough to be charged it.
+- Rent ahead: once every need of a job has an expected end, the job's server is rented when
+  those ends are one expected boot away, unless a server it fits will be free for it by then.
+- Give back: a server no waiting job fits, and no job is expected to want within one boot, is
+  released at once; one that some job will soon want is kept for at most a boot.
+
+Servers that already exist (SSH hosts, local slots) are the same model, never rented or given
+back before the end. Nothing here reads a clock, does I/O or recurses.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
+
+from runner.core import graph
+from runner.core.events import ScheduleTimer
+from runner.core.model import FailureKind, Job
+from runner.core.rentals import (
+    BootTimes,
+    CoreCommand,
+    Market,
+    NoMarket,
+    Provisioning,
+    Quote,
+    ReleaseServer,
+    RentFailed,
+    RentServer,
+    ServerEvent,
+    ServerLost,
+    ServerReady,
+    ServerReleased,
+    StartOn,
+    rental_cost_usd,
+)
+
+# After a script's timeout the job is killed and its artifacts fetched: the budget holds a
+# server this much longer than the timeout.
+AFTER_SCRIPT_S = 120.0
+MAX_OFFERS_PER_ATTEMPT = 5  # hosts tried for one attempt before it fails as provisioning
+_EPS_S = 1e-6
+TIMER = "servers"  # the first element of every timer token the book asks for
+
+Key = tuple[int, float, int]
+
+
+@dataclass
+class _Server:
+    id: int
+    quote: Quote
+    rented: bool
+    since: float  # when the create was sent (a fixed host: when the run began)
+    ready_at: float | None = None  # None: still booting
+    job: str | None = None  # the job running on it
+    claim: str | None = None  # the job it is meant for next (rented for it, or expected)
+    last_job: str | None = None
+    reserved_until: float = 0.0  # the budget holds its cost up to here
+
+    @property
+    def idle(self) -> bool:
+        return self.ready_at is not None and self.job is None
+
+
+@dataclass(frozen=True)
+class ServerView:
+    """A server as the book holds it, for simulators, plans and tests."""
+
+    id: int
+    quote: Quote
+    rented: bool
+    booting: bool
+    job: str | None
+    claim: str | None
+
+
+@dataclass(frozen=True)
+class Unplaceable:
+    """An attempt the book could not give a server: it ends with `failure`."""
+
+    job_id: str
+    attempt: int
+    failure: FailureKind
+    message: str
+
+
+@dataclass
+class _Want:
+    attempt: int
+    timeout_s: float
+    seq: int
+
+
+class ServerBook:
+    """Decides which servers a run holds and which job runs on which."""
+
+    def __init__(
+        self,
+        jobs: Sequence[Job],
+        cap: int,
+        *,
+        market: Market | None = None,
+        budget_usd: float | None = None,
+        provisioning: Provisioning = Provisioning.AHEAD,
+        fixed_hosts: Sequence[Quote] = (),
+        boot: BootTimes | None = None,
+        durations_s: Mapping[str, float] | None = None,
+        now: float = 0.0,
+    ) -> None:
+        if cap < 1:
+            raise ValueError("cap must be at least 1")
+        self.cap = cap
+        self.budget_usd = budget_usd
+        self.provisioning = provisioning
+        self.boot = boot or BootTimes()
+        self._market: Market = market or NoMarket()
+        self._renting = market is not None
+        self._jobs = {j.id: j for j in jobs}
+        needs = {j.id: j.needs for j in jobs}
+        self._dependents = graph.dependents_of(needs)
+        rank = graph.upward_ranks(needs, lambda i: self._jobs[i].duration_hint_s)
+        self._key: dict[str, Key] = {j.id: (-int(j.priority), -rank[j.id], j.index) for j in jobs}
+        known = durations_s or {}
+        self._expected_s = {j.id: known.get(j.id, j.estimate_s) for j in jobs}
+        self._waiting: dict[str, _Want] = {}
+        self._queue: list[tuple[Key, int, str]] = []
+        self._seq = itertools.count()
+        self._servers: dict[int, _Server] = {}
+        self._next_server = itertools.count(1)
+        self._on: dict[str, int] = {}  # job -> server it runs on
+        self._claims: dict[str, int] = {}  # job -> server meant for it
+        self._end: dict[str, float] = {}  # expected (or actual) end of a job
+        self._worst_end: dict[str, float] = {}
+        self._ends_known = dict.fromkeys(self._jobs, 0)
+        self._eta: dict[str, float] = {}  # unready jobs: when all their needs should be done
+        self._due: dict[str, None] = {}  # jobs whose server should be rented ahead now
+        self._retrying: set[str] = set()  # an attempt ended, the job is not final yet
+        self._settled: set[str] = set()
+        self._excluded: set[str] = set()
+        self._rent_failures: dict[str, int] = {}
+        self._booked: dict[int, tuple[Quote, float]] = {}  # given back: quote, cost
+        self._spent_usd = 0.0
+        self._cancelled = False
+        self._look: set[int] = set()  # servers whose keep-or-give-back is to be decided
+        self._out: list[CoreCommand] = []
+        self.unplaceable: list[Unplaceable] = []
+        self.stop_reason: str | None = None
+        for quote in fixed_hosts:
+            server = _Server(next(self._next_server), quote, False, now, ready_at=now)
+            self._servers[server.id] = server
+        for job in jobs:
+            if not job.needs:
+                self._needs_known(job.id, now)
+
+    # -- what the book is told -------------------------------------------------------------
+
+    def want(self, job_id: str, attempt: int, timeout_s: float, now: float) -> None:
+        """The job is ready for attempt `attempt` and needs a server."""
+        seq = next(self._seq)
+        self._waiting[job_id] = _Want(attempt, timeout_s, seq)
+        heapq.heappush(self._queue, (self._key[job_id], seq, job_id))
+        self._retrying.discard(job_id)
+        self._eta.pop(job_id, None)
+        self._due.pop(job_id, None)
+        self._rent_failures[job_id] = 0
+
+    def drop(self, job_id: str) -> int | None:
+        """The job no longer wants a server (killed while waiting): the number of the attempt
+        that waited. None: it is not waiting (it runs on a server, or is not known)."""
+        want = self._waiting.pop(job_id, None)
+        if want is None:
+            return None
+        self._unclaim(job_id)
+        return want.attempt
+
+    def attempt_ended(self, job_id: str, now: float) -> None:
+        """The job's attempt ended: its server is free."""
+        server = self._servers.get(self._on.pop(job_id, -1))
+        self._retrying.add(job_id)
+        if server is None:
+            return
+        server.job, server.last_job = None, job_id
+        self._look.add(server.id)
+
+    def settled(self, job_id: str, now: float) -> None:
+        """The job is final: it wants nothing more."""
+        self._settled.add(job_id)
+        self._retrying.discard(job_id)
+        self._waiting.pop(job_id, None)
+        self._eta.pop(job_id, None)
+        self._due.pop(job_id, None)
+        self._unclaim(job_id)
+        self._set_end(job_id, now, now, now)
+
+    def cancel(self, now: float) -> None:
+        """Rent nothing more; give back every server no job runs on."""
+        self._cancelled = True
+        self._look.update(self._servers)
+
+    def finish(self, now: float) -> list[CoreCommand]:
+        """The run is over: give everything back."""
+        for server in list(self._servers.values()):
+            self._release(server, now, "the run is over")
+        return self._flush()
+
+    def handle(self, event: ServerEvent, now: float) -> None:
+        server = self._servers.get(event.server)
+        if isinstance(event, ServerReleased):
+            self._settle_cost(event)
+        elif server is None:
+            return  # already given back: a late report
+        elif isinstance(event, ServerReady):
+            self._ready(server, now)
+        elif isinstance(event, ServerLost):
+            self._excluded.add(server.quote.host)
+            self._release(server, now, f"lost: {event.reason}")
+        elif isinstance(event, RentFailed):
+            self._rent_failed(server, event)
+
+    def timer(self, token: Hashable, now: float) -> None:
+        """A timer this book asked for came due."""
+        if not isinstance(token, tuple) or len(token) != 3 or token[0] != TIMER:
+            return
+        if token[1] == "ahead" and token[2] in self._eta:
+            self._due[token[2]] = None
+        elif token[1] == "look" and token[2] in self._servers:
+            self._look.add(token[2])
+
+    # -- reading ---------------------------------------------------------------------------
+
+    @property
+    def spent_usd(self) -> float:
+        """What the servers given back (and failed rents) cost."""
+        return self._spent_usd
+
+    def cost_usd(self, now: float) -> float:
+        """Spent, plus what the servers held have cost so far."""
+        held = sum(self._cost_so_far(s, now) for s in self._servers.values() if s.rented)
+        return self._spent_usd + held
+
+    def committed_usd(self, now: float) -> float:
+        """Spent, plus the reservation (or the cost so far, if more) of every server held."""
+        held = sum(self._committed(s, now) for s in self._servers.values() if s.rented)
+        return self._spent_usd + held
+
+    def servers(self) -> list[ServerView]:
+        return [
+            ServerView(s.id, s.quote, s.rented, s.ready_at is None, s.job, s.claim)
+            for s in self._servers.values()
+        ]
+
+    def waiting(self) -> list[str]:
+        """Jobs that are ready and have no server yet."""
+        return list(self._waiting)
+
+    def fits(self, quote: Quote, job_id: str) -> bool:
+        return self._market.fits(quote, self._jobs[job_id].gpu)
+
+    @property
+    def expected_boot_s(self) -> float:
+        return self.boot.expected_s
+
+    # -- deciding --------------------------------------------------------------------------
+
+    def decide(self, now: float) -> list[CoreCommand]:
+        """Everything to do now, after the events so far."""
+        self._place_on_ready_servers(now)
+        if not self._cancelled and self._renting:
+            self._rent_for_waiting(now)
+            if self.provisioning is Provisioning.AHEAD:
+                self._rent_ahead(now)
+            self._place_on_ready_servers(now)
+        self._give_back(now)
+        return self._flush()
+
+    def _flush(self) -> list[CoreCommand]:
+        out, self._out = self._out, []
+        return out
+
+    # -- placement -------------------------------------------------------------------------
+
+    def _place_on_ready_servers(self, now: float) -> None:
+        for server in list(self._servers.values()):
+            if not server.idle or not self._waiting:
+                continue
+            job_id = self._choose_job(server)
+            if job_id is not None:
+                self._start(job_id, server, now)
+
+    def _choose_job(self, server: _Server) -> str | None:
+        """The job a ready server runs next: the one it is meant for, else the best waiting
+        job it fits, a job needing the one that just ran there winning a tie of priority."""
+        if server.claim is not None and server.claim in self._waiting:
+            return server.claim
+        best = self._best_waiting(server)
+        warm = self._warm_waiting(server)
+        if warm is not None and (best is None or self._key[warm][0] <= self._key[best][0]):
+            return warm
+        return best
+
+    def _best_waiting(self, server: _Server) -> str | None:
+        """The first waiting job in priority order that fits; a scan that stops at the first
+        fit, skipping what is stale."""
+        queue, seen = self._queue, []
+        found = None
+        while queue:
+            entry = heapq.heappop(queue)
+            want = self._waiting.get(entry[2])
+            if want is None or want.seq != entry[1]:
+                continue  # stale: placed, dropped or wanted again since
+            seen.append(entry)
+            if self._usable(server, entry[2]):
+                found = entry[2]
+                break
+            if len(seen) > 4 * self.cap + 16:
+                break  # whatever fits lies further: renting covers it, and stays O(cap)
+        for entry in seen:
+            heapq.heappush(queue, entry)
+        return found
+
+    def _warm_waiting(self, server: _Server) -> str | None:
+        if server.last_job is None:
+            return None
+        warm = [d for d in self._dependents[server.last_job] if self._usable(server, d)]
+        return min(warm, key=self._key.__getitem__, default=None)
+
+    def _usable(self, server: _Server, job_id: str) -> bool:
+        """A waiting job fits: it takes this ready server even if another is booting for it."""
+        return job_id in self._waiting and self.fits(server.quote, job_id)
+
+    def _start(self, job_id: str, server: _Server, now: float) -> None:
+        want = self._waiting[job_id]
+        until = now + want.timeout_s + AFTER_SCRIPT_S
+        if server.rented and not self._extend(server, until, now):
+            return
+        del self._waiting[job_id]
+        self._unclaim(job_id)
+        if server.claim is not None:
+            self._unclaim(server.claim)
+        server.job = job_id
+        self._on[job_id] = server.id
+        self._look.discard(server.id)
+        expected = self._expected_s[job_id]
+        end = now + expected if expected is not None else None
+        self._set_end(job_id, end, until, now)
+        self._out.append(StartOn(job_id, want.attempt, server.id, want.timeout_s))
+
+    # -- renting for jobs that are ready ---------------------------------------------------
+
+    def _rent_for_waiting(self, now: float) -> None:
+        queue, seen = self._queue, list[tuple[Key, int, str]]()
+        soon_free = self._soon_free(now)
+        while queue and len(seen) <= 4 * self.cap + 16:
+            entry = heapq.heappop(queue)
+            job_id = entry[2]
+            want = self._waiting.get(job_id)
+            if want is None or want.seq != entry[1]:
+                continue
+            seen.append(entry)
+            if job_id in self._claims:
+                continue  # its server is coming
+            if self._claim_coming(job_id, soon_free):
+                continue
+            if not self._room(now):
+                if not soon_free:
+                    break  # at the cap, nothing frees within a boot: no one else can go
+                continue
+            self._rent_now(job_id, want, now)
+        for entry in seen:
+            heapq.heappush(queue, entry)
+
+    def _soon_free(self, now: float) -> list[_Server]:
+        """Busy servers expected to be free within a boot, nobody's yet: waiting for one is
+        as quick as renting, and cheaper."""
+        horizon = now + self.boot.expected_s
+        return [
+            s
+            for s in self._servers.values()
+            if s.job is not None
+            and s.claim is None
+            and self._end.get(s.job, float("inf")) <= horizon
+        ]
+
+    def _claim_coming(self, job_id: str, soon_free: list[_Server]) -> bool:
+        """Claim a booting server nobody is meant for, or one that frees soon."""
+        for server in self._servers.values():
+            if server.ready_at is None and server.claim is None and self.fits(server.quote, job_id):
+                self._claim(job_id, server)
+                return True
+        for server in soon_free:
+            if server.claim is None and self.fits(server.quote, job_id):
+                self._claim(job_id, server)
+                return True
+        return False
+
+    def _room(self, now: float) -> bool:
+        """Is there a slot under the cap? Makes one by giving back an idle server no waiting
+        job is meant for, when that is what stands in the way."""
+        if len(self._servers) < self.cap:
+            return True
+        spare = [s for s in self._servers.values() if s.rented and s.idle and s.claim is None]
+        if not spare:
+            return False
+        self._release(spare[0], now, "making room for a job that fits no server held")
+        return True
+
+    def _rent_now(self, job_id: str, want: _Want, now: float) -> None:
+        job = self._jobs[job_id]
+        quote = self._market.best(job.gpu, self._excluded | self._hosts_held())
+        if quote is None:
+            if not self._any_fitting_held(job_id):
+                why = self._market.why_none(job.gpu, self._excluded)
+                self._fail(job_id, want, FailureKind.UNAVAILABLE, why)
+            return
+        hold_s = self.boot.allowance_s + want.timeout_s + AFTER_SCRIPT_S
+        cost = rental_cost_usd(quote.usd_per_hour, hold_s, quote.creation_fee_usd)
+        over = self._over_budget(cost, now)
+        if over > 0:
+            self._drop_ahead_rentals(now)
+            over = self._over_budget(cost, now)
+        if over > 0:
+            if not any(s.rented for s in self._servers.values()):
+                text = self._budget_text(quote, hold_s, cost, over, now)
+                self._fail(job_id, want, FailureKind.UNAVAILABLE, text)
+            return
+        self._rent(job_id, quote, now + hold_s, cost, now, ahead=False)
+
+    def _drop_ahead_rentals(self, now: float) -> None:
+        """Servers rented ahead for jobs not ready yet give their money to a job that is."""
+        for server in list(self._servers.values()):
+            ahead = server.claim is not None and server.claim not in self._waiting
+            if server.rented and server.job is None and ahead:
+                self._release(server, now, "its money is needed by a job that is ready")
+
+    def _budget_text(
+        self, quote: Quote, hold_s: float, cost: float, over: float, now: float
+    ) -> str:
+        return (
+            f"budget ${self.budget_usd or 0:.2f} would be exceeded by ${over:.2f}: committed "
+            f"${self.committed_usd(now):.2f} + this rental's worst case ${cost:.2f} "
+            f"(${quote.usd_per_hour:.3f}/h x {hold_s / 3600:.2f} h: boot, timeout and fetch"
+            f"{', + the creation fee' if quote.creation_fee_usd else ''})"
+        )
+
+    def _rent(
+        self, job_id: str, quote: Quote, until: float, cost: float, now: float, ahead: bool
+    ) -> None:
+        server = _Server(next(self._next_server), quote, True, now, reserved_until=until)
+        self._servers[server.id] = server
+        self._claim(job_id, server)
+        self._out.append(RentServer(server.id, quote, job_id, cost, ahead))
+
+    # -- renting ahead ---------------------------------------------------------------------
+
+    def _rent_ahead(self, now: float) -> None:
+        if not self._due or len(self._servers) >= self.cap:
+            return
+        for job_id in sorted(self._due, key=self._key.__getitem__):
+            if len(self._servers) >= self.cap:
+                break
+            del self._due[job_id]
+            eta = self._eta.get(job_id)
+            if eta is None or job_id in self._claims:
+                continue
+            start_at = eta - self.boot.expected_s
+            if start_at > now + _EPS_S:  # its needs are later than first thought
+                self._out.append(ScheduleTimer(start_at, (TIMER, "ahead", job_id)))
+                continue
+            if not self._server_will_be_free(job_id, eta):
+                self._rent_ahead_for(job_id, eta, now)
+
+    def _server_will_be_free(self, job_id: str, eta: float) -> bool:
+        """A server it fits will be there when its needs are done: expect that one."""
+        for server in self._servers.values():
+            if server.claim is not None or not self.fits(server.quote, job_id):
+                continue
+            if server.job is None or self._end.get(server.job, float("inf")) <= eta + _EPS_S:
+                self._claim(job_id, server)
+                return True
+        return False
+
+    def _rent_ahead_for(self, job_id: str, eta: float, now: float) -> None:
+        job = self._jobs[job_id]
+        quote = self._market.best(job.gpu, self._excluded | self._hosts_held())
+        if quote is None:
+            return  # it rents (or fails) when it is ready
+        worst_ready = max((self._worst_end[n] for n in job.needs), default=now)
+        wait_s = max(self.boot.allowance_s, worst_ready - now)
+        hold_s = wait_s + job.timeout_s + AFTER_SCRIPT_S
+        cost = rental_cost_usd(quote.usd_per_hour, hold_s, quote.creation_fee_usd)
+        if self._over_budget(cost, now) > 0:
+            return  # ahead is a convenience: it never takes money a ready job may need
+        self._rent(job_id, quote, now + hold_s, cost, now, ahead=True)
+        boot_end = now + self.boot.expected_s
+        expected = self._expected_s[job_id]
+        end = max(eta, boot_end) + expected if expected is not None else None
+        self._set_end(job_id, end, now + hold_s, now)
+
+    # -- expected times --------------------------------------------------------------------
+
+    def _set_end(self, job_id: str, end: float | None, worst: float, now: float) -> None:
+        """Record when a job is expected to end (None: unknown) and its worst case; the first
+        known end of each need counts towards its dependents' rent-ahead."""
+        self._worst_end[job_id] = max(worst, self._worst_end.get(job_id, worst))
+        if end is None:
+            return
+        first = job_id not in self._end
+        self._end[job_id] = end
+        if not first:
+            return
+        for child in self._dependents[job_id]:
+            self._ends_known[child] += 1
+            if self._ends_known[child] == len(self._jobs[child].needs):
+                self._needs_known(child, now)
+
+    def _needs_known(self, job_id: str, now: float) -> None:
+        """Every need has an expected end: the job can be planned for."""
+        if job_id in self._settled or job_id in self._waiting or job_id in self._on:
+            return
+        needs = self._jobs[job_id].needs
+        eta = max((self._end[n] for n in needs), default=now)
+        self._eta[job_id] = eta
+        if self.provisioning is not Provisioning.AHEAD or not self._renting or not needs:
+            return
+        start_at = eta - self.boot.expected_s
+        if start_at <= now + _EPS_S:
+            self._due[job_id] = None
+        else:
+            self._out.append(ScheduleTimer(start_at, (TIMER, "ahead", job_id)))
+
+    # -- claims ----------------------------------------------------------------------------
+
+    def _claim(self, job_id: str, server: _Server) -> None:
+        self._unclaim(job_id)
+        server.claim = job_id
+        self._claims[job_id] = server.id
+
+    def _unclaim(self, job_id: str) -> None:
+        server = self._servers.get(self._claims.pop(job_id, -1))
+        if server is not None and server.claim == job_id:
+            server.claim = None
+            self._look.add(server.id)
+
+    # -- giving back -----------------------------------------------------------------------
+
+    def _give_back(self, now: float) -> None:
+        look, self._look = self._look, set()
+        for server_id in sorted(look):
+            server = self._servers.get(server_id)
+            if server is None or server.job is not None:
+                continue
+            if self._cancelled:
+                self._release(server, now, "the run is stopping")
+            elif server.rented and server.claim is None:
+                self._keep_or_release(server, now)
+
+    def _keep_or_release(self, server: _Server, now: float) -> None:
+        if any(self.fits(server.quote, j) for j in self._waiting):
+            return  # a job waits that fits: placement (or the budget) decides
+        until = now + self.boot.expected_s
+        soon = self._wanted_soon(server, until)
+        if soon is None:
+            self._release(server, now, "no job waiting can use it within a boot")
+        elif server.ready_at is not None and not self._extend(server, until, now):
+            self._release(server, now, "keeping it for the next job would pass the budget")
+        else:
+            self._out.append(ScheduleTimer(until, (TIMER, "look", server.id)))
+
+    def _wanted_soon(self, server: _Server, until: float) -> str | None:
+        """A job not ready yet that fits and should be ready by `until`, or one about to be
+        retried."""
+        for job_id in self._retrying:
+            if self.fits(server.quote, job_id):
+                return job_id
+        for job_id, eta in self._eta.items():
+            if eta <= until and job_id not in self._claims and self.fits(server.quote, job_id):
+                return job_id
+        return None
+
+    def _release(self, server: _Server, now: float, reason: str) -> None:
+        del self._servers[server.id]
+        if server.claim is not None:
+            self._claims.pop(server.claim, None)
+        cost = self._cost_so_far(server, now) if server.rented else 0.0
+        self._booked[server.id] = (server.quote, cost)
+        self._spent_usd += cost
+        self._out.append(ReleaseServer(server.id, reason, server.rented))
+
+    def _hosts_held(self) -> set[str]:
+        return {s.quote.host for s in self._servers.values()}
+
+    def _any_fitting_held(self, job_id: str) -> bool:
+        return any(self.fits(s.quote, job_id) for s in self._servers.values())
+
+    # -- server events ---------------------------------------------------------------------
+
+    def _ready(self, server: _Server, now: float) -> None:
+        server.ready_at = now
+        self.boot = self.boot.with_sample(now - server.since)
+        self._look.add(server.id)
+
+    def _rent_failed(self, server: _Server, event: RentFailed) -> None:
+        del self._servers[server.id]
+        self._excluded.add(server.quote.host)
+        self._spent_usd += event.cost_usd
+        self._booked[server.id] = (server.quote, event.cost_usd)
+        job_id = server.claim
+        if job_id is not None:
+            self._claims.pop(job_id, None)
+        if event.fatal:
+            self.stop_reason = event.reason
+            return
+        want = self._waiting.get(job_id) if job_id is not None else None
+        if job_id is None or want is None:
+            return  # rented ahead: the job rents again once it is ready
+        self._rent_failures[job_id] += 1
+        if self._rent_failures[job_id] >= MAX_OFFERS_PER_ATTEMPT:
+            message = f"{MAX_OFFERS_PER_ATTEMPT} offers failed to start; last: {event.reason}"
+            self._fail(job_id, want, FailureKind.PROVISIONING_FAILED, message)
+
+    def _settle_cost(self, event: ServerReleased) -> None:
+        booked = self._booked.get(event.server)
+        if booked is None or event.cost_usd is None:
+            return
+        self._spent_usd += event.cost_usd - booked[1]
+        self._booked[event.server] = (booked[0], event.cost_usd)
+
+    def _fail(self, job_id: str, want: _Want, kind: FailureKind, message: str) -> None:
+        del self._waiting[job_id]
+        self._unclaim(job_id)
+        self.unplaceable.append(Unplaceable(job_id, want.attempt, kind, message))
+
+    # -- money -----------------------------------------------------------------------------
+
+    def _cost_so_far(self, server: _Server, now: float) -> float:
+        q = server.quote
+        return rental_cost_usd(q.usd_per_hour, now - server.since, q.creation_fee_usd)
+
+    def _committed(self, server: _Server, now: float) -> float:
+        q = server.quote
+        reserved = rental_cost_usd(
+            q.usd_per_hour, server.reserved_until - server.since, q.creation_fee_usd
+        )
+        return max(reserved, self._cost_so_far(server, now))
+
+    def _over_budget(self, extra_usd: float, now: float) -> float:
+        """How far `extra_usd` more would go over the budget (<= 0: it fits)."""
+        if self.budget_usd is None:
+            return 0.0
+        return self.committed_usd(now) + extra_usd - self.budget_usd - 1e-9
+
+    def _extend(self, server: _Server, until: float, now: float) -> bool:
+        """Reserve money for holding `server` up to `until`; False if the budget cannot."""
+        if until <= server.reserved_until:
+            return True
+        q = server.quote
+        before = self._committed(server, now)
+        after = rental_cost_usd(q.usd_per_hour, until - server.since, q.creation_fee_usd)
+        if self._over_budget(max(0.0, after - before), now) > 0:
+            return False
+        server.reserved_until = until
+        return True
