@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -66,6 +67,7 @@ class _Server:
     ready_at: float | None = None  # None: still booting
     job: str | None = None  # the job running on it
     claim: str | None = None  # the job it is meant for next (rented for it, or expected)
+    after: str | None = None  # the job expected to follow `claim` on it
     last_job: str | None = None
     reserved_until: float = 0.0  # the budget holds its cost up to here
 
@@ -146,6 +148,7 @@ class ServerBook:
         self._ends_known = dict.fromkeys(self._jobs, 0)
         self._eta: dict[str, float] = {}  # unready jobs: when all their needs should be done
         self._due: dict[str, None] = {}  # jobs whose server should be rented ahead now
+        self._starved: dict[str, None] = {}  # due, but at the cap: due again when a slot opens
         self._retrying: set[str] = set()  # an attempt ended, the job is not final yet
         self._settled: set[str] = set()
         self._excluded: set[str] = set()
@@ -193,6 +196,8 @@ class ServerBook:
             return
         server.job, server.last_job = None, job_id
         self._look.add(server.id)
+        self._due.update(self._starved)
+        self._starved.clear()
 
     def settled(self, job_id: str, now: float) -> None:
         """The job is final: it wants nothing more."""
@@ -279,8 +284,10 @@ class ServerBook:
         self._place_on_ready_servers(now)
         if not self._cancelled and self._renting:
             self._rent_for_waiting(now)
-            if self.provisioning is Provisioning.AHEAD:
+            # Each pass can give jobs an expected end, making their dependents due.
+            while self._due:
                 self._rent_ahead(now)
+                self._place_on_ready_servers(now)
             self._place_on_ready_servers(now)
         self._give_back(now)
         return self._flush()
@@ -300,10 +307,10 @@ class ServerBook:
                 self._start(job_id, server, now)
 
     def _choose_job(self, server: _Server) -> str | None:
-        """The job a ready server runs next: the one it is meant for, else the best waiting
-        job it fits, a job needing the one that just ran there winning a tie of priority."""
-        if server.claim is not None and server.claim in self._waiting:
-            return server.claim
+        """The job a ready server runs next: the best waiting job it fits, a job needing the
+        one that just ran there (its files are warm) winning a tie of user priority. The job
+        it was rented for has no say: when a better one waits, that one goes first, as a list
+        schedule would, and the other rents again."""
         best = self._best_waiting(server)
         warm = self._warm_waiting(server)
         if warm is not None and (best is None or self._key[warm][0] <= self._key[best][0]):
@@ -346,9 +353,10 @@ class ServerBook:
         if server.rented and not self._extend(server, until, now):
             return
         del self._waiting[job_id]
+        was_meant = server.claim == job_id
         self._unclaim(job_id)
-        if server.claim is not None:
-            self._unclaim(server.claim)
+        if not was_meant and server.claim is not None:
+            self._unclaim(server.claim)  # a better job took it: that one rents again
         server.job = job_id
         self._on[job_id] = server.id
         self._look.discard(server.id)
@@ -361,7 +369,7 @@ class ServerBook:
 
     def _rent_for_waiting(self, now: float) -> None:
         queue, seen = self._queue, list[tuple[Key, int, str]]()
-        soon_free = self._soon_free(now)
+        soon_free = self._soon_free(now)  # promised to the first waiting jobs they fit
         while queue and len(seen) <= 4 * self.cap + 16:
             entry = heapq.heappop(queue)
             job_id = entry[2]
@@ -369,9 +377,11 @@ class ServerBook:
             if want is None or want.seq != entry[1]:
                 continue
             seen.append(entry)
-            if job_id in self._claims:
+            if job_id in self._claims or self._claim_booting(job_id):
                 continue  # its server is coming
-            if self._claim_coming(job_id, soon_free):
+            promised = next((s for s in soon_free if self.fits(s.quote, job_id)), None)
+            if promised is not None:
+                soon_free.remove(promised)
                 continue
             if not self._room(now):
                 if not soon_free:
@@ -388,19 +398,14 @@ class ServerBook:
         return [
             s
             for s in self._servers.values()
-            if s.job is not None
-            and s.claim is None
-            and self._end.get(s.job, float("inf")) <= horizon
+            if s.job is not None and s.claim is None and self._end.get(s.job, math.inf) <= horizon
         ]
 
-    def _claim_coming(self, job_id: str, soon_free: list[_Server]) -> bool:
-        """Claim a booting server nobody is meant for, or one that frees soon."""
+    def _claim_booting(self, job_id: str) -> bool:
+        """Claim a booting server nobody is meant for (one rented ahead for a job that then
+        went elsewhere)."""
         for server in self._servers.values():
             if server.ready_at is None and server.claim is None and self.fits(server.quote, job_id):
-                self._claim(job_id, server)
-                return True
-        for server in soon_free:
-            if server.claim is None and self.fits(server.quote, job_id):
                 self._claim(job_id, server)
                 return True
         return False
@@ -436,6 +441,7 @@ class ServerBook:
                 self._fail(job_id, want, FailureKind.UNAVAILABLE, text)
             return
         self._rent(job_id, quote, now + hold_s, cost, now, ahead=False)
+        self._plan_end(job_id, now + self.boot.expected_s, now + self.boot.allowance_s, now)
 
     def _drop_ahead_rentals(self, now: float) -> None:
         """Servers rented ahead for jobs not ready yet give their money to a job that is."""
@@ -465,31 +471,64 @@ class ServerBook:
     # -- renting ahead ---------------------------------------------------------------------
 
     def _rent_ahead(self, now: float) -> None:
-        if not self._due or len(self._servers) >= self.cap:
-            return
+        """Plan each due job onto a server that will be free for it, or rent one now. At the
+        cap, a job that would need a new server waits for a slot to open."""
         for job_id in sorted(self._due, key=self._key.__getitem__):
-            if len(self._servers) >= self.cap:
-                break
             del self._due[job_id]
-            eta = self._eta.get(job_id)
-            if eta is None or job_id in self._claims:
+            if job_id not in self._eta or job_id in self._claims:
                 continue
+            eta = max(self._end[n] for n in self._jobs[job_id].needs)
+            self._eta[job_id] = eta
             start_at = eta - self.boot.expected_s
             if start_at > now + _EPS_S:  # its needs are later than first thought
                 self._out.append(ScheduleTimer(start_at, (TIMER, "ahead", job_id)))
+            elif self._server_will_be_free(job_id, eta, now):
                 continue
-            if not self._server_will_be_free(job_id, eta):
+            elif len(self._servers) >= self.cap:
+                self._starved[job_id] = None
+            else:
                 self._rent_ahead_for(job_id, eta, now)
 
-    def _server_will_be_free(self, job_id: str, eta: float) -> bool:
-        """A server it fits will be there when its needs are done: expect that one."""
+    def _server_will_be_free(self, job_id: str, eta: float, now: float) -> bool:
+        """A server it fits will be there when its needs are done: expect that one (next on
+        it, or after the job it is meant for), and plan the job's end on it."""
         for server in self._servers.values():
-            if server.claim is not None or not self.fits(server.quote, job_id):
+            if not self.fits(server.quote, job_id):
                 continue
-            if server.job is None or self._end.get(server.job, float("inf")) <= eta + _EPS_S:
+            if server.claim is None:
+                ahead_of_it = server.job
+            elif server.after is None and server.claim in self._end:
+                ahead_of_it = server.claim
+            else:
+                continue
+            if ahead_of_it is not None:
+                free_by, worst_free = (
+                    self._end.get(ahead_of_it, math.inf),
+                    self._worst_end[ahead_of_it],
+                )
+            elif server.ready_at is None:
+                free_by = server.since + self.boot.expected_s
+                worst_free = server.since + self.boot.allowance_s
+            else:
+                free_by = worst_free = now
+            if free_by > eta + _EPS_S:
+                continue
+            if server.claim is None:
                 self._claim(job_id, server)
-                return True
+            else:
+                server.after = job_id
+                self._claims[job_id] = server.id
+            self._plan_end(job_id, max(eta, free_by), worst_free, now)
+            return True
         return False
+
+    def _plan_end(self, job_id: str, start: float, worst_start: float, now: float) -> None:
+        """The job should start at `start` (at worst `worst_start`): record its end."""
+        job = self._jobs[job_id]
+        worst_ready = max((self._worst_end[n] for n in job.needs), default=now)
+        worst = max(worst_ready, worst_start) + job.timeout_s + AFTER_SCRIPT_S
+        expected = self._expected_s[job_id]
+        self._set_end(job_id, start + expected if expected is not None else None, worst, now)
 
     def _rent_ahead_for(self, job_id: str, eta: float, now: float) -> None:
         job = self._jobs[job_id]
@@ -503,10 +542,9 @@ class ServerBook:
         if self._over_budget(cost, now) > 0:
             return  # ahead is a convenience: it never takes money a ready job may need
         self._rent(job_id, quote, now + hold_s, cost, now, ahead=True)
-        boot_end = now + self.boot.expected_s
-        expected = self._expected_s[job_id]
-        end = max(eta, boot_end) + expected if expected is not None else None
-        self._set_end(job_id, end, now + hold_s, now)
+        self._plan_end(
+            job_id, max(eta, now + self.boot.expected_s), now + self.boot.allowance_s, now
+        )
 
     # -- expected times --------------------------------------------------------------------
 
@@ -549,9 +587,13 @@ class ServerBook:
 
     def _unclaim(self, job_id: str) -> None:
         server = self._servers.get(self._claims.pop(job_id, -1))
-        if server is not None and server.claim == job_id:
-            server.claim = None
+        if server is None:
+            return
+        if server.claim == job_id:
+            server.claim, server.after = server.after, None
             self._look.add(server.id)
+        elif server.after == job_id:
+            server.after = None
 
     # -- giving back -----------------------------------------------------------------------
 
@@ -579,23 +621,39 @@ class ServerBook:
             self._out.append(ScheduleTimer(until, (TIMER, "look", server.id)))
 
     def _wanted_soon(self, server: _Server, until: float) -> str | None:
-        """A job not ready yet that fits and should be ready by `until`, or one about to be
-        retried."""
+        """A job about to be retried that fits, or one not ready yet that fits, should be
+        ready by `until`, and has no other server to go to then."""
         for job_id in self._retrying:
             if self.fits(server.quote, job_id):
                 return job_id
         for job_id, eta in self._eta.items():
-            if eta <= until and job_id not in self._claims and self.fits(server.quote, job_id):
+            if eta > until or job_id in self._claims or not self.fits(server.quote, job_id):
+                continue
+            if not self._covered(job_id, eta, server):
                 return job_id
         return None
 
+    def _covered(self, job_id: str, eta: float, besides: _Server) -> bool:
+        """Will a server other than `besides` be free for the job when it is ready? Usually
+        the one its last need runs on."""
+        for other in self._servers.values():
+            if other is besides or other.claim not in (None, job_id):
+                continue
+            free_by = self._end.get(other.job, math.inf) if other.job is not None else 0.0
+            if free_by <= eta + _EPS_S and self.fits(other.quote, job_id):
+                return True
+        return False
+
     def _release(self, server: _Server, now: float, reason: str) -> None:
         del self._servers[server.id]
-        if server.claim is not None:
-            self._claims.pop(server.claim, None)
+        for job_id in (server.claim, server.after):
+            if job_id is not None:
+                self._claims.pop(job_id, None)
         cost = self._cost_so_far(server, now) if server.rented else 0.0
         self._booked[server.id] = (server.quote, cost)
         self._spent_usd += cost
+        self._due.update(self._starved)
+        self._starved.clear()
         self._out.append(ReleaseServer(server.id, reason, server.rented))
 
     def _hosts_held(self) -> set[str]:
@@ -617,8 +675,9 @@ class ServerBook:
         self._spent_usd += event.cost_usd
         self._booked[server.id] = (server.quote, event.cost_usd)
         job_id = server.claim
-        if job_id is not None:
-            self._claims.pop(job_id, None)
+        for meant in (server.claim, server.after):
+            if meant is not None:
+                self._claims.pop(meant, None)
         if event.fatal:
             self.stop_reason = event.reason
             return
