@@ -13,11 +13,9 @@ from collections.abc import Set
 from dataclasses import dataclass
 from typing import Protocol
 
+from runner.core import money
 from runner.core.events import Command
 from runner.core.model import GpuAsk
-
-# Clore charges an order's creation fee only when it lives this long (cancel sooner: no fee).
-CREATION_FEE_AFTER_S = 600.0
 
 
 class Provisioning(str, enum.Enum):
@@ -35,17 +33,15 @@ class Quote:
     gpu_model: str = ""
     gpu_count: int = 0
     usd_per_hour: float = 0.0  # listed price plus the renter's fee
-    creation_fee_usd: float = 0.0  # charged once the order lives CREATION_FEE_AFTER_S
+    creation_fee_usd: float = 0.0  # charged once the order lives 10 minutes
     spot: bool = False
 
 
 def rental_cost_usd(usd_per_hour: float, held_s: float, creation_fee_usd: float) -> float:
-    """What holding a rental for `held_s` costs: the hours, plus the creation fee once the order
-    has lived long enough to be charged it. With the longest possible hold this is the worst
-    case a budget must fit before the rent."""
-    held_s = max(0.0, held_s)
-    fee = creation_fee_usd if held_s >= CREATION_FEE_AFTER_S else 0.0
-    return usd_per_hour * held_s / 3600 + fee
+    """What holding a rental for `held_s` costs: the hours at the price with fee, plus the
+    creation fee once the order has lived long enough to be charged it. With the longest
+    possible hold this is the worst case a budget must fit before the rent."""
+    return money.worst_case_usd(usd_per_hour, held_s, creation_fee_usd)
 
 
 class Market(Protocol):
