@@ -53,6 +53,7 @@ from runner.core.rentals import (
 AFTER_SCRIPT_S = 120.0
 MAX_OFFERS_PER_ATTEMPT = 5  # hosts tried for one attempt before it fails as provisioning
 _EPS_S = 1e-6
+_AFTER_TIE_S = 1e-3
 TIMER = "servers"  # the first element of every timer token the book asks for
 
 Key = tuple[int, float, int]
@@ -70,6 +71,7 @@ class _Server:
     after: str | None = None  # the job expected to follow `claim` on it
     last_job: str | None = None
     reserved_until: float = 0.0  # the budget holds its cost up to here
+    idle_since: float = 0.0  # when its last job ended (or it came up)
 
     @property
     def idle(self) -> bool:
@@ -153,6 +155,7 @@ class ServerBook:
         self._settled: set[str] = set()
         self._excluded: set[str] = set()
         self._rent_failures: dict[str, int] = {}
+        self._why: dict[str, str] = {}  # waiting jobs: what they wait for, when known
         self._booked: dict[int, tuple[Quote, float]] = {}  # given back: quote, cost
         self._spent_usd = 0.0
         self._cancelled = False
@@ -194,7 +197,7 @@ class ServerBook:
         self._retrying.add(job_id)
         if server is None:
             return
-        server.job, server.last_job = None, job_id
+        server.job, server.last_job, server.idle_since = None, job_id, now
         self._look.add(server.id)
         self._due.update(self._starved)
         self._starved.clear()
@@ -270,6 +273,10 @@ class ServerBook:
         """Jobs that are ready and have no server yet."""
         return list(self._waiting)
 
+    def wait_reason(self, job_id: str) -> str | None:
+        """What a waiting job waits for ("budget", "cap", "boot", "reuse"), if decided."""
+        return self._why.get(job_id) if job_id in self._waiting else None
+
     def fits(self, quote: Quote, job_id: str) -> bool:
         return self._market.fits(quote, self._jobs[job_id].gpu)
 
@@ -281,16 +288,20 @@ class ServerBook:
 
     def decide(self, now: float) -> list[CoreCommand]:
         """Everything to do now, after the events so far."""
-        self._place_on_ready_servers(now)
-        if not self._cancelled and self._renting:
-            self._rent_for_waiting(now)
-            # Each pass can give jobs an expected end, making their dependents due.
-            while self._due:
-                self._rent_ahead(now)
-                self._place_on_ready_servers(now)
+        self._why.clear()  # each decision says afresh what a job waits for
+        while True:
             self._place_on_ready_servers(now)
-        self._give_back(now)
-        return self._flush()
+            if not self._cancelled and self._renting:
+                self._rent_for_waiting(now)
+                # Each pass can give jobs an expected end, making their dependents due.
+                while self._due:
+                    self._rent_ahead(now)
+                    self._place_on_ready_servers(now)
+            held = len(self._servers)
+            self._give_back(now)
+            # A server given back frees a slot and money: a waiting job may rent now.
+            if len(self._servers) == held or not self._waiting or self._cancelled:
+                return self._flush()
 
     def _flush(self) -> list[CoreCommand]:
         out, self._out = self._out, []
@@ -300,42 +311,41 @@ class ServerBook:
 
     def _place_on_ready_servers(self, now: float) -> None:
         for server in list(self._servers.values()):
-            if not server.idle or not self._waiting:
-                continue
-            job_id = self._choose_job(server)
-            if job_id is not None:
-                self._start(job_id, server, now)
+            if server.idle and self._waiting:
+                self._place_on(server, now)
 
-    def _choose_job(self, server: _Server) -> str | None:
-        """The job a ready server runs next: the best waiting job it fits, a job needing the
+    def _place_on(self, server: _Server, now: float) -> bool:
+        """Start the best waiting job the server fits, in priority order, a job needing the
         one that just ran there (its files are warm) winning a tie of user priority. The job
         it was rented for has no say: when a better one waits, that one goes first, as a list
-        schedule would, and the other rents again."""
-        best = self._best_waiting(server)
+        schedule would, and the other rents again. A job whose time there the budget cannot
+        hold is passed over for the next."""
         warm = self._warm_waiting(server)
-        if warm is not None and (best is None or self._key[warm][0] <= self._key[best][0]):
-            return warm
-        return best
-
-    def _best_waiting(self, server: _Server) -> str | None:
-        """The first waiting job in priority order that fits; a scan that stops at the first
-        fit, skipping what is stale."""
-        queue, seen = self._queue, []
-        found = None
-        while queue:
+        queue, seen = self._queue, list[tuple[Key, int, str]]()
+        placed = False
+        while queue and not placed and len(seen) <= 4 * self.cap + 16:
             entry = heapq.heappop(queue)
             want = self._waiting.get(entry[2])
             if want is None or want.seq != entry[1]:
                 continue  # stale: placed, dropped or wanted again since
             seen.append(entry)
-            if self._usable(server, entry[2]):
-                found = entry[2]
-                break
-            if len(seen) > 4 * self.cap + 16:
-                break  # whatever fits lies further: renting covers it, and stays O(cap)
+            if warm is not None and self._warm_first(warm, entry[0]):
+                placed = self._start(warm, server, now)
+                warm = None
+            if not placed and entry[2] in self._waiting and self.fits(server.quote, entry[2]):
+                placed = self._start(entry[2], server, now)
+        if not placed and warm is not None:
+            placed = self._start(warm, server, now)
         for entry in seen:
             heapq.heappush(queue, entry)
-        return found
+        return placed
+
+    def _warm_first(self, warm: str, best: Key) -> bool:
+        """A warm job goes before a better-ranked one of the same user priority unless that
+        one's remaining path is longer by more than a tenth of a boot: the files it saves
+        copying are worth seconds, a delay on the critical path is not."""
+        priority, rank, _ = self._key[warm]
+        return priority <= best[0] and rank <= best[1] + 0.1 * self.boot.expected_s
 
     def _warm_waiting(self, server: _Server) -> str | None:
         if server.last_job is None:
@@ -347,12 +357,14 @@ class ServerBook:
         """A waiting job fits: it takes this ready server even if another is booting for it."""
         return job_id in self._waiting and self.fits(server.quote, job_id)
 
-    def _start(self, job_id: str, server: _Server, now: float) -> None:
+    def _start(self, job_id: str, server: _Server, now: float) -> bool:
         want = self._waiting[job_id]
         until = now + want.timeout_s + AFTER_SCRIPT_S
         if server.rented and not self._extend(server, until, now):
-            return
+            self._why[job_id] = "budget"
+            return False
         del self._waiting[job_id]
+        self._why.pop(job_id, None)
         was_meant = server.claim == job_id
         self._unclaim(job_id)
         if not was_meant and server.claim is not None:
@@ -364,6 +376,7 @@ class ServerBook:
         end = now + expected if expected is not None else None
         self._set_end(job_id, end, until, now)
         self._out.append(StartOn(job_id, want.attempt, server.id, want.timeout_s))
+        return True
 
     # -- renting for jobs that are ready ---------------------------------------------------
 
@@ -378,12 +391,15 @@ class ServerBook:
                 continue
             seen.append(entry)
             if job_id in self._claims or self._claim_booting(job_id):
-                continue  # its server is coming
+                self._why.setdefault(job_id, "boot")  # its server is coming
+                continue
             promised = next((s for s in soon_free if self.fits(s.quote, job_id)), None)
             if promised is not None:
+                self._why.setdefault(job_id, "reuse")
                 soon_free.remove(promised)
                 continue
             if not self._room(now):
+                self._why.setdefault(job_id, "cap")
                 if not soon_free:
                     break  # at the cap, nothing frees within a boot: no one else can go
                 continue
@@ -436,6 +452,7 @@ class ServerBook:
             self._drop_ahead_rentals(now)
             over = self._over_budget(cost, now)
         if over > 0:
+            self._why[job_id] = "budget"
             if not any(s.rented for s in self._servers.values()):
                 text = self._budget_text(quote, hold_s, cost, over, now)
                 self._fail(job_id, want, FailureKind.UNAVAILABLE, text)
@@ -607,18 +624,41 @@ class ServerBook:
                 self._release(server, now, "the run is stopping")
             elif server.rented and server.claim is None:
                 self._keep_or_release(server, now)
+            elif server.rented and server.ready_at is not None:
+                self._wait_for_claimant(server, now)
+
+    def _wait_for_claimant(self, server: _Server, now: float) -> None:
+        """A server up before the job it is meant for waits a boot's time for it; after that
+        the job is not coming soon (its needs are late, or it can never run)."""
+        start = server.idle_since
+        if server.claim not in self._waiting:
+            start = max(start, self._eta.get(server.claim or "", start))
+        until = start + self.boot.expected_s
+        if now + _EPS_S < until:
+            self._look_at(server, until)
+        else:
+            self._release(server, now, f"{server.claim} did not come within a boot")
 
     def _keep_or_release(self, server: _Server, now: float) -> None:
-        if any(self.fits(server.quote, j) for j in self._waiting):
-            return  # a job waits that fits: placement (or the budget) decides
-        until = now + self.boot.expected_s
-        soon = self._wanted_soon(server, until)
+        # Kept for at most one boot after it fell idle (longer, a new rental would cost less),
+        # for a job that waits and fits it (short of money, or beyond the placement scan) or
+        # one that will want it by then.
+        start = server.idle_since if server.ready_at is not None else now
+        until = start + self.boot.expected_s
+        soon = None
+        if until > now + _EPS_S:
+            waiting = (j for j in self._waiting if self.fits(server.quote, j))
+            soon = next(waiting, None) or self._wanted_soon(server, until)
         if soon is None:
             self._release(server, now, "no job waiting can use it within a boot")
         elif server.ready_at is not None and not self._extend(server, until, now):
             self._release(server, now, "keeping it for the next job would pass the budget")
         else:
-            self._out.append(ScheduleTimer(until, (TIMER, "look", server.id)))
+            self._look_at(server, until)
+
+    def _look_at(self, server: _Server, until: float) -> None:
+        # Just after `until`: a job ending at that very moment is told first, and takes it.
+        self._out.append(ScheduleTimer(until + _AFTER_TIE_S, (TIMER, "look", server.id)))
 
     def _wanted_soon(self, server: _Server, until: float) -> str | None:
         """A job about to be retried that fits, or one not ready yet that fits, should be
@@ -665,7 +705,7 @@ class ServerBook:
     # -- server events ---------------------------------------------------------------------
 
     def _ready(self, server: _Server, now: float) -> None:
-        server.ready_at = now
+        server.ready_at = server.idle_since = now
         self.boot = self.boot.with_sample(now - server.since)
         self._look.add(server.id)
 

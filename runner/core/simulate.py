@@ -306,7 +306,8 @@ class _ServersSim:
             r.broken.append(f"{self.now:.1f}: committed ${committed:.4f} > ${book.budget_usd}")
         idle = [v for v in views if not v.booting and v.job is None]
         for job_id in book.waiting():
-            if any(book.fits(v.quote, job_id) for v in idle):
+            short_of_money = book.budget_usd is not None and book.wait_reason(job_id) == "budget"
+            if not short_of_money and any(book.fits(v.quote, job_id) for v in idle):
                 r.broken.append(f"{self.now:.1f}: {job_id} waits beside an idle server")
 
 
