@@ -8,21 +8,15 @@ are seconds passed in by the caller.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Set
 from dataclasses import dataclass
 from typing import Protocol
 
 from runner.core import money
 from runner.core.events import Command
-from runner.core.model import GpuAsk
+from runner.core.model import GpuAsk, Provisioning
 
-
-class Provisioning(str, enum.Enum):
-    """When a job's server is rented: the pipeline's `provision:` key."""
-
-    AHEAD = "ahead"  # as soon as its needs are expected to finish within a boot
-    ON_DEMAND = "on-demand"  # only once the job is ready to run
+__all__ = ["Provisioning"]  # where the core's server decisions find it, beside the rest
 
 
 @dataclass(frozen=True)

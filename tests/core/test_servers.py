@@ -28,7 +28,7 @@ from runner.core.rentals import (
     StartOn,
 )
 from runner.core.servers import AFTER_SCRIPT_S, MAX_OFFERS_PER_ATTEMPT, ServerBook
-from runner.core.simulate import ModelMarket
+from runner.core.simulate_market import ModelMarket
 
 BOOT = BootTimes(default_s=100.0, allowance_s=300.0)
 OFFERS = (

@@ -18,7 +18,8 @@ from runner.core import graph
 from runner.core.model import GpuAsk, Job, RunStatus
 from runner.core.rentals import BootTimes, Provisioning, Quote
 from runner.core.servers import ServerBook
-from runner.core.simulate import MarketModel, ModelMarket, ServersResult, simulate, simulate_servers
+from runner.core.simulate import simulate
+from runner.core.simulate_market import MarketModel, ModelMarket, ServersResult, simulate_servers
 
 CASES = 1000
 TYPES = ("RTX 3090", "RTX 4090", "A100", "H100")
