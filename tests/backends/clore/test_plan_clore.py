@@ -81,7 +81,15 @@ def test_plan_simulates_the_run_and_gives_makespan_and_cost_ranges(
     assert 0 < cost["low_usd"] <= cost["expected_usd"] <= cost["high_usd"]
     # prepare's RTX 3090 goes on to train on a 3090; the 4090 is the only other rental.
     assert cost["fits"] is True and cost["servers_rented"] == 2
-    code, text, _ = run_cli(
+
+
+def test_plan_text_gives_the_simulated_makespan_and_cost(
+    api_env: FakeClore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, text, err = run_cli(
         ["plan", str(EXAMPLES / "ml-pipeline.yml"), "--backend", "clore"], capsys
     )
-    assert "simulated run (rented ahead" in text and "makespan" in text
+    assert code == 0, err
+    (line,) = [x for x in text.splitlines() if x.startswith("simulated run")]
+    assert line.startswith("simulated run (rented ahead, boots 120-480 s, 2 rental(s)): makespan ")
+    assert "cost $" in line and "expected" in line
