@@ -24,7 +24,7 @@ from runner.backends.clore.market import (
 )
 from runner.backends.clore.provision import ProvisionCancelled, Provisioner, Rental, SkipOffer
 from runner.backends.clore.ratelimit import Clock
-from runner.backends.ssh_exec import run_job
+from runner.backends.ssh.exec import run_job
 from runner.core.model import FailureKind, GpuAsk, Job
 from runner.errors import InfrastructureError, JobCannotRun
 

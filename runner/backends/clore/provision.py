@@ -18,8 +18,8 @@ from runner.backends.clore.api import CloreClient, OrderRequest, may_have_create
 from runner.backends.clore.market import Offer, per_hour, spot_bid_per_day
 from runner.backends.clore.models import Order
 from runner.backends.clore.ratelimit import Clock, RequestAborted
-from runner.backends.ssh_connection import ConnectOptions, Endpoint, SshConnection, connect
-from runner.backends.ssh_keys import ClientKey, HostKeyStore
+from runner.backends.ssh.connection import ConnectOptions, Endpoint, SshConnection, connect
+from runner.backends.ssh.keys import ClientKey, HostKeyStore
 from runner.core.model import Job
 from runner.errors import InfrastructureError, RunMustStop
 from runner.ledger import Ledger, LedgerError, State

@@ -17,8 +17,8 @@ import pytest
 from runner.backends.base import Place
 from runner.backends.clore.backend import Budget, CloreBackend
 from runner.backends.clore.provision import Provisioner, ProvisionOptions
-from runner.backends.ssh_connection import ConnectOptions
-from runner.backends.ssh_keys import ClientKey, HostKeyStore
+from runner.backends.ssh.connection import ConnectOptions
+from runner.backends.ssh.keys import ClientKey, HostKeyStore
 from runner.core.model import Job, JobStatus, Pipeline, RunRecord
 from runner.errors import InfrastructureError, JobCannotRun
 from runner.ledger import Ledger

@@ -9,8 +9,8 @@ import typer
 from typer.testing import CliRunner
 
 from runner.backends.clore.api import CloreClient, RetryPolicy
-from runner.backends.clore.offers_cmd import register
 from runner.backends.clore.ratelimit import RateLimiter
+from runner.cli.offers import register
 from tests.fakes.clore_api import API_KEY, FakeClore, Faults
 
 runner = CliRunner()
