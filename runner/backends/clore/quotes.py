@@ -1,7 +1,7 @@
 """The Clore marketplace as the core's `Market`: offers become quotes the core can rent.
 
 Pure, over a snapshot of offers the caller fetched. A quote's price is what an hour costs the
-renter: the listed price (a spot order: our bid) plus the renter's fee; a host is named by its
+renter, the renter's fee included (a spot order: our bid, plus its fee); a host is named by its
 server id. Fitting is `market.misses` plus the terms a server was rented on: a spot server can
 be outbid, so it is no server for an on-demand ask, and a bid can sit above a job's cap.
 """
@@ -33,13 +33,11 @@ class OfferMarket:
         self,
         offers: Iterable[Offer],
         currency: str,
-        rates: money.RenterFeeRates = money.DOCUMENTED_RATES,
-        creation_fee_usd: float = 0.0,
+        creation_fee_usd: float = money.FALLBACK_CREATION_FEE_USD,
     ) -> None:
         self._offers = list(offers)
         self._by_host = {str(o.server_id): o for o in self._offers}
         self.currency = currency
-        self.rates = rates
         self.creation_fee_usd = creation_fee_usd
 
     def offer(self, quote: Quote) -> Offer:
@@ -72,22 +70,24 @@ class OfferMarket:
     def quote(self, offer: Offer, ask: GpuAsk) -> Quote | None:
         """What renting `offer` for `ask` costs an hour, fee included; None when no spot bid
         can win within the ask's cap."""
-        listed = self.listed_usd_per_hour(offer, ask)
-        if listed is None:
+        usd_per_hour = self.usd_per_hour(offer, ask)
+        if usd_per_hour is None:
             return None
         return Quote(
             host=str(offer.server_id),
             gpu_model=offer.gpu_model,
             gpu_count=offer.gpu_count,
-            usd_per_hour=money.with_fee_per_hour(listed, self.rates.fee_rate(ask.spot)),
+            usd_per_hour=usd_per_hour,
             creation_fee_usd=self.creation_fee_usd,
             spot=ask.spot,
         )
 
-    def listed_usd_per_hour(self, offer: Offer, ask: GpuAsk) -> float | None:
+    def usd_per_hour(self, offer: Offer, ask: GpuAsk) -> float | None:
+        """On demand: the offer's price (fee included); spot: our bid, with its fee."""
         if not ask.spot:
             return offer.on_demand_usd_per_hour
         bid_per_day = spot_bid_per_day(offer, ask.max_usd_per_hour)
         if bid_per_day is None or offer.usd_per_unit is None:
             return None
-        return per_hour(bid_per_day) * offer.usd_per_unit
+        listed = per_hour(bid_per_day) * offer.usd_per_unit
+        return money.with_fee_per_hour(listed, offer.spot_fee_rate)
