@@ -76,6 +76,7 @@ class _Held:
     ready_at: float | None = None
     busy_since: float | None = None
     busy_s: float = 0.0
+    rented: bool = True
 
 
 @dataclass
@@ -166,6 +167,8 @@ class _ServersSim:
             self.push(self.now + boot, ServerReady(cmd.server))
 
     def _start(self, cmd: StartOn) -> None:
+        if cmd.server not in self.held:  # a fixed host: there from the start, never billed
+            self.held[cmd.server] = _Held(0.0, Quote("fixed"), ready_at=0.0, rented=False)
         held = self.held[cmd.server]
         held.busy_since = self.now
         seconds = self.duration(cmd.job_id, cmd.attempt)
@@ -190,7 +193,7 @@ class _ServersSim:
 
     def _release(self, server: int) -> None:
         held = self.held.pop(server, None)
-        if held is None:
+        if held is None or not held.rented:
             return
         if held.busy_since is not None:  # given back under a job (lost): that job ends
             held.busy_s += self.now - held.busy_since
