@@ -17,7 +17,7 @@ from pathlib import Path
 
 from runner.backends.local import LocalBackend
 from runner.console import Console
-from runner.engine import Engine, EngineOptions
+from runner.pipeline_run import PipelineRun, RunSettings
 from runner.report import write_reports
 from runner.spec.loader import parse_pipeline
 
@@ -53,7 +53,8 @@ def clore_run_time(jobs: int, cap: int) -> tuple[float, float]:
     pipeline = parse_pipeline(text, "bench.yml", {})
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "out"
-        engine = Engine(pipeline, LocalBackend(), EngineOptions(out, cap), Console(io.StringIO()))
+        console = Console(io.StringIO())
+        engine = PipelineRun(pipeline, LocalBackend(), RunSettings(out, cap), console)
         start = time.perf_counter()
         record = engine.run()
         ran = time.perf_counter() - start

@@ -1,8 +1,7 @@
 """One attempt of one job on a backend: acquire, run, release, log, and what it cost.
 
-`clore-run run` (the engine) and `clore-run serve` both run attempts this way, with the same
-mapping of backend errors to failure kinds; they differ only in what they do when a place is
-held and given back, which they pass in.
+The driver runs every attempt of `clore-run run` and `clore-run serve` this way, with one
+mapping of backend errors to failure kinds.
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ from runner.errors import CloreRunError, JobCannotRun, RunMustStop
 from runner.joblog import JobLog
 
 
-def _nothing(*_args: object) -> None:
+def _nothing() -> None:
     return None
 
 
@@ -38,28 +37,40 @@ class AttemptRunner:
     extra_env: Mapping[str, str] = field(default_factory=dict)
     workspace_root: Path | None = None  # None: jobs start in an empty folder
     workspace_files: tuple[str, ...] = ()
-    on_placed: Callable[[Job, int], None] = _nothing  # a place is held; the script starts now
-    on_released: Callable[[], None] = _nothing  # the place was given back (or tried to be)
 
-    def run(self, job: Job, number: int, timeout_s: float, kill: threading.Event) -> Ran:
+    def run(
+        self,
+        job: Job,
+        number: int,
+        timeout_s: float,
+        kill: threading.Event,
+        placed: Callable[[], None] = _nothing,
+    ) -> Ran:
         """Never raises: whatever goes wrong (a log that cannot be opened included) ends the
-        attempt with a failure kind, so a caller waiting for it never waits forever."""
+        attempt with a failure kind, so a caller waiting for it never waits forever. `placed`
+        is called once a place is held: the script starts now."""
         began = self.clock()
         try:
-            return self._run(job, number, timeout_s, kill, began)
+            return self._run(job, number, timeout_s, kill, began, placed)
         except Exception as exc:
             failure = FailureKind.PROVISIONING_FAILED
             return Ran(Attempt(number, began, self.clock(), None, failure, f"internal: {exc!r}"))
 
     def _run(
-        self, job: Job, number: int, timeout_s: float, kill: threading.Event, began: float
+        self,
+        job: Job,
+        number: int,
+        timeout_s: float,
+        kill: threading.Event,
+        began: float,
+        placed: Callable[[], None],
     ) -> Ran:
         place: Place | None = None
         stop = ""
         log = JobLog(self.out_dir, job, number, self.console)
         try:
             place = self.backend.acquire(job, kill)
-            self.on_placed(job, number)
+            placed()
             log.header(place.name)
             outcome = self.backend.run(place, self._request(job, number, timeout_s), log, kill)
         except JobCannotRun as exc:
@@ -99,8 +110,6 @@ class AttemptRunner:
             self.backend.release(place)
         except Exception as exc:  # shutdown() tries again; the run goes on
             log.note(f"releasing {place.name} failed: {exc}")
-        finally:
-            self.on_released()
 
     def _request(self, job: Job, number: int, timeout_s: float) -> RunRequest:
         env = {

@@ -22,8 +22,8 @@ from runner.backends.base import OutputSink, Place, RunOutcome, RunRequest
 from runner.backends.local import LocalBackend
 from runner.console import Console
 from runner.core.model import FailureKind, Job, JobStatus, Pipeline, RunRecord, RunStatus
-from runner.engine import Engine, EngineOptions
 from runner.errors import RunMustStop
+from runner.pipeline_run import PipelineRun, RunSettings
 from runner.run_command import RunOptions, execute
 from runner.spec.loader import parse_pipeline
 from tests.processes import alive
@@ -33,7 +33,7 @@ def pipeline_of(text: str) -> Pipeline:
     return parse_pipeline(textwrap.dedent(text), "p.yml", {})
 
 
-def run_engine(engine: Engine, bound_s: float = 10.0) -> RunRecord:
+def run_engine(engine: PipelineRun, bound_s: float = 10.0) -> RunRecord:
     """engine.run() on a thread, failing (instead of hanging the suite) if it does not return."""
     holder: list[RunRecord] = []
     worker = threading.Thread(target=lambda: holder.append(engine.run()), daemon=True)
@@ -51,8 +51,8 @@ def test_a_log_that_cannot_be_written_ends_the_job_instead_of_hanging_the_run(
     (out / "logs").mkdir(parents=True)
     (out / "logs" / "a.log").symlink_to("/dev/full")
     pipeline = pipeline_of("jobs:\n  a: {run: echo hi, workspace: false}\n")
-    options = EngineOptions(out, 1, backoff=lambda n: 0.0)
-    engine = Engine(pipeline, LocalBackend(tmp_path), options, Console(io.StringIO()))
+    options = RunSettings(out, 1, backoff=lambda n: 0.0)
+    engine = PipelineRun(pipeline, LocalBackend(tmp_path), options, Console(io.StringIO()))
     record = run_engine(engine)
     (result,) = record.results
     assert result.status is JobStatus.ERROR
@@ -121,8 +121,8 @@ def test_a_run_timeout_settles_attempts_that_ignore_their_kill(tmp_path: Path) -
         "timeout-minutes: 1\njobs:\n  a: {run: 'true', workspace: false}\n"
         "  b: {needs: a, run: 'true'}\n"
     )
-    options = EngineOptions(tmp_path / "out", 1)
-    engine = Engine(pipeline, backend, options, Console(io.StringIO()), clock=FastClock(100))
+    options = RunSettings(tmp_path / "out", 1)
+    engine = PipelineRun(pipeline, backend, options, Console(io.StringIO()), clock=FastClock(100))
     try:
         record = run_engine(engine)
     finally:
@@ -142,8 +142,8 @@ def test_a_cancel_ends_within_one_grace_period_when_an_attempt_ignores_it(
     stuck attempt gets, not that plus another wait for its thread."""
     backend = IgnoresCancel(tmp_path)
     pipeline = pipeline_of("jobs:\n  a: {run: 'true', workspace: false}\n")
-    options = EngineOptions(tmp_path / "out", 1)
-    engine = Engine(pipeline, backend, options, Console(io.StringIO()), clock=FastClock(100))
+    options = RunSettings(tmp_path / "out", 1)
+    engine = PipelineRun(pipeline, backend, options, Console(io.StringIO()), clock=FastClock(100))
     holder: list[RunRecord] = []
     worker = threading.Thread(target=lambda: holder.append(engine.run()), daemon=True)
     worker.start()
@@ -164,14 +164,14 @@ STUCK_RUN = """\
 import io, sys, threading
 from pathlib import Path
 from runner.console import Console
-from runner.engine import Engine, EngineOptions
+from runner.pipeline_run import PipelineRun, RunSettings
 from tests.test_engine_review import FastClock, IgnoresCancel, pipeline_of
 
 backend = IgnoresCancel(Path(sys.argv[1]))
 backend.gate = threading.Event()  # never set: the attempt never returns
 pipeline = pipeline_of("jobs:\\n  a: {run: 'true', workspace: false}\\n")
-options = EngineOptions(Path(sys.argv[1]) / "out", 1)
-engine = Engine(pipeline, backend, options, Console(io.StringIO()), clock=FastClock(100))
+options = RunSettings(Path(sys.argv[1]) / "out", 1)
+engine = PipelineRun(pipeline, backend, options, Console(io.StringIO()), clock=FastClock(100))
 threading.Thread(target=lambda: backend.started.wait() and engine.cancel("SIGINT")).start()
 print(engine.run().status.value, flush=True)
 """
@@ -266,8 +266,10 @@ def test_a_run_stopped_by_the_infrastructure_is_an_error_even_when_the_job_may_f
           b: {run: sleep 30, workspace: false}
         """
     )
-    options = EngineOptions(tmp_path / "out", 2)
-    record = run_engine(Engine(pipeline, KeyRefused(tmp_path), options, Console(io.StringIO())))
+    options = RunSettings(tmp_path / "out", 2)
+    record = run_engine(
+        PipelineRun(pipeline, KeyRefused(tmp_path), options, Console(io.StringIO()))
+    )
     assert {r.job_id: r.status for r in record.results} == {
         "a": JobStatus.ERROR,
         "b": JobStatus.CANCELLED,

@@ -164,7 +164,8 @@ def _routes(service: Service, tally: ErrorTally) -> APIRouter:
         if found is None:
             raise HTTPException(404, f"no job '{job_id}'")
         row, spec = found
-        return views.detail(store, row, spec, service.clock(), service.held_until)
+        waits = service.waiting_for(job_id) if row.status == "queued" else None
+        return views.detail(store, row, spec, waits)
 
     @router.get(
         "/jobs/{job_id}/log",
