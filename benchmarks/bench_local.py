@@ -1,6 +1,7 @@
 """Local backend overhead: 200 jobs running `true` at cap 8, against `xargs -P 8` in the same run.
 
     python benchmarks/bench_local.py [--jobs 200] [--cap 8] [--repeat 5]
+    python benchmarks/bench_local.py --quick    # 20 jobs, once
 
 Prints the best wall time of each and the ratio (target: clore-run <= 1.5x xargs). The engine
 time covers the jobs (workdirs, processes, logs, scheduling); writing the reports is shown apart.
@@ -70,7 +71,10 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=200)
     parser.add_argument("--cap", type=int, default=8)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, for CI")
     args = parser.parse_args()
+    if args.quick:
+        args.jobs, args.repeat = 20, 1
     # Interleaved, best of each: on a shared machine a burst of other load then hits both.
     runs, bases = [], []
     for _ in range(args.repeat):

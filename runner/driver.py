@@ -237,11 +237,6 @@ class Driver:
         while not self.core.idle:
             self.step()
 
-    def serve_forever(self) -> None:
-        """`clore-run serve`: the loop, until `quit()`."""
-        while self.step():
-            pass
-
     def quit(self) -> None:
         self._events.put(_Quit())
 

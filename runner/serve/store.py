@@ -143,15 +143,6 @@ class OpenAttempt:
     started_at: float
 
 
-@dataclass(frozen=True)
-class Instance:
-    token: str
-    pid: int
-    backend: str
-    started_at: float
-    stopped_at: float | None
-
-
 class Store:
     """The queue database at `path` (parent folders created). Thread-safe."""
 
@@ -185,10 +176,6 @@ class Store:
     def end_instance(self, token: str, now: float) -> None:
         with self._tx("record the server stop") as db:
             db.execute("UPDATE instances SET stopped_at = ? WHERE token = ?", (now, token))
-
-    def instances(self) -> list[Instance]:
-        rows = self._read("SELECT token, pid, backend, started_at, stopped_at FROM instances", ())
-        return [Instance(*r) for r in rows]
 
     # -- submissions -----------------------------------------------------------------------
 

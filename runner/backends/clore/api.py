@@ -248,11 +248,6 @@ class CloreClient:
             )
         return order
 
-    def find_created_order(self, server_id: int, since_unix_s: float) -> Order | None:
-        """One look at `my_orders` for our newest order on `server_id` created at or after
-        `since_unix_s` (minus the clock skew allowance). For callers reconciling after a crash."""
-        return newest_order_on(self.my_orders(), server_id, since_unix_s - self.ct_skew_s)
-
     # --- plumbing --------------------------------------------------------------------------
 
     def _recover(

@@ -1,5 +1,6 @@
-"""Engine and local backend faults found in review: each would hang a run, leak a process or
-lose a report. Nothing here sleeps to wait: threads are joined with a bound, gates are Events."""
+"""A run survives faults of its backend and its own files: each of these would hang a run, leak
+a process or lose a report. Nothing here sleeps to wait: threads are joined with a bound, gates
+are Events."""
 
 from __future__ import annotations
 
@@ -33,13 +34,13 @@ def pipeline_of(text: str) -> Pipeline:
     return parse_pipeline(textwrap.dedent(text), "p.yml", {})
 
 
-def run_engine(engine: PipelineRun, bound_s: float = 10.0) -> RunRecord:
-    """engine.run() on a thread, failing (instead of hanging the suite) if it does not return."""
+def run_bounded(pipeline_run: PipelineRun, bound_s: float = 10.0) -> RunRecord:
+    """pipeline_run.run() on a thread, failing (instead of hanging the suite) if it does not return."""
     holder: list[RunRecord] = []
-    worker = threading.Thread(target=lambda: holder.append(engine.run()), daemon=True)
+    worker = threading.Thread(target=lambda: holder.append(pipeline_run.run()), daemon=True)
     worker.start()
     worker.join(bound_s)
-    assert holder, f"engine.run() did not return within {bound_s} s"
+    assert holder, f"run() did not return within {bound_s} s"
     return holder[0]
 
 
@@ -52,8 +53,8 @@ def test_a_log_that_cannot_be_written_ends_the_job_instead_of_hanging_the_run(
     (out / "logs" / "a.log").symlink_to("/dev/full")
     pipeline = pipeline_of("jobs:\n  a: {run: echo hi, workspace: false}\n")
     options = RunSettings(out, 1, backoff=lambda n: 0.0)
-    engine = PipelineRun(pipeline, LocalBackend(tmp_path), options, Console(io.StringIO()))
-    record = run_engine(engine)
+    pipeline_run = PipelineRun(pipeline, LocalBackend(tmp_path), options, Console(io.StringIO()))
+    record = run_bounded(pipeline_run)
     (result,) = record.results
     assert result.status is JobStatus.ERROR
     assert "No space left on device" in result.reason
@@ -88,7 +89,7 @@ def test_a_failing_log_does_not_leave_the_job_running(tmp_path: Path) -> None:
 
 
 class FastClock:
-    """The engine's clock running `speed` times faster than real time, so that its grace
+    """The run's clock running `speed` times faster than real time, so that its grace
     periods (seconds) pass in milliseconds."""
 
     def __init__(self, speed: float) -> None:
@@ -122,9 +123,9 @@ def test_a_run_timeout_settles_attempts_that_ignore_their_kill(tmp_path: Path) -
         "  b: {needs: a, run: 'true'}\n"
     )
     options = RunSettings(tmp_path / "out", 1)
-    engine = PipelineRun(pipeline, backend, options, Console(io.StringIO()), clock=FastClock(100))
+    pipeline_run = PipelineRun(pipeline, backend, options, Console(io.StringIO()), clock=FastClock(100))
     try:
-        record = run_engine(engine)
+        record = run_bounded(pipeline_run)
     finally:
         backend.gate.set()
     assert record.status is RunStatus.FAILED
@@ -143,13 +144,13 @@ def test_a_cancel_ends_within_one_grace_period_when_an_attempt_ignores_it(
     backend = IgnoresCancel(tmp_path)
     pipeline = pipeline_of("jobs:\n  a: {run: 'true', workspace: false}\n")
     options = RunSettings(tmp_path / "out", 1)
-    engine = PipelineRun(pipeline, backend, options, Console(io.StringIO()), clock=FastClock(100))
+    pipeline_run = PipelineRun(pipeline, backend, options, Console(io.StringIO()), clock=FastClock(100))
     holder: list[RunRecord] = []
-    worker = threading.Thread(target=lambda: holder.append(engine.run()), daemon=True)
+    worker = threading.Thread(target=lambda: holder.append(pipeline_run.run()), daemon=True)
     worker.start()
     try:
         assert backend.started.wait(10)
-        engine.cancel("interrupted by SIGINT")
+        pipeline_run.cancel("interrupted by SIGINT")
         sent = time.monotonic()
         worker.join(10)
         took = time.monotonic() - sent
@@ -165,20 +166,20 @@ import io, sys, threading
 from pathlib import Path
 from runner.console import Console
 from runner.pipeline_run import PipelineRun, RunSettings
-from tests.test_engine_review import FastClock, IgnoresCancel, pipeline_of
+from tests.test_run_survives_faults import FastClock, IgnoresCancel, pipeline_of
 
 backend = IgnoresCancel(Path(sys.argv[1]))
 backend.gate = threading.Event()  # never set: the attempt never returns
 pipeline = pipeline_of("jobs:\\n  a: {run: 'true', workspace: false}\\n")
 options = RunSettings(Path(sys.argv[1]) / "out", 1)
-engine = PipelineRun(pipeline, backend, options, Console(io.StringIO()), clock=FastClock(100))
-threading.Thread(target=lambda: backend.started.wait() and engine.cancel("SIGINT")).start()
-print(engine.run().status.value, flush=True)
+pipeline_run = PipelineRun(pipeline, backend, options, Console(io.StringIO()), clock=FastClock(100))
+threading.Thread(target=lambda: backend.started.wait() and pipeline_run.cancel("SIGINT")).start()
+print(pipeline_run.run().status.value, flush=True)
 """
 
 
 def test_the_process_can_exit_while_an_attempt_ignores_its_cancel(tmp_path: Path) -> None:
-    """The engine gave up on the stuck attempt: its thread must not keep the process alive."""
+    """The run gave up on the stuck attempt: its thread must not keep the process alive."""
     proc = subprocess.Popen(
         [sys.executable, "-c", STUCK_RUN, str(tmp_path)],
         stdout=subprocess.PIPE,
@@ -267,7 +268,7 @@ def test_a_run_stopped_by_the_infrastructure_is_an_error_even_when_the_job_may_f
         """
     )
     options = RunSettings(tmp_path / "out", 2)
-    record = run_engine(
+    record = run_bounded(
         PipelineRun(pipeline, KeyRefused(tmp_path), options, Console(io.StringIO()))
     )
     assert {r.job_id: r.status for r in record.results} == {
