@@ -5,7 +5,7 @@ It is what `clore-run cleanup` reconciles with `my_orders` after a crash, so it 
   recorded just before `create_order` is there after a `kill -9` or a lost VM. Writes are a few
   per rental, so an fsync each costs nothing that matters.
 - `busy_timeout`: a run and a `cleanup` (two processes) may write at the same moment.
-- One connection (`check_same_thread=False`) behind a lock, shared by the engine's worker threads:
+- One connection (`check_same_thread=False`) behind a lock, shared by the driver's worker threads:
   writes are single short statements that SQLite serialises anyway, and a single connection is
   one thing to close (per-thread connections would outlive threads nobody can close them from).
 - `PRAGMA user_version` numbers the schema, so a later version can migrate an older file and an

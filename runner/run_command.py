@@ -159,7 +159,7 @@ def execute(
         grouped_logs=options.out_dir / "logs" if in_actions else None,
     )
     with output_folder(options.out_dir):
-        engine = PipelineRun(
+        pipeline_run = PipelineRun(
             pipeline,
             backend,
             RunSettings(
@@ -167,8 +167,8 @@ def execute(
             ),
             console,
         )
-        with stop_on_signals(engine.cancel):
-            record = engine.run()
+        with stop_on_signals(pipeline_run.cancel):
+            record = pipeline_run.run()
         console.close()
         paths = write_reports(options.out_dir, record, options.baseline)
         github_actions.publish(paths)

@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from runner import cli
+from runner import cli, run_command
 from runner.backends.base import OutputSink, Place, RunOutcome, RunRequest
+from runner.backends.clore import factory
 from runner.backends.local import LocalBackend
 from runner.console import Console
 from runner.core.model import FailureKind, Job, JobStatus, Pipeline, RunRecord, RunStatus
@@ -35,7 +36,7 @@ def pipeline_of(text: str) -> Pipeline:
 
 
 def run_bounded(pipeline_run: PipelineRun, bound_s: float = 10.0) -> RunRecord:
-    """pipeline_run.run() on a thread, failing (instead of hanging the suite) if it does not return."""
+    """run() on a thread, failing (instead of hanging the suite) if it does not return."""
     holder: list[RunRecord] = []
     worker = threading.Thread(target=lambda: holder.append(pipeline_run.run()), daemon=True)
     worker.start()
@@ -123,7 +124,9 @@ def test_a_run_timeout_settles_attempts_that_ignore_their_kill(tmp_path: Path) -
         "  b: {needs: a, run: 'true'}\n"
     )
     options = RunSettings(tmp_path / "out", 1)
-    pipeline_run = PipelineRun(pipeline, backend, options, Console(io.StringIO()), clock=FastClock(100))
+    pipeline_run = PipelineRun(
+        pipeline, backend, options, Console(io.StringIO()), clock=FastClock(100)
+    )
     try:
         record = run_bounded(pipeline_run)
     finally:
@@ -144,7 +147,9 @@ def test_a_cancel_ends_within_one_grace_period_when_an_attempt_ignores_it(
     backend = IgnoresCancel(tmp_path)
     pipeline = pipeline_of("jobs:\n  a: {run: 'true', workspace: false}\n")
     options = RunSettings(tmp_path / "out", 1)
-    pipeline_run = PipelineRun(pipeline, backend, options, Console(io.StringIO()), clock=FastClock(100))
+    pipeline_run = PipelineRun(
+        pipeline, backend, options, Console(io.StringIO()), clock=FastClock(100)
+    )
     holder: list[RunRecord] = []
     worker = threading.Thread(target=lambda: holder.append(pipeline_run.run()), daemon=True)
     worker.start()
@@ -290,8 +295,9 @@ def test_the_concurrency_flag_reaches_the_clore_backend(
         seen.append(pipeline.concurrency)
         return object()
 
-    monkeypatch.setattr(cli, "clore_backend", clore_backend)
-    monkeypatch.setattr(cli, "execute", lambda pipeline, backend, options: (None, 0))
+    # The run command imports these when it runs, so they are patched where they live.
+    monkeypatch.setattr(factory, "clore_backend", clore_backend)
+    monkeypatch.setattr(run_command, "execute", lambda pipeline, backend, options: (None, 0))
     path = tmp_path / "p.yml"
     path.write_text("concurrency: 3\njobs:\n  a: {run: 'true'}\n")
     args = ["run", str(path), "--backend", "clore", "--concurrency", "8"]

@@ -1,7 +1,7 @@
 """The small Protocol every backend implements, and the data that crosses it.
 
 A backend hands out *places* to run (a local working slot, an SSH host, a rented server), runs one
-job attempt at a time on a place with live output, and takes places back. The engine calls these
+job attempt at a time on a place with live output, and takes places back. The driver calls these
 from worker threads; `shutdown` is called on every exit path and must release everything held.
 """
 
@@ -31,6 +31,9 @@ class Place:
     name: str
     facts: dict[str, str] = field(default_factory=dict)
     usd_per_hour: float = 0.0
+    # What the job's log and the console should say about getting this place (hosts that
+    # failed before it, fee rates assumed...): the attempt runner writes them out.
+    notes: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

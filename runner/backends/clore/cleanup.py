@@ -1,4 +1,5 @@
-"""Reconcile the ledger with `my_orders`: cancel whatever a run left behind (design §5).
+"""Reconcile the ledger with `my_orders`: cancel whatever a run left behind, the last layer
+of never leaving a billed server running.
 
 For every rental not yet released, the order is looked up in `my_orders` (completed ones
 included, so "ended" and "never created" can be told apart):

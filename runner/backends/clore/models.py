@@ -1,4 +1,4 @@
-"""Lenient pydantic models of the Clore API's replies (shapes: reference/clore-api.md §2).
+"""Lenient pydantic models of the Clore API's replies, in the shapes the API really sends.
 
 Real replies carry more fields than any client knows and omit some that others assume, and the
 `clore-ai` SDK crashed on real `my_orders` replies because it typed `pub_cluster` as a string and
@@ -132,7 +132,7 @@ class Marketplace(_Reply):
 
 
 class Order(_Reply):
-    """One entry of `GET /my_orders` `orders` (real shape: reference §2.3). There is no status."""
+    """One entry of `GET /my_orders` `orders`, as the API sends it. There is no status."""
 
     id: int
     si: int | None = None  # the SERVER id (what create_order called renting_server)
@@ -204,3 +204,32 @@ class SpotMarket(_Reply):
     server: SpotServer = Field(default_factory=SpotServer)
     currency_rates_in_usd: PriceMap = Field(default_factory=dict)
     exists: bool = True
+
+
+class _FeeBase(_Reply):
+    base: PriceMap = Field(default_factory=dict)  # a fraction by currency: 0.05 is 5 %
+
+
+class _FeesByType(_Reply):
+    on_demand: _FeeBase = Field(default_factory=_FeeBase)
+    spot: _FeeBase = Field(default_factory=_FeeBase)
+
+
+class _CreationFees(_Reply):
+    on_demand: PriceMap = Field(default_factory=dict)  # native amount by currency
+    spot: PriceMap = Field(default_factory=dict)
+
+
+class RenterFees(_Reply):
+    """`GET /renter_fees`: this account's share of the base fee, and the creation fees."""
+
+    renter_fees: _FeesByType = Field(default_factory=_FeesByType)
+    creation_fees: _CreationFees = Field(default_factory=_CreationFees)
+
+    def fee_rate(self, spot: bool, currency: str) -> float | None:
+        fees = self.renter_fees.spot if spot else self.renter_fees.on_demand
+        return fees.base.get(currency)
+
+    def creation_fee_native(self, spot: bool, currency: str) -> float | None:
+        fees = self.creation_fees.spot if spot else self.creation_fees.on_demand
+        return fees.get(currency)
