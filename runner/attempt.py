@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from runner.backends.base import Backend, Place, RunOutcome, RunRequest
+from runner.clock import Clock
 from runner.console import Console
 from runner.core.model import Attempt, FailureKind, Job
 from runner.errors import CloreRunError, JobCannotRun, RunMustStop
@@ -32,7 +33,7 @@ class Ran:
 class AttemptRunner:
     backend: Backend
     out_dir: Path  # logs/<job>.log and artifacts/<job>/ go here
-    clock: Callable[[], float]
+    clock: Clock
     console: Console
     extra_env: Mapping[str, str] = field(default_factory=dict)
     workspace_root: Path | None = None  # None: jobs start in an empty folder
@@ -49,12 +50,14 @@ class AttemptRunner:
         """Never raises: whatever goes wrong (a log that cannot be opened included) ends the
         attempt with a failure kind, so a caller waiting for it never waits forever. `placed`
         is called once a place is held: the script starts now."""
-        began = self.clock()
+        began = self.clock.time()
         try:
             return self._run(job, number, timeout_s, kill, began, placed)
         except Exception as exc:
             failure = FailureKind.PROVISIONING_FAILED
-            return Ran(Attempt(number, began, self.clock(), None, failure, f"internal: {exc!r}"))
+            return Ran(
+                Attempt(number, began, self.clock.time(), None, failure, f"internal: {exc!r}")
+            )
 
     def _run(
         self,
@@ -94,7 +97,7 @@ class AttemptRunner:
     def _attempt(
         self, number: int, began: float, place: Place | None, outcome: RunOutcome
     ) -> Attempt:
-        ended = self.clock()
+        ended = self.clock.time()
         facts = {**(place.facts if place else {}), **outcome.facts}
         facts.pop("workdir", None)
         # A renting backend knows what the attempt cost (its share of the rental); otherwise

@@ -16,7 +16,6 @@ import heapq
 import itertools
 import queue
 import threading
-import time
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, wait
 from contextlib import AbstractContextManager, ExitStack, contextmanager
@@ -25,6 +24,7 @@ from typing import Any, Protocol, TypeVar
 
 from runner.attempt import AttemptRunner
 from runner.backends.base import Backend, RentingBackend
+from runner.clock import Clock
 from runner.core.events import (
     AttemptEnded,
     AttemptPlaced,
@@ -168,7 +168,7 @@ class Driver:
         backend: Backend,
         runner: AttemptRunner,
         journal: Journal,
-        clock: Callable[[], float],
+        clock: Clock,
         options: DriverOptions,
     ) -> None:
         self.core = core
@@ -233,7 +233,7 @@ class Driver:
         timer that cancels everything."""
         if timeout_s is not None:
             reason = f"the run timed out after {timeout_s:g} s"
-            self._timer(self.clock() + timeout_s, _Deadline(reason))
+            self._timer(self.clock.time() + timeout_s, _Deadline(reason))
         while not self.core.idle:
             self.step()
 
@@ -242,7 +242,7 @@ class Driver:
 
     def step(self) -> bool:
         """Wait for one event (or the next timer) and handle it; False when told to quit."""
-        now = self.clock()
+        now = self.clock.time()
         wait_s = self.options.tick_s
         if self._timers:
             wait_s = min(wait_s, max(0.0, self._timers[0][0] - now))
@@ -252,7 +252,7 @@ class Driver:
             posted = None
         if isinstance(posted, _Quit):
             return False
-        now = self.clock()
+        now = self.clock.time()
         if posted is not None:
             self._on(posted, now)
         while self._timers and self._timers[0][0] <= now:
@@ -265,16 +265,16 @@ class Driver:
         within `grace_s`, in order, for the caller to record (serve's hand-over at shutdown)."""
         for out in self._out.values():
             out.kill.set()
-        deadline = time.monotonic() + grace_s  # real time: a test's clock may stand still
+        deadline = self.clock.now() + grace_s
         while self._out:
             try:
-                posted = self._events.get(timeout=max(0.0, deadline - time.monotonic()))
+                posted = self._events.get(timeout=max(0.0, deadline - self.clock.now()))
             except queue.Empty:
                 return
             if isinstance(posted, AttemptEnded) and posted.job_id in self._out:
                 self._forget(posted.job_id)
                 yield posted
-            if time.monotonic() >= deadline:
+            if self.clock.now() >= deadline:
                 return
 
     def close(self) -> None:
@@ -285,7 +285,7 @@ class Driver:
         if self._cancel_at is not None:
             # What is left of the grace the cancel gave: not a second one after it, which
             # would overrun the time CI allows between SIGINT and SIGKILL.
-            grace = max(0.0, self._cancel_at + grace - self.clock())
+            grace = max(0.0, self._cancel_at + grace - self.clock.time())
         wait(self._futures, timeout=grace)
         self._pool.shutdown()
         if self._early is not None:
@@ -345,11 +345,11 @@ class Driver:
             return
         with self.journal.batch():
             starts = [self._record(cmd, now) for cmd in commands]
+        if self._renting is not None:  # before any start: it may take a server from the idle
+            self._renting.set_pending(self.core.unplaced_jobs())
         for work in starts:
             if work is not None:
                 self._futures.append(self._pool.submit(work))
-        if self._renting is not None:
-            self._renting.set_pending(self.core.unplaced_jobs())
         if self._cancel_at is None and self.core.stop_reason is not None:
             self._stopping(now)
 

@@ -7,7 +7,6 @@ and returns a record the reports can be written from, interrupted runs included.
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -16,6 +15,7 @@ from pathlib import Path
 
 from runner.attempt import AttemptRunner
 from runner.backends.base import Backend, RentingBackend
+from runner.clock import SYSTEM_CLOCK, Clock
 from runner.console import Console
 from runner.core.events import CancelAll, Event, StopCause
 from runner.core.model import Attempt, Job, JobResult, Pipeline, RunRecord
@@ -75,7 +75,7 @@ class PipelineRun:
         backend: Backend,
         settings: RunSettings,
         console: Console,
-        clock: Callable[[], float] = time.time,
+        clock: Clock = SYSTEM_CLOCK,
         journals: Sequence[Journal] = (),
     ) -> None:
         self.pipeline = pipeline
@@ -106,7 +106,7 @@ class PipelineRun:
         self.driver.cancel(reason, StopCause.INTERRUPTED)
 
     def run(self) -> RunRecord:
-        started_at = self.clock()
+        started_at = self.clock.time()
         try:
             self.driver.add(self.pipeline.jobs, {}, started_at)
             self.driver.run_until_idle(self.pipeline.timeout_s)
@@ -120,7 +120,7 @@ class PipelineRun:
             results=results,
             status=run_status(results, jobs, self.driver.core.stop_cause),
             started_at=started_at,
-            finished_at=self.clock(),
+            finished_at=self.clock.time(),
             backend=self.backend.name,
             run_id=self.settings.run_id,
             idle_cost_usd=renting.idle_cost_usd() if renting is not None else 0.0,

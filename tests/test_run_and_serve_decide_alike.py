@@ -109,7 +109,7 @@ def test_serve_counts_the_job_timeout_from_placement(tmp_path: Path) -> None:
     with thread_server(tmp_path, clock=clock, backend=backend) as srv:
         (job_id,) = srv.api.submit("jobs:\n  a: {run: 'true', timeout-minutes: 1}\n")
         assert backend.acquiring.wait(10)
-        clock.now += 600  # ten minutes renting: ten times the job's own timeout
+        clock.unix += 600  # ten minutes renting: ten times the job's own timeout
         srv.service.wake()
         srv.service.driver.call(lambda now: None).result(10)  # the loop has seen that time
         backend.placed.set()
@@ -124,7 +124,7 @@ def test_serve_still_times_a_placed_job_out(tmp_path: Path) -> None:
         (job_id,) = srv.api.submit(f"jobs:\n  a:\n    timeout-minutes: 1\n    run: {script}\n")
         wait_until(lambda: srv.service.servers_held == 1, what="the job placed")
         srv.service.driver.call(lambda now: None).result(10)  # the placement is in the core
-        clock.now += 61
+        clock.unix += 61
         srv.service.wake()
         done = srv.api.wait_status(job_id, FINAL)
         gate.touch()

@@ -97,8 +97,14 @@ class FastClock:
         self.t0 = time.monotonic()
         self.speed = speed
 
-    def __call__(self) -> float:
-        return 1_000_000.0 + (time.monotonic() - self.t0) * self.speed
+    def now(self) -> float:
+        return (time.monotonic() - self.t0) * self.speed
+
+    def time(self) -> float:
+        return 1_000_000.0 + self.now()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds / self.speed)
 
 
 class IgnoresCancel(LocalBackend):

@@ -49,11 +49,11 @@ def inherited_origin(job: Job, outcomes: Mapping[str, NeedOutcome]) -> str:
     return ""
 
 
-def skip_reason(job: Job, outcomes: Mapping[str, NeedOutcome]) -> str | None:
-    """Why `job` must be skipped by its `if:`, or None when it runs. As in GitHub Actions:
-    success() needs every need to have succeeded and no ancestor to have failed (a need skipped
-    for any reason skips it too); failure() needs a failed ancestor; always() always runs."""
-    origin = inherited_origin(job, outcomes)
+def skip_reason(job: Job, outcomes: Mapping[str, NeedOutcome], origin: str) -> str | None:
+    """Why `job` must be skipped by its `if:`, or None when it runs; `origin` is its
+    `inherited_origin`. As in GitHub Actions: success() needs every need to have succeeded and
+    no ancestor to have failed (a need skipped for any reason skips it too); failure() needs a
+    failed ancestor; always() always runs."""
     if job.condition is Condition.SUCCESS:
         for need in job.needs:
             outcome = outcomes[need]

@@ -194,6 +194,7 @@ class Scheduler:
         fresh = {e.job.id: e for e in entries}
         self._check_new(entries, fresh, settled_needs)
         ranks = self._batch_ranks(fresh)
+        older = bool(self._slots)  # jobs from earlier adds, whose ranks the new ones may raise
         for e in entries:
             key = (-int(e.job.priority), -ranks[e.job.id], e.seq)
             self._slots[e.job.id] = _Slot(
@@ -203,8 +204,8 @@ class Scheduler:
             self._groups.setdefault(e.job.group or e.job.id, {})[e.job.id] = None
         for e in entries:
             self._link(e.job, settled_needs)
-        for e in entries:
-            self._raise_ancestors(e.job, ranks[e.job.id], fresh)
+            if older:
+                self._raise_ancestors(e.job, ranks[e.job.id], fresh)
         for e in entries:
             if e.running:
                 self._slots[e.job.id].phase = Phase.RUNNING
@@ -379,7 +380,7 @@ class Scheduler:
         if self._stop is not None:
             self._work.append((job.id, JobStatus.CANCELLED, self._stop[1]))
             return
-        skipped = skip_reason(job, slot.outcomes)
+        skipped = skip_reason(job, slot.outcomes, slot.origin)
         if skipped is not None:
             self._work.append((job.id, JobStatus.SKIPPED, skipped))
             return

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -79,9 +78,11 @@ class _Sim:
         heapq.heappush(self.queue, (at, next(self.seq), event))
 
     def apply(self, commands: list[Command]) -> None:
-        todo = deque(commands)
-        while todo:
-            cmd = todo.popleft()
+        todo = commands  # arrivals append to it: a work list, not recursion
+        i = 0
+        while i < len(todo):
+            cmd = todo[i]
+            i += 1
             if isinstance(cmd, StartAttempt):
                 self._start(cmd)
             elif isinstance(cmd, KillAttempt):

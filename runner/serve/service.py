@@ -21,7 +21,6 @@ import logging
 import math
 import os
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
@@ -31,6 +30,7 @@ from typing import TypeVar
 
 from runner.attempt import AttemptRunner
 from runner.backends.base import Backend
+from runner.clock import SYSTEM_CLOCK, Clock
 from runner.core.events import AttemptEnded, CancelJob, Event, HoldStarts
 from runner.core.model import Attempt, FailureKind, Job, JobResult
 from runner.core.outcome import NeedOutcome, need_outcome
@@ -110,7 +110,7 @@ class Service:
         store: Store,
         backend: Backend,
         options: ServiceOptions,
-        clock: Callable[[], float] = time.time,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.store = store
         self.backend = backend
@@ -143,7 +143,7 @@ class Service:
     # -- lifecycle -------------------------------------------------------------------------
 
     def start(self) -> None:
-        now = self.clock()
+        now = self.clock.time()
         self.store.begin_instance(self.options.instance, os.getpid(), self.backend.name, now)
         self._recover(now)
         self._thread.start()
@@ -155,7 +155,7 @@ class Service:
             self._thread.join()
         self._hand_over(grace_s)
         self.driver.close()
-        self.store.end_instance(self.options.instance, self.clock())
+        self.store.end_instance(self.options.instance, self.clock.time())
 
     def wake(self) -> None:
         """Re-read the clock now (after a test moved a fake one)."""
@@ -173,7 +173,7 @@ class Service:
                 kind,
                 prepared.label,
                 lambda number: with_server_ids(prepared.jobs, number),
-                self.clock(),
+                self.clock.time(),
             )
             entries = tuple(Entry(job, seq) for seq, job in stored)
             self.driver.call(lambda now: self._add(entries, now))
@@ -187,6 +187,9 @@ class Service:
         """Why a queued job does not run yet, from the scheduler's own state (None: it runs,
         or it is settled)."""
         return self._ask(lambda now: self._why_waiting(job_id, now))
+
+    def now(self) -> float:
+        return self.clock.time()
 
     @property
     def servers_held(self) -> int:
@@ -205,7 +208,7 @@ class Service:
     # -- the loop --------------------------------------------------------------------------
 
     def _loop(self) -> None:
-        self._check_spend(self.clock())
+        self._check_spend(self.clock.time())
         while True:
             try:
                 if not self.driver.step():
@@ -248,7 +251,7 @@ class Service:
     # -- spend -----------------------------------------------------------------------------
 
     def spent_today(self, now: float | None = None) -> float:
-        return self.store.spend_since(_day_start(self.clock() if now is None else now))
+        return self.store.spend_since(_day_start(self.clock.time() if now is None else now))
 
     def _spend_before_end(self, event: Event, now: float) -> Sequence[Event]:
         """An attempt's cost is in the store only once its end is recorded: counted here, so a
@@ -298,12 +301,12 @@ class Service:
         with the attempt recorded; the others stay open for the next start to reconcile. A job
         the core was killing already (cancelled, timed out) ends as the core decides instead:
         handed over, a cancelled job would run again."""
-        now = self.clock()
+        now = self.clock.time()
         dying = self.driver.killed_jobs()
         self.driver.feed(HoldStarts(math.inf), now)  # those ends must start nothing
         for event in self.driver.drain_attempts(grace_s):
             if event.job_id in dying:
-                self.driver.feed(event, self.clock())
+                self.driver.feed(event, self.clock.time())
             else:
                 message = "interrupted: the queue server shut down"
                 self.store.end_attempt(

@@ -24,8 +24,8 @@ from runner.backends.clore.market import (
     offers_from_servers,
 )
 from runner.backends.clore.provision import ProvisionCancelled, Provisioner, Rental, SkipOffer
-from runner.backends.clore.ratelimit import Clock
 from runner.backends.ssh.exec import run_job
+from runner.clock import Clock
 from runner.core import money
 from runner.core.model import FailureKind, GpuAsk, Job
 from runner.errors import InfrastructureError, JobCannotRun, RunMustStop

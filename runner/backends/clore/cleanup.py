@@ -26,7 +26,7 @@ from typing import Literal
 from runner.backends.clore.api import CloreClient, newest_order_on
 from runner.backends.clore.errors import CloreApiError
 from runner.backends.clore.models import Order
-from runner.backends.clore.ratelimit import Clock
+from runner.clock import Clock
 from runner.ledger import Ledger, Rental
 
 CONFIRM_WAIT_S = 5.0  # before the last look after a second cancel (G-gv waited 2-12 s)
