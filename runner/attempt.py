@@ -19,7 +19,7 @@ from runner.errors import CloreRunError, JobCannotRun, RunMustStop
 from runner.joblog import JobLog
 
 
-def _nothing() -> None:
+def _nothing(_place: Place) -> None:
     return None
 
 
@@ -45,11 +45,11 @@ class AttemptRunner:
         number: int,
         timeout_s: float,
         kill: threading.Event,
-        placed: Callable[[], None] = _nothing,
+        placed: Callable[[Place], None] = _nothing,
     ) -> Ran:
         """Never raises: whatever goes wrong (a log that cannot be opened included) ends the
         attempt with a failure kind, so a caller waiting for it never waits forever. `placed`
-        is called once a place is held: the script starts now."""
+        is told the place once it is held: the script starts now."""
         began = self.clock.time()
         try:
             return self._run(job, number, timeout_s, kill, began, placed)
@@ -66,14 +66,14 @@ class AttemptRunner:
         timeout_s: float,
         kill: threading.Event,
         began: float,
-        placed: Callable[[], None],
+        placed: Callable[[Place], None],
     ) -> Ran:
         place: Place | None = None
         stop = ""
         log = JobLog(self.out_dir, job, number, self.console)
         try:
             place = self.backend.acquire(job, kill)
-            placed()
+            placed(place)
             log.header(place.name)
             for note in place.notes:
                 log.note(note)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from runner.attempt import AttemptRunner
-from runner.backends.base import Backend, RentingBackend
+from runner.backends.base import Backend, Place, RentingBackend
 from runner.clock import Clock
 from runner.core.events import (
     AttemptEnded,
@@ -60,6 +60,10 @@ class Journal(Protocol):
 
     def attempt_started(self, job: Job, number: int, now: float) -> None: ...
 
+    def attempt_placed(self, job: Job, number: int, place: Place, now: float) -> None:
+        """The attempt holds `place` (a server, its facts and price): its script starts now."""
+        ...
+
     def attempt_ended(self, job: Job, attempt: Attempt) -> None: ...
 
     def requeued(self, job: Job, at: float, retries_used: int, infra_used: int) -> None: ...
@@ -83,6 +87,10 @@ class Journals:
     def attempt_started(self, job: Job, number: int, now: float) -> None:
         for j in self._all:
             j.attempt_started(job, number, now)
+
+    def attempt_placed(self, job: Job, number: int, place: Place, now: float) -> None:
+        for j in self._all:
+            j.attempt_placed(job, number, place, now)
 
     def attempt_ended(self, job: Job, attempt: Attempt) -> None:
         for j in self._all:
@@ -126,6 +134,12 @@ class _Call:
 
 
 @dataclass(frozen=True)
+class _Placed:
+    event: AttemptPlaced
+    place: Place
+
+
+@dataclass(frozen=True)
 class _MustStop:
     reason: str
 
@@ -134,7 +148,7 @@ class _Quit:
     pass
 
 
-_Posted = Event | _Call | _MustStop | _Quit | None  # None: just re-read the clock
+_Posted = Event | _Call | _Placed | _MustStop | _Quit | None  # None: just re-read the clock
 
 
 @dataclass(frozen=True)
@@ -305,12 +319,8 @@ class Driver:
             self.feed(self.options.must_stop(posted.reason, now), now)
         elif isinstance(posted, AttemptEnded):
             self._attempt_ended(posted, now)
-        elif isinstance(posted, AttemptPlaced):
-            out = self._out.get(posted.job_id)
-            if out is not None and out.number == posted.attempt and not out.placed:
-                out.placed = True
-                self._places_held += 1
-            self.feed(posted, now)
+        elif isinstance(posted, _Placed):
+            self._placed(posted.event, posted.place, now)
         elif posted is not None and not isinstance(posted, _Quit):
             self.feed(posted, now)
 
@@ -321,6 +331,16 @@ class Driver:
         self._forget(event.job_id)
         for first in self.options.before_attempt_ends(event, now):
             self.feed(first, now)
+        self.feed(event, now)
+
+    def _placed(self, event: AttemptPlaced, place: Place, now: float) -> None:
+        out = self._out.get(event.job_id)
+        if out is None or out.number != event.attempt or out.placed:
+            return  # settled already (a straggler's late report)
+        out.placed = True
+        self._places_held += 1
+        with self.journal.batch():
+            self.journal.attempt_placed(self._jobs[event.job_id], event.attempt, place, now)
         self.feed(event, now)
 
     def _forget(self, job_id: str) -> None:
@@ -412,8 +432,8 @@ class Driver:
         return functools.partial(self._work, job, cmd.attempt, cmd.timeout_s, out.kill)
 
     def _work(self, job: Job, number: int, timeout_s: float, kill: threading.Event) -> None:
-        def placed() -> None:
-            self._events.put(AttemptPlaced(job.id, number))
+        def placed(place: Place) -> None:
+            self._events.put(_Placed(AttemptPlaced(job.id, number), place))
 
         ran = self.runner.run(job, number, timeout_s, kill, placed)  # never raises
         self._events.put(AttemptEnded(job.id, ran.attempt))

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from runner.attempt import AttemptRunner
-from runner.backends.base import Backend, RentingBackend
+from runner.backends.base import Backend, Place, RentingBackend
 from runner.clock import SYSTEM_CLOCK, Clock
 from runner.console import Console
 from runner.core.events import CancelAll, Event, StopCause
@@ -48,6 +48,9 @@ class ConsoleJournal:
 
     def attempt_started(self, job: Job, number: int, now: float) -> None:
         self.console.job_started(job, number)
+
+    def attempt_placed(self, job: Job, number: int, place: Place, now: float) -> None:
+        return None
 
     def attempt_ended(self, job: Job, attempt: Attempt) -> None:
         return None  # the job's log has it; the console speaks when the job settles

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from runner.attempt import AttemptRunner
-from runner.backends.base import Backend
+from runner.backends.base import Backend, Place
 from runner.clock import SYSTEM_CLOCK, Clock
 from runner.core.events import AttemptEnded, CancelJob, Event, HoldStarts
 from runner.core.model import Attempt, FailureKind, Job, JobResult
@@ -90,6 +90,10 @@ class StoreJournal:
     def attempt_started(self, job: Job, number: int, now: float) -> None:
         self.store.start_attempt(job.id, number, self.instance, now)
         log.info("job %s started (attempt %d)", job.id, number)
+
+    def attempt_placed(self, job: Job, number: int, place: Place, now: float) -> None:
+        """Where a running job runs and at what price, shown while it runs."""
+        self.store.place_attempt(job.id, number, place.name, place.facts, place.usd_per_hour)
 
     def attempt_ended(self, job: Job, attempt: Attempt) -> None:
         self.store.end_attempt(job.id, attempt)
