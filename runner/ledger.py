@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args
 
 from runner import sqlite_files
+from runner.clock import SYSTEM_CLOCK, Clock
 from runner.errors import InfrastructureError
 
 DEFAULT_PATH = Path(".clore-run/ledger.db")
@@ -87,11 +87,9 @@ class Rental:
 
 
 class Ledger:
-    """The ledger at `path` (parent folders created). Thread-safe; `clock` gives unix seconds."""
+    """The ledger at `path` (parent folders created). Thread-safe."""
 
-    def __init__(
-        self, path: Path | str = DEFAULT_PATH, *, clock: Callable[[], float] = time.time
-    ) -> None:
+    def __init__(self, path: Path | str = DEFAULT_PATH, *, clock: Clock = SYSTEM_CLOCK) -> None:
         self.path = Path(path)
         self._clock = clock
         self._lock = threading.Lock()
@@ -124,7 +122,7 @@ class Ledger:
         usd_per_hour: float | None,
     ) -> int:
         """Note that we are about to rent `server_id`. Call BEFORE `create_order` is sent."""
-        now = self._clock()
+        now = self._clock.time()
         with self._write("record an intent") as db:
             cursor = db.execute(
                 "INSERT INTO rentals (run_id, job_id, server_id, state, created_at, updated_at, "
@@ -142,7 +140,7 @@ class Ledger:
             cursor = db.execute(
                 "UPDATE rentals SET order_id = ?, updated_at = ?, state = CASE WHEN state IN "
                 "('intent', 'failed') THEN 'ordered' ELSE state END WHERE id = ?",
-                (order_id, self._clock(), rental_id),
+                (order_id, self._clock.time(), rental_id),
             )
             if cursor.rowcount == 0:
                 raise KeyError(f"no rental {rental_id} in {self.path}")
@@ -156,7 +154,7 @@ class Ledger:
         with self._write(f"mark a rental {state}") as db:
             cursor = db.execute(
                 f"UPDATE rentals SET state = ?, note = ?, updated_at = ? WHERE id = ?{guard}",
-                (state, note, self._clock(), rental_id),
+                (state, note, self._clock.time(), rental_id),
             )
             if cursor.rowcount == 0:
                 exists = db.execute("SELECT 1 FROM rentals WHERE id = ?", (rental_id,)).fetchone()
