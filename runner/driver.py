@@ -22,7 +22,7 @@ from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-from runner.attempt import AttemptRunner
+from runner.attempt import AttemptRunner, Kill
 from runner.backends.base import Backend, Place, RentingBackend
 from runner.clock import Clock
 from runner.core.events import (
@@ -68,6 +68,10 @@ class Journal(Protocol):
 
     def requeued(self, job: Job, at: float, retries_used: int, infra_used: int) -> None: ...
 
+    def waits_until(self, job: Job, at: float) -> None:
+        """The job may not start before `at` (its not-before time)."""
+        ...
+
     def settled(self, job: Job, result: JobResult, now: float) -> None: ...
 
 
@@ -99,6 +103,10 @@ class Journals:
     def requeued(self, job: Job, at: float, retries_used: int, infra_used: int) -> None:
         for j in self._all:
             j.requeued(job, at, retries_used, infra_used)
+
+    def waits_until(self, job: Job, at: float) -> None:
+        for j in self._all:
+            j.waits_until(job, at)
 
     def settled(self, job: Job, result: JobResult, now: float) -> None:
         for j in self._all:
@@ -169,7 +177,7 @@ class _Out:
 
     number: int
     started_at: float
-    kill: threading.Event = field(default_factory=threading.Event)
+    kill: Kill = field(default_factory=Kill)
     placed: bool = False
 
 
@@ -381,9 +389,10 @@ class Driver:
         if isinstance(cmd, KillAttempt):
             out = self._out.get(cmd.job_id)
             if out is not None:
-                out.kill.set()
+                out.kill.stop(cmd.reason)
         elif isinstance(cmd, SetTimer):
             self._timer(cmd.at, cmd.token)
+            self._say_waiting(cmd)
         elif isinstance(cmd, AttemptRecorded):
             self.journal.attempt_ended(self._jobs[cmd.job_id], cmd.attempt)
         elif isinstance(cmd, Requeued):
@@ -392,6 +401,14 @@ class Driver:
         elif isinstance(cmd, Settled):
             self.journal.settled(self._jobs.pop(cmd.result.job_id), cmd.result, now)
         return None
+
+    def _say_waiting(self, timer: SetTimer) -> None:
+        """A job waiting for its not-before time (a retry's wait is told as `requeued`)."""
+        token = timer.token
+        if isinstance(token, tuple) and token[0] == "wake":
+            state = self.core.state(token[1])
+            if state is not None and state.attempts == 0:
+                self.journal.waits_until(self._jobs[token[1]], timer.at)
 
     def _stopping(self, now: float) -> None:
         """Everything was cancelled: attempts get a grace period to stop, and a renting backend
@@ -431,7 +448,7 @@ class Driver:
         self._futures = [f for f in self._futures if not f.done()]
         return functools.partial(self._work, job, cmd.attempt, cmd.timeout_s, out.kill)
 
-    def _work(self, job: Job, number: int, timeout_s: float, kill: threading.Event) -> None:
+    def _work(self, job: Job, number: int, timeout_s: float, kill: Kill) -> None:
         def placed(place: Place) -> None:
             self._events.put(_Placed(AttemptPlaced(job.id, number), place))
 

@@ -50,13 +50,16 @@ class ConsoleJournal:
         self.console.job_started(job, number)
 
     def attempt_placed(self, job: Job, number: int, place: Place, now: float) -> None:
-        return None
+        return None  # the attempt runner shows the place on the console as it gets it
 
     def attempt_ended(self, job: Job, attempt: Attempt) -> None:
-        return None  # the job's log has it; the console speaks when the job settles
+        self.console.attempt_ended(job, attempt)
 
     def requeued(self, job: Job, at: float, retries_used: int, infra_used: int) -> None:
-        return None
+        self.console.requeued(job, at)
+
+    def waits_until(self, job: Job, at: float) -> None:
+        self.console.waiting_until(job, at)
 
     def settled(self, job: Job, result: JobResult, now: float) -> None:
         self.results.append(result)

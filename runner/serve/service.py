@@ -101,6 +101,9 @@ class StoreJournal:
     def requeued(self, job: Job, at: float, retries_used: int, infra_used: int) -> None:
         self.store.requeue(job.id, at, retries_used, infra_used)
 
+    def waits_until(self, job: Job, at: float) -> None:
+        return None  # the job's spec has its not-before; the scheduler says why it waits
+
     def settled(self, job: Job, result: JobResult, now: float) -> None:
         self.store.settle(result, now)
         log.info("job %s %s %s", job.id, result.status.value, result.reason)
