@@ -8,7 +8,7 @@ import json
 import threading
 from pathlib import Path
 
-from runner.backends.base import OutputSink, Place, RunOutcome, RunRequest
+from runner.backends.base import NO_STAGES, OutputSink, Place, RunOutcome, RunRequest, StageSink
 from runner.backends.local import LocalBackend
 from runner.core.model import Job, JobStatus, Pipeline
 from runner.run_command import RunOptions, execute
@@ -90,17 +90,22 @@ class SlowToPlace(LocalBackend):
         self.acquiring = threading.Event()
         self.placed = threading.Event()
 
-    def acquire(self, job: Job, cancel: threading.Event) -> Place:
+    def acquire(self, job: Job, cancel: threading.Event, stages: StageSink = NO_STAGES) -> Place:
         self.acquiring.set()
         self.placed.wait(30)
-        return super().acquire(job, cancel)
+        return super().acquire(job, cancel, stages)
 
     def run(
-        self, place: Place, request: RunRequest, sink: OutputSink, cancel: threading.Event
+        self,
+        place: Place,
+        request: RunRequest,
+        sink: OutputSink,
+        cancel: threading.Event,
+        stages: StageSink = NO_STAGES,
     ) -> RunOutcome:
         if cancel.is_set():
             return RunOutcome(None, None, "killed before it ran")
-        return super().run(place, request, sink, cancel)
+        return super().run(place, request, sink, cancel, stages)
 
 
 def test_serve_counts_the_job_timeout_from_placement(tmp_path: Path) -> None:
