@@ -143,6 +143,7 @@ class Provisioner:
     def rent(self, job: Job, offer: Offer, cancel: threading.Event) -> Rental:
         """Rent `offer` for `job` and return it reachable over SSH, or raise (nothing held)."""
         rental = self._intent(job, offer)
+        asked = self.clock.now()
         order = self._create(rental, job, cancel)
         rental.order_id = order.id
         rental.held_since = rental.billed_until = order.ct or self.clock.time()
@@ -151,7 +152,9 @@ class Provisioner:
             self.ledger.set_order(rental.rental_id, order.id)
             self.ledger.set_state(rental.rental_id, "ordered")
             order = self._wait_online(order.id, cancel, rental)
+            rental.facts["online_after_s"] = f"{self.clock.now() - asked:.1f}"
             rental.conn = self._connect(order, cancel)
+            rental.facts["ssh_ready_after_s"] = f"{self.clock.now() - asked:.1f}"
             self.ledger.set_state(rental.rental_id, "running")
         except BaseException:
             self._waste(rental, self.release(rental))

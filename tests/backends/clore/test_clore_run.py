@@ -130,8 +130,8 @@ def test_create_answered_500_code_1_while_created_rents_once(setup: Setup) -> No
 
 
 def test_not_enough_balance_stops_the_run(setup: Setup) -> None:
-    # The wallet read says enough, the create says otherwise (someone else spent it).
-    setup.fake.fail_next("create_order", Faults.NOT_ENOUGH_BALANCE)
+    # The wallet read says enough, the creates say otherwise (someone else spent it).
+    setup.fake.fail_next("create_order", Faults.NOT_ENOUGH_BALANCE, times=2)
     pipeline = parse_pipeline(
         "currency: USD-Blockchain\njobs:\n  a: {run: echo hi}\n  b: {run: echo hi}\n", "p.yml", {}
     )

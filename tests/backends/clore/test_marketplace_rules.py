@@ -278,3 +278,23 @@ def test_renter_fees_unreadable_falls_back_to_the_documented_rates_and_says_so(
     (facts,) = attempt_facts(out, "a")
     assert facts["renter_fee_source"] == "documented" and facts["renter_fee_rate"] == "0.05"
     assert "renter_fees could not be read" in console
+
+
+def test_a_short_balance_stops_every_later_rental_too(setup: Setup) -> None:
+    """Workers that ask after the wallet was found short get the same answer, not a create."""
+    from runner.errors import RunMustStop
+
+    setup.fake.balances["USD-Blockchain"] = 0.2  # the 3090's worst case is 0.209
+    pipeline = pipeline_of(
+        "currency: USD-Blockchain\njobs:\n  a: {run: echo a, gpu: {type: '3090'}}\n"
+        "  b: {run: echo b, gpu: {type: '3090'}}\n"
+    )
+    backend, _ = setup.backend(pipeline)
+    try:
+        for job in pipeline.jobs:
+            with pytest.raises(RunMustStop, match=r"wallet holds 0\.2,"):
+                backend.acquire(job, threading.Event())
+    finally:
+        backend.shutdown()
+    assert setup.fake.calls("create_order") == []
+    assert len(setup.fake.calls("wallets")) == 1
