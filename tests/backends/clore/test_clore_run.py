@@ -691,8 +691,8 @@ def test_a_ledger_failing_after_the_create_does_not_leave_the_order_running(
     backend, ledger = setup.backend(pipeline)
     record_intent = ledger.record_intent
 
-    def intent_then_disk_full(*args: object) -> int:
-        rental_id = record_intent(*args)  # type: ignore[arg-type]
+    def intent_then_disk_full(*args: object, **kwargs: object) -> int:
+        rental_id = record_intent(*args, **kwargs)  # type: ignore[arg-type]
 
         def fail(*_args: object, **_kwargs: object) -> None:
             raise LedgerError(f"ledger {ledger.path}: cannot write: disk I/O error")
