@@ -158,6 +158,8 @@ class Attempt:
     server: str = ""
     cost_usd: float = 0.0
     facts: Mapping[str, str] = field(default_factory=_frozen_env)  # GPU, fingerprint, price...
+    placed_at: float | None = None  # the place was held and the script could start (after
+    # renting and booting a server): the timeline draws the time before it apart
 
     @property
     def duration_s(self) -> float:

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from runner.backends.base import NO_STAGES, StageSink
 from runner.backends.clore import errors as api_errors
 from runner.backends.clore.api import CloreClient, OrderRequest, may_have_created
 from runner.backends.clore.fees import FeeSchedule, read_fee_schedule
@@ -141,7 +142,9 @@ class Provisioner:
                 self._fees = read_fee_schedule(self.client, self.currency)
             return self._fees
 
-    def rent(self, job: Job, offer: Offer, cancel: threading.Event) -> Rental:
+    def rent(
+        self, job: Job, offer: Offer, cancel: threading.Event, stages: StageSink = NO_STAGES
+    ) -> Rental:
         """Rent `offer` for `job` and return it reachable over SSH, or raise (nothing held)."""
         rental = self._intent(job, offer)
         asked = self.clock.now()
@@ -152,8 +155,10 @@ class Provisioner:
         try:  # the order exists: from here on, every failure cancels it
             self.ledger.set_order(rental.rental_id, order.id)
             self.ledger.set_state(rental.rental_id, "ordered")
+            stages.stage("booting", f"order {order.id}")
             order = self._wait_online(order.id, cancel, rental)
             rental.facts["online_after_s"] = f"{self.clock.now() - asked:.1f}"
+            stages.stage("connecting", f"order {order.id}")
             rental.conn = self._connect(order, cancel)
             rental.facts["ssh_ready_after_s"] = f"{self.clock.now() - asked:.1f}"
             self.ledger.set_state(rental.rental_id, "running")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.backends.base import OutputSink, Place, RunOutcome, RunRequest
+from runner.backends.base import NO_STAGES, OutputSink, Place, RunOutcome, RunRequest, StageSink
 from runner.backends.clore.backend import CloreBackend
 from runner.core.model import JobStatus, Pipeline, RunRecord
 from runner.run_command import RunOptions, execute
@@ -36,9 +36,14 @@ class JobTakes(CloreBackend):
     job_s: float = 0.0
 
     def run(
-        self, place: Place, request: RunRequest, sink: OutputSink, cancel: threading.Event
+        self,
+        place: Place,
+        request: RunRequest,
+        sink: OutputSink,
+        cancel: threading.Event,
+        stages: StageSink = NO_STAGES,
     ) -> RunOutcome:
-        outcome = super().run(place, request, sink, cancel)
+        outcome = super().run(place, request, sink, cancel, stages)
         self.clock.advance(self.job_s)  # type: ignore[attr-defined]
         return outcome
 
