@@ -302,6 +302,14 @@ def test_the_timeline_spans_the_attempts() -> None:
     assert a.w == pytest.approx(b.w) and b.x == pytest.approx(a.x + a.w)
     assert [label for _, label, _ in picture.rows] == ["first", "b"]
     assert timeline([], {}, now=0.0) is None
+    retried = [
+        {"job_id": "c", "number": 1, "started_at": 0.0, "finished_at": 5.0, "failure": "timeout"},
+        {"job_id": "c", "number": 2, "started_at": 6.0, "finished_at": 9.0, "failure": "timeout"},
+    ]
+    again = timeline(retried, {}, now=10.0)
+    assert again is not None
+    assert [b.status for b in again.bars] == ["retried", "failed"]  # as the reports draw it
+    assert len(again.rows) == 1  # one lane per job
 
 
 def fill(store: Store, total: int) -> list[str]:
