@@ -105,7 +105,16 @@ class CloreBackend:
         for _ in range(MAX_OFFERS_PER_ATTEMPT):
             self._stop_if_stopping(cancel)
             self._make_room()
-            offer = self._choose(job)  # marked as ours: no other worker orders it too
+            try:
+                offer = self._choose(job)  # marked as ours: no other worker orders it too
+            except JobCannotRun as exc:
+                if not tried:
+                    raise
+                # The hosts that fit were tried and excluded: say why, not just "no offer".
+                raise InfrastructureError(
+                    f"{job.id}: {len(tried)} offers failed to start: " + "; ".join(tried[-3:]),
+                    exc.message,
+                ) from None
             try:
                 reserved = self._wait_for_budget(job, offer, cancel)
                 try:

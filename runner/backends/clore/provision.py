@@ -9,6 +9,7 @@ offer raise `RunMustStop`.
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -34,7 +35,7 @@ from runner.ledger import Ledger, LedgerError, State
 DEFAULT_IMAGE = "nvidia/cuda:12.8.0-base-ubuntu22.04"
 _FATAL = (api_errors.NotEnoughBalanceError, api_errors.InvalidTokenError)
 SPOT_BOOK_TTL_S = 30.0  # a server's spot book read for the budget check serves the create too
-MAX_REBIDS = 2  # raises of one spot order's bid before the job moves to another host
+MAX_REBIDS = 3  # raises of one spot order's bid before the job moves to another host
 
 
 class SkipOffer(InfrastructureError):
@@ -342,7 +343,17 @@ class Provisioner:
                 f"{ask or 0:.3f} $/h cap (renter fee included)"
             )
         try:
-            self.client.set_spot_price(order_id, bid)
+            try:
+                self.client.set_spot_price(order_id, bid)
+            except api_errors.ExceededMaxStepError as exc:
+                # Documented for lowering only; should a raise meet it, go up one step now
+                # and let the next look at the book decide whether that is enough.
+                if not exc.max_step or exc.max_step <= 0:
+                    raise
+                # Rounded down, so that float error cannot make it a hair over the step.
+                step = exc.max_step * (1 - 1e-6)
+                bid = math.floor((rental.price_per_day + step) * 1e8) / 1e8
+                self.client.set_spot_price(order_id, bid)
         except api_errors.CloreApiError as exc:
             raise SkipOffer(f"order {order_id}: outbid; raising the bid failed: {exc}") from None
         self._set_price(rental, bid)
