@@ -183,8 +183,8 @@ class PgDatabase:
         if isinstance(exc, pg_errors.LockNotAvailable):
             return self._error(
                 f"{self.where}: cannot {doing}: waited {self.timeouts.lock_ms} ms for a lock",
-                hint="another client holds it; a stalled one is ended by the server within "
-                f"{self.timeouts.idle_in_transaction_ms} ms, so try again",
+                hint="another client holds it; the server ends a client stalled inside a "
+                "transaction (idle_in_transaction_session_timeout), so try again",
             )
         if isinstance(exc, pg_errors.QueryCanceled):
             return self._error(

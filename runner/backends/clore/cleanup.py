@@ -26,7 +26,8 @@ from runner.backends.clore.api import CloreClient, newest_order_on
 from runner.backends.clore.errors import CloreApiError
 from runner.backends.clore.models import Order
 from runner.backends.clore.ratelimit import Clock
-from runner.ledger import Ledger, Rental
+from runner.ledger import Rental
+from runner.stores.ledger import RentalLedger
 
 CONFIRM_WAIT_S = 5.0  # before the last look after a second cancel (G-gv waited 2-12 s)
 
@@ -61,7 +62,7 @@ class Action:
 
 
 def reconcile(
-    ledger: Ledger,
+    ledger: RentalLedger,
     client: CloreClient,
     *,
     dry_run: bool,
@@ -152,7 +153,7 @@ def _verdict(rental: Rental, order: Order | None, *, dry_run: bool) -> Action:
     return Action(rental, "ended", order_id, dry_run=dry_run)
 
 
-def _settle(ledger: Ledger, rental: Rental, order: Order | None) -> Action:
+def _settle(ledger: RentalLedger, rental: Rental, order: Order | None) -> Action:
     """Record a rental with nothing to cancel."""
     action = _verdict(rental, order, dry_run=False)
     if action.kind == "nothing-created":
@@ -165,7 +166,7 @@ def _settle(ledger: Ledger, rental: Rental, order: Order | None) -> Action:
 
 
 def _cancel_all(
-    ledger: Ledger, client: CloreClient, rentals: list[Rental], live: dict[int, Order]
+    ledger: RentalLedger, client: CloreClient, rentals: list[Rental], live: dict[int, Order]
 ) -> dict[int, Action]:
     """Cancel every live order, confirm each left `my_orders` (one more cancel for those still
     listed), and mark the confirmed ones released. Confirming is one listing for all of them."""
