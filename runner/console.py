@@ -13,9 +13,11 @@ import time
 from pathlib import Path
 from typing import TextIO
 
+from runner import redact
 from runner.backends.base import Stream
 from runner.core.model import Job, JobResult, JobStatus
 from runner.report.github_actions import print_log_group
+from runner.untrusted import console_line
 
 CONSOLE_CAP_BYTES = 1 << 20  # per job; the rest is in logs/<job>.log
 _MARK = {
@@ -28,10 +30,9 @@ _MARK = {
 }
 
 
-def _one_line(text: str) -> str:
-    """Reasons can carry text from a server; on one line, none of it can start a line that CI
-    reads as a workflow command (`::add-mask::`, `::error::`)."""
-    return " ".join(text.splitlines())
+def _remote(line: bytes) -> str:
+    """A line of job output (from a server we do not control) as one harmless console line."""
+    return console_line(line.decode("utf-8", "replace").rstrip())
 
 
 class Console:
@@ -68,7 +69,7 @@ class Console:
     def job_done(self, job: Job, result: JobResult) -> None:
         took = f" in {result.duration_s:.1f}s" if result.attempts else ""
         why = (
-            f": {_one_line(result.reason)}"
+            f": {console_line(result.reason)}"
             if result.reason and result.status is not JobStatus.PASSED
             else ""
         )
@@ -85,7 +86,7 @@ class Console:
 
     def notice(self, text: str) -> None:
         with self._lock:
-            self._print(f"clore-run: {_one_line(text)}")
+            self._print(f"clore-run: {console_line(text)}")
 
     # -- output ----------------------------------------------------------------------------
 
@@ -104,20 +105,21 @@ class Console:
             if rest:
                 self._partial[(job.id, stream)] = rest
             for line in lines:
-                self._print(f"[{job.id}] {line.decode('utf-8', 'replace').rstrip()}")
+                self._print(f"[{job.id}] {_remote(line)}")
 
     def flush_job(self, job: Job) -> None:
         with self._lock:
             for stream in ("stdout", "stderr"):
                 rest = self._partial.pop((job.id, stream), b"")
                 if rest:
-                    self._print(f"[{job.id}] {rest.decode('utf-8', 'replace').rstrip()}")
+                    self._print(f"[{job.id}] {_remote(rest)}")
 
     # -- drawing (called with the lock held) -----------------------------------------------
 
     def _print(self, text: str) -> None:
         if self._broken:
             return
+        text = redact.text(text)
         try:
             if self.live:
                 self.stream.write("\r\x1b[K")

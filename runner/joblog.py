@@ -1,6 +1,8 @@
 """A job's log: every byte of every attempt in OUT/logs/<job>.log, and a live copy on the console.
 
 The file gets the raw bytes (job output need not be UTF-8); the console gets decoded lines.
+Both get them with every known secret taken out first: a job that prints its environment (or the
+key it was handed through `env:`) must not put the key in `logs/`, which CI uploads.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ import time
 from pathlib import Path
 from typing import BinaryIO
 
+from runner import redact
 from runner.backends.base import RunOutcome, Stream
 from runner.console import Console
 from runner.core.model import Job
@@ -24,12 +27,21 @@ class JobLog:
         path = out_dir / "logs" / f"{job.id}.log"
         path.parent.mkdir(parents=True, exist_ok=True)
         self._file: BinaryIO = path.open("ab")
+        self._redacted: dict[Stream, redact.Stream] = {
+            "stdout": redact.Stream(),
+            "stderr": redact.Stream(),
+        }
 
     def header(self, place: str) -> None:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         self._raw(f"=== {self.job.id}: attempt {self.attempt} on {place} at {stamp} ===\n")
 
     def write(self, stream: Stream, data: bytes) -> None:
+        self._emit(stream, self._redacted[stream].feed(data))
+
+    def _emit(self, stream: Stream, data: bytes) -> None:
+        if not data:
+            return
         self._file.write(data)
         self._file.flush()  # a run killed hard still leaves the log complete up to here
         self.console.output(self.job, stream, data)
@@ -39,6 +51,8 @@ class JobLog:
 
     def close(self, outcome: RunOutcome) -> None:
         try:
+            for stream, redacted in self._redacted.items():
+                self._emit(stream, redacted.flush())
             self.console.flush_job(self.job)
             verdict = "passed" if outcome.failure is None else outcome.failure.value
             detail = f": {outcome.message}" if outcome.message else ""
@@ -47,5 +61,5 @@ class JobLog:
             self._file.close()  # even when the disk is full: no descriptor left behind
 
     def _raw(self, text: str) -> None:
-        self._file.write(text.encode("utf-8", "replace"))
+        self._file.write(redact.text(text).encode("utf-8", "replace"))
         self._file.flush()

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from runner import redact
 from runner.core.model import RunRecord
 from runner.report.compare import BadBaseline, compare
 from runner.report.junit import build_junit
@@ -77,7 +78,10 @@ def dump_summary(summary: Mapping[str, Any]) -> bytes:
 
 
 def atomic_write(path: Path, data: bytes) -> None:
-    """Write via a temp file in the same directory and `os.replace`: readers never see half."""
+    """Write via a temp file in the same directory and `os.replace`: readers never see half.
+    Every report passes here, so here the known secrets are taken out of it, whatever field
+    (a job name, a GPU name, a test's output) carried them."""
+    data = redact.data(data)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from runner import redact
 from runner.report.github_api import GitHubApi, GitHubError, RateLimited
 from runner.report.markdown import cut_markdown
 
@@ -60,6 +61,7 @@ def comment_body(markdown: str, header: str, run_url: str | None) -> str:
     where = f"the [job summary]({run_url})" if run_url else "the job summary"
     note = f"\n_Cut to fit GitHub's comment size limit; the full report is in {where}._\n"
     head = marker(header) + "\n"
+    markdown = redact.text(markdown)  # the comment is public and no runner masks it
     room = COMMENT_LIMIT - _LIMIT_MARGIN - _utf16_len(head)
     return head + cut_markdown(markdown, room, _utf16_len, note)
 

@@ -17,9 +17,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
+from runner import redact
 from runner.report import ReportPaths, load_summary
 from runner.report.markdown import cut_markdown
 from runner.report.text import tail_lines
+from runner.untrusted import console_line
 
 STEP_SUMMARY_LIMIT = 1024 * 1024  # bytes per step; over it GitHub drops the whole summary
 _SUMMARY_MARGIN = 4096  # other writers in the same step, and GitHub's added newlines
@@ -64,9 +66,8 @@ def mask_secrets(env: Mapping[str, str] | None = None, out: TextIO | None = None
     env = os.environ if env is None else env
     if not is_active(env):
         return
-    for name in ("CLORE_API_KEY",):
-        if env.get(name):
-            add_mask(env[name], out)
+    for secret in redact.secrets(env):
+        add_mask(secret, out)
 
 
 @contextmanager
@@ -101,7 +102,7 @@ def _print_tail(log: Path, stream: TextIO, max_lines: int) -> None:
     if lines and log.stat().st_size > sum(len(x) + 1 for x in lines):
         print(f"... (earlier lines in {log})", file=stream)
     for line in lines:
-        print(line, file=stream)
+        print(redact.text(line), file=stream)
 
 
 def annotate_failures(
@@ -119,7 +120,7 @@ def annotate_failures(
     failed = [j for j in summary.get("jobs", []) if j.get("status") in _FAILED]
     shown = failed if len(failed) <= limit else failed[: limit - 1]
     for job in shown:
-        print(_job_annotation(job, summary, workspace), file=stream)
+        print(redact.text(_job_annotation(job, summary, workspace)), file=stream)
     if len(shown) < len(failed):
         rest = len(failed) - len(shown)
         source = _repo_path(summary.get("pipeline", {}).get("source", ""), workspace)
@@ -135,10 +136,12 @@ def _job_annotation(
     loc = job.get("location") or {}
     source = loc.get("file") or summary.get("pipeline", {}).get("source", "")
     status = str(job.get("status", "")).replace("_", " ")
-    message = f"job '{job.get('name')}' {status}: {job.get('reason') or status}"
+    # The reason and the test names may come from the server: no command may be read from them.
+    reason = console_line(str(job.get("reason") or status))
+    message = f"job '{console_line(str(job.get('name')))}' {status}: {reason}"
     tests = [t for t in job.get("failed_tests", []) if t.get("scope") == "test"]
     if tests:
-        names = ", ".join(t.get("name", "") for t in tests[:5])
+        names = ", ".join(console_line(str(t.get("name", ""))) for t in tests[:5])
         more = f" and {len(tests) - 5} more" if len(tests) > 5 else ""
         message += f"\nfailed tests: {names}{more}"
     return command(
@@ -171,7 +174,7 @@ def write_outputs(path: Path, outputs: Mapping[str, str]) -> None:
         delimiter = f"ghadelimiter_{uuid.uuid4()}"
         if delimiter in name or delimiter in value:  # cannot happen with a fresh uuid; be sure
             raise ValueError(f"output {name!r} contains its delimiter")
-        chunks.append(f"{name}<<{delimiter}\n{value}\n{delimiter}\n")
+        chunks.append(f"{name}<<{delimiter}\n{redact.text(value)}\n{delimiter}\n")
     with path.open("a", encoding="utf-8") as fh:
         fh.write("".join(chunks))
 
@@ -187,6 +190,7 @@ def append_step_summary(path: Path, markdown: str, limit: int = STEP_SUMMARY_LIM
         used = 0
     room = max(0, limit - used - _SUMMARY_MARGIN)
     note = "\n_Cut to fit the 1 MiB step-summary limit: the full summary.md is in the output._\n"
+    markdown = redact.text(markdown)
     text = cut_markdown(markdown, room, _utf8_len, note)
     if _utf8_len(text) > room:  # not even the note fits: write nothing rather than break it
         return True

@@ -7,6 +7,8 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
+from runner import redact as redaction
+
 # Characters XML 1.0 forbids (the `Char` production). Lone surrogates are among them: they appear
 # when job output that is not UTF-8 was decoded with `surrogateescape`.
 _XML_ILLEGAL = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
@@ -14,10 +16,6 @@ _XML_ILLEGAL = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff
 # ANSI escape sequences (colours, cursor moves) that test runners print: noise outside a terminal.
 _ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])")
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f]")
-
-# Env vars whose values must never reach a report (the PR comment is not masked by the runner).
-SECRET_ENV_VARS = ("CLORE_API_KEY", "GITHUB_TOKEN", "CLORE_GITHUB_TOKEN")
-_MIN_SECRET_LEN = 6  # shorter values would redact ordinary words
 
 
 def xml_safe(text: str) -> str:
@@ -54,11 +52,6 @@ def clean_line(line: str) -> str:
 
 
 def redact(text: str, env: Mapping[str, str] | None = None) -> str:
-    """Replace the values of known secret variables with `***`. Redact before cutting text
-    short: a cut can leave a secret's head, which no longer matches."""
-    env = os.environ if env is None else env
-    for name in SECRET_ENV_VARS:
-        value = env.get(name, "").strip()  # as clore-run uses it: pasted secrets may end in \n
-        if len(value) >= _MIN_SECRET_LEN:
-            text = text.replace(value, "***")
-    return text
+    """Known secrets replaced with `***` (runner.redact). Redact before cutting text short: a
+    cut can leave a secret's head, which no longer matches."""
+    return redaction.text(text, env)

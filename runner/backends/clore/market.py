@@ -16,9 +16,10 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from runner.backends.clore.models import MarketServer
+from runner.core import money
 from runner.core.model import GpuAsk
 
-HOURS_PER_DAY = 24.0
+HOURS_PER_DAY = money.HOURS_PER_DAY
 CURRENCIES = ("bitcoin", "CLORE-Blockchain", "USD-Blockchain")
 _USD_FIELD = {
     "bitcoin": "on_demand_btc",
@@ -31,13 +32,13 @@ SPOT_MARGIN = 0.05  # bid this much above the price to beat, so the first rival 
 
 
 def per_hour(price_per_day: float) -> float:
-    """The one conversion from a per-day quote to per-hour."""
-    return price_per_day / HOURS_PER_DAY
+    """Per-day quote to per-hour: the conversion itself lives in `runner.core.money`."""
+    return money.per_hour_from_per_day(price_per_day)
 
 
 def per_day(price_per_hour: float) -> float:
     """The inverse of `per_hour`, for turning a per-hour cap into a per-day bid limit."""
-    return price_per_hour * HOURS_PER_DAY
+    return money.per_day_from_per_hour(price_per_hour)
 
 
 @dataclass(frozen=True)

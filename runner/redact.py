@@ -1,0 +1,102 @@
+"""The one place secrets are taken out of text before it is written anywhere.
+
+Every writer of text a person or CI may keep — job logs, the console, summary.json, junit.xml,
+summary.md, the step summary, step outputs, the PR comment — passes its text through `text()`
+(or, for raw job output, a `Stream`). The secrets are:
+- the values of the variables in `SECRET_ENV_VARS`, read at every call, so a test's or a
+  caller's environment counts as it is;
+- every value `register()`ed: the process registers its secrets at start, before it takes them
+  out of its environment (serve removes them, and the launcher re-executes without them), so
+  they stay known after they are gone from `os.environ`.
+A value shorter than `MIN_SECRET_CHARS` is never treated as a secret: it would redact ordinary
+words. Redact before cutting text short: a cut can leave a secret's head, which no longer
+matches.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterable, Mapping
+
+SECRET_ENV_VARS = ("CLORE_API_KEY", "CLORE_RUN_TOKEN", "GITHUB_TOKEN", "CLORE_GITHUB_TOKEN")
+MIN_SECRET_CHARS = 6
+MASK = "***"
+
+_lock = threading.Lock()
+_registered: set[str] = set()
+
+
+def register(*values: str) -> None:
+    """Remember secrets for the rest of the process (blank or short values are ignored)."""
+    with _lock:
+        _registered.update(v.strip() for v in values if len(v.strip()) >= MIN_SECRET_CHARS)
+
+
+def register_from(env: Mapping[str, str]) -> None:
+    """Remember the values of `SECRET_ENV_VARS` found in `env`."""
+    register(*(env.get(name, "") for name in SECRET_ENV_VARS))
+
+
+def forget_all() -> None:
+    """Tests only: drop every registered secret."""
+    with _lock:
+        _registered.clear()
+
+
+def secrets(env: Mapping[str, str] | None = None) -> list[str]:
+    """Every known secret, longest first (so a secret holding another is replaced whole)."""
+    env = os.environ if env is None else env
+    found = {env.get(name, "").strip() for name in SECRET_ENV_VARS}
+    with _lock:
+        found |= _registered
+    return sorted((s for s in found if len(s) >= MIN_SECRET_CHARS), key=len, reverse=True)
+
+
+def text(value: str, env: Mapping[str, str] | None = None) -> str:
+    """`value` with every known secret replaced by `***`."""
+    for secret in secrets(env):
+        if secret in value:
+            value = value.replace(secret, MASK)
+    return value
+
+
+def data(value: bytes, env: Mapping[str, str] | None = None) -> bytes:
+    """Raw bytes (job output need not be UTF-8) with every known secret replaced."""
+    for secret in _encoded(secrets(env)):
+        if secret in value:
+            value = value.replace(secret, MASK.encode())
+    return value
+
+
+class Stream:
+    """Redacts a byte stream that arrives in chunks: a secret split across two chunks is still
+    found, because the last `len(longest secret) - 1` bytes are held back until the next chunk
+    (or `flush`). Memory stays bounded by that length."""
+
+    def __init__(self, env: Mapping[str, str] | None = None) -> None:
+        self._env = env
+        self._held = b""
+
+    def feed(self, chunk: bytes) -> bytes:
+        """The part of the stream so far that can be written safely."""
+        known = _encoded(secrets(self._env))
+        buffered = data(self._held + chunk, self._env)
+        keep = max((len(s) for s in known), default=1) - 1
+        cut = max(0, len(buffered) - keep)  # nothing before `cut` can begin an unseen secret
+        # Hold back only what could still be the head of a secret: a newline ends that chance
+        # when no secret holds one, and writing whole lines keeps the log readable live.
+        if keep > 0 and not any(b"\n" in s for s in known):
+            newline = buffered.rfind(b"\n", cut)
+            cut = newline + 1 if newline >= 0 else cut
+        self._held = buffered[cut:]
+        return buffered[:cut]
+
+    def flush(self) -> bytes:
+        """Everything still held back."""
+        rest, self._held = data(self._held, self._env), b""
+        return rest
+
+
+def _encoded(values: Iterable[str]) -> list[bytes]:
+    return [v.encode("utf-8", "surrogateescape") for v in values]

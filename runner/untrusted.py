@@ -1,0 +1,67 @@
+"""Text from a machine we do not control, made harmless for the place it is shown.
+
+Everything a rented server sends — output, file and test names, error text, its GPU name — may
+be hostile. Two places read more into text than a person sees:
+- the GitHub Actions runner reads workflow commands in its log: `::name::value` (at the start of
+  a line, leading spaces allowed) and the older `##[name]value` (anywhere in a line). A command
+  from a server could mask values, add annotations or stop command processing;
+- a terminal obeys control sequences: colours, but also cursor moves that overwrite lines,
+  window titles, and (OSC 52) the clipboard.
+`console_line()` makes remote text one safe console line; `markdown()` one safe Markdown cell.
+"""
+
+from __future__ import annotations
+
+import re
+
+# What breaks a command's pattern without changing what a person reads: a zero-width space is
+# not whitespace to the runner (so `::` after it is not at a line's start) and it splits `##[`.
+_BREAK = "\u200b"
+_COMMAND = re.compile(r"::|##\[")
+# Complete ANSI sequences: CSI (colours, cursor), OSC (titles, clipboard) ended by BEL or ST,
+# and the two-character ones. They are dropped: on a console line they are noise or an attack.
+_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])")
+# Everything that ends a line for some reader (Python, terminals, the runner's \r).
+_LINE_BREAKS = re.compile("\r\n|[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+# Left-over controls (a lone ESC, C1 codes) and the bidirectional overrides that can make a
+# line read in another order than it runs: shown as visible escapes.
+_CONTROLS = re.compile("[\x00-\x08\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def console_line(text: str) -> str:
+    """`text` as one console line that neither a terminal nor the Actions runner can act on."""
+    text = _ANSI.sub("", text)
+    text = _LINE_BREAKS.sub(" ", text)
+    text = _CONTROLS.sub(_visible, text)
+    return _COMMAND.sub(_broken, text)
+
+
+def _visible(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def _broken(match: re.Match[str]) -> str:
+    token = match.group()
+    return token[0] + _BREAK + token[1:]
+
+
+# Markdown that a server's text could use to make links, images, HTML, mentions or structure.
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~>])")
+
+
+def markdown(text: str, limit: int = 200) -> str:
+    """Remote text as inert Markdown for a table cell or list item: one line, every character
+    that Markdown or GitHub's rendering gives a meaning escaped (links, images, emphasis, HTML,
+    pipes, @mentions, #references), cut to `limit` characters."""
+    text = " ".join(console_line(text).split())
+    if len(text) > limit:
+        text = text[: limit - 1] + "…"
+    text = _MARKDOWN_SPECIAL.sub(r"\\\1", text)
+    text = text.replace("&", "&amp;").replace("<", "&lt;")
+    # GitHub links @user, #123, bare URLs and www. names from the rendered text itself: a
+    # backslash does not stop that, a zero-width space inside the pattern does.
+    return _AUTOLINK.sub(lambda m: m.group(1) + _BREAK, text)
+
+
+_AUTOLINK = re.compile(r"([@#](?=\w)|:(?=//)|(?i:www)(?=\\?\.))")
