@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Protocol
 
 from runner.ledger import Ledger, Rental, State
-from runner.stores.target import is_postgres_url
+from runner.stores.target import is_postgres_url, require_psycopg
 
 
 class RentalLedger(Protocol):
@@ -43,6 +43,7 @@ class RentalLedger(Protocol):
 def open_ledger(target: str | Path, *, clock: Callable[[], float] = time.time) -> RentalLedger:
     """The ledger at `target`: a SQLite file path, or a PostgreSQL URL."""
     if is_postgres_url(target):
+        require_psycopg()
         from runner.stores.pg_ledger import PostgresLedger  # psycopg only when asked for
 
         return PostgresLedger(str(target), clock=clock)

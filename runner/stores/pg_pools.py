@@ -86,7 +86,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (  # MIGRATIONS[n]: version n -> n + 1
         """CREATE TABLE pool_events (
             pool TEXT NOT NULL REFERENCES pools (name),
             seq BIGINT NOT NULL,
-            kind TEXT NOT NULL CHECK (kind IN ('reserve', 'settle')),
+            kind TEXT NOT NULL CHECK (kind IN ('reserve', 'grow', 'settle')),
             reservation BIGINT NOT NULL,
             amount_usd NUMERIC(18, 6) NOT NULL,
             reserved_usd NUMERIC(18, 6) NOT NULL,
@@ -282,6 +282,33 @@ class PostgresPools:
             return made
 
         return self.db.run("reserve from a pool", take)
+
+    def grow(self, lease: Lease, reservation_id: int, extra_usd: float) -> Refusal | None:
+        """Add `extra_usd` to an unsettled reservation (its server is kept for another job),
+        if the pool has the money; None when it was added."""
+        extra_usd = math.ceil(max(0.0, extra_usd) * 1e6) / 1e6
+
+        def add(conn: Conn) -> Refusal | None:
+            usage = self._usage(conn, lease.pool, lock=True)
+            self._check_lease(conn, lease)
+            s = usage.settings
+            if usage.committed_usd + extra_usd > s.budget_usd + 1e-9:
+                why = (
+                    f"pool {s.name}: ${usage.committed_usd:.2f} committed + ${extra_usd:.2f} "
+                    f"more > ${s.budget_usd:.2f}"
+                )
+                return Refusal(usage, extra_usd, why, ever=False)
+            row = conn.execute(
+                "UPDATE reservations SET amount_usd = amount_usd + %s WHERE id = %s "
+                "AND holder = %s AND settled_at IS NULL RETURNING amount_usd",
+                (extra_usd, reservation_id, lease.holder),
+            ).fetchone()
+            if row is None:
+                raise ValueError(f"reservation {reservation_id} is settled or not this holder's")
+            self._event(conn, lease.pool, "grow", reservation_id, extra_usd, float(row[0]))
+            return None
+
+        return self.db.run("grow a reservation", add)
 
     def attach(self, lease: Lease, reservation_id: int, rental_id: int) -> None:
         """Tie a reservation to its ledger row (before the create is sent), so that a reaper

@@ -97,10 +97,10 @@ class PoolEvent:
     """One change to a pool, numbered under the pool's row lock (`seq` is the commit order)."""
 
     seq: int
-    kind: Literal["reserve", "settle"]
+    kind: Literal["reserve", "grow", "settle"]
     reservation: int
-    amount_usd: float  # reserved, or billed
-    reserved_usd: float  # for a settle: what the reservation had held
+    amount_usd: float  # reserved, added, or billed
+    reserved_usd: float  # what the reservation holds after a reserve or grow, had at a settle
 
 
 def check_name(name: str) -> str:

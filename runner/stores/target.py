@@ -59,3 +59,14 @@ def redact_url(url: str) -> str:
     host = parts.hostname or ""
     netloc = f"{parts.username}:***@{host}" + (f":{parts.port}" if parts.port else "")
     return urlunsplit(parts._replace(netloc=netloc))
+
+
+def require_psycopg() -> None:
+    """A usage error saying how to install the PostgreSQL extra, if it is missing."""
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        raise UsageError(
+            "a postgresql:// store needs psycopg, which is not installed",
+            hint="pip install 'clore-run[postgres]'",
+        ) from None

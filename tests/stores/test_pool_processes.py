@@ -105,6 +105,8 @@ def replay(events: list[PoolEvent], budget: float, cap: int) -> list[str]:
     for e in events:
         if e.kind == "reserve":
             committed, servers = committed + e.amount_usd, servers + 1
+        elif e.kind == "grow":
+            committed += e.amount_usd
         else:
             committed, servers = committed + e.amount_usd - e.reserved_usd, servers - 1
         if committed > budget + 1e-6 or servers > cap:
@@ -159,7 +161,7 @@ def test_without_the_pool_lock_the_replay_sees_the_overrun(
 def _servers_over_time(events: list[PoolEvent]) -> list[int]:
     out, servers = [], 0
     for e in events:
-        servers += 1 if e.kind == "reserve" else -1
+        servers += {"reserve": 1, "grow": 0, "settle": -1}[e.kind]
         out.append(servers)
     return out
 

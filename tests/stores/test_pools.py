@@ -190,3 +190,15 @@ def test_five_processes_migrating_an_empty_database_at_once(pg_url: str) -> None
     with psycopg.connect(pg_url) as conn:
         rows = conn.execute("SELECT component, version FROM clore_run_schema ORDER BY 1")
         assert rows.fetchall() == [("ledger", 1), ("pools", 1)]
+
+
+def test_a_kept_server_grows_its_reservation_only_if_the_money_is_there(
+    pools: PostgresPools,
+) -> None:
+    lease = pools.join("org", "run-1", 30)
+    r = _reserve(pools, lease, 4.0)
+    assert pools.grow(lease, r.id, 5.0) is None
+    refused = pools.grow(lease, r.id, 1.5)
+    assert isinstance(refused, Refusal) and "$9.00 committed" in refused.why
+    assert pools.usage("org").reserved_usd == 9.0 and pools.usage("org").servers == 1
+    assert [e.kind for e in pools.events("org")] == ["reserve", "grow"]

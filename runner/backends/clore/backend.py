@@ -75,6 +75,20 @@ class CloreBackend:
     _reserved: list[float] = field(default_factory=list)  # USD of rentals being set up
     _choosing: set[int] = field(default_factory=set)  # servers being ordered
 
+    def __post_init__(self) -> None:
+        self.provisioner.make_room = self._give_back_one_idle
+
+    def _give_back_one_idle(self) -> bool:
+        """One idle server given back (one no waiting job wants first): a full pool waits for
+        servers, and this run's own idle one must not be what it waits for."""
+        with self._cond:
+            idle = sorted((h for h in self._held.values() if h.job is None), key=self._wanted)
+            if not idle:
+                return False
+            del self._held[idle[0].rental.rental_id]
+        self._give_back_idle(idle[:1])
+        return True
+
     def capacity(self) -> int | None:
         return self.concurrency
 
@@ -151,7 +165,8 @@ class CloreBackend:
         with self._cond:
             for held in self._held.values():
                 free = held.job is None and not held.rental.lost
-                if free and _fits(held.rental, ask):
+                # In a pool, a kept server's reservation must grow to cover the new job.
+                if free and _fits(held.rental, ask) and self.provisioner.cover(held.rental, job):
                     held.job, held.job_started = job, self.clock.time()
                     held.place = self._place(held.rental)
                     return held.place
@@ -363,6 +378,7 @@ class CloreBackend:
             self._give_back_idle(held)
         for worker in self._releasers:
             worker.join(timeout=10.0)
+        self.provisioner.close_pool()
         self._check_ledger()
 
     def _check_ledger(self) -> None:

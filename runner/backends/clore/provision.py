@@ -12,6 +12,7 @@ import contextlib
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from runner.backends.clore import errors as api_errors
 from runner.backends.clore.api import CloreClient, OrderRequest, may_have_created
@@ -22,7 +23,12 @@ from runner.backends.ssh_connection import ConnectOptions, Endpoint, SshConnecti
 from runner.backends.ssh_keys import ClientKey, HostKeyStore
 from runner.core.model import Job
 from runner.errors import InfrastructureError, RunMustStop
-from runner.ledger import Ledger, LedgerError, State
+from runner.ledger import LedgerError, State
+from runner.stores.ledger import RentalLedger
+from runner.stores.pools import Reservation
+
+if TYPE_CHECKING:  # psycopg is an extra: only a run that joins a pool imports it
+    from runner.stores.pool_seat import PoolSeat
 
 # An image whose entrypoint runs sshd with the `ssh_key` given at create (reference §3).
 DEFAULT_IMAGE = "cloreai/jupyter:ubuntu24.04-v2"
@@ -73,25 +79,37 @@ class Rental:
     fee_billed: bool = False
     lost: bool = False  # the server dropped us (spot outbid, gone): never reuse
     spot: bool = False  # a spot order: it can be outbid
+    reservation: Reservation | None = None  # its share of a budget pool, when the run joined one
     facts: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
 class Provisioner:
     client: CloreClient
-    ledger: Ledger
+    ledger: RentalLedger
     run_id: str
     key: ClientKey
     host_keys: HostKeyStore
     clock: Clock
     currency: str
     options: ProvisionOptions = field(default_factory=ProvisionOptions)
+    seat: PoolSeat | None = None  # the budget pool this run joined, if any
+    # Gives back one idle server of this run (True if it did), when the pool is full.
+    make_room: Callable[[], bool] = lambda: False
     _wasted_usd: float = field(default=0.0, init=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
 
     def rent(self, job: Job, offer: Offer, cancel: threading.Event) -> Rental:
         """Rent `offer` for `job` and return it reachable over SSH, or raise (nothing held)."""
-        rental = self._intent(job, offer)
+        reservation = self._reserve(job, offer, cancel)
+        try:
+            rental = self._intent(job, offer)
+            rental.reservation = reservation
+            if reservation is not None and self.seat is not None:
+                self.seat.attach(reservation, rental.rental_id)  # before the create is sent
+        except BaseException:
+            self._settle(reservation, 0.0)  # no create was sent: it made nothing
+            raise
         order = self._create(rental, job, cancel)
         rental.order_id = order.id
         rental.held_since = rental.billed_until = order.ct or self.clock.time()
@@ -120,6 +138,34 @@ class Provisioner:
             final_usd = rental.usd_per_hour * held_s / 3600 + rental.creation_fee_usd
         with self._lock:
             self._wasted_usd += final_usd
+
+    # -- the pool ------------------------------------------------------------------------
+
+    def _reserve(self, job: Job, offer: Offer, cancel: threading.Event) -> Reservation | None:
+        """The rental's worst case (its price for the job's whole timeout) from the pool, as
+        the run's own budget counts it."""
+        price_per_day = self.price_per_day(job, offer)
+        if self.seat is None or price_per_day is None:
+            return None
+        worst_usd = self.usd_per_hour(offer, price_per_day) * job.timeout_s / 3600
+        label = f"{self.run_id}/{job.id} server {offer.server_id}"
+        return self.seat.reserve(worst_usd, label, cancel, self.make_room)
+
+    def cover(self, rental: Rental, job: Job) -> bool:
+        """Can a kept server take `job`? Its reservation must grow by the job's worst case."""
+        if self.seat is None or rental.reservation is None:
+            return True
+        return self.seat.grow(rental.reservation, rental.usd_per_hour * job.timeout_s / 3600)
+
+    def _settle(self, reservation: Reservation | None, billed_usd: float) -> None:
+        if reservation is not None and self.seat is not None:
+            self.seat.settle(reservation, billed_usd)
+
+    def close_pool(self) -> None:
+        """Leave the pool (idempotent): anything unsettled is left to a reaper."""
+        seat, self.seat = self.seat, None
+        if seat is not None:
+            seat.close()
 
     # -- steps -----------------------------------------------------------------------------
 
@@ -159,9 +205,11 @@ class Provisioner:
         except RequestAborted:
             # Given up while waiting for the create's rate-limit slot: nothing was sent.
             self.ledger.set_state(rental.rental_id, "failed", "cancelled before the create")
+            self._settle(rental.reservation, 0.0)
             raise ProvisionCancelled(f"server {rental.offer.server_id}: cancelled") from None
         except _FATAL as exc:
             self.ledger.set_state(rental.rental_id, "failed", str(exc))
+            self._settle(rental.reservation, 0.0)
             raise RunMustStop(str(exc)) from None
         except api_errors.CloreApiError as exc:
             if isinstance(exc, api_errors.OrderOutcomeUnknownError) or may_have_created(exc):
@@ -170,6 +218,7 @@ class Provisioner:
                 self.ledger.set_state(rental.rental_id, "intent", str(exc))
             else:
                 self.ledger.set_state(rental.rental_id, "failed", str(exc))
+                self._settle(rental.reservation, 0.0)
             raise SkipOffer(f"server {rental.offer.server_id}: {exc}") from None
 
     def _wait_online(self, order_id: int, cancel: threading.Event) -> Order:
@@ -239,8 +288,16 @@ class Provisioner:
                     finals[rental.rental_id] = spend * (rental.offer.usd_per_unit or 0.0) + fee
                 if gone:
                     self._note(rental, "released")
+                    self._settle(rental.reservation, self._final_usd(rental, finals))
                     del waiting[order_id]
         return finals
+
+    def _final_usd(self, rental: Rental, finals: dict[int, float | None]) -> float:
+        final = finals.get(rental.rental_id)
+        if final is not None:
+            return final
+        held_s = max(0.0, self.clock.time() - rental.held_since)  # no `spend`: our estimate
+        return rental.usd_per_hour * held_s / 3600 + rental.creation_fee_usd
 
     def _note(self, rental: Rental, state: State) -> None:
         """A ledger write while giving back: a failing ledger must not stop the cancels (the
