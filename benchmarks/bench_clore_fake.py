@@ -25,8 +25,8 @@ from runner.backends.clore.backend import Budget, CloreBackend
 from runner.backends.clore.market import offer_from_server
 from runner.backends.clore.models import MarketServer, Order
 from runner.backends.clore.provision import Provisioner, ProvisionOptions
-from runner.backends.ssh_connection import ConnectOptions
-from runner.backends.ssh_keys import ClientKey, HostKeyStore
+from runner.backends.ssh.connection import ConnectOptions
+from runner.backends.ssh.keys import ClientKey, HostKeyStore
 from runner.ledger import Ledger
 from runner.run_command import RunOptions, execute
 from runner.spec.loader import load_pipeline

@@ -33,7 +33,7 @@ from typing import Any
 import requests
 
 ENTRY = (
-    "import sys; from runner.cli import app, main; from runner.serve.cli import register; "
+    "import sys; from runner.cli import app, main; from runner.cli.serve import register; "
     "register(app); main(sys.argv[1:])"
 )
 

@@ -24,9 +24,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from runner.backends.base import Stream
-from runner.backends.ssh_connection import Endpoint, SshConnection, connect
-from runner.backends.ssh_exec import ExecOptions, RemoteJob, run_job
-from runner.backends.ssh_keys import ClientKey, HostKeyStore
+from runner.backends.ssh.connection import Endpoint, SshConnection, connect
+from runner.backends.ssh.exec import ExecOptions, RemoteJob, run_job
+from runner.backends.ssh.keys import ClientKey, HostKeyStore
 from tests.sshd_fixture import SshServer, make_request, start_sshd
 
 

@@ -61,6 +61,9 @@ class AttemptRunner:
             place = self.backend.acquire(job, kill)
             self.on_placed(job, number)
             log.header(place.name)
+            for note in place.notes:
+                log.note(note)
+                self.console.notice(f"{job.id}: {note}")
             outcome = self.backend.run(place, self._request(job, number, timeout_s), log, kill)
         except JobCannotRun as exc:
             outcome = RunOutcome(None, FailureKind.UNAVAILABLE, str(exc))

@@ -24,8 +24,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from runner.backends.base import RunRequest, Stream
-from runner.backends.ssh_connection import Endpoint, SshConnection, connect
-from runner.backends.ssh_keys import ClientKey, HostKeyStore
+from runner.backends.ssh.connection import Endpoint, SshConnection, connect
+from runner.backends.ssh.keys import ClientKey, HostKeyStore
 from runner.core.model import Job
 
 SSHD = "/usr/sbin/sshd"

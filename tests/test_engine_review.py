@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from runner import cli
+from runner import cli, run_command
 from runner.backends.base import OutputSink, Place, RunOutcome, RunRequest
+from runner.backends.clore import factory
 from runner.backends.local import LocalBackend
 from runner.console import Console
 from runner.core.model import FailureKind, Job, JobStatus, Pipeline, RunRecord, RunStatus
@@ -287,8 +288,9 @@ def test_the_concurrency_flag_reaches_the_clore_backend(
         seen.append(pipeline.concurrency)
         return object()
 
-    monkeypatch.setattr(cli, "clore_backend", clore_backend)
-    monkeypatch.setattr(cli, "execute", lambda pipeline, backend, options: (None, 0))
+    # The run command imports these when it runs, so they are patched where they live.
+    monkeypatch.setattr(factory, "clore_backend", clore_backend)
+    monkeypatch.setattr(run_command, "execute", lambda pipeline, backend, options: (None, 0))
     path = tmp_path / "p.yml"
     path.write_text("concurrency: 3\njobs:\n  a: {run: 'true'}\n")
     args = ["run", str(path), "--backend", "clore", "--concurrency", "8"]

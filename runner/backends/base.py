@@ -31,6 +31,9 @@ class Place:
     name: str
     facts: dict[str, str] = field(default_factory=dict)
     usd_per_hour: float = 0.0
+    # What the job's log and the console should say about getting this place (hosts that
+    # failed before it, fee rates assumed...): the attempt runner writes them out.
+    notes: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

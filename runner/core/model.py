@@ -105,6 +105,7 @@ class Job:
     retries: int = 0
     gpu: GpuAsk | None = None
     image: str | None = None
+    image_runs_sshd: bool = False  # `ssh: image`: no Clore entrypoint around the image
     env: Mapping[str, str] = field(default_factory=_frozen_env)
     workspace: bool = True
     artifacts: tuple[str, ...] = ()

@@ -26,6 +26,10 @@ DOCUMENTED_SPOT_FEE_RATE = 0.0125
 # A rate outside [0, MAX_PLAUSIBLE_FEE_RATE] is read as a misunderstood reply (a percentage
 # sent as 5, say), not as a fee: the documented rate is safer than a 500 % surcharge or a 0.
 MAX_PLAUSIBLE_FEE_RATE = 0.5
+# No creation fee is documented; the one captured real order carried 0.1 USD-Blockchain. It
+# stands in, in USD, where the account's own fee for the currency is unknown: a worst case
+# needs some figure, and a plan made without an API key has no other.
+FALLBACK_CREATION_FEE_USD = 0.1
 
 
 def per_hour_from_per_day(price_per_day: float) -> float:

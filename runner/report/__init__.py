@@ -11,16 +11,17 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runner import redact
-from runner.core.model import RunRecord
-from runner.report.compare import BadBaseline, compare
-from runner.report.junit import build_junit
-from runner.report.markdown import render_markdown
-from runner.report.summary import Summary, build_summary
 
-__all__ = ["ReportPaths", "load_summary", "render_markdown", "with_comparison", "write_reports"]
+# The builders (jinja2, the XML writer) load when reports are written, not for every command
+# that only needs a path or load_summary.
+if TYPE_CHECKING:
+    from runner.core.model import RunRecord
+    from runner.report.summary import Summary
+
+__all__ = ["ReportPaths", "load_summary", "with_comparison", "write_reports"]
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,10 @@ def write_reports(
     Bad job JUnit files and a bad baseline become warnings. OSError (e.g. an unwritable
     `out_dir`) is raised: the caller decides what an unwritable output means.
     """
+    from runner.report.junit import build_junit
+    from runner.report.markdown import render_markdown
+    from runner.report.summary import build_summary
+
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = ReportPaths(out_dir / "junit.xml", out_dir / "summary.json", out_dir / "summary.md")
     junit = build_junit(out_dir, record)
@@ -57,6 +62,8 @@ def write_reports(
 
 def with_comparison(summary: Summary, baseline: Mapping[str, Any]) -> Summary:
     """`summary` with its `comparison` filled in, or a warning when the baseline is unusable."""
+    from runner.report.compare import BadBaseline, compare
+
     summary = dict(summary)
     try:
         summary["comparison"] = compare(summary, baseline)

@@ -19,7 +19,6 @@ from typing import Any, TextIO
 
 from runner import redact
 from runner.report import ReportPaths, load_summary
-from runner.report.markdown import cut_markdown
 from runner.report.text import tail_lines
 from runner.untrusted import console_line
 
@@ -191,6 +190,8 @@ def append_step_summary(path: Path, markdown: str, limit: int = STEP_SUMMARY_LIM
     room = max(0, limit - used - _SUMMARY_MARGIN)
     note = "\n_Cut to fit the 1 MiB step-summary limit: the full summary.md is in the output._\n"
     markdown = redact.text(markdown)
+    from runner.report.markdown import cut_markdown  # jinja2: only when a summary is cut
+
     text = cut_markdown(markdown, room, _utf8_len, note)
     if _utf8_len(text) > room:  # not even the note fits: write nothing rather than break it
         return True

@@ -17,7 +17,7 @@ from runner.backends.clore.api import CloreClient
 from runner.backends.clore.cleanup import reconcile
 from runner.backends.clore.factory import clore_backend
 from runner.backends.local import LocalBackend
-from runner.backends.ssh import SshBackend
+from runner.backends.ssh.backend import SshBackend
 from runner.core.model import Pipeline
 from runner.errors import UsageError
 from runner.ledger import Ledger

@@ -10,8 +10,8 @@ from typing import Any
 import requests
 
 from runner.errors import CloreRunError, InfrastructureError, UsageError
+from runner.serve import DEFAULT_SERVER
 
-DEFAULT_SERVER = "http://127.0.0.1:8000"
 TIMEOUT_S = 30.0
 
 

@@ -358,6 +358,7 @@ class _PipelineBuilder:
             retries=pick("retries") or 0,
             gpu=_gpu(spec, defaults),
             image=pick("image"),
+            image_runs_sshd=pick("ssh") == "image",
             env=MappingProxyType({**pipeline_env, **(defaults.env or {}), **(spec.env or {})}),
             workspace=pick("workspace") if pick("workspace") is not None else True,
             artifacts=tuple(pick("artifacts") or ()),

@@ -91,6 +91,11 @@ class JobSettings(StrictModel):
     """Keys a job and `defaults` share."""
 
     image: str | None = Field(None, description="Docker image for rented servers.")
+    ssh: Literal["clore", "image"] | None = Field(
+        None,
+        description="Who runs sshd on a rented server: `clore` (default: Clore's entrypoint "
+        "starts it, so any image works) or `image` (the image runs its own).",
+    )
     timeout_minutes: float | None = Field(
         None,
         gt=0,

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from runner.backends.base import RunOutcome
-from runner.backends.ssh import SshBackend, default_identity, parse_host
-from runner.backends.ssh_connection import ConnectOptions, Endpoint, SshConnection
-from runner.backends.ssh_exec import ExecOptions
-from runner.backends.ssh_keys import ClientKey
+from runner.backends.ssh.backend import SshBackend, default_identity, parse_host
+from runner.backends.ssh.connection import ConnectOptions, Endpoint, SshConnection
+from runner.backends.ssh.exec import ExecOptions
+from runner.backends.ssh.keys import ClientKey
 from runner.core.model import FailureKind, Job
 from runner.errors import InfrastructureError, UsageError
 from tests.sshd_fixture import RecordingSink, SshServer, make_request, write_private_key

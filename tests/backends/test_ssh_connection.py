@@ -11,11 +11,11 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from runner.backends.ssh import SshBackend
-from runner.backends.ssh_connection import ConnectOptions, Endpoint, SshConnection, connect
-from runner.backends.ssh_exec import ExecOptions, run_job
-from runner.backends.ssh_facts import parse_gpu_facts
-from runner.backends.ssh_keys import ClientKey, HostKeyStore
+from runner.backends.ssh.backend import SshBackend
+from runner.backends.ssh.connection import ConnectOptions, Endpoint, SshConnection, connect
+from runner.backends.ssh.exec import ExecOptions, run_job
+from runner.backends.ssh.facts import parse_gpu_facts
+from runner.backends.ssh.keys import ClientKey, HostKeyStore
 from runner.core.model import FailureKind, Job
 from runner.errors import InfrastructureError, UsageError
 from tests.sshd_fixture import (

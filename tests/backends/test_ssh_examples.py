@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.backends.ssh import SshBackend
+from runner.backends.ssh.backend import SshBackend
 from runner.core.model import JobStatus
 from runner.run_command import RunOptions, execute
 from runner.spec.loader import load_pipeline

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from runner.backends.ssh_channel import ChannelReader, ReadStopped
-from runner.backends.ssh_connection import Endpoint, SshConnection, connect
-from runner.backends.ssh_exec import ExecOptions, run_job
-from runner.backends.ssh_keys import ClientKey, HostKeyStore
+from runner.backends.ssh.channel import ChannelReader, ReadStopped
+from runner.backends.ssh.connection import Endpoint, SshConnection, connect
+from runner.backends.ssh.exec import ExecOptions, run_job
+from runner.backends.ssh.keys import ClientKey, HostKeyStore
 from runner.core.model import FailureKind
 from tests.sshd_fixture import RecordingSink, SshServer, make_request
 
@@ -292,7 +292,7 @@ def test_server_text_in_a_failure_message_stays_on_one_line(
 ) -> None:
     # The message ends up printed after `[job] ERROR: ` in the Actions log, where a line
     # starting with `::` is a workflow command: a server's stderr must not start one.
-    from runner.backends import ssh_exec
+    from runner.backends.ssh import exec as ssh_exec
 
     hostile = (
         "cat >/dev/null; printf 'no\\n::add-mask::x\\r::error::y\\033[2J\\302\\205z' >&2; exit 1"
@@ -314,7 +314,7 @@ def test_server_text_in_a_failure_message_stays_on_one_line(
 def test_workspace_upload_is_bounded_in_time(
     own_conn: SshConnection, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hostile: str
 ) -> None:
-    from runner.backends import ssh_exec
+    from runner.backends.ssh import exec as ssh_exec
 
     ws = tmp_path / "ws"
     ws.mkdir()
@@ -333,7 +333,7 @@ def test_workspace_upload_is_bounded_in_time(
 def test_a_server_answering_no_usable_folder_is_refused(
     own_conn: SshConnection, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from runner.backends import ssh_exec
+    from runner.backends.ssh import exec as ssh_exec
 
     # 50 MB of NULs instead of a folder name: neither kept in memory nor used.
     monkeypatch.setattr(ssh_exec, "_PREPARE", "cat >/dev/null; head -c 50000000 /dev/zero")
@@ -352,7 +352,7 @@ def test_run_keeps_a_bounded_part_of_a_flood(ssh_conn: SshConnection) -> None:
 def test_cancel_during_the_upload_is_a_cancel_not_an_ssh_failure(
     own_conn: SshConnection, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from runner.backends import ssh_exec
+    from runner.backends.ssh import exec as ssh_exec
 
     ws = tmp_path / "ws"
     ws.mkdir()

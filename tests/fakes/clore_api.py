@@ -6,7 +6,15 @@ What it models:
 - orders: `create_order` answers a bare `{"code": 0}`; the order shows in `my_orders`
   `appear_after_s` later and goes online `online_after_s` after creation, only then carrying
   `pub_cluster`/`tcp_ports` (host and port configurable: a later test points them at a real sshd);
-  `cancel_order` ends it; spend accrues per second at price/day;
+  `cancel_order` ends it (and, with `cancel_lag_s`, it stays listed as live that long);
+  spend accrues per second at price/day;
+- billing as Clore bills (`billed`): the wallet loses spend x (1 + the renter's fee rate), plus
+  the order's creation fee only when it lived 10 minutes or more; the rates are what
+  `renter_fees` answers (`renter_fee_rates`, `creation_fees`);
+- sshd answers only where Clore runs one: `cloreai/` images, or any image created with
+  `autossh_entrypoint: true`; other orders still map "22:P", but nothing listens on P;
+- the spot book: `rival_bids` per server, shown by `spot_marketplace`; a spot order at or under
+  a rival's bid is outbid (listed, but offline and unreachable) until `set_spot_price` raises it;
 - the API's own rules: currency-not-allowed (HTTP 500), server-already-rented (HTTP 200),
   not_enough_balance, too_low_price, spot lowering rules, invalid token (code 3);
 - its rate limits (1 request/s, 1 create/5 s): a faster request gets 429 + code 5 and is listed
@@ -23,6 +31,7 @@ import copy
 import json
 import random
 import re
+import socket
 import threading
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterator
@@ -277,6 +286,7 @@ class FakeOrder:
     creation_fee: float = 0.1
     ended_unix: float | None = None
     last_lowered_unix: float | None = None
+    autossh: bool = False  # created with autossh_entrypoint: Clore runs sshd
 
     @property
     def live(self) -> bool:
@@ -325,6 +335,20 @@ class FakeClore:
         self.ssh_host = "n1.us.clorecloud.net"
         self.ssh_port: int | None = None  # None: a port derived from the order id
         self.enforce_rate_limits = True
+        self.cancel_lag_s = 0.0  # a cancelled order stays listed as live this long
+        # The renter's share of the base fee (a fraction) and the creation fee (native), by
+        # order type and currency, as `renter_fees` answers them.
+        self.renter_fee_rates: dict[str, dict[str, float]] = {
+            "on_demand": dict.fromkeys(ALL_COINS, 0.05),
+            "spot": dict.fromkeys(ALL_COINS, 0.0125),
+        }
+        self.creation_fees: dict[str, dict[str, float]] = {
+            kind: {"bitcoin": 0.0000015, "CLORE-Blockchain": 37.0, "USD-Blockchain": 0.1}
+            for kind in ("on_demand", "spot")
+        }
+        self.rival_bids: dict[int, list[tuple[float, str]]] = defaultdict(list)
+        self.after_create: Callable[[FakeOrder], None] | None = None
+        self._no_sshd_port: int | None = None
         self.orders: dict[int, FakeOrder] = {}
         self.requests: list[Recorded] = []
         self.violations: list[str] = []
@@ -372,9 +396,44 @@ class FakeClore:
             self._end(self.orders[order_id])
 
     def spend(self, order_id: int) -> float:
+        """What `my_orders` reports as `spend`: the listed price alone, for the time held."""
+        return self.orders[order_id].price_per_day * self.lived_s(order_id) / 86400
+
+    def lived_s(self, order_id: int) -> float:
         order = self.orders[order_id]
         end = order.ended_unix if order.ended_unix is not None else self.clock.time()
-        return order.price_per_day * max(0.0, end - order.created_unix) / 86400
+        return max(0.0, end - order.created_unix)
+
+    def fee_rate(self, order: FakeOrder) -> float:
+        return self.renter_fee_rates["spot" if order.spot else "on_demand"].get(order.currency, 0)
+
+    def billed(self, order_id: int) -> float:
+        """What the wallet loses for the order (native): spend plus the renter's fee, plus the
+        creation fee once the order has lived 10 minutes."""
+        order = self.orders[order_id]
+        fee = order.creation_fee if self.lived_s(order_id) >= 600 else 0.0
+        return self.spend(order_id) * (1 + self.fee_rate(order)) + fee
+
+    def outbid(self, order: FakeOrder) -> bool:
+        """A spot order at or under a rival's bid in its currency has lost the server."""
+        rivals = [bid for bid, cur in self.rival_bids[order.server_id] if cur == order.currency]
+        return order.spot and any(bid >= order.price_per_day for bid in rivals)
+
+    def listed_live(self, order: FakeOrder, now_unix: float) -> bool:
+        """Still listed as live: not ended, or ended less than `cancel_lag_s` ago."""
+        return order.ended_unix is None or now_unix < order.ended_unix + self.cancel_lag_s
+
+    def runs_sshd(self, order: FakeOrder) -> bool:
+        return order.image.startswith("cloreai/") or order.autossh
+
+    @property
+    def no_sshd_port(self) -> int:
+        """A loopback port nobody listens on: where an order without sshd maps port 22."""
+        if self._no_sshd_port is None:
+            with socket.socket() as probe:
+                probe.bind(("127.0.0.1", 0))
+                self._no_sshd_port = probe.getsockname()[1]
+        return self._no_sshd_port
 
     # --- dispatch --------------------------------------------------------------------------
 
@@ -434,6 +493,7 @@ class FakeClore:
             "create_order": lambda _r, body: self._create(body),
             "cancel_order": lambda _r, body: self._cancel(body),
             "set_spot_price": lambda _r, body: self._set_spot_price(body),
+            "renter_fees": self._renter_fees,
         }
 
     def _rate_limited(self, endpoint: str) -> str | None:
@@ -465,7 +525,8 @@ class FakeClore:
         shown = [
             self._order_json(o, now)
             for o in self.orders.values()
-            if now >= o.created_unix + self.appear_after_s and (o.live or completed)
+            if now >= o.created_unix + self.appear_after_s
+            and (self.listed_live(o, now) or completed)
         ]
         return 200, {"orders": shown, "limit": 16, "code": 0}
 
@@ -478,6 +539,10 @@ class FakeClore:
             | {"currency": o.currency}
             for o in self.live_orders()
             if o.server_id == server["id"] and o.spot
+        ]
+        bids += [
+            {"offer_id": 900000 + i, "bid": bid, "active": True, "my": False, "currency": cur}
+            for i, (bid, cur) in enumerate(self.rival_bids[server["id"]])
         ]
         market = {
             "offers": bids,
@@ -494,6 +559,15 @@ class FakeClore:
             },
         }
         return 200, {"market": market, "exists": True, "code": 0}
+
+    def _renter_fees(self, _request: Request, _body: Any) -> tuple[int, Json]:
+        return 200, {
+            "renter_fees": {k: {"base": dict(v)} for k, v in self.renter_fee_rates.items()},
+            "poh_config": {"max_reduction_percent": 50, "max_poh_amount": 1000000},
+            "creation_fees": {k: dict(v) for k, v in self.creation_fees.items()},
+            "poh_balance": 0,
+            "code": 0,
+        }
 
     def _create(self, body: Any) -> tuple[int, Json]:
         if not isinstance(body, dict) or not isinstance(body.get("renting_server"), int):
@@ -516,9 +590,14 @@ class FakeClore:
         if spot and float(body.get("spotprice") or 0) < minimum:
             return 200, {"code": 6, "error": "too_low_price"}
         price = float(body["spotprice"]) if spot else minimum
-        if self.balances.get(str(currency), 0) < 0.1 + price / 24:
+        kind_key = "spot" if spot else "on_demand"
+        fee = self.creation_fees[kind_key].get(str(currency), 0.0)
+        rate = self.renter_fee_rates[kind_key].get(str(currency), 0.0)
+        if self.balances.get(str(currency), 0) < fee + price * (1 + rate) / 24:
             return 200, {"code": 6, "error": "not_enough_balance"}
-        self._new_order(server["id"], body, spot, price)
+        order = self._new_order(server["id"], body, spot, price)
+        if self.after_create is not None:
+            self.after_create(order)
         return 200, {"code": 0}
 
     def _new_order(
@@ -539,6 +618,8 @@ class FakeClore:
             ports=dict(body.get("ports") or {}),
             ssh_key=body.get("ssh_key"),
             env=dict(body.get("env") or {}),
+            creation_fee=self.creation_fees["spot" if spot else "on_demand"].get(currency, 0.1),
+            autossh=body.get("autossh_entrypoint") is True and bool(body.get("ssh_key")),
         )
         self._next_id += 1
         self.orders[order.id] = order
@@ -558,7 +639,7 @@ class FakeClore:
 
     def _end(self, order: FakeOrder) -> None:
         order.ended_unix = self.clock.time()
-        self.balances[order.currency] -= self.spend(order.id) + order.creation_fee
+        self.balances[order.currency] -= self.billed(order.id)
         self.servers[order.server_id]["rented"] = False
 
     def _set_spot_price(self, body: Any) -> tuple[int, Json]:
@@ -597,7 +678,9 @@ class FakeClore:
             "specs": server.get("specs", {}),
             "si": order.server_id,
             "mon_container": 0,
-            "online": order.live and now >= order.created_unix + self.online_after_s,
+            "online": self.listed_live(order, now)
+            and now >= order.created_unix + self.online_after_s
+            and not self.outbid(order),
             "spot": order.spot,
             "rating": server.get("rating", {"avg": 0, "cnt": 0}),
             "reliability": server.get("reliability"),
@@ -609,9 +692,11 @@ class FakeClore:
             # Connection fields exist only once the order is up (absent before: tolerated).
             reply["pub_cluster"] = [self.ssh_host]
             port = self.ssh_port or 1000 + order.id % 50000
+            if not self.runs_sshd(order):
+                port = self.no_sshd_port  # mapped all the same, but nothing answers there
             tcp = sorted((p for p, kind in order.ports.items() if kind == "tcp"), key=_ssh_first)
             reply["tcp_ports"] = [f"{p}:{port + i}" for i, p in enumerate(tcp)]
-        if not order.live:
+        if not self.listed_live(order, now):
             reply["expired"] = True
         return reply
 

@@ -14,9 +14,10 @@ from pytest_httpserver import HTTPServer
 from typer.testing import CliRunner
 from werkzeug import Request, Response
 
+from runner.cli.comment import register
 from runner.report import write_reports
 from runner.report.comment import marker
-from runner.report.comment_cmd import Http, Outcome, post_comment, register
+from runner.report.comment_post import Http, Outcome, post_comment
 from tests.report.fake_github import BOT, HUMAN, FakeGitHub, reply
 from tests.report.records import mixed_record, write_outputs
 

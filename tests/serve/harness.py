@@ -146,7 +146,7 @@ def thread_server(
 
 # The CLI as the lead wires it: runner.cli's app with this module's commands registered.
 _ENTRY = (
-    "import sys; from runner.cli import app, main; from runner.serve.cli import register; "
+    "import sys; from runner.cli import app, main; from runner.cli.serve import register; "
     "register(app); main(sys.argv[1:])"
 )
 

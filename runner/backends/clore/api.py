@@ -24,7 +24,14 @@ import requests
 from pydantic import ValidationError
 
 from runner.backends.clore import errors as e
-from runner.backends.clore.models import Marketplace, MarketServer, Order, SpotMarket, Wallet
+from runner.backends.clore.models import (
+    Marketplace,
+    MarketServer,
+    Order,
+    RenterFees,
+    SpotMarket,
+    Wallet,
+)
 from runner.backends.clore.ratelimit import DEFAULT_LIMITER, RateLimiter
 
 log = logging.getLogger(__name__)
@@ -32,6 +39,8 @@ log = logging.getLogger(__name__)
 DEFAULT_URL = "https://api.clore.ai/v1"
 DEFAULT_TIMEOUT_S = (10.0, 60.0)  # (connect, read): the marketplace reply is ~2,100 servers
 RECOVER_DELAYS_S = (2.0, 3.5, 5.0, 8.0, 12.0, 20.0)  # G-gv's schedule: my_orders lags create
+CREATE_RATE_LIMIT_RETRIES = 3  # creates refused with code 5 retried on the same server
+CREATE_RATE_LIMIT_WAIT_S = 6.0  # beyond the limiter's own 5.5 s create gap
 CT_SKEW_S = 30.0  # tolerated difference between our clock and the API's `ct`
 KEY_HINT = (
     "create an API key in your clore.ai profile (API section), then `export CLORE_API_KEY=...`; "
@@ -79,8 +88,10 @@ class RetryPolicy:
 class OrderRequest:
     """The body of `create_order`. Prices are PER DAY in `currency`, as the API takes them.
 
-    `spot_price_per_day` set makes a spot order. No `ssh_password` (design §5: keys only) and no
-    `required_price` (G-gv saw opaque code-1 failures with it set).
+    `spot_price_per_day` set makes a spot order. No `ssh_password` (keys only) and no
+    `required_price` (a client renting for real saw opaque code-1 failures with it set).
+    `autossh_entrypoint` makes Clore's own entrypoint run sshd with `ssh_key` before the image's:
+    without it only images that run their own sshd (`cloreai/*`) answer SSH.
     """
 
     server_id: int
@@ -91,6 +102,7 @@ class OrderRequest:
     env: Mapping[str, str] = field(default_factory=dict)
     ssh_key: str | None = None
     command: str | None = None
+    autossh_entrypoint: bool = True
 
     def __post_init__(self) -> None:
         # An `&` in an env value reproducibly gets HTTP 500 / code 1 (G-gv): refuse it up front.
@@ -110,6 +122,8 @@ class OrderRequest:
             body["spotprice"] = self.spot_price_per_day
         optional = {"env": dict(self.env), "ssh_key": self.ssh_key, "command": self.command}
         body.update({k: v for k, v in optional.items() if v})
+        if self.autossh_entrypoint and self.ssh_key:
+            body["autossh_entrypoint"] = True
         return body
 
 
@@ -183,6 +197,10 @@ class CloreClient:
         reply = self._read("GET", "wallets")
         return [Wallet.model_validate(w) for w in _list(reply.get("wallets"))]
 
+    def renter_fees(self) -> RenterFees:
+        """This account's renter fee rates and creation fees."""
+        return RenterFees.model_validate(self._read("GET", "renter_fees"))
+
     def spot_marketplace(self, server_id: int) -> SpotMarket:
         """The spot book of one server (bids and minimum prices are per day)."""
         reply = self._read("GET", "spot_marketplace", params={"market": str(server_id)})
@@ -219,7 +237,7 @@ class CloreClient:
         """
         since = self.limiter.clock.time() - self.ct_skew_s
         try:
-            self._call("POST", "create_order", body=request.body(), create=True, abort=abort)
+            self._create_once_admitted(request, abort)
         except e.CloreApiError as exc:
             if not may_have_created(exc):
                 raise
@@ -247,6 +265,21 @@ class CloreClient:
                 hint="a billed server may exist: run `clore-run cleanup`",
             )
         return order
+
+    def _create_once_admitted(self, request: OrderRequest, abort: threading.Event | None) -> None:
+        """Send the create; a refusal for the rate limit (HTTP 429 / code 5) rented nothing, so
+        it is sent again to the same server after a wait that every caller shares, a bounded
+        number of times. Any other failure is the caller's to judge."""
+        for attempt in range(CREATE_RATE_LIMIT_RETRIES + 1):
+            try:
+                self._call("POST", "create_order", body=request.body(), create=True, abort=abort)
+                return
+            except e.RateLimitedError as exc:
+                if attempt == CREATE_RATE_LIMIT_RETRIES:
+                    raise
+                wait_s = max(CREATE_RATE_LIMIT_WAIT_S * (attempt + 1), exc.retry_after_s or 0.0)
+                log.info("create_order refused by the rate limit; again in %.0f s", wait_s)
+                self.limiter.back_off(wait_s)
 
     def find_created_order(self, server_id: int, since_unix_s: float) -> Order | None:
         """One look at `my_orders` for our newest order on `server_id` created at or after

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from runner.backends.base import OutputSink, Place, RunOutcome, RunRequest
+from runner.backends.clore import errors as api_errors
 from runner.backends.clore.api import CloreClient
 from runner.backends.clore.market import (
     Offer,
@@ -24,9 +25,10 @@ from runner.backends.clore.market import (
 )
 from runner.backends.clore.provision import ProvisionCancelled, Provisioner, Rental, SkipOffer
 from runner.backends.clore.ratelimit import Clock
-from runner.backends.ssh_exec import run_job
+from runner.backends.ssh.exec import run_job
+from runner.core import money
 from runner.core.model import FailureKind, GpuAsk, Job
-from runner.errors import InfrastructureError, JobCannotRun
+from runner.errors import InfrastructureError, JobCannotRun, RunMustStop
 
 MARKET_TTL_S = 60.0  # the marketplace is ~2,100 servers: fetch it at most once a minute
 MAX_OFFERS_PER_ATTEMPT = 5
@@ -74,6 +76,8 @@ class CloreBackend:
     _idle_usd: float = 0.0
     _reserved: list[float] = field(default_factory=list)  # USD of rentals being set up
     _choosing: set[int] = field(default_factory=set)  # servers being ordered
+    _balance_checked: bool = False
+    _fees_noted: bool = False  # the fee rates assumed are said once per run
 
     def __post_init__(self) -> None:
         self.provisioner.make_room = self._give_back_one_idle
@@ -123,11 +127,12 @@ class CloreBackend:
                     self._end_renting(reserved)
                     with self._cond:
                         self._excluded.add(offer.server_id)
-                    tried.append(str(exc))
+                    tried.append(f"server {offer.server_id} excluded: {exc}")
                     continue
                 except BaseException:
                     self._end_renting(reserved)
                     raise
+                rental.skipped = tried
                 return self._hold(rental, job, reserved)
             finally:
                 with self._cond:
@@ -192,20 +197,25 @@ class CloreBackend:
     def _offers(self) -> list[Offer]:
         now = self.clock.now()
         if self._market is None or now - self._market[0] > MARKET_TTL_S:
+            rates = self.provisioner.fees().rates  # read first: the offers' $/h include them
             servers = self.client.marketplace().servers
-            self._market = (now, offers_from_servers(servers, self.currency))
+            self._market = (now, offers_from_servers(servers, self.currency, fees=rates))
         return self._market[1]
 
     def _wait_for_budget(self, job: Job, offer: Offer, cancel: threading.Event) -> float:
-        """Wait until the rental fits the budget, then reserve its cost until it is held (so a
-        rental being set up in another worker counts) and return the amount reserved."""
+        """Wait until the rental's worst case fits the budget, then reserve it until it is
+        held (so a rental being set up in another worker counts) and return the amount."""
         spot = job.gpu is not None and job.gpu.spot
         price_per_day = self.provisioner.price_per_day(job, offer)  # a spot bid, not the minimum
         if price_per_day is None:
             price = offer.usd_per_hour(spot) or 0.0  # no bid fits: renting will skip the offer
         else:
-            price = self.provisioner.usd_per_hour(offer, price_per_day)
-        new_usd = price * job.timeout_s / 3600
+            price = self.provisioner.usd_per_hour(offer, price_per_day, spot)
+        # Billed from the create: starting (image pull included) and then the job's timeout.
+        hold_s = self.provisioner.options.online_timeout_s + job.timeout_s
+        fee_usd = self.provisioner.creation_fee_usd(offer, spot)
+        new_usd = money.worst_case_usd(price, hold_s, fee_usd)
+        self._check_balance(offer, new_usd)
         with self._cond:
             while True:
                 over = self.budget.shortfall(self._committed_usd(), new_usd)
@@ -218,9 +228,42 @@ class CloreBackend:
                         f"budget ${self.budget.limit_usd:.2f} would be exceeded by "
                         f"${over:.2f}: spent ${self.budget.spent_usd:.2f} + committed "
                         f"${self._committed_usd():.2f} + this rental ${new_usd:.2f} "
-                        f"(${price:.3f}/h x {job.timeout_s / 3600:.2f} h timeout)"
+                        f"(${price:.4f}/h with the {offer.fee_rate(spot) * 100:g} % renter fee "
+                        f"x {hold_s / 3600:.2f} h: start-up and the job's timeout"
+                        + (
+                            f", + ${fee_usd:.2f} creation fee)"
+                            if money.creation_fee_charged(hold_s)
+                            else ")"
+                        )
                     )
                 self._cond.wait(timeout=1.0)  # a server given back frees money
+
+    def _check_balance(self, offer: Offer, worst_case_usd: float) -> None:
+        """Once per run, before the first rental: the wallet of the run's currency must pay
+        for that rental's worst case, or nothing is rented at all."""
+        with self._cond:
+            if self._balance_checked:
+                return
+            self._balance_checked = True
+        try:
+            wallets = {w.name: w for w in self.client.wallets()}
+        except api_errors.InvalidTokenError as exc:
+            raise RunMustStop(str(exc)) from None
+        except api_errors.CloreApiError:
+            return  # not knowing is no reason to stop: the create says not_enough_balance
+        wallet = wallets.get(self.currency)
+        balance = wallet.balance if wallet is not None else 0.0
+        if balance is None or offer.usd_per_unit is None or offer.usd_per_unit <= 0:
+            return
+        needed = worst_case_usd / offer.usd_per_unit
+        if balance < needed:
+            raise RunMustStop(
+                f"the {self.currency} wallet holds {balance:g}, and the first rental may cost "
+                f"up to {needed:g} {self.currency} (${worst_case_usd:.2f}, fees included): "
+                "nothing was rented",
+                f"top up the {self.currency} wallet on clore.ai, or pay in another currency "
+                "(`currency:` in the pipeline)",
+            )
 
     def _committed_usd(self) -> float:
         """Cost so far of what is held, plus each running job's price x its remaining timeout,
@@ -253,6 +296,7 @@ class CloreBackend:
 
     def _place(self, rental: Rental) -> Place:
         offer = rental.offer
+        fees = self.provisioner.fees()
         facts = {
             "rental_id": str(rental.rental_id),
             "server_id": str(offer.server_id),
@@ -262,10 +306,19 @@ class CloreBackend:
             "usd_per_hour": f"{rental.usd_per_hour:.4f}",
             "order_currency": rental.currency,
             "price_per_day": f"{rental.price_per_day:g}",
+            "renter_fee_rate": f"{rental.fee_rate:g}",
+            "renter_fee_source": fees.source,
         }
         if offer.cuda_version:
             facts["cuda"] = offer.cuda_version
-        return Place(f"clore-{offer.server_id}", facts, rental.usd_per_hour)
+        notes = list(rental.skipped)  # said by the first job on it only
+        if rental.skipped:
+            facts["skipped_hosts"] = "; ".join(rental.skipped)
+            rental.skipped = []
+        if not self._fees_noted:
+            notes += fees.notes
+            self._fees_noted = True
+        return Place(f"clore-{offer.server_id}", facts, rental.usd_per_hour, notes)
 
     # -- run and release -------------------------------------------------------------------
 
@@ -299,14 +352,19 @@ class CloreBackend:
                 # The API's own figure settles the rental: the last user gets the rest.
                 billed = float(place.facts["cost_usd"])
                 place.facts["cost_usd"] = f"{billed + self._rest(held.rental, final):.6f}"
+            place.facts.update(
+                {k: v for k, v in held.rental.facts.items() if k.startswith("order_")}
+            )
         with self._cond:
             self._cond.notify_all()
 
     def _bill(self, rental: Rental) -> float:
-        """Cost since the last attempt billed on this server (the fee goes to the first)."""
+        """Cost since the last attempt billed on this server, renter fee included; the
+        creation fee goes to the attempt that sees the order past 10 minutes (Clore charges
+        none for an order cancelled sooner; the final settlement catches one it passes later)."""
         now = self.clock.time()
         cost = rental.usd_per_hour * max(0.0, now - rental.billed_until) / 3600
-        if not rental.fee_billed:
+        if not rental.fee_billed and money.creation_fee_charged(now - rental.held_since):
             cost += rental.creation_fee_usd
             rental.fee_billed = True
         rental.billed_until = now
@@ -316,8 +374,10 @@ class CloreBackend:
     def _rest(self, rental: Rental, final_usd: float) -> float:
         return max(0.0, final_usd - float(rental.facts.get("billed_usd", 0)))
 
-    def _give_back(self, helds: list[_Held]) -> dict[int, float | None]:
-        finals = self.provisioner.release_all([h.rental for h in helds])
+    def _give_back(
+        self, helds: list[_Held], within_s: float | None = None
+    ) -> dict[int, float | None]:
+        finals = self.provisioner.release_all([h.rental for h in helds], within_s)
         with self._cond:
             for held in helds:
                 final = finals.get(held.rental.rental_id)
@@ -326,13 +386,13 @@ class CloreBackend:
             self._cond.notify_all()
         return finals
 
-    def _give_back_idle(self, helds: list[_Held]) -> None:
+    def _give_back_idle(self, helds: list[_Held], within_s: float | None = None) -> None:
         """Servers with no job on them: what they cost since their last job is the run's.
         Billed before the cancel, so that `_give_back` counts the idle time as spent even when
         the API reports no `spend`."""
         with self._cond:
             idle = {h.rental.rental_id: self._bill(h.rental) for h in helds}
-        finals = self._give_back(helds)
+        finals = self._give_back(helds, within_s)
         with self._cond:
             for held in helds:
                 final = finals.get(held.rental.rental_id)
@@ -369,15 +429,21 @@ class CloreBackend:
             self._closing = True
             held = list(self._held.values())
             self._held.clear()
+            # Jobs still running or rentals being set up: the run was stopped (a signal, say),
+            # and everything must be cancelled within GitHub's grace, so confirming is cut
+            # short and the rest left to the cleanup step. A run that ended confirms in full.
+            stopped = bool(self._reserved) or any(h.job is not None for h in held)
             for h in held:
                 if h.job is not None and h.place is not None:
                     # Its worker's release() will find the server gone: settle the attempt's
                     # share now, so the engine does not price it again (the rest is idle).
                     h.place.facts["cost_usd"] = f"{self._bill(h.rental):.6f}"
+        options = self.provisioner.options
+        within_s = options.shutdown_confirm_within_s if stopped else None
         if held:
-            self._give_back_idle(held)
+            self._give_back_idle(held, within_s)
         for worker in self._releasers:
-            worker.join(timeout=10.0)
+            worker.join(timeout=within_s if within_s is not None else options.confirm_within_s)
         self.provisioner.close_pool()
         self._check_ledger()
 

@@ -9,7 +9,7 @@ from runner.backends.clore.api import CloreClient
 from runner.backends.clore.backend import Budget, CloreBackend
 from runner.backends.clore.provision import Provisioner
 from runner.backends.clore.ratelimit import SystemClock
-from runner.backends.ssh_keys import ClientKey, HostKeyStore
+from runner.backends.ssh.keys import ClientKey, HostKeyStore
 from runner.core.model import Pipeline
 from runner.errors import UsageError
 from runner.stores.ledger import open_ledger

@@ -4,6 +4,10 @@ Units: the API quotes PER DAY in a native currency (bitcoin, CLORE-Blockchain, U
 jobs cap prices in USD PER HOUR for the whole server. Variables say which: `*_price_per_day` is
 native per day, `*_usd_per_hour` is USD per hour. Per-day becomes per-hour only in `per_hour`,
 and the inverse, for turning a job's cap into a bid, only in `per_day`.
+
+Every `*_usd_per_hour` here includes the renter's fee, which Clore bills on top of the listed
+price: that is what the user pays, so it is what is shown, ranked, capped and budgeted. The
+`*_price_per_day` figures are the listed ones, as the API takes them in orders and bids.
 """
 
 from __future__ import annotations
@@ -53,13 +57,18 @@ class Offer:
     on_demand_price_per_day: float | None  # native currency
     spot_min_price_per_day: float | None  # native currency: the lowest bid the host takes
     usd_per_unit: float | None  # USD for one unit of `currency`, by the server's own quotes
-    on_demand_usd_per_hour: float | None
-    spot_usd_per_hour: float | None  # at the spot minimum
+    on_demand_usd_per_hour: float | None  # renter's fee included
+    spot_usd_per_hour: float | None  # at the spot minimum, renter's fee included
     allowed_currencies: tuple[str, ...]
     reliability: float | None  # 0..1
     rented: bool
     cuda_version: str | None
     location: str | None  # country code
+    on_demand_fee_rate: float = money.DOCUMENTED_ON_DEMAND_FEE_RATE
+    spot_fee_rate: float = money.DOCUMENTED_SPOT_FEE_RATE
+
+    def fee_rate(self, spot: bool) -> float:
+        return self.spot_fee_rate if spot else self.on_demand_fee_rate
 
     def usd_per_hour(self, spot: bool) -> float | None:
         return self.spot_usd_per_hour if spot else self.on_demand_usd_per_hour
@@ -113,10 +122,10 @@ def usd_per_unit(
     return 1.0 if currency == "USD-Blockchain" else None
 
 
-def _usd_per_hour(price_per_day: float | None, rate: float | None) -> float | None:
+def _usd_per_hour(price_per_day: float | None, rate: float | None, fee_rate: float) -> float | None:
     if price_per_day is None or price_per_day <= 0 or rate is None:
         return None  # 0 or missing: not offered in this currency
-    return per_hour(price_per_day * rate)
+    return money.with_fee_per_hour(per_hour(price_per_day * rate), fee_rate)
 
 
 def _positive(value: float | None) -> float | None:
@@ -124,9 +133,12 @@ def _positive(value: float | None) -> float | None:
 
 
 def offer_from_server(
-    server: MarketServer, currency: str, fallback_rates: Mapping[str, float] | None = None
+    server: MarketServer,
+    currency: str,
+    fallback_rates: Mapping[str, float] | None = None,
+    fees: money.RenterFeeRates = money.DOCUMENTED_RATES,
 ) -> Offer:
-    """Price one marketplace server for orders paid in `currency`."""
+    """Price one marketplace server for orders paid in `currency`, the renter's fee included."""
     model, count = parse_gpu(server.specs.gpu, server.gpu_array)
     rate = usd_per_unit(server, currency, fallback_rates)
     on_demand = _positive(server.price.on_demand.get(currency))
@@ -142,13 +154,15 @@ def offer_from_server(
         on_demand_price_per_day=on_demand,
         spot_min_price_per_day=spot,
         usd_per_unit=rate,
-        on_demand_usd_per_hour=_usd_per_hour(on_demand, rate),
-        spot_usd_per_hour=_usd_per_hour(spot, rate),
+        on_demand_usd_per_hour=_usd_per_hour(on_demand, rate, fees.on_demand_fee_rate),
+        spot_usd_per_hour=_usd_per_hour(spot, rate, fees.spot_fee_rate),
         allowed_currencies=allowed,
         reliability=server.reliability,
         rented=server.rented,
         cuda_version=server.cuda_version,
         location=server.specs.net.cc if server.specs.net else None,
+        on_demand_fee_rate=fees.on_demand_fee_rate,
+        spot_fee_rate=fees.spot_fee_rate,
     )
 
 
@@ -156,8 +170,9 @@ def offers_from_servers(
     servers: Iterable[MarketServer],
     currency: str,
     fallback_rates: Mapping[str, float] | None = None,
+    fees: money.RenterFeeRates = money.DOCUMENTED_RATES,
 ) -> list[Offer]:
-    return [offer_from_server(s, currency, fallback_rates) for s in servers]
+    return [offer_from_server(s, currency, fallback_rates, fees) for s in servers]
 
 
 def misses(offer: Offer, ask: GpuAsk, excluded: Collection[int] = ()) -> tuple[str, ...]:
@@ -305,8 +320,8 @@ def spot_bid_per_day(
 
     The price to beat is the server's spot minimum or the highest rival bid, whichever is
     higher. We bid `margin` above it (above a rival bid: strictly, to win), never above the
-    job's cap converted to per-day native units; when even the price to beat is over the cap,
-    there is no bid.
+    job's cap (which includes the renter's fee) converted to a listed per-day price in native
+    units; when even the price to beat is over the cap, there is no bid.
     """
     floor = offer.spot_min_price_per_day
     if floor is None:
@@ -317,7 +332,8 @@ def spot_bid_per_day(
     if max_usd_per_hour is not None:
         if offer.usd_per_unit is None:
             return None  # a cap we cannot convert is a cap we cannot honour
-        bid = min(bid, per_day(max_usd_per_hour) / offer.usd_per_unit)
+        listed_cap = money.listed_per_hour_under_cap(max_usd_per_hour, offer.spot_fee_rate)
+        bid = min(bid, per_day(listed_cap) / offer.usd_per_unit)
     if bid < floor or (rival > 0 and bid <= rival):
         return None
     return bid

@@ -204,3 +204,32 @@ class SpotMarket(_Reply):
     server: SpotServer = Field(default_factory=SpotServer)
     currency_rates_in_usd: PriceMap = Field(default_factory=dict)
     exists: bool = True
+
+
+class _FeeBase(_Reply):
+    base: PriceMap = Field(default_factory=dict)  # a fraction by currency: 0.05 is 5 %
+
+
+class _FeesByType(_Reply):
+    on_demand: _FeeBase = Field(default_factory=_FeeBase)
+    spot: _FeeBase = Field(default_factory=_FeeBase)
+
+
+class _CreationFees(_Reply):
+    on_demand: PriceMap = Field(default_factory=dict)  # native amount by currency
+    spot: PriceMap = Field(default_factory=dict)
+
+
+class RenterFees(_Reply):
+    """`GET /renter_fees`: this account's share of the base fee, and the creation fees."""
+
+    renter_fees: _FeesByType = Field(default_factory=_FeesByType)
+    creation_fees: _CreationFees = Field(default_factory=_CreationFees)
+
+    def fee_rate(self, spot: bool, currency: str) -> float | None:
+        fees = self.renter_fees.spot if spot else self.renter_fees.on_demand
+        return fees.base.get(currency)
+
+    def creation_fee_native(self, spot: bool, currency: str) -> float | None:
+        fees = self.creation_fees.spot if spot else self.creation_fees.on_demand
+        return fees.get(currency)

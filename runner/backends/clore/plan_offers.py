@@ -1,7 +1,8 @@
 """`clore-run plan --backend clore`: the offer each job would take today and what it may cost.
 
-Pure: takes today's offers, gives data. The ceiling is price x timeout (what the budget check
-commits); the estimate is price x `estimate-minutes` where the job gives one.
+Pure: takes today's offers, gives data. Prices include the renter's fee. The ceiling is the
+worst case the budget check commits (price x timeout, plus the creation fee when the job may
+run 10 minutes or more); the estimate is price x `estimate-minutes` where the job gives one.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from runner.backends.clore.market import Offer, best_offer, explain_no_fit
+from runner.core import money
 from runner.core.model import GpuAsk, Job, Pipeline
 
 _ANY_GPU = GpuAsk()
@@ -50,9 +52,13 @@ def _job_entry(job: Job, offers: list[Offer], currency: str) -> dict[str, Any]:
             "reliability": offer.reliability,
             "location": offer.location,
         },
-        "ceiling_usd": round(usd_per_hour * job.timeout_s / 3600, 6),
-        "estimate_usd": round(usd_per_hour * job.duration_hint_s / 3600, 6),
+        "ceiling_usd": round(_worst_case_usd(usd_per_hour, job.timeout_s), 6),
+        "estimate_usd": round(_worst_case_usd(usd_per_hour, job.duration_hint_s), 6),
     }
+
+
+def _worst_case_usd(usd_per_hour: float, hold_s: float) -> float:
+    return money.worst_case_usd(usd_per_hour, hold_s, money.FALLBACK_CREATION_FEE_USD)
 
 
 def render_offers(data: dict[str, Any]) -> str:

@@ -10,17 +10,20 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from runner.backends.clore import errors as api_errors
 from runner.backends.clore.api import CloreClient, OrderRequest, may_have_created
+from runner.backends.clore.fees import FeeSchedule, read_fee_schedule
 from runner.backends.clore.market import Offer, per_hour, spot_bid_per_day
 from runner.backends.clore.models import Order
 from runner.backends.clore.ratelimit import Clock, RequestAborted
-from runner.backends.ssh_connection import ConnectOptions, Endpoint, SshConnection, connect
-from runner.backends.ssh_keys import ClientKey, HostKeyStore
+from runner.backends.ssh.connection import ConnectOptions, Endpoint, SshConnection, connect
+from runner.backends.ssh.keys import ClientKey, HostKeyStore
+from runner.core import money
 from runner.core.model import Job
 from runner.errors import InfrastructureError, RunMustStop
 from runner.ledger import LedgerError, State
@@ -30,9 +33,12 @@ from runner.stores.pools import Reservation
 if TYPE_CHECKING:  # psycopg is an extra: only a run that joins a pool imports it
     from runner.stores.pool_seat import PoolSeat
 
-# An image whose entrypoint runs sshd with the `ssh_key` given at create (reference §3).
-DEFAULT_IMAGE = "cloreai/jupyter:ubuntu24.04-v2"
+# A plain CUDA image: with `autossh_entrypoint` Clore runs sshd in any image, so the default
+# need not be one of Clore's own.
+DEFAULT_IMAGE = "nvidia/cuda:12.8.0-base-ubuntu22.04"
 _FATAL = (api_errors.NotEnoughBalanceError, api_errors.InvalidTokenError)
+SPOT_BOOK_TTL_S = 30.0  # a server's spot book read for the budget check serves the create too
+MAX_REBIDS = 2  # raises of one spot order's bid before the job moves to another host
 
 
 class SkipOffer(InfrastructureError):
@@ -47,6 +53,9 @@ def _wait_on_event(seconds: float, cancel: threading.Event) -> None:
     cancel.wait(seconds)
 
 
+_NEVER = threading.Event()  # confirming a release is not cut short by the run's cancel
+
+
 @dataclass(frozen=True)
 class ProvisionOptions:
     online_timeout_s: float = 900.0  # create -> online, image pull included
@@ -55,7 +64,12 @@ class ProvisionOptions:
     ssh: ConnectOptions = field(
         default_factory=lambda: ConnectOptions(tries=10, backoff_s=2.0, max_backoff_s=20.0)
     )
-    confirm_tries: int = 3  # my_orders checks that a cancelled order is gone
+    # A cancelled order can stay listed for a few seconds: confirm it is gone with backoff
+    # for this long before calling it unconfirmed. A shutdown on a signal has GitHub's 7.5 s
+    # in all, so it confirms for less and leaves the rest to the cleanup step.
+    confirm_within_s: float = 30.0
+    shutdown_confirm_within_s: float = 4.0
+    first_confirm_pause_s: float = 1.0
     # How to pause between polls: the real clock waits on the cancel event; tests pass their
     # fake clock's sleep so nothing waits real seconds.
     pause: Callable[[float, threading.Event], None] = _wait_on_event
@@ -81,6 +95,34 @@ class Rental:
     spot: bool = False  # a spot order: it can be outbid
     reservation: Reservation | None = None  # its share of a budget pool, when the run joined one
     facts: dict[str, str] = field(default_factory=dict)
+    fee_rate: float = 0.0  # the renter's fee on top of the listed price (in `usd_per_hour`)
+    creation_fee_native: float = 0.0
+    cancelled_at: float | None = None  # unix seconds of the first cancel sent
+    skipped: list[str] = field(default_factory=list)  # hosts tried before this one, and why
+    max_usd_per_hour: float | None = None  # the job's cap, fee included: bids stay under it
+
+    @property
+    def usd_per_unit(self) -> float:
+        return self.offer.usd_per_unit or 0.0
+
+    def lived_s(self, now_unix: float) -> float:
+        end = self.cancelled_at if self.cancelled_at is not None else now_unix
+        return max(0.0, end - self.held_since)
+
+    def billed_cost(self, spend_native: float, now_unix: float) -> money.BilledCost:
+        """What the order cost as the wallet loses it, from the API's `spend`."""
+        return money.billed_cost(
+            spend_native,
+            self.usd_per_unit,
+            self.fee_rate,
+            self.creation_fee_native,
+            self.lived_s(now_unix),
+        )
+
+    def estimated_cost(self, now_unix: float) -> money.BilledCost:
+        """Our own figure, for when the API reports no `spend`."""
+        held_s = self.lived_s(now_unix)
+        return money.estimated_cost(self.usd_per_hour, held_s, self.fee_rate, self.creation_fee_usd)
 
 
 @dataclass
@@ -98,6 +140,15 @@ class Provisioner:
     make_room: Callable[[], bool] = lambda: False
     _wasted_usd: float = field(default=0.0, init=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
+    _fees: FeeSchedule | None = field(default=None, init=False)
+    _books: dict[int, tuple[float, tuple[float, ...]]] = field(default_factory=dict, init=False)
+
+    def fees(self) -> FeeSchedule:
+        """The account's fees, read once per run (the documented ones if that fails)."""
+        with self._lock:
+            if self._fees is None:
+                self._fees = read_fee_schedule(self.client, self.currency)
+            return self._fees
 
     def rent(self, job: Job, offer: Offer, cancel: threading.Event) -> Rental:
         """Rent `offer` for `job` and return it reachable over SSH, or raise (nothing held)."""
@@ -108,7 +159,7 @@ class Provisioner:
             if reservation is not None and self.seat is not None:
                 self.seat.attach(reservation, rental.rental_id)  # before the create is sent
         except BaseException:
-            self._settle(reservation, 0.0)  # no create was sent: it made nothing
+            self._settle_pool(reservation, 0.0)  # no create was sent: it made nothing
             raise
         order = self._create(rental, job, cancel)
         rental.order_id = order.id
@@ -117,7 +168,7 @@ class Provisioner:
         try:  # the order exists: from here on, every failure cancels it
             self.ledger.set_order(rental.rental_id, order.id)
             self.ledger.set_state(rental.rental_id, "ordered")
-            order = self._wait_online(order.id, cancel)
+            order = self._wait_online(order.id, cancel, rental)
             rental.conn = self._connect(order, cancel)
             self.ledger.set_state(rental.rental_id, "running")
         except BaseException:
@@ -134,22 +185,30 @@ class Provisioner:
 
     def _waste(self, rental: Rental, final_usd: float | None) -> None:
         if final_usd is None:  # the API reported no spend: our own estimate
-            held_s = max(0.0, self.clock.time() - rental.held_since)
-            final_usd = rental.usd_per_hour * held_s / 3600 + rental.creation_fee_usd
+            final_usd = rental.estimated_cost(self.clock.time()).total_usd
         with self._lock:
             self._wasted_usd += final_usd
 
     # -- the pool ------------------------------------------------------------------------
 
+    def worst_case_usd(self, job: Job, offer: Offer) -> float:
+        """The most renting `offer` for `job` can cost: billed from the create, through the
+        start (image pull included) and the job's whole timeout, creation fee included."""
+        spot = job.gpu is not None and job.gpu.spot
+        price_per_day = self.price_per_day(job, offer)  # a spot bid, not the minimum
+        if price_per_day is None:
+            price = offer.usd_per_hour(spot) or 0.0  # no bid fits: renting will skip the offer
+        else:
+            price = self.usd_per_hour(offer, price_per_day, spot)
+        hold_s = self.options.online_timeout_s + job.timeout_s
+        return money.worst_case_usd(price, hold_s, self.creation_fee_usd(offer, spot))
+
     def _reserve(self, job: Job, offer: Offer, cancel: threading.Event) -> Reservation | None:
-        """The rental's worst case (its price for the job's whole timeout) from the pool, as
-        the run's own budget counts it."""
-        price_per_day = self.price_per_day(job, offer)
-        if self.seat is None or price_per_day is None:
+        """The rental's worst case from the pool, as the run's own budget counts it."""
+        if self.seat is None or self.price_per_day(job, offer) is None:
             return None
-        worst_usd = self.usd_per_hour(offer, price_per_day) * job.timeout_s / 3600
         label = f"{self.run_id}/{job.id} server {offer.server_id}"
-        return self.seat.reserve(worst_usd, label, cancel, self.make_room)
+        return self.seat.reserve(self.worst_case_usd(job, offer), label, cancel, self.make_room)
 
     def cover(self, rental: Rental, job: Job) -> bool:
         """Can a kept server take `job`? Its reservation must grow by the job's worst case."""
@@ -157,7 +216,7 @@ class Provisioner:
             return True
         return self.seat.grow(rental.reservation, rental.usd_per_hour * job.timeout_s / 3600)
 
-    def _settle(self, reservation: Reservation | None, billed_usd: float) -> None:
+    def _settle_pool(self, reservation: Reservation | None, billed_usd: float) -> None:
         if reservation is not None and self.seat is not None:
             self.seat.settle(reservation, billed_usd)
 
@@ -170,46 +229,76 @@ class Provisioner:
     # -- steps -----------------------------------------------------------------------------
 
     def price_per_day(self, job: Job, offer: Offer) -> float | None:
-        """What renting `offer` for `job` will cost per day in the order currency: the spot
-        bid (None when no bid fits the cap) or the on-demand price."""
+        """What renting `offer` for `job` will cost per day in the order currency, listed
+        (the fee comes on top): the spot bid, a few percent over the highest rival bid in the
+        server's spot book (None when no bid fits the cap), or the on-demand price."""
         if job.gpu is not None and job.gpu.spot:
-            return spot_bid_per_day(offer, job.gpu.max_usd_per_hour)
+            rivals = self._rival_bids(offer.server_id)
+            return spot_bid_per_day(offer, job.gpu.max_usd_per_hour, rivals)
         return offer.on_demand_price_per_day or 0.0
 
-    def usd_per_hour(self, offer: Offer, price_per_day: float) -> float:
-        return per_hour(price_per_day) * (offer.usd_per_unit or 0.0)
+    def usd_per_hour(self, offer: Offer, price_per_day: float, spot: bool = False) -> float:
+        """USD per hour of a rental at `price_per_day` listed, the renter's fee included."""
+        listed = per_hour(price_per_day) * (offer.usd_per_unit or 0.0)
+        return money.with_fee_per_hour(listed, offer.fee_rate(spot))
+
+    def creation_fee_usd(self, offer: Offer, spot: bool) -> float:
+        return self.fees().creation_fee_usd(spot, offer.usd_per_unit)
+
+    def _rival_bids(self, server_id: int, fresh: bool = False) -> tuple[float, ...]:
+        """The active bids of others on `server_id` in our currency, per day. A book that
+        cannot be read leaves the bid at the spot minimum: the create then says if it is low."""
+        now = self.clock.now()
+        with self._lock:
+            cached = self._books.get(server_id)
+        if cached is not None and not fresh and now - cached[0] < SPOT_BOOK_TTL_S:
+            return cached[1]
+        try:
+            book = self.client.spot_marketplace(server_id)
+        except api_errors.CloreApiError:
+            return ()
+        bids = tuple(
+            o.bid
+            for o in book.offers
+            if o.active and not o.my and o.bid is not None and o.currency in (None, self.currency)
+        )
+        with self._lock:
+            self._books[server_id] = (now, bids)
+        return bids
 
     def _intent(self, job: Job, offer: Offer) -> Rental:
         price_per_day = self.price_per_day(job, offer)
         if price_per_day is None:
             raise SkipOffer(f"server {offer.server_id}: no spot bid fits the price cap")
-        usd_per_hour = self.usd_per_hour(offer, price_per_day)
+        spot = job.gpu is not None and job.gpu.spot
+        usd_per_hour = self.usd_per_hour(offer, price_per_day, spot)
         rental_id = self.ledger.record_intent(
             self.run_id, job.id, offer.server_id, price_per_day, self.currency, usd_per_hour
         )
         rental = Rental(rental_id, job.id, offer, price_per_day, self.currency, usd_per_hour)
-        rental.spot = job.gpu is not None and job.gpu.spot
+        rental.spot = spot
+        rental.fee_rate = offer.fee_rate(spot)
+        rental.max_usd_per_hour = job.gpu.max_usd_per_hour if job.gpu else None
         return rental
 
     def _create(self, rental: Rental, job: Job, cancel: threading.Event) -> Order:
-        spot = job.gpu is not None and job.gpu.spot
-        request = OrderRequest(
-            server_id=rental.offer.server_id,
-            image=job.image or DEFAULT_IMAGE,
-            currency=self.currency,
-            spot_price_per_day=rental.price_per_day if spot else None,
-            ssh_key=self.key.public_line,
-        )
         try:
-            return self.client.create_order(request, abort=cancel)
+            try:
+                return self.client.create_order(self._request(rental, job), abort=cancel)
+            except api_errors.TooLowPriceError:
+                # A bid under a new rival or minimum was refused, renting nothing: bid again
+                # from a fresh book, once, if the cap allows a higher bid.
+                if not rental.spot or not self._rebid_for_create(rental, job):
+                    raise
+                return self.client.create_order(self._request(rental, job), abort=cancel)
         except RequestAborted:
             # Given up while waiting for the create's rate-limit slot: nothing was sent.
             self.ledger.set_state(rental.rental_id, "failed", "cancelled before the create")
-            self._settle(rental.reservation, 0.0)
+            self._settle_pool(rental.reservation, 0.0)
             raise ProvisionCancelled(f"server {rental.offer.server_id}: cancelled") from None
         except _FATAL as exc:
             self.ledger.set_state(rental.rental_id, "failed", str(exc))
-            self._settle(rental.reservation, 0.0)
+            self._settle_pool(rental.reservation, 0.0)
             raise RunMustStop(str(exc)) from None
         except api_errors.CloreApiError as exc:
             if isinstance(exc, api_errors.OrderOutcomeUnknownError) or may_have_created(exc):
@@ -218,12 +307,38 @@ class Provisioner:
                 self.ledger.set_state(rental.rental_id, "intent", str(exc))
             else:
                 self.ledger.set_state(rental.rental_id, "failed", str(exc))
-                self._settle(rental.reservation, 0.0)
+                self._settle_pool(rental.reservation, 0.0)
             raise SkipOffer(f"server {rental.offer.server_id}: {exc}") from None
 
-    def _wait_online(self, order_id: int, cancel: threading.Event) -> Order:
+    def _request(self, rental: Rental, job: Job) -> OrderRequest:
+        return OrderRequest(
+            server_id=rental.offer.server_id,
+            image=job.image or DEFAULT_IMAGE,
+            currency=self.currency,
+            spot_price_per_day=rental.price_per_day if rental.spot else None,
+            ssh_key=self.key.public_line,
+            autossh_entrypoint=not job.image_runs_sshd,
+        )
+
+    def _rebid_for_create(self, rental: Rental, job: Job) -> bool:
+        self._rival_bids(rental.offer.server_id, fresh=True)
+        bid = self.price_per_day(job, rental.offer)
+        if bid is None or bid <= rental.price_per_day:
+            return False
+        self._set_price(rental, bid)
+        return True
+
+    def _set_price(self, rental: Rental, price_per_day: float) -> None:
+        """The rental's new bid (the ledger keeps the first: cleanup matches on the order)."""
+        rental.price_per_day = price_per_day
+        rental.usd_per_hour = self.usd_per_hour(rental.offer, price_per_day, rental.spot)
+
+    def _wait_online(
+        self, order_id: int, cancel: threading.Event, rental: Rental | None = None
+    ) -> Order:
         deadline = self.clock.now() + self.options.online_timeout_s
         delay = self.options.first_poll_s
+        rebids = 0
         while True:
             if cancel.is_set():
                 raise ProvisionCancelled(f"order {order_id}: cancelled while starting")
@@ -232,6 +347,11 @@ class Provisioner:
                 raise SkipOffer(f"order {order_id} ended before it came online")
             if order.ready:
                 return order
+            if rental is not None and rental.spot and self._outbid(rental):
+                if rebids >= MAX_REBIDS:
+                    raise SkipOffer(f"order {order_id}: outbid again after {rebids} raises")
+                self._raise_bid(rental, order_id)
+                rebids += 1
             if self.clock.now() >= deadline:
                 raise SkipOffer(
                     f"order {order_id} not online after {self.options.online_timeout_s:g} s"
@@ -239,10 +359,34 @@ class Provisioner:
             self.options.pause(delay, cancel)
             delay = min(delay * 1.5, self.options.max_poll_s)
 
+    def _outbid(self, rental: Rental) -> bool:
+        """A spot order not up yet whose bid a rival's matches or beats has lost the server
+        until the bid is raised."""
+        rivals = self._rival_bids(rental.offer.server_id, fresh=True)
+        return any(bid >= rental.price_per_day for bid in rivals)
+
+    def _raise_bid(self, rental: Rental, order_id: int) -> None:
+        """Bid over the rivals again with `set_spot_price`, within the job's cap (fee
+        included); raising is not limited by the API's step or its 600 s lowering rule."""
+        ask = rental.max_usd_per_hour
+        bid = spot_bid_per_day(rental.offer, ask, self._rival_bids(rental.offer.server_id))
+        if bid is None or bid <= rental.price_per_day:
+            raise SkipOffer(
+                f"order {order_id}: outbid, and no higher bid fits the "
+                f"{ask or 0:.3f} $/h cap (renter fee included)"
+            )
+        try:
+            self.client.set_spot_price(order_id, bid)
+        except api_errors.CloreApiError as exc:
+            raise SkipOffer(f"order {order_id}: outbid; raising the bid failed: {exc}") from None
+        self._set_price(rental, bid)
+
     def _connect(self, order: Order, cancel: threading.Event) -> SshConnection:
         endpoint = order.ssh_endpoint
         assert endpoint is not None  # order.ready guarantees it
         host, port = endpoint
+        # connect() waits in real time between its tries, so its length is measured so too.
+        started = time.monotonic()
         try:
             return connect(
                 Endpoint(host, port, "root"), self.key, self.host_keys, self.options.ssh, cancel
@@ -250,11 +394,19 @@ class Provisioner:
         except InfrastructureError as exc:
             if cancel.is_set():
                 raise ProvisionCancelled(str(exc)) from None
-            raise SkipOffer(f"order {order.id}: sshd never answered: {exc}") from None
+            waited_s = time.monotonic() - started
+            raise SkipOffer(
+                f"sshd never answered on {host}:{port} after {waited_s:.0f} s "
+                f"(order {order.id} on server {order.si}; {exc.message})"
+            ) from None
 
     def _note_fee(self, rental: Rental, order: Order) -> None:
-        fee = order.creation_fee or 0.0
-        rental.creation_fee_usd = fee * (rental.offer.usd_per_unit or 0.0)
+        """The creation fee the order carries, or the account's for its type."""
+        native = order.creation_fee
+        if native is None:
+            native = self.fees().creation_fee_native(rental.spot)
+        rental.creation_fee_native = native or 0.0
+        rental.creation_fee_usd = rental.creation_fee_native * rental.usd_per_unit
 
     # -- giving back -----------------------------------------------------------------------
 
@@ -264,9 +416,14 @@ class Provisioner:
         ledger as `releasing`, for `clore-run cleanup`."""
         return self.release_all([rental]).get(rental.rental_id)
 
-    def release_all(self, rentals: list[Rental]) -> dict[int, float | None]:
+    def release_all(
+        self, rentals: list[Rental], within_s: float | None = None
+    ) -> dict[int, float | None]:
         """Cancel every order first, then confirm them together: with one API call a second,
-        a shutdown that confirmed each order in turn would not end within GitHub's 7.5 s."""
+        a shutdown that confirmed each order in turn would not end within GitHub's 7.5 s.
+        An order can stay listed a few seconds after its cancel, so the check is repeated with
+        backoff for `within_s` (default `confirm_within_s`) before it counts as unconfirmed.
+        Each rental's final cost, in its parts, lands in its `facts` (`order_*_usd`)."""
         finals: dict[int, float | None] = {}
         waiting: dict[int, Rental] = {}
         for rental in rentals:
@@ -276,28 +433,41 @@ class Provisioner:
             if rental.order_id is not None:
                 self._note(rental, "releasing")
                 waiting[rental.order_id] = rental
-        for _ in range(self.options.confirm_tries):
-            if not waiting:
-                break
-            for order_id in waiting:
-                self._cancel(order_id)
+        unsent = {order_id for order_id, rental in waiting.items() if not self._cancel(rental)}
+        window_s = self.options.confirm_within_s if within_s is None else within_s
+        deadline = self.clock.now() + window_s
+        pause_s = self.options.first_confirm_pause_s
+        while waiting:
             for order_id, gone, spend in self._check(list(waiting)):
                 rental = waiting[order_id]
                 if spend is not None:
-                    fee = rental.creation_fee_usd
-                    finals[rental.rental_id] = spend * (rental.offer.usd_per_unit or 0.0) + fee
+                    finals[rental.rental_id] = self._settle(rental, spend)
                 if gone:
                     self._note(rental, "released")
-                    self._settle(rental.reservation, self._final_usd(rental, finals))
+                    self._settle_pool(rental.reservation, self._final_usd(rental, finals))
                     del waiting[order_id]
+            if not waiting or self.clock.now() + pause_s > deadline:
+                break
+            self.options.pause(pause_s, _NEVER)
+            pause_s = min(pause_s * 2, 8.0)
+            unsent = {i for i in unsent if i in waiting and not self._cancel(waiting[i])}
         return finals
 
     def _final_usd(self, rental: Rental, finals: dict[int, float | None]) -> float:
         final = finals.get(rental.rental_id)
         if final is not None:
             return final
-        held_s = max(0.0, self.clock.time() - rental.held_since)  # no `spend`: our estimate
-        return rental.usd_per_hour * held_s / 3600 + rental.creation_fee_usd
+        return rental.estimated_cost(self.clock.time()).total_usd  # no `spend`: our estimate
+
+    def _settle(self, rental: Rental, spend_native: float) -> float:
+        cost = rental.billed_cost(spend_native, self.clock.time())
+        rental.facts.update(
+            order_rental_usd=f"{cost.rental_usd:.6f}",
+            order_renter_fee_usd=f"{cost.renter_fee_usd:.6f}",
+            order_creation_fee_usd=f"{cost.creation_fee_usd:.6f}",
+            order_cost_usd=f"{cost.total_usd:.6f}",
+        )
+        return cost.total_usd
 
     def _note(self, rental: Rental, state: State) -> None:
         """A ledger write while giving back: a failing ledger must not stop the cancels (the
@@ -305,10 +475,17 @@ class Provisioner:
         with contextlib.suppress(LedgerError):
             self.ledger.set_state(rental.rental_id, state)
 
-    def _cancel(self, order_id: int) -> None:
-        # Already ended, or a hiccup: the my_orders check decides.
-        with contextlib.suppress(api_errors.CloreApiError):
-            self.client.cancel_order(order_id)
+    def _cancel(self, rental: Rental) -> bool:
+        """Send the cancel; False when it failed (it is sent again while confirming). Already
+        ended, or a hiccup: the my_orders check decides."""
+        assert rental.order_id is not None
+        if rental.cancelled_at is None:
+            rental.cancelled_at = self.clock.time()  # billing stops about now
+        try:
+            self.client.cancel_order(rental.order_id)
+        except api_errors.CloreApiError:
+            return False
+        return True
 
     def _check(self, order_ids: list[int]) -> list[tuple[int, bool, float | None]]:
         """(order id, gone?, spend) for each, from one my_orders call."""

@@ -53,8 +53,9 @@ def test_marketplace_parses_every_sample_server_and_prices_it_per_hour(
         o.server_id: o.on_demand_usd_per_hour
         for o in offers_from_servers(market.servers, "bitcoin")
     }
-    assert prices[99173] == pytest.approx(0.125)
-    assert prices[100302] == pytest.approx(2.0)
+    # 3 USD/day is 0.125 $/h listed; the renter's 5 % on-demand fee comes on top.
+    assert prices[99173] == pytest.approx(0.125 * 1.05)
+    assert prices[100302] == pytest.approx(2.0 * 1.05)
     assert fake_clore.requests[0].auth == API_KEY  # the `auth` header, not Authorization
 
 
@@ -299,7 +300,6 @@ def test_create_whose_reply_is_lost_is_found_in_my_orders(
         (on_demand(100403), None, e.ServerAlreadyRentedError, 200),
         (on_demand(88028), "poor", e.NotEnoughBalanceError, 200),
         (OrderRequest(99173, "img", "CLORE-Blockchain", 100.0), None, e.TooLowPriceError, 200),
-        (on_demand(88028), "limited", e.RateLimitedError, 429),
     ],
 )
 def test_refused_creates_raise_at_once_without_retry_or_lookup(
@@ -311,14 +311,34 @@ def test_refused_creates_raise_at_once_without_retry_or_lookup(
 ) -> None:
     if setup == "poor":
         fake_clore.balances["USD-Blockchain"] = 0.05
-    if setup == "limited":
-        fake_clore.fail_next("create_order", Faults.RATE_LIMITED, times=3)
     with pytest.raises(expected) as caught:
         fake_clore.client().create_order(request_)
     assert caught.value.http_status == status
     assert len(fake_clore.calls("create_order")) == 1
     assert fake_clore.calls("my_orders") == []
     assert fake_clore.live_orders() == []
+
+
+def test_a_create_refused_by_the_rate_limit_is_sent_again_to_the_same_server(
+    fake_clore: FakeClore,
+) -> None:
+    # HTTP 429 / code 5 on a create rented nothing: the same create goes again, later.
+    fake_clore.fail_next("create_order", Faults.RATE_LIMITED, times=2)
+    order = fake_clore.client().create_order(on_demand(88028))
+    creates = fake_clore.calls("create_order")
+    assert [c.status for c in creates] == [429, 429, 200]
+    assert {c.body["renting_server"] for c in creates} == {88028}
+    assert [o.id for o in fake_clore.live_orders()] == [order.id]
+    assert creates[1].t - creates[0].t >= 6.0  # the refusal pushed the shared limiter back
+    assert_spacing(fake_clore)
+
+
+def test_a_create_refused_by_the_rate_limit_too_often_gives_up(fake_clore: FakeClore) -> None:
+    fake_clore.fail_next("create_order", Faults.RATE_LIMITED, times=10)
+    with pytest.raises(e.RateLimitedError):
+        fake_clore.client().create_order(on_demand(88028))
+    assert len(fake_clore.calls("create_order")) == 4  # bounded
+    assert fake_clore.calls("my_orders") == [] and fake_clore.live_orders() == []
 
 
 def test_two_creates_in_a_row_respect_the_create_gap(fake_clore: FakeClore) -> None:
@@ -361,7 +381,12 @@ def test_order_request_body() -> None:
         "image": "nvidia/cuda:12.8.0-base-ubuntu22.04",
         "ports": {"22": "tcp"},
         "ssh_key": SSH_KEY,
+        "autossh_entrypoint": True,  # Clore runs sshd: any image answers SSH
     }
+    own_sshd = OrderRequest(
+        1, "my/sshd-image", "bitcoin", ssh_key=SSH_KEY, autossh_entrypoint=False
+    )
+    assert "autossh_entrypoint" not in own_sshd.body()
     spot = OrderRequest(1, "img", "bitcoin", 0.0001, env={"A": "b"}).body()
     assert (spot["type"], spot["spotprice"], spot["env"]) == ("spot", 0.0001, {"A": "b"})
     with pytest.raises(ValueError, match="TOKEN"):

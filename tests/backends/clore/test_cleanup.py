@@ -17,8 +17,8 @@ from typer.testing import CliRunner
 
 from runner.backends.clore import errors as e
 from runner.backends.clore.cleanup import Action, reconcile
-from runner.backends.clore.cleanup_cmd import register
 from runner.backends.clore.models import Order
+from runner.cli.cleanup import register
 from runner.ledger import Ledger
 from tests.fakes.clore_api import API_KEY, FakeClock, FakeClore, Fault, Faults
 

@@ -17,8 +17,8 @@ import pytest
 from runner.backends.base import Place
 from runner.backends.clore.backend import Budget, CloreBackend
 from runner.backends.clore.provision import Provisioner, ProvisionOptions
-from runner.backends.ssh_connection import ConnectOptions
-from runner.backends.ssh_keys import ClientKey, HostKeyStore
+from runner.backends.ssh.connection import ConnectOptions
+from runner.backends.ssh.keys import ClientKey, HostKeyStore
 from runner.core.model import Job, JobStatus, Pipeline, RunRecord
 from runner.errors import InfrastructureError, JobCannotRun
 from runner.ledger import Ledger
@@ -87,7 +87,8 @@ def statuses(record: RunRecord) -> dict[str, JobStatus]:
 
 
 def fake_cost_usd(fake: FakeClore) -> float:
-    """What the fake billed, converted with each server's own USD ratio."""
+    """What the fake billed (the wallet's loss: fees included, the creation fee only past 10
+    minutes), converted with each server's own USD ratio."""
     from runner.backends.clore.market import offer_from_server
     from runner.backends.clore.models import MarketServer
 
@@ -96,7 +97,7 @@ def fake_cost_usd(fake: FakeClore) -> float:
         offer = offer_from_server(
             MarketServer.model_validate(fake.servers[order.server_id]), order.currency
         )
-        total += (fake.spend(order.id) + order.creation_fee) * (offer.usd_per_unit or 0.0)
+        total += fake.billed(order.id) * (offer.usd_per_unit or 0.0)
     return total
 
 
@@ -129,7 +130,8 @@ def test_create_answered_500_code_1_while_created_rents_once(setup: Setup) -> No
 
 
 def test_not_enough_balance_stops_the_run(setup: Setup) -> None:
-    setup.fake.balances["USD-Blockchain"] = 0.0
+    # The wallet read says enough, the create says otherwise (someone else spent it).
+    setup.fake.fail_next("create_order", Faults.NOT_ENOUGH_BALANCE)
     pipeline = parse_pipeline(
         "currency: USD-Blockchain\njobs:\n  a: {run: echo hi}\n  b: {run: echo hi}\n", "p.yml", {}
     )
@@ -137,6 +139,25 @@ def test_not_enough_balance_stops_the_run(setup: Setup) -> None:
     assert code == 3, [(r.job_id, r.status, r.reason) for r in record.results]
     assert "not_enough_balance" in " ".join(r.reason for r in record.results)
     assert setup.fake.orders == {}
+
+
+def test_a_balance_short_of_the_first_rentals_worst_case_rents_nothing(setup: Setup) -> None:
+    # The 3090 at 2 USD/day with the 5 % fee, for start-up (15 min) + the 60-minute timeout,
+    # plus the 0.1 creation fee: 0.0875 x 1.25 + 0.1 = 0.209 USD-Blockchain at worst.
+    setup.fake.balances["USD-Blockchain"] = 0.2
+    pipeline = parse_pipeline(
+        "currency: USD-Blockchain\njobs:\n  a: {run: echo hi, gpu: {type: '3090'}}\n"
+        "  b: {run: echo hi, gpu: {type: '3090'}}\n",
+        "p.yml",
+        {},
+    )
+    record, code, _ = setup.run(pipeline)
+    assert code == 3, [(r.job_id, r.status, r.reason) for r in record.results]
+    reasons = " ".join(r.reason for r in record.results)
+    assert "the USD-Blockchain wallet holds 0.2" in reasons and "up to 0.209375" in reasons
+    assert "nothing was rented" in reasons
+    assert setup.fake.calls("create_order") == []
+    assert len(setup.fake.calls("wallets")) == 1  # read once, not per job
 
 
 def test_no_offer_fits_is_an_error_with_closest_offers(setup: Setup) -> None:
@@ -154,10 +175,11 @@ def test_no_offer_fits_is_an_error_with_closest_offers(setup: Setup) -> None:
 
 
 def test_budget_too_small_for_the_second_job(setup: Setup) -> None:
-    # 3090 on-demand at $0.0833/h: a 60-minute timeout commits ~$0.083 per job.
+    # 3090 on-demand at $0.0875/h with the fee: start-up + a 60-minute timeout + the creation
+    # fee commit $0.209; the 4090 at $0.131/h commits $0.264. The first fits, the second not.
     pipeline = parse_pipeline(
         """\
-        budget: 0.10
+        budget: 0.25
         concurrency: 2
         currency: USD-Blockchain
         jobs:
@@ -170,7 +192,7 @@ def test_budget_too_small_for_the_second_job(setup: Setup) -> None:
     record, code, _ = setup.run(pipeline)
     reasons = {r.job_id: (r.status, r.reason) for r in record.results}
     errors = [v for v in reasons.values() if v[0] is JobStatus.ERROR]
-    assert errors and "budget $0.10 would be exceeded" in errors[0][1], reasons
+    assert errors and "budget $0.25 would be exceeded" in errors[0][1], reasons
     assert code == 3
 
 
@@ -487,9 +509,9 @@ class _WatchedCondition(threading.Condition):
 
 
 def test_two_acquires_at_once_cannot_both_pass_the_budget(setup: Setup) -> None:
-    # A 3090 at 0.083 $/h and a 4090 at 0.125 $/h for 1 h: either fits $0.15, both do not.
+    # A 3090 (worst case $0.209) and a 4090 ($0.264): either fits $0.30, both do not.
     pipeline = parse_pipeline(
-        "budget: 0.15\nconcurrency: 2\ncurrency: USD-Blockchain\njobs:\n"
+        "budget: 0.30\nconcurrency: 2\ncurrency: USD-Blockchain\njobs:\n"
         "  a: {run: echo a, gpu: {type: '3090'}}\n  b: {run: echo b, gpu: {type: '4090'}}\n",
         "p.yml",
         {},
@@ -540,9 +562,10 @@ def test_two_acquires_at_once_cannot_both_pass_the_budget(setup: Setup) -> None:
 
 def test_a_spot_rental_is_budgeted_at_its_bid_not_the_spot_minimum(setup: Setup) -> None:
     # The 3090's spot minimum is 1.5 USD/day (0.0625 $/h); the bid goes 5 % above it
-    # (0.0656 $/h), so a 1-hour timeout commits more than $0.064.
+    # (0.0656 $/h). With the 1.25 % spot fee, for start-up + the 1-hour timeout, plus the
+    # creation fee, the minimum would commit $0.1791 and the bid commits $0.1831.
     pipeline = parse_pipeline(
-        "budget: 0.064\ncurrency: USD-Blockchain\n"
+        "budget: 0.181\ncurrency: USD-Blockchain\n"
         "jobs:\n  a: {run: echo hi, gpu: {type: '3090', spot: true, max-price: 0.5}}\n",
         "p.yml",
         {},

@@ -24,14 +24,17 @@ from runner.backends.clore.market import (
     spot_bid_per_day,
 )
 from runner.backends.clore.models import MarketServer
+from runner.core import money
 from runner.core.model import GpuAsk
 from tests.fakes.clore_api import SAMPLE_SERVERS
 
 SERVERS = [MarketServer.model_validate(s) for s in SAMPLE_SERVERS]
+# Most tests here check the listed-price arithmetic; the fee tests at the end add the fees.
+NO_FEES = money.RenterFeeRates(0.0, 0.0, "none")
 
 
-def offers(currency: str = "CLORE-Blockchain") -> list[Offer]:
-    return offers_from_servers(SERVERS, currency)
+def offers(currency: str = "CLORE-Blockchain", fees: money.RenterFeeRates = NO_FEES) -> list[Offer]:
+    return offers_from_servers(SERVERS, currency, fees=fees)
 
 
 def offer(server_id: int, currency: str = "CLORE-Blockchain") -> Offer:
@@ -79,7 +82,9 @@ def test_sparse_server_parses_and_has_no_price_without_a_usd_quote() -> None:
     assert mixed.allowed_currencies == ("CLORE-Blockchain",)  # inferred from its quotes
     assert mixed.on_demand_usd_per_hour is None
     assert mixed.location is None and mixed.cuda_version is None
-    fallback = offer_from_server(SERVERS[6], "CLORE-Blockchain", {"CLORE-Blockchain": 0.0027})
+    fallback = offer_from_server(
+        SERVERS[6], "CLORE-Blockchain", {"CLORE-Blockchain": 0.0027}, NO_FEES
+    )
     assert fallback.on_demand_usd_per_hour == pytest.approx(3000 * 0.0027 / 24)
 
 

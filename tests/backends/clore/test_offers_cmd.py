@@ -9,8 +9,8 @@ import typer
 from typer.testing import CliRunner
 
 from runner.backends.clore.api import CloreClient, RetryPolicy
-from runner.backends.clore.offers_cmd import register
 from runner.backends.clore.ratelimit import RateLimiter
+from runner.cli.offers import register
 from tests.fakes.clore_api import API_KEY, FakeClore, Faults
 
 runner = CliRunner()
@@ -28,15 +28,16 @@ def app_for(fake: FakeClore, **client_kwargs: object) -> typer.Typer:
 
 
 def test_table_lists_fitting_offers_best_first_in_usd_per_hour(fake_clore: FakeClore) -> None:
+    # Listed 2 USD/day on-demand (0.0833 $/h) and 1.5/day spot, with the renter's fee on top.
     result = runner.invoke(app_for(fake_clore), ["offers", "--gpu", "3090"])
     assert result.exit_code == 0, result.output
     header, *rows = result.stdout.splitlines()
     assert header.split() == ["ID", "GPUS", "VRAM", "$/H", "SPOT", "$/H", "RELIAB", "CUDA", "LOC"]
     assert [r.split()[0] for r in rows] == ["88028", "100201"]
     assert rows[0].split() == [
-        "88028", "1x", "RTX", "3090", "24", "GB", "0.083", "0.063", "100.0%", "13.0", "US"
+        "88028", "1x", "RTX", "3090", "24", "GB", "0.087", "0.063", "100.0%", "13.0", "US"
     ]  # fmt: skip
-    assert rows[1].split()[1:7] == ["2x", "RTX", "3090", "24", "GB", "0.200"]
+    assert rows[1].split()[1:7] == ["2x", "RTX", "3090", "24", "GB", "0.210"]
 
 
 def test_json_with_price_cap_and_currency(fake_clore: FakeClore) -> None:
@@ -47,7 +48,7 @@ def test_json_with_price_cap_and_currency(fake_clore: FakeClore) -> None:
     # The incident host is cheap in USD-Blockchain (1.61/day); 100706 is cheaper per hour but
     # ranks last at reliability 0.6.
     assert [o["server_id"] for o in listed] == [100504, 88028, 100706]
-    assert listed[0]["on_demand_usd_per_hour"] == pytest.approx(1.61 / 24)
+    assert listed[0]["on_demand_usd_per_hour"] == pytest.approx(1.61 / 24 * 1.05)
     assert all(o["on_demand_usd_per_hour"] <= 0.1 for o in listed)
     assert all(o["currency"] == "USD-Blockchain" for o in listed)
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import paramiko
 
-from runner.backends.ssh_channel import Capped, pump
-from runner.backends.ssh_keys import ClientKey, HostKeyStore
+from runner.backends.ssh.channel import Capped, pump
+from runner.backends.ssh.keys import ClientKey, HostKeyStore
 from runner.errors import InfrastructureError
 
 RUN_OUTPUT_LIMIT = 1 << 20  # what `run` keeps of each stream (stdout's head, stderr's tail)

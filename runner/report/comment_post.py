@@ -1,4 +1,4 @@
-"""`clore-run comment SUMMARY.json [--baseline B] [--header NAME] [--token T]`.
+"""Post or update the sticky PR comment for `clore-run comment`.
 
 Not being able to comment (a fork PR's read-only token, a rate limit, no PR at all) is not a
 failure of the run: it prints a notice, puts the report in the step summary, and exits 0.
@@ -12,12 +12,11 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, TextIO
+from typing import Any, TextIO
 
 import requests
-import typer
 
-from runner.report import load_summary, render_markdown, with_comparison
+from runner.report import load_summary, with_comparison
 from runner.report.comment import (
     api_url,
     comment_body,
@@ -26,8 +25,9 @@ from runner.report.comment import (
     pr_number,
     upsert_comment,
 )
-from runner.report.github_actions import add_mask, append_step_summary, command, is_active
+from runner.report.github_actions import append_step_summary, command, is_active
 from runner.report.github_api import GitHubApi, GitHubError, RateLimited, ReadOnly
+from runner.report.markdown import render_markdown
 
 
 @dataclass(frozen=True)
@@ -119,28 +119,3 @@ def say(outcome: Outcome, env: Mapping[str, str] | None = None, out: TextIO | No
         print(command(kind, outcome.message, title="clore-run comment"), file=out or sys.stdout)
     else:
         print(f"clore-run comment: {outcome.message}", file=out or sys.stderr)
-
-
-def register(app: typer.Typer) -> None:
-    """Add the `comment` command to the CLI."""
-
-    @app.command("comment")
-    def comment(
-        summary: Annotated[Path, typer.Argument(help="summary.json of the run")],
-        baseline: Annotated[
-            Path | None, typer.Option(help="summary.json to compare with (e.g. from main)")
-        ] = None,
-        header: Annotated[
-            str | None, typer.Option(help="one sticky comment per header (default: pipeline name)")
-        ] = None,
-        token: Annotated[
-            str | None,
-            typer.Option(help="GitHub token (default: $GITHUB_TOKEN)", show_default=False),
-        ] = None,
-    ) -> None:
-        """Create or update the sticky PR comment with the run's results and GPU cost."""
-        if token and is_active():
-            add_mask(token)
-        outcome = post_comment(summary, baseline, header, token)
-        say(outcome)
-        raise typer.Exit(outcome.exit_code)

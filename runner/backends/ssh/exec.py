@@ -30,9 +30,9 @@ import paramiko
 
 from runner.backends.base import OutputSink, RunOutcome, RunRequest
 from runner.backends.safe_extract import ExtractReport, safe_extract
-from runner.backends.ssh_channel import STDERR_TAIL, Capped, ChannelReader, ReadStopped, pump
-from runner.backends.ssh_connection import ConnectionLost, SshConnection, exit_status
-from runner.backends.ssh_tar import Entry, file_entry, write_tar
+from runner.backends.ssh.channel import STDERR_TAIL, Capped, ChannelReader, ReadStopped, pump
+from runner.backends.ssh.connection import ConnectionLost, SshConnection, exit_status
+from runner.backends.ssh.tar import Entry, file_entry, write_tar
 from runner.core.model import FailureKind
 from runner.errors import InfrastructureError
 

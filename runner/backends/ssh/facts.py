@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-from runner.backends.ssh_connection import SshConnection
+from runner.backends.ssh.connection import SshConnection
 
 _QUERY = """command -v nvidia-smi >/dev/null 2>&1 || exit 0
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null

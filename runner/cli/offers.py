@@ -4,29 +4,24 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
-from runner.backends.clore import errors as e
-from runner.backends.clore.api import CloreClient
-from runner.backends.clore.market import (
-    CURRENCIES,
-    Offer,
-    explain_no_fit,
-    matching_offers,
-    offers_from_servers,
-)
 from runner.core.model import GpuAsk
 
-ClientFactory = Callable[[], CloreClient]
+if TYPE_CHECKING:  # the Clore client and models load only when `offers` runs
+    from runner.backends.clore.api import CloreClient
+    from runner.backends.clore.market import Offer
+
+ClientFactory = Callable[[], "CloreClient"]
 
 _COLUMNS = ("ID", "GPUS", "VRAM", "$/H", "SPOT $/H", "RELIAB", "CUDA", "LOC")
 
 
 def register(app: typer.Typer, client_factory: ClientFactory | None = None) -> None:
     """Add the `offers` command to `app`. `client_factory` defaults to CloreClient.from_env."""
-    make_client = client_factory or CloreClient.from_env
+    make_client = client_factory or _client_from_env
 
     @app.command("offers")
     def offers(
@@ -42,6 +37,8 @@ def register(app: typer.Typer, client_factory: ClientFactory | None = None) -> N
         limit: Annotated[int, typer.Option(min=1, help="Show at most this many")] = 20,
     ) -> None:
         """List the offers that fit, cheapest per reliable hour first."""
+        from runner.backends.clore.market import CURRENCIES, explain_no_fit, matching_offers
+
         if currency not in CURRENCIES:
             typer.echo(f"error: --currency must be one of {', '.join(CURRENCIES)}", err=True)
             raise typer.Exit(2)
@@ -58,7 +55,16 @@ def register(app: typer.Typer, client_factory: ClientFactory | None = None) -> N
             typer.echo(explain_no_fit(all_offers, ask, currency), err=True)
 
 
+def _client_from_env() -> CloreClient:
+    from runner.backends.clore.api import CloreClient
+
+    return CloreClient.from_env()
+
+
 def _fetch_offers(make_client: ClientFactory, currency: str) -> list[Offer]:
+    from runner.backends.clore import errors as e
+    from runner.backends.clore.market import offers_from_servers
+
     try:
         servers = make_client().marketplace().servers
     except e.MissingApiKeyError as exc:

@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from runner.backends.base import Backend, OutputSink, Place, RunOutcome, RunRequest
-from runner.backends.ssh_connection import ConnectOptions, Endpoint, SshConnection, connect
-from runner.backends.ssh_exec import ExecOptions, run_job
-from runner.backends.ssh_facts import gpu_facts
-from runner.backends.ssh_keys import ClientKey, HostKeyStore
+from runner.backends.ssh.connection import ConnectOptions, Endpoint, SshConnection, connect
+from runner.backends.ssh.exec import ExecOptions, run_job
+from runner.backends.ssh.facts import gpu_facts
+from runner.backends.ssh.keys import ClientKey, HostKeyStore
 from runner.core.model import FailureKind, Job
 from runner.errors import InfrastructureError, UsageError
 

@@ -10,12 +10,15 @@ from __future__ import annotations
 import json
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from runner.errors import UsageError
-from runner.serve.client import DEFAULT_SERVER, Client, ClientError
+from runner.serve import DEFAULT_SERVER
+
+if TYPE_CHECKING:  # requests loads only for the client commands that use it
+    from runner.serve.client import ClientError
 
 Server = Annotated[
     str, typer.Option(envvar="CLORE_RUN_SERVER", help="The queue server's URL.", metavar="URL")
@@ -74,6 +77,8 @@ def submit(
     ] = None,
 ) -> None:
     """Queue a pipeline on a server; print the job ids."""
+    from runner.serve.client import Client, ClientError
+
     try:
         text = pipeline.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -96,6 +101,8 @@ def status(
     as_json: Annotated[bool, typer.Option("--json", help="Print the reply as JSON.")] = False,
 ) -> None:
     """Show a job (status, attempts, cost), or the server's counts and spend."""
+    from runner.serve.client import Client
+
     client = Client(server)
     reply = client.job(job) if job else client.stats()
     if as_json:
@@ -109,6 +116,8 @@ def cancel(
     server: Server = DEFAULT_SERVER,
 ) -> None:
     """Cancel a job: queued ones at once, running ones are killed."""
+    from runner.serve.client import Client
+
     reply = Client(server).cancel(job)
     typer.echo(f"{reply['id']}: {reply['status']}")
 

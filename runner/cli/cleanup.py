@@ -9,21 +9,23 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
-from runner.backends.clore.api import CloreClient
-from runner.backends.clore.cleanup import Action, reconcile
 from runner.errors import CloreRunError
 from runner.ledger import DEFAULT_PATH, Ledger
 
-ClientFactory = Callable[[], CloreClient]
+if TYPE_CHECKING:  # the Clore client loads only when there is something to clean up
+    from runner.backends.clore.api import CloreClient
+    from runner.backends.clore.cleanup import Action
+
+ClientFactory = Callable[[], "CloreClient"]
 
 
 def register(app: typer.Typer, client_factory: ClientFactory | None = None) -> None:
     """Add the `cleanup` command to `app`. `client_factory` defaults to CloreClient.from_env."""
-    make_client = client_factory or CloreClient.from_env
+    make_client = client_factory or _client_from_env
 
     @app.command("cleanup")
     def cleanup(
@@ -46,6 +48,8 @@ def register(app: typer.Typer, client_factory: ClientFactory | None = None) -> N
                 if not ledger.unreleased(run_id):
                     typer.echo(f"nothing to clean up: every rental in {ledger_path} is released")
                     return
+                from runner.backends.clore.cleanup import reconcile
+
                 actions = reconcile(ledger, make_client(), dry_run=dry_run, run_id=run_id)
         except CloreRunError as exc:  # an unreadable ledger, a missing key (with how to set it)
             _fail(str(exc))
@@ -57,6 +61,12 @@ def register(app: typer.Typer, client_factory: ClientFactory | None = None) -> N
                 f"{left} rental(s) may still be billed: run `clore-run cleanup` again, "
                 "or cancel them on clore.ai"
             )
+
+
+def _client_from_env() -> CloreClient:
+    from runner.backends.clore.api import CloreClient
+
+    return CloreClient.from_env()
 
 
 def _line(action: Action) -> str:

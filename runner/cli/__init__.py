@@ -1,0 +1,41 @@
+"""The `clore-run` command line: one module per command, wired into one Typer app.
+
+Every command module imports its backend, its reports and their libraries (paramiko, requests,
+the Clore models) inside the command, so that `clore-run --version` and `validate` do not pay
+for what they do not use. `--version` alone does not even load Typer.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import typer
+
+    app: typer.Typer
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: `clore-run --version` at once, anything else through the error boundary."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args == ["--version"]:
+        from runner import __version__
+
+        print(f"clore-run {__version__}")
+        sys.exit(0)
+    from runner.cli.boundary import main as run_main
+
+    run_main(args)
+
+
+def __getattr__(name: str) -> Any:
+    # `from runner.cli import app` for tests and embedders, loaded (with Typer) only when asked.
+    if name == "app":
+        from runner.cli.root import app as the_app
+
+        return the_app
+    raise AttributeError(name)
+
+
+__all__ = ["app", "main"]

@@ -1,0 +1,51 @@
+"""`clore-run plan PIPELINE [--json] [--backend clore]`: order, asks and costs; rents nothing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from runner.cli.root import EXIT_INFRA
+from runner.errors import UsageError
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(plan)
+
+
+def plan(
+    pipeline: Annotated[Path, typer.Argument(help="The pipeline file.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
+    backend: Annotated[
+        str, typer.Option(help="`clore`: also the offer each job would take today and its cost.")
+    ] = "none",
+) -> None:
+    """Show the order in waves, each job's ask and the critical path. Rents nothing."""
+    from runner.plan import build_plan, render_plan
+    from runner.spec.loader import load_pipeline
+
+    loaded = load_pipeline(pipeline)
+    result = build_plan(loaded)
+    unfit = False
+    if backend == "clore":
+        from runner.backends.clore.api import CloreClient
+        from runner.backends.clore.market import offers_from_servers
+        from runner.backends.clore.plan_offers import plan_offers, render_offers
+
+        client = CloreClient.from_env()
+        offers = offers_from_servers(client.marketplace().servers, loaded.currency)
+        result["clore"] = plan_offers(loaded, offers)
+        unfit = bool(result["clore"]["unfit"])
+    elif backend != "none":
+        raise UsageError(f"--backend {backend}: plan knows `clore` only", "omit it or use clore")
+    if as_json:
+        typer.echo(json.dumps(result, indent=2))
+    else:
+        typer.echo(render_plan(result))
+        if "clore" in result:
+            typer.echo(render_offers(result["clore"]))
+    if unfit:
+        raise typer.Exit(EXIT_INFRA)

@@ -1,0 +1,37 @@
+"""The Typer app every command module registers itself on, and the exit codes they use."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from runner import __version__
+
+EXIT_USAGE = 2
+EXIT_INFRA = 3
+EXIT_INTERRUPTED = 130
+
+app = typer.Typer(
+    name="clore-run",
+    help="Run pipelines of GPU jobs on servers rented from Clore.ai (or locally, for free).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"clore-run {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version."),
+    ] = False,
+) -> None:
+    """clore-run PIPELINE is short for clore-run run PIPELINE."""

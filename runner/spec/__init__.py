@@ -1,0 +1,1 @@
+"""Pipeline YAML → a validated, expanded Pipeline (pydantic at this edge only)."""

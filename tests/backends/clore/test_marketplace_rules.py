@@ -1,0 +1,280 @@
+"""The real marketplace's rules end to end (fake Clore, real sshd): SSH on ordinary images, the
+fees as billed, 429 on create, cancel lag, spot bids raised when outbid, the renter fee rates.
+
+Every test ends with no live order on the fake (the `setup` fixture checks).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import textwrap
+import threading
+from pathlib import Path
+
+import pytest
+
+from runner.backends.base import OutputSink, Place, RunOutcome, RunRequest
+from runner.backends.clore.backend import CloreBackend
+from runner.core.model import JobStatus, Pipeline, RunRecord
+from runner.run_command import RunOptions, execute
+from runner.spec.loader import parse_pipeline
+from tests.backends.clore.test_clore_run import Setup, fake_cost_usd
+from tests.backends.clore.test_clore_run import setup as setup  # the fixture
+from tests.fakes.clore_api import FakeOrder, Faults
+
+_FIELDS = ("client", "provisioner", "clock", "concurrency", "budget", "currency")
+
+
+def pipeline_of(text: str) -> Pipeline:
+    return parse_pipeline(textwrap.dedent(text), "p.yml", {})
+
+
+class JobTakes(CloreBackend):
+    """Each job takes `job_s` of fake time on top of its real (quick) run."""
+
+    job_s: float = 0.0
+
+    def run(
+        self, place: Place, request: RunRequest, sink: OutputSink, cancel: threading.Event
+    ) -> RunOutcome:
+        outcome = super().run(place, request, sink, cancel)
+        self.clock.advance(self.job_s)  # type: ignore[attr-defined]
+        return outcome
+
+
+def run_with(
+    setup: Setup, pipeline: Pipeline, job_s: float = 0.0
+) -> tuple[RunRecord, int, str, Path]:
+    backend, _ = setup.backend(pipeline)
+    timed = JobTakes(**{f: getattr(backend, f) for f in _FIELDS})
+    timed.job_s = job_s
+    out = setup.tmp / "out"
+    (setup.tmp / "ws").mkdir(exist_ok=True)
+    options = RunOptions(out_dir=out, workspace_root=setup.tmp / "ws", backoff=lambda n: 0.01)
+    console = io.StringIO()
+    record, code = execute(pipeline, timed, options, console)
+    return record, code, console.getvalue(), out
+
+
+def attempt_facts(out: Path, job_id: str) -> list[dict[str, str]]:
+    summary = json.loads((out / "summary.json").read_text())
+    job = next(j for j in summary["jobs"] if j["id"] == job_id)
+    return [a["facts"] for a in job["attempt_details"]]
+
+
+def test_a_plain_pytorch_job_passes_over_ssh(setup: Setup) -> None:
+    pipeline = pipeline_of(
+        """\
+        currency: USD-Blockchain
+        jobs:
+          a:
+            image: pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime
+            run: echo hi
+            gpu: {type: '3090'}
+        """
+    )
+    record, code, _, _ = run_with(setup, pipeline)
+    assert code == 0, record.results
+    (create,) = setup.fake.calls("create_order")
+    assert create.body["autossh_entrypoint"] is True and create.body["ssh_key"]
+    assert len(setup.fake.orders) == 1
+
+
+def test_an_image_said_to_run_its_own_sshd_that_does_not_is_left_with_the_reason(
+    setup: Setup,
+) -> None:
+    # `ssh: image` on an image without sshd: the first host never answers, the reason is told
+    # everywhere, and the job moves on (the second host runs Clore's own image, which has one).
+    pipeline = pipeline_of(
+        """\
+        currency: USD-Blockchain
+        jobs:
+          a: {image: 'pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime', ssh: image, run: echo hi}
+        """
+    )
+    first: list[FakeOrder] = []
+
+    def cloreai_from_the_second(order: FakeOrder) -> None:
+        first.append(order)
+        if len(first) > 1:
+            order.image = "cloreai/ubuntu22.04-cuda12"  # as if the user's image had sshd
+
+    setup.fake.after_create = cloreai_from_the_second
+    record, code, console, out = run_with(setup, pipeline)
+    assert code == 0, record.results
+    assert "autossh_entrypoint" not in setup.fake.calls("create_order")[0].body
+    port = setup.fake.no_sshd_port
+    said = f"sshd never answered on 127.0.0.1:{port} after"
+    assert said in console
+    assert said in (out / "logs" / "a.log").read_text()
+    (facts,) = attempt_facts(out, "a")
+    assert said in facts["skipped_hosts"]
+    assert first[0].server_id != first[1].server_id and not first[0].live
+
+
+@pytest.mark.parametrize("spot", [False, True], ids=["on-demand", "spot"])
+@pytest.mark.parametrize("job_s", [300.0, 1500.0], ids=["5-min", "25-min"])
+def test_reported_cost_is_what_the_wallet_lost(setup: Setup, spot: bool, job_s: float) -> None:
+    gpu = "{type: '3090', spot: true, max-price: 0.5}" if spot else "{type: '3090'}"
+    pipeline = pipeline_of(
+        f"""\
+        currency: USD-Blockchain
+        jobs:
+          a: {{run: echo a, gpu: {gpu}}}
+        """
+    )
+    before = setup.fake.balances["USD-Blockchain"]
+    record, code, _, out = run_with(setup, pipeline, job_s)
+    assert code == 0, record.results
+    (order,) = setup.fake.orders.values()
+    lost = before - setup.fake.balances["USD-Blockchain"]  # 1 USD-Blockchain is 1 USD here
+    assert lost == pytest.approx(fake_cost_usd(setup.fake))
+    ours = record.total_cost_usd
+    assert abs(ours - lost) / lost < 0.01, (ours, lost)
+    (facts,) = attempt_facts(out, "a")
+    creation = float(facts["order_creation_fee_usd"])
+    assert (creation > 0) is (setup.fake.lived_s(order.id) >= 600)
+    assert (creation > 0) is (job_s > 600)
+    rate = 0.0125 if spot else 0.05
+    assert float(facts["order_renter_fee_usd"]) == pytest.approx(
+        float(facts["order_rental_usd"]) * rate,
+        abs=1e-6,  # facts keep 6 decimals
+    )
+    assert facts["renter_fee_source"] == "account" and float(facts["renter_fee_rate"]) == rate
+    print(
+        f"\n{'spot' if spot else 'on-demand'} {job_s / 60:.0f} min: "
+        f"{len(setup.fake.requests)} API calls; reported ${ours:.6f}, billed ${lost:.6f}"
+    )
+
+
+def test_a_budget_only_the_fee_less_arithmetic_would_pass_rents_nothing(setup: Setup) -> None:
+    # The 3090 listed at 2 USD/day: start-up (15 min) + the 60-minute timeout cost 0.1042 at
+    # the listed price, 0.1094 with the 5 % fee, 0.2094 with the creation fee.
+    pipeline = pipeline_of(
+        """\
+        budget: 0.2
+        currency: USD-Blockchain
+        jobs:
+          a: {run: echo a, gpu: {type: '3090'}}
+        """
+    )
+    record, code, _, _ = run_with(setup, pipeline)
+    (result,) = record.results
+    assert code == 3 and result.status is JobStatus.ERROR
+    assert "budget $0.20 would be exceeded by $0.01" in result.reason
+    assert "5 % renter fee" in result.reason and "$0.10 creation fee" in result.reason
+    assert setup.fake.calls("create_order") == []
+
+
+def test_two_429s_on_create_end_in_one_order_on_the_first_choice_host(setup: Setup) -> None:
+    setup.fake.fail_next("create_order", Faults.RATE_LIMITED, times=2)
+    pipeline = pipeline_of(
+        "currency: USD-Blockchain\njobs:\n  a: {run: echo a, gpu: {type: '3090'}}\n"
+    )
+    record, code, _, _ = run_with(setup, pipeline)
+    assert code == 0, record.results
+    creates = setup.fake.calls("create_order")
+    assert [c.status for c in creates] == [429, 429, 200]
+    (order,) = setup.fake.orders.values()
+    assert {c.body["renting_server"] for c in creates} == {order.server_id} == {88028}
+
+
+def test_a_five_second_cancel_lag_is_confirmed_not_reported_unconfirmed(setup: Setup) -> None:
+    setup.fake.cancel_lag_s = 5.0
+    pipeline = pipeline_of(
+        "currency: USD-Blockchain\njobs:\n  a: {run: echo a, gpu: {type: RTX}}\n"
+    )
+    record, code, console, _ = run_with(setup, pipeline)
+    assert code == 0, record.results
+    assert "unconfirmed" not in console and "not confirmed" not in console
+    checks = setup.fake.calls("my_orders")
+    cancel = setup.fake.calls("cancel_order")[0]
+    assert sum(c.t > cancel.t for c in checks) >= 2  # looked again after the lag
+
+
+def test_an_outbid_spot_order_is_rebid_and_the_job_passes_on_the_same_host(setup: Setup) -> None:
+    pipeline = pipeline_of(
+        """\
+        currency: USD-Blockchain
+        jobs:
+          a: {run: echo a, gpu: {type: '3090', spot: true, max-price: 0.1}}
+        """
+    )
+
+    def rival_outbids(order: FakeOrder) -> None:
+        setup.fake.rival_bids[order.server_id].append((order.price_per_day * 1.02, order.currency))
+
+    setup.fake.after_create = rival_outbids
+    record, code, _, _ = run_with(setup, pipeline)
+    assert code == 0, record.results
+    (order,) = setup.fake.orders.values()
+    (rebid,) = setup.fake.calls("set_spot_price")
+    rival = setup.fake.rival_bids[order.server_id][0][0]
+    assert rebid.body["desired_price"] > rival and rebid.code == 0
+    assert order.price_per_day == rebid.body["desired_price"]
+    assert order.price_per_day * (1 + 0.0125) / 24 <= 0.1  # within the cap, fee included
+
+
+def test_an_outbid_with_no_room_under_the_cap_moves_to_another_host(setup: Setup) -> None:
+    pipeline = pipeline_of(
+        """\
+        currency: USD-Blockchain
+        jobs:
+          a: {run: echo a, gpu: {type: RTX, spot: true, max-price: 0.07}}
+        """
+    )
+    outbid: list[int] = []
+
+    def rival_outbids_first(order: FakeOrder) -> None:
+        if not outbid:
+            outbid.append(order.server_id)
+            setup.fake.rival_bids[order.server_id].append((2.0, order.currency))  # over the cap
+
+    setup.fake.after_create = rival_outbids_first
+    record, code, console, _ = run_with(setup, pipeline)
+    assert code == 0, record.results
+    assert setup.fake.calls("set_spot_price") == []
+    servers = [o.server_id for o in sorted(setup.fake.orders.values(), key=lambda o: o.id)]
+    assert servers[0] == outbid[0] and len(servers) == 2 and servers[1] != servers[0]
+    assert "outbid, and no higher bid fits" in console
+
+
+def test_a_spot_bid_starts_over_the_highest_rival_bid(setup: Setup) -> None:
+    setup.fake.rival_bids[88028].append((1.8, "USD-Blockchain"))  # over the 1.5 minimum
+    pipeline = pipeline_of(
+        "currency: USD-Blockchain\njobs:\n"
+        "  a: {run: echo a, gpu: {type: '3090', spot: true, max-price: 0.1}}\n"
+    )
+    record, code, _, _ = run_with(setup, pipeline)
+    assert code == 0, record.results
+    (create,) = setup.fake.calls("create_order")
+    assert create.body["spotprice"] == pytest.approx(1.8 * 1.05)
+
+
+def test_the_accounts_own_fee_rates_are_used(setup: Setup) -> None:
+    setup.fake.renter_fee_rates["on_demand"]["USD-Blockchain"] = 0.025  # Proof-of-Holding
+    pipeline = pipeline_of(
+        "currency: USD-Blockchain\njobs:\n  a: {run: echo a, gpu: {type: '3090'}}\n"
+    )
+    record, code, _, out = run_with(setup, pipeline)
+    assert code == 0
+    (facts,) = attempt_facts(out, "a")
+    assert float(facts["usd_per_hour"]) == pytest.approx(2 / 24 * 1.025, rel=1e-3)
+    assert len(setup.fake.calls("renter_fees")) == 1
+    assert abs(record.total_cost_usd - fake_cost_usd(setup.fake)) < 0.01 * fake_cost_usd(setup.fake)
+
+
+def test_renter_fees_unreadable_falls_back_to_the_documented_rates_and_says_so(
+    setup: Setup,
+) -> None:
+    setup.fake.fail_next("renter_fees", Faults.INVALID_ENDPOINT)
+    setup.fake.renter_fee_rates["on_demand"]["USD-Blockchain"] = 0.05
+    pipeline = pipeline_of(
+        "currency: USD-Blockchain\njobs:\n  a: {run: echo a, gpu: {type: '3090'}}\n"
+    )
+    record, code, console, out = run_with(setup, pipeline)
+    assert code == 0, record.results
+    (facts,) = attempt_facts(out, "a")
+    assert facts["renter_fee_source"] == "documented" and facts["renter_fee_rate"] == "0.05"
+    assert "renter_fees could not be read" in console
