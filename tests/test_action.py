@@ -536,7 +536,7 @@ def test_entrypoint_turns_inputs_into_arguments(
 ) -> None:
     result = _entrypoint(env, fake_cli, tmp_path)
     assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout)["argv"] == argv
+    assert json.loads(result.stdout.splitlines()[-1])["argv"] == argv  # after any ::add-mask::
     assert not (tmp_path / "pwned").exists()
 
 
