@@ -261,6 +261,13 @@ class PostgresPools:
         amount_usd = math.ceil(amount_usd * 1e6) / 1e6  # the column's micro-dollars, rounded up
 
         def take(conn: Conn) -> Reservation | Refusal:
+            # A look without the lock first: what does not fit now is refused at once, so
+            # waiting contenders poll without queueing on the pool row (a refusal is always
+            # safe; only an admission needs the lock, and is counted again under it).
+            refused = refusal(self._usage(conn, lease.pool, lock=False), amount_usd)
+            if refused is not None and self._lock_clause:
+                self._check_lease(conn, lease)
+                return refused
             usage = self._usage(conn, lease.pool, lock=True)
             self._check_lease(conn, lease)
             done = conn.execute(

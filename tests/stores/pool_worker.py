@@ -4,6 +4,7 @@
         [--no-lock] [--amount USD]
     python -m tests.stores.pool_worker hold URL POOL HOLDER CLORE_URL FAKE_UNIX TTL SERVER...
         [--crash-after-create]
+    python -m tests.stores.pool_worker cycle URL POOL HOLDER CYCLES
 
 Both print `ready` and wait for a line on stdin before they start, so that a test releases
 every process at once. `contend` rents and gives back RENTALS servers through the pool, waiting
@@ -107,6 +108,22 @@ def contend(argv: list[str]) -> None:
     print(json.dumps({"latencies": latencies, "elapsed": elapsed}), flush=True)
 
 
+def cycle(argv: list[str]) -> None:
+    """Reserve and settle CYCLES times, no API in between: the pool's own cost under load."""
+    url, pool, holder, cycles = argv[:4]
+    pools = PostgresPools(url)
+    lease = pools.join(pool, holder, 600)
+    latencies: list[float] = []
+    print("ready", flush=True)
+    sys.stdin.readline()
+    began = time.perf_counter()
+    for n in range(int(cycles)):
+        reservation = reserve_waiting(pools, lease, 0.01, f"{holder}/{n}", latencies)
+        pools.settle(lease, reservation.id, 0.0)
+    pools.leave(lease)
+    print(json.dumps({"latencies": latencies, "elapsed": time.perf_counter() - began}))
+
+
 def hold(argv: list[str]) -> None:
     url, pool, holder, clore_url, fake_unix, ttl = argv[:6]
     servers = [int(s) for s in argv[6:] if not s.startswith("--")]
@@ -150,4 +167,4 @@ def answer(
 
 
 if __name__ == "__main__":
-    {"contend": contend, "hold": hold}[sys.argv[1]](sys.argv[2:])
+    {"contend": contend, "hold": hold, "cycle": cycle}[sys.argv[1]](sys.argv[2:])
