@@ -55,7 +55,7 @@ class Worker:
             self.lines.put(line.strip())
         self.lines.put("<eof>")
 
-    def expect(self, text: str | None = None, timeout: float = 60) -> str:
+    def expect(self, text: str | None = None, timeout: float = 300) -> str:
         try:
             line = self.lines.get(timeout=timeout)
         except queue.Empty:
