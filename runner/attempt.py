@@ -40,6 +40,8 @@ class AttemptRunner:
     workspace_files: tuple[str, ...] = ()
     on_placed: Callable[[Job, int], None] = _nothing  # a place is held; the script starts now
     on_released: Callable[[], None] = _nothing  # the place was given back (or tried to be)
+    # Where it runs, as soon as that is known (serve shows a running job's server and price).
+    on_server: Callable[[Job, int, Place], None] = _nothing
 
     def run(self, job: Job, number: int, timeout_s: float, kill: threading.Event) -> Ran:
         """Never raises: whatever goes wrong (a log that cannot be opened included) ends the
@@ -60,6 +62,7 @@ class AttemptRunner:
         try:
             place = self.backend.acquire(job, kill)
             self.on_placed(job, number)
+            self.on_server(job, number, place)
             log.header(place.name)
             for note in place.notes:
                 log.note(note)

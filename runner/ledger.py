@@ -34,7 +34,7 @@ State = Literal["intent", "ordered", "running", "releasing", "released", "failed
 STATES: tuple[State, ...] = get_args(State)
 # `failed` is terminal like `released`, but only for an intent whose create made nothing.
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 # MIGRATIONS[n] takes a file from user_version n to n + 1. Append, never edit.
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
     (
@@ -55,12 +55,26 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "CREATE INDEX rentals_by_run ON rentals (run_id)",
         "CREATE INDEX rentals_open ON rentals (state) WHERE state NOT IN ('released', 'failed')",
     ),
+    # Ownership marks: when the create was sent and answered (our clock), the clock offset to
+    # the API measured then, and what the order was asked to be (the API echoes these back).
+    # Rows from before have none of it (`legacy`): their orders cannot be proven ours.
+    (
+        "ALTER TABLE rentals ADD COLUMN create_sent_at REAL",
+        "ALTER TABLE rentals ADD COLUMN create_answered_at REAL",
+        "ALTER TABLE rentals ADD COLUMN api_offset_low_s REAL",
+        "ALTER TABLE rentals ADD COLUMN api_offset_high_s REAL",
+        "ALTER TABLE rentals ADD COLUMN image TEXT",
+        "ALTER TABLE rentals ADD COLUMN spot INTEGER",
+        "ALTER TABLE rentals ADD COLUMN legacy INTEGER NOT NULL DEFAULT 0",
+        "UPDATE rentals SET legacy = 1",
+    ),
 )
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
 _COLUMNS = (
     "id, run_id, job_id, server_id, order_id, state, created_at, updated_at, "
-    "price_per_day, currency, usd_per_hour, note"
+    "price_per_day, currency, usd_per_hour, note, create_sent_at, create_answered_at, "
+    "api_offset_low_s, api_offset_high_s, image, spot, legacy"
 )
 
 
@@ -84,6 +98,13 @@ class Rental:
     currency: str | None
     usd_per_hour: float | None
     note: str
+    create_sent_at: float | None = None  # None: the create never went out
+    create_answered_at: float | None = None  # None: no answer seen (or no create)
+    api_offset_low_s: float | None = None  # the API's clock minus ours, at the send
+    api_offset_high_s: float | None = None  # (None: not measured)
+    image: str | None = None
+    spot: bool | None = None
+    legacy: bool = False  # written before creates were marked: nothing about it is provable
 
 
 class Ledger:
@@ -122,18 +143,58 @@ class Ledger:
         price_per_day: float | None,
         currency: str | None,
         usd_per_hour: float | None,
+        *,
+        image: str | None = None,
+        spot: bool | None = None,
     ) -> int:
         """Note that we are about to rent `server_id`. Call BEFORE `create_order` is sent."""
         now = self._clock()
         with self._write("record an intent") as db:
             cursor = db.execute(
                 "INSERT INTO rentals (run_id, job_id, server_id, state, created_at, updated_at, "
-                "price_per_day, currency, usd_per_hour) VALUES (?, ?, ?, 'intent', ?, ?, ?, ?, ?)",
-                (run_id, job_id, server_id, now, now, price_per_day, currency, usd_per_hour),
+                "price_per_day, currency, usd_per_hour, image, spot) "
+                "VALUES (?, ?, ?, 'intent', ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    run_id,
+                    job_id,
+                    server_id,
+                    now,
+                    now,
+                    price_per_day,
+                    currency,
+                    usd_per_hour,
+                    image,
+                    None if spot is None else int(spot),
+                ),
             )
             rental_id = cursor.lastrowid
         assert rental_id is not None
         return rental_id
+
+    def mark_create_sent(
+        self, rental_id: int, sent_at: float, offset_s: tuple[float, float] | None
+    ) -> None:
+        """The create is about to go out (call it right before the request, after any wait):
+        from now on an order may exist. `offset_s` bounds the API's clock minus ours. A cleanup
+        beside the run that gave the intent up as `failed` is overruled: an order may come."""
+        low, high = offset_s if offset_s is not None else (None, None)
+        with self._write("mark a create sent") as db:
+            cursor = db.execute(
+                "UPDATE rentals SET create_sent_at = ?, api_offset_low_s = ?, "
+                "api_offset_high_s = ?, updated_at = ?, state = CASE WHEN state = 'failed' "
+                "THEN 'intent' ELSE state END WHERE id = ?",
+                (sent_at, low, high, self._clock(), rental_id),
+            )
+            if cursor.rowcount == 0:
+                raise KeyError(f"no rental {rental_id} in {self.path}")
+
+    def mark_create_answered(self, rental_id: int, answered_at: float) -> None:
+        """The create's answer (or failure) came back: an order it made is stamped before."""
+        with self._write("mark a create answered") as db:
+            db.execute(
+                "UPDATE rentals SET create_answered_at = ?, updated_at = ? WHERE id = ?",
+                (answered_at, self._clock(), rental_id),
+            )
 
     def set_order(self, rental_id: int, order_id: int) -> None:
         """The order id is known. An `intent` (or a `failed` one: a cleanup running beside the
@@ -217,4 +278,11 @@ class Ledger:
     def _select(self, query: str, args: tuple[Any, ...]) -> list[Rental]:
         with self._lock, self._guard("read rentals"):
             rows = self._db.execute(query, args).fetchall()
-        return [Rental(*row) for row in rows]
+        return [_rental(row) for row in rows]
+
+
+def _rental(row: tuple[Any, ...]) -> Rental:
+    values = list(row)
+    values[-2] = None if values[-2] is None else bool(values[-2])  # spot
+    values[-1] = bool(values[-1])  # legacy
+    return Rental(*values)

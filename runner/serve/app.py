@@ -23,7 +23,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp
 
 from runner import __version__
-from runner.serve import metrics, views
+from runner.serve import dashboard, metrics, views
 from runner.serve.api_models import (
     Cancelled,
     ErrorReply,
@@ -67,6 +67,7 @@ def create_app(service: Service, token: str, body_limit: int = MAX_BODY_BYTES) -
     )
     _handlers(api)
     api.include_router(_routes(service, tally), dependencies=[Depends(_auth(token))])
+    dashboard.mount(api, service, token)  # its pages log in with the token and keep a cookie
 
     @api.get("/healthz", response_model=Health, tags=["health"])
     def healthz() -> JSONResponse:

@@ -11,7 +11,6 @@ root's alone. (A server run as root has root's jobs, which can read anything any
 
 from __future__ import annotations
 
-import ctypes
 import fcntl
 import logging
 import os
@@ -26,13 +25,14 @@ from pathlib import Path
 from types import FrameType
 from typing import IO
 
+from runner import redact
 from runner.errors import UsageError
+from runner.process_guard import make_non_dumpable
 from runner.serve.backends import BackendChoice, build
 from runner.serve.service import Service, ServiceOptions
 from runner.serve.store import Store
 
 MIN_TOKEN_CHARS = 16
-_PR_SET_DUMPABLE = 4
 _MAKE_TOKEN = (
     "export CLORE_RUN_TOKEN=$(python3 -c 'import secrets; print(secrets.token_urlsafe(32))')"
 )
@@ -92,9 +92,8 @@ def run_server(options: ServeOptions) -> None:
     store = Store(options.db)
     backend, reconcile = build(options.backend, options.concurrency, instance)
     capacity = min(options.concurrency, backend.capacity() or options.concurrency)
-    for secret in ("CLORE_RUN_TOKEN", "CLORE_API_KEY"):
-        os.environ.pop(secret, None)
-    hide_from_same_user()
+    secrets_taken = [os.environ.pop(k, "") for k in ("CLORE_RUN_TOKEN", "CLORE_API_KEY")]
+    hide_from_same_user(secrets_taken)
     service = Service(
         store,
         backend,
@@ -146,14 +145,13 @@ def lock_db(db: Path) -> IO[bytes]:
     return file
 
 
-def hide_from_same_user() -> None:
+def hide_from_same_user(secrets_taken: list[str]) -> None:
     """Linux: make /proc/<pid>/environ, /proc/<pid>/mem and ptrace of this process root-only
-    (PR_SET_DUMPABLE 0, as ssh-agent does). Children get theirs back when they exec."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
-    except (OSError, AttributeError):
+    (PR_SET_DUMPABLE 0). The `clore-run` entry point has done it already; a server started
+    another way (tests, an embedding) gets it here. The secrets it took out of os.environ
+    stay known to the redaction."""
+    redact.register(*secrets_taken)
+    if sys.platform.startswith("linux") and not make_non_dumpable():
         logging.getLogger("clore_run.serve").warning("could not make the process non-dumpable")
 
 

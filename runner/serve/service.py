@@ -144,6 +144,9 @@ class Service:
             {ENV_NAME: options.instance},  # no workspace: a queue's jobs start in empty folders
             on_placed=lambda _job, _number: self._count_held(1),
             on_released=lambda: self._count_held(-1),
+            on_server=lambda job, number, place: store.place_attempt(
+                job.id, number, place.name, place.facts, place.usd_per_hour
+            ),
         )
         self._thread = threading.Thread(target=self._loop, name="serve-loop", daemon=True)
         self._stopping = False

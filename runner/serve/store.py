@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -230,6 +230,19 @@ class Store:
                 (number, now, job_id),
             )
 
+    def place_attempt(
+        self, job_id: str, number: int, server: str, facts: Mapping[str, str], usd_per_hour: float
+    ) -> None:
+        """Where a running attempt runs and at what price, until its end records the rest."""
+        shown = {k: v for k, v in facts.items() if k != "workdir"}  # a local path: not a fact
+        shown.setdefault("usd_per_hour", f"{usd_per_hour:.4f}")
+        with self._tx("record where an attempt runs") as db:
+            db.execute(
+                "UPDATE attempts SET server = ?, facts = ? WHERE job_id = ? AND number = ? "
+                "AND finished_at IS NULL",
+                (server, dumps(shown), job_id, number),
+            )
+
     def end_attempt(self, job_id: str, attempt: Attempt, *, requeue: bool = False) -> None:
         """Complete the attempt row. `requeue`: the job goes back to `queued` at once (a
         server shutting down hands its running jobs to the next start)."""
@@ -385,6 +398,62 @@ class Store:
             "spend": float(run[2] or 0.0),
         }
 
+    # -- what the dashboard reads ----------------------------------------------------------
+
+    def job_page(self, match: JobMatch, limit: int) -> list[tuple[JobRow, dict[str, Any]]]:
+        """A page of the jobs that `match`, in submission order, with their specs. Keyset
+        paging on `seq` (after / before), never OFFSET: the last page of 10,000 costs what
+        the first does."""
+        where, args = _matching(match)
+        order = "ASC"
+        if match.after is not None:
+            where, args = [*where, "seq > ?"], [*args, match.after]
+        if match.before is not None:
+            where, args, order = [*where, "seq < ?"], [*args, match.before], "DESC"
+        clause = " AND ".join(where) or "1"
+        rows = self._read(
+            f"SELECT {_SUMMARY}, spec FROM jobs WHERE {clause} ORDER BY seq {order} LIMIT ?",
+            (*args, limit),
+        )
+        page = [(JobRow(*r[:-1]), json.loads(r[-1])) for r in rows]
+        return page[::-1] if order == "DESC" else page
+
+    def match_counts(self, match: JobMatch) -> dict[str, int]:
+        """How many jobs of each status `match` (its status and paging ignored)."""
+        where, args = _matching(JobMatch(name=match.name, submission=match.submission))
+        clause = " AND ".join(where) or "1"
+        rows = self._read(
+            f"SELECT status, count(*) FROM jobs WHERE {clause} GROUP BY status", tuple(args)
+        )
+        return {**dict.fromkeys(STATUSES, 0), **{s: n for s, n in rows}}
+
+    def submission(self, number: int) -> tuple[str, str, float] | None:
+        """kind, label, submitted_at."""
+        rows = self._read(
+            "SELECT kind, label, submitted_at FROM submissions WHERE id = ?", (number,)
+        )
+        return (str(rows[0][0]), str(rows[0][1]), float(rows[0][2])) if rows else None
+
+    def submission_attempts(self, number: int, limit: int) -> list[dict[str, Any]]:
+        """The attempts of a submission's jobs (the first `limit`), for its timeline."""
+        rows = self._read(
+            "SELECT a.job_id, a.number, a.started_at, a.finished_at, a.failure "
+            "FROM attempts a JOIN jobs j ON j.id = a.job_id WHERE j.submission = ? "
+            "ORDER BY a.started_at LIMIT ?",
+            (number, limit),
+        )
+        keys = ("job_id", "number", "started_at", "finished_at", "failure")
+        return [dict(zip(keys, r, strict=True)) for r in rows]
+
+    def spend_by_day(self, since: float) -> list[tuple[float, float]]:
+        """(UTC day start, USD) of the attempts that ended at or after `since`, by day."""
+        rows = self._read(
+            "SELECT CAST(finished_at / 86400 AS INTEGER) AS day, sum(cost_usd) FROM attempts "
+            "WHERE finished_at >= ? GROUP BY day ORDER BY day",
+            (since,),
+        )
+        return [(float(day) * 86400, float(usd or 0.0)) for day, usd in rows]
+
     # -- plumbing --------------------------------------------------------------------------
 
     def _setup(self) -> None:
@@ -425,6 +494,31 @@ class Store:
     def _read(self, query: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         with self._lock, self._guard("read the queue"):
             return self._db.execute(query, args).fetchall()
+
+
+@dataclass(frozen=True)
+class JobMatch:
+    """Which jobs a dashboard page lists; None matches anything."""
+
+    status: str | None = None
+    name: str | None = None  # a case-insensitive substring of the name or the id
+    submission: int | None = None
+    after: int | None = None  # seq
+    before: int | None = None  # seq
+
+
+def _matching(match: JobMatch) -> tuple[list[str], list[Any]]:
+    where: list[str] = []
+    args: list[Any] = []
+    if match.status is not None:
+        where, args = [*where, "status = ?"], [*args, match.status]
+    if match.submission is not None:
+        where, args = [*where, "submission = ?"], [*args, match.submission]
+    if match.name:
+        # instr, not LIKE: a user's % or _ is a character to find, not a wildcard.
+        where.append("(instr(lower(name), lower(?)) > 0 OR instr(lower(id), lower(?)) > 0)")
+        args += [match.name, match.name]
+    return where, args
 
 
 def _prio(job: Job) -> str:

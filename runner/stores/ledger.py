@@ -23,7 +23,16 @@ class RentalLedger(Protocol):
         price_per_day: float | None,
         currency: str | None,
         usd_per_hour: float | None,
+        *,
+        image: str | None = None,
+        spot: bool | None = None,
     ) -> int: ...
+
+    def mark_create_sent(
+        self, rental_id: int, sent_at: float, offset_s: tuple[float, float] | None
+    ) -> None: ...
+
+    def mark_create_answered(self, rental_id: int, answered_at: float) -> None: ...
 
     def set_order(self, rental_id: int, order_id: int) -> None: ...
 

@@ -33,7 +33,14 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (  # MIGRATIONS[n]: version n -> n + 1
             price_per_day DOUBLE PRECISION,
             currency TEXT,
             usd_per_hour DOUBLE PRECISION,
-            note TEXT NOT NULL DEFAULT ''
+            note TEXT NOT NULL DEFAULT '',
+            create_sent_at DOUBLE PRECISION,
+            create_answered_at DOUBLE PRECISION,
+            api_offset_low_s DOUBLE PRECISION,
+            api_offset_high_s DOUBLE PRECISION,
+            image TEXT,
+            spot BOOLEAN,
+            legacy BOOLEAN NOT NULL DEFAULT false
         )""",
         "CREATE INDEX rentals_by_run ON rentals (run_id)",
         "CREATE INDEX rentals_open ON rentals (state) WHERE state NOT IN ('released', 'failed')",
@@ -42,7 +49,8 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (  # MIGRATIONS[n]: version n -> n + 1
 
 _COLUMNS = (
     "id, run_id, job_id, server_id, order_id, state, created_at, updated_at, "
-    "price_per_day, currency, usd_per_hour, note"
+    "price_per_day, currency, usd_per_hour, note, create_sent_at, create_answered_at, "
+    "api_offset_low_s, api_offset_high_s, image, spot, legacy"
 )
 
 
@@ -87,22 +95,56 @@ class PostgresLedger:
         price_per_day: float | None,
         currency: str | None,
         usd_per_hour: float | None,
+        *,
+        image: str | None = None,
+        spot: bool | None = None,
     ) -> int:
         """Note that we are about to rent `server_id`. Call BEFORE `create_order` is sent."""
         now, key = self._clock(), uuid.uuid4().hex
+        values = (key, run_id, job_id, server_id, now, now, price_per_day, currency, usd_per_hour)
 
         def insert(conn: Conn) -> int:
             row = conn.execute(
                 "INSERT INTO rentals (key, run_id, job_id, server_id, state, created_at, "
-                "updated_at, price_per_day, currency, usd_per_hour) "
-                "VALUES (%s, %s, %s, %s, 'intent', %s, %s, %s, %s, %s) "
+                "updated_at, price_per_day, currency, usd_per_hour, image, spot) "
+                "VALUES (%s, %s, %s, %s, 'intent', %s, %s, %s, %s, %s, %s, %s) "
                 "ON CONFLICT (key) DO UPDATE SET key = excluded.key RETURNING id",
-                (key, run_id, job_id, server_id, now, now, price_per_day, currency, usd_per_hour),
+                (*values, image, spot),
             ).fetchone()
             assert row is not None
             return int(row[0])
 
         return self.db.run("record an intent", insert)
+
+    def mark_create_sent(
+        self, rental_id: int, sent_at: float, offset_s: tuple[float, float] | None
+    ) -> None:
+        """The create is about to go out: an order may exist from now on (a `failed` mark by
+        a cleanup beside the run is overruled). `offset_s` bounds the API's clock minus ours."""
+        low, high = offset_s if offset_s is not None else (None, None)
+        now = self._clock()
+
+        def update(conn: Conn) -> int:
+            return conn.execute(
+                "UPDATE rentals SET create_sent_at = %s, api_offset_low_s = %s, "
+                "api_offset_high_s = %s, updated_at = %s, state = CASE WHEN state = 'failed' "
+                "THEN 'intent' ELSE state END WHERE id = %s",
+                (sent_at, low, high, now, rental_id),
+            ).rowcount
+
+        if self.db.run("mark a create sent", update) == 0:
+            raise KeyError(f"no rental {rental_id} in {self.where}")
+
+    def mark_create_answered(self, rental_id: int, answered_at: float) -> None:
+        """The create's answer (or failure) came back."""
+        now = self._clock()
+        self.db.run(
+            "mark a create answered",
+            lambda conn: conn.execute(
+                "UPDATE rentals SET create_answered_at = %s, updated_at = %s WHERE id = %s",
+                (answered_at, now, rental_id),
+            ),
+        )
 
     def set_order(self, rental_id: int, order_id: int) -> None:
         """The order id is known: an `intent` (or `failed`) becomes `ordered`."""

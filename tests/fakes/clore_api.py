@@ -36,11 +36,13 @@ import threading
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from email.utils import formatdate
 from typing import Any
 
 import pytest
 from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
+from werkzeug.serving import WSGIRequestHandler
 
 from runner.backends.clore.api import CloreClient, RetryPolicy
 from runner.backends.clore.ratelimit import RateLimiter
@@ -335,6 +337,8 @@ class FakeClore:
         self.ssh_host = "n1.us.clorecloud.net"
         self.ssh_port: int | None = None  # None: a port derived from the order id
         self.enforce_rate_limits = True
+        # The API's clock minus the client's: its `ct` stamps and its `Date` header use it.
+        self.api_clock_ahead_s = 0.0
         self.cancel_lag_s = 0.0  # a cancelled order stays listed as live this long
         # The renter's share of the base fee (a fraction) and the creation fee (native), by
         # order type and currency, as `renter_fees` answers them.
@@ -380,13 +384,19 @@ class FakeClore:
     def calls(self, endpoint: str) -> list[Recorded]:
         return [r for r in self.requests if r.endpoint == endpoint]
 
+    def api_time(self) -> float:
+        """The API's own unix clock (`ct`, `Date`): the test's clock plus the set offset."""
+        return self.clock.time() + self.api_clock_ahead_s
+
     def live_orders(self) -> list[FakeOrder]:
         return [o for o in self.orders.values() if o.live]
 
-    def add_order(self, server_id: int, *, age_s: float, currency: str = "USD-Blockchain") -> int:
+    def add_order(
+        self, server_id: int, *, age_s: float, currency: str = "USD-Blockchain", image: str = "old"
+    ) -> int:
         """An order that already exists (created `age_s` ago), e.g. a leftover of a dead run."""
         with self._lock:
-            order = self._new_order(server_id, {"currency": currency, "image": "old"}, False)
+            order = self._new_order(server_id, {"currency": currency, "image": image}, False)
             order.created_unix -= age_s
             return order.id
 
@@ -401,7 +411,7 @@ class FakeClore:
 
     def lived_s(self, order_id: int) -> float:
         order = self.orders[order_id]
-        end = order.ended_unix if order.ended_unix is not None else self.clock.time()
+        end = order.ended_unix if order.ended_unix is not None else self.api_time()
         return max(0.0, end - order.created_unix)
 
     def fee_rate(self, order: FakeOrder) -> float:
@@ -521,7 +531,7 @@ class FakeClore:
 
     def _my_orders(self, request: Request, _body: Any) -> tuple[int, Json]:
         completed = request.args.get("return_completed") == "true"
-        now = self.clock.time()
+        now = self.api_time()
         shown = [
             self._order_json(o, now)
             for o in self.orders.values()
@@ -614,7 +624,7 @@ class FakeClore:
             price_per_day=price,
             spot=spot,
             image=body.get("image", ""),
-            created_unix=self.clock.time(),
+            created_unix=self.api_time(),
             ports=dict(body.get("ports") or {}),
             ssh_key=body.get("ssh_key"),
             env=dict(body.get("env") or {}),
@@ -638,7 +648,7 @@ class FakeClore:
         return self.orders.get(order_id) if isinstance(order_id, int) else None
 
     def _end(self, order: FakeOrder) -> None:
-        order.ended_unix = self.clock.time()
+        order.ended_unix = self.api_time()
         self.balances[order.currency] -= self.billed(order.id)
         self.servers[order.server_id]["rented"] = False
 
@@ -648,7 +658,7 @@ class FakeClore:
         if order is None or not order.live or not order.spot or not desired:
             return 200, {"code": 2}
         minimum = self.servers[order.server_id]["price"]["spot"].get(order.currency, 0)
-        now = self.clock.time()
+        now = self.api_time()
         if desired < minimum:
             return 200, {"code": 6, "error": "too_low_price"}
         if desired < order.price_per_day:
@@ -711,6 +721,16 @@ def fake_clock() -> FakeClock:
 
 
 @pytest.fixture
-def fake_clore(httpserver: HTTPServer, fake_clock: FakeClock) -> Iterator[FakeClore]:
-    """The fake API, installed on the test's httpserver; `fake_clore.client()` talks to it."""
-    yield FakeClore(httpserver, fake_clock).install()
+def fake_clore(
+    httpserver: HTTPServer, fake_clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[FakeClore]:
+    """The fake API, installed on the test's httpserver; `fake_clore.client()` talks to it.
+    Its replies' `Date` header shows the API's clock, as the real one's does (the HTTP server
+    stamps it; here from the fake clock, not real time)."""
+    fake = FakeClore(httpserver, fake_clock)
+    monkeypatch.setattr(
+        WSGIRequestHandler,
+        "date_time_string",
+        lambda _self, timestamp=None: formatdate(fake.api_time(), usegmt=True),
+    )
+    yield fake.install()

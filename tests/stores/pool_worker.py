@@ -25,6 +25,7 @@ import sys
 import time
 
 from runner.backends.clore.api import CloreClient, OrderRequest
+from runner.backends.clore.ownership import LedgerMarks
 from runner.backends.clore.ratelimit import RateLimiter
 from runner.stores.lease_keeper import LeaseKeeper
 from runner.stores.pg_ledger import PostgresLedger
@@ -76,9 +77,12 @@ def rent(
     reservation: Reservation, *, crash_after_create: bool = False,
 ) -> tuple[int, int]:  # fmt: skip
     """Ledger intent, tie the reservation to it, create; (rental id, order id)."""
-    rental_id = ledger.record_intent(lease.holder, f"job-{server}", server, 1000.0, CURRENCY, 0.1)
+    rental_id = ledger.record_intent(
+        lease.holder, f"job-{server}", server, 1000.0, CURRENCY, 0.1, image="img", spot=False
+    )
     pools.attach(lease, reservation.id, rental_id)
-    order = api.create_order(OrderRequest(server_id=server, image="img", currency=CURRENCY))
+    request = OrderRequest(server_id=server, image="img", currency=CURRENCY)
+    order = api.create_order(request, journal=LedgerMarks(ledger, rental_id))
     if crash_after_create:
         os._exit(9)
     ledger.set_order(rental_id, order.id)

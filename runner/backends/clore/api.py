@@ -16,7 +16,7 @@ import logging
 import os
 import random
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +32,7 @@ from runner.backends.clore.models import (
     SpotMarket,
     Wallet,
 )
+from runner.backends.clore.ownership import Claim, CreateJournal, OffsetMeter, find_ours
 from runner.backends.clore.ratelimit import DEFAULT_LIMITER, RateLimiter
 
 log = logging.getLogger(__name__)
@@ -41,7 +42,6 @@ DEFAULT_TIMEOUT_S = (10.0, 60.0)  # (connect, read): the marketplace reply is ~2
 RECOVER_DELAYS_S = (2.0, 3.5, 5.0, 8.0, 12.0, 20.0)  # G-gv's schedule: my_orders lags create
 CREATE_RATE_LIMIT_RETRIES = 3  # creates refused with code 5 retried on the same server
 CREATE_RATE_LIMIT_WAIT_S = 6.0  # beyond the limiter's own 5.5 s create gap
-CT_SKEW_S = 30.0  # tolerated difference between our clock and the API's `ct`
 KEY_HINT = (
     "create an API key in your clore.ai profile (API section), then `export CLORE_API_KEY=...`; "
     "in GitHub Actions pass it from a secret"
@@ -139,7 +139,6 @@ class CloreClient:
         timeout_s: float | tuple[float, float] = DEFAULT_TIMEOUT_S,
         retry: RetryPolicy | None = None,
         recover_delays_s: Sequence[float] = RECOVER_DELAYS_S,
-        ct_skew_s: float = CT_SKEW_S,
         session: requests.Session | None = None,
         rng: random.Random | None = None,
     ) -> None:
@@ -149,7 +148,7 @@ class CloreClient:
         self.timeout_s = timeout_s
         self.retry = retry or RetryPolicy()
         self.recover_delays_s = tuple(recover_delays_s)
-        self.ct_skew_s = ct_skew_s
+        self.clock_offset = OffsetMeter()  # the API's clock against ours, from its replies
         self._session = session or requests.Session()
         self._rng = rng or random.Random()
 
@@ -226,26 +225,44 @@ class CloreClient:
             body["issue"] = issue
         self._read("POST", "cancel_order", body=body)
 
-    def create_order(self, request: OrderRequest, abort: threading.Event | None = None) -> Order:
+    def create_order(
+        self,
+        request: OrderRequest,
+        abort: threading.Event | None = None,
+        journal: CreateJournal | None = None,
+        taken: Collection[int] = (),
+    ) -> Order:
         """Rent a server and return its order, found in `my_orders` (the reply has no id).
 
         Never retried. Definite refusals (codes 2-6) raise at once. Ambiguous failures look in
-        `my_orders` first and return the order if it exists; otherwise re-raise, noting none
+        `my_orders` first and return the order if one is provably this create's (see
+        ownership; `taken` are orders other rentals hold); otherwise re-raise, noting none
         appeared. A success whose order never appears raises OrderOutcomeUnknownError.
-        `abort` set while the create waits for its rate-limit slot raises RequestAborted, and
-        nothing is sent.
+        `journal` hears when the request is about to go out (after the rate-limit wait) and
+        when it was answered: the ledger's ownership marks. `abort` set while the create waits
+        for its rate-limit slot raises RequestAborted, and nothing is sent.
         """
-        since = self.limiter.clock.time() - self.ct_skew_s
+        sent: list[float] = []
+
+        def mark_sent() -> None:
+            sent.append(self.limiter.clock.time())
+            if journal is not None:
+                journal.sent(sent[0], self.clock_offset.current())
+
         try:
-            self._create_once_admitted(request, abort)
+            self._create_once_admitted(request, abort, mark_sent)
         except e.CloreApiError as exc:
+            if not sent:
+                raise
+            claim = self._claim(request, sent[0], journal)
             if not may_have_created(exc):
                 raise
-            order = self._recover(request.server_id, since, cause=exc)
+            order = self._recover(claim, taken, cause=exc)
             if order is None:
                 exc.message += (
-                    f"; no order for server {request.server_id} appeared in my_orders within "
-                    f"{sum(self.recover_delays_s):.0f} s, so it was most likely not created"
+                    f"; no order for server {request.server_id} appeared in my_orders "
+                    f"within {sum(self.recover_delays_s):.0f} s that is provably ours, so it "
+                    "was most likely not created"
                 )
                 raise
             log.warning(
@@ -255,24 +272,58 @@ class CloreClient:
                 order.id,
             )
             return order
-        order = self._recover(request.server_id, since, cause=None)
+        claim = self._claim(request, sent[0], journal)
+        order = self._recover(claim, taken, cause=None)
         if order is None:
             raise e.OrderOutcomeUnknownError(
                 f"create_order on server {request.server_id} succeeded but no order for it "
-                f"appeared in my_orders within {sum(self.recover_delays_s):.0f} s",
+                f"that is provably ours appeared in my_orders within "
+                f"{sum(self.recover_delays_s):.0f} s",
                 server_id=request.server_id,
                 endpoint="create_order",
                 hint="a billed server may exist: run `clore-run cleanup`",
             )
         return order
 
-    def _create_once_admitted(self, request: OrderRequest, abort: threading.Event | None) -> None:
+    def _claim(
+        self, request: OrderRequest, sent_unix_s: float, journal: CreateJournal | None
+    ) -> Claim:
+        """What this create can be known by, now that it was answered (or failed)."""
+        answered = self.limiter.clock.time()
+        if journal is not None:
+            journal.answered(answered)
+        spot = request.spot_price_per_day is not None
+        return Claim(
+            server_id=request.server_id,
+            sent_unix_s=sent_unix_s,
+            answered_unix_s=answered,
+            offset=self.clock_offset.current(),
+            image=request.image,
+            currency=request.currency,
+            spot=spot,
+            spot_price_per_day=request.spot_price_per_day,
+        )
+
+    def _create_once_admitted(
+        self,
+        request: OrderRequest,
+        abort: threading.Event | None,
+        before_send: Callable[[], None],
+    ) -> None:
         """Send the create; a refusal for the rate limit (HTTP 429 / code 5) rented nothing, so
         it is sent again to the same server after a wait that every caller shares, a bounded
-        number of times. Any other failure is the caller's to judge."""
+        number of times. Any other failure is the caller's to judge. `before_send` runs before
+        each send (the first one's time opens the ownership window)."""
         for attempt in range(CREATE_RATE_LIMIT_RETRIES + 1):
             try:
-                self._call("POST", "create_order", body=request.body(), create=True, abort=abort)
+                self._call(
+                    "POST",
+                    "create_order",
+                    body=request.body(),
+                    create=True,
+                    abort=abort,
+                    before_send=before_send,
+                )
                 return
             except e.RateLimitedError as exc:
                 if attempt == CREATE_RATE_LIMIT_RETRIES:
@@ -281,31 +332,28 @@ class CloreClient:
                 log.info("create_order refused by the rate limit; again in %.0f s", wait_s)
                 self.limiter.back_off(wait_s)
 
-    def find_created_order(self, server_id: int, since_unix_s: float) -> Order | None:
-        """One look at `my_orders` for our newest order on `server_id` created at or after
-        `since_unix_s` (minus the clock skew allowance). For callers reconciling after a crash."""
-        return newest_order_on(self.my_orders(), server_id, since_unix_s - self.ct_skew_s)
-
     # --- plumbing --------------------------------------------------------------------------
 
     def _recover(
-        self, server_id: int, since_unix_s: float, cause: e.CloreApiError | None
+        self, claim: Claim, taken: Collection[int], cause: e.CloreApiError | None
     ) -> Order | None:
-        """Wait with backoff for the order on `server_id` to show in my_orders."""
+        """Wait with backoff for this create's order to show in my_orders."""
         for delay in self.recover_delays_s:
             self.limiter.clock.sleep(delay)
             try:
-                found = newest_order_on(self.my_orders(), server_id, since_unix_s)
+                verdict = find_ours(self.my_orders(), claim, taken)
             except e.CloreApiError as exc:
                 raise e.OrderOutcomeUnknownError(
-                    f"could not check my_orders after create_order on server {server_id}: "
-                    f"{exc.message}",
-                    server_id=server_id,
+                    f"could not check my_orders after create_order on server "
+                    f"{claim.server_id}: {exc.message}",
+                    server_id=claim.server_id,
                     endpoint="create_order",
                     hint="a billed server may exist: run `clore-run cleanup`",
                 ) from (cause or exc)
-            if found is not None:
-                return found
+            if verdict.order is not None and not verdict.order.expired:
+                return verdict.order
+            if verdict.not_ours:
+                log.info("server %s: not our order: %s", claim.server_id, verdict.describe())
         return None
 
     def _read(
@@ -346,9 +394,16 @@ class CloreClient:
         body: Json | None = None,
         create: bool = False,
         abort: threading.Event | None = None,
+        before_send: Callable[[], None] | None = None,
     ) -> Json:
-        """Exactly one HTTP request, under the limiter, mapped to a reply or a typed error."""
+        """Exactly one HTTP request, under the limiter, mapped to a reply or a typed error.
+        `before_send` runs once the slot is ours, right before the request goes out; if it
+        raises, nothing is sent."""
+        clock = self.limiter.clock
         with self.limiter.slot(create=create, abort=abort):
+            if before_send is not None:
+                before_send()
+            sent_at = clock.time()
             try:
                 response = self._session.request(
                     method,
@@ -363,6 +418,7 @@ class CloreClient:
                 )
             except requests.RequestException as exc:
                 raise self._transport_error(endpoint, exc) from None
+            self.clock_offset.observe(response.headers.get("Date"), sent_at, clock.time())
         reply = self._parse(endpoint, response)
         log.debug("clore %s %s -> http %s code 0", method, endpoint, response.status_code)
         return reply
@@ -429,17 +485,6 @@ def map_error(
         retryable=http_status >= 500,  # a 5xx without a known code looks like an outage
         **common,
     )
-
-
-def newest_order_on(orders: Iterable[Order], server_id: int, since_unix_s: float) -> Order | None:
-    """Our newest live order on `server_id` created at or after `since_unix_s` (a missing `ct`
-    cannot rule an order out). One server holds one active order, so this is the one we made."""
-    fits = [
-        o
-        for o in orders
-        if o.si == server_id and not o.expired and (o.ct is None or o.ct >= since_unix_s)
-    ]
-    return max(fits, key=lambda o: o.id, default=None)
 
 
 def may_have_created(exc: e.CloreApiError) -> bool:

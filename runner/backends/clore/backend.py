@@ -76,7 +76,9 @@ class CloreBackend:
     _idle_usd: float = 0.0
     _reserved: list[float] = field(default_factory=list)  # USD of rentals being set up
     _choosing: set[int] = field(default_factory=set)  # servers being ordered
+    _balance_lock: threading.Lock = field(default_factory=threading.Lock)
     _balance_checked: bool = False
+    _balance_short: RunMustStop | None = None  # every later rental stops the same way
     _fees_noted: bool = False  # the fee rates assumed are said once per run
 
     def __post_init__(self) -> None:
@@ -241,10 +243,17 @@ class CloreBackend:
     def _check_balance(self, offer: Offer, worst_case_usd: float) -> None:
         """Once per run, before the first rental: the wallet of the run's currency must pay
         for that rental's worst case, or nothing is rented at all."""
-        with self._cond:
-            if self._balance_checked:
-                return
-            self._balance_checked = True
+        with self._balance_lock:  # the other workers wait for the verdict, then share it
+            if not self._balance_checked:
+                self._balance_checked = True
+                try:
+                    self._read_balance(offer, worst_case_usd)
+                except RunMustStop as exc:
+                    self._balance_short = exc
+            if self._balance_short is not None:
+                raise RunMustStop(self._balance_short.message, self._balance_short.hint)
+
+    def _read_balance(self, offer: Offer, worst_case_usd: float) -> None:
         try:
             wallets = {w.name: w for w in self.client.wallets()}
         except api_errors.InvalidTokenError as exc:
@@ -312,6 +321,9 @@ class CloreBackend:
         if offer.cuda_version:
             facts["cuda"] = offer.cuda_version
         notes = list(rental.skipped)  # said by the first job on it only
+        for timing in ("online_after_s", "ssh_ready_after_s"):  # from the create
+            if timing in rental.facts:
+                facts[timing] = rental.facts[timing]
         if rental.skipped:
             facts["skipped_hosts"] = "; ".join(rental.skipped)
             rental.skipped = []

@@ -3,9 +3,12 @@
 For every rental not yet released, the order is looked up in `my_orders` (completed ones
 included, so "ended" and "never created" can be told apart):
 - by its order id when the ledger has one;
-- otherwise (the run died between `create_order` and learning the id) by server id `si` and
-  creation time `ct` >= intent time - clock skew, newest id first, skipping orders that other
-  rentals already own, so two intents on one server cannot both claim one order.
+- otherwise (the run died between `create_order` and learning the id) by the ownership marks the
+  run wrote: an intent whose create was never sent made nothing; a sent one adopts only the
+  order its marks prove (server, creation time within the send's window read through the
+  measured clock offset, the echoed image/currency/spot/bid, no other rental holding it). An
+  order that cannot be proven ours is never cancelled: it is listed with the reason, and the
+  rental stays open when an order might still be ours (`unproven`).
 A live order is cancelled, then confirmed gone from `my_orders` (the API can answer OK and keep
 listing it: it is cancelled once more, then looked at again). Only then is the rental `released`.
 An order that already ended is `released` at once; an intent with no order is `failed`, but only
@@ -18,25 +21,26 @@ Idempotent: with nothing unreleased it makes no API call at all.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from runner.backends.clore.api import CloreClient, newest_order_on
+from runner.backends.clore.api import CloreClient
 from runner.backends.clore.errors import CloreApiError
 from runner.backends.clore.models import Order
+from runner.backends.clore.ownership import Claim, find_ours
 from runner.backends.clore.ratelimit import Clock
 from runner.ledger import Rental
 from runner.stores.ledger import RentalLedger
 
 CONFIRM_WAIT_S = 5.0  # before the last look after a second cancel (G-gv waited 2-12 s)
 
-Kind = Literal["cancelled", "ended", "nothing-created", "error"]
+Kind = Literal["cancelled", "ended", "nothing-created", "unproven", "error"]
 
 _DONE_TEXT: dict[Kind, tuple[str, str]] = {  # (done, dry run)
     "cancelled": ("cancelled; marked released", "would cancel"),
     "ended": ("already ended; marked released", "already ended; would mark released"),
     "nothing-created": ("no order was created; marked failed", "no order; would mark failed"),
+    "unproven": ("no order is provably ours: nothing cancelled", "no order is provably ours"),
     "error": ("error", "error"),
 }
 
@@ -54,7 +58,7 @@ class Action:
     @property
     def resolved(self) -> bool:
         """False when the rental is still unreleased and may still be billed."""
-        return self.kind != "error"
+        return self.kind not in ("error", "unproven")
 
     def describe(self) -> str:
         text = _DONE_TEXT[self.kind][1 if self.dry_run else 0]
@@ -90,74 +94,95 @@ def reconcile(
     actions: dict[int, Action] = {}
     live: dict[int, Order] = {}
     for rental in pending:
-        order = found[rental.id]
-        if order is None or order.expired:
-            actions[rental.id] = _settle(ledger, rental, order)
+        match = found[rental.id]
+        if match.unproven:
+            actions[rental.id] = Action(rental, "unproven", None, match.why)
+        elif match.order is None or match.order.expired:
+            actions[rental.id] = _settle(ledger, rental, match)
         else:
-            live[rental.id] = order
+            live[rental.id] = match.order
     actions.update(_cancel_all(ledger, client, [r for r in pending if r.id in live], live))
     return [actions[r.id] for r in pending]
 
 
+@dataclass(frozen=True)
+class _Match:
+    """What `my_orders` shows for one rental: its order, and why others on its server are not."""
+
+    order: Order | None
+    why: str = ""
+    unproven: bool = False  # an order there may be ours, but nothing proves it
+
+
 def _look_up(
     client: CloreClient, pending: list[Rental], owned: set[int], clock: Clock, settle_s: float
-) -> dict[int, Order | None]:
-    """Each rental's order in `my_orders` (None: not there). When an intent without an order
-    is younger than `settle_s`, its order may not be listed yet: wait, then look once more."""
-    found = _match(pending, client.my_orders(return_completed=True), owned, client.ct_skew_s)
-    unsure = [r.created_at for r in pending if r.order_id is None and found[r.id] is None]
+) -> dict[int, _Match]:
+    """Each rental's order in `my_orders`. When a sent create is younger than `settle_s`, its
+    order may not be listed yet: wait, then look once more."""
+    found = _match(pending, client.my_orders(return_completed=True), owned)
+    unsure = [
+        r.create_answered_at or r.create_sent_at or r.created_at
+        for r in pending
+        if r.order_id is None and r.create_sent_at is not None and found[r.id].order is None
+    ]
     wait = max(unsure, default=float("-inf")) + settle_s - clock.time()
     if wait > 0:
         client.limiter.back_off(wait)
-        found = _match(pending, client.my_orders(return_completed=True), owned, client.ct_skew_s)
+        found = _match(pending, client.my_orders(return_completed=True), owned)
     return found
 
 
-def _match(
-    pending: list[Rental], orders: list[Order], owned: set[int], skew_s: float
-) -> dict[int, Order | None]:
+def _match(pending: list[Rental], orders: list[Order], owned: set[int]) -> dict[int, _Match]:
     by_id = {o.id: o for o in orders}
-    found: dict[int, Order | None] = {
-        r.id: by_id.get(r.order_id) for r in pending if r.order_id is not None
-    }
+    found = {r.id: _Match(by_id.get(r.order_id)) for r in pending if r.order_id is not None}
     taken = set(owned)
-    # Newest intent first: it claims the newest order, an older one the order before it.
-    for rental in sorted(pending, key=lambda r: r.created_at, reverse=True):
+    for rental in pending:
         if rental.order_id is not None:
             continue
-        free = [o for o in orders if o.id not in taken]
-        since = rental.created_at - skew_s
-        order = newest_order_on(free, rental.server_id, since) or _newest_ended(
-            free, rental.server_id, since
-        )
-        found[rental.id] = order
-        if order is not None:
-            taken.add(order.id)
+        claim = Claim.of(rental)
+        if claim is None:
+            found[rental.id] = _unclaimed(rental, orders)
+            continue
+        verdict = find_ours(orders, claim, taken)
+        found[rental.id] = _Match(verdict.order, verdict.describe(), verdict.ambiguous)
+        if verdict.order is not None:
+            taken.add(verdict.order.id)
     return found
 
 
-def _newest_ended(orders: Iterable[Order], server_id: int, since: float) -> Order | None:
-    """An intent's order that has already ended: nothing to cancel, but it did exist."""
-    fits = [
-        o for o in orders if o.expired and o.si == server_id and (o.ct is None or o.ct >= since)
-    ]
-    return max(fits, key=lambda o: o.id, default=None)
+def _unclaimed(rental: Rental, orders: list[Order]) -> _Match:
+    """A rental that makes no claim: its create never went out (nothing to adopt), or it was
+    written before creates were marked (nothing can be proven)."""
+    if not rental.legacy:
+        return _Match(None)  # its create never went out
+    there = [o.id for o in orders if o.si == rental.server_id and not o.expired]
+    listed = f"; live orders on it: {', '.join(map(str, there))}" if there else ""
+    why = (
+        f"recorded by an older clore-run that did not mark its creates, so no order on server "
+        f"{rental.server_id} can be proven its own{listed}: check them on clore.ai and cancel "
+        "by hand what is yours"
+    )
+    return _Match(None, why, unproven=bool(there))
 
 
-def _verdict(rental: Rental, order: Order | None, *, dry_run: bool) -> Action:
+def _verdict(rental: Rental, match: _Match, *, dry_run: bool) -> Action:
+    order = match.order
     order_id = order.id if order is not None else rental.order_id
+    if match.unproven:
+        return Action(rental, "unproven", None, match.why, dry_run=dry_run)
     if order is not None and not order.expired:
         return Action(rental, "cancelled", order_id, dry_run=dry_run)
     if order is None and rental.order_id is None:
-        return Action(rental, "nothing-created", None, dry_run=dry_run)
+        return Action(rental, "nothing-created", None, match.why, dry_run=dry_run)
     return Action(rental, "ended", order_id, dry_run=dry_run)
 
 
-def _settle(ledger: RentalLedger, rental: Rental, order: Order | None) -> Action:
+def _settle(ledger: RentalLedger, rental: Rental, match: _Match) -> Action:
     """Record a rental with nothing to cancel."""
-    action = _verdict(rental, order, dry_run=False)
+    action = _verdict(rental, match, dry_run=False)
     if action.kind == "nothing-created":
-        ledger.set_state(rental.id, "failed", "cleanup: no order in my_orders")
+        note = "cleanup: no order of ours in my_orders"
+        ledger.set_state(rental.id, "failed", f"{note} ({match.why})" if match.why else note)
     else:
         if rental.order_id is None and action.order_id is not None:
             ledger.set_order(rental.id, action.order_id)

@@ -20,6 +20,7 @@ from runner.backends.clore.api import CloreClient, OrderRequest, may_have_create
 from runner.backends.clore.fees import FeeSchedule, read_fee_schedule
 from runner.backends.clore.market import Offer, per_hour, spot_bid_per_day
 from runner.backends.clore.models import Order
+from runner.backends.clore.ownership import LedgerMarks
 from runner.backends.clore.ratelimit import Clock, RequestAborted
 from runner.backends.ssh.connection import ConnectOptions, Endpoint, SshConnection, connect
 from runner.backends.ssh.keys import ClientKey, HostKeyStore
@@ -161,6 +162,7 @@ class Provisioner:
         except BaseException:
             self._settle_pool(reservation, 0.0)  # no create was sent: it made nothing
             raise
+        asked = self.clock.now()
         order = self._create(rental, job, cancel)
         rental.order_id = order.id
         rental.held_since = rental.billed_until = order.ct or self.clock.time()
@@ -169,7 +171,9 @@ class Provisioner:
             self.ledger.set_order(rental.rental_id, order.id)
             self.ledger.set_state(rental.rental_id, "ordered")
             order = self._wait_online(order.id, cancel, rental)
+            rental.facts["online_after_s"] = f"{self.clock.now() - asked:.1f}"
             rental.conn = self._connect(order, cancel)
+            rental.facts["ssh_ready_after_s"] = f"{self.clock.now() - asked:.1f}"
             self.ledger.set_state(rental.rental_id, "running")
         except BaseException:
             self._waste(rental, self.release(rental))
@@ -273,7 +277,14 @@ class Provisioner:
         spot = job.gpu is not None and job.gpu.spot
         usd_per_hour = self.usd_per_hour(offer, price_per_day, spot)
         rental_id = self.ledger.record_intent(
-            self.run_id, job.id, offer.server_id, price_per_day, self.currency, usd_per_hour
+            self.run_id,
+            job.id,
+            offer.server_id,
+            price_per_day,
+            self.currency,
+            usd_per_hour,
+            image=job.image or DEFAULT_IMAGE,
+            spot=spot,
         )
         rental = Rental(rental_id, job.id, offer, price_per_day, self.currency, usd_per_hour)
         rental.spot = spot
@@ -284,13 +295,13 @@ class Provisioner:
     def _create(self, rental: Rental, job: Job, cancel: threading.Event) -> Order:
         try:
             try:
-                return self.client.create_order(self._request(rental, job), abort=cancel)
+                return self._send_create(rental, job, cancel)
             except api_errors.TooLowPriceError:
                 # A bid under a new rival or minimum was refused, renting nothing: bid again
                 # from a fresh book, once, if the cap allows a higher bid.
                 if not rental.spot or not self._rebid_for_create(rental, job):
                     raise
-                return self.client.create_order(self._request(rental, job), abort=cancel)
+                return self._send_create(rental, job, cancel)
         except RequestAborted:
             # Given up while waiting for the create's rate-limit slot: nothing was sent.
             self.ledger.set_state(rental.rental_id, "failed", "cancelled before the create")
@@ -309,6 +320,14 @@ class Provisioner:
                 self.ledger.set_state(rental.rental_id, "failed", str(exc))
                 self._settle_pool(rental.reservation, 0.0)
             raise SkipOffer(f"server {rental.offer.server_id}: {exc}") from None
+
+    def _send_create(self, rental: Rental, job: Job, cancel: threading.Event) -> Order:
+        """One create, with the ledger's ownership marks; the orders the ledger's other
+        rentals hold are not this create's to adopt."""
+        taken = {r.order_id for r in self.ledger.unreleased() if r.order_id is not None}
+        marks = LedgerMarks(self.ledger, rental.rental_id)
+        request = self._request(rental, job)
+        return self.client.create_order(request, abort=cancel, journal=marks, taken=taken)
 
     def _request(self, rental: Rental, job: Job) -> OrderRequest:
         return OrderRequest(

@@ -17,10 +17,8 @@ from runner.backends.clore.api import (
     CloreClient,
     OrderRequest,
     RetryPolicy,
-    newest_order_on,
 )
 from runner.backends.clore.market import offers_from_servers, spot_bid_per_day
-from runner.backends.clore.models import Order
 from runner.errors import InfrastructureError
 from tests.fakes.clore_api import API_KEY, FakeClore, Fault, Faults
 
@@ -391,23 +389,6 @@ def test_order_request_body() -> None:
     assert (spot["type"], spot["spotprice"], spot["env"]) == ("spot", 0.0001, {"A": "b"})
     with pytest.raises(ValueError, match="TOKEN"):
         OrderRequest(1, "img", "bitcoin", env={"TOKEN": "a&b"})
-
-
-def test_newest_order_on_picks_our_fresh_order() -> None:
-    def order(id_: int, si: int, ct: float | None, expired: bool = False) -> Order:
-        return Order(id=id_, si=si, ct=ct, expired=expired)
-
-    since = 1000.0
-    orders = [
-        order(5, 7, 900),  # too old: another run's
-        order(6, 8, 1001),  # another server
-        order(7, 7, 1002, expired=True),
-        order(3, 7, 1001),
-        order(4, 7, 1003),
-    ]
-    assert newest_order_on(orders, 7, since).id == 4  # type: ignore[union-attr]
-    assert newest_order_on(orders[:3], 7, since) is None
-    assert newest_order_on([order(9, 7, None)], 7, since).id == 9  # type: ignore[union-attr]
 
 
 # --- rate limits and secrecy -------------------------------------------------------------------

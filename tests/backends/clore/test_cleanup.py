@@ -48,9 +48,11 @@ def rent(
     known: bool = True,
 ) -> tuple[int, int]:
     """What a run does: intent, create (a second later on the API's clock), then maybe the id."""
-    rid = ledger.record_intent(run, job, server, 2.0, "USD-Blockchain", 2 / 24)
+    rid = ledger.record_intent(run, job, server, 2.0, "USD-Blockchain", 2 / 24, image="old")
     fake.clock.advance(1)
+    send(fake, ledger, rid)
     oid = fake.add_order(server, age_s=0)
+    ledger.mark_create_answered(rid, fake.clock.time())
     if known:  # the run read the id from my_orders: the order is listed by now
         fake.clock.advance(fake.appear_after_s)
         ledger.set_order(rid, oid)
@@ -60,7 +62,20 @@ def rent(
 
 def intent_only(fake: FakeClore, ledger: Ledger, server: int, job: str, run: str = "run-1") -> int:
     """A run that wrote its intent and died before create_order went out."""
-    return ledger.record_intent(run, job, server, 2.0, "USD-Blockchain", 2 / 24)
+    return ledger.record_intent(run, job, server, 2.0, "USD-Blockchain", 2 / 24, image="old")
+
+
+def send(fake: FakeClore, ledger: Ledger, rental_id: int) -> None:
+    """The run marks its create sent, the clock offset measured as the fake's Date shows it."""
+    ahead = fake.api_clock_ahead_s
+    ledger.mark_create_sent(rental_id, fake.clock.time(), (ahead, ahead + 1.0))
+
+
+def sent_only(fake: FakeClore, ledger: Ledger, server: int, job: str, run: str = "run-1") -> int:
+    """A run that sent its create and died before any answer."""
+    rid = intent_only(fake, ledger, server, job, run)
+    send(fake, ledger, rid)
+    return rid
 
 
 def states(ledger: Ledger, run: str = "run-1") -> list[tuple[str, int | None, str]]:
@@ -113,7 +128,7 @@ def test_a_young_intent_waits_for_my_orders_to_catch_up(
     fake_clore: FakeClore, ledger: Ledger
 ) -> None:
     # Killed right after create_order: the order is not listed yet (my_orders lags by 3 s here).
-    intent_only(fake_clore, ledger, 88028, "train")
+    sent_only(fake_clore, ledger, 88028, "train")
     oid = fake_clore.add_order(88028, age_s=0)
     client = fake_clore.client()
     started = fake_clore.clock.now()
@@ -126,10 +141,10 @@ def test_a_young_intent_waits_for_my_orders_to_catch_up(
     assert states(ledger) == [("train", oid, "released")]
 
 
-def test_an_intent_that_created_nothing_is_marked_failed_after_a_look(
+def test_a_sent_create_that_made_nothing_is_marked_failed_after_a_look(
     fake_clore: FakeClore, ledger: Ledger
 ) -> None:
-    intent_only(fake_clore, ledger, 88028, "train")
+    sent_only(fake_clore, ledger, 88028, "train")
     client = fake_clore.client()
     actions = reconcile(ledger, client, dry_run=False)
     assert kinds(actions) == [("train", "nothing-created", None)]
@@ -139,6 +154,15 @@ def test_an_intent_that_created_nothing_is_marked_failed_after_a_look(
     looks = fake_clore.calls("my_orders")
     assert len(looks) == 2 and looks[1].t >= sum(client.recover_delays_s)
     assert fake_clore.calls("cancel_order") == []
+
+
+def test_an_intent_whose_create_never_went_out_needs_no_wait(
+    fake_clore: FakeClore, ledger: Ledger
+) -> None:
+    intent_only(fake_clore, ledger, 88028, "train")
+    reconcile(ledger, fake_clore.client(), dry_run=False)
+    assert len(fake_clore.calls("my_orders")) == 1
+    assert states(ledger) == [("train", None, "failed")]
 
 
 def test_an_old_empty_intent_needs_no_wait(fake_clore: FakeClore, ledger: Ledger) -> None:
@@ -335,6 +359,7 @@ CRASHING_RUN = textwrap.dedent(
     """
     import sys, threading
     from runner.backends.clore.api import CloreClient, OrderRequest
+    from runner.backends.clore.ownership import LedgerMarks
     from runner.backends.clore.ratelimit import RateLimiter
     from runner.ledger import Ledger
 
@@ -349,12 +374,14 @@ CRASHING_RUN = textwrap.dedent(
     client = CloreClient(key, base_url=url, limiter=RateLimiter(ApiTime()))
     # One rental the run knows all about ...
     known = ledger.record_intent("crashed", "train", 88028, 2.0, "USD-Blockchain", 2 / 24)
-    order = client.create_order(OrderRequest(88028, "img", "USD-Blockchain"))
+    marks = LedgerMarks(ledger, known)
+    order = client.create_order(OrderRequest(88028, "img", "USD-Blockchain"), journal=marks)
     ledger.set_order(known, order.id)
     ledger.set_state(known, "running")
     # ... and one whose order exists while the ledger has only the intent.
-    ledger.record_intent("crashed", "eval", 99173, 3.0, "USD-Blockchain", 3 / 24)
-    client.create_order(OrderRequest(99173, "img", "USD-Blockchain"))
+    rid = ledger.record_intent("crashed", "eval", 99173, 3.0, "USD-Blockchain", 3 / 24, image="img")
+    marks = LedgerMarks(ledger, rid)
+    client.create_order(OrderRequest(99173, "img", "USD-Blockchain"), journal=marks)
     print("rented", flush=True)
     threading.Event().wait()
     """

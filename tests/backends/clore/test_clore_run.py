@@ -130,8 +130,8 @@ def test_create_answered_500_code_1_while_created_rents_once(setup: Setup) -> No
 
 
 def test_not_enough_balance_stops_the_run(setup: Setup) -> None:
-    # The wallet read says enough, the create says otherwise (someone else spent it).
-    setup.fake.fail_next("create_order", Faults.NOT_ENOUGH_BALANCE)
+    # The wallet read says enough, the creates say otherwise (someone else spent it).
+    setup.fake.fail_next("create_order", Faults.NOT_ENOUGH_BALANCE, times=2)
     pipeline = parse_pipeline(
         "currency: USD-Blockchain\njobs:\n  a: {run: echo hi}\n  b: {run: echo hi}\n", "p.yml", {}
     )
@@ -691,8 +691,8 @@ def test_a_ledger_failing_after_the_create_does_not_leave_the_order_running(
     backend, ledger = setup.backend(pipeline)
     record_intent = ledger.record_intent
 
-    def intent_then_disk_full(*args: object) -> int:
-        rental_id = record_intent(*args)  # type: ignore[arg-type]
+    def intent_then_disk_full(*args: object, **kwargs: object) -> int:
+        rental_id = record_intent(*args, **kwargs)  # type: ignore[arg-type]
 
         def fail(*_args: object, **_kwargs: object) -> None:
             raise LedgerError(f"ledger {ledger.path}: cannot write: disk I/O error")

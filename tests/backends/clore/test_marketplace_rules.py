@@ -98,7 +98,9 @@ def test_an_image_said_to_run_its_own_sshd_that_does_not_is_left_with_the_reason
     def cloreai_from_the_second(order: FakeOrder) -> None:
         first.append(order)
         if len(first) > 1:
-            order.image = "cloreai/ubuntu22.04-cuda12"  # as if the user's image had sshd
+            # As if the user's image had sshd (not by changing the image: the API echoes it, and
+            # an order whose echo differs from the create's cannot be proven ours).
+            order.autossh = True
 
     setup.fake.after_create = cloreai_from_the_second
     record, code, console, out = run_with(setup, pipeline)
@@ -278,3 +280,23 @@ def test_renter_fees_unreadable_falls_back_to_the_documented_rates_and_says_so(
     (facts,) = attempt_facts(out, "a")
     assert facts["renter_fee_source"] == "documented" and facts["renter_fee_rate"] == "0.05"
     assert "renter_fees could not be read" in console
+
+
+def test_a_short_balance_stops_every_later_rental_too(setup: Setup) -> None:
+    """Workers that ask after the wallet was found short get the same answer, not a create."""
+    from runner.errors import RunMustStop
+
+    setup.fake.balances["USD-Blockchain"] = 0.2  # the 3090's worst case is 0.209
+    pipeline = pipeline_of(
+        "currency: USD-Blockchain\njobs:\n  a: {run: echo a, gpu: {type: '3090'}}\n"
+        "  b: {run: echo b, gpu: {type: '3090'}}\n"
+    )
+    backend, _ = setup.backend(pipeline)
+    try:
+        for job in pipeline.jobs:
+            with pytest.raises(RunMustStop, match=r"wallet holds 0\.2,"):
+                backend.acquire(job, threading.Event())
+    finally:
+        backend.shutdown()
+    assert setup.fake.calls("create_order") == []
+    assert len(setup.fake.calls("wallets")) == 1

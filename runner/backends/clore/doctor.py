@@ -1,0 +1,191 @@
+"""`clore-run doctor`: is this key ready for a real run, and does renting still work?
+
+`check_account` reads what a first run depends on (the key, the balances, the fee rates, the
+marketplace) and says what is wrong. `run_canary` rents the cheapest fitting server for a few
+minutes, the way a run does (ledger first, the default image, SSH with a fresh key), runs
+`nvidia-smi -L`, gives the server back, confirms it is gone and says what it cost as billed:
+a user running it weekly learns when Clore changes under us.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+from runner.backends.clore import errors as e
+from runner.backends.clore.api import CloreClient
+from runner.backends.clore.fees import FeeSchedule, read_fee_schedule
+from runner.backends.clore.market import Offer, describe_ask, matching_offers, offers_from_servers
+from runner.backends.clore.provision import (
+    DEFAULT_IMAGE,
+    Provisioner,
+    ProvisionOptions,
+    Rental,
+)
+from runner.backends.clore.ratelimit import Clock
+from runner.backends.ssh.keys import ClientKey, HostKeyStore
+from runner.core.model import GpuAsk, Job
+from runner.errors import InfrastructureError
+from runner.ledger import Ledger
+from runner.untrusted import console_line
+
+CANARY_LIMIT_S = 300.0  # the canary holds its server at most this long
+CANARY_RUN_ID_PREFIX = "canary"
+_GPU_LIST = "nvidia-smi -L"
+
+
+@dataclass
+class Checkup:
+    """What doctor found: lines to print, and the problems among them (none: exit 0)."""
+
+    lines: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    offers: list[Offer] = field(default_factory=list)  # those fitting the ask, best first
+    fees: FeeSchedule | None = None
+
+    def say(self, line: str) -> None:
+        self.lines.append(line)
+
+    def problem(self, line: str) -> None:
+        self.lines.append(f"problem: {line}")
+        self.problems.append(line)
+
+
+def check_account(client: CloreClient, currency: str, ask: GpuAsk) -> Checkup:
+    """Key, balances, fee rates, marketplace. A refused key stops the checks: nothing else
+    can be read with it. Never prints the key."""
+    found = Checkup()
+    try:
+        wallets = client.wallets()
+    except e.InvalidTokenError:
+        found.problem("the Clore API refused the key in CLORE_API_KEY (code 3: invalid API token)")
+        return found
+    except e.CloreApiError as exc:
+        found.problem(f"could not read the wallets: {exc.message}")
+        wallets = []
+    else:
+        found.say("key: accepted by the Clore API")
+    balances = {w.name: w.balance for w in wallets}
+    if wallets:
+        listed = ", ".join(f"{name} {_amount(bal)}" for name, bal in sorted(balances.items()))
+        found.say(f"balances: {listed}")
+        if not balances.get(currency):
+            found.problem(f"nothing to pay with in {currency}: top up that wallet on clore.ai")
+    found.fees = read_fee_schedule(client, currency)
+    found.say(f"fees: {found.fees.describe()}{_creation_fees(found.fees)}")
+    for note in found.fees.notes:
+        found.say(f"note: {note}")
+    _check_market(client, currency, ask, found)
+    return found
+
+
+def _check_market(client: CloreClient, currency: str, ask: GpuAsk, found: Checkup) -> None:
+    try:
+        servers = client.marketplace().servers
+    except e.CloreApiError as exc:
+        found.problem(f"the marketplace could not be read: {exc.message}")
+        return
+    rates = found.fees.rates if found.fees else None
+    offers = offers_from_servers(servers, currency, fees=rates) if rates else []
+    found.offers = matching_offers(offers, ask)
+    wanted = describe_ask(ask, currency)
+    if not found.offers:
+        found.problem(f"marketplace: {len(servers)} servers listed, none fits {wanted}")
+        return
+    best = found.offers[0]
+    price = best.usd_per_hour(ask.spot) or 0.0
+    found.say(
+        f"marketplace: {len(servers)} servers listed, {len(found.offers)} fit {wanted}; "
+        f"cheapest per reliable hour #{best.server_id} {best.gpus} at {price:.3f} $/h "
+        "(renter fee included)"
+    )
+
+
+@dataclass
+class CanaryTools:
+    """What the canary rents with: injected, so tests use a fake API, clock and sshd."""
+
+    client: CloreClient
+    clock: Clock
+    ledger: Ledger
+    key: ClientKey
+    host_keys: HostKeyStore
+    options: ProvisionOptions
+
+
+def canary_options() -> ProvisionOptions:
+    """Start-up bounded so that the whole canary stays within its five minutes."""
+    return ProvisionOptions(online_timeout_s=CANARY_LIMIT_S - 60.0)
+
+
+def run_canary(tools: CanaryTools, currency: str, ask: GpuAsk, offer: Offer) -> list[str]:
+    """Rent `offer` briefly, prove SSH works, give it back. Lines to print; raises
+    InfrastructureError (after the order is given back) when any step fails."""
+    run_id = f"{CANARY_RUN_ID_PREFIX}-{int(tools.clock.time())}"
+    provisioner = Provisioner(
+        tools.client,
+        tools.ledger,
+        run_id,
+        tools.key,
+        tools.host_keys,
+        tools.clock,
+        currency,
+        tools.options,
+    )
+    job = Job(id="canary", name="canary", run=_GPU_LIST, timeout_s=CANARY_LIMIT_S, gpu=ask)
+    price = offer.usd_per_hour(ask.spot) or 0.0
+    lines = [
+        f"canary: renting #{offer.server_id} {offer.gpus} at {price:.3f} $/h with {DEFAULT_IMAGE}"
+        f", for at most {CANARY_LIMIT_S / 60:g} minutes"
+    ]
+    rental = provisioner.rent(job, offer, threading.Event())
+    try:
+        lines.append(
+            f"canary: order {rental.order_id} online after {rental.facts['online_after_s']} s, "
+            f"SSH ready after {rental.facts['ssh_ready_after_s']} s"
+        )
+        lines.append(f"canary: {_gpus(rental)}")
+    finally:
+        final_usd = provisioner.release(rental)
+    if tools.ledger.unreleased(run_id):
+        raise InfrastructureError(
+            f"canary: order {rental.order_id} was cancelled but is still listed",
+            f"run `clore-run cleanup --run {run_id}`, or cancel it on clore.ai",
+        )
+    lines.append(f"canary: order {rental.order_id} cancelled and gone; {_cost(rental, final_usd)}")
+    return lines
+
+
+def _gpus(rental: Rental) -> str:
+    assert rental.conn is not None  # rent() returns a connected rental
+    result = rental.conn.run(_GPU_LIST, timeout_s=30.0)
+    text = result.stdout.decode("utf-8", "replace")
+    gpus = [console_line(line).strip() for line in text.splitlines()[:16] if line.strip()]
+    if result.exit_code == 0 and gpus:
+        return f"{_GPU_LIST}: " + "; ".join(gpus)
+    return f"{_GPU_LIST}: no nvidia-smi on the server (exit {result.exit_code})"
+
+
+def _cost(rental: Rental, final_usd: float | None) -> str:
+    if final_usd is None:
+        return "the API reported no spend, so the cost is not known"
+    parts = rental.facts
+    return (
+        f"cost as billed ${final_usd:.6f} (rental ${float(parts['order_rental_usd']):.6f}, "
+        f"renter fee ${float(parts['order_renter_fee_usd']):.6f}, "
+        f"creation fee ${float(parts['order_creation_fee_usd']):.6f})"
+    )
+
+
+def _amount(balance: float | None) -> str:
+    return "unknown" if balance is None else f"{balance:g}"
+
+
+def _creation_fees(fees: FeeSchedule) -> str:
+    on_demand, spot = fees.creation_fee_native(False), fees.creation_fee_native(True)
+    if on_demand is None and spot is None:
+        return ""
+    return (
+        f"; creation fee {_amount(on_demand)} on-demand, {_amount(spot)} spot {fees.currency}"
+        ", charged for orders that live 10 minutes or more"
+    )

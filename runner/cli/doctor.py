@@ -1,0 +1,99 @@
+"""`clore-run doctor [--canary] [--gpu T]`: check a Clore key before the first real run.
+
+Exit 0 when the key, the balance in the run's currency, the fee rates and the marketplace are
+fine (and, with --canary, a rental came up, answered SSH and was given back); 3 with what is
+wrong otherwise. The key itself is never printed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, NoReturn
+
+import typer
+
+from runner.core.model import GpuAsk
+from runner.errors import CloreRunError
+from runner.ledger import DEFAULT_PATH
+
+if TYPE_CHECKING:  # the Clore client loads only when doctor runs
+    from runner.backends.clore.api import CloreClient
+    from runner.backends.clore.doctor import CanaryTools
+
+ClientFactory = Callable[[], "CloreClient"]
+ToolsFactory = Callable[["CloreClient", Path], "CanaryTools"]
+
+
+def register(
+    app: typer.Typer,
+    client_factory: ClientFactory | None = None,
+    tools_factory: ToolsFactory | None = None,
+) -> None:
+    """Add `doctor` to `app`; the factories default to the real API, clock and SSH."""
+    make_client = client_factory or _client_from_env
+    make_tools = tools_factory or _real_tools
+
+    @app.command("doctor")
+    def doctor(
+        canary: Annotated[
+            bool,
+            typer.Option(
+                help="Also rent the cheapest fitting server for at most 5 minutes, connect over "
+                "SSH, run nvidia-smi -L and give it back (costs a few cents at most)."
+            ),
+        ] = False,
+        gpu: Annotated[str | None, typer.Option(help="GPU type, a substring: 4090, 'RTX'")] = None,
+        currency: Annotated[str, typer.Option(help="Order currency")] = "CLORE-Blockchain",
+        ledger_path: Annotated[
+            Path, typer.Option("--ledger", help="The rental ledger.", metavar="FILE")
+        ] = DEFAULT_PATH,
+    ) -> None:
+        """Check the API key, balances, fee rates and marketplace; with --canary, rent once."""
+        from runner.backends.clore import doctor as checks
+        from runner.backends.clore.market import CURRENCIES
+
+        if currency not in CURRENCIES:
+            typer.echo(f"error: --currency must be one of {', '.join(CURRENCIES)}", err=True)
+            raise typer.Exit(2)
+        ask = GpuAsk(type=gpu)
+        try:
+            client = make_client()
+            found = checks.check_account(client, currency, ask)
+            for line in found.lines:
+                typer.echo(line)
+            if found.problems:
+                _fail(f"{len(found.problems)} problem(s): " + "; ".join(found.problems))
+            if canary:
+                tools = make_tools(client, ledger_path)
+                for line in checks.run_canary(tools, currency, ask, found.offers[0]):
+                    typer.echo(line)
+        except CloreRunError as exc:  # a missing key (with how to set it), a failed canary
+            _fail(str(exc))
+        typer.echo("doctor: all checks passed")
+
+
+def _client_from_env() -> CloreClient:
+    from runner.backends.clore.api import CloreClient
+
+    return CloreClient.from_env()
+
+
+def _real_tools(client: CloreClient, ledger_path: Path) -> CanaryTools:
+    from runner.backends.clore.doctor import CanaryTools, canary_options
+    from runner.backends.ssh.keys import ClientKey, HostKeyStore
+    from runner.ledger import Ledger
+
+    return CanaryTools(
+        client=client,
+        clock=client.limiter.clock,
+        ledger=Ledger(ledger_path),
+        key=ClientKey.generate(),
+        host_keys=HostKeyStore(),
+        options=canary_options(),
+    )
+
+
+def _fail(message: str) -> NoReturn:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(3)

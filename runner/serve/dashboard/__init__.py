@@ -1,0 +1,27 @@
+"""The web dashboard `clore-run serve` shows at `/`: the queue, a job and its log, a
+submission's DAG and timeline, and spend. Server-rendered HTML (jinja2) with one small plain
+script that keeps parts of a page live; behind a login with the API's token."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from runner.serve.dashboard.reads import Queue, Settings
+from runner.serve.dashboard.session import Sessions
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+    from runner.serve.service import Service
+
+
+def mount(api: FastAPI, service: Service, token: str) -> None:
+    """Add the dashboard's routes to the API app, for the service it serves."""
+    from runner.serve.dashboard import routes
+
+    options = service.options
+    settings = Settings(options.data_dir, options.capacity, options.daily_spend_limit_usd)
+    routes.mount(api, service, settings, Sessions(token, service.clock))
+
+
+__all__ = ["Queue", "Settings", "mount"]

@@ -1,0 +1,81 @@
+"""The dashboard's login session and its CSRF token, signed with a key derived from the API token.
+
+A session is a signed cookie, not a server-side row: `<expires>.<nonce>.<mac>`. Every instance
+that knows the token can check it, a restart keeps people logged in, and changing the token
+logs everybody out. The cookie is HttpOnly (page scripts never see it) and SameSite=Strict (a
+request another site starts does not carry it).
+
+The CSRF token is a second MAC over the session's nonce, sent in the page and checked on every
+POST. SameSite=Strict alone would do in today's browsers; the token also covers older ones and
+a same-site page on another port of the same host, which SameSite does not tell apart.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+COOKIE = "clore_run_session"
+SESSION_S = 12 * 3600.0  # a working day; then log in again
+_KEY_LABEL = b"clore-run dashboard session v1"
+
+
+@dataclass(frozen=True)
+class Session:
+    nonce: str
+    expires: float
+
+
+class Sessions:
+    """Issues and checks session cookies and CSRF tokens for one API token."""
+
+    def __init__(self, token: str, clock: Callable[[], float] = time.time) -> None:
+        self._token = token.encode()
+        self._key = hmac.new(self._token, _KEY_LABEL, hashlib.sha256).digest()
+        self._clock = clock
+        self._ended: dict[str, float] = {}  # nonce -> expiry: logged out before it expired
+        self._lock = threading.Lock()
+
+    def token_is_right(self, offered: str) -> bool:
+        return hmac.compare_digest(offered.encode(), self._token)
+
+    def issue(self) -> tuple[str, Session]:
+        """A new cookie value and the session it stands for."""
+        session = Session(secrets.token_urlsafe(16), self._clock() + SESSION_S)
+        body = f"{session.expires:.0f}.{session.nonce}"
+        return f"{body}.{self._mac('session', body)}", session
+
+    def check(self, cookie: str | None) -> Session | None:
+        """The session a cookie stands for, or None (absent, forged, expired, logged out)."""
+        if not cookie or cookie.count(".") != 2:
+            return None
+        expires, nonce, mac = cookie.split(".")
+        if not hmac.compare_digest(mac, self._mac("session", f"{expires}.{nonce}")):
+            return None
+        if not expires.isdigit() or float(expires) <= self._clock():
+            return None
+        with self._lock:
+            if nonce in self._ended:
+                return None
+        return Session(nonce, float(expires))
+
+    def end(self, session: Session) -> None:
+        """Logged out: the cookie stops working here even if a copy of it is kept."""
+        now = self._clock()
+        with self._lock:
+            self._ended = {n: e for n, e in self._ended.items() if e > now}
+            self._ended[session.nonce] = session.expires
+
+    def csrf(self, session: Session) -> str:
+        return self._mac("csrf", session.nonce)
+
+    def csrf_is_right(self, session: Session, offered: str) -> bool:
+        return hmac.compare_digest(offered.encode(), self.csrf(session).encode())
+
+    def _mac(self, purpose: str, text: str) -> str:
+        return hmac.new(self._key, f"{purpose}:{text}".encode(), hashlib.sha256).hexdigest()

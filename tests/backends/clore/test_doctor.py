@@ -1,0 +1,148 @@
+"""`clore-run doctor [--canary]` through typer's CliRunner, against the fake API and a real sshd."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from runner.backends.clore.api import CloreClient
+from runner.backends.clore.doctor import CanaryTools
+from runner.backends.clore.provision import ProvisionOptions
+from runner.backends.ssh.connection import ConnectOptions
+from runner.backends.ssh.keys import ClientKey, HostKeyStore
+from runner.cli.doctor import register
+from runner.ledger import Ledger
+from tests.fakes.clore_api import API_KEY, FakeClock, FakeClore, Faults
+from tests.sshd_fixture import SshServer
+
+runner = CliRunner()
+
+
+def app_for(fake: FakeClore, sshd: SshServer | None = None, **client_kwargs: object) -> typer.Typer:
+    app = typer.Typer()
+
+    @app.callback()
+    def main() -> None:
+        """A stand-in for the real CLI, so `doctor` stays a subcommand."""
+
+    def tools(client: CloreClient, ledger_path: Path) -> CanaryTools:
+        assert sshd is not None
+        key = ClientKey.generate()
+        sshd.authorize(key.public_line)  # what Clore does with `ssh_key`
+        clock = fake.clock
+        options = ProvisionOptions(
+            online_timeout_s=240.0,
+            pause=lambda seconds, _cancel: clock.sleep(seconds),
+            ssh=ConnectOptions(tries=3, backoff_s=0.05, max_backoff_s=0.2),
+        )
+        return CanaryTools(client, clock, Ledger(ledger_path), key, HostKeyStore(), options)
+
+    register(app, lambda: fake.client(**client_kwargs), tools)
+    return app
+
+
+def test_doctor_lists_key_balances_fees_and_fitting_offers(fake_clore: FakeClore) -> None:
+    result = runner.invoke(app_for(fake_clore), ["doctor", "--currency", "USD-Blockchain"])
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "key: accepted by the Clore API" in out
+    assert "balances: CLORE-Blockchain 200000, USD-Blockchain 100, bitcoin 0.01" in out
+    assert "renter fee 5 % on-demand, 1.25 % spot (account rates)" in out
+    assert "creation fee 0.1 on-demand, 0.1 spot USD-Blockchain" in out
+    # 100605 quotes no USD-Blockchain price and 100201 takes none; 100403 is rented.
+    assert "marketplace: 8 servers listed, 5 fit 1x any GPU, on-demand, paid in USD" in out
+    assert "doctor: all checks passed" in out
+    assert API_KEY not in result.output
+    assert fake_clore.calls("create_order") == []
+
+
+def test_doctor_with_a_wrong_key_exits_3_without_printing_it(fake_clore: FakeClore) -> None:
+    result = runner.invoke(app_for(fake_clore, api_key="wrong-key-123"), ["doctor", "--canary"])
+    assert result.exit_code == 3, result.output
+    assert "refused the key" in result.output
+    assert "wrong-key-123" not in result.output and API_KEY not in result.output
+    assert fake_clore.calls("create_order") == []
+
+
+def test_doctor_says_when_nothing_fits_or_the_wallet_is_empty(fake_clore: FakeClore) -> None:
+    fake_clore.balances["bitcoin"] = 0.0
+    args = ["doctor", "--gpu", "H100", "--currency", "bitcoin"]
+    result = runner.invoke(app_for(fake_clore), args)
+    assert result.exit_code == 3, result.output
+    assert "nothing to pay with in bitcoin" in result.output
+    assert "none fits 1x H100" in result.output
+
+
+def test_doctor_without_renter_fees_uses_the_documented_rates_and_says_so(
+    fake_clore: FakeClore,
+) -> None:
+    fake_clore.fail_next("renter_fees", Faults.INVALID_ENDPOINT)
+    result = runner.invoke(app_for(fake_clore), ["doctor"])
+    assert result.exit_code == 0, result.output
+    assert "5 % on-demand, 1.25 % spot (documented rates)" in result.stdout
+    assert "note: renter_fees could not be read" in result.stdout
+
+
+@pytest.fixture
+def canary_fake(fake_clore: FakeClore, sshd_server: SshServer) -> FakeClore:
+    fake_clore.ssh_host = "127.0.0.1"
+    fake_clore.ssh_port = sshd_server.port
+    return fake_clore
+
+
+def test_canary_rents_once_connects_gives_back_and_prints_the_billed_cost(
+    canary_fake: FakeClore, sshd_server: SshServer, fake_clock: FakeClock, tmp_path: Path
+) -> None:
+    before = canary_fake.balances["USD-Blockchain"]
+    args = ["doctor", "--canary", "--currency", "USD-Blockchain", "--gpu", "3090"]
+    result = runner.invoke(
+        app_for(canary_fake, sshd_server), [*args, "--ledger", str(tmp_path / "l.db")]
+    )
+    print("\n" + result.output)
+    assert result.exit_code == 0, result.output
+    (order,) = canary_fake.orders.values()
+    assert not order.live and canary_fake.live_orders() == []
+    assert order.image == "nvidia/cuda:12.8.0-base-ubuntu22.04"  # an ordinary image...
+    (create,) = canary_fake.calls("create_order")
+    assert create.body["autossh_entrypoint"] is True  # ...that answers SSH all the same
+    out = result.stdout
+    assert f"order {order.id} online after " in out and "SSH ready after" in out
+    assert "nvidia-smi -L: " in out  # the loopback sshd has no GPU: it says there is none
+    billed = before - canary_fake.balances["USD-Blockchain"]
+    assert f"cost as billed ${billed:.6f}" in out
+    assert "creation fee $0.000000" in out  # cancelled within 10 minutes
+    assert canary_fake.lived_s(order.id) < 300
+    assert canary_fake.violations == []  # one client, one limiter: doctor's reads and the canary
+    assert not Ledger(tmp_path / "l.db").unreleased()
+
+
+def test_canary_whose_server_never_answers_ssh_exits_3_with_nothing_left(
+    canary_fake: FakeClore, sshd_server: SshServer, tmp_path: Path
+) -> None:
+    canary_fake.ssh_port = canary_fake.no_sshd_port
+    args = ["doctor", "--canary", "--currency", "USD-Blockchain", "--gpu", "3090"]
+    result = runner.invoke(
+        app_for(canary_fake, sshd_server), [*args, "--ledger", str(tmp_path / "l.db")]
+    )
+    assert result.exit_code == 3, result.output
+    assert "sshd never answered on 127.0.0.1" in result.output
+    assert len(canary_fake.orders) == 1 and canary_fake.live_orders() == []
+    assert not Ledger(tmp_path / "l.db").unreleased()
+
+
+def test_the_weekly_canary_workflow_runs_the_canary_and_always_cleans_up() -> None:
+    from tests.gha import load_yaml
+
+    flow = load_yaml(Path(__file__).resolve().parents[3] / "workflows/clore-canary.yml")
+    (cron,) = (entry["cron"] for entry in flow["on"]["schedule"])
+    assert cron.split()[2:] == ["*", "*", "1"]  # weekly: every Monday
+    steps = flow["jobs"]["canary"]["steps"]
+    runs = [s for s in steps if "run" in s]
+    canary = next(s for s in runs if "doctor --canary" in s["run"])
+    assert canary["env"]["CLORE_API_KEY"] == "${{ secrets.CLORE_API_KEY }}"
+    assert 'exit "$status"' in canary["run"]  # a failing canary fails the workflow
+    cleanup = runs[-1]
+    assert cleanup["run"] == "clore-run cleanup" and cleanup["if"].startswith("always()")

@@ -1,0 +1,94 @@
+"""No clore-run process keeps a secret where its jobs can read it: /proc/<pid>/environ (which
+shows the environment the process started with) and its memory (non-dumpable)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+KEY = "ck-live-proc-environ-5e1d"
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux /proc")
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("CLORE_API_KEY", "GITHUB_ACTIONS")}
+    return {**env, "PYTHONPATH": str(REPO), **extra}
+
+
+def test_a_local_job_cannot_read_the_key_from_its_parent(tmp_path: Path) -> None:
+    """`tr '\\0' '\\n' </proc/$PPID/environ` in a job printed the key (into logs/, which CI
+    uploads). It must not find it, whether it may read the file (root) or not."""
+    seen, parent = tmp_path / "environ.txt", tmp_path / "cmdline.txt"
+    (tmp_path / "p.yml").write_text(
+        textwrap.dedent(
+            f"""\
+            jobs:
+              peek:
+                run: |
+                  tr '\\0' '\\n' < /proc/$PPID/environ > {seen} || true
+                  tr '\\0' ' ' < /proc/$PPID/cmdline > {parent}
+            """
+        )
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "runner", "run", "p.yml", "--backend", "local", "--out", "out"],
+        cwd=tmp_path,
+        env=_env(CLORE_API_KEY=KEY),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "runner run p.yml" in parent.read_text()  # the job's parent is clore-run itself
+    assert KEY not in seen.read_text()
+    assert KEY not in done.stdout + done.stderr
+
+
+PROBE = textwrap.dedent(
+    """
+    import ctypes, os, subprocess, sys
+    from runner.process_guard import protect
+    protect()
+    environ = open(f"/proc/{os.getpid()}/environ", "rb").read()
+    print("environ-has-key", os.environ["CLORE_API_KEY"].encode() in environ)
+    print("python-sees-key", os.environ.get("CLORE_API_KEY") == sys.argv[1])
+    print("dumpable", ctypes.CDLL(None).prctl(3, 0, 0, 0, 0))  # PR_GET_DUMPABLE
+    child = subprocess.run(["sh", "-c", "echo ${CLORE_API_KEY:-none}"], capture_output=True)
+    print("child-sees", child.stdout.decode().strip())
+    """
+)
+
+
+def test_the_guard_restarts_without_the_key_and_makes_the_process_non_dumpable() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, KEY],
+        env=_env(CLORE_API_KEY=KEY),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "environ-has-key False",
+        "python-sees-key True",
+        "dumpable 0",
+        "child-sees none",
+    ]
+
+
+def test_without_a_secret_there_is_no_restart() -> None:
+    probe = (
+        "from runner.process_guard import protect; import os; protect(); "
+        "print(os.environ.get('CLORE_RUN_SECRETS_FD'))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], env=_env(), capture_output=True, text=True, timeout=60
+    )
+    assert done.stdout.strip() == "None", done.stderr

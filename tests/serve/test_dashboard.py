@@ -1,0 +1,318 @@
+"""The dashboard over HTTP, without a browser: the login and its cookie, CSRF on the actions,
+the security headers, escaping, server-side paging and filtering, the log in ranges."""
+
+from __future__ import annotations
+
+import re
+from http.cookies import SimpleCookie
+from pathlib import Path
+
+import pytest
+import requests
+
+from runner.core.model import Job
+from runner.serve.dashboard.pictures import dag, timeline
+from runner.serve.dashboard.session import COOKIE, SESSION_S, Sessions
+from runner.serve.store import JobMatch, Store
+from tests.serve.harness import FINAL, TOKEN, FakeClock, thread_server
+
+PAGES = ("/", "/ui/jobs/s1.a", "/ui/submissions/1", "/ui/spend")
+FRAGMENTS = ("/ui/queue/rows", "/ui/jobs/s1.a/panel", "/ui/jobs/s1.a/log?tail=10")
+
+
+def logged_in(url: str) -> requests.Session:
+    browser = requests.Session()
+    reply = browser.post(f"{url}/login", data={"token": TOKEN}, allow_redirects=False)
+    assert reply.status_code == 303, reply.text
+    return browser
+
+
+def csrf_of(html: str) -> str:
+    found = re.search(r'name="csrf" value="([0-9a-f]+)"', html)
+    assert found, "no CSRF field on the page"
+    return found.group(1)
+
+
+def gated(name: str, gate: Path) -> str:
+    return f"  {name}:\n    run: while [ ! -e {gate} ]; do sleep 0.02; done\n"
+
+
+def test_login_sets_a_strict_httponly_cookie_and_pages_need_it(tmp_path: Path) -> None:
+    with thread_server(tmp_path) as srv:
+        srv.api.submit("jobs:\n  a:\n    run: echo a\n")
+        url = srv.api.url
+        anonymous = requests.Session()
+        for path in PAGES:
+            reply = anonymous.get(url + path, allow_redirects=False)
+            assert reply.status_code == 303, path
+            assert reply.headers["location"].startswith("/login?next=")
+        for path in FRAGMENTS:  # a page script's fetch is told, and sends the browser itself
+            assert anonymous.get(url + path, allow_redirects=False).status_code == 401, path
+
+        wrong = anonymous.post(f"{url}/login", data={"token": "x" * 40}, allow_redirects=False)
+        assert wrong.status_code == 401 and COOKIE not in wrong.cookies
+        # The token is a form field only: on the URL it is ignored, never a way in.
+        assert anonymous.get(f"{url}/login?token={TOKEN}", allow_redirects=False).status_code == 200
+        assert anonymous.get(f"{url}/?token={TOKEN}", allow_redirects=False).status_code == 303
+
+        reply = anonymous.post(
+            f"{url}/login", data={"token": TOKEN, "next": "/ui/spend"}, allow_redirects=False
+        )
+        assert reply.status_code == 303 and reply.headers["location"] == "/ui/spend"
+        cookie = SimpleCookie(reply.headers["set-cookie"])[COOKIE]
+        assert cookie["httponly"] and cookie["samesite"].lower() == "strict"
+        assert cookie["path"] == "/" and TOKEN not in cookie.value
+        assert TOKEN not in reply.headers["location"]
+        for path in (*PAGES, *FRAGMENTS):
+            assert anonymous.get(url + path, allow_redirects=False).status_code == 200, path
+
+        # The API still wants its bearer token: the cookie does not open it.
+        assert anonymous.get(f"{url}/jobs").status_code == 401
+
+
+@pytest.mark.parametrize("target", ["//evil.example/", "https://evil.example/", "/\\evil", "x"])
+def test_the_login_sends_back_only_to_a_path_here(tmp_path: Path, target: str) -> None:
+    with thread_server(tmp_path) as srv:
+        reply = requests.post(
+            f"{srv.api.url}/login", data={"token": TOKEN, "next": target}, allow_redirects=False
+        )
+        assert reply.headers["location"] == "/"
+
+
+def test_a_forged_expired_or_logged_out_cookie_is_refused() -> None:
+    clock = FakeClock()
+    sessions = Sessions("a-token-of-sixteen+", clock)
+    cookie, session = sessions.issue()
+    assert sessions.check(cookie) == session
+    expires, nonce, mac = cookie.split(".")
+    assert sessions.check(f"{int(expires) + 3600}.{nonce}.{mac}") is None  # extended by hand
+    assert sessions.check(f"{expires}.{nonce}.{'0' * len(mac)}") is None
+    assert Sessions("another-token-of-16", clock).check(cookie) is None  # the token changed
+    assert sessions.check("garbage") is None and sessions.check(None) is None
+    clock.now += SESSION_S + 1
+    assert sessions.check(cookie) is None
+    fresh, fresh_session = sessions.issue()
+    sessions.end(fresh_session)
+    assert sessions.check(fresh) is None  # a copy kept after logging out no longer works
+
+
+def test_cancel_needs_the_pages_csrf_token(tmp_path: Path) -> None:
+    gate = tmp_path / "gate"
+    with thread_server(tmp_path) as srv:
+        (job,) = srv.api.submit("jobs:\n" + gated("a", gate))
+        srv.api.wait_status(job, {"running"})
+        url, browser = srv.api.url, logged_in(srv.api.url)
+        page = browser.get(f"{url}/ui/jobs/{job}").text
+        action = f"{url}/ui/jobs/{job}/cancel"
+        for form in ({}, {"csrf": ""}, {"csrf": "0" * 64}):
+            reply = browser.post(action, data=form, allow_redirects=False)
+            assert reply.status_code == 403, form
+        other = logged_in(url)  # another session's token is not this one's
+        assert other.post(action, data={"csrf": csrf_of(page)}).status_code == 403
+        assert browser.post(action, json={"csrf": csrf_of(page)}).status_code == 415
+        assert requests.post(action, data={"csrf": csrf_of(page)}, allow_redirects=False)\
+            .headers["location"].startswith("/login")  # fmt: skip
+        assert srv.api.status(job) == "running"
+
+        reply = browser.post(action, data={"csrf": csrf_of(page)}, allow_redirects=False)
+        assert reply.status_code == 303 and reply.headers["location"] == f"/ui/jobs/{job}"
+        assert srv.api.wait_status(job, FINAL)["status"] == "cancelled"
+
+        logout = browser.post(f"{url}/logout", data={"csrf": csrf_of(page)}, allow_redirects=False)
+        assert logout.status_code == 303
+        assert browser.get(f"{url}/", allow_redirects=False).status_code == 303
+
+
+def test_every_page_has_a_strict_csp_and_no_inline_script_or_style(tmp_path: Path) -> None:
+    with thread_server(tmp_path) as srv:
+        srv.api.submit("jobs:\n  a:\n    run: echo a\n")
+        srv.api.wait_status("s1.a", FINAL)
+        browser = logged_in(srv.api.url)
+        for path in ("/login", *PAGES, *FRAGMENTS, "/ui/jobs/nope"):
+            reply = (browser if path != "/login" else requests).get(srv.api.url + path)
+            csp = reply.headers["content-security-policy"]
+            assert "script-src 'self'" in csp and "default-src 'none'" in csp, path
+            assert "unsafe-inline" not in csp and "unsafe-eval" not in csp
+            assert reply.headers["x-content-type-options"] == "nosniff"
+            assert "frame-ancestors 'none'" in csp
+            # Under that policy an inline script or style attribute would silently not work.
+            assert not re.search(r"<script(?![^>]*\bsrc=)", reply.text), path
+            assert not re.search(r"\sstyle=|\son[a-z]+=", reply.text), path
+
+
+def test_text_from_jobs_and_servers_is_escaped(tmp_path: Path) -> None:
+    evil = "<script>alert(1)</script>"
+    with thread_server(tmp_path) as srv:
+        (job,) = srv.api.submit(
+            f"jobs:\n  x:\n    name: '{evil}'\n    run: echo '<b>bold</b>'; exit 3\n"
+        )
+        srv.api.wait_status(job, FINAL)
+        browser = logged_in(srv.api.url)
+        for path in ("/", f"/ui/jobs/{job}", "/ui/submissions/1", "/?q=<script>"):
+            html = browser.get(srv.api.url + path).text
+            assert evil not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html, path
+        log = browser.get(f"{srv.api.url}/ui/jobs/{job}/log?tail=1000")
+        assert (
+            log.headers["content-type"].startswith("text/plain") and b"<b>bold</b>" in log.content
+        )
+
+
+def test_the_queue_is_paged_and_filtered_by_the_server(tmp_path: Path) -> None:
+    store = Store(tmp_path / "q.db")
+    ids = fill(store, 260)
+    try:
+        seen: list[str] = []
+        after: int | None = None
+        while True:
+            page = store.job_page(JobMatch(after=after), 50)
+            seen += [row.id for row, _ in page]
+            if len(page) < 50:
+                break
+            after = page[-1][0].seq
+        assert seen == ids
+        back = store.job_page(JobMatch(before=store.job_page(JobMatch(), 300)[-1][0].seq), 50)
+        assert [r.id for r, _ in back] == ids[-51:-1]  # the page before the last job, in order
+        named = store.job_page(JobMatch(name="JOB_1"), 500)  # case-insensitive, _ literal
+        assert {r.name for r, _ in named} == {f"job_{i}" for i in range(260) if str(i)[0] == "1"}
+        assert store.job_page(JobMatch(name="%"), 10) == []  # no LIKE wildcards
+        assert store.match_counts(JobMatch(submission=2))["queued"] == 130
+        assert store.job_page(JobMatch(status="passed"), 10) == []
+    finally:
+        store.close()
+
+
+def test_queue_pages_link_forward_and_back(tmp_path: Path) -> None:
+    clock = FakeClock()
+    with thread_server(tmp_path, clock=clock) as srv:
+        jobs = "".join(
+            f"  j{i}:\n    not-before: 2030-01-01T00:00:00Z\n    run: echo\n" for i in range(7)
+        )
+        srv.api.submit("jobs:\n" + jobs)
+        browser = logged_in(srv.api.url)
+        first = browser.get(srv.api.url + "/?limit=3").text
+        assert re.findall(r'id="job-(s1\.j\d)"', first) == ["s1.j0", "s1.j1", "s1.j2"]
+        assert "waits for not before 2030-01-01T00:00:00Z" in first
+        assert 'rel="prev"' not in first
+        older = re.search(r'href="([^"]+)" rel="next"', first)
+        assert older
+        second = browser.get(srv.api.url + older.group(1).replace("&amp;", "&")).text
+        assert re.findall(r'id="job-(s1\.j\d)"', second) == ["s1.j3", "s1.j4", "s1.j5"]
+        newer = re.search(r'href="([^"]+)" rel="prev"', second)
+        assert newer
+        again = browser.get(srv.api.url + newer.group(1).replace("&amp;", "&")).text
+        assert re.findall(r'id="job-(s1\.j\d)"', again) == ["s1.j0", "s1.j1", "s1.j2"]
+        assert browser.get(srv.api.url + "/?status=nonsense").status_code == 400
+        assert browser.get(srv.api.url + "/?submission=abc").status_code == 400
+        assert browser.get(srv.api.url + "/?limit=100000").status_code == 422
+
+
+def test_a_fragment_that_did_not_change_comes_back_empty(tmp_path: Path) -> None:
+    with thread_server(tmp_path) as srv:
+        browser = logged_in(srv.api.url)
+        first = browser.get(srv.api.url + "/ui/queue/rows")
+        again = browser.get(
+            srv.api.url + "/ui/queue/rows", headers={"If-None-Match": first.headers["etag"]}
+        )
+        assert again.status_code == 304 and again.content == b""
+        srv.api.submit("jobs:\n  a:\n    run: echo a\n")
+        changed = browser.get(
+            srv.api.url + "/ui/queue/rows", headers={"If-None-Match": first.headers["etag"]}
+        )
+        assert changed.status_code == 200 and "s1.a" in changed.text
+
+
+def test_the_log_opens_at_its_tail_on_a_line_and_reads_on_in_ranges(tmp_path: Path) -> None:
+    with thread_server(tmp_path) as srv:
+        (job,) = srv.api.submit("jobs:\n  a:\n    run: echo a\n")
+        srv.api.wait_status(job, FINAL)
+        log = srv.service.options.data_dir / "logs" / f"{job}.log"
+        lines = [f"line {i:06d} {'é' * 20}\n".encode() for i in range(200_000)]  # ~9 MB
+        log.write_bytes(b"".join(lines))
+        size = log.stat().st_size
+        browser = logged_in(srv.api.url)
+        base = f"{srv.api.url}/ui/jobs/{job}/log"
+        tail = browser.get(base, params={"tail": 65536})
+        start, end = int(tail.headers["x-log-start"]), int(tail.headers["x-log-end"])
+        assert end == size == int(tail.headers["x-log-size"]) and len(tail.content) <= 65536
+        assert tail.content.startswith(b"line ") and tail.content.endswith(lines[-1])
+        assert tail.headers["x-log-final"] == "1"
+        earlier = browser.get(base, params={"end": start, "tail": 65536})
+        assert int(earlier.headers["x-log-end"]) == start and earlier.content.startswith(b"line ")
+        assert (earlier.content + tail.content).decode()  # whole characters on both sides
+        on = browser.get(base, params={"start": 0})
+        assert int(on.headers["x-log-end"]) == 256 << 10 and len(on.content) == 256 << 10
+        past = browser.get(base, params={"start": size + 10})
+        assert past.content == b"" and int(past.headers["x-log-start"]) == size
+        assert browser.get(f"{srv.api.url}/ui/jobs/s9.none/log").status_code == 404
+
+
+def test_artifacts_download_as_files_and_stay_in_their_folder(tmp_path: Path) -> None:
+    with thread_server(tmp_path) as srv:
+        (job,) = srv.api.submit(
+            "jobs:\n  a:\n    artifacts: ['out/*']\n"
+            "    run: mkdir out; echo '<h1>x</h1>' > out/r.html\n"
+        )
+        srv.api.wait_status(job, FINAL)
+        (srv.service.options.data_dir / "secret.txt").write_text("not an artifact")
+        browser = logged_in(srv.api.url)
+        page = browser.get(f"{srv.api.url}/ui/jobs/{job}").text
+        assert f"/ui/jobs/{job}/artifacts/out/r.html" in page
+        got = browser.get(f"{srv.api.url}/ui/jobs/{job}/artifacts/out/r.html")
+        assert got.content == b"<h1>x</h1>\n"
+        assert got.headers["content-type"] == "application/octet-stream"
+        assert got.headers["content-disposition"].startswith("attachment")
+        for sneaky in ("../../secret.txt", "..%2F..%2Fsecret.txt", "out", "/etc/passwd"):
+            reply = browser.get(f"{srv.api.url}/ui/jobs/{job}/artifacts/{sneaky}")
+            assert reply.status_code == 404 and b"not an artifact" not in reply.content, sneaky
+
+
+def test_spend_shows_today_against_the_limit(tmp_path: Path) -> None:
+    with thread_server(tmp_path, daily_spend_limit=5.0) as srv:
+        html = logged_in(srv.api.url).get(srv.api.url + "/ui/spend").text
+        assert "of $5.0000 a day" in html and 'id="servers-held">0<' in html
+        assert html.count('class="day"') == 30
+
+
+def test_the_dag_layers_by_longest_path_without_recursion() -> None:
+    jobs = [("a", "a", "passed", []), ("b", "b", "running", ["a"]), ("c", "c", "queued", ["a"])]
+    jobs += [("d", "d", "queued", ["b", "c", "s0.outside"])]
+    picture = dag(jobs)
+    x = {n.id: n.x for n in picture.nodes}
+    assert x["a"] < x["b"] == x["c"] < x["d"]
+    assert len(picture.edges) == 4 and picture.outside == [("d", "s0.outside")]
+    chain = [(f"j{i}", f"j{i}", "queued", [f"j{i - 1}"] if i else []) for i in range(5000)]
+    assert len(dag(chain).nodes) == 5000  # a deep chain: no recursion limit
+    cycle = [("a", "a", "queued", ["b"]), ("b", "b", "queued", ["a"])]
+    assert len(dag(cycle).nodes) == 2  # never in the store, but it must not hang
+
+
+def test_the_timeline_spans_the_attempts() -> None:
+    attempts = [
+        {"job_id": "a", "number": 1, "started_at": 100.0, "finished_at": 160.0, "failure": None},
+        {"job_id": "b", "number": 1, "started_at": 160.0, "finished_at": None, "failure": None},
+    ]
+    picture = timeline(attempts, {"a": "first"}, now=220.0)
+    assert picture is not None
+    (a, b) = picture.bars
+    assert (a.status, b.status) == ("passed", "running")
+    assert a.w == pytest.approx(b.w) and b.x == pytest.approx(a.x + a.w)
+    assert [label for _, label, _ in picture.rows] == ["first", "b"]
+    assert timeline([], {}, now=0.0) is None
+
+
+def fill(store: Store, total: int) -> list[str]:
+    """`total` queued jobs named job_<i>, in two submissions; their ids in order."""
+    half = total // 2
+    ids: list[str] = []
+    for first, count in ((0, half), (half, total - half)):
+        made = store.submit(
+            "pipeline",
+            "filled",
+            lambda n, first=first, count=count: [
+                Job(id=f"s{n}.j{i}", name=f"job_{i}", run="true")
+                for i in range(first, first + count)
+            ],
+            now=1_800_000_000.0,
+        )
+        ids += [job.id for _, job in made]
+    return ids
