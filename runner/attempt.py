@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from runner.backends.base import Backend, Place, RunOutcome, RunRequest
@@ -21,6 +21,29 @@ from runner.joblog import JobLog
 
 def _nothing(*_args: object) -> None:
     return None
+
+
+def _as_killed(outcome: RunOutcome, kill: threading.Event, timeout_s: float) -> RunOutcome:
+    """A cancel the core sent for a timeout is a timeout."""
+    reason = kill.reason if isinstance(kill, Kill) else None
+    if reason is FailureKind.TIMEOUT and outcome.failure is FailureKind.CANCELLED:
+        message = f"timed out after {timeout_s:g} s"
+        return RunOutcome(outcome.exit_code, FailureKind.TIMEOUT, message, outcome.facts)
+    return outcome
+
+
+class Kill(threading.Event):
+    """An attempt's stop signal, and why it was given: a kill for a timeout must end the
+    attempt as timed out, not as cancelled, whatever the backend saw."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reason: FailureKind | None = None
+
+    def stop(self, reason: FailureKind) -> None:
+        if self.reason is None:
+            self.reason = reason
+        self.set()
 
 
 @dataclass(frozen=True)
@@ -57,17 +80,21 @@ class AttemptRunner:
         self, job: Job, number: int, timeout_s: float, kill: threading.Event, began: float
     ) -> Ran:
         place: Place | None = None
+        placed_at: float | None = None
         stop = ""
         log = JobLog(self.out_dir, job, number, self.console)
         try:
-            place = self.backend.acquire(job, kill)
+            place = self.backend.acquire(job, kill, log)
+            placed_at = self.clock()
+            self.console.placed(job, place)
             self.on_placed(job, number)
             self.on_server(job, number, place)
             log.header(place.name)
             for note in place.notes:
                 log.note(note)
                 self.console.notice(f"{job.id}: {note}")
-            outcome = self.backend.run(place, self._request(job, number, timeout_s), log, kill)
+            request = self._request(job, number, timeout_s)
+            outcome = self.backend.run(place, request, log, kill, log)
         except JobCannotRun as exc:
             outcome = RunOutcome(None, FailureKind.UNAVAILABLE, str(exc))
         except RunMustStop as exc:
@@ -80,8 +107,10 @@ class AttemptRunner:
         finally:
             if place is not None:
                 self._release(place, log)
+        outcome = _as_killed(outcome, kill, timeout_s)
         log.close(outcome)
-        return Ran(self._attempt(number, began, place, outcome), stop)
+        attempt = self._attempt(number, began, place, outcome)
+        return Ran(replace(attempt, placed_at=placed_at), stop)
 
     def _attempt(
         self, number: int, began: float, place: Place | None, outcome: RunOutcome

@@ -1,8 +1,9 @@
-"""What a person watching the run sees: job events and live output.
+"""What a person watching the run sees: job events, reasons in words, and live output.
 
-On a terminal a status line (running, done, elapsed) stays at the bottom; elsewhere (CI logs)
-every line is plain and prefixed with its job id. Console output per job is capped; the log
-file always has everything.
+On a terminal, a live table (runner/live) is redrawn on a clock, with job output streaming above
+it; elsewhere (CI logs) every line is plain and prefixed with its job id, and a job that stays
+quiet gets a heartbeat line every few minutes. Console output per job is capped; the log file
+always has everything, raw. Text from servers is escaped before it reaches the terminal.
 """
 
 from __future__ import annotations
@@ -10,29 +11,38 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
+
+from rich.console import Console as RichConsole
+from rich.console import RenderableType
+from rich.live import Live
+from rich.text import Text
 
 from runner import redact
-from runner.backends.base import Stream
-from runner.core.model import Job, JobResult, JobStatus
+from runner.backends.base import BackendStage, Place, Stream
+from runner.core.model import Attempt, Job, JobResult
+from runner.live import board as B
+from runner.live.final import render_final
+from runner.live.lines import LineBuffer
+from runner.live.render import render_board
+from runner.live.words import clock_time, retry_line, seconds, status_text
 from runner.report.github_actions import print_log_group
+from runner.report.markdown import money
 from runner.untrusted import console_line
 
 CONSOLE_CAP_BYTES = 1 << 20  # per job; the rest is in logs/<job>.log
-_MARK = {
-    JobStatus.PASSED: "passed",
-    JobStatus.FAILED: "FAILED",
-    JobStatus.TIMED_OUT: "TIMED OUT",
-    JobStatus.ERROR: "ERROR",
-    JobStatus.SKIPPED: "skipped",
-    JobStatus.CANCELLED: "cancelled",
-}
+HEARTBEAT_S = 180.0  # plain lines: a job quiet this long gets a line saying it is alive
+TICK_S = 0.25  # how often the live table is redrawn
+_BAD_STYLE = "bold red"
+PLAIN_WIDTH = 120  # not a terminal (a CI log): the width the final table is laid out for
 
 
-def _remote(line: bytes) -> str:
-    """A line of job output (from a server we do not control) as one harmless console line."""
-    return console_line(line.decode("utf-8", "replace").rstrip())
+def _one_line(text: str) -> str:
+    """Reasons can carry text from a server: on one line, escaped, none of it can start a
+    line that CI reads as a workflow command (`::add-mask::`, `::error::`)."""
+    return console_line(" ".join(text.split()))
 
 
 class Console:
@@ -43,50 +53,135 @@ class Console:
         total_jobs: int = 0,
         live: bool | None = None,
         grouped_logs: Path | None = None,
+        jobs: Sequence[Job] = (),
+        budget_usd: float | None = None,
+        name: str = "",
+        clock: Callable[[], float] = time.time,
+        tick_s: float = TICK_S,
+        heartbeat_s: float = HEARTBEAT_S,
+        width: int | None = None,
+        height: int | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         """`grouped_logs`: in GitHub Actions, the logs folder; each job's log is then printed
-        in a collapsible group when the job ends, instead of line by line."""
+        in a collapsible group when the job ends, instead of line by line. `tick_s` 0: no
+        redraw thread (tests call `tick` with their own clock)."""
         self.stream = stream or sys.stdout
-        self.live = self.stream.isatty() if live is None else live
+        self.live = _isatty(self.stream) if live is None else live
         self.grouped_logs = grouped_logs
-        self.total = total_jobs
-        self._lock = threading.Lock()
-        self._partial: dict[tuple[str, Stream], bytes] = {}
+        self.total = total_jobs or len(jobs)
+        self.clock = clock
+        self.heartbeat_s = heartbeat_s
+        self.board = B.Board(jobs, budget_usd, name)
+        self.out = RichConsole(
+            file=self.stream,
+            width=width or (None if self.live else PLAIN_WIDTH),
+            height=height,
+            highlight=False,
+            markup=False,
+            emoji=False,
+            soft_wrap=not self.live,  # plain lines are never cut or wrapped by us
+            force_interactive=self.live,
+            _environ=dict(env) if env is not None else None,
+        )
+        self._lock = threading.RLock()
+        self._buffers: dict[tuple[str, Stream], LineBuffer] = {}
         self._printed: dict[str, int] = {}
-        self._running: dict[str, float] = {}
-        self._done = 0
         self._broken = False
-        self._t0 = time.monotonic()
+        self._t0 = clock()
+        self._screen: Live | None = None
+        self._stop = threading.Event()
+        if self.live:
+            self._screen = Live(
+                console=self.out,
+                get_renderable=self._renderable,
+                auto_refresh=False,
+                transient=True,  # the final report takes its place
+                redirect_stdout=False,
+                redirect_stderr=False,
+            )
+            self._guard(self._screen.start)
+        if tick_s > 0 and (self.live or heartbeat_s > 0):
+            ticker = threading.Thread(target=self._tick_loop, args=(tick_s,), daemon=True)
+            ticker.start()
 
     # -- events ----------------------------------------------------------------------------
 
     def job_started(self, job: Job, attempt: int) -> None:
-        again = f" (attempt {attempt})" if attempt > 1 else ""
         with self._lock:
-            self._running[job.id] = time.monotonic()
-            self._print(f"[{job.id}] started{again}")
+            self.board.attempt_started(job, attempt, self.clock())
+            if not self.live:
+                again = f" (attempt {attempt})" if attempt > 1 else ""
+                self._line(job, f"started{again}")
+
+    def placed(self, job: Job, place: Place) -> None:
+        """The attempt holds its place; its script starts next."""
+        with self._lock:
+            self.board.placed(job, place.name, place.usd_per_hour, self.clock())
+
+    def stage(
+        self,
+        job: Job,
+        stage: BackendStage,
+        detail: str = "",
+        usd_per_hour: float | None = None,
+    ) -> None:
+        with self._lock:
+            self.board.stage(job, stage, detail, self.clock(), usd_per_hour)
+            if not self.live:
+                price = f" at {money(usd_per_hour)}/h" if usd_per_hour is not None else ""
+                where = f" {_one_line(detail)}" if detail else ""
+                self._line(job, f"{stage}{where}{price}")
+
+    def note(self, job: Job, text: str) -> None:
+        """A reason in words from a backend ("sshd never answered ...; trying the next offer")."""
+        with self._lock:
+            self._line(job, _one_line(text), style="yellow")
+
+    def attempt_ended(self, job: Job, attempt: Attempt) -> None:
+        with self._lock:
+            self.board.attempt_ended(job, attempt, self.clock())
+
+    def requeued(self, job: Job, at: float) -> None:
+        """The failed attempt gets another after a wait: say why, and when."""
+        with self._lock:
+            now = self.clock()
+            row = self.board.row(job)
+            self.board.waiting(job, at, True, now)
+            if row.last_failure is not None:
+                words = retry_line(job, row.last_failure, at - now, row.failures)
+                self._line(job, _one_line(words), style="yellow")
+
+    def waiting_until(self, job: Job, at: float) -> None:
+        """`not-before`: the job is ready but may not start before `at`."""
+        with self._lock:
+            self.board.waiting(job, at, False, self.clock())
+            self._line(job, f"waiting until {clock_time(at)} (not-before)")
 
     def job_done(self, job: Job, result: JobResult) -> None:
-        took = f" in {result.duration_s:.1f}s" if result.attempts else ""
-        why = (
-            f": {console_line(result.reason)}"
-            if result.reason and result.status is not JobStatus.PASSED
-            else ""
-        )
+        status = status_text(job, result)
+        reason = _one_line(result.reason) if status != "passed" else ""
+        if reason.startswith(result.status.value.replace("_", " ")):
+            words = reason + status[len(result.status.value) :]  # "timed out after 6 s" once
+        else:
+            took = f" in {seconds(result.duration_s)}" if result.attempts else ""
+            words = f"{status}{took}" + (f": {reason}" if reason else "")
+        style = "green" if status == "passed" else _BAD_STYLE
+        if "(allowed)" in status or status in ("skipped", "cancelled"):
+            style = "yellow"
         with self._lock:
-            self._running.pop(job.id, None)
-            self._done += 1
-            log = self.grouped_logs / f"{job.id}.log" if self.grouped_logs else None
-            if log is not None and log.exists() and not self._broken:
-                try:
-                    print_log_group(f"{job.name}: {_MARK[result.status]}", log, self.stream)
-                except (OSError, ValueError):
-                    self._broken = True
-            self._print(f"[{job.id}] {_MARK[result.status]}{took}{why}")
+            self.board.settled(result, status, self.clock())
+            self._print_group(job, status)
+            self._line(job, words, style=style)
 
     def notice(self, text: str) -> None:
         with self._lock:
-            self._print(f"clore-run: {console_line(text)}")
+            self._print(Text(f"clore-run: {_one_line(text)}"))
+
+    def idle_cost(self, usd: float) -> None:
+        """Cost of servers held with no job on them, for the header's spend."""
+        with self._lock:
+            self.board.extra_usd = usd
 
     # -- output ----------------------------------------------------------------------------
 
@@ -100,54 +195,102 @@ class Console:
             self._printed[job.id] = shown + len(data)
             if shown + len(data) >= CONSOLE_CAP_BYTES:
                 data += f"\n... more output in logs/{job.id}.log\n".encode()
-            buffered = self._partial.pop((job.id, stream), b"") + data
-            *lines, rest = buffered.split(b"\n")
-            if rest:
-                self._partial[(job.id, stream)] = rest
+            buffer = self._buffers.setdefault((job.id, stream), LineBuffer())
+            lines, drawing = buffer.feed(data)
             for line in lines:
-                self._print(f"[{job.id}] {_remote(line)}")
+                self._line(job, line)
+            self.board.set_progress(job, drawing)
 
     def flush_job(self, job: Job) -> None:
         with self._lock:
             for stream in ("stdout", "stderr"):
-                rest = self._partial.pop((job.id, stream), b"")
+                buffer = self._buffers.pop((job.id, stream), None)
+                rest = buffer.flush() if buffer is not None else None
                 if rest:
-                    self._print(f"[{job.id}] {_remote(rest)}")
+                    self._line(job, rest)
+            self.board.set_progress(job, "")
+
+    # -- the clock -------------------------------------------------------------------------
+
+    def tick(self, now: float | None = None) -> None:
+        """Redraw the live table, or in plain mode give quiet long jobs a heartbeat line."""
+        with self._lock:
+            now = self.clock() if now is None else now
+            if self._screen is not None:
+                self._guard(self._screen.refresh)
+            elif self.heartbeat_s > 0:
+                self._heartbeats(now)
+
+    def _tick_loop(self, every_s: float) -> None:
+        while not self._stop.wait(every_s):
+            self.tick()
+
+    def _heartbeats(self, now: float) -> None:
+        for row in self.board.active():
+            since = row.heartbeat_at if row.heartbeat_at is not None else now
+            if now - since >= self.heartbeat_s:
+                span = now - (row.stage_since or now)
+                cost = row.cost_usd(now)
+                paid = f", {money(cost)} so far" if cost else ""
+                self._line(row.job, f"{row.stage} {int(span // 60)}m{paid}")
+                row.heartbeat_at = now
+
+    def renderable(self, now: float) -> RenderableType:
+        """The live table at `now` (what the screen shows between lines of output)."""
+        with self._lock:
+            return render_board(self.board, now, self._t0, self.out.size.height)
+
+    def _renderable(self) -> RenderableType:
+        return self.renderable(self.clock())
+
+    # -- the end ---------------------------------------------------------------------------
+
+    def close(self) -> None:
+        self._stop.set()
+        with self._lock:
+            if self._screen is not None:
+                self._guard(self._screen.stop)
+                self._screen = None
+
+    def final_report(self, summary: Mapping[str, Any], out_dir: Path) -> None:
+        """The run's summary on screen: the table of summary.md, the failed jobs' last lines,
+        totals, budget and baseline, and where the reports are."""
+        with self._lock:
+            if not self._broken:
+                self._guard(lambda: self.out.print(render_final(summary, out_dir)))
 
     # -- drawing (called with the lock held) -----------------------------------------------
 
-    def _print(self, text: str) -> None:
+    def _line(self, job: Job, text: str, style: str = "") -> None:
+        line = Text(f"[{job.id}] ", style="dim" if self.live else "")
+        line.append(text, style=style)
+        self.board.row(job).heartbeat_at = self.clock()
+        self._print(line)
+
+    def _print(self, text: Text) -> None:
+        text.plain = redact.text(text.plain)  # styles stay where they were: a key is one span
+        if not self.live:
+            text.no_wrap = True
+        self._guard(lambda: self.out.print(text, soft_wrap=not self.live, overflow="fold"))
+
+    def _print_group(self, job: Job, status: str) -> None:
+        log = self.grouped_logs / f"{job.id}.log" if self.grouped_logs else None
+        if log is not None and log.exists() and not self._broken:
+            self._guard(lambda: print_log_group(f"{job.name}: {status}", log, self.stream))
+
+    def _guard(self, draw: Callable[[], object]) -> None:
+        """A closed terminal or pipe (`| head`) must not fail the jobs: the logs and reports
+        still get everything."""
         if self._broken:
             return
-        text = redact.text(text)
         try:
-            if self.live:
-                self.stream.write("\r\x1b[K")
-            self.stream.write(text + "\n")
-            if self.live:
-                self.stream.write(self._status_line())
-            self.stream.flush()
+            draw()
         except (OSError, ValueError):
-            # A closed terminal or pipe (`| head`) must not fail the jobs: the logs and reports
-            # still get everything.
             self._broken = True
 
-    def _status_line(self) -> str:
-        elapsed = time.monotonic() - self._t0
-        running = ", ".join(sorted(self._running)) or "-"
-        if len(running) > 60:
-            running = running[:57] + "..."
-        waiting = max(0, self.total - self._done - len(self._running))
-        return (
-            f"[{int(elapsed) // 60:02d}:{int(elapsed) % 60:02d}] running: {running} | "
-            f"waiting: {waiting} | done: {self._done}/{self.total}"
-        )
 
-    def close(self) -> None:
-        with self._lock:
-            if self.live and not self._broken:
-                try:
-                    self.stream.write("\r\x1b[K")
-                    self.stream.flush()
-                except (OSError, ValueError):
-                    self._broken = True  # the reports are written next: this must not stop them
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (OSError, ValueError):
+        return False

@@ -19,7 +19,7 @@ from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runner.attempt import AttemptRunner
+from runner.attempt import AttemptRunner, Kill
 from runner.backends.base import Backend, RentingBackend
 from runner.console import Console
 from runner.core.events import (
@@ -84,7 +84,7 @@ class Engine:
         )
         self._timers: list[tuple[float, int, Hashable]] = []
         self._seq = itertools.count()
-        self._kill: dict[str, threading.Event] = {}
+        self._kill: dict[str, Kill] = {}
         # A pool sized to the cap: starting a thread per attempt costs milliseconds under a
         # busy GIL, which dominated short jobs.
         self._pool = _Workers(max(1, options.capacity))
@@ -148,6 +148,7 @@ class Engine:
             if isinstance(event, JobFinished):
                 self._started.pop(event.job_id, None)
                 self._placed.discard(event.job_id)
+                self.console.attempt_ended(self._jobs[event.job_id], event.attempt)
             elif isinstance(event, JobRunning):
                 self._placed.add(event.job_id)
             self._apply(core.handle(event, now), now)
@@ -197,8 +198,19 @@ class Engine:
                 self._kill_job(cmd)
             elif isinstance(cmd, ScheduleTimer):
                 heapq.heappush(self._timers, (cmd.at, next(self._seq), cmd.token))
+                self._say_waiting(cmd)
             elif isinstance(cmd, JobCompleted):
                 self.console.job_done(self._jobs[cmd.result.job_id], cmd.result)
+
+    def _say_waiting(self, timer: ScheduleTimer) -> None:
+        """A job waiting for a retry or for its `not-before` time: the console says until when."""
+        token = timer.token
+        if isinstance(token, tuple) and token[0] in ("retry", "not_before"):
+            job = self._jobs[token[1]]
+            if token[0] == "retry":
+                self.console.requeued(job, timer.at)
+            else:
+                self.console.waiting_until(job, timer.at)
 
     def _pending_jobs(self, commands: list[Command]) -> list[Job]:
         """Jobs that may still ask for a place: not settled and not on one. A job starting now
@@ -213,13 +225,13 @@ class Engine:
     def _kill_job(self, cmd: KillJob) -> None:
         event = self._kill.get(cmd.job_id)
         if event is not None:
-            event.set()
+            event.stop(cmd.reason)
 
     # -- workers ---------------------------------------------------------------------------
 
     def _start(self, cmd: StartJob, now: float) -> None:
         job = self._jobs[cmd.job_id]
-        kill = threading.Event()
+        kill = Kill()
         self._kill[job.id] = kill
         self._started[job.id] = (cmd.attempt, now)
         self.console.job_started(job, cmd.attempt)
@@ -227,7 +239,7 @@ class Engine:
         work = functools.partial(self._work, job, cmd.attempt, cmd.timeout_s, kill)
         self._futures.append(self._pool.submit(work))
 
-    def _work(self, job: Job, number: int, timeout_s: float, kill: threading.Event) -> None:
+    def _work(self, job: Job, number: int, timeout_s: float, kill: Kill) -> None:
         ran = self._runner.run(job, number, timeout_s, kill)
         self._events.put(JobFinished(job.id, ran.attempt))
         if ran.stop_reason:  # after the finish, so this job ends as `error`, not as cancelled

@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import BinaryIO
 
 from runner import redact
-from runner.backends.base import RunOutcome, Stream
+from runner.backends.base import BackendStage, RunOutcome, Stream
 from runner.console import Console
-from runner.core.model import Job
+from runner.core.model import FailureKind, Job
 
 
 class JobLog:
-    """The OutputSink for one attempt of one job."""
+    """The OutputSink and StageSink for one attempt of one job."""
 
     def __init__(self, out_dir: Path, job: Job, attempt: int, console: Console) -> None:
         self.job = job
@@ -47,7 +47,14 @@ class JobLog:
         self.console.output(self.job, stream, data)
 
     def note(self, text: str) -> None:
+        """A line of ours in the log, and on the console."""
         self._raw(f"clore-run: {text}\n")
+        self.console.note(self.job, text)
+
+    def stage(
+        self, stage: BackendStage, detail: str = "", usd_per_hour: float | None = None
+    ) -> None:
+        self.console.stage(self.job, stage, detail, usd_per_hour)
 
     def close(self, outcome: RunOutcome) -> None:
         try:
@@ -56,6 +63,8 @@ class JobLog:
             self.console.flush_job(self.job)
             verdict = "passed" if outcome.failure is None else outcome.failure.value
             detail = f": {outcome.message}" if outcome.message else ""
+            if outcome.failure is FailureKind.TIMEOUT and outcome.message.startswith("timed out"):
+                verdict, detail = outcome.message, ""  # "timed out after 6 s", said once
             self._raw(f"=== {self.job.id}: attempt {self.attempt} {verdict}{detail} ===\n")
         finally:
             self._file.close()  # even when the disk is full: no descriptor left behind

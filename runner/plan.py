@@ -44,6 +44,7 @@ def build_plan(pipeline: Pipeline) -> dict[str, Any]:
         "waves": grouped,
         "jobs": [_job_dict(j, wave_of[j.id]) for j in pipeline.jobs],
         "critical_path": {"jobs": path, "duration_s": length_s},
+        "provision": pipeline.provisioning.value,
     }
 
 
@@ -92,9 +93,16 @@ def render_plan(plan: dict[str, Any]) -> str:
     jobs = {j["id"]: j for j in plan["jobs"]}
     width = max((len(i) for i in jobs), default=4)
     budget = f", budget ${plan['budget_usd']:.2f}" if plan["budget_usd"] else ""
+    ahead = plan["provision"] == "ahead"
     lines = [
         f"{plan['pipeline']} ({plan['source']}): {len(jobs)} jobs, "
-        f"concurrency {plan['concurrency']}{budget}"
+        f"concurrency {plan['concurrency']}{budget}",
+        f"provision: {plan['provision']} ("
+        + (
+            "a job's server is rented while its needs run, to be up when they end)"
+            if ahead
+            else "a job's server is rented once the job is ready)"
+        ),
     ]
     for n, wave in enumerate(plan["waves"], start=1):
         lines.append(f"wave {n}")

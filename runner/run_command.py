@@ -26,7 +26,7 @@ from runner.core.model import Pipeline, RunRecord, RunStatus
 from runner.core.retry import backoff_s
 from runner.engine import Engine, EngineOptions
 from runner.errors import UsageError
-from runner.report import github_actions, write_reports
+from runner.report import github_actions, load_summary, write_reports
 from runner.spec.diagnostics import did_you_mean
 from runner.workspace import workspace_files
 
@@ -155,7 +155,9 @@ def execute(
     in_actions = github_actions.is_active()
     console = Console(
         stream or sys.stdout,
-        total_jobs=len(pipeline.jobs),
+        jobs=pipeline.jobs,
+        budget_usd=pipeline.budget_usd,
+        name=pipeline.name,
         grouped_logs=options.out_dir / "logs" if in_actions else None,
     )
     with output_folder(options.out_dir):
@@ -168,20 +170,22 @@ def execute(
             console,
         )
         with stop_on_signals(engine.cancel):
-            record = engine.run()
-        console.close()
+            try:
+                record = engine.run()
+            finally:
+                console.close()
         paths = write_reports(options.out_dir, record, options.baseline)
         github_actions.publish(paths)
     for warning in paths.warnings:
         console.notice(f"warning: {warning}")
-    console.notice(
-        f"{record.status.value}: {_counts(record)}; reports in {options.out_dir}{os.sep}"
-    )
+    _final_report(console, paths.summary_json, options.out_dir)
     return record, EXIT_CODES[record.status]
 
 
-def _counts(record: RunRecord) -> str:
-    tally: dict[str, int] = {}
-    for result in record.results:
-        tally[result.status.value] = tally.get(result.status.value, 0) + 1
-    return ", ".join(f"{n} {status}" for status, n in sorted(tally.items()))
+def _final_report(console: Console, summary_json: Path, out_dir: Path) -> None:
+    try:
+        summary = load_summary(summary_json)
+    except (OSError, ValueError) as exc:  # the reports are written; only the screen misses it
+        console.notice(f"reports in {out_dir}{os.sep}; cannot show the summary: {exc}")
+        return
+    console.final_report(summary, out_dir)

@@ -150,6 +150,7 @@ def test_plan_text_shows_waves_and_critical_path(capsys: pytest.CaptureFixture[s
     assert code == 0
     lines = out.splitlines()
     assert lines[0] == f"ml-pipeline ({ML}): 5 jobs, concurrency 2, budget $3.00"
+    assert lines[1].startswith("provision: ahead (a job's server is rented while its needs run")
     assert [line for line in lines if line.startswith("wave")] == [
         "wave 1",
         "wave 2",
@@ -191,6 +192,7 @@ def test_plan_json_has_the_documented_keys(capsys: pytest.CaptureFixture[str]) -
         "waves",
         "jobs",
         "critical_path",
+        "provision",
     ]
     assert plan["schema"] == 1
     assert (plan["pipeline"], plan["source"]) == ("ml-pipeline", str(ML))
@@ -235,6 +237,7 @@ def test_plan_json_has_the_documented_keys(capsys: pytest.CaptureFixture[str]) -
         "jobs": ["prepare", "train-rtx-3090", "evaluate", "report"],
         "duration_s": 2340.0,  # 3 + 30 + 5 + 1 estimated minutes
     }
+    assert plan["provision"] == "ahead"
 
 
 def test_plan_json_without_gpu_budget_or_timeout(

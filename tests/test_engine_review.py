@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from runner import cli, run_command
-from runner.backends.base import OutputSink, Place, RunOutcome, RunRequest
+from runner.backends.base import NO_STAGES, OutputSink, Place, RunOutcome, RunRequest, StageSink
 from runner.backends.clore import factory
 from runner.backends.local import LocalBackend
 from runner.console import Console
@@ -109,7 +109,12 @@ class IgnoresCancel(LocalBackend):
         self.gate = threading.Event()  # set by the test when it is over
 
     def run(
-        self, place: Place, request: RunRequest, sink: OutputSink, cancel: threading.Event
+        self,
+        place: Place,
+        request: RunRequest,
+        sink: OutputSink,
+        cancel: threading.Event,
+        stages: StageSink = NO_STAGES,
     ) -> RunOutcome:
         self.started.set()
         self.gate.wait(60)
@@ -249,7 +254,7 @@ def test_a_local_timeout_says_after_how_long(tmp_path: Path) -> None:
 class KeyRefused(LocalBackend):
     """Renting for job `a` finds the API key refused: nothing else can succeed either."""
 
-    def acquire(self, job: Job, cancel: threading.Event) -> Place:
+    def acquire(self, job: Job, cancel: threading.Event, stages: StageSink = NO_STAGES) -> Place:
         if job.id == "a":
             raise RunMustStop("the API key was refused")
         return super().acquire(job, cancel)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.backends.base import OutputSink, Place, RunOutcome, RunRequest
+from runner.backends.base import NO_STAGES, OutputSink, Place, RunOutcome, RunRequest, StageSink
 from runner.backends.local import LocalBackend
 from runner.core.model import Job, JobStatus, Pipeline, RunRecord
 from runner.errors import UsageError
@@ -208,7 +208,12 @@ class RecordingBackend(LocalBackend):
         self.started = threading.Event()
 
     def run(
-        self, place: Place, request: RunRequest, sink: OutputSink, cancel: threading.Event
+        self,
+        place: Place,
+        request: RunRequest,
+        sink: OutputSink,
+        cancel: threading.Event,
+        stages: StageSink = NO_STAGES,
     ) -> RunOutcome:
         with self.lock:
             self.now += 1
@@ -303,7 +308,7 @@ def test_job_model_defaults_for_local_runs() -> None:
 class SlowToProvision(LocalBackend):
     """Takes longer to hand out a place than the job's whole timeout, as renting can."""
 
-    def acquire(self, job: Job, cancel: threading.Event) -> Place:
+    def acquire(self, job: Job, cancel: threading.Event, stages: StageSink = NO_STAGES) -> Place:
         cancel.wait(1.0)  # the provisioning delay being modelled, not a wait for the test
         return super().acquire(job, cancel)
 
@@ -400,4 +405,4 @@ def test_a_reason_with_line_breaks_prints_on_one_line() -> None:
         job, JobResult("a", JobStatus.ERROR, "ssh failed\n::add-mask::x\r\n::error::boom")
     )
     zw = "\u200b"  # breaks `::` so that no reader takes it for a workflow command
-    assert out.getvalue() == f"[a] ERROR: ssh failed :{zw}:add-mask:{zw}:x :{zw}:error:{zw}:boom\n"
+    assert out.getvalue() == f"[a] error: ssh failed :{zw}:add-mask:{zw}:x :{zw}:error:{zw}:boom\n"

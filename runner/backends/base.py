@@ -16,12 +16,41 @@ from typing import Literal, Protocol, runtime_checkable
 from runner.core.model import FailureKind, Job
 
 Stream = Literal["stdout", "stderr"]
+# What a place is doing for an attempt, as a backend reports it: the live view shows it per job.
+BackendStage = Literal["renting", "booting", "connecting", "uploading", "running", "fetching"]
 
 
 class OutputSink(Protocol):
     """Receives a job's output as it arrives. Bytes, because job output need not be UTF-8."""
 
     def write(self, stream: Stream, data: bytes) -> None: ...
+
+
+class StageSink(Protocol):
+    """Hears what an attempt is waiting for while a backend acquires and runs it.
+
+    `stage`: a new stage began (`detail`: the offer, the host...; `usd_per_hour`: when the
+    attempt starts costing money at that rate). `note`: a reason in words, where it happens
+    ("sshd never answered on ...; trying the next offer")."""
+
+    def stage(
+        self, stage: BackendStage, detail: str = "", usd_per_hour: float | None = None
+    ) -> None: ...
+
+    def note(self, text: str) -> None: ...
+
+
+class _NoStages:
+    def stage(
+        self, stage: BackendStage, detail: str = "", usd_per_hour: float | None = None
+    ) -> None:
+        return None
+
+    def note(self, text: str) -> None:
+        return None
+
+
+NO_STAGES: StageSink = _NoStages()  # for callers nobody watches
 
 
 @dataclass
@@ -68,12 +97,17 @@ class Backend(Protocol):
         """How many jobs may run at once on this backend (None: no limit of its own)."""
         ...
 
-    def acquire(self, job: Job, cancel: threading.Event) -> Place:
+    def acquire(self, job: Job, cancel: threading.Event, stages: StageSink = NO_STAGES) -> Place:
         """A place fit for `job`. Raises InfrastructureError when none can be had."""
         ...
 
     def run(
-        self, place: Place, request: RunRequest, sink: OutputSink, cancel: threading.Event
+        self,
+        place: Place,
+        request: RunRequest,
+        sink: OutputSink,
+        cancel: threading.Event,
+        stages: StageSink = NO_STAGES,
     ) -> RunOutcome:
         """Run one attempt; honour `cancel` and `request.timeout_s` by killing the whole job."""
         ...

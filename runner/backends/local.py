@@ -18,7 +18,15 @@ import threading
 import time
 from pathlib import Path
 
-from runner.backends.base import OutputSink, Place, RunOutcome, RunRequest, Stream
+from runner.backends.base import (
+    NO_STAGES,
+    OutputSink,
+    Place,
+    RunOutcome,
+    RunRequest,
+    StageSink,
+    Stream,
+)
 from runner.backends.local_files import collect_artifacts, copy_workspace
 from runner.core.model import FailureKind, Job
 
@@ -44,7 +52,7 @@ class LocalBackend:
     def capacity(self) -> int | None:
         return None
 
-    def acquire(self, job: Job, cancel: threading.Event) -> Place:
+    def acquire(self, job: Job, cancel: threading.Event, stages: StageSink = NO_STAGES) -> Place:
         with self._lock:
             if self._folders is None:
                 root = Path(tempfile.mkdtemp(prefix="clore-run-", dir=self._parent))
@@ -57,11 +65,18 @@ class LocalBackend:
         return Place(name="localhost", facts={"workdir": str(workdir)})
 
     def run(
-        self, place: Place, request: RunRequest, sink: OutputSink, cancel: threading.Event
+        self,
+        place: Place,
+        request: RunRequest,
+        sink: OutputSink,
+        cancel: threading.Event,
+        stages: StageSink = NO_STAGES,
     ) -> RunOutcome:
         workdir = Path(place.facts["workdir"])
         if request.workspace_root is not None:
+            stages.stage("uploading", "copying the workspace")
             copy_workspace(request.workspace_root, request.workspace_files, workdir)
+            stages.stage("running")
         # Not in the workdir: the job's folder holds only the workspace and its output.
         script = self._script_path(workdir)
         script.write_text(request.job.run, encoding="utf-8")
@@ -74,6 +89,8 @@ class LocalBackend:
             cancel,
             request.timeout_s,
         )
+        if request.job.artifacts or request.job.junit:
+            stages.stage("fetching")
         warnings = collect_artifacts(workdir, request.job, request.artifacts_dir)
         for warning in warnings:
             sink.write("stderr", f"clore-run: {warning}\n".encode())

@@ -38,6 +38,9 @@ def plan(
         client = CloreClient.from_env()
         offers = offers_from_servers(client.marketplace().servers, loaded.currency)
         result["clore"] = plan_offers(loaded, offers)
+        # The run simulated on these offers, at the top where a reader of the plan looks first.
+        result["makespan"] = result["clore"]["makespan"]
+        result["cost"] = result["clore"]["cost"]
         unfit = bool(result["clore"]["unfit"])
     elif backend != "none":
         raise UsageError(f"--backend {backend}: plan knows `clore` only", "omit it or use clore")

@@ -125,6 +125,13 @@ class Job:
         return self.estimate_s if self.estimate_s is not None else self.timeout_s
 
 
+class Provisioning(str, enum.Enum):
+    """When a job's server is rented: the pipeline's `provision:` key."""
+
+    AHEAD = "ahead"  # as soon as its needs are expected to end within a boot
+    ON_DEMAND = "on-demand"  # only once the job is ready to run
+
+
 @dataclass(frozen=True)
 class Pipeline:
     """A validated, expanded pipeline: jobs in file order."""
@@ -137,6 +144,7 @@ class Pipeline:
     currency: str = "CLORE-Blockchain"
     hosts: tuple[str, ...] = ()
     source: str = ""  # the pipeline file path
+    provisioning: Provisioning = Provisioning.AHEAD
 
     def job(self, job_id: str) -> Job:
         for job in self.jobs:
@@ -158,6 +166,8 @@ class Attempt:
     server: str = ""
     cost_usd: float = 0.0
     facts: Mapping[str, str] = field(default_factory=_frozen_env)  # GPU, fingerprint, price...
+    placed_at: float | None = None  # the place was held and the script could start (after
+    # renting and booting a server): the timeline draws the time before it apart
 
     @property
     def duration_s(self) -> float:

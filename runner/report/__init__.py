@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import tempfile
@@ -32,6 +33,7 @@ class ReportPaths:
     summary_json: Path
     summary_md: Path
     warnings: tuple[str, ...] = ()
+    timeline_svg: Path | None = None
 
 
 def write_reports(
@@ -55,9 +57,20 @@ def write_reports(
         summary = with_comparison(summary, baseline)
     atomic_write(paths.summary_json, dump_summary(summary))
     atomic_write(paths.summary_md, render_markdown(summary).encode("utf-8"))
+    svg = out_dir / "timeline.svg"
+    atomic_write(svg, svg_of(summary).encode("utf-8"))
     return ReportPaths(
-        paths.junit, paths.summary_json, paths.summary_md, tuple(summary["warnings"])
+        paths.junit, paths.summary_json, paths.summary_md, tuple(summary["warnings"]), svg
     )
+
+
+def svg_of(summary: Summary) -> str:
+    """timeline.svg of a summary dict."""
+    from runner.report.timeline import build_timeline, records_from_summary
+    from runner.report.timeline_svg import render_svg
+
+    model = build_timeline(records_from_summary(summary))
+    return render_svg(model, str(summary.get("pipeline", {}).get("name", "")))
 
 
 def with_comparison(summary: Summary, baseline: Mapping[str, Any]) -> Summary:
@@ -84,6 +97,21 @@ def dump_summary(summary: Mapping[str, Any]) -> bytes:
     return (json.dumps(summary, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
 
 
+@functools.cache
+def _umask() -> int:
+    """The process's umask. Linux says it in /proc; elsewhere reading it means setting it, done
+    once (a key file written by another thread meanwhile would get the wrong mode)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write(path: Path, data: bytes) -> None:
     """Write via a temp file in the same directory and `os.replace`: readers never see half.
     Every report passes here, so here the known secrets are taken out of it, whatever field
@@ -91,6 +119,9 @@ def atomic_write(path: Path, data: bytes) -> None:
     data = redact.data(data)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        # mkstemp makes the file 0600; reports are read by other users (CI containers often
+        # run the upload step as another user), so they get the mode any new file gets.
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()

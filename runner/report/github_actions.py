@@ -135,6 +135,8 @@ def _job_annotation(
     loc = job.get("location") or {}
     source = loc.get("file") or summary.get("pipeline", {}).get("source", "")
     status = str(job.get("status", "")).replace("_", " ")
+    if job.get("allowed_failure"):
+        status += " (allowed)"
     # The reason and the test names may come from the server: no command may be read from them.
     reason = console_line(str(job.get("reason") or status))
     message = f"job '{console_line(str(job.get('name')))}' {status}: {reason}"
@@ -144,7 +146,7 @@ def _job_annotation(
         more = f" and {len(tests) - 5} more" if len(tests) > 5 else ""
         message += f"\nfailed tests: {names}{more}"
     return command(
-        "error",
+        "warning" if job.get("allowed_failure") else "error",
         message,
         file=_repo_path(source, workspace),
         line=loc.get("line"),

@@ -141,12 +141,21 @@ def _suite(
     return suite, JobTests(job.id, counts, tuple(failed), flaky)
 
 
+def allowed_failure(job: Job, result: JobResult) -> bool:
+    """`continue-on-error` lets this failure pass: it reads "failed (allowed)" everywhere."""
+    bad = (JobStatus.FAILED, JobStatus.TIMED_OUT, JobStatus.ERROR)
+    return job.continue_on_error and result.status in bad
+
+
 def _properties(job: Job, result: JobResult) -> ET.Element:
     props = ET.Element("properties")
     facts = F.last_facts(result)
     pairs = [
         ("clore.job_id", job.id),
-        ("clore.status", result.status.value),
+        (
+            "clore.status",
+            result.status.value + (" (allowed)" if allowed_failure(job, result) else ""),
+        ),
         ("clore.attempts", str(len(result.attempts))),
         ("clore.cost_usd", f"{result.cost_usd:.4f}"),
         ("clore.server", result.server),

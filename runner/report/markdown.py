@@ -14,6 +14,9 @@ from typing import Any
 
 import jinja2
 
+from runner.report.mermaid import gantt
+from runner.report.timeline import build_timeline, records_from_summary
+
 _ICONS = {
     "passed": "✅",
     "failed": "❌",
@@ -47,7 +50,14 @@ def _environment() -> jinja2.Environment:
     )
     env.filters["html_text"] = html_text
     env.filters["human"] = human
+    env.filters["gantt"] = summary_gantt
     return env
+
+
+def summary_gantt(summary: Mapping[str, Any]) -> str:
+    """The run's timeline as Mermaid source, "" when nothing ran."""
+    model = build_timeline(records_from_summary(summary))
+    return gantt(model, str(summary.get("pipeline", {}).get("name", "")))
 
 
 def cell(value: object, limit: int = _CELL_LIMIT) -> str:

@@ -20,6 +20,7 @@ Times are ISO 8601 UTC strings, durations seconds, money USD.
     jobs                [job]
     job:
       id, name, group, status, reason
+      allowed_failure   the job failed, timed out or errored, and `continue-on-error` allows it
       attempts          int, how many tries
       duration_s        all attempts together
       exit_code         int | null (last attempt)
@@ -35,7 +36,11 @@ Times are ISO 8601 UTC strings, durations seconds, money USD.
                           "scope": "test" | "job"}] (capped; "job": the job itself failed)
       log_tail          [str]: last lines of logs/<id>.log, for jobs that did not pass
       attempt_details   [{"number", "started_at", "finished_at", "duration_s", "exit_code",
-                          "failure", "message", "server", "cost_usd", "usd_per_hour", "facts"}]
+                          "failure", "message", "server", "cost_usd", "usd_per_hour", "facts",
+                          "offset_s", "setup_s"}]
+                        offset_s: its start, seconds after the run's (to the millisecond);
+                        setup_s: seconds getting a place (renting, booting) before the script
+                        could start, null when it never got one
 """
 
 from __future__ import annotations
@@ -49,7 +54,7 @@ from typing import Any
 from runner import __version__
 from runner.core.model import Attempt, Job, JobResult, JobStatus, RunRecord
 from runner.report import facts as F
-from runner.report.junit import JobTests, JUnitReport, iso, pipeline_jobs
+from runner.report.junit import JobTests, JUnitReport, allowed_failure, iso, pipeline_jobs
 from runner.report.text import clip, redact, tail_lines
 
 SCHEMA_VERSION = 1
@@ -69,7 +74,10 @@ def build_summary(
     env = os.environ if env is None else env
     tests = {t.job_id: t for t in junit.jobs}
     by_id = pipeline_jobs(record)
-    jobs = [_job(out_dir, by_id.get(r.job_id), r, tests.get(r.job_id)) for r in record.results]
+    jobs = [
+        _job(out_dir, by_id.get(r.job_id), r, tests.get(r.job_id), record.started_at)
+        for r in record.results
+    ]
     budget = record.pipeline.budget_usd
     total = record.total_cost_usd
     return {
@@ -113,7 +121,9 @@ def ci_info(env: Mapping[str, str]) -> dict[str, str] | None:
     }
 
 
-def _job(out_dir: Path, job: Job | None, result: JobResult, tests: JobTests | None) -> Summary:
+def _job(
+    out_dir: Path, job: Job | None, result: JobResult, tests: JobTests | None, origin: float
+) -> Summary:
     facts = F.last_facts(result)
     last = result.attempts[-1] if result.attempts else None
     counts = tests.counts if tests else None
@@ -122,6 +132,7 @@ def _job(out_dir: Path, job: Job | None, result: JobResult, tests: JobTests | No
         "name": job.name if job else result.job_id,
         "group": job.group if job else "",
         "status": result.status.value,
+        "allowed_failure": job is not None and allowed_failure(job, result),
         "reason": redact(result.reason),
         "attempts": len(result.attempts),
         "duration_s": _round(result.duration_s, 3),
@@ -141,7 +152,7 @@ def _job(out_dir: Path, job: Job | None, result: JobResult, tests: JobTests | No
         "flaky": bool(tests and tests.flaky),
         "failed_tests": _failed_tests(tests),
         "log_tail": _log_tail(out_dir, result),
-        "attempt_details": [_attempt(a) for a in result.attempts],
+        "attempt_details": [_attempt(a, origin) for a in result.attempts],
     }
 
 
@@ -174,7 +185,8 @@ def _log_tail(out_dir: Path, result: JobResult) -> list[str]:
     return [clip(redact(line), 500) for line in lines]
 
 
-def _attempt(attempt: Attempt) -> Summary:
+def _attempt(attempt: Attempt, origin: float) -> Summary:
+    setup = None if attempt.placed_at is None else max(0.0, attempt.placed_at - attempt.started_at)
     return {
         "number": attempt.number,
         "started_at": iso(attempt.started_at),
@@ -187,6 +199,8 @@ def _attempt(attempt: Attempt) -> Summary:
         "cost_usd": _round(attempt.cost_usd, 6),
         "usd_per_hour": F.usd_per_hour(attempt),
         "facts": dict(attempt.facts),
+        "offset_s": _round(attempt.started_at - origin, 3),
+        "setup_s": None if setup is None else _round(setup, 3),
     }
 
 

@@ -3,17 +3,33 @@ logs go to `<data>/logs/<job>.log` (every attempt appended), and nobody watches 
 
 from __future__ import annotations
 
-from runner.backends.base import Stream
+from typing import TextIO
+
+from runner.backends.base import BackendStage, Place, Stream
 from runner.console import Console
 from runner.core.model import Job
 
 
 class QuietConsole(Console):
     """JobLog also echoes output to a console; a server has nobody watching one, and must
-    not keep per-job console state for months."""
+    not keep per-job console state for months (nor a redraw thread)."""
+
+    def __init__(self, stream: TextIO, live: bool = False) -> None:
+        super().__init__(stream, live=False, tick_s=0, heartbeat_s=0)
 
     def output(self, job: Job, stream: Stream, data: bytes) -> None:
         return None
 
     def flush_job(self, job: Job) -> None:
+        return None
+
+    def placed(self, job: Job, place: Place) -> None:
+        return None
+
+    def stage(
+        self, job: Job, stage: BackendStage, detail: str = "", usd_per_hour: float | None = None
+    ) -> None:
+        return None
+
+    def note(self, job: Job, text: str) -> None:
         return None

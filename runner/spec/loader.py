@@ -18,7 +18,15 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from runner.core import graph
-from runner.core.model import Condition, GpuAsk, Job, Location, Pipeline, Priority
+from runner.core.model import (
+    Condition,
+    GpuAsk,
+    Job,
+    Location,
+    Pipeline,
+    Priority,
+    Provisioning,
+)
 from runner.spec import matrix as matrix_mod
 from runner.spec.diagnostics import Diagnostic, KeyPath, SpecError, did_you_mean
 from runner.spec.expressions import Contexts, ExpressionError, parse_condition, substitute
@@ -103,6 +111,7 @@ class _PipelineBuilder:
             currency=header.currency,
             hosts=tuple(header.hosts),
             source=self.source.file,
+            provisioning=Provisioning(header.provision),
         )
 
     # -- top level -------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 PriorityName = Literal["low", "normal", "high", "urgent"]
 CurrencyName = Literal["bitcoin", "CLORE-Blockchain", "USD-Blockchain"]
+ProvisionName = Literal["ahead", "on-demand"]
 MAX_MINUTES = 10_000_000  # about 19 years: any real duration, and finite once in seconds
 
 
@@ -147,6 +148,11 @@ class PipelineSettings(StrictModel):
     budget: float | None = Field(None, gt=0, description="USD, hard cap on the whole run.")
     timeout_minutes: float | None = Field(None, gt=0, le=MAX_MINUTES, alias="timeout-minutes")
     currency: CurrencyName = Field("CLORE-Blockchain", description="What orders are paid in.")
+    provision: ProvisionName = Field(
+        "ahead",
+        description="When a job's server is rented: ahead (once its needs are expected to end "
+        "within a server's boot, so the boot overlaps them) or on-demand (once it is ready).",
+    )
     env: EnvMap = Field(default_factory=dict, description="Environment for every job.")
     hosts: NameList = Field(
         default_factory=list, description="SSH hosts (user@host[:port]) for --backend ssh."

@@ -351,6 +351,7 @@ class FakeClore:
             for kind in ("on_demand", "spot")
         }
         self.rival_bids: dict[int, list[tuple[float, str]]] = defaultdict(list)
+        self.raise_max_step: float | None = None  # raising is unrestricted in the reference
         self.after_create: Callable[[FakeOrder], None] | None = None
         self._no_sshd_port: int | None = None
         self.orders: dict[int, FakeOrder] = {}
@@ -661,6 +662,9 @@ class FakeClore:
         now = self.api_time()
         if desired < minimum:
             return 200, {"code": 6, "error": "too_low_price"}
+        step = self.raise_max_step
+        if step is not None and desired - order.price_per_day > step + 1e-9:
+            return 200, {"code": 6, "error": "exceeded_max_step", "max_step": step}
         if desired < order.price_per_day:
             last = order.last_lowered_unix
             if last is not None and now - last < 600:

@@ -61,8 +61,10 @@ def _att(
     server: str = "",
     cost_usd: float = 0.0,
     facts: dict[str, str] | None = None,
+    setup: float | None = None,
 ) -> Attempt:
     return Attempt(
+        placed_at=None if setup is None else T0 + start + setup,
         number=n,
         started_at=T0 + start,
         finished_at=T0 + start + secs,
@@ -93,7 +95,9 @@ def mixed_record() -> RunRecord:
             "build",
             JobStatus.PASSED,
             attempts=(
-                _att(1, 0, 62, exit_code=0, server="gpu-a", cost_usd=0.0124, facts=GPU_4090),
+                _att(
+                    1, 0, 62, exit_code=0, server="gpu-a", cost_usd=0.0124, facts=GPU_4090, setup=20
+                ),
             ),
         ),
         JobResult(

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.backends.base import OutputSink, Place, RunOutcome, RunRequest
+from runner.backends.base import NO_STAGES, OutputSink, Place, RunOutcome, RunRequest, StageSink
 from runner.core.model import Job
 from tests.serve.harness import TOKEN, thread_server
 
@@ -35,11 +35,16 @@ class NothingBackend:
     def capacity(self) -> int | None:
         return None
 
-    def acquire(self, job: Job, cancel: threading.Event) -> Place:
+    def acquire(self, job: Job, cancel: threading.Event, stages: StageSink = NO_STAGES) -> Place:
         return Place("nowhere")
 
     def run(
-        self, place: Place, request: RunRequest, sink: OutputSink, cancel: threading.Event
+        self,
+        place: Place,
+        request: RunRequest,
+        sink: OutputSink,
+        cancel: threading.Event,
+        stages: StageSink = NO_STAGES,
     ) -> RunOutcome:
         return RunOutcome(0, None)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import requests
 
-from runner.backends.base import OutputSink, Place, RunOutcome, RunRequest
+from runner.backends.base import NO_STAGES, OutputSink, Place, RunOutcome, RunRequest, StageSink
 from runner.core.model import FailureKind, Job
 from runner.serve.service import Service
 from tests.serve.harness import FINAL, FakeClock, ThreadServer, thread_server, wait_until
@@ -22,11 +22,16 @@ class BilledBackend:
     def capacity(self) -> int | None:
         return None
 
-    def acquire(self, job: Job, cancel: threading.Event) -> Place:
+    def acquire(self, job: Job, cancel: threading.Event, stages: StageSink = NO_STAGES) -> Place:
         return Place("rented-1", usd_per_hour=1.0)
 
     def run(
-        self, place: Place, request: RunRequest, sink: OutputSink, cancel: threading.Event
+        self,
+        place: Place,
+        request: RunRequest,
+        sink: OutputSink,
+        cancel: threading.Event,
+        stages: StageSink = NO_STAGES,
     ) -> RunOutcome:
         return RunOutcome(0, None, facts={"cost_usd": "2.5"})
 
@@ -159,11 +164,16 @@ class SlowToDie:
     def capacity(self) -> int | None:
         return None
 
-    def acquire(self, job: Job, cancel: threading.Event) -> Place:
+    def acquire(self, job: Job, cancel: threading.Event, stages: StageSink = NO_STAGES) -> Place:
         return Place("slow-1")
 
     def run(
-        self, place: Place, request: RunRequest, sink: OutputSink, cancel: threading.Event
+        self,
+        place: Place,
+        request: RunRequest,
+        sink: OutputSink,
+        cancel: threading.Event,
+        stages: StageSink = NO_STAGES,
     ) -> RunOutcome:
         assert cancel.wait(timeout=30)
         wait_until(lambda: self.service is not None and not self.service.alive, what="the stop")

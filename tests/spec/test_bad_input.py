@@ -326,3 +326,9 @@ def test_an_env_name_bash_cannot_export_is_refused(name: str) -> None:
     error = one_error(f"jobs:\n  a:\n    run: x\n    env: {{'{name}': v}}\n")
     assert f"jobs.a.env.{name}: '{name}' is not a valid environment variable name" in error
     assert error.startswith("p.yml:4:11:")
+
+
+def test_provision_takes_only_its_two_words() -> None:
+    error = one_error("provision: early\njobs:\n  a: {run: x}\n")
+    assert error.startswith("p.yml:1:12: provision: ")
+    assert "'ahead' or 'on-demand'" in error

@@ -625,3 +625,11 @@ def test_matrix_exclude_and_include_tell_true_from_1() -> None:
         """
     )
     assert ids(pipeline) == ["a-true", "a-1-one"]
+
+
+def test_provision_says_when_servers_are_rented() -> None:
+    from runner.core.model import Provisioning
+
+    assert parse("jobs:\n  a: {run: x}\n").provisioning is Provisioning.AHEAD
+    on_demand = parse("provision: on-demand\njobs:\n  a: {run: x}\n")
+    assert on_demand.provisioning is Provisioning.ON_DEMAND

@@ -13,7 +13,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from runner.backends.base import OutputSink, Place, RunOutcome, RunRequest
+from runner.backends.base import NO_STAGES, OutputSink, Place, RunOutcome, RunRequest, StageSink
 from runner.backends.clore import errors as api_errors
 from runner.backends.clore.api import CloreClient
 from runner.backends.clore.market import (
@@ -111,7 +111,7 @@ class CloreBackend:
 
     # -- acquire ---------------------------------------------------------------------------
 
-    def acquire(self, job: Job, cancel: threading.Event) -> Place:
+    def acquire(self, job: Job, cancel: threading.Event, stages: StageSink = NO_STAGES) -> Place:
         reused = self._take_idle(job)
         if reused is not None:
             return reused
@@ -119,17 +119,28 @@ class CloreBackend:
         for _ in range(MAX_OFFERS_PER_ATTEMPT):
             self._stop_if_stopping(cancel)
             self._make_room()
-            offer = self._choose(job)  # marked as ours: no other worker orders it too
+            try:
+                offer = self._choose(job)  # marked as ours: no other worker orders it too
+            except JobCannotRun as exc:
+                if not tried:
+                    raise
+                # The hosts that fit were tried and excluded: say why, not just "no offer".
+                raise InfrastructureError(
+                    f"{job.id}: {len(tried)} offers failed to start: " + "; ".join(tried[-3:]),
+                    exc.message,
+                ) from None
             try:
                 reserved = self._wait_for_budget(job, offer, cancel)
                 try:
                     self._stop_if_stopping(cancel)  # waiting for money can take long
-                    rental = self.provisioner.rent(job, offer, cancel)
+                    stages.stage("renting", _offer_label(offer), self._hourly(job, offer))
+                    rental = self.provisioner.rent(job, offer, cancel, stages)
                 except SkipOffer as exc:
                     self._end_renting(reserved)
                     with self._cond:
                         self._excluded.add(offer.server_id)
                     tried.append(f"server {offer.server_id} excluded: {exc}")
+                    stages.note(f"{exc}; trying the next offer")
                     continue
                 except BaseException:
                     self._end_renting(reserved)
@@ -208,11 +219,7 @@ class CloreBackend:
         """Wait until the rental's worst case fits the budget, then reserve it until it is
         held (so a rental being set up in another worker counts) and return the amount."""
         spot = job.gpu is not None and job.gpu.spot
-        price_per_day = self.provisioner.price_per_day(job, offer)  # a spot bid, not the minimum
-        if price_per_day is None:
-            price = offer.usd_per_hour(spot) or 0.0  # no bid fits: renting will skip the offer
-        else:
-            price = self.provisioner.usd_per_hour(offer, price_per_day, spot)
+        price = self._hourly(job, offer)
         # Billed from the create: starting (image pull included) and then the job's timeout.
         hold_s = self.provisioner.options.online_timeout_s + job.timeout_s
         fee_usd = self.provisioner.creation_fee_usd(offer, spot)
@@ -239,6 +246,14 @@ class CloreBackend:
                         )
                     )
                 self._cond.wait(timeout=1.0)  # a server given back frees money
+
+    def _hourly(self, job: Job, offer: Offer) -> float:
+        """What renting `offer` for `job` costs per hour: a spot bid, not the spot minimum."""
+        spot = job.gpu is not None and job.gpu.spot
+        price_per_day = self.provisioner.price_per_day(job, offer)
+        if price_per_day is None:
+            return offer.usd_per_hour(spot) or 0.0  # no bid fits: renting will skip the offer
+        return self.provisioner.usd_per_hour(offer, price_per_day, spot)
 
     def _check_balance(self, offer: Offer, worst_case_usd: float) -> None:
         """Once per run, before the first rental: the wallet of the run's currency must pay
@@ -335,12 +350,17 @@ class CloreBackend:
     # -- run and release -------------------------------------------------------------------
 
     def run(
-        self, place: Place, request: RunRequest, sink: OutputSink, cancel: threading.Event
+        self,
+        place: Place,
+        request: RunRequest,
+        sink: OutputSink,
+        cancel: threading.Event,
+        stages: StageSink = NO_STAGES,
     ) -> RunOutcome:
         held = self._find(place)
         if held is None or held.rental.conn is None:
             return RunOutcome(None, FailureKind.SERVER_LOST, "the server is no longer held")
-        outcome = run_job(held.rental.conn, request, sink, cancel)
+        outcome = run_job(held.rental.conn, request, sink, cancel, stages=stages)
         if outcome.failure in (FailureKind.SERVER_LOST, FailureKind.SSH_FAILED):
             held.rental.lost = True  # outbid or gone: the retry goes to another host
             with self._cond:
@@ -473,6 +493,10 @@ class CloreBackend:
                 f"{len(left)} rental(s) of run {run_id} not confirmed released (servers {servers})",
                 f"run `clore-run cleanup --run {run_id}`",
             )
+
+
+def _offer_label(offer: Offer) -> str:
+    return f"{offer.gpus} #{offer.server_id}"
 
 
 def _fits(rental: Rental, ask: GpuAsk) -> bool:

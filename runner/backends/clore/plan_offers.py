@@ -10,10 +10,16 @@ from __future__ import annotations
 from typing import Any
 
 from runner.backends.clore.market import Offer, best_offer, explain_no_fit
+from runner.backends.clore.quotes import OfferMarket
 from runner.core import money
 from runner.core.model import GpuAsk, Job, Pipeline
+from runner.core.predict import Prediction, predict
+from runner.plan import format_duration
 
 _ANY_GPU = GpuAsk()
+# How long a Clore server takes from the create to answering SSH (image pull, boot, sshd):
+# minutes, and it varies by host and image. The plan gives its figures over this range.
+BOOT_RANGE_S = (120.0, 480.0)
 
 
 def plan_offers(pipeline: Pipeline, offers: list[Offer]) -> dict[str, Any]:
@@ -26,6 +32,8 @@ def plan_offers(pipeline: Pipeline, offers: list[Offer]) -> dict[str, Any]:
             ceiling += entry["ceiling_usd"]
             estimate += entry["estimate_usd"]
     budget = pipeline.budget_usd
+    prediction = predict_run(pipeline, offers)
+    makespan, cost = prediction.to_json()
     return {
         "currency": pipeline.currency,
         "jobs": jobs,
@@ -34,7 +42,29 @@ def plan_offers(pipeline: Pipeline, offers: list[Offer]) -> dict[str, Any]:
         "budget_usd": budget,
         "within_budget": budget is None or ceiling <= budget,
         "unfit": [job_id for job_id, e in jobs.items() if e["offer"] is None],
+        "makespan": makespan,
+        "cost": cost | {"servers_rented": prediction.servers_rented, "fits": prediction.fits},
+        "summary": render_prediction(prediction),
     }
+
+
+def predict_run(pipeline: Pipeline, offers: list[Offer]) -> Prediction:
+    """The run simulated on these offers: the same core decides rents, reuse and give-backs."""
+    return predict(pipeline, OfferMarket(offers, pipeline.currency), BOOT_RANGE_S)
+
+
+def render_prediction(prediction: Prediction) -> str:
+    low, mid, high = prediction.makespan_s
+    c_low, c_mid, c_high = prediction.cost_usd
+    b_low, _, b_high = prediction.boot_s
+    how = "rented ahead" if prediction.provisioning.value == "ahead" else "rented on demand"
+    verdict = "" if prediction.fits else " (some job finds no server within the budget)"
+    return (
+        f"simulated run ({how}, boots {b_low:g}-{b_high:g} s, {prediction.servers_rented} "
+        f"rental(s)): makespan {format_duration(low)}-{format_duration(high)} "
+        f"(expected {format_duration(mid)}), cost ${c_low:.2f}-${c_high:.2f} "
+        f"(expected ${c_mid:.2f}){verdict}"
+    )
 
 
 def _job_entry(job: Job, offers: list[Offer], currency: str) -> dict[str, Any]:
@@ -83,4 +113,5 @@ def render_offers(data: dict[str, Any]) -> str:
         f"total: estimate ${data['total_estimate_usd']:.2f}, "
         f"at most ${data['total_ceiling_usd']:.2f}{verdict}"
     )
+    lines.append(data["summary"])
     return "\n".join(lines)

@@ -9,12 +9,14 @@ offer raise `RunMustStop`.
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from runner.backends.base import NO_STAGES, StageSink
 from runner.backends.clore import errors as api_errors
 from runner.backends.clore.api import CloreClient, OrderRequest, may_have_created
 from runner.backends.clore.fees import FeeSchedule, read_fee_schedule
@@ -39,7 +41,7 @@ if TYPE_CHECKING:  # psycopg is an extra: only a run that joins a pool imports i
 DEFAULT_IMAGE = "nvidia/cuda:12.8.0-base-ubuntu22.04"
 _FATAL = (api_errors.NotEnoughBalanceError, api_errors.InvalidTokenError)
 SPOT_BOOK_TTL_S = 30.0  # a server's spot book read for the budget check serves the create too
-MAX_REBIDS = 2  # raises of one spot order's bid before the job moves to another host
+MAX_REBIDS = 3  # raises of one spot order's bid before the job moves to another host
 
 
 class SkipOffer(InfrastructureError):
@@ -151,7 +153,9 @@ class Provisioner:
                 self._fees = read_fee_schedule(self.client, self.currency)
             return self._fees
 
-    def rent(self, job: Job, offer: Offer, cancel: threading.Event) -> Rental:
+    def rent(
+        self, job: Job, offer: Offer, cancel: threading.Event, stages: StageSink = NO_STAGES
+    ) -> Rental:
         """Rent `offer` for `job` and return it reachable over SSH, or raise (nothing held)."""
         reservation = self._reserve(job, offer, cancel)
         try:
@@ -170,8 +174,10 @@ class Provisioner:
         try:  # the order exists: from here on, every failure cancels it
             self.ledger.set_order(rental.rental_id, order.id)
             self.ledger.set_state(rental.rental_id, "ordered")
+            stages.stage("booting", f"order {order.id}")
             order = self._wait_online(order.id, cancel, rental)
             rental.facts["online_after_s"] = f"{self.clock.now() - asked:.1f}"
+            stages.stage("connecting", f"order {order.id}")
             rental.conn = self._connect(order, cancel)
             rental.facts["ssh_ready_after_s"] = f"{self.clock.now() - asked:.1f}"
             self.ledger.set_state(rental.rental_id, "running")
@@ -395,7 +401,17 @@ class Provisioner:
                 f"{ask or 0:.3f} $/h cap (renter fee included)"
             )
         try:
-            self.client.set_spot_price(order_id, bid)
+            try:
+                self.client.set_spot_price(order_id, bid)
+            except api_errors.ExceededMaxStepError as exc:
+                # Documented for lowering only; should a raise meet it, go up one step now
+                # and let the next look at the book decide whether that is enough.
+                if not exc.max_step or exc.max_step <= 0:
+                    raise
+                # Rounded down, so that float error cannot make it a hair over the step.
+                step = exc.max_step * (1 - 1e-6)
+                bid = math.floor((rental.price_per_day + step) * 1e8) / 1e8
+                self.client.set_spot_price(order_id, bid)
         except api_errors.CloreApiError as exc:
             raise SkipOffer(f"order {order_id}: outbid; raising the bid failed: {exc}") from None
         self._set_price(rental, bid)

@@ -17,7 +17,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from runner.backends.base import Backend, OutputSink, Place, RunOutcome, RunRequest
+from runner.backends.base import (
+    NO_STAGES,
+    Backend,
+    OutputSink,
+    Place,
+    RunOutcome,
+    RunRequest,
+    StageSink,
+)
 from runner.backends.ssh.connection import ConnectOptions, Endpoint, SshConnection, connect
 from runner.backends.ssh.exec import ExecOptions, run_job
 from runner.backends.ssh.facts import gpu_facts
@@ -111,8 +119,9 @@ class SshBackend:
     def capacity(self) -> int:
         return len(self._hosts)
 
-    def acquire(self, job: Job, cancel: threading.Event) -> Place:
+    def acquire(self, job: Job, cancel: threading.Event, stages: StageSink = NO_STAGES) -> Place:
         endpoint = self._take_free_host(cancel)
+        stages.stage("connecting", str(endpoint))
         try:
             self._ensure_connection(endpoint, cancel)
         except BaseException:
@@ -121,7 +130,12 @@ class SshBackend:
         return Place(name=str(endpoint), facts=dict(self._facts[str(endpoint)]))
 
     def run(
-        self, place: Place, request: RunRequest, sink: OutputSink, cancel: threading.Event
+        self,
+        place: Place,
+        request: RunRequest,
+        sink: OutputSink,
+        cancel: threading.Event,
+        stages: StageSink = NO_STAGES,
     ) -> RunOutcome:
         with self._lock:
             conn = self._conns.get(place.name)
@@ -131,7 +145,7 @@ class SshBackend:
                 why = conn.lost_reason() if conn else f"{place.name}: not connected"
                 return RunOutcome(None, FailureKind.SERVER_LOST, why, dict(place.facts))
             stop = _EitherSet(cancel, self._closing)
-            outcome = run_job(conn, request, sink, stop, self._exec_options)
+            outcome = run_job(conn, request, sink, stop, self._exec_options, stages)
         finally:
             with self._lock:
                 self._running -= 1

@@ -28,7 +28,7 @@ from typing import Protocol
 
 import paramiko
 
-from runner.backends.base import OutputSink, RunOutcome, RunRequest
+from runner.backends.base import NO_STAGES, OutputSink, RunOutcome, RunRequest, StageSink
 from runner.backends.safe_extract import ExtractReport, safe_extract
 from runner.backends.ssh.channel import STDERR_TAIL, Capped, ChannelReader, ReadStopped, pump
 from runner.backends.ssh.connection import ConnectionLost, SshConnection, exit_status
@@ -115,12 +115,16 @@ def run_job(
     sink: OutputSink,
     cancel: CancelFlag,
     options: ExecOptions = ExecOptions(),  # frozen, so sharing it is safe
+    stages: StageSink = NO_STAGES,
 ) -> RunOutcome:
     """Run one attempt on `conn` and say how it ended. Never raises for remote trouble."""
     job = RemoteJob(conn, request, options)
     try:
-        outcome = job.run(sink, cancel)
-        notes = job.fetch_artifacts(sink, cancel) if conn.alive else ""
+        outcome = job.run(sink, cancel, stages)
+        notes = ""
+        if conn.alive:
+            stages.stage("fetching")
+            notes = job.fetch_artifacts(sink, cancel)
     except ConnectionLost as exc:
         return RunOutcome(None, FailureKind.SERVER_LOST, str(exc), job.facts())
     except InfrastructureError as exc:
@@ -149,10 +153,13 @@ class RemoteJob:
             facts["workdir"] = f"{self.folder}/work"
         return facts
 
-    def run(self, sink: OutputSink, cancel: CancelFlag) -> RunOutcome:
+    def run(
+        self, sink: OutputSink, cancel: CancelFlag, stages: StageSink = NO_STAGES
+    ) -> RunOutcome:
         bad = [name for name in self.request.env if not _ENV_NAME.fullmatch(name)]
         if bad:
             return RunOutcome(None, FailureKind.TEST_FAILURE, f"invalid env names: {bad}")
+        stages.stage("uploading", str(self.conn.endpoint))
         try:
             self.upload(cancel)
         except InfrastructureError:
@@ -163,6 +170,7 @@ class RemoteJob:
             return RunOutcome(None, FailureKind.CANCELLED, "cancelled before the start")
         chan = self.conn.exec(_START.format(work=self._path("work"), inner=shlex.quote(_INNER)))
         self._started = True
+        stages.stage("running")
         try:
             return self._follow(chan, sink, cancel)
         except BaseException:  # a failing log, say: the job must not run on unseen

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.backends.base import Place
+from runner.backends.base import NO_STAGES, Place
 from runner.backends.clore.backend import Budget, CloreBackend
 from runner.backends.clore.provision import Provisioner, ProvisionOptions
 from runner.backends.ssh.connection import ConnectOptions
@@ -298,7 +298,7 @@ class PreemptingBackend(CloreBackend):
 
     preempt: object = None
 
-    def run(self, place, request, sink, cancel):  # type: ignore[no-untyped-def]
+    def run(self, place, request, sink, cancel, stages=NO_STAGES):  # type: ignore[no-untyped-def]
         outer = self
 
         class Watch:
@@ -307,7 +307,7 @@ class PreemptingBackend(CloreBackend):
                 if b"working" in data and request.attempt == 1 and callable(outer.preempt):
                     threading.Thread(target=outer.preempt, args=(place,), daemon=True).start()
 
-        return super().run(place, request, Watch(), cancel)
+        return super().run(place, request, Watch(), cancel, stages)
 
 
 def test_spot_preemption_mid_job_is_retried_elsewhere(
@@ -378,7 +378,7 @@ def test_sigterm_mid_run_cancels_everything_fast(setup: Setup) -> None:
     sent: list[float] = []
 
     class Signalling(CloreBackend):
-        def run(self, place, request, sink, cancel):  # type: ignore[no-untyped-def]
+        def run(self, place, request, sink, cancel, stages=NO_STAGES):  # type: ignore[no-untyped-def]
             class Watch:
                 def write(self, stream, data):  # type: ignore[no-untyped-def]
                     sink.write(stream, data)
@@ -388,7 +388,7 @@ def test_sigterm_mid_run_cancels_everything_fast(setup: Setup) -> None:
                             sent.append(time.monotonic())
                             os.kill(os.getpid(), signal.SIGTERM)
 
-            return super().run(place, request, Watch(), cancel)
+            return super().run(place, request, Watch(), cancel, stages)
 
     signalling = Signalling(
         **{
@@ -524,14 +524,14 @@ def test_two_acquires_at_once_cannot_both_pass_the_budget(setup: Setup) -> None:
     a_renting, go_on, a_released = threading.Event(), threading.Event(), threading.Event()
     b_rented_early: list[bool] = []
 
-    def rent_slowly(job: Job, offer: object, cancel: threading.Event) -> object:
+    def rent_slowly(job: Job, offer: object, cancel: threading.Event, stages: object) -> object:
         if job is a:
             a_renting.set()
             go_on.wait(10)  # a stays in setup until the test has seen what b does
         else:
             b_rented_early.append(not a_released.is_set())
             watched.waiting.set()  # b decided: it rents
-        return rent(job, offer, cancel)  # type: ignore[arg-type]
+        return rent(job, offer, cancel, stages)  # type: ignore[arg-type]
 
     backend.provisioner.rent = rent_slowly  # type: ignore[method-assign]
     places: dict[str, Place] = {}

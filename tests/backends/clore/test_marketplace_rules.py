@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.backends.base import OutputSink, Place, RunOutcome, RunRequest
+from runner.backends.base import NO_STAGES, OutputSink, Place, RunOutcome, RunRequest, StageSink
 from runner.backends.clore.backend import CloreBackend
 from runner.core.model import JobStatus, Pipeline, RunRecord
 from runner.run_command import RunOptions, execute
@@ -36,9 +36,14 @@ class JobTakes(CloreBackend):
     job_s: float = 0.0
 
     def run(
-        self, place: Place, request: RunRequest, sink: OutputSink, cancel: threading.Event
+        self,
+        place: Place,
+        request: RunRequest,
+        sink: OutputSink,
+        cancel: threading.Event,
+        stages: StageSink = NO_STAGES,
     ) -> RunOutcome:
-        outcome = super().run(place, request, sink, cancel)
+        outcome = super().run(place, request, sink, cancel, stages)
         self.clock.advance(self.job_s)  # type: ignore[attr-defined]
         return outcome
 
@@ -146,7 +151,8 @@ def test_reported_cost_is_what_the_wallet_lost(setup: Setup, spot: bool, job_s: 
     assert facts["renter_fee_source"] == "account" and float(facts["renter_fee_rate"]) == rate
     print(
         f"\n{'spot' if spot else 'on-demand'} {job_s / 60:.0f} min: "
-        f"{len(setup.fake.requests)} API calls; reported ${ours:.6f}, billed ${lost:.6f}"
+        f"{len(setup.fake.requests)} API calls; create to SSH ready "
+        f"{facts['ssh_ready_after_s']} s (fake clock); reported ${ours:.6f}, billed ${lost:.6f}"
     )
 
 
@@ -216,6 +222,30 @@ def test_an_outbid_spot_order_is_rebid_and_the_job_passes_on_the_same_host(setup
     assert rebid.body["desired_price"] > rival and rebid.code == 0
     assert order.price_per_day == rebid.body["desired_price"]
     assert order.price_per_day * (1 + 0.0125) / 24 <= 0.1  # within the cap, fee included
+
+
+def test_a_raise_limited_to_a_step_climbs_by_steps_on_the_same_host(setup: Setup) -> None:
+    # Should the API cap a raise as it caps a lowering, the bid climbs one step at a time.
+    setup.fake.raise_max_step = 0.05
+    pipeline = pipeline_of(
+        """\
+        currency: USD-Blockchain
+        jobs:
+          a: {run: echo a, gpu: {type: '3090', spot: true, max-price: 0.1}}
+        """
+    )
+
+    def rival_outbids(order: FakeOrder) -> None:
+        setup.fake.rival_bids[order.server_id].append((order.price_per_day + 0.08, order.currency))
+
+    setup.fake.after_create = rival_outbids
+    record, code, _, _ = run_with(setup, pipeline)
+    assert code == 0, record.results
+    (order,) = setup.fake.orders.values()
+    answers = [c.code for c in setup.fake.calls("set_spot_price")]
+    # Over the rival in one go is refused; one step (still under it), refused, one more step.
+    assert answers == [6, 0, 6, 0]
+    assert order.price_per_day > setup.fake.rival_bids[order.server_id][0][0]
 
 
 def test_an_outbid_with_no_room_under_the_cap_moves_to_another_host(setup: Setup) -> None:
@@ -300,3 +330,21 @@ def test_a_short_balance_stops_every_later_rental_too(setup: Setup) -> None:
         backend.shutdown()
     assert setup.fake.calls("create_order") == []
     assert len(setup.fake.calls("wallets")) == 1
+
+
+def test_when_every_fitting_host_failed_the_error_says_why_not_just_no_offer(
+    setup: Setup,
+) -> None:
+    # The only USD 3090 is outbid over the cap: the job's error names that, not "no offer fits".
+    setup.fake.after_create = lambda order: setup.fake.rival_bids[order.server_id].append(
+        (2.0, order.currency)
+    )
+    pipeline = pipeline_of(
+        "currency: USD-Blockchain\njobs:\n"
+        "  a: {run: echo a, gpu: {type: '3090', spot: true, max-price: 0.07}}\n"
+    )
+    record, code, _, _ = run_with(setup, pipeline)
+    (result,) = record.results
+    assert code == 3 and result.status is JobStatus.ERROR
+    first = result.attempts[0].message
+    assert "1 offers failed to start" in first and "outbid, and no higher bid fits" in first

@@ -63,3 +63,35 @@ def test_plan_without_key_says_how_to_set_it(
     monkeypatch.delenv("CLORE_API_KEY", raising=False)
     code, _, err = run_cli(["plan", str(EXAMPLES / "hello.yml"), "--backend", "clore"], capsys)
     assert code == 3 and "CLORE_API_KEY" in err and "Traceback" not in err
+
+
+def test_plan_simulates_the_run_and_gives_makespan_and_cost_ranges(
+    api_env: FakeClore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run_cli(
+        ["plan", str(EXAMPLES / "ml-pipeline.yml"), "--backend", "clore", "--json"], capsys
+    )
+    assert code == 0
+    plan = json.loads(out)
+    makespan, cost = plan["makespan"], plan["cost"]
+    assert (makespan, cost) == (plan["clore"]["makespan"], plan["clore"]["cost"])
+    assert makespan["provision"] == "ahead"
+    assert makespan["low_s"] <= makespan["expected_s"] <= makespan["high_s"]
+    # 39 estimated minutes on the critical path, plus at least the quickest boot.
+    boot_low = makespan["boot_s"][0]
+    assert makespan["low_s"] >= 39 * 60 + boot_low
+    assert 0 < cost["low_usd"] <= cost["expected_usd"] <= cost["high_usd"]
+    # prepare's RTX 3090 goes on to train on a 3090; the 4090 is the only other rental.
+    assert cost["fits"] is True and cost["servers_rented"] == 2
+
+
+def test_plan_text_gives_the_simulated_makespan_and_cost(
+    api_env: FakeClore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, text, err = run_cli(
+        ["plan", str(EXAMPLES / "ml-pipeline.yml"), "--backend", "clore"], capsys
+    )
+    assert code == 0, err
+    (line,) = [x for x in text.splitlines() if x.startswith("simulated run")]
+    assert line.startswith("simulated run (rented ahead, boots 120-480 s, 2 rental(s)): makespan ")
+    assert "cost $" in line and "expected" in line

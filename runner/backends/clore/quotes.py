@@ -1,0 +1,93 @@
+"""The Clore marketplace as the core's `Market`: offers become quotes the core can rent.
+
+Pure, over a snapshot of offers the caller fetched. A quote's price is what an hour costs the
+renter, the renter's fee included (a spot order: our bid, plus its fee); a host is named by its
+server id. Fitting is `market.misses` plus the terms a server was rented on: a spot server can
+be outbid, so it is no server for an on-demand ask, and a bid can sit above a job's cap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Set
+from dataclasses import replace
+
+from runner.backends.clore.market import (
+    Offer,
+    explain_no_fit,
+    matching_offers,
+    misses,
+    per_hour,
+    spot_bid_per_day,
+)
+from runner.core import money
+from runner.core.model import GpuAsk
+from runner.core.rentals import Quote
+
+_ANY_GPU = GpuAsk()
+
+
+class OfferMarket:
+    """Today's offers, priced with the renter's fee, for the core to choose from."""
+
+    def __init__(
+        self,
+        offers: Iterable[Offer],
+        currency: str,
+        creation_fee_usd: float = money.FALLBACK_CREATION_FEE_USD,
+    ) -> None:
+        self._offers = list(offers)
+        self._by_host = {str(o.server_id): o for o in self._offers}
+        self.currency = currency
+        self.creation_fee_usd = creation_fee_usd
+
+    def offer(self, quote: Quote) -> Offer:
+        """The offer a quote came from (to rent it)."""
+        return self._by_host[quote.host]
+
+    def best(self, ask: GpuAsk | None, excluded: Set[str]) -> Quote | None:
+        ask = ask or _ANY_GPU
+        skip = {int(h) for h in excluded if h.isdigit()}
+        for offer in matching_offers(self._offers, ask, skip):
+            quote = self.quote(offer, ask)
+            if quote is not None:  # else no spot bid wins within the cap: the next one
+                return quote
+        return None
+
+    def fits(self, quote: Quote, ask: GpuAsk | None) -> bool:
+        ask = ask or _ANY_GPU
+        offer = self._by_host.get(quote.host)
+        if offer is None or (quote.spot and not ask.spot):
+            return False
+        # Ours now, so the market shows it rented: that does not make it unfit for our jobs.
+        if misses(replace(offer, rented=False), ask):
+            return False
+        return ask.max_usd_per_hour is None or quote.usd_per_hour <= ask.max_usd_per_hour
+
+    def why_none(self, ask: GpuAsk | None, excluded: Set[str]) -> str:
+        skip = {int(h) for h in excluded if h.isdigit()}
+        return explain_no_fit(self._offers, ask or _ANY_GPU, self.currency, skip)
+
+    def quote(self, offer: Offer, ask: GpuAsk) -> Quote | None:
+        """What renting `offer` for `ask` costs an hour, fee included; None when no spot bid
+        can win within the ask's cap."""
+        usd_per_hour = self.usd_per_hour(offer, ask)
+        if usd_per_hour is None:
+            return None
+        return Quote(
+            host=str(offer.server_id),
+            gpu_model=offer.gpu_model,
+            gpu_count=offer.gpu_count,
+            usd_per_hour=usd_per_hour,
+            creation_fee_usd=self.creation_fee_usd,
+            spot=ask.spot,
+        )
+
+    def usd_per_hour(self, offer: Offer, ask: GpuAsk) -> float | None:
+        """On demand: the offer's price (fee included); spot: our bid, with its fee."""
+        if not ask.spot:
+            return offer.on_demand_usd_per_hour
+        bid_per_day = spot_bid_per_day(offer, ask.max_usd_per_hour)
+        if bid_per_day is None or offer.usd_per_unit is None:
+            return None
+        listed = per_hour(bid_per_day) * offer.usd_per_unit
+        return money.with_fee_per_hour(listed, offer.spot_fee_rate)

@@ -1,0 +1,135 @@
+"""The scheduler and the server book as one core: jobs in order, each on a server.
+
+The scheduler decides what may run (needs, conditions, retries, timeouts, cancels) and, with no
+cap of its own, asks to start every job that is ready; the book decides where and when: it
+holds each such job until a server is ready for it, renting, reusing or renting ahead within
+the cap and the budget. An attempt the book cannot place ends as a failure of its own kind
+(no offer, over budget, every host failed), so the retry table applies as to any other.
+
+Events in, commands out, time passed in: the driver and the simulator drive it alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from runner.core.events import (
+    CancelRequested,
+    Command,
+    Event,
+    JobCompleted,
+    JobFinished,
+    KillJob,
+    StartJob,
+    TimerFired,
+)
+from runner.core.model import Attempt, Job, JobResult, RunStatus
+from runner.core.rentals import (
+    CoreCommand,
+    RentFailed,
+    ServerEvent,
+    ServerLost,
+    ServerReady,
+    ServerReleased,
+)
+from runner.core.retry import backoff_s
+from runner.core.scheduler import Scheduler
+from runner.core.servers import TIMER, ServerBook
+
+CoreEvent = Event | ServerEvent
+
+
+class PlacingCore:
+    """Schedules one run onto the servers of `book`. `start(now)` once, then `handle`."""
+
+    def __init__(
+        self,
+        jobs: Sequence[Job],
+        book: ServerBook,
+        run_timeout_s: float | None = None,
+        backoff: Callable[[int], float] = backoff_s,
+    ) -> None:
+        self.book = book
+        # Unbounded: the cap is on servers, which the book keeps.
+        self._scheduler = Scheduler(jobs, max(1, len(jobs)), run_timeout_s, backoff)
+        self._out: list[CoreCommand] = []
+        self._finished = False
+        self._cancelled = False
+
+    @property
+    def done(self) -> bool:
+        return self._scheduler.done
+
+    @property
+    def cancel_reason(self) -> str | None:
+        return self._scheduler.cancel_reason
+
+    def results(self) -> tuple[JobResult, ...]:
+        return self._scheduler.results()
+
+    def status(self, interrupted: bool = False) -> RunStatus:
+        return self._scheduler.status(interrupted)
+
+    def start(self, now: float) -> list[CoreCommand]:
+        self._take(self._scheduler.start(now), now)
+        return self._settle(now)
+
+    def handle(self, event: CoreEvent, now: float) -> list[CoreCommand]:
+        self._feed(event, now)
+        return self._settle(now)
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _feed(self, event: CoreEvent, now: float) -> None:
+        if isinstance(event, (ServerReady, ServerLost, RentFailed, ServerReleased)):
+            self.book.handle(event, now)
+            return
+        if isinstance(event, TimerFired) and _is_book_timer(event.token):
+            self.book.timer(event.token, now)
+            return
+        if isinstance(event, JobFinished):
+            self.book.attempt_ended(event.job_id, now)
+        self._take(self._scheduler.handle(event, now), now)
+        if self._scheduler.cancel_reason is not None and not self._cancelled:
+            self._cancelled = True
+            self.book.cancel(now)
+
+    def _take(self, commands: list[Command], now: float) -> None:
+        """Pass the scheduler's commands on, turning its starts into wants of the book. A
+        job killed before it had a server ends here and now: nothing runs to be killed."""
+        ended: list[JobFinished] = []
+        for cmd in commands:
+            if isinstance(cmd, StartJob):
+                self.book.want(cmd.job_id, cmd.attempt, cmd.timeout_s, now)
+            elif isinstance(cmd, KillJob) and (number := self.book.drop(cmd.job_id)) is not None:
+                attempt = Attempt(number, now, now, None, cmd.reason, "cancelled before it ran")
+                ended.append(JobFinished(cmd.job_id, attempt))
+            else:
+                if isinstance(cmd, JobCompleted):
+                    self.book.settled(cmd.result.job_id, now)
+                self._out.append(cmd)
+        for event in ended:
+            self._take(self._scheduler.handle(event, now), now)
+
+    def _settle(self, now: float) -> list[CoreCommand]:
+        """Let the book decide until it has nothing more to say to the scheduler."""
+        while True:
+            self._out.extend(self.book.decide(now))
+            failed, self.book.unplaceable = self.book.unplaceable, []
+            stop, self.book.stop_reason = self.book.stop_reason, None
+            if stop is not None:
+                self._feed(CancelRequested(stop), now)
+            for item in failed:
+                attempt = Attempt(item.attempt, now, now, None, item.failure, item.message)
+                self._feed(JobFinished(item.job_id, attempt), now)
+            if not failed and stop is None:
+                break
+        if self._scheduler.done and not self._finished:
+            self._finished = True
+            self._out.extend(self.book.finish(now))
+        out, self._out = self._out, []
+        return out
+
+
+def _is_book_timer(token: object) -> bool:
+    return isinstance(token, tuple) and bool(token) and token[0] == TIMER

@@ -1,0 +1,168 @@
+"""What the core says and hears about servers, and what a rental costs.
+
+The core decides which servers to hold; an adapter (the Clore client, or the fixed hosts of the
+SSH and local backends) carries the decisions out and reports back. Everything here is plain
+data and pure arithmetic: prices are USD per hour with the renter's fee already on them, times
+are seconds passed in by the caller.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Set
+from dataclasses import dataclass
+from typing import Protocol
+
+from runner.core import money
+from runner.core.events import Command
+from runner.core.model import GpuAsk, Provisioning
+
+__all__ = ["Provisioning"]  # where the core's server decisions find it, beside the rest
+
+
+@dataclass(frozen=True)
+class Quote:
+    """A server the core may rent (an offer on the market) or already has (a fixed host)."""
+
+    host: str  # the market's name for the machine; a host that failed is excluded by it
+    gpu_model: str = ""
+    gpu_count: int = 0
+    usd_per_hour: float = 0.0  # listed price plus the renter's fee
+    creation_fee_usd: float = 0.0  # charged once the order lives 10 minutes
+    spot: bool = False
+
+
+def rental_cost_usd(usd_per_hour: float, held_s: float, creation_fee_usd: float) -> float:
+    """What holding a rental for `held_s` costs: the hours at the price with fee, plus the
+    creation fee once the order has lived long enough to be charged it. With the longest
+    possible hold this is the worst case a budget must fit before the rent."""
+    return money.worst_case_usd(usd_per_hour, held_s, creation_fee_usd)
+
+
+class Market(Protocol):
+    """The offers the core may rent from. Pure: answers from data the adapter refreshed."""
+
+    def best(self, ask: GpuAsk | None, excluded: Set[str]) -> Quote | None:
+        """The offer a job asking `ask` should rent, leaving out `excluded` hosts."""
+        ...
+
+    def fits(self, quote: Quote, ask: GpuAsk | None) -> bool:
+        """Could a job asking `ask` run on a server rented as `quote`?"""
+        ...
+
+    def why_none(self, ask: GpuAsk | None, excluded: Set[str]) -> str:
+        """Why `best` found nothing, for the job's error."""
+        ...
+
+
+class NoMarket:
+    """Fixed hosts only (SSH, local): nothing to rent, and every host fits every job."""
+
+    def best(self, ask: GpuAsk | None, excluded: Set[str]) -> Quote | None:
+        return None
+
+    def fits(self, quote: Quote, ask: GpuAsk | None) -> bool:
+        return True
+
+    def why_none(self, ask: GpuAsk | None, excluded: Set[str]) -> str:
+        return "no host of this backend is left to run it"
+
+
+@dataclass(frozen=True)
+class BootTimes:
+    """How long a rented server takes from the create to answering SSH.
+
+    `expected_s` is what rent-ahead plans with: the default until the run has measured its own
+    boots, then their mean. `allowance_s` is the longest a boot may take before the rental is
+    given up: the budget reserves it for every rent.
+    """
+
+    default_s: float = 180.0
+    allowance_s: float = 1200.0
+    measured_s: tuple[float, ...] = ()
+
+    @property
+    def expected_s(self) -> float:
+        if not self.measured_s:
+            return self.default_s
+        return sum(self.measured_s) / len(self.measured_s)
+
+    def with_sample(self, seconds: float) -> BootTimes:
+        return BootTimes(self.default_s, self.allowance_s, (*self.measured_s, max(0.0, seconds)))
+
+
+# -- commands: the core asks the adapter to ... -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RentServer:
+    """Rent `quote` as server `server` for `for_job`. `worst_case_usd` is what the budget
+    reserved for it; `ahead` says it is rented before the job is ready."""
+
+    server: int
+    quote: Quote
+    for_job: str
+    worst_case_usd: float
+    ahead: bool = False
+
+
+@dataclass(frozen=True)
+class StartOn:
+    """Run attempt `attempt` of `job_id` on server `server` (ready, and this job's now)."""
+
+    job_id: str
+    attempt: int
+    server: int
+    timeout_s: float
+
+
+@dataclass(frozen=True)
+class ReleaseServer:
+    """Give server `server` back (cancel its order; a fixed host is just let go)."""
+
+    server: int
+    reason: str
+    rented: bool = True
+
+
+ServerCommand = RentServer | StartOn | ReleaseServer
+CoreCommand = Command | ServerCommand  # what the core with servers answers
+
+# -- events: the adapter tells the core that ... ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ServerReady:
+    """Server `server` answers SSH: jobs can start on it."""
+
+    server: int
+
+
+@dataclass(frozen=True)
+class ServerLost:
+    """Server `server` is gone (outbid, dropped): its host is not used again this run."""
+
+    server: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class RentFailed:
+    """Renting server `server` failed; nothing is held. `cost_usd` is what the failed order
+    cost all the same. `fatal` (no balance, a refused key) stops the run: every rent would fail."""
+
+    server: int
+    reason: str
+    cost_usd: float = 0.0
+    fatal: bool = False
+
+
+@dataclass(frozen=True)
+class ServerReleased:
+    """The order of server `server` is confirmed gone; `cost_usd` is the provider's own figure
+    when it gave one (it replaces the core's estimate)."""
+
+    server: int
+    cost_usd: float | None = None
+
+
+ServerEvent = ServerReady | ServerLost | RentFailed | ServerReleased

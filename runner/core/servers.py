@@ -1,0 +1,790 @@
+"""The servers a run holds, and every decision about them, pure.
+
+The book is told which jobs are ready (`want`), which attempts ended and which jobs are final,
+and what became of each server; after each batch `decide(now)` answers with commands: rent a
+server (a budget reservation is made first), start a job on one, give one back. The rules:
+
+- Placement: a ready server runs the best waiting job it fits, first the job it was rented for,
+  then a job that needs the one that just ran there (its files are warm), then by priority.
+- Renting: a waiting job with no server coming rents the best offer, when a slot under the cap
+  and the budget allow. The reservation is the rental's worst case: the longest boot, the
+  longest wait for its needs and the job's timeout, at the price with the renter's fee, plus the
+  creation fee whenever the order could live long enough to be charged it.
+- Rent ahead: once every need of a job has an expected end, the job's server is rented when
+  those ends are one expected boot away, unless a server it fits will be free for it by then.
+- Give back: a server no waiting job fits, and no job is expected to want within one boot, is
+  released at once; one that some job will soon want is kept for at most a boot.
+
+Servers that already exist (SSH hosts, local slots) are the same model, never rented or given
+back before the end. Nothing here reads a clock, does I/O or recurses.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
+
+from runner.core import graph
+from runner.core.events import ScheduleTimer
+from runner.core.model import FailureKind, Job
+from runner.core.rentals import (
+    BootTimes,
+    CoreCommand,
+    Market,
+    NoMarket,
+    Provisioning,
+    Quote,
+    ReleaseServer,
+    RentFailed,
+    RentServer,
+    ServerEvent,
+    ServerLost,
+    ServerReady,
+    ServerReleased,
+    StartOn,
+    rental_cost_usd,
+)
+
+# After a script's timeout the job is killed and its artifacts fetched: the budget holds a
+# server this much longer than the timeout.
+AFTER_SCRIPT_S = 120.0
+MAX_OFFERS_PER_ATTEMPT = 5  # hosts tried for one attempt before it fails as provisioning
+_EPS_S = 1e-6
+_AFTER_TIE_S = 1e-3
+TIMER = "servers"  # the first element of every timer token the book asks for
+
+Key = tuple[int, float, int]
+
+
+@dataclass
+class _Server:
+    id: int
+    quote: Quote
+    rented: bool
+    since: float  # when the create was sent (a fixed host: when the run began)
+    ready_at: float | None = None  # None: still booting
+    job: str | None = None  # the job running on it
+    claim: str | None = None  # the job it is meant for next (rented for it, or expected)
+    after: str | None = None  # the job expected to follow `claim` on it
+    last_job: str | None = None
+    reserved_until: float = 0.0  # the budget holds its cost up to here
+    idle_since: float = 0.0  # when its last job ended (or it came up)
+
+    @property
+    def idle(self) -> bool:
+        return self.ready_at is not None and self.job is None
+
+
+@dataclass(frozen=True)
+class ServerView:
+    """A server as the book holds it, for simulators, plans and tests."""
+
+    id: int
+    quote: Quote
+    rented: bool
+    booting: bool
+    job: str | None
+    claim: str | None
+
+
+@dataclass(frozen=True)
+class Unplaceable:
+    """An attempt the book could not give a server: it ends with `failure`."""
+
+    job_id: str
+    attempt: int
+    failure: FailureKind
+    message: str
+
+
+@dataclass
+class _Want:
+    attempt: int
+    timeout_s: float
+    seq: int
+
+
+class ServerBook:
+    """Decides which servers a run holds and which job runs on which."""
+
+    def __init__(
+        self,
+        jobs: Sequence[Job],
+        cap: int,
+        *,
+        market: Market | None = None,
+        budget_usd: float | None = None,
+        provisioning: Provisioning = Provisioning.AHEAD,
+        fixed_hosts: Sequence[Quote] = (),
+        boot: BootTimes | None = None,
+        durations_s: Mapping[str, float] | None = None,
+        now: float = 0.0,
+    ) -> None:
+        if cap < 1:
+            raise ValueError("cap must be at least 1")
+        self.cap = cap
+        self.budget_usd = budget_usd
+        self.provisioning = provisioning
+        self.boot = boot or BootTimes()
+        self._market: Market = market or NoMarket()
+        self._renting = market is not None
+        self._jobs = {j.id: j for j in jobs}
+        needs = {j.id: j.needs for j in jobs}
+        self._dependents = graph.dependents_of(needs)
+        rank = graph.upward_ranks(needs, lambda i: self._jobs[i].duration_hint_s)
+        self._key: dict[str, Key] = {j.id: (-int(j.priority), -rank[j.id], j.index) for j in jobs}
+        known = durations_s or {}
+        self._expected_s = {j.id: known.get(j.id, j.estimate_s) for j in jobs}
+        self._waiting: dict[str, _Want] = {}
+        self._queue: list[tuple[Key, int, str]] = []
+        self._seq = itertools.count()
+        self._servers: dict[int, _Server] = {}
+        self._next_server = itertools.count(1)
+        self._on: dict[str, int] = {}  # job -> server it runs on
+        self._claims: dict[str, int] = {}  # job -> server meant for it
+        self._end: dict[str, float] = {}  # expected (or actual) end of a job
+        self._worst_end: dict[str, float] = {}
+        self._ends_known = dict.fromkeys(self._jobs, 0)
+        self._eta: dict[str, float] = {}  # unready jobs: when all their needs should be done
+        self._due: dict[str, None] = {}  # jobs whose server should be rented ahead now
+        self._starved: dict[str, None] = {}  # due, but at the cap: due again when a slot opens
+        self._retrying: set[str] = set()  # an attempt ended, the job is not final yet
+        self._settled: set[str] = set()
+        self._excluded: set[str] = set()
+        self._rent_failures: dict[str, int] = {}
+        self._why: dict[str, str] = {}  # waiting jobs: what they wait for, when known
+        self._booked: dict[int, tuple[Quote, float]] = {}  # given back: quote, cost
+        self._spent_usd = 0.0
+        self._cancelled = False
+        self._look: set[int] = set()  # servers whose keep-or-give-back is to be decided
+        self._out: list[CoreCommand] = []
+        self.unplaceable: list[Unplaceable] = []
+        self.stop_reason: str | None = None
+        for quote in fixed_hosts:
+            server = _Server(next(self._next_server), quote, False, now, ready_at=now)
+            self._servers[server.id] = server
+        for job in jobs:
+            if not job.needs:
+                self._needs_known(job.id, now)
+
+    # -- what the book is told -------------------------------------------------------------
+
+    def want(self, job_id: str, attempt: int, timeout_s: float, now: float) -> None:
+        """The job is ready for attempt `attempt` and needs a server."""
+        seq = next(self._seq)
+        self._waiting[job_id] = _Want(attempt, timeout_s, seq)
+        heapq.heappush(self._queue, (self._key[job_id], seq, job_id))
+        self._retrying.discard(job_id)
+        self._eta.pop(job_id, None)
+        self._due.pop(job_id, None)
+        self._rent_failures[job_id] = 0
+
+    def drop(self, job_id: str) -> int | None:
+        """The job no longer wants a server (killed while waiting): the number of the attempt
+        that waited. None: it is not waiting (it runs on a server, or is not known)."""
+        want = self._waiting.pop(job_id, None)
+        if want is None:
+            return None
+        self._unclaim(job_id)
+        return want.attempt
+
+    def attempt_ended(self, job_id: str, now: float) -> None:
+        """The job's attempt ended: its server is free."""
+        server = self._servers.get(self._on.pop(job_id, -1))
+        self._retrying.add(job_id)
+        if server is None:
+            return
+        server.job, server.last_job, server.idle_since = None, job_id, now
+        self._look.add(server.id)
+        self._due.update(self._starved)
+        self._starved.clear()
+
+    def settled(self, job_id: str, now: float) -> None:
+        """The job is final: it wants nothing more."""
+        self._settled.add(job_id)
+        self._retrying.discard(job_id)
+        self._waiting.pop(job_id, None)
+        self._eta.pop(job_id, None)
+        self._due.pop(job_id, None)
+        self._unclaim(job_id)
+        self._set_end(job_id, now, now, now)
+
+    def cancel(self, now: float) -> None:
+        """Rent nothing more; give back every server no job runs on."""
+        self._cancelled = True
+        self._look.update(self._servers)
+
+    def finish(self, now: float) -> list[CoreCommand]:
+        """The run is over: give everything back."""
+        for server in list(self._servers.values()):
+            self._release(server, now, "the run is over")
+        return self._flush()
+
+    def handle(self, event: ServerEvent, now: float) -> None:
+        server = self._servers.get(event.server)
+        if isinstance(event, ServerReleased):
+            self._settle_cost(event)
+        elif server is None:
+            return  # already given back: a late report
+        elif isinstance(event, ServerReady):
+            self._ready(server, now)
+        elif isinstance(event, ServerLost):
+            self._excluded.add(server.quote.host)
+            self._release(server, now, f"lost: {event.reason}")
+        elif isinstance(event, RentFailed):
+            self._rent_failed(server, event)
+
+    def timer(self, token: Hashable, now: float) -> None:
+        """A timer this book asked for came due."""
+        if not isinstance(token, tuple) or len(token) != 3 or token[0] != TIMER:
+            return
+        if token[1] == "ahead" and token[2] in self._eta:
+            self._due[token[2]] = None
+        elif token[1] == "look" and token[2] in self._servers:
+            self._look.add(token[2])
+
+    # -- reading ---------------------------------------------------------------------------
+
+    @property
+    def spent_usd(self) -> float:
+        """What the servers given back (and failed rents) cost."""
+        return self._spent_usd
+
+    def cost_usd(self, now: float) -> float:
+        """Spent, plus what the servers held have cost so far."""
+        held = sum(self._cost_so_far(s, now) for s in self._servers.values() if s.rented)
+        return self._spent_usd + held
+
+    def committed_usd(self, now: float) -> float:
+        """Spent, plus the reservation (or the cost so far, if more) of every server held."""
+        held = sum(self._committed(s, now) for s in self._servers.values() if s.rented)
+        return self._spent_usd + held
+
+    def servers(self) -> list[ServerView]:
+        return [
+            ServerView(s.id, s.quote, s.rented, s.ready_at is None, s.job, s.claim)
+            for s in self._servers.values()
+        ]
+
+    @property
+    def held(self) -> int:
+        """Servers held (booting, idle or busy)."""
+        return len(self._servers)
+
+    def idle_servers(self) -> list[ServerView]:
+        """The servers up and running nothing."""
+        return [
+            ServerView(s.id, s.quote, s.rented, False, None, s.claim)
+            for s in self._servers.values()
+            if s.idle
+        ]
+
+    @property
+    def waiting_count(self) -> int:
+        return len(self._waiting)
+
+    def waiting(self) -> list[str]:
+        """Jobs that are ready and have no server yet."""
+        return list(self._waiting)
+
+    def wait_reason(self, job_id: str) -> str | None:
+        """What a waiting job waits for ("budget", "cap", "boot", "reuse"), if decided."""
+        return self._why.get(job_id) if job_id in self._waiting else None
+
+    def fits(self, quote: Quote, job_id: str) -> bool:
+        return self._market.fits(quote, self._jobs[job_id].gpu)
+
+    @property
+    def expected_boot_s(self) -> float:
+        return self.boot.expected_s
+
+    # -- deciding --------------------------------------------------------------------------
+
+    def decide(self, now: float) -> list[CoreCommand]:
+        """Everything to do now, after the events so far."""
+        self._why.clear()  # each decision says afresh what a job waits for
+        while True:
+            self._place_on_ready_servers(now)
+            if not self._cancelled and self._renting:
+                self._rent_for_waiting(now)
+                # Each pass can give jobs an expected end, making their dependents due.
+                while self._due:
+                    self._rent_ahead(now)
+                    self._place_on_ready_servers(now)
+            held = len(self._servers)
+            self._give_back(now)
+            # A server given back frees a slot and money: a waiting job may rent now.
+            if len(self._servers) == held or not self._waiting or self._cancelled:
+                return self._flush()
+
+    def _flush(self) -> list[CoreCommand]:
+        out, self._out = self._out, []
+        return out
+
+    # -- placement -------------------------------------------------------------------------
+
+    def _place_on_ready_servers(self, now: float) -> None:
+        for server in list(self._servers.values()):
+            if server.idle and self._waiting:
+                self._place_on(server, now)
+
+    def _place_on(self, server: _Server, now: float) -> bool:
+        """Start the best waiting job the server fits, in priority order, a job needing the
+        one that just ran there (its files are warm) winning a tie of user priority. The job
+        it was rented for has no say: when a better one waits, that one goes first, as a list
+        schedule would, and the other rents again. A job whose time there the budget cannot
+        hold is passed over for the next."""
+        warm = self._warm_waiting(server)
+        queue, seen = self._queue, list[tuple[Key, int, str]]()
+        placed = False
+        while queue and not placed and len(seen) <= 4 * self.cap + 16:
+            entry = heapq.heappop(queue)
+            want = self._waiting.get(entry[2])
+            if want is None or want.seq != entry[1]:
+                continue  # stale: placed, dropped or wanted again since
+            seen.append(entry)
+            if warm is not None and self._warm_first(warm, entry[0]):
+                placed = self._start(warm, server, now)
+                warm = None
+            if not placed and entry[2] in self._waiting and self.fits(server.quote, entry[2]):
+                placed = self._start(entry[2], server, now)
+        if not placed and warm is not None:
+            placed = self._start(warm, server, now)
+        for entry in seen:
+            heapq.heappush(queue, entry)
+        return placed
+
+    def _warm_first(self, warm: str, best: Key) -> bool:
+        """A warm job goes before a better-ranked one of the same user priority unless that
+        one's remaining path is longer by more than a tenth of a boot: the files it saves
+        copying are worth seconds, a delay on the critical path is not."""
+        priority, rank, _ = self._key[warm]
+        return priority <= best[0] and rank <= best[1] + 0.1 * self.boot.expected_s
+
+    def _warm_waiting(self, server: _Server) -> str | None:
+        if server.last_job is None:
+            return None
+        warm = [d for d in self._dependents[server.last_job] if self._usable(server, d)]
+        return min(warm, key=self._key.__getitem__, default=None)
+
+    def _usable(self, server: _Server, job_id: str) -> bool:
+        """A waiting job fits: it takes this ready server even if another is booting for it."""
+        return job_id in self._waiting and self.fits(server.quote, job_id)
+
+    def _start(self, job_id: str, server: _Server, now: float) -> bool:
+        want = self._waiting[job_id]
+        until = now + want.timeout_s + AFTER_SCRIPT_S
+        if server.rented and not self._extend(server, until, now):
+            self._why[job_id] = "budget"
+            return False
+        del self._waiting[job_id]
+        self._why.pop(job_id, None)
+        was_meant = server.claim == job_id
+        self._unclaim(job_id)
+        if not was_meant and server.claim is not None:
+            self._unclaim(server.claim)  # a better job took it: that one rents again
+        server.job = job_id
+        self._on[job_id] = server.id
+        self._look.discard(server.id)
+        expected = self._expected_s[job_id]
+        end = now + expected if expected is not None else None
+        self._set_end(job_id, end, until, now)
+        self._out.append(StartOn(job_id, want.attempt, server.id, want.timeout_s))
+        return True
+
+    # -- renting for jobs that are ready ---------------------------------------------------
+
+    def _rent_for_waiting(self, now: float) -> None:
+        queue, seen = self._queue, list[tuple[Key, int, str]]()
+        soon_free = self._soon_free(now)  # promised to the first waiting jobs they fit
+        while queue and len(seen) <= 4 * self.cap + 16:
+            entry = heapq.heappop(queue)
+            job_id = entry[2]
+            want = self._waiting.get(job_id)
+            if want is None or want.seq != entry[1]:
+                continue
+            seen.append(entry)
+            if job_id in self._claims or self._claim_booting(job_id):
+                self._why.setdefault(job_id, "boot")  # its server is coming
+                continue
+            promised = next((s for s in soon_free if self.fits(s.quote, job_id)), None)
+            if promised is not None:
+                self._why.setdefault(job_id, "reuse")
+                soon_free.remove(promised)
+                continue
+            if not self._room(now):
+                self._why.setdefault(job_id, "cap")
+                if not soon_free:
+                    break  # at the cap, nothing frees within a boot: no one else can go
+                continue
+            self._rent_now(job_id, want, now)
+        for entry in seen:
+            heapq.heappush(queue, entry)
+
+    def _soon_free(self, now: float) -> list[_Server]:
+        """Busy servers expected to be free within a boot, nobody's yet: waiting for one is
+        as quick as renting, and cheaper."""
+        horizon = now + self.boot.expected_s
+        return [
+            s
+            for s in self._servers.values()
+            if s.job is not None and s.claim is None and self._end.get(s.job, math.inf) <= horizon
+        ]
+
+    def _claim_booting(self, job_id: str) -> bool:
+        """Claim a booting server nobody is meant for (one rented ahead for a job that then
+        went elsewhere)."""
+        for server in self._servers.values():
+            if server.ready_at is None and server.claim is None and self.fits(server.quote, job_id):
+                self._claim(job_id, server)
+                return True
+        return False
+
+    def _room(self, now: float) -> bool:
+        """Is there a slot under the cap? Makes one by giving back an idle server no waiting
+        job is meant for, when that is what stands in the way."""
+        if len(self._servers) < self.cap:
+            return True
+        spare = [s for s in self._servers.values() if s.rented and s.idle and s.claim is None]
+        if not spare:
+            return False
+        self._release(spare[0], now, "making room for a job that fits no server held")
+        return True
+
+    def _rent_now(self, job_id: str, want: _Want, now: float) -> None:
+        job = self._jobs[job_id]
+        quote = self._market.best(job.gpu, self._excluded | self._hosts_held())
+        if quote is None:
+            if not self._any_fitting_held(job_id):
+                why = self._market.why_none(job.gpu, self._excluded)
+                self._fail(job_id, want, FailureKind.UNAVAILABLE, why)
+            return
+        hold_s = self.boot.allowance_s + want.timeout_s + AFTER_SCRIPT_S
+        cost = rental_cost_usd(quote.usd_per_hour, hold_s, quote.creation_fee_usd)
+        over = self._over_budget(cost, now)
+        if over > 0:
+            self._drop_ahead_rentals(now)
+            over = self._over_budget(cost, now)
+        if over > 0:
+            self._why[job_id] = "budget"
+            if not any(s.rented for s in self._servers.values()):
+                text = self._budget_text(quote, hold_s, cost, over, now)
+                self._fail(job_id, want, FailureKind.UNAVAILABLE, text)
+            return
+        self._rent(job_id, quote, now + hold_s, cost, now, ahead=False)
+        self._plan_end(job_id, now + self.boot.expected_s, now + self.boot.allowance_s, now)
+
+    def _drop_ahead_rentals(self, now: float) -> None:
+        """Servers rented ahead for jobs not ready yet give their money to a job that is."""
+        for server in list(self._servers.values()):
+            ahead = server.claim is not None and server.claim not in self._waiting
+            if server.rented and server.job is None and ahead:
+                self._release(server, now, "its money is needed by a job that is ready")
+
+    def _budget_text(
+        self, quote: Quote, hold_s: float, cost: float, over: float, now: float
+    ) -> str:
+        return (
+            f"budget ${self.budget_usd or 0:.2f} would be exceeded by ${over:.2f}: committed "
+            f"${self.committed_usd(now):.2f} + this rental's worst case ${cost:.2f} "
+            f"(${quote.usd_per_hour:.3f}/h x {hold_s / 3600:.2f} h: boot, timeout and fetch"
+            f"{', + the creation fee' if quote.creation_fee_usd else ''})"
+        )
+
+    def _rent(
+        self, job_id: str, quote: Quote, until: float, cost: float, now: float, ahead: bool
+    ) -> None:
+        server = _Server(next(self._next_server), quote, True, now, reserved_until=until)
+        self._servers[server.id] = server
+        self._claim(job_id, server)
+        self._out.append(RentServer(server.id, quote, job_id, cost, ahead))
+
+    # -- renting ahead ---------------------------------------------------------------------
+
+    def _rent_ahead(self, now: float) -> None:
+        """Plan each due job onto a server that will be free for it, or rent one now. At the
+        cap, a job that would need a new server waits for a slot to open."""
+        for job_id in sorted(self._due, key=self._key.__getitem__):
+            del self._due[job_id]
+            if job_id not in self._eta or job_id in self._claims:
+                continue
+            eta = max(self._end[n] for n in self._jobs[job_id].needs)
+            self._eta[job_id] = eta
+            start_at = eta - self.boot.expected_s
+            if start_at > now + _EPS_S:  # its needs are later than first thought
+                self._out.append(ScheduleTimer(start_at, (TIMER, "ahead", job_id)))
+            elif self._server_will_be_free(job_id, eta, now):
+                continue
+            elif len(self._servers) >= self.cap:
+                self._starved[job_id] = None
+            else:
+                self._rent_ahead_for(job_id, eta, now)
+
+    def _server_will_be_free(self, job_id: str, eta: float, now: float) -> bool:
+        """A server it fits will be there when its needs are done: expect that one (next on
+        it, or after the job it is meant for), and plan the job's end on it."""
+        for server in self._servers.values():
+            if not self.fits(server.quote, job_id):
+                continue
+            if server.claim is None:
+                ahead_of_it = server.job
+            elif server.after is None and server.claim in self._end:
+                ahead_of_it = server.claim
+            else:
+                continue
+            if ahead_of_it is not None:
+                free_by, worst_free = (
+                    self._end.get(ahead_of_it, math.inf),
+                    self._worst_end[ahead_of_it],
+                )
+            elif server.ready_at is None:
+                free_by = server.since + self.boot.expected_s
+                worst_free = server.since + self.boot.allowance_s
+            else:
+                free_by = worst_free = now
+            if free_by > eta + _EPS_S:
+                continue
+            if server.claim is None:
+                self._claim(job_id, server)
+            else:
+                server.after = job_id
+                self._claims[job_id] = server.id
+            self._plan_end(job_id, max(eta, free_by), worst_free, now)
+            return True
+        return False
+
+    def _plan_end(self, job_id: str, start: float, worst_start: float, now: float) -> None:
+        """The job should start at `start` (at worst `worst_start`): record its end."""
+        job = self._jobs[job_id]
+        worst_ready = max((self._worst_end[n] for n in job.needs), default=now)
+        worst = max(worst_ready, worst_start) + job.timeout_s + AFTER_SCRIPT_S
+        expected = self._expected_s[job_id]
+        self._set_end(job_id, start + expected if expected is not None else None, worst, now)
+
+    def _rent_ahead_for(self, job_id: str, eta: float, now: float) -> None:
+        job = self._jobs[job_id]
+        quote = self._market.best(job.gpu, self._excluded | self._hosts_held())
+        if quote is None:
+            return  # it rents (or fails) when it is ready
+        worst_ready = max((self._worst_end[n] for n in job.needs), default=now)
+        wait_s = max(self.boot.allowance_s, worst_ready - now)
+        hold_s = wait_s + job.timeout_s + AFTER_SCRIPT_S
+        cost = rental_cost_usd(quote.usd_per_hour, hold_s, quote.creation_fee_usd)
+        if self._over_budget(cost, now) > 0:
+            return  # ahead is a convenience: it never takes money a ready job may need
+        self._rent(job_id, quote, now + hold_s, cost, now, ahead=True)
+        self._plan_end(
+            job_id, max(eta, now + self.boot.expected_s), now + self.boot.allowance_s, now
+        )
+
+    # -- expected times --------------------------------------------------------------------
+
+    def _set_end(self, job_id: str, end: float | None, worst: float, now: float) -> None:
+        """Record when a job is expected to end (None: unknown) and its worst case; the first
+        known end of each need counts towards its dependents' rent-ahead."""
+        self._worst_end[job_id] = max(worst, self._worst_end.get(job_id, worst))
+        if end is None:
+            return
+        first = job_id not in self._end
+        self._end[job_id] = end
+        if not first:
+            return
+        for child in self._dependents[job_id]:
+            self._ends_known[child] += 1
+            if self._ends_known[child] == len(self._jobs[child].needs):
+                self._needs_known(child, now)
+
+    def _needs_known(self, job_id: str, now: float) -> None:
+        """Every need has an expected end: the job can be planned for."""
+        if job_id in self._settled or job_id in self._waiting or job_id in self._on:
+            return
+        needs = self._jobs[job_id].needs
+        eta = max((self._end[n] for n in needs), default=now)
+        self._eta[job_id] = eta
+        if self.provisioning is not Provisioning.AHEAD or not self._renting or not needs:
+            return
+        start_at = eta - self.boot.expected_s
+        if start_at <= now + _EPS_S:
+            self._due[job_id] = None
+        else:
+            self._out.append(ScheduleTimer(start_at, (TIMER, "ahead", job_id)))
+
+    # -- claims ----------------------------------------------------------------------------
+
+    def _claim(self, job_id: str, server: _Server) -> None:
+        self._unclaim(job_id)
+        server.claim = job_id
+        self._claims[job_id] = server.id
+
+    def _unclaim(self, job_id: str) -> None:
+        server = self._servers.get(self._claims.pop(job_id, -1))
+        if server is None:
+            return
+        if server.claim == job_id:
+            server.claim, server.after = server.after, None
+            self._look.add(server.id)
+        elif server.after == job_id:
+            server.after = None
+
+    # -- giving back -----------------------------------------------------------------------
+
+    def _give_back(self, now: float) -> None:
+        look, self._look = self._look, set()
+        for server_id in sorted(look):
+            server = self._servers.get(server_id)
+            if server is None or server.job is not None:
+                continue
+            if self._cancelled:
+                self._release(server, now, "the run is stopping")
+            elif server.rented and server.claim is None:
+                self._keep_or_release(server, now)
+            elif server.rented and server.ready_at is not None:
+                self._wait_for_claimant(server, now)
+
+    def _wait_for_claimant(self, server: _Server, now: float) -> None:
+        """A server up before the job it is meant for waits a boot's time for it; after that
+        the job is not coming soon (its needs are late, or it can never run)."""
+        start = server.idle_since
+        if server.claim not in self._waiting:
+            start = max(start, self._eta.get(server.claim or "", start))
+        until = start + self.boot.expected_s
+        if now + _EPS_S < until:
+            self._look_at(server, until)
+        else:
+            self._release(server, now, f"{server.claim} did not come within a boot")
+
+    def _keep_or_release(self, server: _Server, now: float) -> None:
+        # Kept for at most one boot after it fell idle (longer, a new rental would cost less),
+        # for a job that waits and fits it (short of money, or beyond the placement scan) or
+        # one that will want it by then.
+        start = server.idle_since if server.ready_at is not None else now
+        until = start + self.boot.expected_s
+        soon = None
+        if until > now + _EPS_S:
+            waiting = (j for j in self._waiting if self.fits(server.quote, j))
+            soon = next(waiting, None) or self._wanted_soon(server, until)
+        if soon is None:
+            self._release(server, now, "no job waiting can use it within a boot")
+        elif server.ready_at is not None and not self._extend(server, until, now):
+            self._release(server, now, "keeping it for the next job would pass the budget")
+        else:
+            self._look_at(server, until)
+
+    def _look_at(self, server: _Server, until: float) -> None:
+        # Just after `until`: a job ending at that very moment is told first, and takes it.
+        self._out.append(ScheduleTimer(until + _AFTER_TIE_S, (TIMER, "look", server.id)))
+
+    def _wanted_soon(self, server: _Server, until: float) -> str | None:
+        """A job about to be retried that fits, or one not ready yet that fits, should be
+        ready by `until`, and has no other server to go to then."""
+        for job_id in self._retrying:
+            if self.fits(server.quote, job_id):
+                return job_id
+        for job_id, eta in self._eta.items():
+            if eta > until or job_id in self._claims or not self.fits(server.quote, job_id):
+                continue
+            if not self._covered(job_id, eta, server):
+                return job_id
+        return None
+
+    def _covered(self, job_id: str, eta: float, besides: _Server) -> bool:
+        """Will a server other than `besides` be free for the job when it is ready? Usually
+        the one its last need runs on."""
+        for other in self._servers.values():
+            if other is besides or other.claim not in (None, job_id):
+                continue
+            free_by = self._end.get(other.job, math.inf) if other.job is not None else 0.0
+            if free_by <= eta + _EPS_S and self.fits(other.quote, job_id):
+                return True
+        return False
+
+    def _release(self, server: _Server, now: float, reason: str) -> None:
+        del self._servers[server.id]
+        for job_id in (server.claim, server.after):
+            if job_id is not None:
+                self._claims.pop(job_id, None)
+        cost = self._cost_so_far(server, now) if server.rented else 0.0
+        self._booked[server.id] = (server.quote, cost)
+        self._spent_usd += cost
+        self._due.update(self._starved)
+        self._starved.clear()
+        self._out.append(ReleaseServer(server.id, reason, server.rented))
+
+    def _hosts_held(self) -> set[str]:
+        return {s.quote.host for s in self._servers.values()}
+
+    def _any_fitting_held(self, job_id: str) -> bool:
+        return any(self.fits(s.quote, job_id) for s in self._servers.values())
+
+    # -- server events ---------------------------------------------------------------------
+
+    def _ready(self, server: _Server, now: float) -> None:
+        server.ready_at = server.idle_since = now
+        self.boot = self.boot.with_sample(now - server.since)
+        self._look.add(server.id)
+
+    def _rent_failed(self, server: _Server, event: RentFailed) -> None:
+        del self._servers[server.id]
+        self._excluded.add(server.quote.host)
+        self._spent_usd += event.cost_usd
+        self._booked[server.id] = (server.quote, event.cost_usd)
+        job_id = server.claim
+        for meant in (server.claim, server.after):
+            if meant is not None:
+                self._claims.pop(meant, None)
+        if event.fatal:
+            self.stop_reason = event.reason
+            return
+        want = self._waiting.get(job_id) if job_id is not None else None
+        if job_id is None or want is None:
+            return  # rented ahead: the job rents again once it is ready
+        self._rent_failures[job_id] += 1
+        if self._rent_failures[job_id] >= MAX_OFFERS_PER_ATTEMPT:
+            message = f"{MAX_OFFERS_PER_ATTEMPT} offers failed to start; last: {event.reason}"
+            self._fail(job_id, want, FailureKind.PROVISIONING_FAILED, message)
+
+    def _settle_cost(self, event: ServerReleased) -> None:
+        booked = self._booked.get(event.server)
+        if booked is None or event.cost_usd is None:
+            return
+        self._spent_usd += event.cost_usd - booked[1]
+        self._booked[event.server] = (booked[0], event.cost_usd)
+
+    def _fail(self, job_id: str, want: _Want, kind: FailureKind, message: str) -> None:
+        del self._waiting[job_id]
+        self._unclaim(job_id)
+        self.unplaceable.append(Unplaceable(job_id, want.attempt, kind, message))
+
+    # -- money -----------------------------------------------------------------------------
+
+    def _cost_so_far(self, server: _Server, now: float) -> float:
+        q = server.quote
+        return rental_cost_usd(q.usd_per_hour, now - server.since, q.creation_fee_usd)
+
+    def _committed(self, server: _Server, now: float) -> float:
+        q = server.quote
+        reserved = rental_cost_usd(
+            q.usd_per_hour, server.reserved_until - server.since, q.creation_fee_usd
+        )
+        return max(reserved, self._cost_so_far(server, now))
+
+    def _over_budget(self, extra_usd: float, now: float) -> float:
+        """How far `extra_usd` more would go over the budget (<= 0: it fits)."""
+        if self.budget_usd is None:
+            return 0.0
+        return self.committed_usd(now) + extra_usd - self.budget_usd - 1e-9
+
+    def _extend(self, server: _Server, until: float, now: float) -> bool:
+        """Reserve money for holding `server` up to `until`; False if the budget cannot."""
+        if until <= server.reserved_until:
+            return True
+        q = server.quote
+        before = self._committed(server, now)
+        after = rental_cost_usd(q.usd_per_hour, until - server.since, q.creation_fee_usd)
+        if self._over_budget(max(0.0, after - before), now) > 0:
+            return False
+        server.reserved_until = until
+        return True

@@ -1,0 +1,244 @@
+"""A discrete-event simulator of the core with servers against a market: no threads, no I/O.
+
+`simulate_servers` drives `PlacingCore` (the scheduler with its server book) as the driver
+would, against a market model: offers with prices and fees, boot times drawn from a range,
+servers lost while they run a job, rents that fail. It measures makespan, cost, busy, idle and
+boot time, and checks along the way what the core promises: servers held within the cap, money
+committed within the budget, no job waiting beside an idle server it fits. `plan` uses it to
+predict a run; the tests use it to check the rules over random pipelines and markets.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import random
+from collections.abc import Callable, Sequence, Set
+from dataclasses import dataclass, field
+
+from runner.core.events import JobFinished, JobRunning, KillJob, ScheduleTimer, TimerFired
+from runner.core.model import Attempt, FailureKind, GpuAsk, Job, JobResult, RunStatus
+from runner.core.placing import CoreEvent, PlacingCore
+from runner.core.rentals import (
+    CoreCommand,
+    Quote,
+    ReleaseServer,
+    RentFailed,
+    RentServer,
+    ServerLost,
+    ServerReady,
+    StartOn,
+    rental_cost_usd,
+)
+from runner.core.servers import ServerBook
+
+Duration = Callable[[str, int], float]  # (job id, attempt) -> seconds its script runs
+
+
+@dataclass(frozen=True)
+class MarketModel:
+    """A marketplace to simulate against: offers with prices and fees, how long a server takes
+    to boot (uniform between the two bounds), how often a server is lost while a job runs on it,
+    and how often a rent fails outright."""
+
+    offers: tuple[Quote, ...]
+    boot_s: tuple[float, float] = (120.0, 300.0)
+    lost_per_hour: float = 0.0
+    rent_failure_rate: float = 0.0
+
+
+class ModelMarket:
+    """The core's view of a `MarketModel`: the cheapest fitting offer not excluded. An ask fits
+    an offer whose GPU model contains its type (any case), with enough GPUs, within its cap."""
+
+    def __init__(self, offers: Sequence[Quote]) -> None:
+        self._offers = sorted(offers, key=lambda q: (q.usd_per_hour, q.host))
+
+    def best(self, ask: GpuAsk | None, excluded: Set[str]) -> Quote | None:
+        return next((q for q in self._offers if q.host not in excluded and self.fits(q, ask)), None)
+
+    def fits(self, quote: Quote, ask: GpuAsk | None) -> bool:
+        if ask is None:
+            return True
+        if ask.type and ask.type.lower() not in quote.gpu_model.lower():
+            return False
+        cap = ask.max_usd_per_hour
+        return quote.gpu_count >= ask.count and (cap is None or quote.usd_per_hour <= cap)
+
+    def why_none(self, ask: GpuAsk | None, excluded: Set[str]) -> str:
+        return f"no offer fits {ask}"
+
+
+@dataclass
+class _Held:
+    rented_at: float
+    quote: Quote
+    ready_at: float | None = None
+    busy_since: float | None = None
+    busy_s: float = 0.0
+    rented: bool = True
+
+
+@dataclass
+class ServersResult:
+    """A simulated run on rented servers, and what the checks along the way found."""
+
+    makespan_s: float
+    cost_usd: float  # what the book counted
+    billed_usd: float  # what the market would bill, from the simulated holds
+    results: tuple[JobResult, ...]
+    status: RunStatus
+    max_servers: int
+    rents: int
+    busy_s: float = 0.0  # servers running a job
+    idle_s: float = 0.0  # servers ready and held, running nothing
+    boot_s: float = 0.0  # servers held while booting
+    max_committed_usd: float = 0.0
+    broken: list[str] = field(default_factory=list)  # invariants seen broken, with when
+
+
+class _ServersSim:
+    """Drives a `PlacingCore` against a `MarketModel` on a fake clock."""
+
+    def __init__(self, core: PlacingCore, model: MarketModel, duration: Duration, seed: int):
+        self.core, self.model, self.duration = core, model, duration
+        self.rng = random.Random(seed)
+        self.queue: list[tuple[float, int, CoreEvent]] = []
+        self.seq = itertools.count()
+        self.now = 0.0
+        self.held: dict[int, _Held] = {}
+        self.running: dict[str, tuple[int, int, float]] = {}  # job -> attempt, server, start
+        self.result = ServersResult(0.0, 0.0, 0.0, (), RunStatus.PASSED, 0, 0)
+
+    def push(self, at: float, event: CoreEvent) -> None:
+        heapq.heappush(self.queue, (max(at, self.now), next(self.seq), event))
+
+    def run(self) -> ServersResult:
+        self.apply(self.core.start(self.now))
+        while self.queue and not (self.core.done and not self.held):
+            self.now, _, event = heapq.heappop(self.queue)
+            if self.stale(event):
+                continue
+            self.apply(self.core.handle(event, self.now))
+        r = self.result
+        r.makespan_s, r.results = self.now, self.core.results()
+        r.status, r.cost_usd = self.core.status(), self.core.book.cost_usd(self.now)
+        return r
+
+    def stale(self, event: CoreEvent) -> bool:
+        if isinstance(event, (JobFinished, JobRunning)):
+            number = event.attempt.number if isinstance(event, JobFinished) else event.attempt
+            current = self.running.get(event.job_id)
+            if current is None or current[0] != number:
+                return True
+            if isinstance(event, JobFinished):
+                self._free(event.job_id)
+        if isinstance(event, (ServerReady, ServerLost, RentFailed)):
+            held = self.held.get(event.server)
+            if held is None:
+                return True  # given back before it came up
+            if isinstance(event, ServerReady):
+                held.ready_at = self.now
+        return False
+
+    def apply(self, commands: list[CoreCommand]) -> None:
+        for cmd in commands:
+            if isinstance(cmd, RentServer):
+                self._rent(cmd)
+            elif isinstance(cmd, StartOn):
+                self._start(cmd)
+            elif isinstance(cmd, ReleaseServer):
+                self._release(cmd.server)
+            elif isinstance(cmd, KillJob) and cmd.job_id in self.running:
+                number, _, began = self.running[cmd.job_id]
+                self.push(self.now, _finish(cmd.job_id, number, began, self.now, cmd.reason))
+            elif isinstance(cmd, ScheduleTimer):
+                self.push(cmd.at, TimerFired(cmd.token))
+        self._check()
+
+    def _rent(self, cmd: RentServer) -> None:
+        self.result.rents += 1
+        self.held[cmd.server] = _Held(self.now, cmd.quote)
+        low, high = self.model.boot_s
+        boot = self.rng.uniform(low, high)
+        if self.rng.random() < self.model.rent_failure_rate:
+            self.push(self.now + boot / 2, RentFailed(cmd.server, "the host did not start"))
+        else:
+            self.push(self.now + boot, ServerReady(cmd.server))
+
+    def _start(self, cmd: StartOn) -> None:
+        if cmd.server not in self.held:  # a fixed host: there from the start, never billed
+            self.held[cmd.server] = _Held(0.0, Quote("fixed"), ready_at=0.0, rented=False)
+        held = self.held[cmd.server]
+        held.busy_since = self.now
+        seconds = self.duration(cmd.job_id, cmd.attempt)
+        self.running[cmd.job_id] = (cmd.attempt, cmd.server, self.now)
+        self.push(self.now, JobRunning(cmd.job_id, cmd.attempt))
+        rate = self.model.lost_per_hour
+        lost_after = self.rng.expovariate(rate / 3600) if rate > 0 else float("inf")
+        if lost_after < seconds:
+            end = self.now + lost_after
+            self.push(end, ServerLost(cmd.server, "outbid"))
+            self.push(end, _finish(cmd.job_id, cmd.attempt, self.now, end, FailureKind.SERVER_LOST))
+        else:
+            end = self.now + seconds
+            self.push(end, _finish(cmd.job_id, cmd.attempt, self.now, end, None))
+
+    def _free(self, job_id: str) -> None:
+        _, server, _ = self.running.pop(job_id)
+        held = self.held.get(server)
+        if held is not None and held.busy_since is not None:
+            held.busy_s += self.now - held.busy_since
+            held.busy_since = None
+
+    def _release(self, server: int) -> None:
+        held = self.held.pop(server, None)
+        if held is None or not held.rented:
+            return
+        if held.busy_since is not None:  # given back under a job (lost): that job ends
+            held.busy_s += self.now - held.busy_since
+        r, q = self.result, held.quote
+        ready = held.ready_at if held.ready_at is not None else self.now
+        r.boot_s += ready - held.rented_at
+        r.busy_s += held.busy_s
+        r.idle_s += max(0.0, self.now - ready - held.busy_s)
+        r.billed_usd += rental_cost_usd(
+            q.usd_per_hour, self.now - held.rented_at, q.creation_fee_usd
+        )
+
+    def _check(self) -> None:
+        """The rules the core promises, checked after every step."""
+        book, r = self.core.book, self.result
+        r.max_servers = max(r.max_servers, book.held)
+        if book.held > book.cap:
+            r.broken.append(f"{self.now:.1f}: {book.held} servers held, cap {book.cap}")
+        committed = book.committed_usd(self.now)
+        r.max_committed_usd = max(r.max_committed_usd, committed)
+        if book.budget_usd is not None and committed > book.budget_usd + 1e-6:
+            r.broken.append(f"{self.now:.1f}: committed ${committed:.4f} > ${book.budget_usd}")
+        idle = book.idle_servers() if book.waiting_count else []
+        for job_id in book.waiting() if idle else ():
+            short_of_money = book.budget_usd is not None and book.wait_reason(job_id) == "budget"
+            if not short_of_money and any(book.fits(v.quote, job_id) for v in idle):
+                r.broken.append(f"{self.now:.1f}: {job_id} waits beside an idle server")
+
+
+def simulate_servers(
+    jobs: Sequence[Job],
+    book: ServerBook,
+    model: MarketModel,
+    duration: Duration,
+    *,
+    seed: int = 0,
+    run_timeout_s: float | None = None,
+) -> ServersResult:
+    """Run the core with servers to completion against a simulated market."""
+    core = PlacingCore(jobs, book, run_timeout_s)
+    return _ServersSim(core, model, duration, seed).run()
+
+
+def _finish(
+    job_id: str, number: int, began: float, end: float, failure: FailureKind | None
+) -> JobFinished:
+    code = 0 if failure is None else (1 if failure is FailureKind.TEST_FAILURE else None)
+    return JobFinished(job_id, Attempt(number, began, end, code, failure))

@@ -1,0 +1,401 @@
+"""The core's decisions about servers, one rule at a time: events in, commands out, no clock.
+
+Each test drives `PlacingCore` (the scheduler with its server book) by hand, as the driver
+would, and asserts on the commands it answers with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from runner.core.events import JobCompleted, JobFinished, JobRunning, ScheduleTimer, TimerFired
+from runner.core.model import Attempt, FailureKind, GpuAsk, Job, JobStatus, RunStatus
+from runner.core.placing import CoreEvent, PlacingCore
+from runner.core.rentals import (
+    BootTimes,
+    CoreCommand,
+    Provisioning,
+    Quote,
+    ReleaseServer,
+    RentFailed,
+    RentServer,
+    ServerLost,
+    ServerReady,
+    StartOn,
+)
+from runner.core.servers import AFTER_SCRIPT_S, MAX_OFFERS_PER_ATTEMPT, ServerBook
+from runner.core.simulate_market import ModelMarket
+
+BOOT = BootTimes(default_s=100.0, allowance_s=300.0)
+OFFERS = (
+    Quote("a1", "RTX 3090", 1, 0.30),
+    Quote("a2", "RTX 3090", 1, 0.40),
+    Quote("a3", "RTX 3090", 1, 0.50),
+    Quote("b1", "RTX 4090", 1, 0.60),
+    Quote("b2", "RTX 4090", 1, 0.70),
+    Quote("c1", "A100", 1, 1.20),
+)
+
+
+def job(job_id: str, *needs: str, gpu: str = "3090", minutes: float | None = 5.0, **kw: Any) -> Job:
+    estimate = minutes * 60 if minutes is not None else None
+    return Job(
+        id=job_id,
+        name=job_id,
+        run="true",
+        needs=needs,
+        gpu=GpuAsk(type=gpu),
+        estimate_s=estimate,
+        timeout_s=kw.pop("timeout_s", 600.0),
+        **kw,
+    )
+
+
+def pipeline(*jobs: Job) -> list[Job]:
+    return [replace(j, index=i) for i, j in enumerate(jobs)]
+
+
+class Drive:
+    """The core and what it said, with the time kept by the test."""
+
+    def __init__(
+        self,
+        jobs: Sequence[Job],
+        cap: int = 3,
+        *,
+        offers: Sequence[Quote] = OFFERS,
+        fixed: Sequence[Quote] = (),
+        market: bool = True,
+        **book: Any,
+    ) -> None:
+        self.jobs = list(jobs)
+        self.book = ServerBook(
+            self.jobs,
+            cap,
+            market=ModelMarket(offers) if market else None,
+            fixed_hosts=fixed,
+            boot=book.pop("boot", BOOT),
+            **book,
+        )
+        self.core = PlacingCore(self.jobs, self.book)
+        self.now = 0.0
+        self.said: list[CoreCommand] = list(self.core.start(0.0))
+
+    def at(self, now: float, event: CoreEvent) -> list[CoreCommand]:
+        self.now = now
+        out = self.core.handle(event, now)
+        self.said.extend(out)
+        return out
+
+    def rents(self) -> list[RentServer]:
+        return [c for c in self.said if isinstance(c, RentServer)]
+
+    def starts(self) -> list[StartOn]:
+        return [c for c in self.said if isinstance(c, StartOn)]
+
+    def releases(self) -> list[ReleaseServer]:
+        return [c for c in self.said if isinstance(c, ReleaseServer)]
+
+    def finish(self, now: float, start: StartOn, failure: FailureKind | None = None) -> list[Any]:
+        code = 0 if failure is None else 1
+        attempt = Attempt(start.attempt, now, now, code, failure)
+        return self.at(now, JobFinished(start.job_id, attempt))
+
+    def start_of(self, job_id: str) -> StartOn:
+        return next(s for s in reversed(self.starts()) if s.job_id == job_id)
+
+    def rent_for(self, job_id: str) -> RentServer:
+        return next(r for r in reversed(self.rents()) if r.for_job == job_id)
+
+    def timers(self) -> list[ScheduleTimer]:
+        return [c for c in self.said if isinstance(c, ScheduleTimer)]
+
+
+def run_timers_until(d: Drive, until: float) -> None:
+    """Fire, in order, every timer due by `until` that the core asked for so far."""
+    fired: set[int] = set()
+    while True:
+        due = [(t.at, i) for i, t in enumerate(d.timers()) if i not in fired and t.at <= until]
+        if not due:
+            return
+        at, index = min(due)
+        fired.add(index)
+        d.at(max(at, d.now), TimerFired(d.timers()[index].token))
+
+
+# -- renting and the budget ----------------------------------------------------------------------
+
+
+def test_a_ready_job_rents_the_cheapest_fitting_offer_with_its_worst_case_reserved() -> None:
+    d = Drive(pipeline(job("a", gpu="4090", timeout_s=1200.0)), budget_usd=10.0)
+    (rent,) = d.rents()
+    assert rent.quote.host == "b1" and rent.for_job == "a" and not rent.ahead
+    hold_s = BOOT.allowance_s + 1200.0 + AFTER_SCRIPT_S
+    assert rent.worst_case_usd == pytest.approx(0.60 * hold_s / 3600)
+
+
+def test_the_creation_fee_is_in_the_worst_case_when_the_order_could_live_ten_minutes() -> None:
+    offers = (Quote("f1", "RTX 3090", 1, 0.30, creation_fee_usd=0.25),)
+    d = Drive(pipeline(job("a")), offers=offers)
+    hold_s = BOOT.allowance_s + 600.0 + AFTER_SCRIPT_S
+    assert d.rents()[0].worst_case_usd == pytest.approx(0.30 * hold_s / 3600 + 0.25)
+
+
+def test_a_rent_that_does_not_fit_the_budget_waits_for_money_to_be_freed() -> None:
+    hold_h = (BOOT.allowance_s + 600.0 + AFTER_SCRIPT_S) / 3600
+    d = Drive(pipeline(job("a"), job("b")), budget_usd=0.30 * hold_h * 1.5)
+    assert [r.for_job for r in d.rents()] == ["a"]  # b's worst case would pass the budget
+    d.at(100.0, ServerReady(d.rents()[0].server))
+    assert d.start_of("a").server == d.rents()[0].server
+    # a ends after 300 s: b runs on a's server (its reservation now fits), no second rent.
+    d.finish(400.0, d.start_of("a"))
+    assert [r.for_job for r in d.rents()] == ["a"]
+    assert d.start_of("b").server == d.rents()[0].server
+
+
+def test_a_job_whose_rental_could_never_fit_the_budget_fails_as_unavailable() -> None:
+    d = Drive(pipeline(job("a", gpu="A100")), budget_usd=0.01)
+    assert d.rents() == []
+    assert d.core.done and d.core.status() is RunStatus.ERROR
+    (result,) = d.core.results()
+    assert result.status is JobStatus.ERROR
+    assert result.attempts[-1].failure is FailureKind.UNAVAILABLE
+    assert "budget $0.01 would be exceeded" in result.reason
+
+
+def test_a_job_no_offer_fits_fails_with_the_reason() -> None:
+    d = Drive(pipeline(job("a", gpu="H200")))
+    (result,) = d.core.results()
+    assert result.attempts[-1].failure is FailureKind.UNAVAILABLE
+    assert "no offer fits" in result.reason
+
+
+def test_the_cap_limits_servers_held_not_jobs_known() -> None:
+    d = Drive(pipeline(job("a"), job("b"), job("c"), job("d")), cap=2)
+    assert len(d.rents()) == 2
+    assert sorted(d.book.waiting()) == ["a", "b", "c", "d"]
+
+
+def test_renting_ahead_never_takes_a_slot_beyond_the_cap() -> None:
+    jobs = pipeline(job("a", gpu="4090"), job("b", "a", gpu="A100"), job("c", gpu="3090"))
+    d = Drive(jobs, cap=2)
+    assert [r.for_job for r in d.rents()] == ["a", "c"]
+    run_timers_until(d, 10_000.0)
+    assert len(d.rents()) == 2 and len(d.book.servers()) == 2
+
+
+# -- placement and reuse -------------------------------------------------------------------------
+
+
+def test_a_finished_server_runs_the_job_that_needs_the_one_that_ran_there() -> None:
+    # b needs a and is short; c is long (a higher rank) and ready too: a's warm server goes
+    # to b, whose files it holds; c has its own.
+    jobs = pipeline(job("a", minutes=1), job("b", "a", minutes=1), job("c", minutes=30))
+    d = Drive(jobs, cap=1)
+    server = d.rents()[0].server
+    d.at(100.0, ServerReady(server))
+    assert d.start_of("c").server == server  # the longest path first
+    d.finish(1900.0, d.start_of("c"))
+    d.at(1900.0, JobRunning("a", 1))
+    d.finish(1960.0, d.start_of("a"))
+    assert d.start_of("b").server == server
+
+
+def test_warm_reuse_beats_a_better_ranked_job_of_the_same_priority() -> None:
+    jobs = pipeline(job("a", minutes=1), job("b", "a", minutes=1), job("c", minutes=30))
+    d = Drive(jobs, cap=2)
+    first, second = d.rents()
+    d.at(100.0, ServerReady(first.server))
+    d.at(100.0, ServerReady(second.server))
+    a = d.start_of("a")
+    d.finish(160.0, a)
+    assert d.start_of("b").server == a.server
+
+
+def test_a_chain_on_one_gpu_type_uses_one_server() -> None:
+    d = Drive(pipeline(job("a"), job("b", "a"), job("c", "b")))
+    run_timers_until(d, 100.0)
+    d.at(100.0, ServerReady(d.rents()[0].server))
+    for name, end in (("a", 400.0), ("b", 700.0), ("c", 1000.0)):
+        run_timers_until(d, end)
+        d.finish(end, d.start_of(name))
+    assert len(d.rents()) == 1
+    assert {s.server for s in d.starts()} == {d.rents()[0].server}
+    assert d.core.done and [r.server for r in d.releases()] == [d.rents()[0].server]
+
+
+def test_fixed_hosts_are_never_rented_and_cap_the_jobs_running() -> None:
+    hosts = (Quote("h1"), Quote("h2"))
+    d = Drive(pipeline(job("a"), job("b"), job("c")), cap=2, fixed=hosts, market=False)
+    assert d.rents() == []
+    assert [s.job_id for s in d.starts()] == ["a", "b"]
+    d.finish(10.0, d.start_of("a"))
+    assert d.start_of("c").server == d.start_of("a").server
+    d.finish(20.0, d.start_of("b"))
+    d.finish(30.0, d.start_of("c"))
+    assert d.core.done
+    assert {r.rented for r in d.releases()} == {False}  # let go at the end, never cancelled
+
+
+# -- giving back ---------------------------------------------------------------------------------
+
+
+def test_a_server_no_job_can_use_within_a_boot_is_given_back_at_once() -> None:
+    jobs = pipeline(job("a", gpu="4090"), job("b", "a", gpu="A100", minutes=1))
+    d = Drive(jobs, provisioning=Provisioning.ON_DEMAND)
+    server = d.rent_for("a").server
+    d.at(100.0, ServerReady(server))
+    out = d.finish(400.0, d.start_of("a"))
+    assert ReleaseServer(server, "no job waiting can use it within a boot") in out
+    assert d.rent_for("b").quote.gpu_model == "A100"
+
+
+def test_a_server_a_job_will_want_within_a_boot_is_kept_then_given_back_if_unused() -> None:
+    # c (3090) will be ready when b ends, 50 s after a's 3090 is free: it is kept for c.
+    jobs = pipeline(
+        job("a", minutes=5),
+        job("b", gpu="4090", minutes=5 + 50 / 60),
+        job("c", "b"),
+    )
+    d = Drive(jobs, provisioning=Provisioning.ON_DEMAND)
+    a_server, b_server = d.rent_for("a").server, d.rent_for("b").server
+    d.at(100.0, ServerReady(a_server))
+    d.at(100.0, ServerReady(b_server))
+    out = d.finish(400.0, d.start_of("a"))
+    assert not [c for c in out if isinstance(c, ReleaseServer)]
+    (look,) = [c for c in out if isinstance(c, ScheduleTimer)]
+    assert look.at == pytest.approx(400.0 + BOOT.expected_s, abs=0.01)
+    d.finish(450.0, d.start_of("b"))
+    assert d.start_of("c").server == a_server  # not b's 4090: c asks for a 3090
+    # Had c not come, the kept server would have gone when its boot's worth of time ran out.
+    d2 = Drive(pipeline(job("a", minutes=5), job("b", gpu="4090", minutes=6), job("c", "b")))
+    d2.at(100.0, ServerReady(d2.rent_for("a").server))
+    d2.at(100.0, ServerReady(d2.rent_for("b").server))
+    d2.finish(400.0, d2.start_of("a"))
+    assert d2.at(500.0, TimerFired(("servers", "look", d2.rent_for("a").server))) == [
+        ReleaseServer(d2.rent_for("a").server, "no job waiting can use it within a boot")
+    ]
+
+
+def test_at_the_cap_an_idle_server_is_given_back_for_a_job_it_does_not_fit() -> None:
+    jobs = pipeline(job("a", minutes=1), job("b", "a", gpu="A100", minutes=1), job("c", minutes=9))
+    d = Drive(jobs, cap=1, provisioning=Provisioning.ON_DEMAND)
+    server = d.rents()[0].server
+    d.at(100.0, ServerReady(server))
+    d.finish(640.0, d.start_of("c"))
+    d.finish(700.0, d.start_of("a"))
+    assert [r.server for r in d.releases()] == [server]
+    assert d.rents()[-1].for_job == "b"
+
+
+# -- renting ahead -------------------------------------------------------------------------------
+
+
+def test_a_job_s_server_is_rented_one_boot_before_its_needs_are_expected_to_end() -> None:
+    jobs = pipeline(job("a", gpu="4090", minutes=5), job("b", "a", gpu="A100"))
+    d = Drive(jobs)
+    assert [r.for_job for r in d.rents()] == ["a"]
+    # a's server boots in 100 s, a runs 300 s: b's needs end at 400, so b rents at 300.
+    (timer,) = [t for t in d.timers() if t.token[1] == "ahead"]
+    assert timer.at == pytest.approx(400.0 - BOOT.expected_s)
+    d.at(100.0, ServerReady(d.rent_for("a").server))
+    out = d.at(300.0, TimerFired(timer.token))
+    (rent,) = [c for c in out if isinstance(c, RentServer)]
+    assert rent.for_job == "b" and rent.ahead and rent.quote.host == "c1"
+    d.at(400.0, ServerReady(rent.server))
+    d.finish(400.0, d.start_of("a"))
+    assert d.start_of("b").server == rent.server  # no wait for a boot
+
+
+def test_on_demand_provisioning_rents_only_once_a_job_is_ready() -> None:
+    jobs = pipeline(job("a", gpu="4090", minutes=5), job("b", "a", gpu="A100"))
+    d = Drive(jobs, provisioning=Provisioning.ON_DEMAND)
+    d.at(100.0, ServerReady(d.rent_for("a").server))
+    run_timers_until(d, 399.0)
+    assert [r.for_job for r in d.rents()] == ["a"]
+    d.finish(400.0, d.start_of("a"))
+    assert d.rents()[-1].for_job == "b" and not d.rents()[-1].ahead
+
+
+def test_a_job_without_an_estimate_or_history_is_not_planned_ahead_of() -> None:
+    jobs = pipeline(job("a", gpu="4090", minutes=None), job("b", "a", gpu="A100"))
+    d = Drive(jobs)
+    assert [t for t in d.timers() if t.token[1] == "ahead"] == []
+
+
+def test_past_durations_stand_in_for_a_missing_estimate() -> None:
+    jobs = pipeline(job("a", gpu="4090", minutes=None), job("b", "a", gpu="A100"))
+    d = Drive(jobs, durations_s={"a": 250.0})
+    (timer,) = [t for t in d.timers() if t.token[1] == "ahead"]
+    assert timer.at == pytest.approx(100.0 + 250.0 - BOOT.expected_s)
+
+
+def test_measured_boots_replace_the_default_expected_boot() -> None:
+    jobs = pipeline(job("a", gpu="4090"), job("x", gpu="4090"))
+    d = Drive(jobs)
+    d.at(40.0, ServerReady(d.rent_for("a").server))
+    d.at(60.0, ServerReady(d.rent_for("x").server))
+    assert d.book.expected_boot_s == pytest.approx(50.0)
+
+
+# -- failures of servers and rents ---------------------------------------------------------------
+
+
+def test_a_failed_rent_excludes_the_host_and_tries_the_next_offer() -> None:
+    d = Drive(pipeline(job("a", gpu="4090")))
+    first = d.rent_for("a")
+    d.at(30.0, RentFailed(first.server, "sshd never answered", cost_usd=0.01))
+    second = d.rent_for("a")
+    assert (first.quote.host, second.quote.host) == ("b1", "b2")
+    assert d.book.spent_usd == pytest.approx(0.01)
+
+
+def test_an_attempt_fails_as_provisioning_once_every_offer_tried_failed() -> None:
+    offers = tuple(Quote(f"h{i}", "RTX 3090", 1, 0.1 + i / 100) for i in range(9))
+    d = Drive(pipeline(job("a", retries=0)), offers=offers)
+    for n in range(MAX_OFFERS_PER_ATTEMPT):
+        d.at(10.0 * (n + 1), RentFailed(d.rents()[-1].server, "did not start"))
+    assert len({r.quote.host for r in d.rents()}) == MAX_OFFERS_PER_ATTEMPT
+    # The attempt ended as an infrastructure failure: the scheduler retries it after a backoff,
+    # on a host not tried yet.
+    (retry,) = [t for t in d.timers() if t.token[0] == "retry"]
+    d.at(retry.at, TimerFired(retry.token))
+    assert d.rents()[-1].quote.host == f"h{MAX_OFFERS_PER_ATTEMPT}"
+
+
+def test_a_fatal_rent_failure_stops_the_run() -> None:
+    d = Drive(pipeline(job("a"), job("b")))
+    out = d.at(5.0, RentFailed(d.rents()[0].server, "not enough balance", fatal=True))
+    assert d.core.cancel_reason == "not enough balance"
+    assert ReleaseServer(d.rents()[1].server, "the run is stopping") in out
+    assert d.core.done
+    assert {r.status for r in d.core.results()} == {JobStatus.CANCELLED}
+
+
+def test_a_lost_server_is_given_back_and_its_host_never_rented_again() -> None:
+    d = Drive(pipeline(job("a", retries=0)), offers=OFFERS[:2])
+    server = d.rents()[0].server
+    d.at(100.0, ServerReady(server))
+    out = d.at(150.0, ServerLost(server, "outbid"))
+    assert ReleaseServer(server, "lost: outbid") in out
+    d.finish(150.0, d.start_of("a"), FailureKind.SERVER_LOST)
+    (retry,) = [t for t in d.timers() if t.token[0] == "retry"]
+    d.at(retry.at, TimerFired(retry.token))
+    assert d.rents()[-1].quote.host == "a2"
+
+
+def test_a_cancel_gives_back_what_no_job_runs_on_and_ends_jobs_still_waiting() -> None:
+    from runner.core.events import CancelRequested
+
+    d = Drive(pipeline(job("a"), job("b", gpu="4090")))
+    d.at(100.0, ServerReady(d.rent_for("a").server))
+    out = d.at(110.0, CancelRequested("interrupted"))
+    assert ReleaseServer(d.rent_for("b").server, "the run is stopping") in out
+    completed = [c.result.job_id for c in out if isinstance(c, JobCompleted)]
+    assert completed == ["b"]  # a runs: it is killed and reports, b had nothing to kill
+    d.finish(111.0, d.start_of("a"), FailureKind.CANCELLED)
+    assert d.core.done and d.book.servers() == []
