@@ -3,11 +3,10 @@ a path opens the SQLite file (runner/ledger.py), a `postgresql://` URL the share
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
+from runner.clock import SYSTEM_CLOCK, Clock
 from runner.ledger import Ledger, Rental, State
 from runner.stores.target import is_postgres_url, require_psycopg
 
@@ -49,7 +48,7 @@ class RentalLedger(Protocol):
     def __exit__(self, *_exc: object) -> None: ...
 
 
-def open_ledger(target: str | Path, *, clock: Callable[[], float] = time.time) -> RentalLedger:
+def open_ledger(target: str | Path, *, clock: Clock = SYSTEM_CLOCK) -> RentalLedger:
     """The ledger at `target`: a SQLite file path, or a PostgreSQL URL."""
     if is_postgres_url(target):
         require_psycopg()

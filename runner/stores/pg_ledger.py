@@ -9,11 +9,10 @@ connection: an intent carries a key of its own, so a repeated insert finds the f
 
 from __future__ import annotations
 
-import time
 import uuid
-from collections.abc import Callable
 from typing import Any
 
+from runner.clock import SYSTEM_CLOCK, Clock
 from runner.ledger import STATES, LedgerError, Rental, State
 from runner.stores.pg import Conn, PgDatabase, Timeouts
 
@@ -61,7 +60,7 @@ class PostgresLedger:
         self,
         url: str,
         *,
-        clock: Callable[[], float] = time.time,
+        clock: Clock = SYSTEM_CLOCK,
         timeouts: Timeouts | None = None,
     ) -> None:
         self._clock = clock
@@ -100,7 +99,7 @@ class PostgresLedger:
         spot: bool | None = None,
     ) -> int:
         """Note that we are about to rent `server_id`. Call BEFORE `create_order` is sent."""
-        now, key = self._clock(), uuid.uuid4().hex
+        now, key = self._clock.time(), uuid.uuid4().hex
         values = (key, run_id, job_id, server_id, now, now, price_per_day, currency, usd_per_hour)
 
         def insert(conn: Conn) -> int:
@@ -122,7 +121,7 @@ class PostgresLedger:
         """The create is about to go out: an order may exist from now on (a `failed` mark by
         a cleanup beside the run is overruled). `offset_s` bounds the API's clock minus ours."""
         low, high = offset_s if offset_s is not None else (None, None)
-        now = self._clock()
+        now = self._clock.time()
 
         def update(conn: Conn) -> int:
             return conn.execute(
@@ -137,7 +136,7 @@ class PostgresLedger:
 
     def mark_create_answered(self, rental_id: int, answered_at: float) -> None:
         """The create's answer (or failure) came back."""
-        now = self._clock()
+        now = self._clock.time()
         self.db.run(
             "mark a create answered",
             lambda conn: conn.execute(
@@ -148,7 +147,7 @@ class PostgresLedger:
 
     def set_order(self, rental_id: int, order_id: int) -> None:
         """The order id is known: an `intent` (or `failed`) becomes `ordered`."""
-        now = self._clock()
+        now = self._clock.time()
 
         def update(conn: Conn) -> int:
             return conn.execute(
@@ -165,7 +164,7 @@ class PostgresLedger:
         if state not in STATES:
             raise ValueError(f"unknown rental state {state!r}; one of {', '.join(STATES)}")
         guard = " AND order_id IS NULL" if state == "failed" else ""
-        now = self._clock()
+        now = self._clock.time()
 
         def update(conn: Conn) -> tuple[int, bool]:
             changed = conn.execute(

@@ -17,7 +17,7 @@ from runner.backends.clore.api import CloreClient
 from runner.backends.clore.cleanup import Action, reconcile
 from runner.backends.clore.errors import CloreApiError
 from runner.backends.clore.models import Order
-from runner.backends.clore.ratelimit import Clock
+from runner.clock import Clock
 from runner.ledger import Rental
 from runner.stores.ledger import RentalLedger
 from runner.stores.pg_pools import PostgresPools

@@ -94,7 +94,7 @@ def contend(argv: list[str]) -> None:
     url, pool, holder, rentals, clore_url, server, fake_unix = argv[:7]
     amount = float(argv[argv.index("--amount") + 1]) if "--amount" in argv else 2.5
     pools = PostgresPools(url, lock_pool_row="--no-lock" not in argv)
-    ledger = PostgresLedger(url, clock=lambda: float(fake_unix))
+    ledger = PostgresLedger(url, clock=FrozenClock(float(fake_unix)))
     api = client(clore_url, float(fake_unix))
     lease = pools.join(pool, holder, 600)
     latencies: list[float] = []
@@ -132,7 +132,7 @@ def hold(argv: list[str]) -> None:
     url, pool, holder, clore_url, fake_unix, ttl = argv[:6]
     servers = [int(s) for s in argv[6:] if not s.startswith("--")]
     pools = PostgresPools(url)
-    ledger = PostgresLedger(url, clock=lambda: float(fake_unix))
+    ledger = PostgresLedger(url, clock=FrozenClock(float(fake_unix)))
     api = client(clore_url, float(fake_unix))
     lease = pools.join(pool, holder, float(ttl))
     keeper = LeaseKeeper(

@@ -36,7 +36,7 @@ def _run(setup: Setup, pg_url: str, pipeline_text: str | None, **pool: object) -
         else parse_pipeline(pipeline_text, "p.yml", {})
     )
     backend, _ = setup.backend(pipeline)
-    backend.provisioner.ledger = PostgresLedger(pg_url, clock=setup.clock.time)
+    backend.provisioner.ledger = PostgresLedger(pg_url, clock=setup.clock)
     backend.provisioner.seat = PoolSeat(PostgresPools(pg_url), "org", "run-1")
     setup.backend = lambda *_a, **_k: (backend, backend.provisioner.ledger)  # type: ignore[method-assign]
     return setup.run(pipeline)
