@@ -85,15 +85,15 @@ def test_the_login_sends_back_only_to_a_path_here(tmp_path: Path, target: str) -
 
 def test_a_forged_expired_or_logged_out_cookie_is_refused() -> None:
     clock = FakeClock()
-    sessions = Sessions("a-token-of-sixteen+", clock)
+    sessions = Sessions("a-token-of-sixteen+", clock.time)
     cookie, session = sessions.issue()
     assert sessions.check(cookie) == session
     expires, nonce, mac = cookie.split(".")
     assert sessions.check(f"{int(expires) + 3600}.{nonce}.{mac}") is None  # extended by hand
     assert sessions.check(f"{expires}.{nonce}.{'0' * len(mac)}") is None
-    assert Sessions("another-token-of-16", clock).check(cookie) is None  # the token changed
+    assert Sessions("another-token-of-16", clock.time).check(cookie) is None  # the token changed
     assert sessions.check("garbage") is None and sessions.check(None) is None
-    clock.now += SESSION_S + 1
+    clock.unix += SESSION_S + 1
     assert sessions.check(cookie) is None
     fresh, fresh_session = sessions.issue()
     sessions.end(fresh_session)
@@ -354,7 +354,7 @@ def test_a_running_job_shows_its_server_price_and_cost_so_far(tmp_path: Path) ->
             return found.group(0)
 
         wait_until(lambda: "clore-42" in row(), what="the server of the running job")
-        clock.now += 1800  # half an hour at $2/h
+        clock.unix += 1800  # half an hour at $2/h
         assert "$2.0000/h" in row() and "$1.0000" in row()
         page = browser.get(f"{srv.api.url}/ui/jobs/{job}").text
         assert "RTX 4090 &lt;b&gt;x1&lt;/b&gt;" in page and "workdir" not in page
