@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from pytest_httpserver import HTTPServer
+from werkzeug.serving import WSGIRequestHandler
 
 from runner.stores.pg_ledger import PostgresLedger
 from runner.stores.pg_pools import PostgresPools
@@ -62,6 +63,9 @@ def death_to_cancel(cluster: PgCluster, ttl_s: float) -> float:
     server.start()
     try:
         fake = FakeClore(server, FakeClock()).install()
+        # Replies' Date header on the fake clock, as the tests' fixture does: the ownership
+        # check measures the API's clock offset from it.
+        WSGIRequestHandler.date_time_string = fake.date_header  # type: ignore[method-assign,assignment]
         fake.enforce_rate_limits, fake.appear_after_s = False, 0.0
         fake.balances["CLORE-Blockchain"] = 1e12
         for n in range(2):
