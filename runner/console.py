@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from rich.console import Console as RichConsole
-from rich.console import RenderableType
+from rich.console import Group, RenderableType
 from rich.live import Live
 from rich.text import Text
 
@@ -90,6 +90,7 @@ class Console:
         self._broken = False
         self._t0 = clock()
         self._screen: Live | None = None
+        self._pending: list[Text] = []
         self._stop = threading.Event()
         if self.live:
             self._screen = Live(
@@ -217,7 +218,7 @@ class Console:
         with self._lock:
             now = self.clock() if now is None else now
             if self._screen is not None:
-                self._guard(self._screen.refresh)
+                self._draw()
             elif self.heartbeat_s > 0:
                 self._heartbeats(now)
 
@@ -235,10 +236,15 @@ class Console:
                 self._line(row.job, f"{row.stage} {int(span // 60)}m{paid}")
                 row.heartbeat_at = now
 
-    def renderable(self, now: float) -> RenderableType:
-        """The live table at `now` (what the screen shows between lines of output)."""
+    def renderable(
+        self, now: float, width: int | None = None, height: int | None = None
+    ) -> RenderableType:
+        """The live table at `now` (what the screen shows between lines of output), for this
+        terminal's size or the one given."""
         with self._lock:
-            return render_board(self.board, now, self._t0, self.out.size.height)
+            size = self.out.size
+            width, height = width or size.width, height or size.height
+            return render_board(self.board, now, self._t0, height, width)
 
     def _renderable(self) -> RenderableType:
         return self.renderable(self.clock())
@@ -249,6 +255,7 @@ class Console:
         self._stop.set()
         with self._lock:
             if self._screen is not None:
+                self._draw()
                 self._guard(self._screen.stop)
                 self._screen = None
 
@@ -269,9 +276,24 @@ class Console:
 
     def _print(self, text: Text) -> None:
         text.plain = redact.text(text.plain)  # styles stay where they were: a key is one span
-        if not self.live:
-            text.no_wrap = True
-        self._guard(lambda: self.out.print(text, soft_wrap=not self.live, overflow="fold"))
+        if self._screen is not None:
+            # Printed at the next redraw: every print above a live table redraws the table,
+            # and 50 jobs printing twice a second each would spend the run redrawing it.
+            self._pending.append(text)
+            return
+        text.no_wrap = True
+        self._guard(lambda: self.out.print(text, soft_wrap=True))
+
+    def _draw(self) -> None:
+        """The lines that came since the last redraw above the table, and the table."""
+        screen = self._screen
+        if screen is None:
+            return
+        lines, self._pending = self._pending, []
+        if lines:  # printing above the table redraws it too
+            self._guard(lambda: self.out.print(Group(*lines), overflow="fold"))
+        else:
+            self._guard(screen.refresh)
 
     def _print_group(self, job: Job, status: str) -> None:
         log = self.grouped_logs / f"{job.id}.log" if self.grouped_logs else None

@@ -269,6 +269,23 @@ class ServerBook:
             for s in self._servers.values()
         ]
 
+    @property
+    def held(self) -> int:
+        """Servers held (booting, idle or busy)."""
+        return len(self._servers)
+
+    def idle_servers(self) -> list[ServerView]:
+        """The servers up and running nothing."""
+        return [
+            ServerView(s.id, s.quote, s.rented, False, None, s.claim)
+            for s in self._servers.values()
+            if s.idle
+        ]
+
+    @property
+    def waiting_count(self) -> int:
+        return len(self._waiting)
+
     def waiting(self) -> list[str]:
         """Jobs that are ready and have no server yet."""
         return list(self._waiting)

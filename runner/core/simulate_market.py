@@ -209,16 +209,15 @@ class _ServersSim:
     def _check(self) -> None:
         """The rules the core promises, checked after every step."""
         book, r = self.core.book, self.result
-        views = book.servers()
-        r.max_servers = max(r.max_servers, len(views))
-        if len(views) > book.cap:
-            r.broken.append(f"{self.now:.1f}: {len(views)} servers held, cap {book.cap}")
+        r.max_servers = max(r.max_servers, book.held)
+        if book.held > book.cap:
+            r.broken.append(f"{self.now:.1f}: {book.held} servers held, cap {book.cap}")
         committed = book.committed_usd(self.now)
         r.max_committed_usd = max(r.max_committed_usd, committed)
         if book.budget_usd is not None and committed > book.budget_usd + 1e-6:
             r.broken.append(f"{self.now:.1f}: committed ${committed:.4f} > ${book.budget_usd}")
-        idle = [v for v in views if not v.booting and v.job is None]
-        for job_id in book.waiting():
+        idle = book.idle_servers() if book.waiting_count else []
+        for job_id in book.waiting() if idle else ():
             short_of_money = book.budget_usd is not None and book.wait_reason(job_id) == "budget"
             if not short_of_money and any(book.fits(v.quote, job_id) for v in idle):
                 r.broken.append(f"{self.now:.1f}: {job_id} waits beside an idle server")

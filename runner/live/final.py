@@ -50,10 +50,18 @@ def jobs_table(summary: Mapping[str, Any]) -> Table:
     compare = {j["id"]: j for j in (summary.get("comparison") or {}).get("jobs", [])}
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
     # Numbers are never cut; names, GPU and the note give way on a narrow terminal.
+    jobs = summary["jobs"]
+    # A column nobody has a value in (GPU and $/h on the local backend) is left out.
+    gpus = any(j.get("gpu") for j in jobs)
+    rates = any(j.get("usd_per_hour") is not None for j in jobs)
     table.add_column("job", no_wrap=True, overflow="ellipsis", max_width=32)
-    table.add_column("status", no_wrap=True, overflow="ellipsis", min_width=6)
-    table.add_column("gpu", no_wrap=True, overflow="ellipsis", max_width=20)
-    for name, width in (("time", 6), ("$/h", 5), ("cost", 7), ("tries", 5)):
+    table.add_column("status", no_wrap=True, overflow="ellipsis", min_width=8)
+    if gpus:
+        table.add_column("gpu", no_wrap=True, overflow="ellipsis", max_width=20)
+    table.add_column("time", justify="right", no_wrap=True, min_width=6)
+    if rates:
+        table.add_column("$/h", justify="right", no_wrap=True, min_width=5)
+    for name, width in (("cost", 7), ("tries", 5)):
         table.add_column(name, justify="right", no_wrap=True, min_width=width)
     if compare:
         table.add_column("Δ cost", justify="right", no_wrap=True)
@@ -64,15 +72,13 @@ def jobs_table(summary: Mapping[str, Any]) -> Table:
         style = _STYLE.get(job["status"], "bold red" if job["status"] in _BAD else "")
         if job.get("allowed_failure"):
             style = "yellow"
-        cells = [
-            Text(console_line(job["name"])),
-            Text(word, style=style),
-            Text(console_line(job.get("gpu") or "–")),
-            Text(duration(job["duration_s"])),
-            Text(rate(job.get("usd_per_hour"))),
-            Text(money(job["cost_usd"])),
-            Text(str(job["attempts"])),
-        ]
+        cells = [Text(console_line(job["name"])), Text(word, style=style)]
+        if gpus:
+            cells.append(Text(console_line(job.get("gpu") or "–")))
+        cells.append(Text(duration(job["duration_s"])))
+        if rates:
+            cells.append(Text(rate(job.get("usd_per_hour"))))
+        cells += [Text(money(job["cost_usd"])), Text(str(job["attempts"]))]
         if compare:
             delta = compare.get(job["id"], {})
             cells += [

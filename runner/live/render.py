@@ -26,19 +26,26 @@ _STYLE = {
     "cancelled": "yellow",
 }
 _RESERVED_LINES = 4  # header, the table's head and rule, a line of "… more"
+_NUMBERS_W = 7 + 3 + 7 + 4 * 3  # time, try, cost, and four gaps (padding, rule, padding)
 
 
-def render_board(board: B.Board, now: float, started: float, height: int) -> RenderableType:
+def render_board(
+    board: B.Board, now: float, started: float, height: int, width: int = 80
+) -> RenderableType:
     board.queue_waiting_rows()
     rows = board.ordered()
     room = max(3, height - _RESERVED_LINES)
     shown, hidden = rows[:room], rows[room:]
-    table = Table(box=box.SIMPLE_HEAD, expand=True, pad_edge=False, show_edge=False)
-    table.add_column("job", no_wrap=True, overflow="ellipsis", ratio=2, max_width=32)
-    table.add_column("stage", no_wrap=True, overflow="ellipsis", ratio=5)
-    table.add_column("time", no_wrap=True, justify="right", min_width=7)
-    table.add_column("try", no_wrap=True, justify="right", min_width=3)
-    table.add_column("cost", no_wrap=True, justify="right", min_width=7)
+    # Numbers keep their width; the job's name gets at most a sixth, the stage the rest.
+    names = max((len(r.job.id) for r in shown), default=3)
+    job_w = max(3, min(names, 32, max(10, width // 6)))
+    stage_w = max(10, min(72, width - job_w - _NUMBERS_W))
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    table.add_column("job", no_wrap=True, overflow="ellipsis", width=job_w)
+    table.add_column("stage", no_wrap=True, overflow="ellipsis", width=stage_w)
+    table.add_column("time", no_wrap=True, justify="right", width=7)
+    table.add_column("try", no_wrap=True, justify="right", width=3)
+    table.add_column("cost", no_wrap=True, justify="right", width=7)
     for row in shown:
         table.add_row(
             Text(row.job.id),

@@ -480,7 +480,9 @@ class CloreBackend:
 
 
 def _offer_label(offer: Offer) -> str:
-    return f"{offer.gpus} #{offer.server_id}"
+    """`RTX 4090 #88028`, `2x RTX 4090 #88028`: what the live view says is being rented."""
+    gpus = offer.gpu_model if offer.gpu_count == 1 else offer.gpus
+    return f"{gpus} #{offer.server_id}"
 
 
 def _fits(rental: Rental, ask: GpuAsk) -> bool:
