@@ -17,6 +17,7 @@ from typing import Annotated, Any
 
 import anyio
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
@@ -35,6 +36,8 @@ from runner.serve.api_models import (
     Status,
     Submitted,
 )
+from runner.serve.dashboard.session import COOKIE
+from runner.serve.http_limits import BODY_TIMEOUT_S, TokenGate
 from runner.serve.middleware import MAX_BODY_BYTES, BodyLimit, ErrorCounter, ErrorTally
 from runner.serve.service import LoopNotRunning, Service
 from runner.serve.store import FINAL, StoreError
@@ -57,8 +60,14 @@ _YAML_BODY = {
 }
 
 
-def create_app(service: Service, token: str, body_limit: int = MAX_BODY_BYTES) -> ASGIApp:
-    """The API as an ASGI app; errors are counted and large bodies refused around it."""
+def create_app(
+    service: Service,
+    token: str,
+    body_limit: int = MAX_BODY_BYTES,
+    body_timeout_s: float = BODY_TIMEOUT_S,
+) -> ASGIApp:
+    """The API as an ASGI app; errors are counted, requests without the token refused before
+    their body is read, and large or slow bodies refused, around it."""
     tally = ErrorTally()
     api = FastAPI(
         title="clore-run queue",
@@ -67,7 +76,7 @@ def create_app(service: Service, token: str, body_limit: int = MAX_BODY_BYTES) -
     )
     _handlers(api)
     api.include_router(_routes(service, tally), dependencies=[Depends(_auth(token))])
-    dashboard.mount(api, service, token)  # its pages log in with the token and keep a cookie
+    sessions = dashboard.mount(api, service, token)  # its pages log in, then keep a cookie
 
     @api.get("/healthz", response_model=Health, tags=["health"])
     def healthz() -> JSONResponse:
@@ -75,7 +84,11 @@ def create_app(service: Service, token: str, body_limit: int = MAX_BODY_BYTES) -
         ok = service.alive
         return JSONResponse({"status": "ok" if ok else "degraded"}, 200 if ok else 503)
 
-    return ErrorCounter(BodyLimit(api, body_limit), tally)
+    def session_ok(cookie: str | None) -> bool:
+        return sessions.check(cookie) is not None
+
+    limited = BodyLimit(api, body_limit, body_timeout_s)
+    return ErrorCounter(TokenGate(limited, token, session_ok, COOKIE), tally)
 
 
 def _auth(token: str) -> Callable[..., None]:
@@ -94,6 +107,20 @@ def _auth(token: str) -> Callable[..., None]:
 
 
 def _handlers(api: FastAPI) -> None:
+    @api.exception_handler(RequestValidationError)
+    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        # Without the input it was given: a NaN or 1e999 there made the reply itself invalid
+        # JSON, and the default handler's render failed into a 500.
+        problems = [
+            {
+                "loc": list(err.get("loc", ())),
+                "msg": str(err.get("msg", "")),
+                "type": err.get("type"),
+            }
+            for err in exc.errors()
+        ]
+        return JSONResponse({"detail": problems}, 422)
+
     @api.exception_handler(SubmissionError)
     async def bad_submission(_: Request, exc: SubmissionError) -> JSONResponse:
         return JSONResponse({"detail": [_problem(p) for p in exc.problems]}, 422)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 from collections import Counter
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from runner.serve.http_limits import BODY_TIMEOUT_S, body_timed_out, receive_within
 
 MAX_BODY_BYTES = 1 << 20
 
@@ -16,9 +19,12 @@ class BodyLimit:
     full (it is small by definition) and replayed, so a chunked upload is counted as well as
     one with a Content-Length."""
 
-    def __init__(self, app: ASGIApp, limit: int = MAX_BODY_BYTES) -> None:
+    def __init__(
+        self, app: ASGIApp, limit: int = MAX_BODY_BYTES, timeout_s: float = BODY_TIMEOUT_S
+    ) -> None:
         self.app = app
         self.limit = limit
+        self.timeout_s = timeout_s  # for the whole body: a trickling client must not hold on
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -30,8 +36,12 @@ class BodyLimit:
             return
         body = bytearray()
         more = True
+        deadline = asyncio.get_running_loop().time() + self.timeout_s
         while more:
-            message = await receive()
+            message = await receive_within(receive, deadline)
+            if message is None:
+                await body_timed_out(send, self.timeout_s)
+                return
             if message["type"] != "http.request":
                 break  # the client went away; let the app see that
             body += message.get("body", b"")

@@ -81,6 +81,7 @@ def run_server(options: ServeOptions) -> None:
         import uvicorn
 
         from runner.serve.app import create_app
+        from runner.serve.http_limits import uvicorn_limits
     except ImportError as exc:
         raise UsageError(
             f"clore-run serve needs the 'serve' extra ({exc.name} is missing)",
@@ -114,7 +115,11 @@ def run_server(options: ServeOptions) -> None:
         flush=True,
     )
     config = uvicorn.Config(
-        create_app(service, token), log_level="warning", lifespan="off", timeout_graceful_shutdown=5
+        create_app(service, token),
+        log_level="warning",
+        lifespan="off",
+        timeout_graceful_shutdown=5,
+        **uvicorn_limits(),
     )
     try:
         with _signals_end_the_server():

@@ -36,6 +36,7 @@ from runner.spec.yaml_source import Source, parse_yaml
 
 DEFAULT_TIMEOUT_MINUTES = 60.0
 MAX_JOB_ID = 100
+MAX_JOBS = 10_000  # per pipeline, matrices expanded: beyond it a queue holds a file, not a plan
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _JOB_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")  # fullmatch: `$` would allow "id\n"
 _NOT_SUBSTITUTED = frozenset({"if", "strategy", "needs"})
@@ -98,6 +99,15 @@ class _PipelineBuilder:
             self._check_needs(jobs_raw)
             for key, raw in jobs_raw.items():
                 drafts.extend(self._job_instances(key, raw, defaults_raw or {}))
+                if len(drafts) > MAX_JOBS:  # each job's matrix is capped before it is built
+                    self.problems.append(
+                        self.source.error(
+                            ("jobs", key),
+                            f"the pipeline makes more than {MAX_JOBS:,} jobs (matrices included)",
+                            "split it into several pipelines",
+                        )
+                    )
+                    break
         jobs = self._resolve(drafts) if not self.problems else []
         if self.problems or header is None:
             raise SpecError(_unique(self.problems))

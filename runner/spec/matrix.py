@@ -9,6 +9,9 @@ from typing import Any
 
 Combination = dict[str, Any]
 _SCALARS = (str, int, float, bool)
+# GitHub Actions' own cap: a matrix may generate at most 256 jobs per workflow run job. Counted
+# before anything is built: a few hundred bytes of aliased YAML lists can multiply to 10^8.
+MAX_COMBINATIONS = 256
 
 
 class MatrixError(ValueError):
@@ -30,6 +33,7 @@ def expand(matrix: Mapping[str, Any]) -> list[Combination]:
             raise MatrixError("matrix values must be strings, numbers or booleans", key)
     include = _entries(matrix.get("include", []), "include")
     exclude = _entries(matrix.get("exclude", []), "exclude")
+    _check_size(axes, len(include))
     combos = (
         [dict(zip(axes, values, strict=True)) for values in itertools.product(*axes.values())]
         if axes
@@ -37,9 +41,33 @@ def expand(matrix: Mapping[str, Any]) -> list[Combination]:
     )
     combos = [c for c in combos if not any(_matches(c, e) for e in exclude)]
     combos = _apply_include(combos, include, frozenset(axes))
+    if len(combos) > MAX_COMBINATIONS:  # what `include` added beyond the product
+        raise MatrixError(
+            f"the matrix makes {len(combos)} combinations; at most {MAX_COMBINATIONS}",
+            "include",
+            "split the job, or use fewer `include` entries",
+        )
     if not combos:
         raise MatrixError("the matrix has no combinations", None, "check `exclude` and the values")
     return combos
+
+
+def _check_size(axes: Mapping[str, list[Any]], includes: int) -> None:
+    """Refuse a matrix whose product (before `exclude`) or whose `include` list alone passes
+    the cap, computed from the list lengths without building a combination."""
+    product = 1
+    for values in axes.values():
+        product *= len(values)
+        if product > MAX_COMBINATIONS:
+            break
+    for count, what in ((product, "the product of its values"), (includes, "its `include`")):
+        if count > MAX_COMBINATIONS:
+            raise MatrixError(
+                f"the matrix makes more than {MAX_COMBINATIONS} combinations ({what}); "
+                f"a job's matrix may make at most {MAX_COMBINATIONS}, as in GitHub Actions",
+                None,
+                "split the job, or use fewer values per key",
+            )
 
 
 def _entries(value: Any, key: str) -> list[Combination]:

@@ -114,8 +114,11 @@ def thread_server(
     clock: Callable[[], float] = time.time,
     backend: Backend | None = None,
     daily_spend_limit: float | None = None,
+    app_options: dict[str, Any] | None = None,
+    uvicorn_options: dict[str, Any] | None = None,
 ) -> Iterator[ThreadServer]:
-    """The app and the service in this process; uvicorn on a free loopback port."""
+    """The app and the service in this process; uvicorn on a free loopback port (with the
+    given create_app and uvicorn.Config options on top)."""
     store = Store(tmp / "queue.db")
     options = ServiceOptions(
         data_dir=tmp / "data",
@@ -129,7 +132,12 @@ def thread_server(
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as `clore-run serve` does
     sock.bind(("127.0.0.1", 0))
     sock.listen(128)
-    config = uvicorn.Config(create_app(service, TOKEN), log_level="error", lifespan="off")
+    config = uvicorn.Config(
+        create_app(service, TOKEN, **(app_options or {})),
+        log_level="error",
+        lifespan="off",
+        **(uvicorn_options or {}),
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()

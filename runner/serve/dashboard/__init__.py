@@ -15,13 +15,16 @@ if TYPE_CHECKING:
     from runner.serve.service import Service
 
 
-def mount(api: FastAPI, service: Service, token: str) -> None:
-    """Add the dashboard's routes to the API app, for the service it serves."""
+def mount(api: FastAPI, service: Service, token: str) -> Sessions:
+    """Add the dashboard's routes to the API app, for the service it serves. Returns its
+    sessions, so the API's token gate can let a logged-in browser through."""
     from runner.serve.dashboard import routes
 
     options = service.options
     settings = Settings(options.data_dir, options.capacity, options.daily_spend_limit_usd)
-    routes.mount(api, service, settings, Sessions(token, service.clock))
+    sessions = Sessions(token, service.clock)
+    routes.mount(api, service, settings, sessions)
+    return sessions
 
 
 __all__ = ["Queue", "Settings", "mount"]
