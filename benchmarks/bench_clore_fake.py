@@ -1,6 +1,9 @@
 """The ML example on the clore backend against the fake Clore API, its orders on a real sshd.
 
-    python -m benchmarks.bench_clore_fake
+    python -m benchmarks.bench_clore_fake [--quick]
+
+It is one run of the example, seconds long on the fake clock: `--quick` is accepted so CI runs
+every benchmark the same way, and changes nothing.
 
 Prints: servers rented vs jobs run (reuse), real wall time from an order seen online to its
 first log line, API calls made against the rate limits (on the fake clock the client follows),
@@ -9,6 +12,7 @@ and the cost in the summary against the fake's own billing. Loopback only.
 
 from __future__ import annotations
 
+import argparse
 import io
 import itertools
 import logging
@@ -67,6 +71,9 @@ class TimingBackend(CloreBackend):
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="for CI (the same run)")
+    parser.parse_args()
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
     with tempfile.TemporaryDirectory() as tmp_name, HTTPServer() as http:
         tmp = Path(tmp_name)

@@ -1,6 +1,7 @@
 """Time the job graph and the pipeline loader on 10,000-job pipelines.
 
     python benchmarks/bench_graph.py [N]
+    python benchmarks/bench_graph.py --quick    # 500 jobs
 
 Two shapes: a chain (each job needs the one before) and a fan-out/fan-in (one root, N jobs that
 need it, one sink that needs them all). The YAML text is generated in memory. Prints the best of
@@ -9,6 +10,7 @@ a few runs per step, in milliseconds. Not a pytest test: timings are reported, n
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from collections.abc import Callable
@@ -64,7 +66,11 @@ def bench(shape: str, text: str) -> None:
 
 
 def main() -> None:
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 10_000
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
+    parser.add_argument("n", type=int, nargs="?", default=10_000, help="jobs per pipeline")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, for CI")
+    args = parser.parse_args()
+    n = 500 if args.quick else args.n
     print(f"python {sys.version.split()[0]}, best of 5 (graph) / 2 (parse) runs")
     bench("chain", chain_yaml(n))
     bench("fan-out/fan-in", fan_yaml(n))

@@ -1,6 +1,7 @@
 """Local backend overhead: 200 jobs running `true` at cap 8, against `xargs -P 8` in the same run.
 
     python benchmarks/bench_local.py [--jobs 200] [--cap 8] [--repeat 5]
+    python benchmarks/bench_local.py --quick    # 20 jobs, once
 
 Prints the best wall time of each and the ratio (target: clore-run <= 1.5x xargs). The engine
 time covers the jobs (workdirs, processes, logs, scheduling); writing the reports is shown apart.
@@ -17,7 +18,7 @@ from pathlib import Path
 
 from runner.backends.local import LocalBackend
 from runner.console import Console
-from runner.engine import Engine, EngineOptions
+from runner.pipeline_run import PipelineRun, RunSettings
 from runner.report import write_reports
 from runner.spec.loader import parse_pipeline
 
@@ -53,7 +54,8 @@ def clore_run_time(jobs: int, cap: int) -> tuple[float, float]:
     pipeline = parse_pipeline(text, "bench.yml", {})
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "out"
-        engine = Engine(pipeline, LocalBackend(), EngineOptions(out, cap), Console(io.StringIO()))
+        console = Console(io.StringIO())
+        engine = PipelineRun(pipeline, LocalBackend(), RunSettings(out, cap), console)
         start = time.perf_counter()
         record = engine.run()
         ran = time.perf_counter() - start
@@ -69,7 +71,10 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=200)
     parser.add_argument("--cap", type=int, default=8)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, for CI")
     args = parser.parse_args()
+    if args.quick:
+        args.jobs, args.repeat = 20, 1
     # Interleaved, best of each: on a shared machine a burst of other load then hits both.
     runs, bases = [], []
     for _ in range(args.repeat):

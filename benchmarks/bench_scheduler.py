@@ -1,6 +1,7 @@
 """The scheduling core on a fake clock, against the lower bound and a naive poller.
 
     python benchmarks/bench_scheduler.py [--seeds 10] [--sizes 100 1000 10000] [--caps 3 10 50]
+    python benchmarks/bench_scheduler.py --quick    # seconds: 2 DAGs of 100 and 1,000 jobs
 
 Random DAGs (file order is a topological order; each job needs 0-3 jobs among the 100 before
 it; durations uniform in 10 s .. 10 min, known to the scheduler as `estimate-minutes`; equal
@@ -201,7 +202,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=10, help="random DAGs per size")
     parser.add_argument("--sizes", type=int, nargs="+", default=[100, 1_000, 10_000])
     parser.add_argument("--caps", type=int, nargs="+", default=[3, 10, 50])
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, for CI")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.seeds, args.sizes, args.caps = 2, [100, 1_000], [3, 10]
     print(
         f"python {sys.version.split()[0]}; {args.seeds} random DAGs per size, equal priorities\n"
         "ratio = makespan / max(critical path, work / cap), the lower bound ('bound' names the\n"

@@ -1,6 +1,7 @@
 """The queue server (`clore-run serve`, local backend) as a client sees it, over loopback HTTP.
 
     python benchmarks/bench_serve.py [--queued 10000] [--samples 500] [--starts 30]
+    python benchmarks/bench_serve.py --quick    # 200 queued, a few samples
 
 Starts the server in a subprocess on a fresh --db and reports:
 
@@ -117,7 +118,10 @@ def main() -> None:
     parser.add_argument("--queued", type=int, default=10_000)
     parser.add_argument("--samples", type=int, default=500)
     parser.add_argument("--starts", type=int, default=30)
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, for CI")
     args = parser.parse_args()
+    if args.quick:
+        args.queued, args.samples, args.starts = 200, 20, 3
     token = secrets.token_urlsafe(24)
     with tempfile.TemporaryDirectory() as tmp:
         proc, url = start(Path(tmp) / "queue.db", token)

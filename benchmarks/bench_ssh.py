@@ -1,8 +1,9 @@
 """SSH performance against the OpenSSH tools, in one run, on a loopback sshd of its own.
 
     python -m benchmarks.bench_ssh [--mib 200] [--repeat 3]
+    python -m benchmarks.bench_ssh --quick    # 2 MiB, one trial: that it runs, not its ratios
 
-Figures (design §8): stdout streaming ≥ 1.0× `ssh host 'head -c ...' > /dev/null`; workspace
+Targets: stdout streaming ≥ 1.0× `ssh host 'head -c ...' > /dev/null`; workspace
 upload and artifact download ≥ 0.8× `scp`; a trivial command on an open connection ≤ 10 ms.
 Both sides open a fresh connection per trial where the OpenSSH tool does (ssh, scp); the best of
 `--repeat` trials counts for each. The sshd gives sessions a HOME under tmp (see the fixture), so
@@ -55,11 +56,14 @@ def _best(trials: int, fn: Callable[[], object], before: Callable[[], object] = 
 
 
 class Bench:
-    def __init__(self, server: SshServer, work: Path, mib: int, repeat: int) -> None:
+    def __init__(
+        self, server: SshServer, work: Path, mib: int, repeat: int, commands: int = 200
+    ) -> None:
         self.server = server
         self.work = work
         self.mib = mib
         self.repeat = repeat
+        self.commands = commands
         self.key = ClientKey.from_file(server.client_key)
         self.ssh_opts = [
             "-i", str(server.client_key), "-o", "StrictHostKeyChecking=no",
@@ -113,7 +117,7 @@ class Bench:
         def ours() -> None:
             conn = self.connect()
             job = RemoteJob(conn, request, ExecOptions())
-            job.upload()
+            job.upload(threading.Event())
             uploaded.append(job)
 
         def clean() -> None:
@@ -147,8 +151,9 @@ class Bench:
         assert (local / "blob.bin").stat().st_size == self.mib << 20
         return theirs, ours
 
-    def command_ms(self, count: int = 200) -> tuple[float, float]:
+    def command_ms(self) -> tuple[float, float]:
         """Median ms of `true` on an open connection: OpenSSH multiplexed, and ours."""
+        count = self.commands
         control = self.work / "cm"
         base = ["ssh", "-p", str(self.server.port), *self.ssh_opts, "-S", str(control)]
         master = subprocess.Popen([*base, "-M", "-N", "root@127.0.0.1"])
@@ -215,16 +220,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--mib", type=int, default=200)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, for CI")
     args = parser.parse_args(argv)
+    commands = 200
+    if args.quick:
+        args.mib, args.repeat, commands = 2, 1, 20
     with tempfile.TemporaryDirectory(prefix="bench-ssh-") as tmp:
         work = Path(tmp)
         server = start_sshd(work / "sshd")
         try:
-            rows = _measure(Bench(server, work, args.mib, args.repeat))
+            rows = _measure(Bench(server, work, args.mib, args.repeat, commands))
         finally:
             server.kill_all()
     _print(rows, args.mib)
-    return 0 if all(ok for *_, ok in rows) else 1
+    # At 2 MiB on a busy CI machine the ratios are noise: quick only checks that it runs.
+    return 0 if args.quick or all(ok for *_, ok in rows) else 1
 
 
 def _measure(bench: Bench) -> list[tuple[str, str, str, str, bool]]:

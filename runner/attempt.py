@@ -1,8 +1,7 @@
 """One attempt of one job on a backend: acquire, run, release, log, and what it cost.
 
-`clore-run run` (the engine) and `clore-run serve` both run attempts this way, with the same
-mapping of backend errors to failure kinds; they differ only in what they do when a place is
-held and given back, which they pass in.
+The driver runs every attempt of `clore-run run` and `clore-run serve` this way, with one
+mapping of backend errors to failure kinds.
 """
 
 from __future__ import annotations
@@ -13,13 +12,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from runner.backends.base import Backend, Place, RunOutcome, RunRequest
+from runner.clock import Clock
 from runner.console import Console
 from runner.core.model import Attempt, FailureKind, Job
 from runner.errors import CloreRunError, JobCannotRun, RunMustStop
 from runner.joblog import JobLog
 
 
-def _nothing(*_args: object) -> None:
+def _nothing(_place: Place) -> None:
     return None
 
 
@@ -56,28 +56,40 @@ class Ran:
 class AttemptRunner:
     backend: Backend
     out_dir: Path  # logs/<job>.log and artifacts/<job>/ go here
-    clock: Callable[[], float]
+    clock: Clock
     console: Console
     extra_env: Mapping[str, str] = field(default_factory=dict)
     workspace_root: Path | None = None  # None: jobs start in an empty folder
     workspace_files: tuple[str, ...] = ()
-    on_placed: Callable[[Job, int], None] = _nothing  # a place is held; the script starts now
-    on_released: Callable[[], None] = _nothing  # the place was given back (or tried to be)
-    # Where it runs, as soon as that is known (serve shows a running job's server and price).
-    on_server: Callable[[Job, int, Place], None] = _nothing
 
-    def run(self, job: Job, number: int, timeout_s: float, kill: threading.Event) -> Ran:
+    def run(
+        self,
+        job: Job,
+        number: int,
+        timeout_s: float,
+        kill: threading.Event,
+        placed: Callable[[Place], None] = _nothing,
+    ) -> Ran:
         """Never raises: whatever goes wrong (a log that cannot be opened included) ends the
-        attempt with a failure kind, so a caller waiting for it never waits forever."""
-        began = self.clock()
+        attempt with a failure kind, so a caller waiting for it never waits forever. `placed`
+        is told the place once it is held: the script starts now."""
+        began = self.clock.time()
         try:
-            return self._run(job, number, timeout_s, kill, began)
+            return self._run(job, number, timeout_s, kill, began, placed)
         except Exception as exc:
             failure = FailureKind.PROVISIONING_FAILED
-            return Ran(Attempt(number, began, self.clock(), None, failure, f"internal: {exc!r}"))
+            return Ran(
+                Attempt(number, began, self.clock.time(), None, failure, f"internal: {exc!r}")
+            )
 
     def _run(
-        self, job: Job, number: int, timeout_s: float, kill: threading.Event, began: float
+        self,
+        job: Job,
+        number: int,
+        timeout_s: float,
+        kill: threading.Event,
+        began: float,
+        placed: Callable[[Place], None],
     ) -> Ran:
         place: Place | None = None
         placed_at: float | None = None
@@ -85,10 +97,9 @@ class AttemptRunner:
         log = JobLog(self.out_dir, job, number, self.console)
         try:
             place = self.backend.acquire(job, kill, log)
-            placed_at = self.clock()
+            placed_at = self.clock.time()
             self.console.placed(job, place)
-            self.on_placed(job, number)
-            self.on_server(job, number, place)
+            placed(place)
             log.header(place.name)
             for note in place.notes:
                 log.note(note)
@@ -115,7 +126,7 @@ class AttemptRunner:
     def _attempt(
         self, number: int, began: float, place: Place | None, outcome: RunOutcome
     ) -> Attempt:
-        ended = self.clock()
+        ended = self.clock.time()
         facts = {**(place.facts if place else {}), **outcome.facts}
         facts.pop("workdir", None)
         # A renting backend knows what the attempt cost (its share of the rental); otherwise
@@ -134,8 +145,6 @@ class AttemptRunner:
             self.backend.release(place)
         except Exception as exc:  # shutdown() tries again; the run goes on
             log.note(f"releasing {place.name} failed: {exc}")
-        finally:
-            self.on_released()
 
     def _request(self, job: Job, number: int, timeout_s: float) -> RunRequest:
         env = {

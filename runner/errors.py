@@ -29,12 +29,6 @@ class InfrastructureError(CloreRunError):
     exit_code = 3
 
 
-class Interrupted(CloreRunError):
-    """SIGINT/SIGTERM after cleanup: exit 130."""
-
-    exit_code = 130
-
-
 class JobCannotRun(InfrastructureError):
     """This job cannot get a place now or later (no offer fits, over budget): it ends as
     `error` without retries; the rest of the run goes on."""

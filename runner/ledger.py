@@ -5,7 +5,7 @@ It is what `clore-run cleanup` reconciles with `my_orders` after a crash, so it 
   recorded just before `create_order` is there after a `kill -9` or a lost VM. Writes are a few
   per rental, so an fsync each costs nothing that matters.
 - `busy_timeout`: a run and a `cleanup` (two processes) may write at the same moment.
-- One connection (`check_same_thread=False`) behind a lock, shared by the engine's worker threads:
+- One connection (`check_same_thread=False`) behind a lock, shared by the driver's worker threads:
   writes are single short statements that SQLite serialises anyway, and a single connection is
   one thing to close (per-thread connections would outlive threads nobody can close them from).
 - `PRAGMA user_version` numbers the schema, so a later version can migrate an older file and an
@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args
 
 from runner import sqlite_files
+from runner.clock import SYSTEM_CLOCK, Clock
 from runner.errors import InfrastructureError
 
 DEFAULT_PATH = Path(".clore-run/ledger.db")
@@ -108,11 +108,9 @@ class Rental:
 
 
 class Ledger:
-    """The ledger at `path` (parent folders created). Thread-safe; `clock` gives unix seconds."""
+    """The ledger at `path` (parent folders created). Thread-safe."""
 
-    def __init__(
-        self, path: Path | str = DEFAULT_PATH, *, clock: Callable[[], float] = time.time
-    ) -> None:
+    def __init__(self, path: Path | str = DEFAULT_PATH, *, clock: Clock = SYSTEM_CLOCK) -> None:
         self.path = Path(path)
         self._clock = clock
         self._lock = threading.Lock()
@@ -148,7 +146,7 @@ class Ledger:
         spot: bool | None = None,
     ) -> int:
         """Note that we are about to rent `server_id`. Call BEFORE `create_order` is sent."""
-        now = self._clock()
+        now = self._clock.time()
         with self._write("record an intent") as db:
             cursor = db.execute(
                 "INSERT INTO rentals (run_id, job_id, server_id, state, created_at, updated_at, "
@@ -183,7 +181,7 @@ class Ledger:
                 "UPDATE rentals SET create_sent_at = ?, api_offset_low_s = ?, "
                 "api_offset_high_s = ?, updated_at = ?, state = CASE WHEN state = 'failed' "
                 "THEN 'intent' ELSE state END WHERE id = ?",
-                (sent_at, low, high, self._clock(), rental_id),
+                (sent_at, low, high, self._clock.time(), rental_id),
             )
             if cursor.rowcount == 0:
                 raise KeyError(f"no rental {rental_id} in {self.path}")
@@ -193,7 +191,7 @@ class Ledger:
         with self._write("mark a create answered") as db:
             db.execute(
                 "UPDATE rentals SET create_answered_at = ?, updated_at = ? WHERE id = ?",
-                (answered_at, self._clock(), rental_id),
+                (answered_at, self._clock.time(), rental_id),
             )
 
     def set_order(self, rental_id: int, order_id: int) -> None:
@@ -203,7 +201,7 @@ class Ledger:
             cursor = db.execute(
                 "UPDATE rentals SET order_id = ?, updated_at = ?, state = CASE WHEN state IN "
                 "('intent', 'failed') THEN 'ordered' ELSE state END WHERE id = ?",
-                (order_id, self._clock(), rental_id),
+                (order_id, self._clock.time(), rental_id),
             )
             if cursor.rowcount == 0:
                 raise KeyError(f"no rental {rental_id} in {self.path}")
@@ -217,7 +215,7 @@ class Ledger:
         with self._write(f"mark a rental {state}") as db:
             cursor = db.execute(
                 f"UPDATE rentals SET state = ?, note = ?, updated_at = ? WHERE id = ?{guard}",
-                (state, note, self._clock(), rental_id),
+                (state, note, self._clock.time(), rental_id),
             )
             if cursor.rowcount == 0:
                 exists = db.execute("SELECT 1 FROM rentals WHERE id = ?", (rental_id,)).fetchone()

@@ -24,8 +24,8 @@ from runner.console import Console
 from runner.core import graph
 from runner.core.model import Pipeline, RunRecord, RunStatus
 from runner.core.retry import backoff_s
-from runner.engine import Engine, EngineOptions
 from runner.errors import UsageError
+from runner.pipeline_run import PipelineRun, RunSettings
 from runner.report import github_actions, load_summary, write_reports
 from runner.spec.diagnostics import did_you_mean
 from runner.workspace import workspace_files
@@ -161,17 +161,17 @@ def execute(
         grouped_logs=options.out_dir / "logs" if in_actions else None,
     )
     with output_folder(options.out_dir):
-        engine = Engine(
+        pipeline_run = PipelineRun(
             pipeline,
             backend,
-            EngineOptions(
+            RunSettings(
                 options.out_dir, cap, root, files, run_id=options.run_id, backoff=options.backoff
             ),
             console,
         )
-        with stop_on_signals(engine.cancel):
+        with stop_on_signals(pipeline_run.cancel):
             try:
-                record = engine.run()
+                record = pipeline_run.run()
             finally:
                 console.close()
         paths = write_reports(options.out_dir, record, options.baseline)

@@ -170,12 +170,13 @@ def start_sshd(folder: Path, client_key: Path | None = None, port: int | None = 
         chosen = port or free_port()
         config = folder / "sshd_config"
         config.write_text(_CONFIG.format(port=chosen, dir=folder, path=_session_path()))
-        process = subprocess.Popen(
-            [SSHD, "-D", "-e", "-f", str(config)],
-            stdin=subprocess.DEVNULL,
-            stderr=(folder / "sshd.log").open("ab"),
-            start_new_session=True,
-        )
+        with (folder / "sshd.log").open("ab") as log_file:  # sshd keeps its own copy of it
+            process = subprocess.Popen(
+                [SSHD, "-D", "-e", "-f", str(config)],
+                stdin=subprocess.DEVNULL,
+                stderr=log_file,
+                start_new_session=True,
+            )
         if _wait_until_listening(chosen, process):
             return SshServer(chosen, folder, client_key, process)
         if port is not None:

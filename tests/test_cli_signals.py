@@ -32,31 +32,22 @@ def test_signal_cancels_cleanly(tmp_path: Path, sig: signal.Signals) -> None:
     pipeline = tmp_path / "p.yml"
     pipeline.write_text(PIPELINE.format(pidfile=pidfile))
     out = tmp_path / "out"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "runner",
-            "run",
-            str(pipeline),
-            "--backend",
-            "local",
-            "--out",
-            str(out),
-        ],
+    command = [sys.executable, "-m", "runner", "run", str(pipeline), "--backend", "local"]
+    with subprocess.Popen(
+        [*command, "--out", str(out)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         cwd=tmp_path,
-    )
-    assert proc.stdout is not None
-    for line in proc.stdout:  # blocks until the job has really started
-        if b"[long] ready" in line:
-            break
-    sent = time.monotonic()
-    proc.send_signal(sig)
-    code = proc.wait(timeout=15)
-    took = time.monotonic() - sent
-    rest = proc.stdout.read().decode()
+    ) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:  # blocks until the job has really started
+            if b"[long] ready" in line:
+                break
+        sent = time.monotonic()
+        proc.send_signal(sig)
+        code = proc.wait(timeout=15)
+        took = time.monotonic() - sent
+        rest = proc.stdout.read().decode()
     assert code == 130, rest
     assert took < 7.0
     assert "Traceback" not in rest

@@ -18,9 +18,15 @@ class Tick:
     def __init__(self, start: float = 1_783_700_000.0) -> None:
         self.t = start
 
-    def __call__(self) -> float:
+    def time(self) -> float:
         self.t += 1
         return self.t
+
+    def now(self) -> float:
+        return self.t
+
+    def sleep(self, seconds: float) -> None:
+        self.t += seconds
 
 
 @pytest.fixture

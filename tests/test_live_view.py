@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import io
 import re
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -282,6 +281,7 @@ def _live_console(stream: FakeTty) -> Iterator[None]:
 
 def test_a_kill_for_a_timeout_ends_the_attempt_timed_out_not_cancelled(tmp_path: Path) -> None:
     from runner.attempt import AttemptRunner, Kill
+    from runner.clock import SYSTEM_CLOCK
 
     class KilledBackend(LocalBackend):
         def run(self, place, request, sink, cancel, stages=NO_STAGES):  # type: ignore[no-untyped-def]
@@ -289,7 +289,7 @@ def test_a_kill_for_a_timeout_ends_the_attempt_timed_out_not_cancelled(tmp_path:
 
     job = Job(id="t", name="t", run="x", workspace=False)
     console = Console(io.StringIO(), live=False, jobs=(job,), tick_s=0)
-    runner = AttemptRunner(KilledBackend(tmp_path), tmp_path, time.time, console)
+    runner = AttemptRunner(KilledBackend(tmp_path), tmp_path, SYSTEM_CLOCK, console)
     kill = Kill()
     kill.stop(FailureKind.TIMEOUT)
     ran = runner.run(job, 1, 6.0, kill)

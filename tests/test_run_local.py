@@ -253,11 +253,11 @@ def test_priority_order_with_one_slot(tmp_path: Path) -> None:
 
 def test_cancel_kills_running_and_cancels_pending(tmp_path: Path) -> None:
     from runner.console import Console
-    from runner.engine import Engine, EngineOptions
+    from runner.pipeline_run import PipelineRun, RunSettings
 
     backend = RecordingBackend()
     pipeline = pipeline_of("jobs:\n  a: {run: sleep 60}\n  b: {needs: a, run: echo never}\n")
-    engine = Engine(pipeline, backend, EngineOptions(tmp_path, 2), Console(io.StringIO()))
+    engine = PipelineRun(pipeline, backend, RunSettings(tmp_path, 2), Console(io.StringIO()))
     holder: list[RunRecord] = []
     worker = threading.Thread(target=lambda: holder.append(engine.run()))
     worker.start()

@@ -1,7 +1,7 @@
 """The small Protocol every backend implements, and the data that crosses it.
 
 A backend hands out *places* to run (a local working slot, an SSH host, a rented server), runs one
-job attempt at a time on a place with live output, and takes places back. The engine calls these
+job attempt at a time on a place with live output, and takes places back. The driver calls these
 from worker threads; `shutdown` is called on every exit path and must release everything held.
 """
 

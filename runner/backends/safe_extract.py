@@ -61,11 +61,11 @@ def safe_extract(stream: IO[bytes], dest: Path, max_bytes: int = MAX_BYTES) -> E
     dest.mkdir(parents=True, exist_ok=True)
     root = Path(os.path.realpath(dest))
     report = ExtractReport()
-    budget = _Budget(stream, max_bytes + 2 * _CHUNK)  # tarfile reads ahead up to a chunk
+    capped = _SizeCapped(stream, max_bytes + 2 * _CHUNK)  # tarfile reads ahead up to a chunk
     written = 0
     try:
         with tarfile.open(
-            fileobj=cast(IO[bytes], budget), mode="r|", bufsize=_CHUNK, tarinfo=_CheckedInfo
+            fileobj=cast(IO[bytes], capped), mode="r|", bufsize=_CHUNK, tarinfo=_CheckedInfo
         ) as tar:
             while (member := tar.next()) is not None:
                 # stream mode would keep every header in memory
@@ -92,7 +92,7 @@ def _over(max_bytes: int) -> str:
     return f"over the limit of {max_bytes} bytes for a job's artifacts; the rest was left out"
 
 
-class _Budget:
+class _SizeCapped:
     """The stream, read up to `limit` bytes: past that, a tar error."""
 
     def __init__(self, stream: IO[bytes], limit: int) -> None:

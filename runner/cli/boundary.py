@@ -13,7 +13,7 @@ import typer
 
 from runner.cli import cleanup, comment, doctor, offers, plan, run, schema, serve, validate
 from runner.cli.root import EXIT_INFRA, EXIT_INTERRUPTED, EXIT_USAGE, app
-from runner.errors import CloreRunError
+from runner.errors import CloreRunError, UsageError
 
 for _command in (validate, plan, run, schema, offers, doctor, comment, cleanup, serve):
     _command.register(app)
@@ -24,8 +24,25 @@ def _insert_run(argv: list[str]) -> list[str]:
     command = typer.main.get_command(app)
     names = set(getattr(command, "commands", {}))
     if argv and argv[0] not in names and not argv[0].startswith("-"):
+        _refuse_a_misspelt_command(argv[0], names)
         return ["run", *argv]
     return argv
+
+
+def _refuse_a_misspelt_command(word: str, commands: set[str]) -> None:
+    """`clore-run valdate x.yml` is a command misspelt, not a pipeline called `valdate`: a bare
+    word that names no file and is close to a command gets the command suggested."""
+    from runner.spec.diagnostics import did_you_mean
+
+    if os.path.exists(word) or "/" in word or "." in word:
+        return
+    hint = did_you_mean(word, sorted(commands))
+    if hint:
+        raise UsageError(f"clore-run: '{word}' is not a command", hint)
+    raise UsageError(
+        f"clore-run: '{word}' is neither a command nor a pipeline file",
+        "commands: " + ", ".join(sorted(commands)) + "; see `clore-run --help`",
+    )
 
 
 def _click_exit_code(exc: Exception) -> int | None:
@@ -49,15 +66,16 @@ def _click_exit_code(exc: Exception) -> int | None:
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app inside the one error boundary."""
-    from runner.report.github_actions import mask_secrets
+    from runner.report.github_actions import annotate_spec_error, mask_secrets
 
     mask_secrets()  # before anything else is printed
-    args = _insert_run(list(sys.argv[1:] if argv is None else argv))
     command = typer.main.get_command(app)
     try:
+        args = _insert_run(list(sys.argv[1:] if argv is None else argv))
         code = command.main(args=args, prog_name="clore-run", standalone_mode=False)
     except CloreRunError as exc:
         typer.echo(f"clore-run: {exc}" if exc.exit_code != EXIT_USAGE else str(exc), err=True)
+        annotate_spec_error(exc)
         code = exc.exit_code
     except KeyboardInterrupt:
         typer.echo("clore-run: interrupted", err=True)

@@ -17,6 +17,7 @@ app = typer.Typer(
     help="Run pipelines of GPU jobs on servers rented from Clore.ai (or locally, for free).",
     no_args_is_help=True,
     add_completion=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
     pretty_exceptions_enable=False,
 )
 

@@ -26,7 +26,10 @@ def validate(
         try:
             pipeline = load_pipeline(path)
         except CloreRunError as exc:
+            from runner.report.github_actions import annotate_spec_error
+
             typer.echo(str(exc), err=True)
+            annotate_spec_error(exc)
             failed = True
         else:
             typer.echo(f"{path}: ok ({len(pipeline.jobs)} jobs)")

@@ -1,7 +1,13 @@
-"""What the scheduling core hears (events) and says (commands). Times are passed in."""
+"""What the scheduling core hears (events) and says (commands). Times are passed in.
+
+An attempt is one try at a job; a job is *settled* when it reaches its final status, after one
+or more attempts (or none: skipped, cancelled while waiting). The two are different events and
+are named apart: `AttemptEnded` comes in from the driver, `AttemptRecorded` and `Settled` go out.
+"""
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Hashable
 from dataclasses import dataclass
 
@@ -11,20 +17,20 @@ from runner.core.model import Attempt, FailureKind, JobResult
 
 
 @dataclass(frozen=True)
-class JobFinished:
-    """An attempt ended (passed, failed, or was killed). `attempt.number` names the attempt."""
-
-    job_id: str
-    attempt: Attempt
-
-
-@dataclass(frozen=True)
-class JobRunning:
-    """The attempt has its place and its script starts now: its timeout counts from here, so
-    renting and booting a server never eat into the job's own time."""
+class AttemptPlaced:
+    """The attempt holds a place and its script starts now: the job's timeout counts from
+    here, so renting and booting a server never eat into the job's own time."""
 
     job_id: str
     attempt: int
+
+
+@dataclass(frozen=True)
+class AttemptEnded:
+    """An attempt ended (passed, failed, or was killed). `attempt.number` names it."""
+
+    job_id: str
+    attempt: Attempt
 
 
 @dataclass(frozen=True)
@@ -35,41 +41,83 @@ class TimerFired:
 
 
 @dataclass(frozen=True)
-class CancelRequested:
-    """Stop: start nothing more, kill what runs (Ctrl-C, SIGTERM, run timeout)."""
+class CancelJob:
+    """Cancel one job: settled at once while it waits, killed while it runs."""
 
+    job_id: str
     reason: str
 
 
-Event = JobFinished | JobRunning | TimerFired | CancelRequested
+class StopCause(str, enum.Enum):
+    """Why a whole run is being stopped; decides the run's status."""
 
-# -- commands: returned by the core, carried out by the engine ---------------------------------
+    INTERRUPTED = "interrupted"  # Ctrl-C, SIGTERM: exit 130
+    TIMED_OUT = "timed_out"  # the run's own timeout: a failure
+    INFRASTRUCTURE = "infrastructure"  # the backend said nothing can run (key refused...)
 
 
 @dataclass(frozen=True)
-class StartJob:
+class CancelAll:
+    """Stop everything: start nothing more, kill what runs, settle the rest as cancelled."""
+
+    reason: str
+    cause: StopCause
+
+
+@dataclass(frozen=True)
+class HoldStarts:
+    """Start nothing before `until` (jobs already running go on). A longer hold in place stays."""
+
+    until: float
+
+
+Event = AttemptPlaced | AttemptEnded | TimerFired | CancelJob | CancelAll | HoldStarts
+
+# -- commands: returned by the core, carried out by the driver ---------------------------------
+
+
+@dataclass(frozen=True)
+class StartAttempt:
     job_id: str
     attempt: int  # 1-based
     timeout_s: float
 
 
 @dataclass(frozen=True)
-class KillJob:
+class KillAttempt:
     job_id: str
     reason: FailureKind  # TIMEOUT or CANCELLED
 
 
 @dataclass(frozen=True)
-class ScheduleTimer:
+class SetTimer:
     at: float
     token: Hashable
 
 
 @dataclass(frozen=True)
-class JobCompleted:
-    """A job reached its final status (for progress display; nothing to carry out)."""
+class AttemptRecorded:
+    """An attempt as the core counts it (a kill's reason applied): to journal."""
+
+    job_id: str
+    attempt: Attempt
+
+
+@dataclass(frozen=True)
+class Requeued:
+    """The job waits until `at` for another attempt, with these retry counters."""
+
+    job_id: str
+    at: float
+    retries_used: int
+    infra_used: int
+
+
+@dataclass(frozen=True)
+class Settled:
+    """The job reached its final status; the core forgets it."""
 
     result: JobResult
 
 
-Command = StartJob | KillJob | ScheduleTimer | JobCompleted
+Command = StartAttempt | KillAttempt | SetTimer | AttemptRecorded | Requeued | Settled

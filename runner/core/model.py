@@ -182,6 +182,11 @@ class JobResult:
     status: JobStatus
     reason: str = ""
     attempts: tuple[Attempt, ...] = ()
+    # The failed job this one descends from (itself when it failed, else the first origin among
+    # its needs'); "" when no job at or above it failed. It is what `failure()` further down
+    # reacts to, and what makes `success()` false, as in GitHub Actions, where failure() is
+    # true "if any ancestor job fails".
+    failure_origin: str = ""
 
     @property
     def duration_s(self) -> float:

@@ -14,16 +14,19 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from runner.core.events import (
-    CancelRequested,
+    AttemptEnded,
+    CancelAll,
     Command,
     Event,
-    JobCompleted,
-    JobFinished,
-    KillJob,
-    StartJob,
+    KillAttempt,
+    SetTimer,
+    Settled,
+    StartAttempt,
+    StopCause,
     TimerFired,
 )
 from runner.core.model import Attempt, Job, JobResult, RunStatus
+from runner.core.outcome import ordered, run_status
 from runner.core.rentals import (
     CoreCommand,
     RentFailed,
@@ -50,28 +53,35 @@ class PlacingCore:
         backoff: Callable[[int], float] = backoff_s,
     ) -> None:
         self.book = book
+        self._jobs = jobs
+        self._by_id = {j.id: j for j in jobs}
+        self._run_timeout_s = run_timeout_s
         # Unbounded: the cap is on servers, which the book keeps.
-        self._scheduler = Scheduler(jobs, max(1, len(jobs)), run_timeout_s, backoff)
+        self._scheduler = Scheduler(max(1, len(jobs)), backoff)
+        self._results: list[JobResult] = []
         self._out: list[CoreCommand] = []
         self._finished = False
         self._cancelled = False
 
     @property
     def done(self) -> bool:
-        return self._scheduler.done
+        return self._scheduler.idle
 
     @property
     def cancel_reason(self) -> str | None:
-        return self._scheduler.cancel_reason
+        return self._scheduler.stop_reason
 
     def results(self) -> tuple[JobResult, ...]:
-        return self._scheduler.results()
+        return ordered(self._results, self._jobs)
 
     def status(self, interrupted: bool = False) -> RunStatus:
-        return self._scheduler.status(interrupted)
+        stop = StopCause.INTERRUPTED if interrupted else self._scheduler.stop_cause
+        return run_status(self._results, self._by_id, stop)
 
     def start(self, now: float) -> list[CoreCommand]:
-        self._take(self._scheduler.start(now), now)
+        if self._run_timeout_s is not None:  # the run's timeout: a timer that cancels all
+            self._out.append(SetTimer(now + self._run_timeout_s, _RUN_TIMEOUT))
+        self._take(self._scheduler.add(self._jobs, {}, now), now)
         return self._settle(now)
 
     def handle(self, event: CoreEvent, now: float) -> list[CoreCommand]:
@@ -87,29 +97,34 @@ class PlacingCore:
         if isinstance(event, TimerFired) and _is_book_timer(event.token):
             self.book.timer(event.token, now)
             return
-        if isinstance(event, JobFinished):
+        if isinstance(event, TimerFired) and event.token == _RUN_TIMEOUT:
+            reason = f"the run timed out after {self._run_timeout_s or 0:g} s"
+            event = CancelAll(reason, StopCause.TIMED_OUT)
+        if isinstance(event, AttemptEnded):
             self.book.attempt_ended(event.job_id, now)
         self._take(self._scheduler.handle(event, now), now)
-        if self._scheduler.cancel_reason is not None and not self._cancelled:
+        if self._scheduler.stop_reason is not None and not self._cancelled:
             self._cancelled = True
             self.book.cancel(now)
 
     def _take(self, commands: list[Command], now: float) -> None:
         """Pass the scheduler's commands on, turning its starts into wants of the book. A
         job killed before it had a server ends here and now: nothing runs to be killed."""
-        ended: list[JobFinished] = []
-        for cmd in commands:
-            if isinstance(cmd, StartJob):
+        todo = list(commands)  # a work list: ends fed back add their commands to it
+        while todo:
+            cmd = todo.pop(0)
+            if isinstance(cmd, StartAttempt):
                 self.book.want(cmd.job_id, cmd.attempt, cmd.timeout_s, now)
-            elif isinstance(cmd, KillJob) and (number := self.book.drop(cmd.job_id)) is not None:
+            elif (
+                isinstance(cmd, KillAttempt) and (number := self.book.drop(cmd.job_id)) is not None
+            ):
                 attempt = Attempt(number, now, now, None, cmd.reason, "cancelled before it ran")
-                ended.append(JobFinished(cmd.job_id, attempt))
+                todo.extend(self._scheduler.handle(AttemptEnded(cmd.job_id, attempt), now))
             else:
-                if isinstance(cmd, JobCompleted):
+                if isinstance(cmd, Settled):
                     self.book.settled(cmd.result.job_id, now)
+                    self._results.append(cmd.result)
                 self._out.append(cmd)
-        for event in ended:
-            self._take(self._scheduler.handle(event, now), now)
 
     def _settle(self, now: float) -> list[CoreCommand]:
         """Let the book decide until it has nothing more to say to the scheduler."""
@@ -118,17 +133,20 @@ class PlacingCore:
             failed, self.book.unplaceable = self.book.unplaceable, []
             stop, self.book.stop_reason = self.book.stop_reason, None
             if stop is not None:
-                self._feed(CancelRequested(stop), now)
+                self._feed(CancelAll(stop, StopCause.INFRASTRUCTURE), now)
             for item in failed:
                 attempt = Attempt(item.attempt, now, now, None, item.failure, item.message)
-                self._feed(JobFinished(item.job_id, attempt), now)
+                self._feed(AttemptEnded(item.job_id, attempt), now)
             if not failed and stop is None:
                 break
-        if self._scheduler.done and not self._finished:
+        if self._scheduler.idle and not self._finished:
             self._finished = True
             self._out.extend(self.book.finish(now))
         out, self._out = self._out, []
         return out
+
+
+_RUN_TIMEOUT = ("run_timeout",)
 
 
 def _is_book_timer(token: object) -> bool:

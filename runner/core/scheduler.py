@@ -1,297 +1,447 @@
-"""Event-driven list scheduling of a pipeline's jobs, pure and deterministic.
+"""Event-driven list scheduling of jobs under one concurrency cap, pure and deterministic.
 
-Like graphlib's get_ready()/done(): indegree counters and a ready heap, so a whole run costs
-O((V + E) log V) and nothing rescans all jobs per event. Ready jobs go by user priority, then
-longest remaining critical path (HEFT upward rank), then file order. Only *ready* jobs are in the
-heap, so a high-priority job waiting on its needs never holds back a lower one that could run.
+One core for `clore-run run` (one `add()` of the pipeline, then events until `idle`) and
+`clore-run serve` (jobs added for as long as it runs). Like graphlib's get_ready()/done():
+indegree counters and a ready heap, so a whole run costs O((V + E) log V) and nothing rescans
+all jobs per event. Ready jobs go by user priority, then longest remaining critical path (HEFT
+upward rank), then submission order. Only *ready* jobs are in the heap, so a high-priority job
+waiting on its needs never holds back a lower one that could run.
+
+- `add()` takes jobs at any time. A need is a job still in the core, one in the same batch, or a
+  settled one whose outcome the caller passes in: the core forgets jobs once settled, so a queue
+  that runs for months holds only the unsettled ones.
+- A new dependent lengthens its ancestors' critical paths: their ranks are raised in place and
+  the ready heap gets fresh entries (stale ones are skipped when popped).
+- Settling goes through a work list, never recursion: a failure at the root of a 20,000-deep
+  chain settles in one call.
+- A failure's taint is data on the result (`failure_origin`), inherited through every job below.
 
 The core never reads a clock and does no I/O: it is fed events with the time and answers with
-commands. The real engine and the simulator drive the same code.
+commands. The driver and the simulator run the same code.
 """
 
 from __future__ import annotations
 
+import enum
 import heapq
-from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass, replace
+from collections import deque
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 from runner.core import graph
 from runner.core.events import (
-    CancelRequested,
+    AttemptEnded,
+    AttemptPlaced,
+    AttemptRecorded,
+    CancelAll,
+    CancelJob,
     Command,
     Event,
-    JobCompleted,
-    JobFinished,
-    JobRunning,
-    KillJob,
-    ScheduleTimer,
-    StartJob,
+    HoldStarts,
+    KillAttempt,
+    Requeued,
+    SetTimer,
+    Settled,
+    StartAttempt,
+    StopCause,
     TimerFired,
 )
-from runner.core.model import (
-    Attempt,
-    Condition,
-    FailureKind,
-    Job,
-    JobResult,
-    JobStatus,
-    RunStatus,
+from runner.core.model import Attempt, FailureKind, Job, JobResult, JobStatus
+from runner.core.outcome import (
+    NeedOutcome,
+    counts_as_failure,
+    inherited_origin,
+    need_outcome,
+    skip_reason,
 )
 from runner.core.retry import RETRY_TABLE, backoff_s, should_retry
 
-_BAD = frozenset({JobStatus.FAILED, JobStatus.TIMED_OUT, JobStatus.ERROR, JobStatus.CANCELLED})
-_WORD = {
-    JobStatus.FAILED: "failed",
-    JobStatus.TIMED_OUT: "timed out",
-    JobStatus.ERROR: "hit an infrastructure error",
-    JobStatus.CANCELLED: "was cancelled",
-    JobStatus.SKIPPED: "was skipped",
-}
+
+class Phase(str, enum.Enum):
+    WAITING = "waiting"  # for needs to settle
+    TIMER = "timer"  # for a time: not-before, or a retry's backoff
+    READY = "ready"  # for a free slot (or the end of a hold)
+    PLACING = "placing"  # an attempt is out, getting a place (renting, booting, connecting)
+    RUNNING = "running"  # placed: the script runs
 
 
-@dataclass
-class _Running:
-    attempt: int
-    started_at: float
-    kill_reason: FailureKind | None = None
-    kill_message: str = ""
+OUT = (Phase.PLACING, Phase.RUNNING)  # an attempt is out
+
+
+@dataclass(frozen=True)
+class JobState:
+    """Where an unsettled job stands."""
+
+    phase: Phase
+    needs: tuple[str, ...] = ()  # the needs not settled yet (WAITING)
+    until: float | None = None  # when the timer ends (TIMER)
+    attempts: int = 0  # attempts made, the one out included
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A job handed to the core, with what a store knows of its past (serve's recovery)."""
+
+    job: Job
+    seq: int  # submission order: the last tie-breaker
+    attempts: int = 0  # attempts already made
+    retries_used: int = 0
+    infra_used: int = 0
+    wake_at: float | None = None  # a retry's backoff ends at this time
+    running: bool = False  # attempt `attempts` is out; an AttemptEnded for it must follow
+
+    @classmethod
+    def of(cls, item: Job | Entry) -> Entry:
+        return item if isinstance(item, Entry) else cls(item, item.index)
+
+
+Key = tuple[int, float, int]
+_Work = tuple[str, JobStatus | None, str]  # (job, status to settle with or None: decide, reason)
+
+
+@dataclass(slots=True)
+class _Slot:
+    job: Job
+    key: Key
+    phase: Phase = Phase.WAITING
+    pending: int = 0  # needs not settled yet
+    attempts: int = 0
+    retries_used: int = 0
+    infra_used: int = 0
+    wake_at: float | None = None
+    origin: str = ""  # the first failure above it, once its needs settled
+    dependents: list[str] = field(default_factory=list)
+    outcomes: dict[str, NeedOutcome] = field(default_factory=dict)
+    kill: tuple[FailureKind, str] | None = None
+    history: list[Attempt] = field(default_factory=list)
 
 
 class Scheduler:
-    """Schedules one run. Call `start(now)` once, then `handle(event, now)` per event."""
+    """Schedules jobs under one concurrency cap. Not thread-safe: one caller feeds it."""
 
-    def __init__(
-        self,
-        jobs: Sequence[Job],
-        capacity: int,
-        run_timeout_s: float | None = None,
-        backoff: Callable[[int], float] = backoff_s,
-    ) -> None:
+    def __init__(self, capacity: int, backoff: Callable[[int], float] = backoff_s) -> None:
         if capacity < 1:
             raise ValueError("capacity must be at least 1")
         self.capacity = capacity
-        self.run_timeout_s = run_timeout_s
         self._backoff = backoff
-        self._jobs = {j.id: j for j in jobs}
-        self._order = [j.id for j in jobs]
-        needs = {j.id: j.needs for j in jobs}
-        topo = graph.topological_order(needs)
-        self._dependents = graph.dependents_of(needs)
-        rank = graph.upward_ranks(needs, lambda i: self._jobs[i].duration_hint_s, topo)
-        self._key = {j.id: (-int(j.priority), -rank[j.id], j.index) for j in jobs}
-        self._pending = {j.id: len(j.needs) for j in jobs}
-        self._groups: dict[str, list[str]] = {}
-        for j in jobs:
-            self._groups.setdefault(j.group or j.id, []).append(j.id)
-        self._ready: list[tuple[tuple[int, float, int], str]] = []
-        self._running: dict[str, _Running] = {}
-        self._attempts: dict[str, list[Attempt]] = {j.id: [] for j in jobs}
-        self._retries_used = dict.fromkeys(self._jobs, 0)
-        self._infra_used = dict.fromkeys(self._jobs, 0)
-        self._results: dict[str, JobResult] = {}
-        self._tainted: set[str] = set()  # failed, or skipped/cancelled because of a failure
-        self._cancel_reason: str | None = None
-        self._timed_out = False
+        self._slots: dict[str, _Slot] = {}
+        self._groups: dict[str, dict[str, None]] = {}  # matrix group -> its unsettled jobs
+        self._ready: list[tuple[Key, str]] = []
+        self._out_count = 0  # attempts out (placing or running)
+        self._hold_until = float("-inf")
+        self._stop: tuple[StopCause, str] | None = None
+        self._work: deque[_Work] = deque()
         self._out: list[Command] = []
-        self._now = 0.0
 
-    # -- public ----------------------------------------------------------------------------
-
-    @property
-    def done(self) -> bool:
-        return len(self._results) == len(self._jobs)
+    # -- queries ---------------------------------------------------------------------------
 
     @property
-    def cancel_reason(self) -> str | None:
-        """Why the run is being cancelled (a request, or the run's timeout); None while not."""
-        return self._cancel_reason
+    def idle(self) -> bool:
+        """Nothing left: every job added so far is settled."""
+        return not self._slots
 
     @property
-    def running(self) -> frozenset[str]:
-        return frozenset(self._running)
+    def attempts_out(self) -> int:
+        return self._out_count
 
-    def results(self) -> tuple[JobResult, ...]:
-        """Final results in pipeline order (jobs not finished yet are left out)."""
-        return tuple(self._results[i] for i in self._order if i in self._results)
+    @property
+    def stop_cause(self) -> StopCause | None:
+        """Why everything was cancelled (the first CancelAll while jobs were left), or None."""
+        return self._stop[0] if self._stop else None
 
-    def status(self, interrupted: bool = False) -> RunStatus:
-        """The run's outcome: a real test failure outranks an infrastructure error."""
-        if interrupted:
-            return RunStatus.INTERRUPTED
-        counted = [r for r in self._results.values() if not self._jobs[r.job_id].continue_on_error]
-        if self._timed_out or any(
-            r.status in (JobStatus.FAILED, JobStatus.TIMED_OUT) for r in counted
-        ):
-            return RunStatus.FAILED
-        # A cancel that is neither an interrupt nor the run's timeout came from the
-        # infrastructure (the key refused...): the jobs it cancelled did not pass.
-        if any(r.status is JobStatus.ERROR for r in counted) or self._cancel_reason is not None:
-            return RunStatus.ERROR
-        return RunStatus.PASSED
+    @property
+    def stop_reason(self) -> str | None:
+        return self._stop[1] if self._stop else None
 
-    def start(self, now: float) -> list[Command]:
-        self._now = now
-        if self.run_timeout_s is not None:
-            self._out.append(ScheduleTimer(now + self.run_timeout_s, ("run_timeout",)))
-        # Take the roots first: settling one (a failure() job skipped at once) readies its
-        # dependents, which must not be queued a second time by this loop.
-        for job_id in [i for i in self._order if self._pending[i] == 0]:
-            self._needs_done(job_id, now)
-        return self._flush(now)
+    def __len__(self) -> int:
+        """Jobs not settled yet (running ones included)."""
+        return len(self._slots)
+
+    def __contains__(self, job_id: object) -> bool:
+        return job_id in self._slots
+
+    def job(self, job_id: str) -> Job:
+        return self._slots[job_id].job
+
+    def jobs(self) -> Iterator[Job]:
+        """The unsettled jobs, in the order they were added."""
+        return (slot.job for slot in self._slots.values())
+
+    def unplaced_jobs(self) -> list[Job]:
+        """Jobs that may still ask for a place: unsettled and not on one. A job whose attempt is
+        still getting its place counts: the idle server it is about to take must not be given
+        back under it."""
+        return [s.job for s in self._slots.values() if s.phase is not Phase.RUNNING]
+
+    def state(self, job_id: str) -> JobState | None:
+        slot = self._slots.get(job_id)
+        if slot is None:
+            return None
+        waiting = tuple(n for n in slot.job.needs if n in self._slots)
+        until = slot.wake_at if slot.phase is Phase.TIMER else None
+        return JobState(slot.phase, waiting, until, slot.attempts)
+
+    # -- input -----------------------------------------------------------------------------
+
+    def add(
+        self,
+        jobs: Sequence[Job | Entry],
+        settled_needs: Mapping[str, NeedOutcome],
+        now: float,
+    ) -> list[Command]:
+        """Queue `jobs`. Every need must be in the core, in `jobs`, or in `settled_needs`."""
+        entries = [Entry.of(item) for item in jobs]
+        fresh = {e.job.id: e for e in entries}
+        self._check_new(entries, fresh, settled_needs)
+        ranks = self._batch_ranks(fresh)
+        older = bool(self._slots)  # jobs from earlier adds, whose ranks the new ones may raise
+        for e in entries:
+            key = (-int(e.job.priority), -ranks[e.job.id], e.seq)
+            self._slots[e.job.id] = _Slot(
+                e.job, key, attempts=e.attempts, retries_used=e.retries_used,
+                infra_used=e.infra_used, wake_at=e.wake_at,
+            )  # fmt: skip
+            self._groups.setdefault(e.job.group or e.job.id, {})[e.job.id] = None
+        for e in entries:
+            self._link(e.job, settled_needs)
+            if older:
+                self._raise_ancestors(e.job, ranks[e.job.id], fresh)
+        for e in entries:
+            if e.running:
+                self._slots[e.job.id].phase = Phase.RUNNING
+                self._out_count += 1
+            elif self._slots[e.job.id].pending == 0:
+                self._work.append((e.job.id, None, ""))
+        return self._settle_and_start(now)
 
     def handle(self, event: Event, now: float) -> list[Command]:
-        self._now = now
-        if isinstance(event, JobFinished):
-            self._finished(event.job_id, event.attempt, now)
-        elif isinstance(event, JobRunning):
-            self._script_started(event.job_id, event.attempt, now)
+        if isinstance(event, AttemptEnded):
+            self._ended(event.job_id, event.attempt, now)
+        elif isinstance(event, AttemptPlaced):
+            self._placed(event.job_id, event.attempt, now)
         elif isinstance(event, TimerFired):
             self._timer(event.token, now)
-        elif isinstance(event, CancelRequested):
-            self._cancel(event.reason)
-        return self._flush(now)
+        elif isinstance(event, CancelJob):
+            self._cancel_one(event.job_id, event.reason)
+        elif isinstance(event, CancelAll):
+            self._cancel_all(event.reason, event.cause)
+        elif isinstance(event, HoldStarts):
+            self._hold(event.until, now)
+        return self._settle_and_start(now)
+
+    # -- adding ----------------------------------------------------------------------------
+
+    def _check_new(
+        self, entries: Sequence[Entry], fresh: Mapping[str, Entry], settled: Mapping[str, object]
+    ) -> None:
+        if len(fresh) != len(entries):
+            raise ValueError("a job id appears twice in one add()")
+        for e in entries:
+            if e.job.id in self._slots:
+                raise ValueError(f"{e.job.id}: already queued")
+            for need in e.job.needs:
+                if need not in fresh and need not in self._slots and need not in settled:
+                    raise ValueError(f"{e.job.id}: need {need!r} is neither queued nor settled")
+
+    def _batch_ranks(self, fresh: Mapping[str, Entry]) -> dict[str, float]:
+        """Upward ranks inside the batch: nothing outside it can need a job not yet added."""
+        needs = {i: [n for n in e.job.needs if n in fresh] for i, e in fresh.items()}
+        return graph.upward_ranks(needs, lambda i: fresh[i].job.duration_hint_s)
+
+    def _link(self, job: Job, settled: Mapping[str, NeedOutcome]) -> None:
+        slot = self._slots[job.id]
+        for need in job.needs:
+            if need in self._slots:
+                self._slots[need].dependents.append(job.id)
+                slot.pending += 1
+            else:
+                slot.outcomes[need] = settled[need]
+
+    def _raise_ancestors(self, job: Job, rank: float, fresh: Mapping[str, Entry]) -> None:
+        """A new dependent may lengthen the critical path of older jobs it needs."""
+        stack = [(n, rank) for n in job.needs if n in self._slots and n not in fresh]
+        while stack:
+            job_id, below = stack.pop()
+            slot = self._slots[job_id]
+            rank_here = slot.job.duration_hint_s + below
+            if rank_here <= -slot.key[1]:
+                continue
+            slot.key = (slot.key[0], -rank_here, slot.key[2])
+            if slot.phase is Phase.READY:  # the old heap entry goes stale: skipped when popped
+                heapq.heappush(self._ready, (slot.key, job_id))
+            stack.extend((n, rank_here) for n in slot.job.needs if n in self._slots)
 
     # -- events ----------------------------------------------------------------------------
 
-    def _finished(self, job_id: str, attempt: Attempt, now: float) -> None:
-        run = self._running.get(job_id)
-        if run is None or run.attempt != attempt.number:
-            return  # a stale report (e.g. after a cancel already settled the job)
-        del self._running[job_id]
-        if attempt.failure is not None and run.kill_reason is not None:
-            attempt = replace(attempt, failure=run.kill_reason, message=run.kill_message)
-        self._attempts[job_id].append(attempt)
+    def _ended(self, job_id: str, attempt: Attempt, now: float) -> None:
+        slot = self._slots.get(job_id)
+        if slot is None or slot.phase not in OUT or slot.attempts != attempt.number:
+            return  # a stale report (the job was settled by other means)
+        self._out_count -= 1
+        slot.phase = Phase.WAITING
+        if attempt.failure is not None and slot.kill is not None:
+            attempt = replace(attempt, failure=slot.kill[0], message=slot.kill[1])
+        slot.kill = None
+        slot.history.append(attempt)
+        self._out.append(AttemptRecorded(job_id, attempt))
         kind = attempt.failure
         if kind is None:
-            self._finalize(job_id, JobStatus.PASSED, "")
+            self._work.append((job_id, JobStatus.PASSED, ""))
             return
-        job = self._jobs[job_id]
         rule = RETRY_TABLE[kind]
-        if self._cancel_reason is None and should_retry(
-            kind, self._retries_used[job_id], job.retries, self._infra_used[job_id]
+        if self._stop is None and should_retry(
+            kind, slot.retries_used, slot.job.retries, slot.infra_used
         ):
             if rule.spends_retries:
-                self._retries_used[job_id] += 1
+                slot.retries_used += 1
             else:
-                self._infra_used[job_id] += 1
-            failures = len(self._attempts[job_id])
-            self._out.append(ScheduleTimer(now + self._backoff(failures), ("retry", job_id)))
+                slot.infra_used += 1
+            at = now + self._backoff(slot.attempts)
+            self._out.append(Requeued(job_id, at, slot.retries_used, slot.infra_used))
+            self._wait(slot, at)
             return
-        reason = attempt.message or kind.value
-        self._finalize(job_id, rule.final_status, reason)
+        self._work.append((job_id, rule.final_status, attempt.message or kind.value))
 
-    def _script_started(self, job_id: str, number: int, now: float) -> None:
-        run = self._running.get(job_id)
-        if run is not None and run.attempt == number and run.kill_reason is None:
-            timeout = self._jobs[job_id].timeout_s
-            self._out.append(ScheduleTimer(now + timeout, ("timeout", job_id, number)))
-
-    def _kill(self, job_id: str, run: _Running, reason: FailureKind, message: str) -> None:
-        if run.kill_reason is None:
-            run.kill_reason, run.kill_message = reason, message
-            self._out.append(KillJob(job_id, reason))
+    def _placed(self, job_id: str, number: int, now: float) -> None:
+        slot = self._slots.get(job_id)
+        if slot is None or slot.phase is not Phase.PLACING or slot.attempts != number:
+            return
+        slot.phase = Phase.RUNNING
+        if slot.kill is None:
+            timeout = slot.job.timeout_s
+            self._out.append(SetTimer(now + timeout, ("timeout", job_id, number)))
 
     def _timer(self, token: Hashable, now: float) -> None:
         if not isinstance(token, tuple) or not token:
             return
-        kind = token[0]
-        if kind == "timeout":
+        if token[0] == "timeout":
             _, job_id, number = token
-            run = self._running.get(job_id)
-            if run is not None and run.attempt == number:
-                limit = self._jobs[job_id].timeout_s
-                self._kill(job_id, run, FailureKind.TIMEOUT, f"timed out after {limit:g} s")
-        elif kind in ("not_before", "retry"):
-            job_id = token[1]
-            if job_id not in self._results and job_id not in self._running:
-                heapq.heappush(self._ready, (self._key[job_id], job_id))
-        elif kind == "run_timeout" and not self.done:  # a run that finished did not time out
-            self._timed_out = True
-            self._cancel(f"the run timed out after {self.run_timeout_s or 0:g} s")
+            slot = self._slots.get(job_id)
+            if slot is not None and slot.phase is Phase.RUNNING and slot.attempts == number:
+                limit = slot.job.timeout_s
+                self._kill(slot, FailureKind.TIMEOUT, f"timed out after {limit:g} s")
+        elif token[0] == "wake":
+            slot = self._slots.get(token[1])
+            if slot is not None and slot.phase is Phase.TIMER and now >= (slot.wake_at or now):
+                self._make_ready(slot)
+        # ("hold",): the hold is over; starting what is ready follows every event
 
-    def _cancel(self, reason: str) -> None:
-        if self._cancel_reason is not None:
+    def _cancel_one(self, job_id: str, reason: str) -> None:
+        slot = self._slots.get(job_id)
+        if slot is None:
             return
-        self._cancel_reason = reason
+        if slot.phase in OUT:
+            self._kill(slot, FailureKind.CANCELLED, reason)
+        else:
+            self._work.append((job_id, JobStatus.CANCELLED, reason))
+
+    def _cancel_all(self, reason: str, cause: StopCause) -> None:
+        if self._stop is not None or not self._slots:
+            return  # a run that finished was not stopped
+        self._stop = (cause, reason)
         self._ready.clear()
-        for job_id, run in self._running.items():
-            self._kill(job_id, run, FailureKind.CANCELLED, reason)
-        for job_id in self._order:
-            if job_id not in self._results and job_id not in self._running:
-                self._finalize(job_id, JobStatus.CANCELLED, reason)
+        for job_id, slot in self._slots.items():
+            if slot.phase in OUT:
+                self._kill(slot, FailureKind.CANCELLED, reason)
+            else:
+                self._work.append((job_id, JobStatus.CANCELLED, reason))
+
+    def _hold(self, until: float, now: float) -> None:
+        if until > self._hold_until:
+            self._hold_until = until
+            if until > now:
+                self._out.append(SetTimer(until, ("hold",)))
+
+    def _kill(self, slot: _Slot, kind: FailureKind, message: str) -> None:
+        if slot.kill is None:
+            slot.kill = (kind, message)
+            self._out.append(KillAttempt(slot.job.id, kind))
+        elif kind is FailureKind.CANCELLED and slot.kill[0] is not FailureKind.CANCELLED:
+            slot.kill = (kind, message)  # a timeout's kill under way: now it must not retry
 
     # -- transitions -----------------------------------------------------------------------
 
-    def _needs_done(self, job_id: str, now: float) -> None:
-        """All needs are final: run the job, or settle it as skipped/cancelled."""
-        if job_id in self._results:
-            return
-        if self._cancel_reason is not None:
-            self._finalize(job_id, JobStatus.CANCELLED, self._cancel_reason)
-            return
-        job = self._jobs[job_id]
-        bad = [n for n in job.needs if n in self._tainted]
-        # As in GitHub Actions, success() needs every need to have passed: a need that was
-        # skipped for any reason (also a failure() job with nothing to handle) skips it too.
-        unmet = [n for n in job.needs if not self._succeeded(n)]
-        if job.condition is Condition.SUCCESS and unmet:
-            need = unmet[0]
-            word = _WORD.get(self._results[need].status, "failed")
-            # Skipped because of a failure upstream: failure() jobs further down still run.
-            skipped = f"needs '{need}', which {word}"
-            self._finalize(job_id, JobStatus.SKIPPED, skipped, tainted=bool(bad))
-            return
-        if job.condition is Condition.FAILURE and not bad:
-            self._finalize(
-                job_id, JobStatus.SKIPPED, "runs on failure(), and nothing it needs failed"
-            )
-            return
-        if job.not_before is not None and now < job.not_before:
-            self._out.append(ScheduleTimer(job.not_before, ("not_before", job_id)))
-            return
-        heapq.heappush(self._ready, (self._key[job_id], job_id))
+    def _settle_and_start(self, now: float) -> list[Command]:
+        while self._work:
+            job_id, status, reason = self._work.popleft()
+            slot = self._slots.get(job_id)
+            if slot is None:
+                continue  # settled already (cancelled, then reached again)
+            if status is not None:
+                self._finalize(slot, status, reason)
+            elif slot.phase is Phase.WAITING:
+                self._decide(slot, now)
+        return self._start_ready(now)
 
-    def _succeeded(self, job_id: str) -> bool:
-        status = self._results[job_id].status
-        return status is JobStatus.PASSED or (
-            self._jobs[job_id].continue_on_error and status in _BAD
-        )
+    def _decide(self, slot: _Slot, now: float) -> None:
+        """Every need is settled: settle the job as skipped, or wait for a time, or queue it."""
+        job = slot.job
+        slot.origin = inherited_origin(job, slot.outcomes)
+        if self._stop is not None:
+            self._work.append((job.id, JobStatus.CANCELLED, self._stop[1]))
+            return
+        skipped = skip_reason(job, slot.outcomes, slot.origin)
+        if skipped is not None:
+            self._work.append((job.id, JobStatus.SKIPPED, skipped))
+            return
+        slot.outcomes.clear()
+        wake = max(job.not_before or now, slot.wake_at or now)
+        if wake > now:
+            self._wait(slot, wake)
+        else:
+            self._make_ready(slot)
 
-    def _finalize(self, job_id: str, status: JobStatus, reason: str, tainted: bool = False) -> None:
-        job = self._jobs[job_id]
-        result = JobResult(job_id, status, reason, tuple(self._attempts[job_id]))
-        self._results[job_id] = result
-        self._out.append(JobCompleted(result))
-        failed = status in _BAD and not job.continue_on_error
-        if failed or tainted:
-            self._tainted.add(job_id)
+    def _wait(self, slot: _Slot, at: float) -> None:
+        slot.phase, slot.wake_at = Phase.TIMER, at
+        self._out.append(SetTimer(at, ("wake", slot.job.id)))
+
+    def _make_ready(self, slot: _Slot) -> None:
+        slot.phase = Phase.READY
+        heapq.heappush(self._ready, (slot.key, slot.job.id))
+
+    def _finalize(self, slot: _Slot, status: JobStatus, reason: str) -> None:
+        job = slot.job
+        del self._slots[job.id]
+        group_key = job.group or job.id
+        group = self._groups[group_key]
+        del group[job.id]
+        if not group:
+            del self._groups[group_key]
+        failed = counts_as_failure(job, status)
+        origin = job.id if failed else slot.origin
+        result = JobResult(job.id, status, reason, tuple(slot.history), origin)
+        self._out.append(Settled(result))
+        outcome = need_outcome(job, result)
+        for child_id in slot.dependents:
+            child = self._slots.get(child_id)
+            if child is None:
+                continue
+            child.outcomes[job.id] = outcome
+            child.pending -= 1
+            if child.pending == 0:
+                self._work.append((child_id, None, ""))
         if failed and status is not JobStatus.CANCELLED and job.fail_fast and job.matrix:
-            self._fail_fast(job)
-        for child in self._dependents[job_id]:
-            self._pending[child] -= 1
-            if self._pending[child] == 0:
-                self._needs_done(child, self._now)
+            self._fail_fast(job, group_key)
 
-    def _fail_fast(self, failed: Job) -> None:
+    def _fail_fast(self, failed: Job, group_key: str) -> None:
         reason = f"fail-fast: '{failed.id}' failed"
-        for sibling in self._groups[failed.group or failed.id]:
-            if sibling in self._results:
-                continue
-            run = self._running.get(sibling)
-            if run is None:
-                self._finalize(sibling, JobStatus.CANCELLED, reason)
+        for sibling in self._groups.get(group_key, {}):
+            slot = self._slots[sibling]
+            if slot.phase in OUT:
+                self._kill(slot, FailureKind.CANCELLED, reason)
             else:
-                self._kill(sibling, run, FailureKind.CANCELLED, reason)
+                self._work.append((sibling, JobStatus.CANCELLED, reason))
 
-    def _flush(self, now: float) -> list[Command]:
+    def _start_ready(self, now: float) -> list[Command]:
         """Start ready jobs while there is capacity; hand back the commands gathered."""
-        while self._ready and len(self._running) < self.capacity:
-            _, job_id = heapq.heappop(self._ready)
-            if job_id in self._results or job_id in self._running:
-                continue
-            job = self._jobs[job_id]
-            number = len(self._attempts[job_id]) + 1
-            self._running[job_id] = _Running(number, now)
-            self._out.append(StartJob(job_id, number, job.timeout_s))
+        while self._ready and self._out_count < self.capacity and now >= self._hold_until:
+            key, job_id = heapq.heappop(self._ready)
+            slot = self._slots.get(job_id)
+            if slot is None or slot.phase is not Phase.READY or slot.key != key:
+                continue  # settled, cancelled, or re-ranked since it was pushed
+            slot.phase = Phase.PLACING
+            slot.attempts += 1
+            self._out_count += 1
+            self._out.append(StartAttempt(job_id, slot.attempts, slot.job.timeout_s))
         out, self._out = self._out, []
         return out

@@ -28,7 +28,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
 from runner.core import graph
-from runner.core.events import ScheduleTimer
+from runner.core.events import SetTimer
 from runner.core.model import FailureKind, Job
 from runner.core.rentals import (
     BootTimes,
@@ -515,7 +515,7 @@ class ServerBook:
             self._eta[job_id] = eta
             start_at = eta - self.boot.expected_s
             if start_at > now + _EPS_S:  # its needs are later than first thought
-                self._out.append(ScheduleTimer(start_at, (TIMER, "ahead", job_id)))
+                self._out.append(SetTimer(start_at, (TIMER, "ahead", job_id)))
             elif self._server_will_be_free(job_id, eta, now):
                 continue
             elif len(self._servers) >= self.cap:
@@ -610,7 +610,7 @@ class ServerBook:
         if start_at <= now + _EPS_S:
             self._due[job_id] = None
         else:
-            self._out.append(ScheduleTimer(start_at, (TIMER, "ahead", job_id)))
+            self._out.append(SetTimer(start_at, (TIMER, "ahead", job_id)))
 
     # -- claims ----------------------------------------------------------------------------
 
@@ -675,7 +675,7 @@ class ServerBook:
 
     def _look_at(self, server: _Server, until: float) -> None:
         # Just after `until`: a job ending at that very moment is told first, and takes it.
-        self._out.append(ScheduleTimer(until + _AFTER_TIE_S, (TIMER, "look", server.id)))
+        self._out.append(SetTimer(until + _AFTER_TIE_S, (TIMER, "look", server.id)))
 
     def _wanted_soon(self, server: _Server, until: float) -> str | None:
         """A job about to be retried that fits, or one not ready yet that fits, should be

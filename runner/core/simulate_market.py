@@ -16,7 +16,7 @@ import random
 from collections.abc import Callable, Sequence, Set
 from dataclasses import dataclass, field
 
-from runner.core.events import JobFinished, JobRunning, KillJob, ScheduleTimer, TimerFired
+from runner.core.events import AttemptEnded, AttemptPlaced, KillAttempt, SetTimer, TimerFired
 from runner.core.model import Attempt, FailureKind, GpuAsk, Job, JobResult, RunStatus
 from runner.core.placing import CoreEvent, PlacingCore
 from runner.core.rentals import (
@@ -126,12 +126,12 @@ class _ServersSim:
         return r
 
     def stale(self, event: CoreEvent) -> bool:
-        if isinstance(event, (JobFinished, JobRunning)):
-            number = event.attempt.number if isinstance(event, JobFinished) else event.attempt
+        if isinstance(event, (AttemptEnded, AttemptPlaced)):
+            number = event.attempt.number if isinstance(event, AttemptEnded) else event.attempt
             current = self.running.get(event.job_id)
             if current is None or current[0] != number:
                 return True
-            if isinstance(event, JobFinished):
+            if isinstance(event, AttemptEnded):
                 self._free(event.job_id)
         if isinstance(event, (ServerReady, ServerLost, RentFailed)):
             held = self.held.get(event.server)
@@ -149,10 +149,10 @@ class _ServersSim:
                 self._start(cmd)
             elif isinstance(cmd, ReleaseServer):
                 self._release(cmd.server)
-            elif isinstance(cmd, KillJob) and cmd.job_id in self.running:
+            elif isinstance(cmd, KillAttempt) and cmd.job_id in self.running:
                 number, _, began = self.running[cmd.job_id]
                 self.push(self.now, _finish(cmd.job_id, number, began, self.now, cmd.reason))
-            elif isinstance(cmd, ScheduleTimer):
+            elif isinstance(cmd, SetTimer):
                 self.push(cmd.at, TimerFired(cmd.token))
         self._check()
 
@@ -173,7 +173,7 @@ class _ServersSim:
         held.busy_since = self.now
         seconds = self.duration(cmd.job_id, cmd.attempt)
         self.running[cmd.job_id] = (cmd.attempt, cmd.server, self.now)
-        self.push(self.now, JobRunning(cmd.job_id, cmd.attempt))
+        self.push(self.now, AttemptPlaced(cmd.job_id, cmd.attempt))
         rate = self.model.lost_per_hour
         lost_after = self.rng.expovariate(rate / 3600) if rate > 0 else float("inf")
         if lost_after < seconds:
@@ -239,6 +239,6 @@ def simulate_servers(
 
 def _finish(
     job_id: str, number: int, began: float, end: float, failure: FailureKind | None
-) -> JobFinished:
+) -> AttemptEnded:
     code = 0 if failure is None else (1 if failure is FailureKind.TEST_FAILURE else None)
-    return JobFinished(job_id, Attempt(number, began, end, code, failure))
+    return AttemptEnded(job_id, Attempt(number, began, end, code, failure))

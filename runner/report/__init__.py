@@ -1,6 +1,6 @@
 """Reports of a run: junit.xml, summary.json and summary.md in the output directory.
 
-`write_reports` is what the engine calls, at the end of a run and when it is interrupted.
+`write_reports` is what `run` calls, at the end of a run and when it is interrupted.
 """
 
 from __future__ import annotations

@@ -129,6 +129,34 @@ def annotate_failures(
     return len(shown) + (len(shown) < len(failed))
 
 
+def annotate_spec_error(
+    exc: Exception, out: TextIO | None = None, env: Mapping[str, str] | None = None
+) -> int:
+    """In GitHub Actions, one `::error file=…,line=…,col=…::` per problem of an invalid
+    pipeline file (as for failed jobs), at most the runner's limit. Returns how many."""
+    diagnostics = getattr(exc, "diagnostics", ())
+    if not diagnostics or not is_active(env):
+        return 0
+    stream = out or sys.stdout
+    workspace = (os.environ if env is None else env).get("GITHUB_WORKSPACE")
+    shown = diagnostics[:ERROR_ANNOTATION_LIMIT]
+    for d in shown:
+        message = str(d).removeprefix(f"{d.file}:{d.line}:{d.column}: ")  # said apart
+        print(
+            command(
+                "error",
+                message,
+                file=_repo_path(d.file, workspace),
+                line=d.line,
+                col=d.column,
+                title="clore-run: invalid pipeline",
+            ),
+            file=stream,
+        )
+    stream.flush()
+    return len(shown)
+
+
 def _job_annotation(
     job: Mapping[str, Any], summary: Mapping[str, Any], workspace: str | None
 ) -> str:

@@ -8,7 +8,6 @@ from typing import Any
 
 import requests
 
-DEFAULT_API_URL = "https://api.github.com"
 TIMEOUT_S = 30
 MAX_PAGES = 100  # 10,000 comments: far past any real PR, but bounded
 _SECONDARY_WAIT_S = 60.0  # GitHub: wait at least a minute when no retry-after is given

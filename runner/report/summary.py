@@ -102,7 +102,7 @@ def build_summary(
     }
 
 
-def ci_info(env: Mapping[str, str]) -> dict[str, str] | None:
+def ci_info(env: Mapping[str, str]) -> dict[str, str | None] | None:
     """Where this run happened, when it ran in GitHub Actions."""
     server, repo, run_id = (
         env.get(k, "") for k in ("GITHUB_SERVER_URL", "GITHUB_REPOSITORY", "GITHUB_RUN_ID")
@@ -113,11 +113,12 @@ def ci_info(env: Mapping[str, str]) -> dict[str, str] | None:
         "server_url": server,
         "repository": repo,
         "run_id": run_id,
-        "run_attempt": env.get("GITHUB_RUN_ATTEMPT", ""),
+        # Facts the environment does not give are null, as for every unknown fact.
+        "run_attempt": env.get("GITHUB_RUN_ATTEMPT") or None,
         "run_url": f"{server.rstrip('/')}/{repo}/actions/runs/{run_id}",
-        "ref_name": env.get("GITHUB_REF_NAME", ""),
-        "sha": env.get("GITHUB_SHA", ""),
-        "event_name": env.get("GITHUB_EVENT_NAME", ""),
+        "ref_name": env.get("GITHUB_REF_NAME") or None,
+        "sha": env.get("GITHUB_SHA") or None,
+        "event_name": env.get("GITHUB_EVENT_NAME") or None,
     }
 
 

@@ -192,7 +192,8 @@ def _routes(service: Service, tally: ErrorTally) -> APIRouter:
         if found is None:
             raise HTTPException(404, f"no job '{job_id}'")
         row, spec = found
-        return views.detail(store, row, spec, service.clock(), service.held_until)
+        waits = service.waiting_for(job_id) if row.status == "queued" else None
+        return views.detail(store, row, spec, waits)
 
     @router.get(
         "/jobs/{job_id}/log",
@@ -235,7 +236,9 @@ def _routes(service: Service, tally: ErrorTally) -> APIRouter:
             spend_usd_total=store.timing()["spend"],
             spend_usd_today=service.spent_today(),
             daily_spend_limit_usd=service.options.daily_spend_limit_usd,
-            held_until=held if (held := service.held_until) and held > service.clock() else None,
+            held_until=held
+            if (held := service.held_until) and held > service.clock.time()
+            else None,
         )
 
     @router.get("/metrics", response_class=PlainTextResponse, tags=["server"])

@@ -1,9 +1,10 @@
-"""The queue's imperative shell: one scheduling loop feeding the pure QueueCore.
+"""The queue: what only `serve` has, around the one driver and its scheduling core.
 
-API threads write submissions to the store (durable before the reply) and post events; only the
-loop thread touches the core and writes job states, so the store and the core never disagree.
-Timers (timeouts, not-before, retry backoff, the spend hold) live here, on the injected clock;
-a fake clock is moved by a test, which then calls `wake()`.
+API threads write submissions to the store (durable before the reply) and hand them to the
+driver's loop; only the loop thread touches the core, and the store is its journal, so the two
+never disagree. What is its own here: the daily spend hold, recovery after a restart, and the
+hand-over of running jobs at shutdown. Timers run on the injected clock; a fake clock is moved
+by a test, which then calls `wake()`.
 
 Start-up recovers what the last server left: attempts whose rows were never completed were
 interrupted. The backend is reconciled first (local orphans killed, clore rentals cancelled per
@@ -15,49 +16,36 @@ from __future__ import annotations
 
 import concurrent.futures
 import datetime as dt
-import heapq
 import io
-import itertools
 import logging
 import math
 import os
-import queue
 import threading
-import time
 import uuid
-from collections.abc import Callable, Hashable, Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from runner.attempt import AttemptRunner
-from runner.backends.base import Backend, RentingBackend
-from runner.core.events import (
-    JobCompleted,
-    JobFinished,
-    KillJob,
-    ScheduleTimer,
-    StartJob,
-    TimerFired,
-)
-from runner.core.model import Attempt, FailureKind, Job
+from runner.backends.base import Backend, Place
+from runner.clock import SYSTEM_CLOCK, Clock
+from runner.core.events import AttemptEnded, CancelJob, Event, HoldStarts
+from runner.core.model import Attempt, FailureKind, Job, JobResult
+from runner.core.outcome import NeedOutcome, need_outcome
 from runner.core.retry import backoff_s
-from runner.serve.core import (
-    AttemptEnded,
-    CancelJob,
-    Entry,
-    NeedOutcome,
-    QueueCommand,
-    QueueCore,
-    Requeued,
-    outcome_of,
-)
+from runner.core.scheduler import OUT, Entry, Scheduler
+from runner.driver import Driver, DriverOptions
+from runner.serve import views
 from runner.serve.orphans import ENV_NAME
 from runner.serve.quiet_console import QuietConsole
 from runner.serve.store import Store, Unsettled
 from runner.serve.submit import Prepared, check_known, with_server_ids
 
 log = logging.getLogger("clore_run.serve")
+
+T = TypeVar("T")
 
 SHUTDOWN_GRACE_S = 5.0  # running attempts get this long to stop and report at shutdown
 REPLY_TIMEOUT_S = 10.0  # an API call waiting on the loop gives up (503) after this
@@ -89,27 +77,36 @@ class LoopNotRunning(Exception):
     """The scheduling loop did not answer in time (stopped, or stuck)."""
 
 
-@dataclass(frozen=True)
-class _Added:
-    entries: tuple[Entry, ...]
+class StoreJournal:
+    """The queue's journal: every attempt and settlement goes to the store, as it happens."""
 
+    def __init__(self, store: Store, instance: str) -> None:
+        self.store = store
+        self.instance = instance
 
-@dataclass(frozen=True)
-class _Cancel:
-    job_id: str
-    reply: Future[str]
+    def batch(self) -> AbstractContextManager[None]:
+        return self.store.batch()
 
+    def attempt_started(self, job: Job, number: int, now: float) -> None:
+        self.store.start_attempt(job.id, number, self.instance, now)
+        log.info("job %s started (attempt %d)", job.id, number)
 
-@dataclass(frozen=True)
-class _MustStop:
-    reason: str
+    def attempt_placed(self, job: Job, number: int, place: Place, now: float) -> None:
+        """Where a running job runs and at what price, shown while it runs."""
+        self.store.place_attempt(job.id, number, place.name, place.facts, place.usd_per_hour)
 
+    def attempt_ended(self, job: Job, attempt: Attempt) -> None:
+        self.store.end_attempt(job.id, attempt)
 
-class _Stop:
-    pass
+    def requeued(self, job: Job, at: float, retries_used: int, infra_used: int) -> None:
+        self.store.requeue(job.id, at, retries_used, infra_used)
 
+    def waits_until(self, job: Job, at: float) -> None:
+        return None  # the job's spec has its not-before; the scheduler says why it waits
 
-_Event = _Added | _Cancel | _MustStop | _Stop | JobFinished | None
+    def settled(self, job: Job, result: JobResult, now: float) -> None:
+        self.store.settle(result, now)
+        log.info("job %s %s %s", job.id, result.status.value, result.reason)
 
 
 class Service:
@@ -120,42 +117,40 @@ class Service:
         store: Store,
         backend: Backend,
         options: ServiceOptions,
-        clock: Callable[[], float] = time.time,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.store = store
         self.backend = backend
         self.options = options
         self.clock = clock
-        self.core = QueueCore(options.capacity, options.backoff)
-        self._events: queue.SimpleQueue[_Event] = queue.SimpleQueue()
-        self._timers: list[tuple[float, int, Hashable]] = []
-        self._seq = itertools.count()
-        self._kills: dict[str, threading.Event] = {}
-        self._running: dict[str, tuple[int, float]] = {}  # job -> (attempt, started at)
-        self._submit_lock = threading.Lock()
-        self._held = 0
-        self._held_lock = threading.Lock()
-        self._pool = ThreadPoolExecutor(options.capacity, thread_name_prefix="serve-job")
-        self._worker = AttemptRunner(
+        runner = AttemptRunner(
             backend,
             options.data_dir,
             clock,
             QuietConsole(io.StringIO(), live=False),
             {ENV_NAME: options.instance},  # no workspace: a queue's jobs start in empty folders
-            on_placed=lambda _job, _number: self._count_held(1),
-            on_released=lambda: self._count_held(-1),
-            on_server=lambda job, number, place: store.place_attempt(
-                job.id, number, place.name, place.facts, place.usd_per_hour
+        )
+        self.driver = Driver(
+            Scheduler(options.capacity, options.backoff),
+            backend,
+            runner,
+            StoreJournal(store, options.instance),
+            clock,
+            DriverOptions(
+                must_stop=self._must_stop,
+                before_attempt_ends=self._spend_before_end,
+                notice=log.warning,
+                tick_s=MAX_WAIT_S,
             ),
         )
+        self._submit_lock = threading.Lock()
         self._thread = threading.Thread(target=self._loop, name="serve-loop", daemon=True)
-        self._stopping = False
         self.held_until: float | None = None  # the daily spend limit holds starts until then
 
     # -- lifecycle -------------------------------------------------------------------------
 
     def start(self) -> None:
-        now = self.clock()
+        now = self.clock.time()
         self.store.begin_instance(self.options.instance, os.getpid(), self.backend.name, now)
         self._recover(now)
         self._thread.start()
@@ -163,16 +158,15 @@ class Service:
     def stop(self, grace_s: float = SHUTDOWN_GRACE_S) -> None:
         """Kill what runs, hand it to the next start as queued, give every place back."""
         if self._thread.is_alive():
-            self._events.put(_Stop())
+            self.driver.quit()
             self._thread.join()
         self._hand_over(grace_s)
-        self._pool.shutdown(wait=False, cancel_futures=True)
-        self.backend.shutdown()
-        self.store.end_instance(self.options.instance, self.clock())
+        self.driver.close()
+        self.store.end_instance(self.options.instance, self.clock.time())
 
     def wake(self) -> None:
         """Re-read the clock now (after a test moved a fake one)."""
-        self._events.put(None)
+        self.driver.post(None)
 
     # -- called from API threads -----------------------------------------------------------
 
@@ -186,143 +180,110 @@ class Service:
                 kind,
                 prepared.label,
                 lambda number: with_server_ids(prepared.jobs, number),
-                self.clock(),
+                self.clock.time(),
             )
             entries = tuple(Entry(job, seq) for seq, job in stored)
-            self._events.put(_Added(entries))
+            self.driver.call(lambda now: self._add(entries, now))
         return Submitted(tuple(e.job.id for e in entries), prepared.warnings)
 
     def cancel(self, job_id: str) -> str:
         """'cancelled', 'cancelling' (it was running: killed), 'unknown', or 'final:<status>'."""
-        reply: Future[str] = Future()
-        self._events.put(_Cancel(job_id, reply))
-        try:
-            return reply.result(timeout=REPLY_TIMEOUT_S)
-        except concurrent.futures.TimeoutError:
-            raise LoopNotRunning("the scheduling loop did not answer") from None
+        return self._ask(lambda now: self._cancel(job_id, now))
+
+    def waiting_for(self, job_id: str) -> str | None:
+        """Why a queued job does not run yet, from the scheduler's own state (None: it runs,
+        or it is settled)."""
+        return self._ask(lambda now: self._why_waiting(job_id, now))
+
+    def now(self) -> float:
+        return self.clock.time()
 
     @property
     def servers_held(self) -> int:
-        with self._held_lock:
-            return self._held
+        return self.driver.places_held
 
     @property
     def alive(self) -> bool:
         return self._thread.is_alive()
 
+    def _ask(self, fn: Callable[[float], T]) -> T:
+        try:
+            return self.driver.call(fn).result(timeout=REPLY_TIMEOUT_S)
+        except concurrent.futures.TimeoutError:
+            raise LoopNotRunning("the scheduling loop did not answer") from None
+
     # -- the loop --------------------------------------------------------------------------
 
     def _loop(self) -> None:
-        self._check_spend(self.clock())
+        self._check_spend(self.clock.time())
         while True:
-            now = self.clock()
-            wait = min(MAX_WAIT_S, max(0.0, self._timers[0][0] - now)) if self._timers else None
             try:
-                event = self._events.get(timeout=wait)
-            except queue.Empty:
-                event = None
-            if isinstance(event, _Stop):
-                return
-            try:
-                self._on(event, self.clock())
+                if not self.driver.step():
+                    return
             except Exception:  # a store error must not end the loop: log it, go on
                 log.exception("clore-run serve: scheduling loop error")
 
-    def _on(self, event: _Event, now: float) -> None:
-        if isinstance(event, _Added):
-            self._add(event.entries, now)
-        elif isinstance(event, JobFinished):
-            self._running.pop(event.job_id, None)
-            self._kills.pop(event.job_id, None)
-            # Before the core hears of it: the same call starts the next jobs.
-            self._check_spend(now, event.attempt.cost_usd)
-            self._apply(self.core.handle(event, now), now)
-        elif isinstance(event, _Cancel):
-            event.reply.set_result(self._cancel(event.job_id, now))
-        elif isinstance(event, _MustStop):
-            log.warning("%s; starting nothing for %g s", event.reason, MUST_STOP_HOLD_S)
-            self._apply(self.core.hold(now + MUST_STOP_HOLD_S, now), now)
-        while self._timers and self._timers[0][0] <= now:
-            _, _, token = heapq.heappop(self._timers)
-            self._apply(self.core.handle(TimerFired(token), now), now)
-
     def _add(self, entries: Iterable[Entry], now: float) -> None:
         entries = tuple(entries)
+        core = self.driver.core
         inside = {e.job.id for e in entries}
-        outside = [
-            n for e in entries for n in e.job.needs if n not in inside and n not in self.core
-        ]
+        outside = [n for e in entries for n in e.job.needs if n not in inside and n not in core]
         settled: dict[str, NeedOutcome] = {
-            job_id: outcome_of(job, status, reason)
-            for job_id, (job, status, reason) in self.store.settled(outside).items()
+            job_id: need_outcome(job, result)
+            for job_id, (job, result) in self.store.settled(outside).items()
         }
-        self._apply(self.core.add(entries, settled, now), now)
+        self.driver.add(entries, settled, now)
 
     def _cancel(self, job_id: str, now: float) -> str:
-        state = self.core.state(job_id)
+        state = self.driver.core.state(job_id)
         if state is None:
             found = self.store.job(job_id)
             return "unknown" if found is None else f"final:{found[0].status}"
-        self._apply(self.core.handle(CancelJob(job_id, "cancelled by request"), now), now)
-        return "cancelling" if state == "running" else "cancelled"
+        self.driver.feed(CancelJob(job_id, "cancelled by request"), now)
+        return "cancelling" if state.phase in OUT else "cancelled"
 
-    def _apply(self, commands: list[QueueCommand], now: float) -> None:
-        for cmd in commands:
-            if isinstance(cmd, StartJob):
-                self._start(cmd, now)
-            elif isinstance(cmd, KillJob):
-                kill = self._kills.get(cmd.job_id)
-                if kill is not None:
-                    kill.set()
-            elif isinstance(cmd, ScheduleTimer):
-                heapq.heappush(self._timers, (cmd.at, next(self._seq), cmd.token))
-            elif isinstance(cmd, AttemptEnded):
-                self.store.end_attempt(cmd.job_id, cmd.attempt)
-            elif isinstance(cmd, Requeued):
-                self.store.requeue(cmd.job_id, cmd.at, cmd.retries_used, cmd.infra_used)
-            elif isinstance(cmd, JobCompleted):
-                result = cmd.result
-                self.store.settle(result.job_id, result.status, result.reason, now)
-                log.info("job %s %s %s", result.job_id, result.status.value, result.reason)
-        if commands and isinstance(self.backend, RentingBackend):
-            # Servers no queued job can use are given back at once.
-            self.backend.set_pending(self.core.unsettled_jobs())
+    def _why_waiting(self, job_id: str, now: float) -> str | None:
+        core = self.driver.core
+        state = core.state(job_id)
+        if state is None or state.phase in OUT:
+            return None
+        need = core.state(state.needs[0]) if state.needs else None
+        need_out = need is not None and need.phase in OUT
+        return views.waiting_for(state, need_out, now, self.held_until)
 
-    def _start(self, cmd: StartJob, now: float) -> None:
-        self.store.start_attempt(cmd.job_id, cmd.attempt, self.options.instance, now)
-        job = self.core.job(cmd.job_id)
-        kill = threading.Event()
-        self._kills[cmd.job_id] = kill
-        self._running[cmd.job_id] = (cmd.attempt, now)
-        log.info("job %s started (attempt %d)", cmd.job_id, cmd.attempt)
-        self._pool.submit(self._work, job, cmd.attempt, cmd.timeout_s, kill)
-
-    def _work(self, job: Job, number: int, timeout_s: float, kill: threading.Event) -> None:
-        ran = self._worker.run(job, number, timeout_s, kill)  # never raises
-        self._events.put(JobFinished(job.id, ran.attempt))
-        if ran.stop_reason:
-            self._events.put(_MustStop(ran.stop_reason))
-
-    def _count_held(self, delta: int) -> None:
-        with self._held_lock:
-            self._held += delta
+    def _must_stop(self, reason: str, now: float) -> Event:
+        log.warning("%s; starting nothing for %g s", reason, MUST_STOP_HOLD_S)
+        return HoldStarts(now + MUST_STOP_HOLD_S)
 
     # -- spend -----------------------------------------------------------------------------
 
     def spent_today(self, now: float | None = None) -> float:
-        return self.store.spend_since(_day_start(self.clock() if now is None else now))
+        return self.store.spend_since(_day_start(self.clock.time() if now is None else now))
 
-    def _check_spend(self, now: float, unrecorded_usd: float = 0.0) -> None:
+    def _spend_before_end(self, event: Event, now: float) -> Sequence[Event]:
+        """An attempt's cost is in the store only once its end is recorded: counted here, so a
+        hold is in place before the same end starts the next jobs."""
+        assert isinstance(event, AttemptEnded)
+        hold = self._spend_hold(now, event.attempt.cost_usd)
+        return (hold,) if hold is not None else ()
+
+    def _check_spend(self, now: float) -> None:
+        hold = self._spend_hold(now)
+        if hold is not None:
+            self.driver.feed(hold, now)
+
+    def _spend_hold(self, now: float, unrecorded_usd: float = 0.0) -> HoldStarts | None:
         """Past the daily limit, hold starts until the next UTC day. Checked before each
         start can happen; jobs already running go on (their timeouts bound what they add)."""
         limit = self.options.daily_spend_limit_usd
         if limit is None or self.spent_today(now) + unrecorded_usd < limit:
-            return
+            return None
         until = _day_start(now) + 86_400
-        if self.held_until != until:
-            log.warning("daily spend limit $%.2f reached: starting nothing until 00:00 UTC", limit)
-            self.held_until = until
-            self._apply(self.core.hold(until, now), now)
+        if self.held_until == until:
+            return None
+        log.warning("daily spend limit $%.2f reached: starting nothing until 00:00 UTC", limit)
+        self.held_until = until
+        return HoldStarts(until)
 
     # -- recovery and hand-over ------------------------------------------------------------
 
@@ -332,8 +293,7 @@ class Service:
         dead = {a.instance for a in open_rows.values()}
         note = self.options.reconcile(dead) if dead else ""
         self._check_spend(now)  # before the jobs are added: adding starts what it can
-        entries = [self._entry(u) for u in unsettled]
-        self._add(entries, now)
+        self._add([_entry(u) for u in unsettled], now)
         for u in unsettled:
             if u.row.status == "running":
                 began = open_rows[u.row.id].started_at if u.row.id in open_rows else now
@@ -341,46 +301,37 @@ class Service:
                     u.row.attempts, began, now, note
                 )
                 log.warning("job %s: attempt %d %s", u.row.id, attempt.number, attempt.message)
-                self._apply(self.core.handle(JobFinished(u.row.id, attempt), now), now)
-
-    def _entry(self, u: Unsettled) -> Entry:
-        row = u.row
-        return Entry(
-            u.job,
-            row.seq,
-            attempts=row.attempts,
-            retries_used=row.retries_used,
-            infra_used=row.infra_used,
-            wake_at=row.retry_at,
-            running=row.status == "running",
-        )
+                self.driver.feed(AttemptEnded(u.row.id, attempt), now)
 
     def _hand_over(self, grace_s: float) -> None:
         """At shutdown: kill running attempts; those that report in time go back to `queued`
         with the attempt recorded; the others stay open for the next start to reconcile. A job
         the core was killing already (cancelled, timed out) ends as the core decides instead:
         handed over, a cancelled job would run again."""
-        now = self.clock()
-        dying = {job_id for job_id, kill in self._kills.items() if kill.is_set()}
-        self._apply(self.core.hold(math.inf, now), now)  # those ends must start nothing
-        for kill in self._kills.values():
-            kill.set()
-        deadline = time.monotonic() + grace_s
-        while self._running and time.monotonic() < deadline:
-            try:
-                event = self._events.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue.Empty:
-                break
-            if isinstance(event, JobFinished) and event.job_id in self._running:
-                del self._running[event.job_id]
-                if event.job_id in dying:
-                    ended = self.clock()
-                    self._apply(self.core.handle(event, ended), ended)
-                else:
-                    message = "interrupted: the queue server shut down"
-                    self.store.end_attempt(
-                        event.job_id, _with_message(event.attempt, message), requeue=True
-                    )
+        now = self.clock.time()
+        dying = self.driver.killed_jobs()
+        self.driver.feed(HoldStarts(math.inf), now)  # those ends must start nothing
+        for event in self.driver.drain_attempts(grace_s):
+            if event.job_id in dying:
+                self.driver.feed(event, self.clock.time())
+            else:
+                message = "interrupted: the queue server shut down"
+                self.store.end_attempt(
+                    event.job_id, _with_message(event.attempt, message), requeue=True
+                )
+
+
+def _entry(u: Unsettled) -> Entry:
+    row = u.row
+    return Entry(
+        u.job,
+        row.seq,
+        attempts=row.attempts,
+        retries_used=row.retries_used,
+        infra_used=row.infra_used,
+        wake_at=row.retry_at,
+        running=row.status == "running",
+    )
 
 
 def _lost(number: int, began: float, now: float, note: str) -> Attempt:

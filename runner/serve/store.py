@@ -22,7 +22,8 @@ from types import MappingProxyType
 from typing import Any
 
 from runner import sqlite_files
-from runner.core.model import Attempt, Job, JobStatus
+from runner.core.model import Attempt, Job, JobResult, JobStatus
+from runner.core.outcome import BAD as BAD_STATUSES
 from runner.errors import InfrastructureError
 from runner.serve.codec import dumps, failure_from, job_from_json, job_to_json
 
@@ -31,7 +32,7 @@ QUEUED, RUNNING = "queued", "running"
 STATUSES = (QUEUED, RUNNING, *(s.value for s in JobStatus))
 FINAL = tuple(s.value for s in JobStatus)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 MIGRATIONS: tuple[tuple[str, ...], ...] = (  # MIGRATIONS[n]: version n -> n + 1; append only
     (
         """CREATE TABLE submissions (
@@ -82,6 +83,13 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (  # MIGRATIONS[n]: version n -> n + 1
             started_at REAL NOT NULL,
             stopped_at REAL
         )""",
+    ),
+    (
+        # A failure's taint, as data: the failed job a settled one descends from ("" none).
+        "ALTER TABLE jobs ADD COLUMN failure_origin TEXT NOT NULL DEFAULT ''",
+        f"""UPDATE jobs SET failure_origin = id
+            WHERE status IN {tuple(s.value for s in BAD_STATUSES)!r}
+            AND NOT coalesce(json_extract(spec, '$.continue_on_error'), 0)""",
     ),
 )
 assert len(MIGRATIONS) == SCHEMA_VERSION
@@ -135,21 +143,13 @@ class OpenAttempt:
     started_at: float
 
 
-@dataclass(frozen=True)
-class Instance:
-    token: str
-    pid: int
-    backend: str
-    started_at: float
-    stopped_at: float | None
-
-
 class Store:
     """The queue database at `path` (parent folders created). Thread-safe."""
 
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
+        self._batched = False  # inside batch(): writes join its one transaction
         with self._guard("open"):
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._db = sqlite_files.connect(self.path, BUSY_TIMEOUT_S)
@@ -176,10 +176,6 @@ class Store:
     def end_instance(self, token: str, now: float) -> None:
         with self._tx("record the server stop") as db:
             db.execute("UPDATE instances SET stopped_at = ? WHERE token = ?", (now, token))
-
-    def instances(self) -> list[Instance]:
-        rows = self._read("SELECT token, pid, backend, started_at, stopped_at FROM instances", ())
-        return [Instance(*r) for r in rows]
 
     # -- submissions -----------------------------------------------------------------------
 
@@ -278,12 +274,12 @@ class Store:
                 (at, retries_used, infra_used, job_id),
             )
 
-    def settle(self, job_id: str, status: JobStatus, reason: str, now: float) -> None:
+    def settle(self, result: JobResult, now: float) -> None:
         with self._tx("settle a job") as db:
             db.execute(
-                "UPDATE jobs SET status = ?, reason = ?, finished_at = ?, retry_at = NULL "
-                "WHERE id = ?",
-                (status.value, reason, now, job_id),
+                "UPDATE jobs SET status = ?, reason = ?, finished_at = ?, retry_at = NULL, "
+                "failure_origin = ? WHERE id = ?",
+                (result.status.value, result.reason, now, result.failure_origin, result.job_id),
             )
 
     # -- reads -----------------------------------------------------------------------------
@@ -303,19 +299,19 @@ class Store:
         )
         return [OpenAttempt(*r) for r in rows]
 
-    def settled(self, ids: Sequence[str]) -> dict[str, tuple[Job, JobStatus, str]]:
-        """The settled jobs among `ids`: job, status, reason."""
-        out: dict[str, tuple[Job, JobStatus, str]] = {}
+    def settled(self, ids: Sequence[str]) -> dict[str, tuple[Job, JobResult]]:
+        """The settled jobs among `ids`, with their results (attempts left out)."""
+        out: dict[str, tuple[Job, JobResult]] = {}
         for chunk in _chunks(list(dict.fromkeys(ids))):
             marks = ",".join("?" * len(chunk))
             rows = self._read(
-                f"SELECT spec, status, reason FROM jobs WHERE id IN ({marks}) "
+                f"SELECT spec, status, reason, failure_origin FROM jobs WHERE id IN ({marks}) "
                 f"AND status IN {FINAL!r}",
                 tuple(chunk),
             )
-            for spec, status, reason in rows:
+            for spec, status, reason, origin in rows:
                 job = job_from_json(json.loads(spec))
-                out[job.id] = (job, JobStatus(status), reason)
+                out[job.id] = (job, JobResult(job.id, JobStatus(status), reason, (), origin))
         return out
 
     def job(self, job_id: str) -> tuple[JobRow, dict[str, Any]] | None:
@@ -479,9 +475,23 @@ class Store:
             raise StoreError(f"queue database {self.path}: cannot {doing}: {exc}") from None
 
     @contextmanager
+    def batch(self) -> Iterator[None]:
+        """The writes inside as one transaction: one sync to disk for a whole batch (a failure
+        settling a 3,000-deep chain is one batch), all of it landing, or none."""
+        with self._tx("record a batch of changes"):
+            self._batched = True
+            try:
+                yield
+            finally:
+                self._batched = False
+
+    @contextmanager
     def _tx(self, doing: str) -> Iterator[sqlite3.Connection]:
         """One write transaction: all of it lands, or none."""
         with self._lock, self._guard(doing):
+            if self._batched:
+                yield self._db
+                return
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 yield self._db

@@ -26,7 +26,6 @@ from runner.serve.codec import job_to_json
 from runner.spec.diagnostics import Diagnostic, KeyPath, SpecError
 from runner.spec.loader import parse_pipeline
 
-JOB_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
 DEFAULT_KEY = "job"
 _SERVER_ID = re.compile(r"^s[0-9]+\.")
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from runner.core.scheduler import JobState, Phase
 from runner.serve.api_models import AttemptView, JobDetail, JobSummary
-from runner.serve.store import FINAL, JobRow, Store
+from runner.serve.store import JobRow, Store
 
 
 def summary(row: JobRow) -> JobSummary:
@@ -24,34 +25,27 @@ def summary(row: JobRow) -> JobSummary:
     )
 
 
-def detail(
-    store: Store, row: JobRow, spec: dict[str, Any], now: float, held_until: float | None
-) -> JobDetail:
+def detail(store: Store, row: JobRow, spec: dict[str, Any], waits_for: str | None) -> JobDetail:
+    """`waits_for`: the scheduler's own answer to why the job has not started (`waiting_for`)."""
     attempts = [AttemptView.model_validate(a) for a in store.attempts(row.id)]
     return JobDetail(
         **summary(row).model_dump(),
         needs=list(spec.get("needs", [])),
-        waiting_for=waiting_for(store, row, spec, now, held_until),
+        waiting_for=waits_for if row.status == "queued" else None,
         server=attempts[-1].server if attempts else "",
         attempt_list=attempts,
         spec=spec,
     )
 
 
-def waiting_for(
-    store: Store, row: JobRow, spec: dict[str, Any], now: float, held_until: float | None
-) -> str | None:
-    if row.status != "queued":
-        return None
-    for need in spec.get("needs", []):
-        found = store.job(need)
-        if found is not None and found[0].status not in FINAL:
-            return f"needs '{need}' ({found[0].status})"
-    not_before = spec.get("not_before")
-    if not_before is not None and now < not_before:
-        return f"not before {_iso(not_before)}"
-    if row.retry_at is not None and now < row.retry_at:
-        return f"a retry at {_iso(row.retry_at)}"
+def waiting_for(state: JobState, need_out: bool, now: float, held_until: float | None) -> str:
+    """Why a job the scheduler holds has not started. `need_out`: the first need it waits for
+    has an attempt out."""
+    if state.phase is Phase.WAITING and state.needs:
+        return f"needs '{state.needs[0]}' ({'running' if need_out else 'queued'})"
+    if state.phase is Phase.TIMER and state.until is not None:
+        what = "a retry at" if state.attempts else "not before"
+        return f"{what} {_iso(state.until)}"
     if held_until is not None and now < held_until:
         return f"the daily spend limit (until {_iso(held_until)})"
     return "a free slot"

@@ -1,6 +1,9 @@
 """The scheduling core, driven directly (events in, commands out) and through the simulator.
 
-Every test is hermetic: times are plain numbers passed in, nothing sleeps or reads a clock.
+Every scenario through `simulate` runs against both ways of handing jobs over: `run`'s fixed set
+(one add) and `serve`'s jobs over time (a job arrives once its needs settled, as a submission
+needing earlier ones does); both must decide the same, job by job. Every test is hermetic:
+times are plain numbers passed in, nothing sleeps or reads a clock.
 """
 
 from __future__ import annotations
@@ -13,14 +16,15 @@ from typing import Any
 import pytest
 
 from runner.core.events import (
-    CancelRequested,
+    AttemptEnded,
+    AttemptPlaced,
+    CancelAll,
     Command,
-    JobCompleted,
-    JobFinished,
-    JobRunning,
-    KillJob,
-    ScheduleTimer,
-    StartJob,
+    KillAttempt,
+    SetTimer,
+    Settled,
+    StartAttempt,
+    StopCause,
     TimerFired,
 )
 from runner.core.model import (
@@ -33,9 +37,11 @@ from runner.core.model import (
     Priority,
     RunStatus,
 )
+from runner.core.outcome import run_status
 from runner.core.retry import MAX_INFRA_RETRIES, backoff_s
 from runner.core.scheduler import Scheduler
-from runner.core.simulate import Outcome, SimulationResult, simulate
+from runner.core.simulate import Outcome, SimulationResult
+from runner.core.simulate import simulate as simulate_one
 
 Run = tuple[float, FailureKind | None]  # one attempt: seconds it runs, failure kind or None
 
@@ -43,6 +49,24 @@ PASS: Run = (10.0, None)
 FAIL: Run = (10.0, FailureKind.TEST_FAILURE)
 
 # -- helpers -------------------------------------------------------------------------------------
+
+
+def decisions(sim: SimulationResult) -> dict[str, tuple[JobStatus, str, int, str]]:
+    return {r.job_id: (r.status, r.reason, len(r.attempts), r.failure_origin) for r in sim.results}
+
+
+def simulate(jobs: Sequence[Job], capacity: int, outcome: Outcome, **kw: Any) -> SimulationResult:
+    """The scenario as `run` hands it over, checked against `serve`'s way: same decisions."""
+    at_once = simulate_one(jobs, capacity, outcome, **kw)
+    over_time = simulate_one(jobs, capacity, outcome, arrival="over_time", **kw)
+    assert decisions(over_time) == decisions(at_once)
+    assert over_time.status is at_once.status
+    return at_once
+
+
+def fresh(jobs: Sequence[Job], capacity: int, now: float = 0.0) -> tuple[Scheduler, list[Command]]:
+    core = Scheduler(capacity)
+    return core, core.add(jobs, {}, now)
 
 
 def job(job_id: str, *needs: str, **kw: Any) -> Job:
@@ -75,19 +99,19 @@ def by_id(sim: SimulationResult | Iterable[JobResult]) -> dict[str, JobResult]:
 
 
 def started(commands: Iterable[Command]) -> list[str]:
-    return [c.job_id for c in commands if isinstance(c, StartJob)]
+    return [c.job_id for c in commands if isinstance(c, StartAttempt)]
 
 
-def timers(commands: Iterable[Command]) -> list[ScheduleTimer]:
-    return [c for c in commands if isinstance(c, ScheduleTimer)]
+def timers(commands: Iterable[Command]) -> list[SetTimer]:
+    return [c for c in commands if isinstance(c, SetTimer)]
 
 
-def kills(commands: Iterable[Command]) -> list[KillJob]:
-    return [c for c in commands if isinstance(c, KillJob)]
+def kills(commands: Iterable[Command]) -> list[KillAttempt]:
+    return [c for c in commands if isinstance(c, KillAttempt)]
 
 
 def completed(commands: Iterable[Command]) -> dict[str, JobResult]:
-    return {c.result.job_id: c.result for c in commands if isinstance(c, JobCompleted)}
+    return {c.result.job_id: c.result for c in commands if isinstance(c, Settled)}
 
 
 def finished(
@@ -97,9 +121,9 @@ def finished(
     end: float,
     failure: FailureKind | None = None,
     message: str = "",
-) -> JobFinished:
+) -> AttemptEnded:
     code = 0 if failure is None else (1 if failure is FailureKind.TEST_FAILURE else None)
-    return JobFinished(job_id, Attempt(number, began, end, code, failure, message))
+    return AttemptEnded(job_id, Attempt(number, began, end, code, failure, message))
 
 
 def start_times(sim: SimulationResult) -> dict[str, list[float]]:
@@ -135,15 +159,17 @@ def test_passed_records_the_attempt() -> None:
 
 
 def test_failed_carries_the_attempt_message_or_the_kind() -> None:
-    core = Scheduler(pipeline(job("a"), job("b")), 2)
-    assert started(core.start(0.0)) == ["a", "b"]
+    core, out = fresh(pipeline(job("a"), job("b")), 2, 0.0)
+    assert started(out) == ["a", "b"]
     out = core.handle(finished("a", 1, 0, 5, FailureKind.TEST_FAILURE, "exit code 2"), 5.0)
     out += core.handle(finished("b", 1, 0, 6, FailureKind.TEST_FAILURE), 6.0)
     assert completed(out)["a"].status is JobStatus.FAILED
     assert completed(out)["a"].reason == "exit code 2"
     assert completed(out)["b"].reason == "test_failure"
     assert completed(out)["b"].exit_code == 1
-    assert core.done and core.status() is RunStatus.FAILED
+    assert core.idle
+    jobs = {j.id: j for j in pipeline(job("a"), job("b"))}
+    assert run_status(completed(out).values(), jobs, None) is RunStatus.FAILED
 
 
 def test_timed_out_after_its_own_timeout() -> None:
@@ -337,13 +363,12 @@ def test_test_failure_without_retries_left_fails() -> None:
 
 
 def test_retry_is_a_timer_not_an_immediate_start() -> None:
-    core = Scheduler(pipeline(job("a", retries=1)), 1)
-    core.start(0.0)
+    core, _ = fresh(pipeline(job("a", retries=1)), 1, 0.0)
     out = core.handle(finished("a", 1, 0, 10, FailureKind.TEST_FAILURE), 10.0)
     assert started(out) == [] and not completed(out)
     assert [t.at for t in timers(out)] == [12.0]
     out = core.handle(TimerFired(timers(out)[0].token), 12.0)
-    assert [c for c in out if isinstance(c, StartJob)] == [StartJob("a", 2, 3600.0)]
+    assert [c for c in out if isinstance(c, StartAttempt)] == [StartAttempt("a", 2, 3600.0)]
 
 
 @pytest.mark.parametrize(
@@ -373,14 +398,13 @@ def test_infrastructure_and_test_failures_have_separate_budgets() -> None:
 
 
 def test_job_timeout_kills_at_start_plus_timeout_then_retries() -> None:
-    core = Scheduler(pipeline(job("a", timeout_s=30.0, retries=1)), 1)
-    out = core.start(5.0)
-    assert [c for c in out if isinstance(c, StartJob)] == [StartJob("a", 1, 30.0)]
+    core, out = fresh(pipeline(job("a", timeout_s=30.0, retries=1)), 1, 5.0)
+    assert [c for c in out if isinstance(c, StartAttempt)] == [StartAttempt("a", 1, 30.0)]
     assert timers(out) == []  # the clock starts when the script does, not while renting
-    (timer,) = timers(core.handle(JobRunning("a", 1), 5.0))
+    (timer,) = timers(core.handle(AttemptPlaced("a", 1), 5.0))
     assert timer.at == 35.0
     out = core.handle(TimerFired(timer.token), 35.0)
-    assert out == [KillJob("a", FailureKind.TIMEOUT)]
+    assert out == [KillAttempt("a", FailureKind.TIMEOUT)]
     # the backend reports the kill as a signal death; the core records it as the timeout
     out = core.handle(finished("a", 1, 5, 35.2, FailureKind.TEST_FAILURE), 35.2)
     assert not completed(out)
@@ -388,7 +412,7 @@ def test_job_timeout_kills_at_start_plus_timeout_then_retries() -> None:
     assert retry.at == 37.2
     out = core.handle(TimerFired(retry.token), 37.2)
     assert started(out) == ["a"]
-    core.handle(JobRunning("a", 2), 37.2)
+    core.handle(AttemptPlaced("a", 2), 37.2)
     out = core.handle(finished("a", 2, 37.2, 40), 40.0)
     r = completed(out)["a"]
     assert r.status is JobStatus.PASSED
@@ -412,9 +436,11 @@ def test_run_timeout_cancels_everything_and_fails_the_run() -> None:
     assert "later" not in start_times(sim)
 
 
-def test_run_timeout_timer_is_scheduled_at_start() -> None:
-    core = Scheduler(pipeline(job("a")), 1, run_timeout_s=600.0)
-    assert ScheduleTimer(610.0, ("run_timeout",)) in core.start(10.0)
+def test_a_run_timeout_is_a_cancel_with_its_cause() -> None:
+    core, _ = fresh(pipeline(job("a")), 1, 10.0)
+    out = core.handle(CancelAll("the run timed out after 600 s", StopCause.TIMED_OUT), 610.0)
+    assert kills(out) == [KillAttempt("a", FailureKind.CANCELLED)]
+    assert core.stop_cause is StopCause.TIMED_OUT
 
 
 # -- cancel ----------------------------------------------------------------------------------
@@ -422,12 +448,12 @@ def test_run_timeout_timer_is_scheduled_at_start() -> None:
 
 def test_cancel_kills_running_cancels_pending_and_starts_nothing_more() -> None:
     jobs = pipeline(job("a"), job("b"), job("c"), job("d", "a"))
-    core = Scheduler(jobs, 2)
-    assert started(core.start(0.0)) == ["a", "b"]
-    out = core.handle(CancelRequested("interrupted"), 3.0)
+    core, out = fresh(jobs, 2, 0.0)
+    assert started(out) == ["a", "b"]
+    out = core.handle(CancelAll("interrupted", StopCause.INTERRUPTED), 3.0)
     assert sorted(kills(out), key=lambda k: k.job_id) == [
-        KillJob("a", FailureKind.CANCELLED),
-        KillJob("b", FailureKind.CANCELLED),
+        KillAttempt("a", FailureKind.CANCELLED),
+        KillAttempt("b", FailureKind.CANCELLED),
     ]
     assert {j: r.status for j, r in completed(out).items()} == {
         "c": JobStatus.CANCELLED,
@@ -439,16 +465,15 @@ def test_cancel_kills_running_cancels_pending_and_starts_nothing_more() -> None:
     assert completed(out)["a"].status is JobStatus.CANCELLED
     assert completed(out)["a"].reason == "interrupted"
     core.handle(finished("b", 1, 0, 3.2, FailureKind.TEST_FAILURE), 3.2)
-    assert core.done
-    assert core.handle(CancelRequested("again"), 4.0) == []
+    assert core.idle
+    assert core.handle(CancelAll("again", StopCause.INTERRUPTED), 4.0) == []
 
 
 def test_cancel_does_not_retry_a_job_waiting_for_its_retry() -> None:
-    core = Scheduler(pipeline(job("a", retries=3)), 1)
-    core.start(0.0)
+    core, _ = fresh(pipeline(job("a", retries=3)), 1, 0.0)
     out = core.handle(finished("a", 1, 0, 10, FailureKind.TEST_FAILURE), 10.0)
     (retry,) = timers(out)
-    out = core.handle(CancelRequested("stop"), 11.0)
+    out = core.handle(CancelAll("stop", StopCause.INTERRUPTED), 11.0)
     assert completed(out)["a"].status is JobStatus.CANCELLED
     assert len(completed(out)["a"].attempts) == 1
     assert core.handle(TimerFired(retry.token), retry.at) == []
@@ -492,16 +517,21 @@ def test_cap_with_retries_timeouts_and_failures() -> None:
 
 
 def test_each_finish_frees_exactly_one_slot() -> None:
-    core = Scheduler(pipeline(*(job(f"j{i}") for i in range(5))), 2)
-    assert started(core.start(0.0)) == ["j0", "j1"]
+    core, out = fresh(pipeline(*(job(f"j{i}") for i in range(5))), 2, 0.0)
+    assert started(out) == ["j0", "j1"]
     assert started(core.handle(finished("j0", 1, 0, 1), 1.0)) == ["j2"]
     assert started(core.handle(finished("j2", 1, 1, 2), 2.0)) == ["j3"]
-    assert core.running == frozenset({"j1", "j3"})
+    assert core.attempts_out == 2
+    assert {j: core.state(j).phase.value for j in ("j1", "j3", "j4")} == {  # type: ignore[union-attr]
+        "j1": "placing",
+        "j3": "placing",
+        "j4": "ready",
+    }
 
 
 def test_capacity_must_be_positive() -> None:
     with pytest.raises(ValueError, match="capacity"):
-        Scheduler([], 0)
+        Scheduler(0)
 
 
 # -- order -----------------------------------------------------------------------------------
@@ -559,13 +589,12 @@ def test_lower_priority_ready_job_runs_while_the_high_one_waits() -> None:
 
 
 def test_not_before_is_a_timer_and_the_job_starts_exactly_then() -> None:
-    core = Scheduler(pipeline(job("nightly", not_before=1000.0), job("now")), 2)
-    out = core.start(0.0)
+    core, out = fresh(pipeline(job("nightly", not_before=1000.0), job("now")), 2, 0.0)
     assert started(out) == ["now"]
-    assert ScheduleTimer(1000.0, ("not_before", "nightly")) in out
+    assert SetTimer(1000.0, ("wake", "nightly")) in out
     out = core.handle(finished("now", 1, 0, 5), 5.0)
     assert started(out) == []  # a freed slot does not let it start early
-    out = core.handle(TimerFired(("not_before", "nightly")), 1000.0)
+    out = core.handle(TimerFired(("wake", "nightly")), 1000.0)
     assert started(out) == ["nightly"]
 
 
@@ -577,11 +606,10 @@ def test_not_before_in_simulation() -> None:
 
 def test_not_before_already_passed_when_needs_finish() -> None:
     jobs = pipeline(job("a"), job("b", "a", not_before=5.0))
-    core = Scheduler(jobs, 1)
-    core.start(0.0)
+    core, _ = fresh(jobs, 1, 0.0)
     out = core.handle(finished("a", 1, 0, 10), 10.0)
     assert started(out) == ["b"]
-    assert ("not_before", "b") not in [t.token for t in timers(out)]
+    assert ("wake", "b") not in [t.token for t in timers(out)]
 
 
 def test_a_need_skipped_for_nothing_to_handle_skips_success_jobs() -> None:
@@ -599,8 +627,8 @@ def test_not_before_timer_is_asked_for_once() -> None:
         job("on-fail", condition=Condition.FAILURE),
         job("b", "on-fail", not_before=50.0, condition=Condition.ALWAYS),
     )
-    out = Scheduler(jobs, 1).start(0.0)
-    assert [t.token for t in timers(out)] == [("not_before", "b")]
+    _, out = fresh(jobs, 1)
+    assert [t.token for t in timers(out)] == [("wake", "b")]
 
 
 def test_a_job_readied_during_start_is_queued_once() -> None:
@@ -618,64 +646,58 @@ def test_a_job_readied_during_start_is_queued_once() -> None:
 
 
 def test_stale_timeout_timers_are_ignored() -> None:
-    core = Scheduler(pipeline(job("a", timeout_s=30.0, retries=1)), 1)
-    core.start(0.0)
-    (t1,) = timers(core.handle(JobRunning("a", 1), 0.0))
+    core, _ = fresh(pipeline(job("a", timeout_s=30.0, retries=1)), 1, 0.0)
+    (t1,) = timers(core.handle(AttemptPlaced("a", 1), 0.0))
     out = core.handle(finished("a", 1, 0, 5, FailureKind.TEST_FAILURE), 5.0)
     (retry,) = timers(out)
     core.handle(TimerFired(retry.token), 7.0)
-    assert core.handle(JobRunning("a", 1), 7.0) == []  # a stale report arms nothing
-    (t2,) = timers(core.handle(JobRunning("a", 2), 7.0))
+    assert core.handle(AttemptPlaced("a", 1), 7.0) == []  # a stale report arms nothing
+    (t2,) = timers(core.handle(AttemptPlaced("a", 2), 7.0))
     assert t1.token != t2.token
     assert core.handle(TimerFired(t1.token), 30.0) == []  # attempt 1's deadline, attempt 2 runs
-    assert core.running == frozenset({"a"})
-    assert core.handle(TimerFired(t2.token), 37.0) == [KillJob("a", FailureKind.TIMEOUT)]
+    assert core.attempts_out == 1
+    assert core.handle(TimerFired(t2.token), 37.0) == [KillAttempt("a", FailureKind.TIMEOUT)]
     assert core.handle(TimerFired(t2.token), 37.0) == []  # already being killed
 
 
 def test_timeout_timer_after_the_job_passed_is_ignored() -> None:
-    core = Scheduler(pipeline(job("a", timeout_s=30.0)), 1)
-    core.start(0.0)
-    (t1,) = timers(core.handle(JobRunning("a", 1), 0.0))
-    core.handle(finished("a", 1, 0, 5), 5.0)
+    core, _ = fresh(pipeline(job("a", timeout_s=30.0)), 1, 0.0)
+    (t1,) = timers(core.handle(AttemptPlaced("a", 1), 0.0))
+    out = core.handle(finished("a", 1, 0, 5), 5.0)
     assert core.handle(TimerFired(t1.token), 30.0) == []
-    assert by_id(core.results())["a"].status is JobStatus.PASSED
+    assert completed(out)["a"].status is JobStatus.PASSED
 
 
 def test_stale_and_duplicate_finish_events_are_ignored() -> None:
-    core = Scheduler(pipeline(job("a", retries=1), job("b", "a")), 1)
-    core.start(0.0)
+    core, _ = fresh(pipeline(job("a", retries=1), job("b", "a")), 1, 0.0)
     assert core.handle(finished("a", 2, 0, 1), 1.0) == []  # no attempt 2 is running
     assert core.handle(finished("zzz", 1, 0, 1), 1.0) == []  # not a job we know running
     out = core.handle(finished("a", 1, 0, 2), 2.0)
     assert completed(out)["a"].status is JobStatus.PASSED
     assert started(out) == ["b"]
     assert core.handle(finished("a", 1, 0, 2, FailureKind.TEST_FAILURE), 3.0) == []
-    assert by_id(core.results())["a"].status is JobStatus.PASSED
+    assert "a" not in core  # settled and forgotten
 
 
 @pytest.mark.parametrize("token", ["junk", (), ("nonsense", "a"), 42])
 def test_unknown_timer_tokens_are_ignored(token: Hashable) -> None:
-    core = Scheduler(pipeline(job("a")), 1)
-    core.start(0.0)
+    core, _ = fresh(pipeline(job("a")), 1, 0.0)
     assert core.handle(TimerFired(token), 1.0) == []
-    assert core.running == frozenset({"a"})
+    assert core.attempts_out == 1
 
 
 def test_run_timeout_after_the_run_finished_changes_nothing() -> None:
-    core = Scheduler(pipeline(job("a")), 1, run_timeout_s=60.0)
-    core.start(0.0)
+    core, _ = fresh(pipeline(job("a")), 1)
     core.handle(finished("a", 1, 0, 60), 60.0)
-    assert core.done
-    assert core.handle(TimerFired(("run_timeout",)), 60.0) == []
-    assert core.status() is RunStatus.PASSED
+    assert core.idle
+    assert core.handle(CancelAll("timed out", StopCause.TIMED_OUT), 60.0) == []
+    assert core.stop_cause is None
 
 
 def test_not_before_timer_for_a_settled_job_is_ignored() -> None:
-    core = Scheduler(pipeline(job("a", not_before=100.0)), 1)
-    core.start(0.0)
-    core.handle(CancelRequested("stop"), 10.0)
-    assert core.handle(TimerFired(("not_before", "a")), 100.0) == []
+    core, _ = fresh(pipeline(job("a", not_before=100.0)), 1, 0.0)
+    core.handle(CancelAll("stop", StopCause.INTERRUPTED), 10.0)
+    assert core.handle(TimerFired(("wake", "a")), 100.0) == []
 
 
 # -- the run's status ------------------------------------------------------------------------
@@ -702,7 +724,6 @@ def test_status_ignores_continue_on_error_jobs_and_honours_interrupted() -> None
         job("d", "a"),
     )
     table: dict[str, list[Run]] = {"a": [FAIL], "b": [(1.0, FailureKind.PROVISIONING_FAILED)]}
-    core = Scheduler(jobs, 4)
     sim = simulate(jobs, 4, outcomes(table))
     assert [r.status for r in sim.results] == [
         JobStatus.FAILED,
@@ -711,8 +732,8 @@ def test_status_ignores_continue_on_error_jobs_and_honours_interrupted() -> None
         JobStatus.PASSED,
     ]
     assert sim.status is RunStatus.PASSED
-    core.start(0.0)
-    assert core.status(interrupted=True) is RunStatus.INTERRUPTED
+    by = {j.id: j for j in jobs}
+    assert run_status(sim.results, by, StopCause.INTERRUPTED) is RunStatus.INTERRUPTED
 
 
 def test_results_are_in_pipeline_order() -> None:

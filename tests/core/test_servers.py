@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from runner.core.events import JobCompleted, JobFinished, JobRunning, ScheduleTimer, TimerFired
+from runner.core.events import AttemptEnded, AttemptPlaced, SetTimer, Settled, TimerFired
 from runner.core.model import Attempt, FailureKind, GpuAsk, Job, JobStatus, RunStatus
 from runner.core.placing import CoreEvent, PlacingCore
 from runner.core.rentals import (
@@ -103,7 +103,7 @@ class Drive:
     def finish(self, now: float, start: StartOn, failure: FailureKind | None = None) -> list[Any]:
         code = 0 if failure is None else 1
         attempt = Attempt(start.attempt, now, now, code, failure)
-        return self.at(now, JobFinished(start.job_id, attempt))
+        return self.at(now, AttemptEnded(start.job_id, attempt))
 
     def start_of(self, job_id: str) -> StartOn:
         return next(s for s in reversed(self.starts()) if s.job_id == job_id)
@@ -111,8 +111,8 @@ class Drive:
     def rent_for(self, job_id: str) -> RentServer:
         return next(r for r in reversed(self.rents()) if r.for_job == job_id)
 
-    def timers(self) -> list[ScheduleTimer]:
-        return [c for c in self.said if isinstance(c, ScheduleTimer)]
+    def timers(self) -> list[SetTimer]:
+        return [c for c in self.said if isinstance(c, SetTimer)]
 
 
 def run_timers_until(d: Drive, until: float) -> None:
@@ -200,7 +200,7 @@ def test_a_finished_server_runs_the_job_that_needs_the_one_that_ran_there() -> N
     d.at(100.0, ServerReady(server))
     assert d.start_of("c").server == server  # the longest path first
     d.finish(1900.0, d.start_of("c"))
-    d.at(1900.0, JobRunning("a", 1))
+    d.at(1900.0, AttemptPlaced("a", 1))
     d.finish(1960.0, d.start_of("a"))
     assert d.start_of("b").server == server
 
@@ -267,7 +267,7 @@ def test_a_server_a_job_will_want_within_a_boot_is_kept_then_given_back_if_unuse
     d.at(100.0, ServerReady(b_server))
     out = d.finish(400.0, d.start_of("a"))
     assert not [c for c in out if isinstance(c, ReleaseServer)]
-    (look,) = [c for c in out if isinstance(c, ScheduleTimer)]
+    (look,) = [c for c in out if isinstance(c, SetTimer)]
     assert look.at == pytest.approx(400.0 + BOOT.expected_s, abs=0.01)
     d.finish(450.0, d.start_of("b"))
     assert d.start_of("c").server == a_server  # not b's 4090: c asks for a 3090
@@ -362,7 +362,7 @@ def test_an_attempt_fails_as_provisioning_once_every_offer_tried_failed() -> Non
     assert len({r.quote.host for r in d.rents()}) == MAX_OFFERS_PER_ATTEMPT
     # The attempt ended as an infrastructure failure: the scheduler retries it after a backoff,
     # on a host not tried yet.
-    (retry,) = [t for t in d.timers() if t.token[0] == "retry"]
+    (retry,) = [t for t in d.timers() if t.token[0] == "wake"]
     d.at(retry.at, TimerFired(retry.token))
     assert d.rents()[-1].quote.host == f"h{MAX_OFFERS_PER_ATTEMPT}"
 
@@ -383,19 +383,19 @@ def test_a_lost_server_is_given_back_and_its_host_never_rented_again() -> None:
     out = d.at(150.0, ServerLost(server, "outbid"))
     assert ReleaseServer(server, "lost: outbid") in out
     d.finish(150.0, d.start_of("a"), FailureKind.SERVER_LOST)
-    (retry,) = [t for t in d.timers() if t.token[0] == "retry"]
+    (retry,) = [t for t in d.timers() if t.token[0] == "wake"]
     d.at(retry.at, TimerFired(retry.token))
     assert d.rents()[-1].quote.host == "a2"
 
 
 def test_a_cancel_gives_back_what_no_job_runs_on_and_ends_jobs_still_waiting() -> None:
-    from runner.core.events import CancelRequested
+    from runner.core.events import CancelAll, StopCause
 
     d = Drive(pipeline(job("a"), job("b", gpu="4090")))
     d.at(100.0, ServerReady(d.rent_for("a").server))
-    out = d.at(110.0, CancelRequested("interrupted"))
+    out = d.at(110.0, CancelAll("interrupted", StopCause.INTERRUPTED))
     assert ReleaseServer(d.rent_for("b").server, "the run is stopping") in out
-    completed = [c.result.job_id for c in out if isinstance(c, JobCompleted)]
+    completed = [c.result.job_id for c in out if isinstance(c, Settled)]
     assert completed == ["b"]  # a runs: it is killed and reports, b had nothing to kill
     d.finish(111.0, d.start_of("a"), FailureKind.CANCELLED)
     assert d.core.done and d.book.servers() == []

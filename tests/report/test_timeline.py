@@ -155,3 +155,13 @@ def test_a_failure_continue_on_error_allows_reads_failed_allowed_in_every_report
 
 def test_nothing_ran_means_no_chart() -> None:
     assert gantt(build_timeline([])) == ""
+
+
+def test_unknown_ci_facts_are_null_not_empty() -> None:
+    from runner.report.summary import ci_info
+
+    env = {"GITHUB_SERVER_URL": "https://github.com", "GITHUB_REPOSITORY": "o/r"}
+    info = ci_info({**env, "GITHUB_RUN_ID": "7"})
+    assert info is not None
+    assert info["run_attempt"] is None and info["sha"] is None and info["event_name"] is None
+    assert info["run_url"] == "https://github.com/o/r/actions/runs/7"

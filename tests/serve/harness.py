@@ -23,6 +23,7 @@ import uvicorn
 
 from runner.backends.base import Backend
 from runner.backends.local import LocalBackend
+from runner.clock import SYSTEM_CLOCK, Clock
 from runner.serve.app import create_app
 from runner.serve.service import Service, ServiceOptions
 from runner.serve.store import Store
@@ -44,11 +45,19 @@ def wait_until(check: Callable[[], Any], timeout: float = 15.0, what: str = "") 
 
 
 class FakeClock:
-    def __init__(self, now: float = 1_800_000_000.0) -> None:
-        self.now = now
+    """Unix time that moves only when a test sets `unix` (then calls the service's `wake()`)."""
 
-    def __call__(self) -> float:
-        return self.now
+    def __init__(self, unix: float = 1_800_000_000.0) -> None:
+        self.unix = unix
+
+    def time(self) -> float:
+        return self.unix
+
+    def now(self) -> float:
+        return self.unix
+
+    def sleep(self, seconds: float) -> None:
+        self.unix += seconds
 
 
 @dataclass
@@ -111,7 +120,7 @@ def thread_server(
     tmp: Path,
     *,
     capacity: int = 2,
-    clock: Callable[[], float] = time.time,
+    clock: Clock = SYSTEM_CLOCK,
     backend: Backend | None = None,
     daily_spend_limit: float | None = None,
     app_options: dict[str, Any] | None = None,
@@ -167,10 +176,17 @@ class ServeProcess:
     def kill(self) -> None:
         self.proc.kill()
         self.proc.wait(timeout=10)
+        self._close()
 
-    def terminate(self) -> int:
-        self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout=20)
+    def terminate(self, sig: signal.Signals = signal.SIGTERM) -> int:
+        self.proc.send_signal(sig)
+        code = self.proc.wait(timeout=20)
+        self._close()
+        return code
+
+    def _close(self) -> None:
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
 
 
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -74,10 +74,10 @@ def test_not_before_with_an_injected_clock(tmp_path: Path) -> None:
             "jobs:\n  night:\n    not-before: 2027-01-15T09:00:00Z\n    run: echo late\n"
         )
         assert srv.api.job(night)["waiting_for"] == "not before 2027-01-15T09:00:00Z"
-        clock.now += 3599
+        clock.unix += 3599
         srv.service.wake()
         assert srv.api.status(night) == "queued"
-        clock.now += 1
+        clock.unix += 1
         srv.service.wake()
         job = srv.api.wait_status(night, FINAL)
         assert job["status"] == "passed" and job["started_at"] == 1_800_003_600.0

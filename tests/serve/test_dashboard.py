@@ -3,18 +3,22 @@ the security headers, escaping, server-side paging and filtering, the log in ran
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from http.cookies import SimpleCookie
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
 
+from runner.backends.base import Place
+from runner.backends.local import LocalBackend
 from runner.core.model import Job
 from runner.serve.dashboard.pictures import dag, timeline
 from runner.serve.dashboard.session import COOKIE, SESSION_S, Sessions
 from runner.serve.store import JobMatch, Store
-from tests.serve.harness import FINAL, TOKEN, FakeClock, thread_server
+from tests.serve.harness import FINAL, TOKEN, FakeClock, thread_server, wait_until
 
 PAGES = ("/", "/ui/jobs/s1.a", "/ui/submissions/1", "/ui/spend")
 FRAGMENTS = ("/ui/queue/rows", "/ui/jobs/s1.a/panel", "/ui/jobs/s1.a/log?tail=10")
@@ -81,15 +85,15 @@ def test_the_login_sends_back_only_to_a_path_here(tmp_path: Path, target: str) -
 
 def test_a_forged_expired_or_logged_out_cookie_is_refused() -> None:
     clock = FakeClock()
-    sessions = Sessions("a-token-of-sixteen+", clock)
+    sessions = Sessions("a-token-of-sixteen+", clock.time)
     cookie, session = sessions.issue()
     assert sessions.check(cookie) == session
     expires, nonce, mac = cookie.split(".")
     assert sessions.check(f"{int(expires) + 3600}.{nonce}.{mac}") is None  # extended by hand
     assert sessions.check(f"{expires}.{nonce}.{'0' * len(mac)}") is None
-    assert Sessions("another-token-of-16", clock).check(cookie) is None  # the token changed
+    assert Sessions("another-token-of-16", clock.time).check(cookie) is None  # the token changed
     assert sessions.check("garbage") is None and sessions.check(None) is None
-    clock.now += SESSION_S + 1
+    clock.unix += SESSION_S + 1
     assert sessions.check(cookie) is None
     fresh, fresh_session = sessions.issue()
     sessions.end(fresh_session)
@@ -298,6 +302,14 @@ def test_the_timeline_spans_the_attempts() -> None:
     assert a.w == pytest.approx(b.w) and b.x == pytest.approx(a.x + a.w)
     assert [label for _, label, _ in picture.rows] == ["first", "b"]
     assert timeline([], {}, now=0.0) is None
+    retried = [
+        {"job_id": "c", "number": 1, "started_at": 0.0, "finished_at": 5.0, "failure": "timeout"},
+        {"job_id": "c", "number": 2, "started_at": 6.0, "finished_at": 9.0, "failure": "timeout"},
+    ]
+    again = timeline(retried, {}, now=10.0)
+    assert again is not None
+    assert [b.status for b in again.bars] == ["retried", "failed"]  # as the reports draw it
+    assert len(again.rows) == 1  # one lane per job
 
 
 def fill(store: Store, total: int) -> list[str]:
@@ -316,3 +328,35 @@ def fill(store: Store, total: int) -> list[str]:
         )
         ids += [job.id for _, job in made]
     return ids
+
+
+class PricedLocal(LocalBackend):
+    """The local backend, as if each place were a rented server at $2/h."""
+
+    def acquire(self, *args: Any, **kwargs: Any) -> Place:
+        place = super().acquire(*args, **kwargs)
+        place.facts["gpu"] = "RTX 4090 <b>x1</b>"  # a server's text: escaped on the page
+        return dataclasses.replace(place, name="clore-42", usd_per_hour=2.0)
+
+
+def test_a_running_job_shows_its_server_price_and_cost_so_far(tmp_path: Path) -> None:
+    clock = FakeClock()
+    gate = tmp_path / "gate"
+    with thread_server(tmp_path, clock=clock, backend=PricedLocal(tmp_path)) as srv:
+        (job,) = srv.api.submit("jobs:\n" + gated("a", gate))
+        srv.api.wait_status(job, {"running"})
+        browser = logged_in(srv.api.url)
+
+        def row() -> str:
+            html = browser.get(srv.api.url + "/").text
+            found = re.search(rf'<tr id="job-{re.escape(job)}".*?</tr>', html, re.S)
+            assert found
+            return found.group(0)
+
+        wait_until(lambda: "clore-42" in row(), what="the server of the running job")
+        clock.unix += 1800  # half an hour at $2/h
+        assert "$2.0000/h" in row() and "$1.0000" in row()
+        page = browser.get(f"{srv.api.url}/ui/jobs/{job}").text
+        assert "RTX 4090 &lt;b&gt;x1&lt;/b&gt;" in page and "workdir" not in page
+        gate.touch()
+        srv.api.wait_status(job, FINAL)

@@ -92,8 +92,7 @@ def test_sighup_hands_running_jobs_over_and_leaves_no_process(tmp_path: Path) ->
     first.api.submit(pipeline(tmp_path))
     first.api.wait_status("s1.long", {"running"})
     (pid,) = wait_until(lambda: lines(tmp_path / "long.starts"), what="long to start")
-    first.proc.send_signal(signal.SIGHUP)
-    assert first.proc.wait(timeout=20) == 0
+    assert first.terminate(signal.SIGHUP) == 0
     assert not alive(int(pid))
 
     second = start_serve(db)

@@ -58,7 +58,7 @@ def test_the_daily_spend_limit_holds_starts_until_the_next_utc_day(tmp_path: Pat
         assert srv.api.job("s1.c")["waiting_for"] == (
             "the daily spend limit (until 2027-01-16T00:00:00Z)"
         )
-        clock.now = 1_800_057_600.0
+        clock.unix = 1_800_057_600.0
         srv.service.wake()
         assert srv.api.wait_status("s1.c", FINAL)["status"] == "passed"
         assert [srv.api.job(i)["cost_usd"] for i in ids] == [2.5, 2.5, 2.5]
@@ -131,7 +131,7 @@ def test_the_daily_spend_limit_still_holds_after_a_restart(tmp_path: Path) -> No
         job = srv.api.job("s1.c")  # a start would have been recorded as the server started
         assert (job["status"], job["attempts"]) == ("queued", 0)
         assert job["waiting_for"] == "the daily spend limit (until 2027-01-16T00:00:00Z)"
-        clock.now = 1_800_057_600.0
+        clock.unix = 1_800_057_600.0
         srv.service.wake()
         assert srv.api.wait_status("s1.c", FINAL)["status"] == "passed"
 

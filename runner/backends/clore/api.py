@@ -1,4 +1,4 @@
-"""A thin client for the Clore.ai REST API as it really behaves (reference/clore-api.md).
+"""A thin client for the Clore.ai REST API as it really behaves, not as it is documented.
 
 - Every reply is judged by its JSON `code` first; the HTTP status only fills in when there is none.
 - Every call goes through one serial `RateLimiter` (the process-wide one by default).

@@ -24,8 +24,8 @@ from runner.backends.clore.market import (
     offers_from_servers,
 )
 from runner.backends.clore.provision import ProvisionCancelled, Provisioner, Rental, SkipOffer
-from runner.backends.clore.ratelimit import Clock
 from runner.backends.ssh.exec import run_job
+from runner.clock import Clock
 from runner.core import money
 from runner.core.model import FailureKind, GpuAsk, Job
 from runner.errors import InfrastructureError, JobCannotRun, RunMustStop
@@ -37,7 +37,8 @@ _ANY_GPU = GpuAsk()
 
 @dataclass
 class Budget:
-    """Spent + committed + the new rental must fit `limit_usd` (design §4)."""
+    """Spent + committed + the new rental's worst case must fit `limit_usd`: a budget is a
+    ceiling that must hold before money is committed, never an estimate."""
 
     limit_usd: float | None
     spent_usd: float = 0.0  # rentals already given back
@@ -90,7 +91,7 @@ class CloreBackend:
             useless = [h for h in self._held.values() if h.job is None and not self._wanted(h)]
             for held in useless:
                 del self._held[held.rental.rental_id]
-        if useless:  # nobody waiting can use them: stop paying now, off the engine's loop
+        if useless:  # nobody waiting can use them: stop paying now, off the driver's loop
             worker = threading.Thread(target=self._give_back_idle, args=(useless,), daemon=True)
             self._releasers.append(worker)
             worker.start()
@@ -441,7 +442,7 @@ class CloreBackend:
 
     def shutdown(self) -> None:
         """Give back everything held, all orders cancelled first and then confirmed together.
-        Idempotent: the engine calls it as soon as a run is cancelled, and again at the end."""
+        Idempotent: the driver calls it as soon as a run is cancelled, and again at the end."""
         with self._cond:
             self._closing = True
             held = list(self._held.values())
@@ -453,7 +454,7 @@ class CloreBackend:
             for h in held:
                 if h.job is not None and h.place is not None:
                     # Its worker's release() will find the server gone: settle the attempt's
-                    # share now, so the engine does not price it again (the rest is idle).
+                    # share now, so the run does not price it again (the rest is idle).
                     h.place.facts["cost_usd"] = f"{self._bill(h.rental):.6f}"
         options = self.provisioner.options
         within_s = options.shutdown_confirm_within_s if stopped else None

@@ -1,4 +1,5 @@
-"""Reconcile the ledger with `my_orders`: cancel whatever a run left behind (design §5).
+"""Reconcile the ledger with `my_orders`: cancel whatever a run left behind, the last layer
+of never leaving a billed server running.
 
 For every rental not yet released, the order is looked up in `my_orders` (completed ones
 included, so "ended" and "never created" can be told apart):
@@ -28,7 +29,7 @@ from runner.backends.clore.api import CloreClient
 from runner.backends.clore.errors import CloreApiError
 from runner.backends.clore.models import Order
 from runner.backends.clore.ownership import Claim, find_ours
-from runner.backends.clore.ratelimit import Clock
+from runner.clock import Clock
 from runner.ledger import Ledger, Rental
 
 CONFIRM_WAIT_S = 5.0  # before the last look after a second cancel (G-gv waited 2-12 s)

@@ -22,8 +22,8 @@ from runner.backends.clore.provision import (
     ProvisionOptions,
     Rental,
 )
-from runner.backends.clore.ratelimit import Clock
 from runner.backends.ssh.keys import ClientKey, HostKeyStore
+from runner.clock import Clock
 from runner.core.model import GpuAsk, Job
 from runner.errors import InfrastructureError
 from runner.ledger import Ledger

@@ -7,8 +7,8 @@ from pathlib import Path
 from runner.backends.clore.api import CloreClient
 from runner.backends.clore.backend import Budget, CloreBackend
 from runner.backends.clore.provision import Provisioner
-from runner.backends.clore.ratelimit import SystemClock
 from runner.backends.ssh.keys import ClientKey, HostKeyStore
+from runner.clock import SystemClock
 from runner.core.model import Pipeline
 from runner.ledger import Ledger
 

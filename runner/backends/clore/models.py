@@ -1,4 +1,4 @@
-"""Lenient pydantic models of the Clore API's replies (shapes: reference/clore-api.md §2).
+"""Lenient pydantic models of the Clore API's replies, in the shapes the API really sends.
 
 Real replies carry more fields than any client knows and omit some that others assume, and the
 `clore-ai` SDK crashed on real `my_orders` replies because it typed `pub_cluster` as a string and
@@ -132,7 +132,7 @@ class Marketplace(_Reply):
 
 
 class Order(_Reply):
-    """One entry of `GET /my_orders` `orders` (real shape: reference §2.3). There is no status."""
+    """One entry of `GET /my_orders` `orders`, as the API sends it. There is no status."""
 
     id: int
     si: int | None = None  # the SERVER id (what create_order called renting_server)

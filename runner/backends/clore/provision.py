@@ -22,9 +22,10 @@ from runner.backends.clore.fees import FeeSchedule, read_fee_schedule
 from runner.backends.clore.market import Offer, per_hour, spot_bid_per_day
 from runner.backends.clore.models import Order
 from runner.backends.clore.ownership import LedgerMarks
-from runner.backends.clore.ratelimit import Clock, RequestAborted
+from runner.backends.clore.ratelimit import RequestAborted
 from runner.backends.ssh.connection import ConnectOptions, Endpoint, SshConnection, connect
 from runner.backends.ssh.keys import ClientKey, HostKeyStore
+from runner.clock import Clock
 from runner.core import money
 from runner.core.model import Job
 from runner.errors import InfrastructureError, RunMustStop

@@ -12,40 +12,13 @@ Time comes from an injected `Clock`, so tests drive it with a fake and never wai
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Protocol
+
+from runner.clock import Clock, SystemClock
 
 MIN_INTERVAL_S = 1.1  # the official cookbook's spacing; the API allows 1 request/s
 CREATE_INTERVAL_S = 5.5  # create_order allows 1 request/5 s; 0.5 s of margin as G-gv found
-
-
-class Clock(Protocol):
-    """Time as the limiter and client see it."""
-
-    def now(self) -> float:
-        """Monotonic seconds, for spacing calls."""
-        ...
-
-    def time(self) -> float:
-        """Unix seconds, for comparing with the API's own timestamps (an order's `ct`)."""
-        ...
-
-    def sleep(self, seconds: float) -> None: ...
-
-
-class SystemClock:
-    """The real clock."""
-
-    def now(self) -> float:
-        return time.monotonic()
-
-    def time(self) -> float:
-        return time.time()
-
-    def sleep(self, seconds: float) -> None:
-        time.sleep(seconds)
 
 
 class RequestAborted(Exception):

@@ -206,7 +206,7 @@ class SshBackend:
             self._facts[name] = facts
 
 
-if TYPE_CHECKING:  # let mypy hold SshBackend to the engine's Protocol
+if TYPE_CHECKING:  # let mypy hold SshBackend to the Backend Protocol
 
     def _is_a_backend(backend: SshBackend) -> Backend:
         return backend

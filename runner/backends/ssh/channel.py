@@ -1,8 +1,8 @@
 """Reading an exec channel's two streams at once, without threads.
 
 A channel's stdout and stderr share one flow-control window (2 MiB in paramiko). Reading one
-stream to its end before the other hangs as soon as the other passes the window (measured, design
-§6), so every reader here takes whatever is ready on either stream and waits on both with one
+stream to its end before the other hangs as soon as the other passes the window (measured on
+loopback), so every reader here takes whatever is ready on either stream and waits on both with one
 `select` (paramiko's channel fileno becomes readable on data on either stream and on close).
 """
 

@@ -9,8 +9,9 @@ Independent of how the server was obtained (named by the user, or rented from Cl
 2. the script runs under `setsid` (its own process group) as `bash --noprofile --norc -eo pipefail`;
    both output streams are forwarded live; the group's id lands in `ctl/pgid`;
 3. on timeout or cancel the group gets TERM, then KILL: closing the channel would not stop it
-   (design §6), and root may not send signal requests. Processes a finished job left behind are
-   killed too, as GitHub Actions does with orphans, so they cannot disturb the next job;
+   (sshd leaves the process running), and root may not send signal requests. Processes a
+   finished job left behind are killed too, as GitHub Actions does with orphans, so they
+   cannot disturb the next job;
 4. artifacts and the junit file come back as a tar stream, extracted with path checks;
 5. the folder is removed.
 """

@@ -1,8 +1,9 @@
 """Writing a tar stream straight into a channel.
 
 The workspace goes up as one tar stream over an exec channel running `tar -x`: that runs at
-streaming speed, where SFTP put reached only ~0.4× `sftp` (design §6). tarfile only builds the
-headers here; file contents are sent in large chunks without tarfile's small-block copying.
+streaming speed, where SFTP put reached only ~0.4× `sftp` (measured on loopback). tarfile only
+builds the headers here; file contents are sent in large chunks without tarfile's small-block
+copying.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """Geometry of a submission's two pictures, drawn as SVG by the templates: its DAG (needs as
-arrows, layers by longest path from a root) and its timeline (attempts as bars on a time axis).
+arrows, layers by longest path from a root) and its timeline (the reports' timeline model:
+attempts as bars on a time axis, a lane per job).
 
 Only numbers and the jobs' own fields come out of here; the templates escape every text.
 Loops, no recursion: a 400-deep chain must lay out as a 4-wide one does.
@@ -11,6 +12,8 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from runner.report.timeline import AttemptRecord, build_timeline
 
 NODE_W, NODE_H = 168, 30
 GAP_X, GAP_Y = 56, 14
@@ -141,7 +144,7 @@ TICKS = 6
 class Bar:
     job_id: str
     number: int
-    status: str  # the attempt's outcome: passed, a failure kind, or running
+    status: str  # setup (getting a place), running, passed, failed, retried
     title: str
     x: float
     y: float
@@ -160,42 +163,53 @@ class Timeline:
 def timeline(
     attempts: Sequence[Mapping[str, Any]], names: Mapping[str, str], now: float
 ) -> Timeline | None:
-    """attempts: job_id, number, started_at, finished_at, failure; None when none started."""
+    """attempts: job_id, number, started_at, finished_at, failure; None when none started.
+    Laid out by the reports' timeline model (lanes, phases, outcomes), so the page shows
+    what summary.md and timeline.svg do; a running attempt ends at `now`."""
     if not attempts:
         return None
-    begin = min(float(a["started_at"]) for a in attempts)
-    end = max(float(a["finished_at"] or now) for a in attempts)
-    span = max(end - begin, 1.0)
+    running = {(a["job_id"], int(a["number"])) for a in attempts if a["finished_at"] is None}
+    model = build_timeline(
+        AttemptRecord(
+            job_id=a["job_id"],
+            job_name=names.get(a["job_id"], a["job_id"]),
+            number=int(a["number"]),
+            started_at=float(a["started_at"]),
+            finished_at=float(a["finished_at"] if a["finished_at"] is not None else now),
+            placed_at=a.get("placed_at"),
+            failure=a["failure"],
+        )
+        for a in attempts
+    )
+    span = max(model.end_s, 1.0)
     scale = CHART_W / span
-    order: dict[str, float] = {}
-    for a in attempts:
-        order.setdefault(a["job_id"], PAD + len(order) * (BAR_H + BAR_GAP))
+    lane = {job_id: float(PAD + i * (BAR_H + BAR_GAP)) for i, job_id in enumerate(model.jobs)}
     bars = []
-    for a in attempts:
-        began, ended = float(a["started_at"]), a["finished_at"]
-        outcome = "running" if ended is None else (a["failure"] or "passed")
-        stop = float(ended) if ended is not None else now
+    for part in model.spans:
+        ongoing = (part.job_id, part.attempt) in running and part.phase == "run"
+        status = "setup" if part.phase == "setup" else "running" if ongoing else part.outcome
+        took = _duration(part.end_s - part.start_s)
         bars.append(
             Bar(
-                job_id=a["job_id"],
-                number=int(a["number"]),
-                status=outcome,
-                title=f"{a['job_id']} attempt {a['number']}: {outcome}, {_duration(stop - began)}",
-                x=LABEL_W + (began - begin) * scale,
-                y=order[a["job_id"]],
-                w=max(2.0, (stop - began) * scale),
+                job_id=part.job_id,
+                number=part.attempt,
+                status=status,
+                title=f"{part.label}: {'running' if ongoing else part.phase}, {took}",
+                x=LABEL_W + part.start_s * scale,
+                y=lane[part.job_id],
+                w=max(2.0, (part.end_s - part.start_s) * scale),
             )
         )
     ticks = [
         (LABEL_W + i * CHART_W / TICKS, "+" + _duration(i * span / TICKS)) for i in range(TICKS + 1)
     ]
-    rows = [(job_id, _short(names.get(job_id, job_id)), y) for job_id, y in order.items()]
+    rows = [(job_id, _short(model.names[job_id]), y) for job_id, y in lane.items()]
     return Timeline(
         rows=rows,
         bars=bars,
         ticks=ticks,
         width=LABEL_W + CHART_W + 2 * PAD + 30,
-        height=PAD * 2 + len(order) * (BAR_H + BAR_GAP) + 20,
+        height=PAD * 2 + len(lane) * (BAR_H + BAR_GAP) + 20,
     )
 
 

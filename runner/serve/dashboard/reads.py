@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from runner.serve import views
 from runner.serve.store import FINAL, STATUSES, JobMatch, JobRow, Store
 
 PAGE_SIZE = 50
@@ -25,7 +24,10 @@ class Queue(Protocol):
     """The service as the dashboard sees it."""
 
     store: Store
-    clock: Callable[[], float]
+
+    def now(self) -> float: ...
+
+    def waiting_for(self, job_id: str) -> str | None: ...
 
     @property
     def held_until(self) -> float | None: ...
@@ -70,7 +72,7 @@ class QueuePage:
 
 
 def queue_page(queue: Queue, match: JobMatch, limit: int) -> QueuePage:
-    store, now = queue.store, queue.clock()
+    store, now = queue.store, queue.now()
     rows = store.job_page(match, limit + 1)  # one more: is there a page beyond?
     more = len(rows) > limit
     if match.before is not None:
@@ -100,7 +102,7 @@ def job_line(queue: Queue, row: JobRow, spec: dict[str, Any], now: float) -> Job
         cost += price * max(0.0, now - last["started_at"]) / 3600
     return JobLine(
         row=row,
-        waiting_for=views.waiting_for(queue.store, row, spec, now, queue.held_until),
+        waiting_for=queue.waiting_for(row.id) if row.status == "queued" else None,
         not_before=spec.get("not_before"),
         server=str(last["server"]) if last else "",
         usd_per_hour=price,
@@ -145,7 +147,7 @@ def job_page(queue: Queue, settings: Settings, job_id: str) -> JobPageData | Non
     return JobPageData(
         row=row,
         spec=spec,
-        line=job_line(queue, row, spec, queue.clock()),
+        line=job_line(queue, row, spec, queue.now()),
         attempts=queue.store.attempts(job_id),
         artifacts=artifacts(settings.data_dir / "artifacts" / job_id),
         log_bytes=_size(log_path(settings, job_id)),
@@ -226,7 +228,7 @@ class SpendData:
 
 
 def spend(queue: Queue, settings: Settings) -> SpendData:
-    now = queue.clock()
+    now = queue.now()
     today = _day_start(now)
     since = today - (SPEND_DAYS - 1) * 86400
     spent = dict(queue.store.spend_by_day(since))

@@ -227,14 +227,14 @@ def _page_routes(
     def submission_page(request: Request, number: int) -> Response:
         session = _session(request, sessions)
         data = _submission(queue, number)
-        page = render.page("submission.j2", base(request, session), data=data, now=queue.clock())
+        page = render.page("submission.j2", base(request, session), data=data, now=queue.now())
         return _html(page)
 
     @router.get("/ui/submissions/{number}/pictures")
     def submission_pictures(request: Request, number: int) -> Response:
         _session(request, sessions, fragment=True)
         data = _submission(queue, number)
-        html = render.fragment("submission_pictures.j2", data=data, now=queue.clock())
+        html = render.fragment("submission_pictures.j2", data=data, now=queue.now())
         return _fragment(request, html)
 
     @router.get("/ui/spend")

@@ -10,7 +10,8 @@ import pytest
 
 from runner.backends.clore import errors as e
 from runner.backends.clore.api import CloreClient, RetryPolicy
-from runner.backends.clore.ratelimit import RateLimiter, SystemClock
+from runner.backends.clore.ratelimit import RateLimiter
+from runner.clock import SystemClock
 
 KEY = "sk-redirect-test-0123456789"
 

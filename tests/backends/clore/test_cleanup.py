@@ -34,7 +34,7 @@ def _within_rate_limits(fake_clore: FakeClore) -> Iterator[None]:
 
 @pytest.fixture
 def ledger(tmp_path: Path, fake_clock: FakeClock) -> Iterator[Ledger]:
-    with Ledger(tmp_path / "ledger.db", clock=fake_clock.time) as ledger:
+    with Ledger(tmp_path / "ledger.db", clock=fake_clock) as ledger:
         yield ledger
 
 
@@ -370,7 +370,7 @@ CRASHING_RUN = textwrap.dedent(
         def time(self): return float(now)
         def sleep(self, seconds): pass
 
-    ledger = Ledger(path, clock=ApiTime().time)
+    ledger = Ledger(path, clock=ApiTime())
     client = CloreClient(key, base_url=url, limiter=RateLimiter(ApiTime()))
     # One rental the run knows all about ...
     known = ledger.record_intent("crashed", "train", 88028, 2.0, "USD-Blockchain", 2 / 24)
@@ -417,7 +417,7 @@ def test_after_kill_9_cleanup_leaves_no_order_of_that_run_active(
     fake_clore.enforce_rate_limits, fake_clore.appear_after_s = True, 3.0
     fake_clore.clock.advance(120)
 
-    with Ledger(path, clock=fake_clore.clock.time) as ledger:
+    with Ledger(path, clock=fake_clore.clock) as ledger:
         assert [(r.job_id, r.state, r.order_id is None) for r in ledger.rentals("crashed")] == [
             ("train", "running", False),
             ("eval", "intent", True),

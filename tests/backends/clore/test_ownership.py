@@ -35,7 +35,7 @@ def _within_rate_limits(fake_clore: FakeClore) -> Iterator[None]:
 
 
 def ledger_at(tmp_path: Path, name: str, clock: FakeClock) -> Ledger:
-    return Ledger(tmp_path / name / "ledger.db", clock=clock.time)
+    return Ledger(tmp_path / name / "ledger.db", clock=clock)
 
 
 def request(server: int = SERVER, image: str = IMAGE, bid: float | None = None) -> OrderRequest:
@@ -142,7 +142,7 @@ def test_a_row_from_before_the_marks_is_listed_not_cancelled(
     fake_clore: FakeClore, tmp_path: Path
 ) -> None:
     path = tmp_path / "old" / "ledger.db"
-    with Ledger(path, clock=fake_clore.clock.time) as ledger:
+    with Ledger(path, clock=fake_clore.clock) as ledger:
         intent(ledger)
     db = sqlite3.connect(path)  # as a clore-run without ownership marks left it
     db.execute("UPDATE rentals SET legacy = 1")
@@ -150,7 +150,7 @@ def test_a_row_from_before_the_marks_is_listed_not_cancelled(
     db.close()
     theirs = fake_clore.add_order(SERVER, age_s=0, image=IMAGE)
     fake_clore.clock.advance(120)
-    with Ledger(path, clock=fake_clore.clock.time) as ledger:
+    with Ledger(path, clock=fake_clore.clock) as ledger:
         actions = reconcile(ledger, fake_clore.client(), dry_run=False)
         assert [a.kind for a in actions] == ["unproven"]
         assert not actions[0].resolved

@@ -7,7 +7,8 @@ import threading
 
 import pytest
 
-from runner.backends.clore.ratelimit import DEFAULT_LIMITER, RateLimiter, SystemClock
+from runner.backends.clore.ratelimit import DEFAULT_LIMITER, RateLimiter
+from runner.clock import SystemClock
 from tests.fakes.clore_api import FakeClock
 
 

@@ -6,7 +6,8 @@ import threading
 
 import pytest
 
-from runner.backends.clore.ratelimit import RateLimiter, RequestAborted, SystemClock
+from runner.backends.clore.ratelimit import RateLimiter, RequestAborted
+from runner.clock import SystemClock
 from tests.fakes.clore_api import FakeClock
 
 

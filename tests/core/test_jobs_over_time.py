@@ -1,4 +1,6 @@
-"""The queue core driven directly: events in, commands out, times as plain numbers."""
+"""The scheduling core as `serve` drives it: jobs added over time, needs on jobs it has already
+settled and forgotten, holds, single cancels, recovery state. Events in, commands out, times as
+plain numbers."""
 
 from __future__ import annotations
 
@@ -6,25 +8,23 @@ from collections.abc import Sequence
 from typing import Any
 
 from runner.core.events import (
-    JobCompleted,
-    JobFinished,
-    KillJob,
-    ScheduleTimer,
-    StartJob,
+    AttemptEnded,
+    AttemptPlaced,
+    AttemptRecorded,
+    CancelJob,
+    Command,
+    HoldStarts,
+    KillAttempt,
+    Requeued,
+    SetTimer,
+    Settled,
+    StartAttempt,
     TimerFired,
 )
-from runner.core.model import Attempt, Condition, FailureKind, Job, JobStatus, Priority
+from runner.core.model import Attempt, Condition, FailureKind, Job, JobResult, JobStatus, Priority
+from runner.core.outcome import NeedOutcome, need_outcome
 from runner.core.retry import MAX_INFRA_RETRIES
-from runner.serve.core import (
-    AttemptEnded,
-    CancelJob,
-    Entry,
-    NeedOutcome,
-    QueueCommand,
-    QueueCore,
-    Requeued,
-    outcome_of,
-)
+from runner.core.scheduler import Entry, JobState, Phase, Scheduler
 
 
 def job(job_id: str, *needs: str, **kw: Any) -> Job:
@@ -35,27 +35,27 @@ def entries(*jobs: Job, start: int = 0) -> list[Entry]:
     return [Entry(j, start + i) for i, j in enumerate(jobs)]
 
 
-def started(commands: Sequence[QueueCommand]) -> list[str]:
-    return [c.job_id for c in commands if isinstance(c, StartJob)]
+def started(commands: Sequence[Command]) -> list[str]:
+    return [c.job_id for c in commands if isinstance(c, StartAttempt)]
 
 
-def completed(commands: Sequence[QueueCommand]) -> dict[str, tuple[JobStatus, str]]:
+def completed(commands: Sequence[Command]) -> dict[str, tuple[JobStatus, str]]:
     return {
         c.result.job_id: (c.result.status, c.result.reason)
         for c in commands
-        if isinstance(c, JobCompleted)
+        if isinstance(c, Settled)
     }
 
 
 def finish(
-    core: QueueCore, job_id: str, number: int, now: float, failure: FailureKind | None = None
-) -> list[QueueCommand]:
+    core: Scheduler, job_id: str, number: int, now: float, failure: FailureKind | None = None
+) -> list[Command]:
     attempt = Attempt(number, now - 1, now, 0 if failure is None else 1, failure)
-    return core.handle(JobFinished(job_id, attempt), now)
+    return core.handle(AttemptEnded(job_id, attempt), now)
 
 
 def test_ready_jobs_start_by_priority_then_submission_order() -> None:
-    core = QueueCore(capacity=1)
+    core = Scheduler(1)
     assert started(core.add(entries(job("blocker")), {}, 0)) == ["blocker"]
     later = core.add(
         entries(
@@ -77,7 +77,7 @@ def test_ready_jobs_start_by_priority_then_submission_order() -> None:
 
 
 def test_a_later_dependent_raises_the_rank_of_a_queued_job() -> None:
-    core = QueueCore(capacity=1)
+    core = Scheduler(1)
     core.add(entries(job("busy"), job("a"), job("b")), {}, 0)
     # `b` now heads a long chain: it must go before `a`, although `a` came first.
     core.add([Entry(job("long", "b", estimate_s=10_000.0), 10)], {}, 1)
@@ -85,13 +85,13 @@ def test_a_later_dependent_raises_the_rank_of_a_queued_job() -> None:
 
 
 def test_needs_across_submissions_in_the_core_and_settled() -> None:
-    core = QueueCore(capacity=4)
+    core = Scheduler(4)
     assert started(core.add(entries(job("build")), {}, 0)) == ["build"]
     later = core.add(entries(job("test", "build"), start=1), {}, 1)
     assert started(later) == []  # waits for build, which is still in the core
     assert started(finish(core, "build", 1, 5)) == ["test"]
 
-    failed = outcome_of(job("old"), JobStatus.FAILED, "exit code 1")
+    failed = need_outcome(job("old"), JobResult("old", JobStatus.FAILED, "exit 1", (), "old"))
     out = core.add(
         entries(
             job("deploy", "old"),
@@ -107,74 +107,76 @@ def test_needs_across_submissions_in_the_core_and_settled() -> None:
 
 
 def test_not_before_waits_for_its_timer() -> None:
-    core = QueueCore(capacity=2)
+    core = Scheduler(2)
     out = core.add(entries(job("night", not_before=100.0)), {}, 0)
     assert started(out) == []
-    assert ScheduleTimer(100.0, ("wake", "night")) in out
+    assert SetTimer(100.0, ("wake", "night")) in out
     assert started(core.handle(TimerFired(("wake", "night")), 99.0)) == []  # early: ignored
     assert started(core.handle(TimerFired(("wake", "night")), 100.0)) == ["night"]
 
 
 def test_cancel_queued_skips_dependents_and_frees_nothing() -> None:
-    core = QueueCore(capacity=1)
+    core = Scheduler(1)
     core.add(
         entries(job("run", priority=Priority.HIGH), job("queued"), job("child", "queued")), {}, 0
     )
-    assert core.state("queued") == "ready"
+    assert core.state("queued") == JobState(Phase.READY)
     out = core.handle(CancelJob("queued", "cancelled by request"), 1)
     assert completed(out) == {
         "queued": (JobStatus.CANCELLED, "cancelled by request"),
         "child": (JobStatus.SKIPPED, "needs 'queued', which was cancelled"),
     }
-    assert started(out) == [] and core.running == 1
+    assert started(out) == [] and core.attempts_out == 1
 
 
 def test_cancel_waiting_on_needs() -> None:
-    core = QueueCore(capacity=1)
+    core = Scheduler(1)
     core.add(entries(job("a"), job("b", "a")), {}, 0)
-    assert core.state("b") == "waiting"
+    assert core.state("b") == JobState(Phase.WAITING, needs=("a",))
     out = core.handle(CancelJob("b", "no"), 1)
     assert completed(out) == {"b": (JobStatus.CANCELLED, "no")}
     assert completed(finish(core, "a", 1, 2)) == {"a": (JobStatus.PASSED, "")}
 
 
 def test_cancel_running_kills_and_never_retries() -> None:
-    core = QueueCore(capacity=1)
+    core = Scheduler(1)
     core.add(entries(job("a", retries=3), job("b")), {}, 0)
     out = core.handle(CancelJob("a", "cancelled by request"), 1)
-    assert KillJob("a", FailureKind.CANCELLED) in out and not completed(out)
+    assert KillAttempt("a", FailureKind.CANCELLED) in out and not completed(out)
     # The killed process reports a plain failure; the kill's reason wins, and no retry follows.
     out = finish(core, "a", 1, 2, FailureKind.TEST_FAILURE)
-    ended = [c for c in out if isinstance(c, AttemptEnded)]
+    ended = [c for c in out if isinstance(c, AttemptRecorded)]
     assert ended[0].attempt.failure is FailureKind.CANCELLED
     assert completed(out) == {"a": (JobStatus.CANCELLED, "cancelled by request")}
     assert started(out) == ["b"]
 
 
 def test_a_failure_retries_after_backoff_with_persisted_counters() -> None:
-    core = QueueCore(capacity=1, backoff=lambda n: 5.0 * n)
+    core = Scheduler(1, backoff=lambda n: 5.0 * n)
     core.add(entries(job("flaky", retries=1)), {}, 0)
     out = finish(core, "flaky", 1, 10, FailureKind.TEST_FAILURE)
     assert Requeued("flaky", 15.0, 1, 0) in out and not completed(out)
     out = core.handle(TimerFired(("wake", "flaky")), 15.0)
-    assert [c for c in out if isinstance(c, StartJob)] == [StartJob("flaky", 2, 3600.0)]
+    assert [c for c in out if isinstance(c, StartAttempt)] == [StartAttempt("flaky", 2, 3600.0)]
     out = finish(core, "flaky", 2, 20, FailureKind.TEST_FAILURE)
     assert completed(out) == {"flaky": (JobStatus.FAILED, "test_failure")}
 
 
 def test_timeout_timer_kills_the_attempt() -> None:
-    core = QueueCore(capacity=1)
+    core = Scheduler(1)
     core.add(entries(job("slow", timeout_s=30.0)), {}, 0)
-    out = core.handle(TimerFired(("timeout", "slow", 1)), 30.0)
-    assert out == [KillJob("slow", FailureKind.TIMEOUT)]
+    assert core.handle(TimerFired(("timeout", "slow", 1)), 30.0) == []  # not placed yet
+    assert core.handle(AttemptPlaced("slow", 1), 5.0) == [SetTimer(35.0, ("timeout", "slow", 1))]
+    out = core.handle(TimerFired(("timeout", "slow", 1)), 35.0)
+    assert out == [KillAttempt("slow", FailureKind.TIMEOUT)]
     out = finish(core, "slow", 1, 31, FailureKind.CANCELLED)
     assert completed(out) == {"slow": (JobStatus.TIMED_OUT, "timed out after 30 s")}
 
 
 def test_an_attempt_lost_in_a_restart_is_retried_then_given_up() -> None:
-    core = QueueCore(capacity=1, backoff=lambda n: 0.0)
+    core = Scheduler(1, backoff=lambda n: 0.0)
     entry = Entry(job("j"), 0, attempts=2, infra_used=MAX_INFRA_RETRIES - 1, running=True)
-    assert core.add([entry], {}, 0) == [] and core.running == 1
+    assert core.add([entry], {}, 0) == [] and core.attempts_out == 1
     out = finish(core, "j", 2, 1, FailureKind.SERVER_LOST)
     assert Requeued("j", 1.0, 0, MAX_INFRA_RETRIES) in out
     out = core.handle(TimerFired(("wake", "j")), 1.0)
@@ -184,8 +186,8 @@ def test_an_attempt_lost_in_a_restart_is_retried_then_given_up() -> None:
 
 
 def test_hold_starts_nothing_until_its_time() -> None:
-    core = QueueCore(capacity=2)
-    assert core.hold(50.0, 0) == [ScheduleTimer(50.0, ("hold",))]
+    core = Scheduler(2)
+    assert core.handle(HoldStarts(50.0), 0) == [SetTimer(50.0, ("hold",))]
     assert started(core.add(entries(job("a")), {}, 1)) == []
     assert started(core.handle(TimerFired(("hold",)), 50.0)) == ["a"]
 
@@ -193,9 +195,9 @@ def test_hold_starts_nothing_until_its_time() -> None:
 def test_a_shorter_hold_does_not_lift_a_longer_one() -> None:
     # The daily spend limit holds until midnight; a backend's "nothing can run" pauses for
     # a minute: that minute ending must not start jobs the spend limit still holds.
-    core = QueueCore(capacity=2)
-    core.hold(86_400.0, 0)
-    core.hold(60.0, 1)
+    core = Scheduler(2)
+    core.handle(HoldStarts(86_400.0), 0)
+    core.handle(HoldStarts(60.0), 1)
     assert started(core.add(entries(job("a")), {}, 2)) == []
     assert started(core.handle(TimerFired(("hold",)), 61.0)) == []
     assert started(core.handle(TimerFired(("hold",)), 86_400.0)) == ["a"]
@@ -204,9 +206,10 @@ def test_a_shorter_hold_does_not_lift_a_longer_one() -> None:
 def test_a_cancel_while_a_timeout_kill_is_under_way_is_not_retried() -> None:
     # The timeout fired and the kill is under way (a process gets a grace period); the user
     # cancels, is told "cancelling", and the job must not then be retried as a timeout.
-    core = QueueCore(capacity=1)
+    core = Scheduler(1)
     core.add(entries(job("j", retries=2, timeout_s=10.0)), {}, 0)
-    assert KillJob("j", FailureKind.TIMEOUT) in core.handle(TimerFired(("timeout", "j", 1)), 10)
+    core.handle(AttemptPlaced("j", 1), 0)
+    assert KillAttempt("j", FailureKind.TIMEOUT) in core.handle(TimerFired(("timeout", "j", 1)), 10)
     core.handle(CancelJob("j", "cancelled by request"), 11)
     out = finish(core, "j", 1, 12, FailureKind.TEST_FAILURE)
     assert not [c for c in out if isinstance(c, Requeued)]
@@ -214,24 +217,27 @@ def test_a_cancel_while_a_timeout_kill_is_under_way_is_not_retried() -> None:
 
 
 def test_fail_fast_cancels_matrix_siblings() -> None:
-    core = QueueCore(capacity=2)
+    core = Scheduler(2)
     matrix = {"gpu": "x"}
     jobs = [job(f"t{i}", group="t", matrix=matrix) for i in range(3)]
     core.add(entries(*jobs), {}, 0)
     out = finish(core, "t0", 1, 1, FailureKind.TEST_FAILURE)
-    assert KillJob("t1", FailureKind.CANCELLED) in out
+    assert KillAttempt("t1", FailureKind.CANCELLED) in out
     assert completed(out)["t2"] == (JobStatus.CANCELLED, "fail-fast: 't0' failed")
 
 
 def test_a_failed_root_settles_a_10000_deep_chain_in_one_call() -> None:
-    core = QueueCore(capacity=1)
+    core = Scheduler(1)
     chain = [job("j0")] + [job(f"j{i}", f"j{i - 1}") for i in range(1, 10_000)]
     core.add(entries(*chain), {}, 0)
     out = finish(core, "j0", 1, 1, FailureKind.TEST_FAILURE)
     assert len(completed(out)) == 10_000 and len(core) == 0
 
 
-def test_outcome_of_continue_on_error_counts_as_success() -> None:
+def test_a_need_outcome_is_data_continue_on_error_counting_as_success() -> None:
     lenient = job("x", continue_on_error=True)
-    assert outcome_of(lenient, JobStatus.FAILED, "") == NeedOutcome(True, False, "failed")
-    assert outcome_of(job("y"), JobStatus.SKIPPED, "needs 'z', which failed").tainted
+    failed = JobResult("x", JobStatus.FAILED, "")
+    assert need_outcome(lenient, failed) == NeedOutcome(JobStatus.FAILED, True, "")
+    # The taint is the origin on the result, whatever the reason's words say.
+    skipped = JobResult("y", JobStatus.SKIPPED, "anything at all", (), "z")
+    assert need_outcome(job("y"), skipped).failure_origin == "z"

@@ -1,5 +1,6 @@
-"""Engine and local backend faults found in review: each would hang a run, leak a process or
-lose a report. Nothing here sleeps to wait: threads are joined with a bound, gates are Events."""
+"""A run survives faults of its backend and its own files: each of these would hang a run, leak
+a process or lose a report. Nothing here sleeps to wait: threads are joined with a bound, gates
+are Events."""
 
 from __future__ import annotations
 
@@ -23,8 +24,8 @@ from runner.backends.clore import factory
 from runner.backends.local import LocalBackend
 from runner.console import Console
 from runner.core.model import FailureKind, Job, JobStatus, Pipeline, RunRecord, RunStatus
-from runner.engine import Engine, EngineOptions
 from runner.errors import RunMustStop
+from runner.pipeline_run import PipelineRun, RunSettings
 from runner.run_command import RunOptions, execute
 from runner.spec.loader import parse_pipeline
 from tests.processes import alive
@@ -34,13 +35,13 @@ def pipeline_of(text: str) -> Pipeline:
     return parse_pipeline(textwrap.dedent(text), "p.yml", {})
 
 
-def run_engine(engine: Engine, bound_s: float = 10.0) -> RunRecord:
-    """engine.run() on a thread, failing (instead of hanging the suite) if it does not return."""
+def run_bounded(pipeline_run: PipelineRun, bound_s: float = 10.0) -> RunRecord:
+    """run() on a thread, failing (instead of hanging the suite) if it does not return."""
     holder: list[RunRecord] = []
-    worker = threading.Thread(target=lambda: holder.append(engine.run()), daemon=True)
+    worker = threading.Thread(target=lambda: holder.append(pipeline_run.run()), daemon=True)
     worker.start()
     worker.join(bound_s)
-    assert holder, f"engine.run() did not return within {bound_s} s"
+    assert holder, f"run() did not return within {bound_s} s"
     return holder[0]
 
 
@@ -52,9 +53,9 @@ def test_a_log_that_cannot_be_written_ends_the_job_instead_of_hanging_the_run(
     (out / "logs").mkdir(parents=True)
     (out / "logs" / "a.log").symlink_to("/dev/full")
     pipeline = pipeline_of("jobs:\n  a: {run: echo hi, workspace: false}\n")
-    options = EngineOptions(out, 1, backoff=lambda n: 0.0)
-    engine = Engine(pipeline, LocalBackend(tmp_path), options, Console(io.StringIO()))
-    record = run_engine(engine)
+    options = RunSettings(out, 1, backoff=lambda n: 0.0)
+    pipeline_run = PipelineRun(pipeline, LocalBackend(tmp_path), options, Console(io.StringIO()))
+    record = run_bounded(pipeline_run)
     (result,) = record.results
     assert result.status is JobStatus.ERROR
     assert "No space left on device" in result.reason
@@ -89,15 +90,21 @@ def test_a_failing_log_does_not_leave_the_job_running(tmp_path: Path) -> None:
 
 
 class FastClock:
-    """The engine's clock running `speed` times faster than real time, so that its grace
+    """The run's clock running `speed` times faster than real time, so that its grace
     periods (seconds) pass in milliseconds."""
 
     def __init__(self, speed: float) -> None:
         self.t0 = time.monotonic()
         self.speed = speed
 
-    def __call__(self) -> float:
-        return 1_000_000.0 + (time.monotonic() - self.t0) * self.speed
+    def now(self) -> float:
+        return (time.monotonic() - self.t0) * self.speed
+
+    def time(self) -> float:
+        return 1_000_000.0 + self.now()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds / self.speed)
 
 
 class IgnoresCancel(LocalBackend):
@@ -127,10 +134,12 @@ def test_a_run_timeout_settles_attempts_that_ignore_their_kill(tmp_path: Path) -
         "timeout-minutes: 1\njobs:\n  a: {run: 'true', workspace: false}\n"
         "  b: {needs: a, run: 'true'}\n"
     )
-    options = EngineOptions(tmp_path / "out", 1)
-    engine = Engine(pipeline, backend, options, Console(io.StringIO()), clock=FastClock(100))
+    options = RunSettings(tmp_path / "out", 1)
+    pipeline_run = PipelineRun(
+        pipeline, backend, options, Console(io.StringIO()), clock=FastClock(100)
+    )
     try:
-        record = run_engine(engine)
+        record = run_bounded(pipeline_run)
     finally:
         backend.gate.set()
     assert record.status is RunStatus.FAILED
@@ -148,14 +157,16 @@ def test_a_cancel_ends_within_one_grace_period_when_an_attempt_ignores_it(
     stuck attempt gets, not that plus another wait for its thread."""
     backend = IgnoresCancel(tmp_path)
     pipeline = pipeline_of("jobs:\n  a: {run: 'true', workspace: false}\n")
-    options = EngineOptions(tmp_path / "out", 1)
-    engine = Engine(pipeline, backend, options, Console(io.StringIO()), clock=FastClock(100))
+    options = RunSettings(tmp_path / "out", 1)
+    pipeline_run = PipelineRun(
+        pipeline, backend, options, Console(io.StringIO()), clock=FastClock(100)
+    )
     holder: list[RunRecord] = []
-    worker = threading.Thread(target=lambda: holder.append(engine.run()), daemon=True)
+    worker = threading.Thread(target=lambda: holder.append(pipeline_run.run()), daemon=True)
     worker.start()
     try:
         assert backend.started.wait(10)
-        engine.cancel("interrupted by SIGINT")
+        pipeline_run.cancel("interrupted by SIGINT")
         sent = time.monotonic()
         worker.join(10)
         took = time.monotonic() - sent
@@ -170,21 +181,21 @@ STUCK_RUN = """\
 import io, sys, threading
 from pathlib import Path
 from runner.console import Console
-from runner.engine import Engine, EngineOptions
-from tests.test_engine_review import FastClock, IgnoresCancel, pipeline_of
+from runner.pipeline_run import PipelineRun, RunSettings
+from tests.test_run_survives_faults import FastClock, IgnoresCancel, pipeline_of
 
 backend = IgnoresCancel(Path(sys.argv[1]))
 backend.gate = threading.Event()  # never set: the attempt never returns
 pipeline = pipeline_of("jobs:\\n  a: {run: 'true', workspace: false}\\n")
-options = EngineOptions(Path(sys.argv[1]) / "out", 1)
-engine = Engine(pipeline, backend, options, Console(io.StringIO()), clock=FastClock(100))
-threading.Thread(target=lambda: backend.started.wait() and engine.cancel("SIGINT")).start()
-print(engine.run().status.value, flush=True)
+options = RunSettings(Path(sys.argv[1]) / "out", 1)
+pipeline_run = PipelineRun(pipeline, backend, options, Console(io.StringIO()), clock=FastClock(100))
+threading.Thread(target=lambda: backend.started.wait() and pipeline_run.cancel("SIGINT")).start()
+print(pipeline_run.run().status.value, flush=True)
 """
 
 
 def test_the_process_can_exit_while_an_attempt_ignores_its_cancel(tmp_path: Path) -> None:
-    """The engine gave up on the stuck attempt: its thread must not keep the process alive."""
+    """The run gave up on the stuck attempt: its thread must not keep the process alive."""
     proc = subprocess.Popen(
         [sys.executable, "-c", STUCK_RUN, str(tmp_path)],
         stdout=subprocess.PIPE,
@@ -272,8 +283,10 @@ def test_a_run_stopped_by_the_infrastructure_is_an_error_even_when_the_job_may_f
           b: {run: sleep 30, workspace: false}
         """
     )
-    options = EngineOptions(tmp_path / "out", 2)
-    record = run_engine(Engine(pipeline, KeyRefused(tmp_path), options, Console(io.StringIO())))
+    options = RunSettings(tmp_path / "out", 2)
+    record = run_bounded(
+        PipelineRun(pipeline, KeyRefused(tmp_path), options, Console(io.StringIO()))
+    )
     assert {r.job_id: r.status for r in record.results} == {
         "a": JobStatus.ERROR,
         "b": JobStatus.CANCELLED,

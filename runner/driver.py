@@ -1,0 +1,509 @@
+"""The one imperative shell: feeds events to the pure core, carries out its commands, and
+reports what happened to journals.
+
+It owns what the core must not: the event queue (worker threads, signal handlers and API threads
+post to it; only the loop thread touches the core), timers on the injected clock, a kill flag per
+attempt, the worker pool, the attempt runner, and the one computation of which jobs still wait
+for a place (a renting backend gives back the servers none of them can use). `clore-run run`
+drives it until idle with the console and reports as its journal; `clore-run serve` drives it
+for as long as it runs with the queue store as its journal.
+"""
+
+from __future__ import annotations
+
+import functools
+import heapq
+import itertools
+import queue
+import threading
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, wait
+from contextlib import AbstractContextManager, ExitStack, contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
+
+from runner.attempt import AttemptRunner, Kill
+from runner.backends.base import Backend, Place, RentingBackend
+from runner.clock import Clock
+from runner.core.events import (
+    AttemptEnded,
+    AttemptPlaced,
+    AttemptRecorded,
+    CancelAll,
+    Command,
+    Event,
+    KillAttempt,
+    Requeued,
+    SetTimer,
+    Settled,
+    StartAttempt,
+    StopCause,
+    TimerFired,
+)
+from runner.core.model import Attempt, FailureKind, Job, JobResult
+from runner.core.outcome import NeedOutcome
+from runner.core.scheduler import Entry, Scheduler
+from runner.errors import CloreRunError
+
+T = TypeVar("T")
+
+CANCEL_GRACE_S = 5.0  # after a cancel, how long attempts get to report before they are settled
+
+
+class Journal(Protocol):
+    """Where the driver reports what happened, in the order it happened (loop thread only)."""
+
+    def batch(self) -> AbstractContextManager[None]:
+        """Around the reports of one event's commands: a store writes them in one transaction,
+        before any attempt among them starts."""
+        ...
+
+    def attempt_started(self, job: Job, number: int, now: float) -> None: ...
+
+    def attempt_placed(self, job: Job, number: int, place: Place, now: float) -> None:
+        """The attempt holds `place` (a server, its facts and price): its script starts now."""
+        ...
+
+    def attempt_ended(self, job: Job, attempt: Attempt) -> None: ...
+
+    def requeued(self, job: Job, at: float, retries_used: int, infra_used: int) -> None: ...
+
+    def waits_until(self, job: Job, at: float) -> None:
+        """The job may not start before `at` (its not-before time)."""
+        ...
+
+    def settled(self, job: Job, result: JobResult, now: float) -> None: ...
+
+
+class Journals:
+    """Several journals as one, told in order."""
+
+    def __init__(self, *journals: Journal) -> None:
+        self._all = journals
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        with ExitStack() as stack:
+            for j in self._all:
+                stack.enter_context(j.batch())
+            yield
+
+    def attempt_started(self, job: Job, number: int, now: float) -> None:
+        for j in self._all:
+            j.attempt_started(job, number, now)
+
+    def attempt_placed(self, job: Job, number: int, place: Place, now: float) -> None:
+        for j in self._all:
+            j.attempt_placed(job, number, place, now)
+
+    def attempt_ended(self, job: Job, attempt: Attempt) -> None:
+        for j in self._all:
+            j.attempt_ended(job, attempt)
+
+    def requeued(self, job: Job, at: float, retries_used: int, infra_used: int) -> None:
+        for j in self._all:
+            j.requeued(job, at, retries_used, infra_used)
+
+    def waits_until(self, job: Job, at: float) -> None:
+        for j in self._all:
+            j.waits_until(job, at)
+
+    def settled(self, job: Job, result: JobResult, now: float) -> None:
+        for j in self._all:
+            j.settled(job, result, now)
+
+
+def _say_nothing(_text: str) -> None:
+    return None
+
+
+def _no_events(_event: Event, _now: float) -> Sequence[Event]:
+    return ()
+
+
+@dataclass
+class DriverOptions:
+    # What an attempt's "nothing can run now" (key refused, no balance) becomes.
+    must_stop: Callable[[str, float], Event]
+    # Events fed to the core before an attempt's end is: serve's daily spend hold, which must
+    # be in place before that end starts the next jobs.
+    before_attempt_ends: Callable[[Event, float], Sequence[Event]] = _no_events
+    notice: Callable[[str], None] = _say_nothing  # a line for the person watching
+    tick_s: float = 0.5  # the longest the loop sleeps before re-reading the clock
+    cancel_grace_s: float = CANCEL_GRACE_S
+
+
+@dataclass(frozen=True)
+class _Call:
+    """Run `fn(now)` on the loop thread, its answer in `reply`."""
+
+    fn: Callable[[float], Any]
+    reply: Future[Any]
+
+
+@dataclass(frozen=True)
+class _Placed:
+    event: AttemptPlaced
+    place: Place
+
+
+@dataclass(frozen=True)
+class _MustStop:
+    reason: str
+
+
+class _Quit:
+    pass
+
+
+_Posted = Event | _Call | _Placed | _MustStop | _Quit | None  # None: just re-read the clock
+
+
+@dataclass(frozen=True)
+class _Deadline:
+    """The run's own timeout: cancels everything."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class _GraceOver:
+    pass
+
+
+@dataclass
+class _Out:
+    """An attempt handed to a worker."""
+
+    number: int
+    started_at: float
+    kill: Kill = field(default_factory=Kill)
+    placed: bool = False
+
+
+class Driver:
+    """Carries one core's commands out on one backend. `add`/`feed` only on the loop thread."""
+
+    def __init__(
+        self,
+        core: Scheduler,
+        backend: Backend,
+        runner: AttemptRunner,
+        journal: Journal,
+        clock: Clock,
+        options: DriverOptions,
+    ) -> None:
+        self.core = core
+        self.backend = backend
+        self.runner = runner
+        self.journal = journal
+        self.clock = clock
+        self.options = options
+        self._events: queue.SimpleQueue[_Posted] = queue.SimpleQueue()
+        self._timers: list[tuple[float, int, Hashable]] = []
+        self._seq = itertools.count()
+        self._jobs: dict[str, Job] = {}  # unsettled jobs (the core forgets them when settled)
+        self._out: dict[str, _Out] = {}
+        self._pool = _Workers(max(1, core.capacity))
+        self._futures: list[Future[None]] = []
+        # Checked once: isinstance on a runtime Protocol is slow, and this is per event.
+        self._renting = backend if isinstance(backend, RentingBackend) else None
+        self._places_held = 0
+        self._cancel_at: float | None = None
+        self._early: threading.Thread | None = None
+
+    # -- any thread ------------------------------------------------------------------------
+
+    def post(self, event: Event | None = None) -> None:
+        """Queue an event for the loop (None: re-read the clock). Safe from a signal handler:
+        SimpleQueue.put is reentrant."""
+        self._events.put(event)
+
+    def cancel(self, reason: str, cause: StopCause = StopCause.INTERRUPTED) -> None:
+        self.post(CancelAll(reason, cause))
+
+    def call(self, fn: Callable[[float], T]) -> Future[T]:
+        """Run `fn(now)` on the loop thread; its answer comes in the future."""
+        reply: Future[T] = Future()
+        self._events.put(_Call(fn, reply))
+        return reply
+
+    def killed_jobs(self) -> set[str]:
+        """Jobs whose attempt was told to stop (loop thread)."""
+        return {job_id for job_id, out in self._out.items() if out.kill.is_set()}
+
+    @property
+    def places_held(self) -> int:
+        """Attempts on a place right now (an int written by the loop thread only)."""
+        return self._places_held
+
+    # -- the loop thread -------------------------------------------------------------------
+
+    def add(
+        self, jobs: Sequence[Job | Entry], settled: Mapping[str, NeedOutcome], now: float
+    ) -> None:
+        for item in jobs:
+            job = item.job if isinstance(item, Entry) else item
+            self._jobs[job.id] = job
+        self._apply(self.core.add(jobs, settled, now), now)
+
+    def feed(self, event: Event, now: float) -> None:
+        self._apply(self.core.handle(event, now), now)
+
+    def run_until_idle(self, timeout_s: float | None = None) -> None:
+        """`clore-run run`: the loop, until every job added is settled. The run's timeout is a
+        timer that cancels everything."""
+        if timeout_s is not None:
+            reason = f"the run timed out after {timeout_s:g} s"
+            self._timer(self.clock.time() + timeout_s, _Deadline(reason))
+        while not self.core.idle:
+            self.step()
+
+    def quit(self) -> None:
+        self._events.put(_Quit())
+
+    def step(self) -> bool:
+        """Wait for one event (or the next timer) and handle it; False when told to quit."""
+        now = self.clock.time()
+        wait_s = self.options.tick_s
+        if self._timers:
+            wait_s = min(wait_s, max(0.0, self._timers[0][0] - now))
+        try:
+            posted = self._events.get(timeout=wait_s)
+        except queue.Empty:
+            posted = None
+        if isinstance(posted, _Quit):
+            return False
+        now = self.clock.time()
+        if posted is not None:
+            self._on(posted, now)
+        while self._timers and self._timers[0][0] <= now:
+            _, _, token = heapq.heappop(self._timers)
+            self._fire(token, now)
+        return True
+
+    def drain_attempts(self, grace_s: float) -> Iterator[AttemptEnded]:
+        """With the loop stopped: kill every attempt out and hand over the ends that arrive
+        within `grace_s`, in order, for the caller to record (serve's hand-over at shutdown)."""
+        for out in self._out.values():
+            out.kill.set()
+        deadline = self.clock.now() + grace_s
+        while self._out:
+            try:
+                posted = self._events.get(timeout=max(0.0, deadline - self.clock.now()))
+            except queue.Empty:
+                return
+            if isinstance(posted, AttemptEnded) and posted.job_id in self._out:
+                self._forget(posted.job_id)
+                yield posted
+            if self.clock.now() >= deadline:
+                return
+
+    def close(self) -> None:
+        """Wait for workers (what is left of a cancel's grace), then give every place back.
+        A failure here is reported, never raised: the run's reports must still be written
+        (and a rental left open stays in the ledger for `cleanup`)."""
+        grace = self.options.cancel_grace_s
+        if self._cancel_at is not None:
+            # What is left of the grace the cancel gave: not a second one after it, which
+            # would overrun the time CI allows between SIGINT and SIGKILL.
+            grace = max(0.0, self._cancel_at + grace - self.clock.time())
+        wait(self._futures, timeout=grace)
+        self._pool.shutdown()
+        if self._early is not None:
+            self._early.join(timeout=self.options.cancel_grace_s)
+        self._shutdown_backend()
+
+    # -- events ----------------------------------------------------------------------------
+
+    def _on(self, posted: _Posted, now: float) -> None:
+        if isinstance(posted, _Call):
+            try:
+                posted.reply.set_result(posted.fn(now))
+            except Exception as exc:
+                posted.reply.set_exception(exc)
+                raise  # the loop's owner hears of it too: nobody may be waiting for the reply
+        elif isinstance(posted, _MustStop):
+            self.feed(self.options.must_stop(posted.reason, now), now)
+        elif isinstance(posted, AttemptEnded):
+            self._attempt_ended(posted, now)
+        elif isinstance(posted, _Placed):
+            self._placed(posted.event, posted.place, now)
+        elif posted is not None and not isinstance(posted, _Quit):
+            self.feed(posted, now)
+
+    def _attempt_ended(self, event: AttemptEnded, now: float) -> None:
+        out = self._out.get(event.job_id)
+        if out is None or out.number != event.attempt.number:
+            return  # settled already (a straggler's late report)
+        self._forget(event.job_id)
+        for first in self.options.before_attempt_ends(event, now):
+            self.feed(first, now)
+        self.feed(event, now)
+
+    def _placed(self, event: AttemptPlaced, place: Place, now: float) -> None:
+        out = self._out.get(event.job_id)
+        if out is None or out.number != event.attempt or out.placed:
+            return  # settled already (a straggler's late report)
+        out.placed = True
+        self._places_held += 1
+        with self.journal.batch():
+            self.journal.attempt_placed(self._jobs[event.job_id], event.attempt, place, now)
+        self.feed(event, now)
+
+    def _forget(self, job_id: str) -> None:
+        if self._out.pop(job_id).placed:
+            self._places_held -= 1
+
+    def _timer(self, at: float, token: Hashable) -> None:
+        heapq.heappush(self._timers, (at, next(self._seq), token))
+
+    def _fire(self, token: Hashable, now: float) -> None:
+        if isinstance(token, _Deadline):
+            self.feed(CancelAll(token.reason, StopCause.TIMED_OUT), now)
+        elif isinstance(token, _GraceOver):
+            self._settle_stragglers(now)
+        else:
+            self.feed(TimerFired(token), now)
+
+    # -- commands --------------------------------------------------------------------------
+
+    def _apply(self, commands: list[Command], now: float) -> None:
+        if not commands:
+            return
+        with self.journal.batch():
+            starts = [self._record(cmd, now) for cmd in commands]
+        if self._renting is not None:  # before any start: it may take a server from the idle
+            self._renting.set_pending(self.core.unplaced_jobs())
+        for work in starts:
+            if work is not None:
+                self._futures.append(self._pool.submit(work))
+        if self._cancel_at is None and self.core.stop_reason is not None:
+            self._stopping(now)
+
+    def _record(self, cmd: Command, now: float) -> Callable[[], None] | None:
+        """Carry one command out; a start answers the work to hand to a worker once the
+        journal has recorded the batch."""
+        if isinstance(cmd, StartAttempt):
+            return self._start(cmd, now)
+        if isinstance(cmd, KillAttempt):
+            out = self._out.get(cmd.job_id)
+            if out is not None:
+                out.kill.stop(cmd.reason)
+        elif isinstance(cmd, SetTimer):
+            self._timer(cmd.at, cmd.token)
+            self._say_waiting(cmd)
+        elif isinstance(cmd, AttemptRecorded):
+            self.journal.attempt_ended(self._jobs[cmd.job_id], cmd.attempt)
+        elif isinstance(cmd, Requeued):
+            job = self._jobs[cmd.job_id]
+            self.journal.requeued(job, cmd.at, cmd.retries_used, cmd.infra_used)
+        elif isinstance(cmd, Settled):
+            self.journal.settled(self._jobs.pop(cmd.result.job_id), cmd.result, now)
+        return None
+
+    def _say_waiting(self, timer: SetTimer) -> None:
+        """A job waiting for its not-before time (a retry's wait is told as `requeued`)."""
+        token = timer.token
+        if isinstance(token, tuple) and token[0] == "wake":
+            state = self.core.state(token[1])
+            if state is not None and state.attempts == 0:
+                self.journal.waits_until(self._jobs[token[1]], timer.at)
+
+    def _stopping(self, now: float) -> None:
+        """Everything was cancelled: attempts get a grace period to stop, and a renting backend
+        starts giving its servers back at once, beside the kills, so that all of it fits in
+        the time CI allows between SIGINT and SIGKILL."""
+        self._cancel_at = now
+        self.options.notice(f"cancelling: {self.core.stop_reason}")
+        self._timer(now + self.options.cancel_grace_s, _GraceOver())
+        if self._renting is not None:
+            self._early = threading.Thread(target=self._shutdown_backend, daemon=True)
+            self._early.start()
+
+    def _settle_stragglers(self, now: float) -> None:
+        """Attempts that did not stop when told are reported as cancelled; the backend's
+        shutdown frees their places."""
+        for job_id, out in list(self._out.items()):
+            attempt = Attempt(
+                out.number, out.started_at, now, None, FailureKind.CANCELLED, "did not stop"
+            )
+            self._attempt_ended(AttemptEnded(job_id, attempt), now)
+
+    def _shutdown_backend(self) -> None:
+        try:
+            self.backend.shutdown()
+        except CloreRunError as exc:
+            self.options.notice(f"warning: {exc}")
+        except Exception as exc:
+            self.options.notice(f"giving places back failed: {type(exc).__name__}: {exc}")
+
+    # -- workers ---------------------------------------------------------------------------
+
+    def _start(self, cmd: StartAttempt, now: float) -> Callable[[], None]:
+        job = self._jobs[cmd.job_id]
+        out = _Out(cmd.attempt, now)
+        self._out[job.id] = out
+        self.journal.attempt_started(job, cmd.attempt, now)
+        self._futures = [f for f in self._futures if not f.done()]
+        return functools.partial(self._work, job, cmd.attempt, cmd.timeout_s, out.kill)
+
+    def _work(self, job: Job, number: int, timeout_s: float, kill: Kill) -> None:
+        def placed(place: Place) -> None:
+            self._events.put(_Placed(AttemptPlaced(job.id, number), place))
+
+        ran = self.runner.run(job, number, timeout_s, kill, placed)  # never raises
+        self._events.put(AttemptEnded(job.id, ran.attempt))
+        if ran.stop_reason:  # after the end, so this job ends as `error`, not as cancelled
+            self._events.put(_MustStop(ran.stop_reason))
+
+
+class _Workers:
+    """At most `size` daemon threads running the submitted calls, a Future for each.
+
+    Not a ThreadPoolExecutor: its threads are joined when the interpreter exits, so an attempt
+    stuck in a backend that ignores its cancel would keep clore-run from exiting after the run
+    had already settled it and written its reports."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._tasks: queue.SimpleQueue[tuple[Callable[[], None], Future[None]] | None] = (
+            queue.SimpleQueue()
+        )
+        self._threads: list[threading.Thread] = []
+        self._idle = threading.Semaphore(0)
+
+    def submit(self, call: Callable[[], None]) -> Future[None]:
+        """Called from one thread only (the loop)."""
+        future: Future[None] = Future()
+        self._tasks.put((call, future))
+        if not self._idle.acquire(blocking=False) and len(self._threads) < self._size:
+            name = f"job_{len(self._threads)}"
+            thread = threading.Thread(target=self._serve, name=name, daemon=True)
+            self._threads.append(thread)
+            thread.start()
+        return future
+
+    def _serve(self) -> None:
+        while (task := self._tasks.get()) is not None:
+            call, future = task
+            if future.set_running_or_notify_cancel():
+                try:
+                    call()
+                except BaseException as exc:
+                    future.set_exception(exc)
+                else:
+                    future.set_result(None)
+            self._idle.release()
+
+    def shutdown(self) -> None:
+        """Cancel what has not started; idle threads end, busy ones when their call returns."""
+        while True:
+            try:
+                task = self._tasks.get_nowait()
+            except queue.Empty:
+                break
+            if task is not None:
+                task[1].cancel()
+        for _ in self._threads:
+            self._tasks.put(None)

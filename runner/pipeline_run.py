@@ -1,0 +1,133 @@
+"""`clore-run run`'s use of the driver: one pipeline, one `add()`, then until idle.
+
+Its journal is the console and the results the reports are written from; the run's status is a
+fold over those results. Whatever happens, `run()` gives every place back (`backend.shutdown()`)
+and returns a record the reports can be written from, interrupted runs included.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from runner.attempt import AttemptRunner
+from runner.backends.base import Backend, Place, RentingBackend
+from runner.clock import SYSTEM_CLOCK, Clock
+from runner.console import Console
+from runner.core.events import CancelAll, Event, StopCause
+from runner.core.model import Attempt, Job, JobResult, Pipeline, RunRecord
+from runner.core.outcome import ordered, run_status
+from runner.core.retry import backoff_s
+from runner.core.scheduler import Scheduler
+from runner.driver import Driver, DriverOptions, Journal, Journals
+
+
+@dataclass
+class RunSettings:
+    out_dir: Path
+    capacity: int
+    workspace_root: Path | None = None
+    workspace_files: tuple[str, ...] = ()
+    extra_env: Mapping[str, str] = field(default_factory=dict)
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    backoff: Callable[[int], float] = backoff_s  # seconds before retry n (tests shorten it)
+
+
+class ConsoleJournal:
+    """The run as a person watching sees it, and the settled results for the reports."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.results: list[JobResult] = []
+
+    def batch(self) -> AbstractContextManager[None]:
+        return nullcontext()
+
+    def attempt_started(self, job: Job, number: int, now: float) -> None:
+        self.console.job_started(job, number)
+
+    def attempt_placed(self, job: Job, number: int, place: Place, now: float) -> None:
+        return None  # the attempt runner shows the place on the console as it gets it
+
+    def attempt_ended(self, job: Job, attempt: Attempt) -> None:
+        self.console.attempt_ended(job, attempt)
+
+    def requeued(self, job: Job, at: float, retries_used: int, infra_used: int) -> None:
+        self.console.requeued(job, at)
+
+    def waits_until(self, job: Job, at: float) -> None:
+        self.console.waiting_until(job, at)
+
+    def settled(self, job: Job, result: JobResult, now: float) -> None:
+        self.results.append(result)
+        self.console.job_done(job, result)
+
+
+def _stop_run(reason: str, _now: float) -> Event:
+    """The backend says nothing can run (key refused, no balance): the run stops, as an
+    infrastructure error."""
+    return CancelAll(reason, StopCause.INFRASTRUCTURE)
+
+
+class PipelineRun:
+    """Runs one pipeline on one backend."""
+
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        backend: Backend,
+        settings: RunSettings,
+        console: Console,
+        clock: Clock = SYSTEM_CLOCK,
+        journals: Sequence[Journal] = (),
+    ) -> None:
+        self.pipeline = pipeline
+        self.backend = backend
+        self.settings = settings
+        self.clock = clock
+        self.journal = ConsoleJournal(console)
+        runner = AttemptRunner(
+            backend,
+            settings.out_dir,
+            clock,
+            console,
+            settings.extra_env,
+            settings.workspace_root,
+            settings.workspace_files,
+        )
+        self.driver = Driver(
+            Scheduler(settings.capacity, settings.backoff),
+            backend,
+            runner,
+            Journals(self.journal, *journals),
+            clock,
+            DriverOptions(must_stop=_stop_run, notice=console.notice),
+        )
+
+    def cancel(self, reason: str) -> None:
+        """Ask the run to stop (Ctrl-C, SIGTERM). Safe from a signal handler."""
+        self.driver.cancel(reason, StopCause.INTERRUPTED)
+
+    def run(self) -> RunRecord:
+        started_at = self.clock.time()
+        try:
+            self.driver.add(self.pipeline.jobs, {}, started_at)
+            self.driver.run_until_idle(self.pipeline.timeout_s)
+        finally:
+            self.driver.close()
+        jobs = {j.id: j for j in self.pipeline.jobs}
+        results = ordered(self.journal.results, self.pipeline.jobs)
+        renting = self.backend if isinstance(self.backend, RentingBackend) else None
+        return RunRecord(
+            pipeline=self.pipeline,
+            results=results,
+            status=run_status(results, jobs, self.driver.core.stop_cause),
+            started_at=started_at,
+            finished_at=self.clock.time(),
+            backend=self.backend.name,
+            run_id=self.settings.run_id,
+            idle_cost_usd=renting.idle_cost_usd() if renting is not None else 0.0,
+        )
