@@ -9,7 +9,10 @@
 #   INPUT_JOBS         --job NAME for each name (separated by spaces, commas or newlines)
 #   INPUT_OUT          --out DIR
 #   INPUT_BASELINE     --baseline SUMMARY.json
-#   CLORE_RUN_LEDGER   --ledger FILE (the always-run cleanup step reads the same file)
+#   INPUT_POOL         --pool NAME
+#   CLORE_RUN_LEDGER   --ledger FILE (the always-run cleanup step reads the same file); not
+#                      with a coordinator, which holds the ledger itself
+#   CLORE_RUN_COORDINATOR  read by clore-run itself (the shared PostgreSQL); masked here
 #   CLORE_API_KEY      read by clore-run itself; masked here before anything can print it
 #   CLORE_RUN_VENV     where action.yml installed clore-run (default $RUNNER_TEMP/clore-run-venv);
 #                      without one there, the clore-run on PATH
@@ -23,6 +26,10 @@ if [[ -n "${CLORE_API_KEY:-}" ]]; then
     echo "::add-mask::$CLORE_API_KEY"
 fi
 
+if [[ -n "${CLORE_RUN_COORDINATOR:-}" ]]; then
+    echo "::add-mask::$CLORE_RUN_COORDINATOR"
+fi
+
 if [[ -z "${INPUT_PIPELINE:-}" ]]; then
     echo "::error title=clore-run::the input 'pipeline' is required: the pipeline file to run"
     exit 2
@@ -33,7 +40,10 @@ args=(run "$INPUT_PIPELINE")
 [[ -z "${INPUT_BUDGET:-}" ]] || args+=(--budget "$INPUT_BUDGET")
 [[ -z "${INPUT_OUT:-}" ]] || args+=(--out "$INPUT_OUT")
 [[ -z "${INPUT_BASELINE:-}" ]] || args+=(--baseline "$INPUT_BASELINE")
-[[ -z "${CLORE_RUN_LEDGER:-}" ]] || args+=(--ledger "$CLORE_RUN_LEDGER")
+[[ -z "${INPUT_POOL:-}" ]] || args+=(--pool "$INPUT_POOL")
+if [[ -z "${CLORE_RUN_COORDINATOR:-}" && -n "${CLORE_RUN_LEDGER:-}" ]]; then
+    args+=(--ledger "$CLORE_RUN_LEDGER")
+fi
 
 names="${INPUT_JOBS:-}"
 names="${names//,/ }"

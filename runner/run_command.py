@@ -140,7 +140,7 @@ def execute(
     pipeline = select_jobs(pipeline, options.jobs)
     if options.budget_usd is not None:
         pipeline = dataclasses.replace(pipeline, budget_usd=options.budget_usd)
-    cap = options.concurrency or pipeline.concurrency
+    wanted = cap = options.concurrency or pipeline.concurrency
     backend_cap = backend.capacity()
     if backend_cap is not None:
         cap = min(cap, backend_cap)
@@ -160,6 +160,11 @@ def execute(
         name=pipeline.name,
         grouped_logs=options.out_dir / "logs" if in_actions else None,
     )
+    if cap < wanted and len(pipeline.jobs) > cap:  # else it looks like a scheduling bug
+        console.notice(
+            f"concurrency {wanted}, but the {backend.name} backend has {cap} place"
+            f"{'s' if cap != 1 else ''}: at most {cap} job{'s' if cap != 1 else ''} at once"
+        )
     with output_folder(options.out_dir):
         pipeline_run = PipelineRun(
             pipeline,

@@ -523,6 +523,12 @@ def _entrypoint(
             ["run", "p.yml"],
         ),
         ({"INPUT_PIPELINE": "$(touch pwned) `id`"}, ["run", "$(touch pwned) `id`"]),
+        (  # an org pool: the coordinator holds the ledger, so no --ledger file beside it
+            {"INPUT_PIPELINE": "p.yml", "INPUT_POOL": "gpu-ci",
+             "CLORE_RUN_COORDINATOR": "postgresql://u:pw@db/x",
+             "CLORE_RUN_LEDGER": "/tmp/r/ledger.db"},
+            ["run", "p.yml", "--pool", "gpu-ci"],
+        ),
     ],
 )  # fmt: skip
 def test_entrypoint_turns_inputs_into_arguments(
@@ -530,7 +536,7 @@ def test_entrypoint_turns_inputs_into_arguments(
 ) -> None:
     result = _entrypoint(env, fake_cli, tmp_path)
     assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout)["argv"] == argv
+    assert json.loads(result.stdout.splitlines()[-1])["argv"] == argv  # after any ::add-mask::
     assert not (tmp_path / "pwned").exists()
 
 

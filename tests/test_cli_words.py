@@ -74,3 +74,26 @@ def test_an_invalid_pipeline_is_annotated_at_its_line_in_actions(
             "::error file=ci/p.yml,line=2,col=23,title=clore-run%3A invalid pipeline::"
             "jobs.a.needs[0]: unknown job 'b'" in out.splitlines()
         )
+
+
+def test_a_backend_with_fewer_places_than_the_concurrency_says_so(tmp_path: Path) -> None:
+    import io
+
+    from runner.backends.local import LocalBackend
+    from runner.run_command import RunOptions, execute
+    from runner.spec.loader import parse_pipeline
+
+    class OneHost(LocalBackend):
+        def capacity(self) -> int:
+            return 1
+
+    text = "concurrency: 3\njobs:\n" + "".join(
+        f"  j{i}: {{run: 'true', workspace: false}}\n" for i in range(3)
+    )
+    out = io.StringIO()
+    options = RunOptions(out_dir=tmp_path / "out", workspace_root=tmp_path)
+    execute(parse_pipeline(text, "p.yml", {}), OneHost(tmp_path), options, out)
+    assert (
+        "clore-run: concurrency 3, but the local backend has 1 place: at most 1 job at once"
+        in out.getvalue().splitlines()
+    )

@@ -302,7 +302,7 @@ def test_the_concurrency_flag_reaches_the_clore_backend(
     built from the file's value, `--concurrency 8` still ran 3 at a time."""
     seen: list[int] = []
 
-    def clore_backend(pipeline: Pipeline, ledger: Path, run_id: str) -> object:
+    def clore_backend(pipeline: Pipeline, ledger: Path, run_id: str, **_pool: object) -> object:
         seen.append(pipeline.concurrency)
         return object()
 

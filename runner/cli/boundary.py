@@ -11,11 +11,22 @@ import sys
 
 import typer
 
-from runner.cli import cleanup, comment, doctor, offers, plan, run, schema, serve, validate
+from runner.cli import (
+    cleanup,
+    comment,
+    doctor,
+    offers,
+    plan,
+    pool,
+    run,
+    schema,
+    serve,
+    validate,
+)
 from runner.cli.root import EXIT_INFRA, EXIT_INTERRUPTED, EXIT_USAGE, app
 from runner.errors import CloreRunError, UsageError
 
-for _command in (validate, plan, run, schema, offers, doctor, comment, cleanup, serve):
+for _command in (validate, plan, run, schema, offers, doctor, comment, cleanup, serve, pool):
     _command.register(app)
 
 

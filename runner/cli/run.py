@@ -12,6 +12,7 @@ import typer
 
 from runner.errors import UsageError
 from runner.ledger import DEFAULT_PATH as DEFAULT_LEDGER
+from runner.stores.target import coordinator_from, ledger_target
 
 
 class BackendName(str, Enum):
@@ -54,8 +55,24 @@ def run(
         Path | None, typer.Option(help="--backend ssh: private key file (default ~/.ssh/id_*).")
     ] = None,
     ledger: Annotated[
-        Path, typer.Option(help="--backend clore: the record of rentals, for `cleanup`.")
-    ] = DEFAULT_LEDGER,
+        str | None,
+        typer.Option(
+            help="--backend clore: the record of rentals, for `cleanup`: a file, or a "
+            f"postgresql:// URL [default: {DEFAULT_LEDGER}, or the coordinator]",
+            metavar="FILE|URL",
+        ),
+    ] = None,
+    pool: Annotated[
+        str | None,
+        typer.Option(help="--backend clore: join this budget pool on the coordinator."),
+    ] = None,
+    coordinator: Annotated[
+        str | None,
+        typer.Option(
+            help="The shared PostgreSQL of pools and ledger; default $CLORE_RUN_COORDINATOR.",
+            metavar="URL",
+        ),
+    ] = None,
 ) -> None:
     """Run a pipeline: exit 0 all passed, 1 a job failed, 3 infrastructure, 130 interrupted."""
     from runner.plan import build_plan, render_plan
@@ -70,6 +87,8 @@ def run(
     if chosen is None:
         typer.echo("clore-run: no CLORE_API_KEY set: running locally (--backend local)", err=True)
         chosen = BackendName.local
+    if pool is not None and chosen is not BackendName.clore:
+        raise UsageError(f"--pool {pool}: pools hold rented servers", hint="use --backend clore")
     options = RunOptions(
         out_dir=out,
         concurrency=concurrency,
@@ -86,7 +105,10 @@ def run(
     if chosen is BackendName.clore:
         from runner.backends.clore.factory import clore_backend
 
-        _, code = execute(loaded, clore_backend(loaded, ledger, options.run_id), options)
+        shared = coordinator_from(coordinator)
+        where = ledger_target(ledger, shared, DEFAULT_LEDGER)
+        made = clore_backend(loaded, where, options.run_id, pool=pool, coordinator=shared)
+        _, code = execute(loaded, made, options)
     elif chosen is BackendName.ssh:
         from runner.backends.ssh.backend import SshBackend
 

@@ -205,15 +205,15 @@ def test_a_finished_server_runs_the_job_that_needs_the_one_that_ran_there() -> N
     assert d.start_of("b").server == server
 
 
-def test_warm_reuse_beats_a_better_ranked_job_of_the_same_priority() -> None:
-    jobs = pipeline(job("a", minutes=1), job("b", "a", minutes=1), job("c", minutes=30))
-    d = Drive(jobs, cap=2)
-    first, second = d.rents()
-    d.at(100.0, ServerReady(first.server))
-    d.at(100.0, ServerReady(second.server))
-    a = d.start_of("a")
-    d.finish(160.0, a)
-    assert d.start_of("b").server == a.server
+def test_warm_reuse_wins_a_tie_the_file_order_would_give_to_another_job() -> None:
+    # x and b are alike (a minute each, same priority); x comes first in the file, but b needs
+    # a, which just ran on the only server: b goes there first, its files warm.
+    jobs = pipeline(job("a", minutes=1), job("x", minutes=1), job("b", "a", minutes=1))
+    d = Drive(jobs, cap=1, provisioning=Provisioning.ON_DEMAND)
+    server = d.rents()[0].server
+    d.at(100.0, ServerReady(server))
+    d.finish(160.0, d.start_of("a"))
+    assert [s.job_id for s in d.starts()] == ["a", "b"]
 
 
 def test_a_chain_on_one_gpu_type_uses_one_server() -> None:
@@ -399,3 +399,15 @@ def test_a_cancel_gives_back_what_no_job_runs_on_and_ends_jobs_still_waiting() -
     assert completed == ["b"]  # a runs: it is killed and reports, b had nothing to kill
     d.finish(111.0, d.start_of("a"), FailureKind.CANCELLED)
     assert d.core.done and d.book.servers() == []
+
+
+def test_a_server_is_not_kept_for_a_job_another_server_will_be_free_for() -> None:
+    # x's server falls idle while a still runs; b, due when a ends, will run on a's server
+    # (the one its need frees): x's is given back at once, not kept for b.
+    jobs = pipeline(job("a", minutes=5), job("x", minutes=4), job("b", "a", minutes=1))
+    d = Drive(jobs, provisioning=Provisioning.ON_DEMAND)
+    a_server, x_server = d.rent_for("a").server, d.rent_for("x").server
+    d.at(100.0, ServerReady(a_server))
+    d.at(100.0, ServerReady(x_server))
+    out = d.finish(340.0, d.start_of("x"))
+    assert ReleaseServer(x_server, "no job waiting can use it within a boot") in out

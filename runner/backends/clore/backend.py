@@ -82,6 +82,20 @@ class CloreBackend:
     _balance_short: RunMustStop | None = None  # every later rental stops the same way
     _fees_noted: bool = False  # the fee rates assumed are said once per run
 
+    def __post_init__(self) -> None:
+        self.provisioner.make_room = self._give_back_one_idle
+
+    def _give_back_one_idle(self) -> bool:
+        """One idle server given back (one no waiting job wants first): a full pool waits for
+        servers, and this run's own idle one must not be what it waits for."""
+        with self._cond:
+            idle = sorted((h for h in self._held.values() if h.job is None), key=self._wanted)
+            if not idle:
+                return False
+            del self._held[idle[0].rental.rental_id]
+        self._give_back_idle(idle[:1])
+        return True
+
     def capacity(self) -> int | None:
         return self.concurrency
 
@@ -170,7 +184,8 @@ class CloreBackend:
         with self._cond:
             for held in self._held.values():
                 free = held.job is None and not held.rental.lost
-                if free and _fits(held.rental, ask):
+                # In a pool, a kept server's reservation must grow to cover the new job.
+                if free and _fits(held.rental, ask) and self.provisioner.cover(held.rental, job):
                     held.job, held.job_started = job, self.clock.time()
                     held.place = self._place(held.rental)
                     return held.place
@@ -462,6 +477,7 @@ class CloreBackend:
             self._give_back_idle(held, within_s)
         for worker in self._releasers:
             worker.join(timeout=within_s if within_s is not None else options.confirm_within_s)
+        self.provisioner.close_pool()
         self._check_ledger()
 
     def _check_ledger(self) -> None:

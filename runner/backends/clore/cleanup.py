@@ -30,7 +30,8 @@ from runner.backends.clore.errors import CloreApiError
 from runner.backends.clore.models import Order
 from runner.backends.clore.ownership import Claim, find_ours
 from runner.clock import Clock
-from runner.ledger import Ledger, Rental
+from runner.ledger import Rental
+from runner.stores.ledger import RentalLedger
 
 CONFIRM_WAIT_S = 5.0  # before the last look after a second cancel (G-gv waited 2-12 s)
 
@@ -66,7 +67,7 @@ class Action:
 
 
 def reconcile(
-    ledger: Ledger,
+    ledger: RentalLedger,
     client: CloreClient,
     *,
     dry_run: bool,
@@ -177,7 +178,7 @@ def _verdict(rental: Rental, match: _Match, *, dry_run: bool) -> Action:
     return Action(rental, "ended", order_id, dry_run=dry_run)
 
 
-def _settle(ledger: Ledger, rental: Rental, match: _Match) -> Action:
+def _settle(ledger: RentalLedger, rental: Rental, match: _Match) -> Action:
     """Record a rental with nothing to cancel."""
     action = _verdict(rental, match, dry_run=False)
     if action.kind == "nothing-created":
@@ -191,7 +192,7 @@ def _settle(ledger: Ledger, rental: Rental, match: _Match) -> Action:
 
 
 def _cancel_all(
-    ledger: Ledger, client: CloreClient, rentals: list[Rental], live: dict[int, Order]
+    ledger: RentalLedger, client: CloreClient, rentals: list[Rental], live: dict[int, Order]
 ) -> dict[int, Action]:
     """Cancel every live order, confirm each left `my_orders` (one more cancel for those still
     listed), and mark the confirmed ones released. Confirming is one listing for all of them."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from runner.backends.clore.api import CloreClient
 from runner.backends.clore.backend import Budget, CloreBackend
@@ -10,22 +11,38 @@ from runner.backends.clore.provision import Provisioner
 from runner.backends.ssh.keys import ClientKey, HostKeyStore
 from runner.clock import SystemClock
 from runner.core.model import Pipeline
-from runner.ledger import Ledger
+from runner.errors import UsageError
+from runner.stores.ledger import open_ledger
+from runner.stores.pools import check_name
+from runner.stores.target import require_psycopg
+
+if TYPE_CHECKING:
+    from runner.stores.pool_seat import PoolSeat
 
 
-def clore_backend(pipeline: Pipeline, ledger_path: Path, run_id: str) -> CloreBackend:
-    """A backend renting on Clore with a fresh ed25519 key for this run only."""
+def clore_backend(
+    pipeline: Pipeline,
+    ledger_path: Path | str,
+    run_id: str,
+    *,
+    pool: str | None = None,
+    coordinator: str | None = None,
+) -> CloreBackend:
+    """A backend renting on Clore with a fresh ed25519 key for this run only. With `pool`,
+    every rental also reserves from that budget pool on the `coordinator` database."""
     client = CloreClient.from_env()
     clock = SystemClock()
     provisioner = Provisioner(
         client=client,
-        ledger=Ledger(ledger_path),
+        ledger=open_ledger(ledger_path),
         run_id=run_id,
         key=ClientKey.generate(),
         host_keys=HostKeyStore(),
         clock=clock,
         currency=pipeline.currency,
     )
+    if pool is not None:
+        provisioner.seat = _seat(pool, coordinator, run_id)
     return CloreBackend(
         client=client,
         provisioner=provisioner,
@@ -34,3 +51,16 @@ def clore_backend(pipeline: Pipeline, ledger_path: Path, run_id: str) -> CloreBa
         budget=Budget(pipeline.budget_usd),
         currency=pipeline.currency,
     )
+
+
+def _seat(pool: str, coordinator: str | None, run_id: str) -> PoolSeat:
+    if coordinator is None:
+        raise UsageError(
+            f"--pool {pool}: a pool lives in the shared database",
+            hint="pass --coordinator postgresql://USER@HOST/DB or set CLORE_RUN_COORDINATOR",
+        )
+    require_psycopg()
+    from runner.stores.pg_pools import PostgresPools
+    from runner.stores.pool_seat import PoolSeat
+
+    return PoolSeat(PostgresPools(coordinator), check_name(pool), run_id)

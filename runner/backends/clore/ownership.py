@@ -30,7 +30,8 @@ from email.utils import parsedate_to_datetime
 from typing import Protocol
 
 from runner.backends.clore.models import Order
-from runner.ledger import Ledger, LedgerError, Rental
+from runner.ledger import LedgerError, Rental
+from runner.stores.ledger import RentalLedger
 
 # Without one reply carrying a `Date`, our clock and the API's are assumed this far apart at most.
 UNMEASURED_OFFSET_S = 30.0
@@ -109,7 +110,7 @@ class LedgerMarks:
     """A create's marks written to its ledger row. A failing write before the send stops the
     send (LedgerError): a create the ledger cannot prove must not go out."""
 
-    ledger: Ledger
+    ledger: RentalLedger
     rental_id: int
 
     def sent(self, at_unix_s: float, offset: ClockOffset) -> None:

@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from runner.backends.base import NO_STAGES, StageSink
 from runner.backends.clore import errors as api_errors
@@ -29,7 +30,12 @@ from runner.clock import Clock
 from runner.core import money
 from runner.core.model import Job
 from runner.errors import InfrastructureError, RunMustStop
-from runner.ledger import Ledger, LedgerError, State
+from runner.ledger import LedgerError, State
+from runner.stores.ledger import RentalLedger
+from runner.stores.pools import Reservation
+
+if TYPE_CHECKING:  # psycopg is an extra: only a run that joins a pool imports it
+    from runner.stores.pool_seat import PoolSeat
 
 # A plain CUDA image: with `autossh_entrypoint` Clore runs sshd in any image, so the default
 # need not be one of Clore's own.
@@ -91,6 +97,7 @@ class Rental:
     fee_billed: bool = False
     lost: bool = False  # the server dropped us (spot outbid, gone): never reuse
     spot: bool = False  # a spot order: it can be outbid
+    reservation: Reservation | None = None  # its share of a budget pool, when the run joined one
     facts: dict[str, str] = field(default_factory=dict)
     fee_rate: float = 0.0  # the renter's fee on top of the listed price (in `usd_per_hour`)
     creation_fee_native: float = 0.0
@@ -125,13 +132,16 @@ class Rental:
 @dataclass
 class Provisioner:
     client: CloreClient
-    ledger: Ledger
+    ledger: RentalLedger
     run_id: str
     key: ClientKey
     host_keys: HostKeyStore
     clock: Clock
     currency: str
     options: ProvisionOptions = field(default_factory=ProvisionOptions)
+    seat: PoolSeat | None = None  # the budget pool this run joined, if any
+    # Gives back one idle server of this run (True if it did), when the pool is full.
+    make_room: Callable[[], bool] = lambda: False
     _wasted_usd: float = field(default=0.0, init=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
     _fees: FeeSchedule | None = field(default=None, init=False)
@@ -148,7 +158,15 @@ class Provisioner:
         self, job: Job, offer: Offer, cancel: threading.Event, stages: StageSink = NO_STAGES
     ) -> Rental:
         """Rent `offer` for `job` and return it reachable over SSH, or raise (nothing held)."""
-        rental = self._intent(job, offer)
+        reservation = self._reserve(job, offer, cancel)
+        try:
+            rental = self._intent(job, offer)
+            rental.reservation = reservation
+            if reservation is not None and self.seat is not None:
+                self.seat.attach(reservation, rental.rental_id)  # before the create is sent
+        except BaseException:
+            self._settle_pool(reservation, 0.0)  # no create was sent: it made nothing
+            raise
         asked = self.clock.now()
         order = self._create(rental, job, cancel)
         rental.order_id = order.id
@@ -181,6 +199,43 @@ class Provisioner:
             final_usd = rental.estimated_cost(self.clock.time()).total_usd
         with self._lock:
             self._wasted_usd += final_usd
+
+    # -- the pool ------------------------------------------------------------------------
+
+    def worst_case_usd(self, job: Job, offer: Offer) -> float:
+        """The most renting `offer` for `job` can cost: billed from the create, through the
+        start (image pull included) and the job's whole timeout, creation fee included."""
+        spot = job.gpu is not None and job.gpu.spot
+        price_per_day = self.price_per_day(job, offer)  # a spot bid, not the minimum
+        if price_per_day is None:
+            price = offer.usd_per_hour(spot) or 0.0  # no bid fits: renting will skip the offer
+        else:
+            price = self.usd_per_hour(offer, price_per_day, spot)
+        hold_s = self.options.online_timeout_s + job.timeout_s
+        return money.worst_case_usd(price, hold_s, self.creation_fee_usd(offer, spot))
+
+    def _reserve(self, job: Job, offer: Offer, cancel: threading.Event) -> Reservation | None:
+        """The rental's worst case from the pool, as the run's own budget counts it."""
+        if self.seat is None or self.price_per_day(job, offer) is None:
+            return None
+        label = f"{self.run_id}/{job.id} server {offer.server_id}"
+        return self.seat.reserve(self.worst_case_usd(job, offer), label, cancel, self.make_room)
+
+    def cover(self, rental: Rental, job: Job) -> bool:
+        """Can a kept server take `job`? Its reservation must grow by the job's worst case."""
+        if self.seat is None or rental.reservation is None:
+            return True
+        return self.seat.grow(rental.reservation, rental.usd_per_hour * job.timeout_s / 3600)
+
+    def _settle_pool(self, reservation: Reservation | None, billed_usd: float) -> None:
+        if reservation is not None and self.seat is not None:
+            self.seat.settle(reservation, billed_usd)
+
+    def close_pool(self) -> None:
+        """Leave the pool (idempotent): anything unsettled is left to a reaper."""
+        seat, self.seat = self.seat, None
+        if seat is not None:
+            seat.close()
 
     # -- steps -----------------------------------------------------------------------------
 
@@ -257,9 +312,11 @@ class Provisioner:
         except RequestAborted:
             # Given up while waiting for the create's rate-limit slot: nothing was sent.
             self.ledger.set_state(rental.rental_id, "failed", "cancelled before the create")
+            self._settle_pool(rental.reservation, 0.0)
             raise ProvisionCancelled(f"server {rental.offer.server_id}: cancelled") from None
         except _FATAL as exc:
             self.ledger.set_state(rental.rental_id, "failed", str(exc))
+            self._settle_pool(rental.reservation, 0.0)
             raise RunMustStop(str(exc)) from None
         except api_errors.CloreApiError as exc:
             if isinstance(exc, api_errors.OrderOutcomeUnknownError) or may_have_created(exc):
@@ -268,6 +325,7 @@ class Provisioner:
                 self.ledger.set_state(rental.rental_id, "intent", str(exc))
             else:
                 self.ledger.set_state(rental.rental_id, "failed", str(exc))
+                self._settle_pool(rental.reservation, 0.0)
             raise SkipOffer(f"server {rental.offer.server_id}: {exc}") from None
 
     def _send_create(self, rental: Rental, job: Job, cancel: threading.Event) -> Order:
@@ -422,6 +480,7 @@ class Provisioner:
                     finals[rental.rental_id] = self._settle(rental, spend)
                 if gone:
                     self._note(rental, "released")
+                    self._settle_pool(rental.reservation, self._final_usd(rental, finals))
                     del waiting[order_id]
             if not waiting or self.clock.now() + pause_s > deadline:
                 break
@@ -429,6 +488,12 @@ class Provisioner:
             pause_s = min(pause_s * 2, 8.0)
             unsent = {i for i in unsent if i in waiting and not self._cancel(waiting[i])}
         return finals
+
+    def _final_usd(self, rental: Rental, finals: dict[int, float | None]) -> float:
+        final = finals.get(rental.rental_id)
+        if final is not None:
+            return final
+        return rental.estimated_cost(self.clock.time()).total_usd  # no `spend`: our estimate
 
     def _settle(self, rental: Rental, spend_native: float) -> float:
         cost = rental.billed_cost(spend_native, self.clock.time())

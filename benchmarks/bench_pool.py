@@ -1,0 +1,119 @@
+"""Budget pools on a private PostgreSQL cluster (loopback), in processes of their own.
+
+    python -m benchmarks.bench_pool [--quick]
+
+Prints:
+- reservations per second on one pool (4 servers) with 20 contenders, each reserving and
+  settling in a loop, and the p50/p99 latency of one reservation transaction; against 1
+  contender doing the same (the baseline, measured in this run);
+- the time from a holder's `kill -9` to its servers cancelled by a reaper polling every 0.25 s,
+  against the lease's ttl (the floor: the lease must expire first).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import logging
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from pytest_httpserver import HTTPServer
+
+from runner.stores.pg_ledger import PostgresLedger
+from runner.stores.pg_pools import PostgresPools
+from runner.stores.reaper import reap
+from tests.fakes.clore_api import START_UNIX, FakeClock, FakeClore
+from tests.pg_fixture import PgCluster, start_cluster
+from tests.stores.test_pool_processes import Worker
+
+
+def contenders(cluster: PgCluster, n: int, cycles: int) -> tuple[float, float, float]:
+    """(reservations/s, p50 ms, p99 ms) for `n` processes on one pool."""
+    url = cluster.new_database()
+    PostgresPools(url).create("bench", 1e9, per_day=False, max_servers=4)
+    workers = [Worker("cycle", url, "bench", f"c{i}", str(cycles)) for i in range(n)]
+    try:
+        for w in workers:
+            w.expect("ready")
+        began = time.perf_counter()
+        for w in workers:
+            w.say("go")
+        results = [json.loads(w.expect(timeout=600)) for w in workers]
+        wall = time.perf_counter() - began
+    finally:
+        for w in workers:
+            w.stop()
+    latencies = sorted(x for r in results for x in r["latencies"])
+    p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
+    return n * cycles / wall, statistics.median(latencies) * 1000, p99 * 1000
+
+
+def death_to_cancel(cluster: PgCluster, ttl_s: float) -> float:
+    """Seconds from a holder's kill -9 to the fake Clore listing none of its orders live."""
+    url = cluster.new_database()
+    PostgresPools(url).create("bench", 100.0, per_day=False, max_servers=4)
+    server = HTTPServer(threaded=True)
+    server.start()
+    try:
+        fake = FakeClore(server, FakeClock()).install()
+        fake.enforce_rate_limits, fake.appear_after_s = False, 0.0
+        fake.balances["CLORE-Blockchain"] = 1e12
+        for n in range(2):
+            fake.servers[5000 + n] = {**copy.deepcopy(fake.servers[99173]), "id": 5000 + n}
+        holder = Worker(
+            "hold", url, "bench", "run-dead", fake.url, str(START_UNIX), str(ttl_s), "5000", "5001"
+        )
+        holder.expect("ready")
+        holder.say("go")
+        holder.expect("holding")
+        pools, ledger, client = PostgresPools(url), PostgresLedger(url), fake.client()
+        holder.proc.send_signal(signal.SIGKILL)
+        died = time.perf_counter()
+        holder.stop()
+        while fake.live_orders():
+            reap(pools, ledger, client, "bench-reaper", settle_s=0)
+            time.sleep(0.25)  # a reaper's poll interval, the thing being measured
+        return time.perf_counter() - died
+    finally:
+        server.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true", help="fewer cycles, for CI")
+    args = parser.parse_args()
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # the fake's request lines
+    cycles = 20 if args.quick else 100
+    folder = Path(tempfile.mkdtemp(prefix="bench-pool-"))
+    folder.chmod(0o755)
+    cluster = start_cluster(folder / "cluster")
+    try:
+        base_rate, base_p50, base_p99 = contenders(cluster, 1, cycles)
+        rate, p50, p99 = contenders(cluster, 20, cycles)
+        print(
+            f"reservations, 1 contender : {base_rate:7.0f}/s  p50 {base_p50:6.2f} ms  "
+            f"p99 {base_p99:6.2f} ms"
+        )
+        print(
+            f"reservations, 20 contenders: {rate:7.0f}/s  p50 {p50:6.2f} ms  p99 {p99:6.2f} ms"
+            f"  (throughput x{rate / base_rate:.2f}, p99 x{p99 / base_p99:.2f} of 1 contender)"
+        )
+        ttl = 3.0
+        took = death_to_cancel(cluster, ttl)
+        print(
+            f"holder kill -9 -> servers cancelled: {took:.2f} s with a {ttl:g} s lease "
+            f"(x{took / ttl:.2f} of the ttl)"
+        )
+    finally:
+        cluster.stop()
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,199 @@
+"""How clore-run talks to PostgreSQL: one connection per store, every wait bounded, reconnects.
+
+- Every session sets `lock_timeout`, `statement_timeout` and
+  `idle_in_transaction_session_timeout`: a waiter gives up instead of hanging behind a stalled
+  client, and the server itself ends a session that stalls inside a transaction, releasing
+  its locks. Nothing owns work through a session (no session advisory lock): a dropped
+  connection loses nothing but the transaction it was in.
+- Autocommit, with explicit short transactions: a connection is never left inside one.
+- A lost connection (server restarted, network cut) is reopened and the transaction run again,
+  for up to `reconnect_s`. Callers make their transactions safe to run twice (a key that makes
+  an insert idempotent, a guard that makes an update a no-op the second time): a COMMIT whose
+  reply was lost may have landed.
+- Migrations: one transaction per step, serialised by a transaction-scoped advisory lock and
+  numbered per component in `clore_run_schema`, so five processes starting on an empty database
+  at once migrate it once, and an older clore-run refuses a newer schema.
+Every failure becomes the store's own error naming the database (password left out).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg import errors as pg_errors
+
+from runner.errors import InfrastructureError
+from runner.stores.target import redact_url
+
+T = TypeVar("T")
+Conn = psycopg.Connection[tuple[Any, ...]]
+_MIGRATION_LOCK = 0x636C6F7265  # any constant: the key of the transaction-scoped lock
+# SQLSTATEs after which the same transaction may simply be run again.
+_RETRY_AT_ONCE = ("40001", "40P01")  # serialization failure, deadlock
+_GONE = ("57P01", "57P02", "57P03")  # admin/crash shutdown, cannot connect now
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    connect_s: int = 5
+    lock_ms: int = 5_000  # behind another transaction's row lock (they last milliseconds)
+    statement_ms: int = 15_000
+    idle_in_transaction_ms: int = 15_000
+    reconnect_s: float = 60.0  # a restart with crash recovery takes seconds
+
+
+class NewerSchema(Exception):
+    pass
+
+
+class PgDatabase:
+    """One connection to `url`, shared by threads behind a lock."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        what: str,
+        error: type[InfrastructureError],
+        timeouts: Timeouts | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.url = url
+        self.where = f"{what} {redact_url(url)}"
+        self._error = error
+        self.timeouts = timeouts or Timeouts()
+        self._sleep = sleep
+        self._lock = threading.RLock()
+        self._conn: Conn | None = None
+        self.reconnects = 0
+        with self._lock:
+            self._connection("connect")
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    def run(self, doing: str, work: Callable[[Conn], T]) -> T:
+        """`work` in one transaction; run again on a fresh connection if the old one was lost
+        (so `work` must be safe to repeat). Errors become the store's error."""
+        deadline = time.monotonic() + self.timeouts.reconnect_s
+        delay = 0.05
+        with self._lock:
+            while True:
+                try:
+                    conn = self._connection(doing)
+                    with conn.transaction():
+                        return work(conn)
+                except psycopg.Error as exc:
+                    if not self._retryable(exc) or time.monotonic() >= deadline:
+                        raise self._fail(doing, exc) from None
+                except self._error:
+                    if time.monotonic() >= deadline:
+                        raise
+                self._sleep(delay)
+                delay = min(delay * 2, 1.0)
+
+    def migrate(self, component: str, migrations: Sequence[Sequence[str]]) -> None:
+        """Bring `component`'s tables to version len(migrations), one step per transaction."""
+
+        def step(conn: Conn) -> bool:
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS clore_run_schema "
+                "(component TEXT PRIMARY KEY, version INTEGER NOT NULL)"
+            )
+            row = conn.execute(
+                "SELECT version FROM clore_run_schema WHERE component = %s", (component,)
+            ).fetchone()
+            found = int(row[0]) if row else 0
+            if found > len(migrations):
+                raise NewerSchema(
+                    f"{component} schema version {found}, newer than this clore-run reads "
+                    f"({len(migrations)})"
+                )
+            if found == len(migrations):
+                return True
+            for statement in migrations[found]:
+                conn.execute(statement.encode())
+            conn.execute(
+                "INSERT INTO clore_run_schema (component, version) VALUES (%s, %s) "
+                "ON CONFLICT (component) DO UPDATE SET version = excluded.version",
+                (component, found + 1),
+            )
+            return False
+
+        try:
+            while not self.run(f"migrate the {component} tables", step):
+                pass
+        except NewerSchema as exc:
+            raise self._error(f"{self.where}: {exc}", hint="upgrade clore-run to use it") from None
+
+    # -- plumbing ----------------------------------------------------------------------------
+
+    def _connection(self, doing: str) -> Conn:
+        if self._conn is not None and not self._conn.closed and not self._conn.broken:
+            return self._conn
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+            self.reconnects += 1
+        t = self.timeouts
+        try:
+            conn = psycopg.connect(
+                self.url,
+                autocommit=True,
+                connect_timeout=t.connect_s,
+                application_name="clore-run",
+                keepalives=1,
+                keepalives_idle=10,
+                keepalives_interval=5,
+                keepalives_count=3,
+            )
+            conn.execute(
+                "SELECT set_config('lock_timeout', %s, false), "
+                "set_config('statement_timeout', %s, false), "
+                "set_config('idle_in_transaction_session_timeout', %s, false), "
+                "set_config('TimeZone', 'UTC', false)",
+                (f"{t.lock_ms}ms", f"{t.statement_ms}ms", f"{t.idle_in_transaction_ms}ms"),
+            )
+        except psycopg.OperationalError as exc:
+            raise self._error(
+                f"{self.where}: cannot {doing}: cannot connect: {_first_line(exc)}",
+                hint="is the server up and the URL right?",
+            ) from None
+        self._conn = conn
+        return conn
+
+    def _retryable(self, exc: psycopg.Error) -> bool:
+        if exc.sqlstate in _RETRY_AT_ONCE or exc.sqlstate in _GONE:
+            return True
+        if isinstance(exc, (pg_errors.LockNotAvailable, pg_errors.QueryCanceled)):
+            return False
+        lost = self._conn is None or self._conn.closed or self._conn.broken
+        return lost or (exc.sqlstate or "").startswith("08")
+
+    def _fail(self, doing: str, exc: psycopg.Error) -> InfrastructureError:
+        if isinstance(exc, pg_errors.LockNotAvailable):
+            return self._error(
+                f"{self.where}: cannot {doing}: waited {self.timeouts.lock_ms} ms for a lock",
+                hint="another client holds it; the server ends a client stalled inside a "
+                "transaction (idle_in_transaction_session_timeout), so try again",
+            )
+        if isinstance(exc, pg_errors.QueryCanceled):
+            return self._error(
+                f"{self.where}: cannot {doing}: it ran past {self.timeouts.statement_ms} ms",
+                hint="the database is overloaded or a lock is held; try again",
+            )
+        return self._error(f"{self.where}: cannot {doing}: {_first_line(exc)}")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

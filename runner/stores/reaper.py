@@ -1,0 +1,108 @@
+"""Reaping: what happens to a pool holder that stopped heartbeating (killed, frozen, cut off).
+
+A reaper (any run or serve instance, or `clore-run cleanup --coordinator URL`) takes the expired
+lease with a new fencing token, which fences the old holder out. It then does what that holder
+can no longer do: reconciles its rentals with `my_orders` (today's cleanup: a rental whose create
+was sent but whose order id was never written is found there by server and creation time),
+cancels what is live, and settles each reservation with what its rental was billed. A rental
+whose cancel is not confirmed keeps its reservation (the server may bill on): the lease expires
+again and the next reaper retries.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from runner.backends.clore.api import CloreClient
+from runner.backends.clore.cleanup import Action, reconcile
+from runner.backends.clore.errors import CloreApiError
+from runner.backends.clore.models import Order
+from runner.clock import Clock
+from runner.ledger import Rental
+from runner.stores.ledger import RentalLedger
+from runner.stores.pg_pools import PostgresPools
+from runner.stores.pools import Lease, Reservation
+
+REAPER_TTL_S = 300.0  # a reconcile waits for my_orders to settle: minutes at worst
+
+
+@dataclass(frozen=True)
+class Reaped:
+    """What one reaped lease came to."""
+
+    lease: Lease
+    actions: list[Action]
+    settled: dict[int, float]  # reservation id -> USD billed
+    left: list[Reservation]  # not settled: their rental could not be confirmed released
+
+    @property
+    def done(self) -> bool:
+        return not self.left
+
+
+def reap(
+    pools: PostgresPools,
+    ledger: RentalLedger,
+    client: CloreClient,
+    reaper: str,
+    *,
+    limit: int = 10,
+    clock: Clock | None = None,
+    settle_s: float | None = None,
+) -> list[Reaped]:
+    """Take and settle up to `limit` expired leases (none is taken twice across reapers)."""
+    out = []
+    for lease in pools.take_expired(reaper, REAPER_TTL_S, limit):
+        actions = reconcile(
+            ledger, client, dry_run=False, run_id=lease.holder, clock=clock, settle_s=settle_s
+        )
+        out.append(_settle(pools, ledger, client, lease, actions))
+    return out
+
+
+def _settle(
+    pools: PostgresPools,
+    ledger: RentalLedger,
+    client: CloreClient,
+    lease: Lease,
+    actions: list[Action],
+) -> Reaped:
+    rentals = {r.id: r for r in ledger.rentals(lease.holder)}
+    orders = _orders(client, [r for r in rentals.values() if r.order_id is not None])
+    settled: dict[int, float] = {}
+    left: list[Reservation] = []
+    for reservation in pools.reservations(lease.holder):
+        rental = rentals.get(reservation.rental_id) if reservation.rental_id else None
+        if reservation.rental_id is None:
+            billed = 0.0  # tied before any create is sent: no rental, no bill
+        elif rental is None or rental.state not in ("released", "failed"):
+            left.append(reservation)
+            continue
+        else:
+            billed = billed_usd(rental, orders, reservation.amount_usd)
+        pools.settle(lease, reservation.id, billed)
+        settled[reservation.id] = billed
+    if not left:
+        pools.finish(lease)
+    return Reaped(lease, actions, settled, left)
+
+
+def _orders(client: CloreClient, rentals: list[Rental]) -> dict[int, Order] | None:
+    if not rentals:
+        return {}
+    try:
+        return {o.id: o for o in client.my_orders(return_completed=True)}
+    except CloreApiError:
+        return None
+
+
+def billed_usd(rental: Rental, orders: dict[int, Order] | None, worst_usd: float) -> float:
+    """What `rental` cost in USD: its order's `spend` and creation fee, converted at the
+    rental's own rate. Without the API's figure: the reservation's worst case."""
+    if rental.state == "failed" and rental.order_id is None:
+        return 0.0
+    order = (orders or {}).get(rental.order_id) if rental.order_id is not None else None
+    if order is None or order.spend is None or not rental.price_per_day:
+        return worst_usd
+    usd_per_unit = (rental.usd_per_hour or 0.0) * 24 / rental.price_per_day
+    return (float(order.spend) + float(order.creation_fee or 0.0)) * usd_per_unit

@@ -1,0 +1,44 @@
+"""Both store implementations, for the contract tests that every one of them must pass."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from runner.stores.ledger import RentalLedger, open_ledger
+from tests.pg_fixture import PgCluster
+
+
+class Tick:
+    """A unix clock that moves one second per reading."""
+
+    def __init__(self, start: float = 1_783_700_000.0) -> None:
+        self.t = start
+
+    def time(self) -> float:
+        self.t += 1
+        return self.t
+
+    def now(self) -> float:
+        return self.t
+
+    def sleep(self, seconds: float) -> None:
+        self.t += seconds
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def ledger_target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where a ledger lives: a SQLite file, or a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        return str(tmp_path / "ledger.db")
+    cluster: PgCluster = request.getfixturevalue("pg_cluster")
+    return cluster.new_database()
+
+
+@pytest.fixture
+def any_ledger(ledger_target: str) -> Iterator[RentalLedger]:
+    target = ledger_target if ledger_target.startswith("postgresql:") else Path(ledger_target)
+    with open_ledger(target, clock=Tick()) as ledger:
+        yield ledger

@@ -1,0 +1,97 @@
+"""`clore-run pool ...`, `run --pool` flag checks and `cleanup --coordinator` reaping."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from runner.cli import main
+from runner.cli.cleanup import register
+from runner.stores.pg_ledger import PostgresLedger
+from runner.stores.pg_pools import PostgresPools
+from tests.fakes.clore_api import FakeClore
+from tests.stores.pg_helpers import at
+from tests.stores.test_pool_processes import FIRST_SERVER, LATER, Worker, _holder, market
+
+__all__ = ["market"]  # the fixture
+
+
+def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as info:
+        main(list(args))
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    assert isinstance(info.value.code, int)
+    return info.value.code, out, err
+
+
+def test_pool_create_show_set(
+    capsys: pytest.CaptureFixture[str], pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    code, out, _ = cli(
+        capsys, "pool", "create", "org", "--budget", "25", "--max-servers", "3",
+        "--coordinator", pg_url,
+    )  # fmt: skip
+    assert code == 0 and "org: $25.00 in total, at most 3 servers | 0 held" in out
+    monkeypatch.setenv("CLORE_RUN_COORDINATOR", pg_url)
+    code, out, _ = cli(capsys, "pool", "set", "org", "--per-day", "--max-servers", "5")
+    assert code == 0 and "$25.00 per UTC day, at most 5 servers" in out
+    code, out, _ = cli(capsys, "pool", "show")
+    assert code == 0 and out.startswith("org: ")
+    code, _, err = cli(capsys, "pool", "show", "nope")
+    assert code == 2 and "no pool named 'nope'" in err
+
+
+def test_pool_commands_and_flags_say_what_is_wrong(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("CLORE_RUN_COORDINATOR", raising=False)
+    code, _, err = cli(capsys, "pool", "show")
+    assert code == 2 and "no coordinator given" in err
+    code, _, err = cli(capsys, "pool", "show", "--coordinator", "mysql://x/y")
+    assert code == 2 and "is not a PostgreSQL URL" in err
+    code, _, err = cli(
+        capsys, "pool", "create", "bad name", "--budget", "1", "--max-servers", "1",
+        "--coordinator", "postgresql://127.0.0.1:1/none",
+    )  # fmt: skip
+    assert code == 2 and "pool name 'bad name' is not valid" in err
+    code, _, err = cli(
+        capsys, "pool", "show", "--coordinator", "postgresql://u:secret@127.0.0.1:1/none"
+    )
+    assert code == 3 and "cannot connect" in err and "secret" not in err
+    pipeline = tmp_path / "p.yml"
+    pipeline.write_text("jobs:\n  a: {run: 'true'}\n")
+    code, _, err = cli(capsys, "run", str(pipeline), "--backend", "local", "--pool", "org")
+    assert code == 2 and "use --backend clore" in err
+    code, _, err = cli(
+        capsys, "run", str(pipeline), "--backend", "clore", "--coordinator",
+        "postgresql://127.0.0.1:1/x", "--ledger", str(tmp_path / "l.db"),
+    )  # fmt: skip
+    assert code == 2 and "--ledger" in err and "shared database" in err
+
+
+def test_cleanup_with_a_coordinator_reaps_a_killed_holder(
+    pg_url: str, market: FakeClore, tmp_path: Path
+) -> None:
+    PostgresPools(pg_url).create("org", 10.0, per_day=False, max_servers=4)
+    holder: Worker = _holder(pg_url, market, "run-dead", [FIRST_SERVER])
+    try:
+        holder.expect("holding")
+        holder.proc.send_signal(signal.SIGKILL)
+        holder.proc.wait(timeout=10)
+    finally:
+        holder.stop()
+    app = typer.Typer()
+    register(app, client_factory=market.client)
+    app.command("noop")(lambda: None)  # a group, so that `cleanup` is a subcommand
+    later = at(pg_url, LATER)
+    result = CliRunner().invoke(app, ["cleanup", "--coordinator", later])
+    assert result.exit_code == 0, result.output
+    assert "reaped run-dead (pool org): 1 rental(s) reconciled, 1 reservation(s)" in result.output
+    assert market.live_orders() == [] and PostgresLedger(pg_url).unreleased() == []
+    again = CliRunner().invoke(app, ["cleanup", "--coordinator", later])
+    assert again.exit_code == 0 and "nothing (more) to reap" in again.output
