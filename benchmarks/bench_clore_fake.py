@@ -23,12 +23,21 @@ from pathlib import Path
 from typing import Any
 
 from pytest_httpserver import HTTPServer
+from werkzeug.serving import WSGIRequestHandler
 
-from runner.backends.base import OutputSink, Place, RunOutcome, RunRequest, Stream
+from runner.backends.base import (
+    NO_STAGES,
+    OutputSink,
+    Place,
+    RunOutcome,
+    RunRequest,
+    StageSink,
+    Stream,
+)
 from runner.backends.clore.backend import Budget, CloreBackend
 from runner.backends.clore.market import offer_from_server
 from runner.backends.clore.models import MarketServer, Order
-from runner.backends.clore.provision import Provisioner, ProvisionOptions
+from runner.backends.clore.provision import Provisioner, ProvisionOptions, Rental
 from runner.backends.ssh.connection import ConnectOptions
 from runner.backends.ssh.keys import ClientKey, HostKeyStore
 from runner.ledger import Ledger
@@ -45,8 +54,10 @@ class TimingProvisioner(Provisioner):
 
     online_at: dict[int, float]
 
-    def _wait_online(self, order_id: int, cancel: threading.Event) -> Order:
-        order = super()._wait_online(order_id, cancel)
+    def _wait_online(
+        self, order_id: int, cancel: threading.Event, rental: Rental | None = None
+    ) -> Order:
+        order = super()._wait_online(order_id, cancel, rental)
         self.online_at[order_id] = time.perf_counter()
         return order
 
@@ -57,7 +68,12 @@ class TimingBackend(CloreBackend):
     first_output: dict[int, float]
 
     def run(
-        self, place: Place, request: RunRequest, sink: OutputSink, cancel: threading.Event
+        self,
+        place: Place,
+        request: RunRequest,
+        sink: OutputSink,
+        cancel: threading.Event,
+        stages: StageSink = NO_STAGES,
     ) -> RunOutcome:
         order_id = int(place.facts["order_id"])
         seen = self.first_output
@@ -67,7 +83,7 @@ class TimingBackend(CloreBackend):
                 seen.setdefault(order_id, time.perf_counter())
                 sink.write(stream, data)
 
-        return super().run(place, request, Watch(), cancel)
+        return super().run(place, request, Watch(), cancel, stages)
 
 
 def main() -> None:
@@ -87,6 +103,9 @@ def main() -> None:
 def run(tmp: Path, http: HTTPServer, ssh_port: int, authorize: Any) -> dict[str, Any]:
     clock = FakeClock()
     fake = FakeClore(http, clock).install()
+    # Replies' Date header on the fake clock, as the tests' fixture does: the ownership check
+    # measures the API's clock offset from it.
+    WSGIRequestHandler.date_time_string = fake.date_header  # type: ignore[method-assign,assignment]
     fake.ssh_host, fake.ssh_port = "127.0.0.1", ssh_port
     pipeline = load_pipeline(EXAMPLE)
     client = fake.client()
@@ -141,7 +160,7 @@ def fake_cost(fake: FakeClore) -> float:
     for order in fake.orders.values():
         server = MarketServer.model_validate(fake.servers[order.server_id])
         rate = offer_from_server(server, order.currency).usd_per_unit or 0.0
-        total += (fake.spend(order.id) + order.creation_fee) * rate
+        total += fake.billed(order.id) * rate  # what the wallet lost, fees as Clore bills
     return total
 
 

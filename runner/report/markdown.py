@@ -14,6 +14,7 @@ from typing import Any
 
 import jinja2
 
+from runner import untrusted
 from runner.report.mermaid import gantt
 from runner.report.timeline import build_timeline, records_from_summary
 
@@ -49,6 +50,9 @@ def _environment() -> jinja2.Environment:
         cell=cell, money=money, rate=rate, duration=duration, pct=pct, icon=icon, fence=fence
     )
     env.filters["html_text"] = html_text
+    # Text a server could have written (GPU and host names, reasons, test names and messages):
+    # no link, image, HTML, mention or table break of its own; links only where we make them.
+    env.filters["remote"] = lambda value, limit=_CELL_LIMIT: untrusted.markdown(str(value), limit)
     env.filters["human"] = human
     env.filters["gantt"] = summary_gantt
     return env

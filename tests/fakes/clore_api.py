@@ -371,6 +371,12 @@ class FakeClore:
         self.server.expect_request(re.compile(r"^/v1/.*")).respond_with_handler(self._handle)
         return self
 
+    def date_header(self, _handler: object = None, timestamp: float | None = None) -> str:
+        """The `Date` header as this fake's API clock shows it: the client measures its clock
+        offset from it, so it must be the fake clock's time, not the machine's. Install it as
+        `WSGIRequestHandler.date_time_string`."""
+        return formatdate(self.api_time(), usegmt=True)
+
     def client(self, **kwargs: Any) -> CloreClient:
         """A client wired to this fake: its own limiter on the fake clock, seeded jitter."""
         kwargs.setdefault("limiter", RateLimiter(self.clock))
@@ -732,9 +738,5 @@ def fake_clore(
     Its replies' `Date` header shows the API's clock, as the real one's does (the HTTP server
     stamps it; here from the fake clock, not real time)."""
     fake = FakeClore(httpserver, fake_clock)
-    monkeypatch.setattr(
-        WSGIRequestHandler,
-        "date_time_string",
-        lambda _self, timestamp=None: formatdate(fake.api_time(), usegmt=True),
-    )
+    monkeypatch.setattr(WSGIRequestHandler, "date_time_string", fake.date_header)
     yield fake.install()

@@ -227,7 +227,7 @@ def test_table_cells_cannot_break_the_table(tmp_path: Path) -> None:
     assert len(rows) == 1 + 7  # header and one row per job: the newline did not split a row
     widths = {len(line.replace("\\|", "").split("|")) for line in rows}
     assert len(widths) == 1  # every row has as many cells as the header
-    assert "line one line \\| two &lt;details>" in md
+    assert "line one line \\| two &lt;details\\>" in md
 
 
 def test_names_in_the_html_summary_line_are_not_markdown_escaped(tmp_path: Path) -> None:
@@ -299,7 +299,7 @@ def test_long_failure_lists_are_capped(tmp_path: Path) -> None:
         {**job, "id": f"j{i}", "failed_tests": [test] * 5, "log_tail": ["x"]} for i in range(30)
     ]
     md = render_markdown(s)
-    assert md.count("tests.test_model.test_backward") == 100
+    assert md.count(r"tests\.test\_model\.test\_backward") == 100
     assert "… and 50 more in junit.xml" in md
     assert md.count("<details>") == 20 and "the logs of 10 more failed jobs" in md
 
@@ -310,3 +310,20 @@ def test_a_secret_given_with_surrounding_whitespace_is_still_redacted() -> None:
 
     env = {"CLORE_API_KEY": "  sk-live-123456\n"}
     assert redact("auth failed for sk-live-123456.", env) == "auth failed for ***."
+
+
+def test_server_text_in_the_summary_makes_no_image_link_or_mention(tmp_path: Path) -> None:
+    record = mixed_record()
+    evil = "![x](https://evil.example/a.png) [click](http://e.example) @octocat <img src=x>"
+    bad = JobResult("build", JobStatus.FAILED, evil)
+    record = RunRecord(
+        record.pipeline,
+        (bad, *record.results[1:]),
+        RunStatus.FAILED,
+        record.started_at,
+        record.finished_at,
+    )
+    write_outputs(tmp_path)
+    md = write_reports(tmp_path, record).summary_md.read_text()
+    assert "![" not in md and "](http" not in md and "<img" not in md
+    assert "@octocat" not in md and "https://evil" not in md
