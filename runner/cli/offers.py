@@ -63,17 +63,21 @@ def _client_from_env() -> CloreClient:
 
 def _fetch_offers(make_client: ClientFactory, currency: str) -> list[Offer]:
     from runner.backends.clore import errors as e
+    from runner.backends.clore.fees import read_fee_schedule
     from runner.backends.clore.market import offers_from_servers
 
     try:
-        servers = make_client().marketplace().servers
+        client = make_client()
+        # The account's renter fee rates (or the documented ones): every $/h includes them.
+        fees = read_fee_schedule(client, currency)
+        servers = client.marketplace().servers
     except e.MissingApiKeyError as exc:
         _fail(f"{exc.message}: {exc.hint}")
     except e.InvalidTokenError:
         _fail("the Clore API refused the key in CLORE_API_KEY (code 3: invalid API token)")
     except e.CloreApiError as exc:
         _fail(str(exc))
-    return offers_from_servers(servers, currency)
+    return offers_from_servers(servers, currency, fees=fees.rates)
 
 
 def _fail(message: str) -> NoReturn:

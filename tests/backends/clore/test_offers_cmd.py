@@ -112,3 +112,13 @@ def test_unknown_currency_is_a_usage_error(fake_clore: FakeClore) -> None:
     assert result.exit_code == 2
     assert "CLORE-Blockchain" in result.stderr
     assert fake_clore.requests == []
+
+
+def test_prices_include_the_accounts_own_renter_fee(fake_clore: FakeClore) -> None:
+    fake_clore.renter_fee_rates["on_demand"]["USD-Blockchain"] = 0.025  # Proof-of-Holding
+    args = ["offers", "--json", "--currency", "USD-Blockchain", "--gpu", "3090"]
+    result = runner.invoke(app_for(fake_clore), args)
+    assert result.exit_code == 0, result.output
+    (listed,) = json.loads(result.stdout)
+    assert listed["on_demand_usd_per_hour"] == pytest.approx(2 / 24 * 1.025)
+    assert listed["on_demand_fee_rate"] == 0.025
