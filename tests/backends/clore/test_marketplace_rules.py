@@ -60,6 +60,7 @@ def run_with(
     options = RunOptions(out_dir=out, workspace_root=setup.tmp / "ws", backoff=lambda n: 0.01)
     console = io.StringIO()
     record, code = execute(pipeline, timed, options, console)
+    setup.used = timed  # type: ignore[attr-defined]
     return record, code, console.getvalue(), out
 
 
@@ -141,6 +142,9 @@ def test_reported_cost_is_what_the_wallet_lost(setup: Setup, spot: bool, job_s: 
     ours = record.total_cost_usd
     assert abs(ours - lost) / lost < 0.01, (ours, lost)
     (facts,) = attempt_facts(out, "a")
+    # The order is given back after its last attempt ended: its bill is the order's.
+    (billed,) = setup.used.orders_given_back  # type: ignore[attr-defined]
+    facts = {**facts, **billed}
     creation = float(facts["order_creation_fee_usd"])
     assert (creation > 0) is (setup.fake.lived_s(order.id) >= 600)
     assert (creation > 0) is (job_s > 600)
