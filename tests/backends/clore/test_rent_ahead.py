@@ -1,9 +1,8 @@
 """Rent ahead, end to end: the fake Clore API with a 25 s boot, its orders on a real sshd.
 
-The fake boots an order on its clock, and the client spaces its calls on it; a fake clock
-that every sleeper advances would add up boots that overlap, so here the clock runs at ten
-times real time: a 25 s boot takes 2.5 real seconds, a job's `sleep 0.5` five clock seconds,
-and servers booting side by side overlap as they would.
+The clock runs at ten times real time (`FastClock`: boots that overlap must overlap, which
+the fake clock every sleeper advances would not do): a 25 s boot takes 2.5 real seconds, a
+job's `sleep 0.5` five clock seconds.
 """
 
 from __future__ import annotations
@@ -11,7 +10,6 @@ from __future__ import annotations
 import io
 import textwrap
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,28 +25,12 @@ from runner.core.model import JobStatus, Pipeline, RunRecord
 from runner.ledger import Ledger
 from runner.run_command import RunOptions, execute
 from runner.spec.loader import parse_pipeline
-from tests.fakes.clore_api import START_UNIX, FakeClore
+from tests.fakes.clore_api import FakeClore
+from tests.fakes.fast_clock import SPEED, FastClock
 from tests.sshd_fixture import SshServer
 
-SPEED = 10.0  # clock seconds per real second
 BOOT_S = 25.0  # create -> online on the fake, clock seconds
 JOB_S = 0.5 * SPEED  # each job's script, clock seconds
-
-
-class FastClock:
-    """Real time, run `SPEED` times faster: sleepers overlap as on the real clock."""
-
-    def __init__(self) -> None:
-        self._t0 = time.monotonic()
-
-    def now(self) -> float:
-        return (time.monotonic() - self._t0) * SPEED
-
-    def time(self) -> float:
-        return START_UNIX + self.now()
-
-    def sleep(self, seconds: float) -> None:
-        time.sleep(max(0.0, seconds) / SPEED)
 
 
 @pytest.fixture
@@ -81,7 +63,7 @@ def run(
     options = ProvisionOptions(
         first_poll_s=1.0,
         max_poll_s=2.0,
-        pause=lambda seconds, cancel: cancel.wait(seconds / SPEED),
+        pause=clock.pause,
         ssh=ConnectOptions(tries=3, backoff_s=0.05, max_backoff_s=0.2),
     )
     client = fake.client()
