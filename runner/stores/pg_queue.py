@@ -41,6 +41,7 @@ from runner.serve.store import (
     Unsettled,
 )
 from runner.stores.pg import Conn, PgDatabase, Timeouts
+from runner.stores.target import redact_url
 
 CHANNEL = "clore_run_queue"
 _STATUS_LIST = ", ".join(f"'{s}'" for s in STATUSES)
@@ -158,8 +159,14 @@ class PostgresQueue:
 
     shared = True
 
-    def __init__(self, url: str, *, timeouts: Timeouts | None = None) -> None:
-        self.path = url  # what messages name (server_cmd prints it)
+    def __init__(
+        self, url: str, *, timeouts: Timeouts | None = None, skip_locked: bool = True
+    ) -> None:
+        # `skip_locked=False` exists for one test only: it shows that without the row locks
+        # of a claim, two instances take the same job (the test must be able to fail).
+        self._claim_lock = "FOR UPDATE OF j SKIP LOCKED" if skip_locked else ""
+        self.url = url
+        self.path = redact_url(url)  # what messages name (server_cmd prints it)
         self.db = PgDatabase(url, what="queue database", error=StoreError, timeouts=timeouts)
         self._batch = threading.local()
         try:
@@ -173,9 +180,13 @@ class PostgresQueue:
 
     # -- instances -------------------------------------------------------------------------
 
-    def begin_instance(
-        self, token: str, pid: int, backend: str, now: float, ttl_s: float = 30.0, url: str = ""
-    ) -> None:
+    def begin_instance(self, token: str, pid: int, backend: str, now: float) -> None:
+        self.join(token, pid, backend, now, 30.0)
+
+    def join(self, token: str, pid: int, backend: str, now: float, ttl_s: float) -> None:
+        """Record the instance with a lease of `ttl_s` on the database's clock."""
+        url = ""
+
         def insert(conn: Conn) -> None:
             conn.execute(
                 "INSERT INTO queue_instances (token, pid, backend, url, started_at, expires_at) "
@@ -317,7 +328,7 @@ class PostgresQueue:
                         WHERE n.job = j.id AND d.status IN ('queued', 'running'))
                     ORDER BY j.rank DESC, j.seq
                     LIMIT %(limit)s
-                    FOR UPDATE OF j SKIP LOCKED
+                    {self._claim_lock}
                 ) RETURNING {_SUMMARY}, spec""",
                 {"me": token, "key": key, "now": now, "limit": limit},
             ).fetchall()
@@ -487,9 +498,12 @@ class PostgresQueue:
     def end_attempt(self, job_id: str, attempt: Attempt, *, requeue: bool = False) -> None:
         self._end_attempt(job_id, attempt, requeue, None)
 
-    def fenced_end_attempt(self, job_id: str, attempt: Attempt, owner: str) -> None:
-        """Complete the attempt row while `owner` holds the job, else raise LeaseLost."""
-        self._end_attempt(job_id, attempt, False, owner)
+    def fenced_end_attempt(
+        self, job_id: str, attempt: Attempt, owner: str, *, requeue: bool = False
+    ) -> None:
+        """Complete the attempt row while `owner` holds the job, else raise LeaseLost.
+        `requeue`: the job goes back to everyone (a server handing over at shutdown)."""
+        self._end_attempt(job_id, attempt, requeue, owner)
 
     def _end_attempt(self, job_id: str, attempt: Attempt, requeue: bool, owner: str | None) -> None:
         args = {

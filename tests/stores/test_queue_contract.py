@@ -3,6 +3,7 @@ what only the shared PostgreSQL store does: claims, leases, take-overs, fenced w
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -148,8 +149,8 @@ def test_a_dead_instances_work_is_taken_once_and_its_late_writes_refused(
     queue = shared(pg_store)
     assert queue is not None
     queue.submit("p", "p", lambda n: jobs(n, "a", "b"), 1.0)
-    queue.begin_instance("dead", 1, "local", 1.0, ttl_s=0.0)
-    queue.begin_instance("live", 2, "local", 1.0, ttl_s=60.0)
+    queue.join("dead", 1, "local", 1.0, 0.0)
+    queue.join("live", 2, "local", 1.0, 60.0)
     assert len(queue.claim("dead", 2, 2.0)) == 2
     queue.fenced_start_attempt("s1.a", 1, "dead", 3.0)
     assert not queue.heartbeat("dead", 60.0)  # expired: it may not come back
@@ -180,3 +181,38 @@ def test_a_cancel_from_any_instance(pg_store: QueueStore) -> None:
     assert queue.cancel_elsewhere("s1.b", 4.0) == "final:cancelled"
     assert queue.cancel_elsewhere("nope", 4.0) == "unknown"
     assert queue.whereabouts("s1.a").owner == "one"
+
+
+@pytest.mark.parametrize("skip_locked", [True, False], ids=["locked", "lock-removed"])
+def test_instances_claiming_at_once_take_each_job_once(pg_url: str, skip_locked: bool) -> None:
+    """Six claimers race over 300 jobs. With the claim's row locks, each job is taken once;
+    with them removed the same test sees jobs taken twice (it can fail)."""
+    from runner.stores.pg_queue import PostgresQueue
+
+    seed = PostgresQueue(pg_url)
+    seed.submit("p", "p", lambda n: jobs(n, *[f"j{i}" for i in range(300)]), 1.0)
+    claimers = [PostgresQueue(pg_url, skip_locked=skip_locked) for _ in range(6)]
+    start = threading.Barrier(len(claimers))
+    taken: list[list[str]] = [[] for _ in claimers]
+
+    def claim_all(index: int) -> None:
+        queue = claimers[index]
+        queue.join(f"i{index}", index, "local", 1.0, 60.0)
+        start.wait()
+        while batch := queue.claim(f"i{index}", 3, 2.0):
+            taken[index] += [u.job.id for u in batch]
+
+    threads = [threading.Thread(target=claim_all, args=(i,)) for i in range(len(claimers))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    every = [job for mine in taken for job in mine]
+    owners = {str(r[0]) for r in seed._read("SELECT owner FROM queue_jobs", ())}
+    for queue in (seed, *claimers):
+        queue.close()
+    if skip_locked:
+        assert sorted(every) == sorted(f"s1.j{i}" for i in range(300))  # each once, none lost
+        assert len(owners) > 1  # they did race
+    else:
+        assert len(every) > len(set(every))  # the bug the locks prevent: claimed twice
