@@ -300,6 +300,41 @@ def test_schema_knows_every_key_the_examples_use(
         assert set(job.get("gpu", {})) <= set(defs["GpuSpec"]["properties"])
 
 
+def _schema_validator(capsys: pytest.CaptureFixture[str]) -> Any:
+    jsonschema_rs = pytest.importorskip("jsonschema_rs")  # schemathesis's, in the test extra
+    _, out, _ = cli(capsys, "schema")
+    return jsonschema_rs.validator_for(json.loads(out))
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_every_example_is_valid_under_the_emitted_schema(
+    capsys: pytest.CaptureFixture[str], path: Path
+) -> None:
+    validator = _schema_validator(capsys)
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    assert [str(e) for e in validator.iter_errors(data)] == []
+    load_pipeline(path)  # and validate agrees
+
+
+@pytest.mark.parametrize(
+    ("job", "valid"),
+    [
+        ({"run": "x", "gpu": {"count": "${{ matrix.gpus }}"}}, True),
+        ({"run": "x", "retries": "${{ env.RETRIES }}"}, True),
+        ({"run": "x", "spot": True}, False),  # an unknown key at the job level
+        ({"run": "x", "priority": "${{ matrix.p }}", "continue-on-error": "${{ matrix.ok }}"}, True),
+        ({"run": "x", "gpu": {"count": "two"}}, False),  # a plain string is still no count
+        ({"run": "x", "gpu": {"count": 0}}, False),
+        ({"run": "x", "priority": "soon"}, False),
+    ],
+)
+def test_schema_takes_expressions_where_the_loader_substitutes_them(
+    capsys: pytest.CaptureFixture[str], job: dict[str, Any], valid: bool
+) -> None:
+    validator = _schema_validator(capsys)
+    assert validator.is_valid({"jobs": {"a": job}}) is valid
+
+
 # -- version, usage errors, shorthand -----------------------------------------------------------
 
 
