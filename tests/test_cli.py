@@ -322,7 +322,10 @@ def test_every_example_is_valid_under_the_emitted_schema(
         ({"run": "x", "gpu": {"count": "${{ matrix.gpus }}"}}, True),
         ({"run": "x", "retries": "${{ env.RETRIES }}"}, True),
         ({"run": "x", "spot": True}, False),  # an unknown key at the job level
-        ({"run": "x", "priority": "${{ matrix.p }}", "continue-on-error": "${{ matrix.ok }}"}, True),
+        (
+            {"run": "x", "priority": "${{ matrix.p }}", "continue-on-error": "${{ matrix.ok }}"},
+            True,
+        ),
         ({"run": "x", "gpu": {"count": "two"}}, False),  # a plain string is still no count
         ({"run": "x", "gpu": {"count": 0}}, False),
         ({"run": "x", "priority": "soon"}, False),

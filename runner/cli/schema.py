@@ -52,6 +52,4 @@ def _needs_expression(prop: dict[str, Any]) -> bool:
     options = prop.get("anyOf", [prop])
     if any(o.get("type") == "string" and "enum" not in o and "pattern" not in o for o in options):
         return False  # already takes any string
-    return any(
-        o.get("type") in ("integer", "number", "boolean") or "enum" in o for o in options
-    )
+    return any(o.get("type") in ("integer", "number", "boolean") or "enum" in o for o in options)

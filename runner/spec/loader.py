@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from types import MappingProxyType
 from typing import Any, TypeVar
 
@@ -214,6 +214,8 @@ class _PipelineBuilder:
                     parse_condition(raw["if"])
                 except ExpressionError as exc:
                     self.problems.append(self.source.error(where, str(exc), exc.hint))
+        for where, raw in ((path, job), (("defaults",), defaults)):
+            self._check_fetched_paths(where, raw)
         for where, raw in (((*path, "not-before"), job), (("defaults", "not-before"), defaults)):
             when = iso_time(raw.get("not-before"))
             if isinstance(when, datetime) and when.tzinfo is None:
@@ -221,6 +223,27 @@ class _PipelineBuilder:
                     self.source.error(where, "the time has no zone", "end it with Z or +02:00")
                 )
         return len(self.problems) == before
+
+    def _check_fetched_paths(self, at: KeyPath, raw: dict[str, Any]) -> None:
+        """Artifacts and the junit file are fetched from the job's folder: a path that leaves
+        it (`../x`, `/etc/hostname`) would read the server's files, so every backend refuses it
+        here rather than each in its own way after the run."""
+        for key in ("artifacts", "junit"):
+            value = raw.get(key)
+            items = [((*at, key), value)] if isinstance(value, str) else []
+            if isinstance(value, list):
+                items = [((*at, key, i), v) for i, v in enumerate(value) if isinstance(v, str)]
+            for where, text in items:
+                why = _outside_the_job(text)
+                if why:
+                    self.problems.append(
+                        self.source.error(
+                            where,
+                            f"'{text}' {why}; only files in the job's folder are fetched",
+                            "use a path relative to the job's folder; to fetch a file from "
+                            "elsewhere, copy it there at the end of `run:`: cp /path/to/file .",
+                        )
+                    )
 
     def _combinations(self, strategy: Strategy | None, path: KeyPath) -> list[dict[str, Any]]:
         if strategy is None:
@@ -411,6 +434,15 @@ def _gpu(spec: JobSpec, defaults: Defaults) -> GpuAsk | None:
         spot=merged.get("spot", False),
         min_reliability=merged.get("min_reliability"),
     )
+
+
+def _outside_the_job(path: str) -> str:
+    """Why `path` leads out of the job's folder, or "" when it stays inside."""
+    if path.startswith(("/", "~")):
+        return "is absolute" if path.startswith("/") else "starts at a home folder"
+    if ".." in PurePosixPath(path).parts:
+        return "goes up with '..'"
+    return ""
 
 
 def _is_job_path(path: KeyPath) -> bool:
