@@ -263,6 +263,22 @@ def test_plan_of_an_invalid_pipeline_exits_2(
     assert err.startswith(f"{bad}:4:14: jobs.a.retries: input should be greater than or equal to 0")
 
 
+def test_validate_warns_on_yaml_1_1_surprises_and_passes(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write(tmp_path, "jobs:\n  a: {run: echo, env: {PY: 3.10}}\n")
+    code, out, err = cli(capsys, "validate", path)
+    assert code == 0
+    assert out == f"{path}: ok (1 jobs)\n"
+    assert err == (
+        f"{path}:2:28: warning: jobs.a.env.PY: unquoted 3.10 is read as the number 3.1"
+        ' (quote it: "3.10")\n'
+    )
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    code, out, _ = cli(capsys, "validate", path)
+    assert f"::warning file={path},line=2,col=28,title=clore-run%3A pipeline::" in out
+
+
 # -- schema ------------------------------------------------------------------------------------
 
 

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from runner.cli.root import EXIT_USAGE
+from runner.core.model import Pipeline
 from runner.errors import CloreRunError
 
 
@@ -32,6 +33,16 @@ def validate(
             annotate_spec_error(exc)
             failed = True
         else:
+            show_warnings(pipeline)
             typer.echo(f"{path}: ok ({len(pipeline.jobs)} jobs)")
     if failed:
         raise typer.Exit(EXIT_USAGE)
+
+
+def show_warnings(pipeline: Pipeline) -> None:
+    """A valid file's warnings on stderr (and as annotations in GitHub Actions)."""
+    from runner.report.github_actions import annotate_spec_warnings
+
+    for warning in pipeline.warnings:
+        typer.echo(str(warning), err=True)
+    annotate_spec_warnings(pipeline.warnings)

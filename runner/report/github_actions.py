@@ -12,12 +12,13 @@ from __future__ import annotations
 import os
 import sys
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
 from runner import redact
+from runner.core.model import SpecWarning
 from runner.report import ReportPaths, load_summary
 from runner.report.text import tail_lines
 from runner.untrusted import console_line
@@ -155,6 +156,30 @@ def annotate_spec_error(
         )
     stream.flush()
     return len(shown)
+
+
+def annotate_spec_warnings(
+    warnings: Sequence[SpecWarning], out: TextIO | None = None, env: Mapping[str, str] | None = None
+) -> None:
+    """In GitHub Actions, one `::warning file=…,line=…,col=…::` per warning of a valid file."""
+    if not warnings or not is_active(env):
+        return
+    stream = out or sys.stdout
+    workspace = (os.environ if env is None else env).get("GITHUB_WORKSPACE")
+    for w in warnings[:ERROR_ANNOTATION_LIMIT]:
+        where = w.location
+        print(
+            command(
+                "warning",
+                w.text,
+                file=_repo_path(where.file, workspace),
+                line=where.line,
+                col=where.column,
+                title="clore-run: pipeline",
+            ),
+            file=stream,
+        )
+    stream.flush()
 
 
 def _job_annotation(

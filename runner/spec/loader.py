@@ -6,6 +6,7 @@ file order, as one SpecError. Nothing else escapes for any input.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -26,9 +27,10 @@ from runner.core.model import (
     Pipeline,
     Priority,
     Provisioning,
+    SpecWarning,
 )
 from runner.spec import matrix as matrix_mod
-from runner.spec.diagnostics import Diagnostic, KeyPath, SpecError, did_you_mean
+from runner.spec.diagnostics import Diagnostic, KeyPath, SpecError, did_you_mean, format_path
 from runner.spec.expressions import Contexts, ExpressionError, parse_condition, substitute
 from runner.spec.models import Defaults, JobSpec, PipelineHeader, Strategy, iso_time
 from runner.spec.pydantic_errors import diagnostics_from
@@ -41,6 +43,13 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _JOB_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")  # fullmatch: `$` would allow "id\n"
 _NOT_SUBSTITUTED = frozenset({"if", "strategy", "needs"})
 M = TypeVar("M", bound=BaseModel)
+_NUMBERS_AND_SWITCHES = frozenset(
+    {
+        *("count", "min-vram-gb", "max-price", "min-reliability", "retries", "concurrency"),
+        *("budget", "timeout-minutes", "estimate-minutes"),
+        *("spot", "workspace", "continue-on-error", "fail-fast"),
+    }
+)
 
 
 def load_pipeline(path: str | Path, environ: Mapping[str, str] | None = None) -> Pipeline:
@@ -110,7 +119,7 @@ class _PipelineBuilder:
                     break
         jobs = self._resolve(drafts) if not self.problems else []
         if self.problems or header is None:
-            raise SpecError(_unique(self.problems))
+            raise SpecError(_unique([self._quote_hint(d) for d in self.problems]))
         env = dict(header.env)
         return Pipeline(
             name=header.name or Path(self.source.file).stem,
@@ -122,7 +131,34 @@ class _PipelineBuilder:
             hosts=tuple(header.hosts),
             source=self.source.file,
             provisioning=Provisioning(header.provision),
+            warnings=self._retyped_warnings(),
         )
+
+    def _quote_hint(self, problem: Diagnostic) -> Diagnostic:
+        """`name: 3.10` fails as "got 3.1": say that quoting is the fix."""
+        retyped = self.source.retyped.get(problem.path)
+        if retyped is None or problem.hint:
+            return problem
+        return dataclasses.replace(problem, hint=f'quote it: "{retyped[0]}"')
+
+    def _retyped_warnings(self) -> tuple[SpecWarning, ...]:
+        """Unquoted values YAML 1.1 read as numbers or booleans where a string was meant:
+        `python: [3.10]` makes job `t-3.1`, `DEBUG: yes` exports "true"."""
+        out = []
+        for path, (text, value) in self.source.retyped.items():
+            if not _string_meant(path):
+                continue
+            shown = ("true" if value else "false") if isinstance(value, bool) else str(value)
+            what = "" if isinstance(value, bool) else "the number "
+            line, col = self.source.locate(path)
+            out.append(
+                SpecWarning(
+                    Location(self.source.file, line, col),
+                    f"{format_path(path)}: unquoted {text} is read as {what}{shown}"
+                    f' (quote it: "{text}")',
+                )
+            )
+        return tuple(sorted(out, key=lambda w: (w.location.line, w.location.column)))
 
     # -- top level -------------------------------------------------------------------------
 
@@ -434,6 +470,15 @@ def _gpu(spec: JobSpec, defaults: Defaults) -> GpuAsk | None:
         spot=merged.get("spot", False),
         min_reliability=merged.get("min_reliability"),
     )
+
+
+def _string_meant(path: KeyPath) -> bool:
+    """Whether the value at `path` is read as text: a matrix value (it names the job and is
+    substituted as text), an env value, a name, a script... not a count, price or switch."""
+    keys = [p for p in path if isinstance(p, str)]
+    if "matrix" in keys or (len(path) >= 2 and path[-2] == "env"):
+        return True
+    return not keys or keys[-1] not in _NUMBERS_AND_SWITCHES
 
 
 def _outside_the_job(path: str) -> str:
