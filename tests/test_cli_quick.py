@@ -61,6 +61,7 @@ def both_ways(capsys: pytest.CaptureFixture[str], files: list[str]) -> tuple[int
         (["escapes"], 2),
         (["empty"], 2),
         (["not-yaml"], 2),
+        (["warned"], 0),
     ],
 )
 def test_the_quick_path_says_what_the_typer_command_says(
@@ -74,7 +75,9 @@ def test_the_quick_path_says_what_the_typer_command_says(
         "escapes": tmp_path / "escapes.yml",
         "empty": tmp_path / "empty.yml",
         "not-yaml": tmp_path / "tab.yml",
+        "warned": tmp_path / "warned.yml",
     }
+    made["warned"].write_text("jobs:\n  a:\n    env: {V: 3.10}\n    run: x\n")
     made["bad"].write_text(BAD)
     made["escapes"].write_text(ESCAPES)
     made["empty"].write_text("")
@@ -82,6 +85,8 @@ def test_the_quick_path_says_what_the_typer_command_says(
     got, out, err = both_ways(capsys, [str(made[f]) for f in files])
     assert got == code
     assert "Traceback" not in out + err
+    if "warned" in files:
+        assert "3.1" in err  # the YAML 1.1 surprise is warned about on both paths
     if "escapes" in files:
         assert "\x1b" not in err and "'red'" in err  # stripped, as click strips them off a tty
 

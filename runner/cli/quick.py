@@ -16,10 +16,13 @@ import errno
 import re
 import sys
 from pathlib import Path
-from typing import Any, TextIO, cast
+from typing import TYPE_CHECKING, Any, TextIO, cast
 
 from runner.cli.boundary import EXIT_INTERRUPTED, EXIT_USAGE, Echo, run_inside
 from runner.errors import CloreRunError
+
+if TYPE_CHECKING:
+    from runner.core.model import Pipeline
 
 _ANSI = re.compile(r"\033\[[;?0-9]*[a-zA-Z]")  # what click strips from output that is no tty
 
@@ -53,8 +56,18 @@ def validate_files(paths: list[Path], say: Echo) -> int:
             annotate_spec_error(exc)
             failed = True
         else:
+            show_warnings(pipeline, say)
             say(f"{path}: ok ({len(pipeline.jobs)} jobs)")
     return EXIT_USAGE if failed else 0
+
+
+def show_warnings(pipeline: Pipeline, say: Echo) -> None:
+    """A valid file's warnings on stderr (and as annotations in GitHub Actions)."""
+    from runner.report.github_actions import annotate_spec_warnings
+
+    for warning in pipeline.warnings:
+        say(str(warning), err=True)
+    annotate_spec_warnings(pipeline.warnings)
 
 
 def echo(message: str, *, err: bool = False) -> None:

@@ -7,7 +7,8 @@ from typing import Annotated
 
 import typer
 
-from runner.cli.quick import validate_files
+from runner.cli import quick
+from runner.core.model import Pipeline
 
 
 def register(app: typer.Typer) -> None:
@@ -18,6 +19,11 @@ def validate(
     pipelines: Annotated[list[Path], typer.Argument(help="Pipeline files to check.")],
 ) -> None:
     """Check pipeline files: exit 0, or 2 with FILE:LINE:COL errors."""
-    code = validate_files(pipelines, typer.echo)
+    code = quick.validate_files(pipelines, typer.echo)
     if code:
         raise typer.Exit(code)
+
+
+def show_warnings(pipeline: Pipeline) -> None:
+    """A valid file's warnings on stderr (and as annotations in GitHub Actions)."""
+    quick.show_warnings(pipeline, typer.echo)

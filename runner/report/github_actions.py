@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -22,6 +22,7 @@ from runner.untrusted import console_line
 # Every command passes through mask_secrets and, on a bad pipeline, annotate_spec_error: what
 # only the end of a run needs (uuid, the report readers) loads there, not on `validate`.
 if TYPE_CHECKING:
+    from runner.core.model import SpecWarning
     from runner.report import ReportPaths
 
 STEP_SUMMARY_LIMIT = 1024 * 1024  # bytes per step; over it GitHub drops the whole summary
@@ -161,6 +162,30 @@ def annotate_spec_error(
         )
     stream.flush()
     return len(shown)
+
+
+def annotate_spec_warnings(
+    warnings: Sequence[SpecWarning], out: TextIO | None = None, env: Mapping[str, str] | None = None
+) -> None:
+    """In GitHub Actions, one `::warning file=…,line=…,col=…::` per warning of a valid file."""
+    if not warnings or not is_active(env):
+        return
+    stream = out or sys.stdout
+    workspace = (os.environ if env is None else env).get("GITHUB_WORKSPACE")
+    for w in warnings[:ERROR_ANNOTATION_LIMIT]:
+        where = w.location
+        print(
+            command(
+                "warning",
+                w.text,
+                file=_repo_path(where.file, workspace),
+                line=where.line,
+                col=where.column,
+                title="clore-run: pipeline",
+            ),
+            file=stream,
+        )
+    stream.flush()
 
 
 def _job_annotation(
