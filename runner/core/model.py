@@ -91,6 +91,17 @@ class Location:
         return f"{self.file}:{self.line}:{self.column}"
 
 
+@dataclass(frozen=True)
+class SpecWarning:
+    """Something in a valid pipeline file that likely does not mean what it says."""
+
+    location: Location
+    text: str  # "key.path: what (fix)"
+
+    def __str__(self) -> str:
+        return f"{self.location}: warning: {self.text}"
+
+
 def _frozen_env(env: Mapping[str, str] | None = None) -> Mapping[str, str]:
     return MappingProxyType(dict(env or {}))
 
@@ -149,6 +160,7 @@ class Pipeline:
     hosts: tuple[str, ...] = ()
     source: str = ""  # the pipeline file path
     provisioning: Provisioning = Provisioning.AHEAD
+    warnings: tuple[SpecWarning, ...] = ()  # shown by validate, plan and run; never fatal
 
     def job(self, job_id: str) -> Job:
         for job in self.jobs:

@@ -56,8 +56,15 @@ IsoTime = Annotated[datetime, BeforeValidator(iso_time, json_schema_input_type=s
 
 
 class StrictModel(BaseModel):
+    # defer_build: a validator is built when a model first validates, not when its class is
+    # made; `validate` then builds the three the loader uses, not the schema-only ones.
     model_config = ConfigDict(
-        extra="forbid", strict=True, frozen=True, populate_by_name=False, allow_inf_nan=False
+        extra="forbid",
+        strict=True,
+        frozen=True,
+        populate_by_name=False,
+        allow_inf_nan=False,
+        defer_build=True,
     )
 
 
