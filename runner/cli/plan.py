@@ -24,10 +24,12 @@ def plan(
     ] = "none",
 ) -> None:
     """Show the order in waves, each job's ask and the critical path. Rents nothing."""
+    from runner.cli.validate import show_warnings
     from runner.plan import build_plan, render_plan
     from runner.spec.loader import load_pipeline
 
     loaded = load_pipeline(pipeline)
+    show_warnings(loaded)
     result = build_plan(loaded)
     unfit = False
     if backend == "clore":
