@@ -23,6 +23,9 @@ class Source:
     data: Any
     value_at: dict[KeyPath, tuple[int, int]] = field(default_factory=dict)
     key_at: dict[KeyPath, tuple[int, int]] = field(default_factory=dict)
+    # Plain scalars YAML 1.1 read as something else than their text (`3.10` -> 3.1, `yes` ->
+    # True, `010` -> 8, `12:30` -> 750), by key path: the loader warns where a string was meant.
+    retyped: dict[KeyPath, tuple[str, Any]] = field(default_factory=dict)
 
     def locate(self, path: KeyPath, *, key: bool = False) -> tuple[int, int]:
         """Position of the node at `path`, or of its nearest existing ancestor."""
@@ -87,6 +90,8 @@ class _Builder:
             self.source.value_at[path] = _mark(node)
             value = self._shell(node)
             parent[slot] = value
+            if isinstance(node, yaml.ScalarNode) and not node.style and _retyped(node, value):
+                self.source.retyped[path] = (str(node.value), value)
             if isinstance(node, yaml.MappingNode):
                 stack.extend(self._mapping_children(node, path, value))
             elif isinstance(node, yaml.SequenceNode):
@@ -190,6 +195,16 @@ class _Builder:
                         None, None, "too many merged keys", source.start_mark
                     )
         return merged, own
+
+
+def _retyped(node: yaml.ScalarNode, value: Any) -> bool:
+    """True when YAML 1.1 made the plain scalar `node` into a value that reads differently."""
+    text = str(node.value)
+    if isinstance(value, bool):
+        return text.lower() not in ("true", "false")
+    if isinstance(value, (int, float)):
+        return str(value) != text.removeprefix("+")
+    return False
 
 
 def parse_yaml(text: str, file: str) -> Source:

@@ -216,14 +216,19 @@ def test_artifacts_and_junit_come_back(ssh_conn: SshConnection, tmp_path: Path) 
         "echo a > out/a.png\necho b > 'out/b c.png'\necho x > out/skip.txt\n"
         "echo d > out/deep/d.png"
     )
-    outcome, _ = _run(
+    outcome, sink = _run(
         ssh_conn,
         tmp_path,
         script,
-        artifacts=("out/*.png", "out/**/*.png", "missing/*.bin"),
+        artifacts=("out/*.png", "out/**/*.png", "missing/*.bin", "none.txt"),
         junit="results.xml",
     )
     assert outcome.failure is None
+    warnings = [line for line in sink.stderr.decode().splitlines() if "clore-run" in line]
+    assert warnings == [  # the same words as the local backend's, and nothing else
+        "clore-run: artifact 'missing/*.bin' matched no file",
+        "clore-run: artifact 'none.txt' matched no file",
+    ]
     got = sorted(p.relative_to(tmp_path / "artifacts").as_posix() for p in _files(tmp_path))
     assert got == ["out/a.png", "out/b c.png", "out/deep/d.png", "results.xml"]
     assert (tmp_path / "artifacts" / "results.xml").read_text() == "<testsuite/>\n"

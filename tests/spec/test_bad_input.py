@@ -332,3 +332,30 @@ def test_provision_takes_only_its_two_words() -> None:
     error = one_error("provision: early\njobs:\n  a: {run: x}\n")
     assert error.startswith("p.yml:1:12: provision: ")
     assert "'ahead' or 'on-demand'" in error
+
+
+def test_fetched_paths_leaving_the_job_are_refused_where_written() -> None:
+    errors = errors_of(
+        """\
+        defaults:
+          junit: /tmp/r.xml
+        jobs:
+          a:
+            run: echo
+            artifacts: [../../etc/passwd, /etc/hostname, ok/*.txt, a/../../b]
+          b: {run: echo, artifacts: ~/x}
+        """
+    )
+    assert [e.split(" (")[0] for e in errors] == [
+        "p.yml:2:10: defaults.junit: '/tmp/r.xml' is absolute; "
+        "only files in the job's folder are fetched",
+        "p.yml:6:17: jobs.a.artifacts[0]: '../../etc/passwd' goes up with '..'; "
+        "only files in the job's folder are fetched",
+        "p.yml:6:35: jobs.a.artifacts[1]: '/etc/hostname' is absolute; "
+        "only files in the job's folder are fetched",
+        "p.yml:6:60: jobs.a.artifacts[3]: 'a/../../b' goes up with '..'; "
+        "only files in the job's folder are fetched",
+        "p.yml:7:29: jobs.b.artifacts: '~/x' starts at a home folder; "
+        "only files in the job's folder are fetched",
+    ]
+    assert "cp /path/to/file ." in errors[0]

@@ -96,6 +96,7 @@ class Rental:
     creation_fee_usd: float = 0.0
     fee_billed: bool = False
     lost: bool = False  # the server dropped us (spot outbid, gone): never reuse
+    won_back: bool = False  # outbid and re-bid: kept for the retry of the job that ran on it
     spot: bool = False  # a spot order: it can be outbid
     reservation: Reservation | None = None  # its share of a budget pool, when the run joined one
     facts: dict[str, str] = field(default_factory=dict)
@@ -391,9 +392,11 @@ class Provisioner:
         rivals = self._rival_bids(rental.offer.server_id, fresh=True)
         return any(bid >= rental.price_per_day for bid in rivals)
 
-    def _raise_bid(self, rental: Rental, order_id: int) -> None:
+    def _raise_bid(self, rental: Rental, order_id: int, outbid_at: float | None = None) -> None:
         """Bid over the rivals again with `set_spot_price`, within the job's cap (fee
-        included); raising is not limited by the API's step or its 600 s lowering rule."""
+        included); raising is not limited by the API's step or its 600 s lowering rule.
+        `outbid_at` (unix; default now) is when the order lost the server."""
+        outbid_at = self.clock.time() if outbid_at is None else outbid_at
         ask = rental.max_usd_per_hour
         bid = spot_bid_per_day(rental.offer, ask, self._rival_bids(rental.offer.server_id))
         if bid is None or bid <= rental.price_per_day:
@@ -415,7 +418,51 @@ class Provisioner:
                 self.client.set_spot_price(order_id, bid)
         except api_errors.CloreApiError as exc:
             raise SkipOffer(f"order {order_id}: outbid; raising the bid failed: {exc}") from None
+        before_usd_per_hour = rental.usd_per_hour
         self._set_price(rental, bid)
+        self._rebill(rental, before_usd_per_hour, outbid_at)
+
+    def _rebill(self, rental: Rental, before_usd_per_hour: float, outbid_at: float) -> None:
+        """After a raise, the next bill (`usd_per_hour` x the time since `billed_until`) must
+        still charge the time before the outbid at the old bid, and none of the outbid stretch
+        up to now: Clore bills no time while an order is outbid. So `billed_until` moves to
+        where the new price over the time since charges exactly that."""
+        now = self.clock.time()
+        owed_s = max(0.0, outbid_at - rental.billed_until)
+        if rental.usd_per_hour > 0:
+            owed_s *= before_usd_per_hour / rental.usd_per_hour
+        rental.billed_until = now - owed_s
+
+    def win_back(self, rental: Rental, cancel: threading.Event) -> tuple[bool, str]:
+        """A spot rental whose job lost its server: if the order was outbid, raise the bid on
+        it within the job's cap and reconnect once it is back online. Returns (won back?, what
+        happened, for the job's log); not won back, the job moves to another host.
+
+        Why the job is not saved, only the server: when a spot order is outbid, Clore ends the
+        rental with no notice and stops billing it (the container stops, the job dies with it),
+        while the order stays listed, offline, as "Outbid" until its bid wins again. So the bid
+        goes up on the same order, and the job's retry runs on the same host. An order that
+        left `my_orders` or is `expired` has ended for good: nothing to bid on."""
+        order_id, outbid_at = rental.order_id, self.clock.time()  # about when the job died
+        if not rental.spot or order_id is None or cancel.is_set():
+            return False, ""
+        try:
+            order = next((o for o in self.client.my_orders() if o.id == order_id), None)
+            if order is None or order.expired or not self._outbid(rental):
+                return False, ""  # ended, or not outbid: the server is lost for another reason
+            before = rental.price_per_day
+            self._raise_bid(rental, order_id, outbid_at)
+            conn = self._connect(self._wait_online(order_id, cancel, rental), cancel)
+        except InfrastructureError as exc:  # the API's errors, SkipOffer, a cancel
+            return False, f"{exc}; moving to another host"
+        if rental.conn is not None:
+            rental.conn.close()
+        rental.conn = conn
+        return True, (
+            f"order {order_id} outbid on server {rental.offer.server_id}: bid raised from "
+            f"{before:g} to {rental.price_per_day:g} {rental.currency}/day "
+            f"({rental.usd_per_hour:.4f} $/h with the renter fee); retrying on the same server"
+        )
 
     def _connect(self, order: Order, cancel: threading.Event) -> SshConnection:
         endpoint = order.ssh_endpoint

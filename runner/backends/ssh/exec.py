@@ -77,10 +77,11 @@ _COLLECT = """shopt -s nullglob globstar
 IFS=
 files=()
 declare -A seen
-for p in "$@"; do for f in $p; do
+for p in "$@"; do matched=; for f in $p; do
   [ -e "$f" ] || [ -L "$f" ] || continue
+  matched=1
   [ -n "${seen[$f]}" ] || { seen[$f]=1; files+=("$f"); }
-done; done
+done; [ -n "$matched" ] || printf 'clore-run-unmatched\t%s\n' "$p" >&2; done
 [ ${#files[@]} -eq 0 ] && exec tar -c -f - -T /dev/null
 exec tar -c -f - -- "${files[@]}"
 """
@@ -325,7 +326,7 @@ class RemoteJob:
             chan.close()
         if not self.conn.alive:
             raise ConnectionLost(self.conn.lost_reason())
-        return _artifact_notes(report, reader.stderr, sink)
+        return _artifact_notes(report, reader.stderr, sink, patterns)
 
     def remove(self) -> None:
         """Delete the job's folder (best effort: the connection may be gone)."""
@@ -396,14 +397,36 @@ def _extract(reader: ChannelReader, request: RunRequest, limit_s: float) -> Extr
         return f"artifacts not all fetched: {why}"
 
 
-def _artifact_notes(report: ExtractReport | str, stderr: bytes, sink: OutputSink) -> str:
+def _artifact_notes(
+    report: ExtractReport | str, stderr: bytes, sink: OutputSink, patterns: list[str]
+) -> str:
     if isinstance(report, str):
         notes = [report]
     else:
         notes = [f"artifact {name!r} refused: {why}" for name, why in report.rejected]
     for note in notes:
         sink.write("stderr", f"clore-run: {note}\n".encode())
-    tail = stderr.decode("utf-8", "replace").strip()
+    unmatched, rest = _unmatched(stderr.decode("utf-8", "replace"), patterns)
+    for pattern in unmatched:  # a warning, as on the local backend: the verdict stands
+        sink.write("stderr", f"clore-run: artifact '{pattern}' matched no file\n".encode())
+    tail = rest.strip()
     if tail:
         sink.write("stderr", f"clore-run: collecting artifacts: {tail}\n".encode())
     return "; ".join(notes)
+
+
+def _unmatched(stderr: str, patterns: list[str]) -> tuple[list[str], str]:
+    """(the patterns the collector said matched nothing, the rest of its stderr).
+
+    The server writes that stderr: only names among the patterns we sent are believed.
+    """
+    sent = set(patterns)
+    unmatched: list[str] = []
+    rest: list[str] = []
+    for line in stderr.splitlines(keepends=True):
+        tag, _, name = line.rstrip("\n").partition("\t")
+        if tag == "clore-run-unmatched" and name in sent:
+            unmatched.append(name)
+        else:
+            rest.append(line)
+    return unmatched, "".join(rest)
