@@ -281,8 +281,22 @@ class Console:
             # and 50 jobs printing twice a second each would spend the run redrawing it.
             self._pending.append(text)
             return
+        if self.out.color_system is None:
+            self._guard(lambda: self._write_plain(text))
+            return
         text.no_wrap = True
         self._guard(lambda: self.out.print(text, soft_wrap=True))
+
+    def _write_plain(self, text: Text) -> None:
+        """What rich prints for one soft-wrapped line without colour (a CI log, a pipe), written
+        at a fraction of the cost: rich lays out every line, and a run of many short jobs
+        spent its loop there, holding the lock the jobs' output waits for. Tabs are expanded
+        as rich expands them."""
+        if "\t" in text.plain:
+            text.expand_tabs(self.out.tab_size)
+        file = self.out.file
+        file.write(text.plain + "\n")
+        file.flush()
 
     def _draw(self) -> None:
         """The lines that came since the last redraw above the table, and the table."""

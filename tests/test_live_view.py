@@ -225,6 +225,39 @@ def test_plain_lines_have_no_colour_unless_forced() -> None:
     assert "1" in params and not params & {*map(str, range(30, 50)), *map(str, range(90, 108))}
 
 
+def test_plain_lines_are_written_as_rich_would_print_them() -> None:
+    """Plain lines skip rich's layout (the cost of a run of many short jobs); what reaches the
+    log must be byte for byte what rich printed: tabs expanded from the line's start, wide
+    characters counted as two columns, lines longer than the width not cut, controls escaped."""
+    job = JOBS[0]
+    samples = [
+        b"a\tb\tc\n",
+        b"\xe5\xb9\xb3\tx\n",  # a wide character before a tab
+        b"x" * 300 + b"\t|\n",
+        b"bell\x07 back\x08 esc\x1b[31mred\x1b[0m \xff\n",
+        b"::error::not a command\n",
+    ]
+    fast = io.StringIO()
+    console = Console(fast, live=False, jobs=JOBS, tick_s=0, env={})
+    reference = RichConsole(
+        file=io.StringIO(), width=120, highlight=False, markup=False, emoji=False, soft_wrap=True
+    )
+    for data in samples:
+        console.output(job, "stdout", data)
+    for line in fast.getvalue().splitlines():
+        assert line.startswith("[build] ")
+    from rich.text import Text
+
+    from runner.live.lines import LineBuffer
+
+    for data in samples:
+        (shown,), _ = LineBuffer().feed(data)
+        reference.print(Text(f"[build] {shown}"), soft_wrap=True)
+    assert isinstance(reference.file, io.StringIO)
+    assert fast.getvalue() == reference.file.getvalue()
+    assert "\t" not in fast.getvalue()
+
+
 def test_the_final_table_on_screen_matches_summary_md(tmp_path: Path) -> None:
     pipeline = parse_pipeline(
         "name: end\njobs:\n"
