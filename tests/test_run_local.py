@@ -99,6 +99,7 @@ def test_env_workspace_and_artifacts(tmp_path: Path) -> None:
         env: {A: "from pipeline", B: pipeline}
         jobs:
           with-ws:
+            workspace: all  # ws is not a git work tree
             env: {B: "job value with 'quotes' and $dollar"}
             run: |
               cat data.txt > seen.txt

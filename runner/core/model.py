@@ -11,6 +11,7 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Literal
 
 
 class Priority(enum.IntEnum):
@@ -52,6 +53,9 @@ class FailureKind(str, enum.Enum):
     UNAVAILABLE = "unavailable"  # no offer fits, or over budget: retrying cannot help
     CANCELLED = "cancelled"
 
+
+# `workspace: all`: copy the folder even outside a git work tree (secrets still stay home).
+WORKSPACE_ALL: Literal["all"] = "all"
 
 INFRASTRUCTURE_KINDS = frozenset(
     {
@@ -118,7 +122,7 @@ class Job:
     image: str | None = None
     image_runs_sshd: bool = False  # `ssh: image`: no Clore entrypoint around the image
     env: Mapping[str, str] = field(default_factory=_frozen_env)
-    workspace: bool = True
+    workspace: bool | Literal["all"] = True  # "all": copy a folder outside git too
     artifacts: tuple[str, ...] = ()
     junit: str | None = None
     condition: Condition = Condition.SUCCESS

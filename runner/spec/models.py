@@ -113,8 +113,10 @@ class JobSettings(StrictModel):
     )
     retries: int | None = Field(None, ge=0, le=20, description="Extra attempts after a failure.")
     gpu: GpuSpec | None = None
-    workspace: bool | None = Field(
-        None, description="Copy the git-tracked files into the job's directory (default true)."
+    workspace: bool | Literal["all"] | None = Field(
+        None,
+        description="Copy the git-tracked files into the job's directory (default true); "
+        "outside a git work tree only `all` copies the folder (secrets never travel).",
     )
     env: EnvMap | None = Field(None, description="Environment variables for the job.")
     priority: PriorityName | None = Field(None, description="low | normal | high | urgent.")
