@@ -142,6 +142,10 @@ class ServerBook:
         self._queue: list[tuple[Key, int, str]] = []
         self._seq = itertools.count()
         self._servers: dict[int, _Server] = {}
+        # Ready servers running nothing, kept beside `_servers` so that each decision looks
+        # at these few, not at every server held: a decision is made after every event.
+        self._idle: dict[int, _Server] = {}
+        self._rented: dict[int, _Server] = {}
         self._next_server = itertools.count(1)
         self._on: dict[str, int] = {}  # job -> server it runs on
         self._claims: dict[str, int] = {}  # job -> server meant for it
@@ -161,11 +165,16 @@ class ServerBook:
         self._cancelled = False
         self._look: set[int] = set()  # servers whose keep-or-give-back is to be decided
         self._out: list[CoreCommand] = []
+        # Something the book was told since its last decision: without it a decision would
+        # decide nothing new (most events are the scheduler's own: a placed attempt, a
+        # timeout timer of an attempt that already ended), and is skipped.
+        self._dirty = True
         self.unplaceable: list[Unplaceable] = []
         self.stop_reason: str | None = None
         for quote in fixed_hosts:
             server = _Server(next(self._next_server), quote, False, now, ready_at=now)
             self._servers[server.id] = server
+            self._idle[server.id] = server
         for job in jobs:
             if not job.needs:
                 self._needs_known(job.id, now)
@@ -174,6 +183,7 @@ class ServerBook:
 
     def want(self, job_id: str, attempt: int, timeout_s: float, now: float) -> None:
         """The job is ready for attempt `attempt` and needs a server."""
+        self._dirty = True
         seq = next(self._seq)
         self._waiting[job_id] = _Want(attempt, timeout_s, seq)
         heapq.heappush(self._queue, (self._key[job_id], seq, job_id))
@@ -185,6 +195,7 @@ class ServerBook:
     def drop(self, job_id: str) -> int | None:
         """The job no longer wants a server (killed while waiting): the number of the attempt
         that waited. None: it is not waiting (it runs on a server, or is not known)."""
+        self._dirty = True
         want = self._waiting.pop(job_id, None)
         if want is None:
             return None
@@ -193,17 +204,21 @@ class ServerBook:
 
     def attempt_ended(self, job_id: str, now: float) -> None:
         """The job's attempt ended: its server is free."""
+        self._dirty = True
         server = self._servers.get(self._on.pop(job_id, -1))
         self._retrying.add(job_id)
         if server is None:
             return
         server.job, server.last_job, server.idle_since = None, job_id, now
+        if server.ready_at is not None:
+            self._idle[server.id] = server
         self._look.add(server.id)
         self._due.update(self._starved)
         self._starved.clear()
 
     def settled(self, job_id: str, now: float) -> None:
         """The job is final: it wants nothing more."""
+        self._dirty = True
         self._settled.add(job_id)
         self._retrying.discard(job_id)
         self._waiting.pop(job_id, None)
@@ -214,6 +229,7 @@ class ServerBook:
 
     def cancel(self, now: float) -> None:
         """Rent nothing more; give back every server no job runs on."""
+        self._dirty = True
         self._cancelled = True
         self._look.update(self._servers)
 
@@ -224,6 +240,7 @@ class ServerBook:
         return self._flush()
 
     def handle(self, event: ServerEvent, now: float) -> None:
+        self._dirty = True
         server = self._servers.get(event.server)
         if isinstance(event, ServerReleased):
             self._settle_cost(event)
@@ -239,6 +256,7 @@ class ServerBook:
 
     def timer(self, token: Hashable, now: float) -> None:
         """A timer this book asked for came due."""
+        self._dirty = True
         if not isinstance(token, tuple) or len(token) != 3 or token[0] != TIMER:
             return
         if token[1] == "ahead" and token[2] in self._eta:
@@ -255,12 +273,12 @@ class ServerBook:
 
     def cost_usd(self, now: float) -> float:
         """Spent, plus what the servers held have cost so far."""
-        held = sum(self._cost_so_far(s, now) for s in self._servers.values() if s.rented)
+        held = sum(self._cost_so_far(s, now) for s in self._rented.values())
         return self._spent_usd + held
 
     def committed_usd(self, now: float) -> float:
         """Spent, plus the reservation (or the cost so far, if more) of every server held."""
-        held = sum(self._committed(s, now) for s in self._servers.values() if s.rented)
+        held = sum(self._committed(s, now) for s in self._rented.values())
         return self._spent_usd + held
 
     def servers(self) -> list[ServerView]:
@@ -278,9 +296,13 @@ class ServerBook:
         """The servers up and running nothing."""
         return [
             ServerView(s.id, s.quote, s.rented, False, None, s.claim)
-            for s in self._servers.values()
-            if s.idle
+            for s in sorted(self._idle.values(), key=_by_id)
         ]
+
+    @property
+    def idle_count(self) -> int:
+        """How many servers are up and running nothing."""
+        return len(self._idle)
 
     @property
     def waiting_count(self) -> int:
@@ -305,6 +327,8 @@ class ServerBook:
 
     def decide(self, now: float) -> list[CoreCommand]:
         """Everything to do now, after the events so far."""
+        if not self._dirty:
+            return self._flush()
         self._why.clear()  # each decision says afresh what a job waits for
         while True:
             self._place_on_ready_servers(now)
@@ -318,6 +342,7 @@ class ServerBook:
             self._give_back(now)
             # A server given back frees a slot and money: a waiting job may rent now.
             if len(self._servers) == held or not self._waiting or self._cancelled:
+                self._dirty = bool(self._due or self._look)
                 return self._flush()
 
     def _flush(self) -> list[CoreCommand]:
@@ -327,8 +352,10 @@ class ServerBook:
     # -- placement -------------------------------------------------------------------------
 
     def _place_on_ready_servers(self, now: float) -> None:
-        for server in list(self._servers.values()):
-            if server.idle and self._waiting:
+        if not self._idle or not self._waiting:
+            return
+        for server in sorted(self._idle.values(), key=_by_id):
+            if self._waiting:
                 self._place_on(server, now)
 
     def _place_on(self, server: _Server, now: float) -> bool:
@@ -354,7 +381,8 @@ class ServerBook:
         if not placed and warm is not None:
             placed = self._start(warm, server, now)
         for entry in seen:
-            heapq.heappush(queue, entry)
+            if entry[2] in self._waiting:  # a job placed here is not pushed back, stale
+                heapq.heappush(queue, entry)
         return placed
 
     def _warm_first(self, warm: str, best: Key) -> bool:
@@ -387,6 +415,7 @@ class ServerBook:
         if not was_meant and server.claim is not None:
             self._unclaim(server.claim)  # a better job took it: that one rents again
         server.job = job_id
+        self._idle.pop(server.id, None)
         self._on[job_id] = server.id
         self._look.discard(server.id)
         expected = self._expected_s[job_id]
@@ -422,7 +451,8 @@ class ServerBook:
                 continue
             self._rent_now(job_id, want, now)
         for entry in seen:
-            heapq.heappush(queue, entry)
+            if entry[2] in self._waiting:  # one that failed to rent is no longer waiting
+                heapq.heappush(queue, entry)
 
     def _soon_free(self, now: float) -> list[_Server]:
         """Busy servers expected to be free within a boot, nobody's yet: waiting for one is
@@ -448,7 +478,7 @@ class ServerBook:
         job is meant for, when that is what stands in the way."""
         if len(self._servers) < self.cap:
             return True
-        spare = [s for s in self._servers.values() if s.rented and s.idle and s.claim is None]
+        spare = [s for s in sorted(self._idle.values(), key=_by_id) if s.rented and s.claim is None]
         if not spare:
             return False
         self._release(spare[0], now, "making room for a job that fits no server held")
@@ -499,6 +529,7 @@ class ServerBook:
     ) -> None:
         server = _Server(next(self._next_server), quote, True, now, reserved_until=until)
         self._servers[server.id] = server
+        self._rented[server.id] = server
         self._claim(job_id, server)
         self._out.append(RentServer(server.id, quote, job_id, cost, ahead))
 
@@ -701,8 +732,13 @@ class ServerBook:
                 return True
         return False
 
-    def _release(self, server: _Server, now: float, reason: str) -> None:
+    def _forget(self, server: _Server) -> None:
         del self._servers[server.id]
+        self._idle.pop(server.id, None)
+        self._rented.pop(server.id, None)
+
+    def _release(self, server: _Server, now: float, reason: str) -> None:
+        self._forget(server)
         for job_id in (server.claim, server.after):
             if job_id is not None:
                 self._claims.pop(job_id, None)
@@ -723,11 +759,13 @@ class ServerBook:
 
     def _ready(self, server: _Server, now: float) -> None:
         server.ready_at = server.idle_since = now
+        if server.job is None:
+            self._idle[server.id] = server
         self.boot = self.boot.with_sample(now - server.since)
         self._look.add(server.id)
 
     def _rent_failed(self, server: _Server, event: RentFailed) -> None:
-        del self._servers[server.id]
+        self._forget(server)
         self._excluded.add(server.quote.host)
         self._spent_usd += event.cost_usd
         self._booked[server.id] = (server.quote, event.cost_usd)
@@ -788,3 +826,7 @@ class ServerBook:
             return False
         server.reserved_until = until
         return True
+
+
+def _by_id(server: _Server) -> int:
+    return server.id

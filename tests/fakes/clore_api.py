@@ -7,14 +7,18 @@ What it models:
   `appear_after_s` later and goes online `online_after_s` after creation, only then carrying
   `pub_cluster`/`tcp_ports` (host and port configurable: a later test points them at a real sshd);
   `cancel_order` ends it (and, with `cancel_lag_s`, it stays listed as live that long);
-  spend accrues per second at price/day;
+  spend accrues per second at the price/day of the moment, and not while the order is outbid;
 - billing as Clore bills (`billed`): the wallet loses spend x (1 + the renter's fee rate), plus
   the order's creation fee only when it lived 10 minutes or more; the rates are what
   `renter_fees` answers (`renter_fee_rates`, `creation_fees`);
 - sshd answers only where Clore runs one: `cloreai/` images, or any image created with
   `autossh_entrypoint: true`; other orders still map "22:P", but nothing listens on P;
 - the spot book: `rival_bids` per server, shown by `spot_marketplace`; a spot order at or under
-  a rival's bid is outbid (listed, but offline and unreachable) until `set_spot_price` raises it;
+  a rival's bid is outbid: the reference says the rental then ends with no notice and stops
+  billing, and the UI shows it as "Outbid", so here it stays listed, offline, without connection
+  fields and without accruing, until `set_spot_price` raises it over the rivals and it is back
+  online (a fresh container: `outbid_now` also runs `on_container_stop`, where a test kills the
+  sshd the jobs run under);
 - the API's own rules: currency-not-allowed (HTTP 500), server-already-rented (HTTP 200),
   not_enough_balance, too_low_price, spot lowering rules, invalid token (code 3);
 - its rate limits (1 request/s, 1 create/5 s): a faster request gets 429 + code 5 and is listed
@@ -289,6 +293,8 @@ class FakeOrder:
     ended_unix: float | None = None
     last_lowered_unix: float | None = None
     autossh: bool = False  # created with autossh_entrypoint: Clore runs sshd
+    accrued: float = 0.0  # spend (native) up to `accrued_until`
+    accrued_until: float | None = None  # unix; None: the creation time
 
     @property
     def live(self) -> bool:
@@ -353,6 +359,7 @@ class FakeClore:
         self.rival_bids: dict[int, list[tuple[float, str]]] = defaultdict(list)
         self.raise_max_step: float | None = None  # raising is unrestricted in the reference
         self.after_create: Callable[[FakeOrder], None] | None = None
+        self.on_container_stop: Callable[[FakeOrder], None] | None = None
         self._no_sshd_port: int | None = None
         self.orders: dict[int, FakeOrder] = {}
         self.requests: list[Recorded] = []
@@ -412,9 +419,38 @@ class FakeClore:
         with self._lock:
             self._end(self.orders[order_id])
 
+    def outbid_now(self, order_id: int, factor: float = 1.02) -> float:
+        """A rival bids `factor` times the order's bid: the order is outbid from now, its
+        container stops (`on_container_stop`). Returns the rival's bid."""
+        with self._lock:
+            order = self.orders[order_id]
+            self._accrue(order)  # billed up to now at the bid that held the server
+            bid = order.price_per_day * factor
+            self.rival_bids[order.server_id].append((bid, order.currency))
+        if self.on_container_stop is not None:
+            self.on_container_stop(order)
+        return bid
+
     def spend(self, order_id: int) -> float:
-        """What `my_orders` reports as `spend`: the listed price alone, for the time held."""
-        return self.orders[order_id].price_per_day * self.lived_s(order_id) / 86400
+        """What `my_orders` reports as `spend`: the listed price alone, for the time held and
+        not outbid, each stretch at the bid of its time."""
+        order = self.orders[order_id]
+        return order.accrued + self._open_spend(order)
+
+    def _open_spend(self, order: FakeOrder) -> float:
+        start = order.accrued_until if order.accrued_until is not None else order.created_unix
+        end = order.ended_unix if order.ended_unix is not None else self.api_time()
+        if end <= start or self.outbid(order):
+            return 0.0
+        return order.price_per_day * (end - start) / 86400
+
+    def _accrue(self, order: FakeOrder) -> None:
+        """Fold the spend so far into `accrued`: before a price or outbid change, so that each
+        stretch is billed as it was."""
+        order.accrued += self._open_spend(order)
+        end = order.ended_unix if order.ended_unix is not None else self.api_time()
+        start = order.accrued_until if order.accrued_until is not None else order.created_unix
+        order.accrued_until = max(start, end)
 
     def lived_s(self, order_id: int) -> float:
         order = self.orders[order_id]
@@ -458,6 +494,8 @@ class FakeClore:
         with self._lock:
             endpoint = request.path.removeprefix("/v1/").strip("/")
             body = request.get_json(silent=True) if request.method == "POST" else None
+            for order in self.orders.values():
+                self._accrue(order)  # a test may have changed the book since the last call
             status, reply, headers = self._reply(endpoint, request, body)
             code = reply.get("code") if isinstance(reply, dict) else None
             self.requests.append(
@@ -655,6 +693,7 @@ class FakeClore:
         return self.orders.get(order_id) if isinstance(order_id, int) else None
 
     def _end(self, order: FakeOrder) -> None:
+        self._accrue(order)
         order.ended_unix = self.api_time()
         self.balances[order.currency] -= self.billed(order.id)
         self.servers[order.server_id]["rented"] = False
@@ -681,6 +720,7 @@ class FakeClore:
             if order.price_per_day - desired > max_step:
                 return 200, {"code": 6, "error": "exceeded_max_step", "max_step": max_step}
             order.last_lowered_unix = now
+        self._accrue(order)
         order.price_per_day = float(desired)
         return 200, {"code": 0}
 

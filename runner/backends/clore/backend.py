@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from runner.backends.base import NO_STAGES, OutputSink, Place, RunOutcome, RunRequest, StageSink
 from runner.backends.clore import errors as api_errors
@@ -363,7 +363,13 @@ class CloreBackend:
             return RunOutcome(None, FailureKind.SERVER_LOST, "the server is no longer held")
         outcome = run_job(held.rental.conn, request, sink, cancel, stages=stages)
         if outcome.failure in (FailureKind.SERVER_LOST, FailureKind.SSH_FAILED):
-            held.rental.lost = True  # outbid or gone: the retry goes to another host
+            won, said = self.provisioner.win_back(held.rental, cancel)  # a spot order outbid
+            if said:
+                stages.note(said)
+            if won:  # the job died with the container; its retry runs here at the new bid
+                held.rental.won_back = True
+                return replace(outcome, message="; ".join(filter(None, [outcome.message, said])))
+            held.rental.lost = True  # gone: the retry goes to another host
             with self._cond:
                 self._excluded.add(held.rental.offer.server_id)
         return outcome
@@ -375,7 +381,11 @@ class CloreBackend:
         with self._cond:
             finished_job = held.job
             held.job = None
-            keep = not held.rental.lost and not self._closing and self._wanted(held)
+            # A server won back is kept for the retry of the job it lost (running, that job
+            # is not among the waiting ones yet); `set_pending` gives it back if none comes.
+            wanted = self._wanted(held) or held.rental.won_back
+            held.rental.won_back = False
+            keep = not held.rental.lost and not self._closing and wanted
             if not keep:
                 self._held.pop(held.rental.rental_id, None)
             place.facts["cost_usd"] = f"{self._bill(held.rental):.6f}"

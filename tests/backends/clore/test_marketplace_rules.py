@@ -16,12 +16,13 @@ import pytest
 
 from runner.backends.base import NO_STAGES, OutputSink, Place, RunOutcome, RunRequest, StageSink
 from runner.backends.clore.backend import CloreBackend
-from runner.core.model import JobStatus, Pipeline, RunRecord
+from runner.core.model import FailureKind, JobStatus, Pipeline, RunRecord
 from runner.run_command import RunOptions, execute
 from runner.spec.loader import parse_pipeline
-from tests.backends.clore.test_clore_run import Setup, fake_cost_usd
+from tests.backends.clore.test_clore_run import PreemptingBackend, Setup, fake_cost_usd
 from tests.backends.clore.test_clore_run import setup as setup  # the fixture
 from tests.fakes.clore_api import FakeOrder, Faults
+from tests.sshd_fixture import SshServer
 
 _FIELDS = ("client", "provisioner", "clock", "concurrency", "budget", "currency")
 
@@ -348,3 +349,78 @@ def test_when_every_fitting_host_failed_the_error_says_why_not_just_no_offer(
     assert code == 3 and result.status is JobStatus.ERROR
     first = result.attempts[0].message
     assert "1 offers failed to start" in first and "outbid, and no higher bid fits" in first
+
+
+def test_an_outbid_running_spot_order_is_rebid_once_and_the_job_passes_on_the_same_host(
+    setup: Setup, sshd_killable: SshServer
+) -> None:
+    # Outbid mid-job, the container stops (the job dies with it) and the order stays listed,
+    # offline: one raise of the bid wins the server back and the retry runs on it.
+    pipeline = pipeline_of(
+        """\
+        currency: USD-Blockchain
+        jobs:
+          train:
+            gpu: {type: '3090', spot: true, max-price: 0.1}
+            run: |
+              echo working
+              test "$CLORE_RUN_ATTEMPT" = 2 || sleep 60
+        """
+    )
+    setup.fake.ssh_port = sshd_killable.port
+    backend, ledger = setup.backend(pipeline)
+    sshd_killable.authorize(backend.provisioner.key.public_line)
+
+    def container_stops(_order: FakeOrder) -> None:
+        setup.fake.ssh_port = setup.sshd.port  # where the restarted container's sshd answers
+        sshd_killable.kill_all()
+
+    setup.fake.on_container_stop = container_stops
+    rivals: list[float] = []
+    outbidding = PreemptingBackend(**{f: getattr(backend, f) for f in _FIELDS})
+    outbidding.preempt = lambda place: rivals.append(
+        setup.fake.outbid_now(int(place.facts["order_id"]))
+    )
+    out, console = setup.tmp / "out", io.StringIO()
+    (setup.tmp / "ws").mkdir()
+    options = RunOptions(out_dir=out, workspace_root=setup.tmp / "ws", backoff=lambda n: 0.01)
+    record, code = execute(pipeline, outbidding, options, console)
+    (result,) = record.results
+    assert code == 0, result
+    assert [a.failure for a in result.attempts] == [FailureKind.SERVER_LOST, None]
+    (order,) = setup.fake.orders.values()  # one order: the retry ran on the same host
+    first, second = attempt_facts(out, "train")
+    assert first["order_id"] == second["order_id"] == str(order.id)
+    (rebid,) = setup.fake.calls("set_spot_price")
+    assert rebid.code == 0 and rebid.body["desired_price"] > rivals[0] == pytest.approx(
+        1.5 * 1.05 * 1.02
+    )
+    assert order.price_per_day * (1 + 0.0125) / 24 <= 0.1  # within the cap, fee included
+    assert float(second["usd_per_hour"]) == pytest.approx(order.price_per_day * 1.0125 / 24, 1e-3)
+    assert "outbid on server 88028: bid raised" in console.getvalue()
+    assert "retrying on the same server" in (out / "logs" / "train.log").read_text()
+    assert all(r.state == "released" for r in ledger.rentals("run-1"))
+    billed = fake_cost_usd(setup.fake)
+    assert abs(record.total_cost_usd - billed) < 0.01 * billed
+
+
+def test_a_raise_under_a_new_spot_minimum_is_priced_again_from_the_book(setup: Setup) -> None:
+    pipeline = pipeline_of(
+        """\
+        currency: USD-Blockchain
+        jobs:
+          a: {run: echo a, gpu: {type: '3090', spot: true, max-price: 0.1}}
+        """
+    )
+
+    def minimum_rises_and_a_rival_outbids(order: FakeOrder) -> None:
+        setup.fake.servers[order.server_id]["price"]["spot"][order.currency] = 1.9
+        setup.fake.rival_bids[order.server_id].append((1.6, order.currency))  # ours: 1.575
+
+    setup.fake.after_create = minimum_rises_and_a_rival_outbids
+    record, code, _, _ = run_with(setup, pipeline)
+    assert code == 0, record.results
+    (order,) = setup.fake.orders.values()
+    answers = [(c.body["desired_price"], c.code) for c in setup.fake.calls("set_spot_price")]
+    assert answers == [(pytest.approx(1.6 * 1.05), 6), (pytest.approx(1.9 * 1.05), 0)]
+    assert order.price_per_day == pytest.approx(1.9 * 1.05)
