@@ -23,14 +23,14 @@ from runner.backends.base import Backend
 from runner.clock import SYSTEM_CLOCK, Clock
 from runner.console import Console
 from runner.core import graph
-from runner.core.model import Pipeline, RunRecord, RunStatus
+from runner.core.model import WORKSPACE_ALL, Job, Pipeline, RunRecord, RunStatus
 from runner.core.predict import past_durations
 from runner.core.retry import backoff_s
 from runner.errors import UsageError
 from runner.pipeline_run import PipelineRun, RunSettings
 from runner.report import github_actions, load_summary, write_reports
-from runner.spec.diagnostics import did_you_mean
-from runner.workspace import workspace_files
+from runner.spec.diagnostics import Diagnostic, SpecError, did_you_mean
+from runner.workspace import Workspace, workspace_files
 
 _OUTPUTS = ("logs", "artifacts", "junit.xml", "summary.json", "summary.md")
 EXIT_CODES = {
@@ -148,13 +148,7 @@ def execute(
     if backend_cap is not None:
         cap = min(cap, backend_cap)
     root = (options.workspace_root or Path.cwd()).resolve()
-    files = workspace_files(root) if any(j.workspace for j in pipeline.jobs) else ()
-    out = options.out_dir.resolve()
-    if out != root and out.is_relative_to(root):
-        # A previous run's results are not the workspace (and their logs are deleted below,
-        # before any job copies them).
-        inside = out.relative_to(root).as_posix() + "/"
-        files = tuple(f for f in files if not f.startswith(inside))
+    workspace = _workspace(pipeline, root, options.out_dir.resolve())
     in_actions = github_actions.is_active()
     console = Console(
         stream or sys.stdout,
@@ -168,6 +162,8 @@ def execute(
             f"concurrency {wanted}, but the {backend.name} backend has {cap} place"
             f"{'s' if cap != 1 else ''}: at most {cap} job{'s' if cap != 1 else ''} at once"
         )
+    if workspace.withheld:
+        console.notice(_withheld_note(workspace.withheld))
     with output_folder(options.out_dir):
         pipeline_run = PipelineRun(
             pipeline,
@@ -176,7 +172,7 @@ def execute(
                 options.out_dir,
                 cap,
                 root,
-                files,
+                workspace.files,
                 run_id=options.run_id,
                 backoff=options.backoff,
                 # Rent-ahead plans with how long each job took in the baseline run, if any.
@@ -196,6 +192,61 @@ def execute(
         console.notice(f"warning: {warning}")
     _final_report(console, paths.summary_json, options.out_dir)
     return record, EXIT_CODES[record.status]
+
+
+def _workspace(pipeline: Pipeline, root: Path, out: Path) -> Workspace:
+    """The files the jobs get; outside git, refused unless every job wanting them says `all`."""
+    wanting = [j for j in pipeline.jobs if j.workspace]
+    if not wanting:
+        return Workspace((), in_git=True)
+    workspace = workspace_files(root)
+    files = workspace.files
+    if out != root and out.is_relative_to(root):
+        # A previous run's results are not the workspace (and their logs are deleted below,
+        # before any job copies them).
+        inside = out.relative_to(root).as_posix() + "/"
+        files = tuple(f for f in files if not f.startswith(inside))
+    workspace = dataclasses.replace(workspace, files=files)
+    if workspace.in_git or not files:
+        return workspace  # an empty folder has nothing that could leak
+    refused = {j.group or j.id: j for j in wanting if j.workspace != WORKSPACE_ALL}
+    if refused:
+        raise _untracked_refusal(root, len(files), list(refused.values()))
+    return workspace
+
+
+def _untracked_refusal(root: Path, count: int, jobs: list[Job]) -> UsageError:
+    message = (
+        f"{root} is not in a git work tree, so nothing says which of its {count} file"
+        f"{'s' if count != 1 else ''} may be copied to the job"
+    )
+    hint = (
+        "set `workspace: all` to copy them all (.env*, .ssh/, .git/ and key files never travel),"
+        " `workspace: false` for an empty folder, or run inside a git work tree"
+    )
+    located = [j for j in jobs if j.location is not None]
+    if not located:
+        return UsageError(message, hint)
+    return SpecError(
+        [
+            Diagnostic(
+                j.location.file,
+                j.location.line,
+                j.location.column,
+                ("jobs", j.group or j.id, "workspace"),
+                message,
+                hint,
+            )
+            for j in located
+            if j.location is not None
+        ]
+    )
+
+
+def _withheld_note(withheld: tuple[str, ...]) -> str:
+    shown = ", ".join(withheld[:5])
+    more = f" and {len(withheld) - 5} more" if len(withheld) > 5 else ""
+    return f"workspace: never copied, as they look like secrets: {shown}{more}"
 
 
 def _final_report(console: Console, summary_json: Path, out_dir: Path) -> None:

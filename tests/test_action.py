@@ -596,6 +596,8 @@ class Job:
         self.workspace = self.root / "workspace"
         self.temp = self.root / "runner-temp"
         self.workspace.mkdir(parents=True)
+        # What actions/checkout leaves: a git work tree (its tracked files are the workspace).
+        subprocess.run(["git", "init", "-q", str(self.workspace)], check=True)
         venv_bin = self.temp / "clore-run-venv" / "bin"
         venv_bin.mkdir(parents=True)
         (venv_bin / "clore-run").symlink_to(installed_clore_run())

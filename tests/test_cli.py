@@ -263,6 +263,22 @@ def test_plan_of_an_invalid_pipeline_exits_2(
     assert err.startswith(f"{bad}:4:14: jobs.a.retries: input should be greater than or equal to 0")
 
 
+def test_validate_warns_on_yaml_1_1_surprises_and_passes(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write(tmp_path, "jobs:\n  a: {run: echo, env: {PY: 3.10}}\n")
+    code, out, err = cli(capsys, "validate", path)
+    assert code == 0
+    assert out == f"{path}: ok (1 jobs)\n"
+    assert err == (
+        f"{path}:2:28: warning: jobs.a.env.PY: unquoted 3.10 is read as the number 3.1"
+        ' (quote it: "3.10")\n'
+    )
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    code, out, _ = cli(capsys, "validate", path)
+    assert f"::warning file={path},line=2,col=28,title=clore-run%3A pipeline::" in out
+
+
 # -- schema ------------------------------------------------------------------------------------
 
 
@@ -298,6 +314,44 @@ def test_schema_knows_every_key_the_examples_use(
     for job in data["jobs"].values():
         assert set(job) <= set(defs["JobSpec"]["properties"])
         assert set(job.get("gpu", {})) <= set(defs["GpuSpec"]["properties"])
+
+
+def _schema_validator(capsys: pytest.CaptureFixture[str]) -> Any:
+    jsonschema_rs = pytest.importorskip("jsonschema_rs")  # schemathesis's, in the test extra
+    _, out, _ = cli(capsys, "schema")
+    return jsonschema_rs.validator_for(json.loads(out))
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_every_example_is_valid_under_the_emitted_schema(
+    capsys: pytest.CaptureFixture[str], path: Path
+) -> None:
+    validator = _schema_validator(capsys)
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    assert [str(e) for e in validator.iter_errors(data)] == []
+    load_pipeline(path)  # and validate agrees
+
+
+@pytest.mark.parametrize(
+    ("job", "valid"),
+    [
+        ({"run": "x", "gpu": {"count": "${{ matrix.gpus }}"}}, True),
+        ({"run": "x", "retries": "${{ env.RETRIES }}"}, True),
+        ({"run": "x", "spot": True}, False),  # an unknown key at the job level
+        (
+            {"run": "x", "priority": "${{ matrix.p }}", "continue-on-error": "${{ matrix.ok }}"},
+            True,
+        ),
+        ({"run": "x", "gpu": {"count": "two"}}, False),  # a plain string is still no count
+        ({"run": "x", "gpu": {"count": 0}}, False),
+        ({"run": "x", "priority": "soon"}, False),
+    ],
+)
+def test_schema_takes_expressions_where_the_loader_substitutes_them(
+    capsys: pytest.CaptureFixture[str], job: dict[str, Any], valid: bool
+) -> None:
+    validator = _schema_validator(capsys)
+    assert validator.is_valid({"jobs": {"a": job}}) is valid
 
 
 # -- version, usage errors, shorthand -----------------------------------------------------------

@@ -22,7 +22,7 @@ jobs:
       echo $! > {pidfile}
       echo ready
       wait
-  after: {{needs: long, run: echo never}}
+  after: {{needs: long, run: echo never, workspace: false}}
 """
 
 

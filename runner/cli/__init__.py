@@ -2,7 +2,8 @@
 
 Every command module imports its backend, its reports and their libraries (paramiko, requests,
 the Clore models) inside the command, so that `clore-run --version` and `validate` do not pay
-for what they do not use. `--version` alone does not even load Typer.
+for what they do not use. `--version` and a plain `validate FILE...` do not even load Typer
+(runner.cli.quick).
 """
 
 from __future__ import annotations
@@ -24,9 +25,17 @@ def main(argv: list[str] | None = None) -> None:
 
         print(f"clore-run {__version__}")
         sys.exit(0)
-    from runner.cli.boundary import main as run_main
+    from runner.cli.quick import plain_validate, run_validate
 
-    run_main(args)
+    files = plain_validate(args)
+    if files is not None:
+        run_validate(files)
+    import typer
+
+    from runner.cli.boundary import run_inside
+    from runner.cli.commands import run_app
+
+    run_inside(lambda: run_app(args), typer.echo)
 
 
 def __getattr__(name: str) -> Any:

@@ -1,62 +1,57 @@
-"""`main()`: the one error boundary of the command line.
+"""The one error boundary of the command line: every exception becomes a message and an exit code.
 
 No traceback reaches the user for any input. Exit codes: 0 every job passed, 1 a job failed,
-2 invalid pipeline or usage, 3 infrastructure, 130 interrupted.
+2 invalid pipeline or usage, 3 infrastructure, 130 interrupted. Kept free of Typer, so that the
+commands answered before Typer loads (runner.cli.quick) pass through the same boundary.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
+from typing import NoReturn, Protocol
 
-import typer
+from runner.errors import CloreRunError
 
-from runner.cli import (
-    cleanup,
-    comment,
-    doctor,
-    offers,
-    plan,
-    pool,
-    run,
-    schema,
-    serve,
-    validate,
-)
-from runner.cli.root import EXIT_INFRA, EXIT_INTERRUPTED, EXIT_USAGE, app
-from runner.errors import CloreRunError, UsageError
-
-for _command in (validate, plan, run, schema, offers, doctor, comment, cleanup, serve, pool):
-    _command.register(app)
+EXIT_USAGE = 2
+EXIT_INFRA = 3
+EXIT_INTERRUPTED = 130
 
 
-def _insert_run(argv: list[str]) -> list[str]:
-    """`clore-run PIPELINE ...` -> `clore-run run PIPELINE ...`."""
-    command = typer.main.get_command(app)
-    names = set(getattr(command, "commands", {}))
-    if argv and argv[0] not in names and not argv[0].startswith("-"):
-        _refuse_a_misspelt_command(argv[0], names)
-        return ["run", *argv]
-    return argv
+class Echo(Protocol):
+    def __call__(self, message: str, *, err: bool = ...) -> None: ...
 
 
-def _refuse_a_misspelt_command(word: str, commands: set[str]) -> None:
-    """`clore-run valdate x.yml` is a command misspelt, not a pipeline called `valdate`: a bare
-    word that names no file and is close to a command gets the command suggested."""
-    from runner.spec.diagnostics import did_you_mean
+def run_inside(body: Callable[[], object], echo: Echo) -> NoReturn:
+    """Run `body` (its int result is the exit code) and exit; `echo` prints the messages."""
+    from runner.report.github_actions import annotate_spec_error, mask_secrets
 
-    if os.path.exists(word) or "/" in word or "." in word:
-        return
-    hint = did_you_mean(word, sorted(commands))
-    if hint:
-        raise UsageError(f"clore-run: '{word}' is not a command", hint)
-    raise UsageError(
-        f"clore-run: '{word}' is neither a command nor a pipeline file",
-        "commands: " + ", ".join(sorted(commands)) + "; see `clore-run --help`",
-    )
+    mask_secrets()  # before anything else is printed
+    try:
+        code = body()
+    except CloreRunError as exc:
+        echo(f"clore-run: {exc}" if exc.exit_code != EXIT_USAGE else str(exc), err=True)
+        annotate_spec_error(exc)
+        code = exc.exit_code
+    except KeyboardInterrupt:
+        echo("clore-run: interrupted", err=True)
+        code = EXIT_INTERRUPTED
+    except Exception as exc:  # the boundary: a bug must not print a traceback at a user
+        code = _click_exit_code(exc, echo)
+        if code is None:
+            if os.environ.get("CLORE_RUN_DEBUG"):
+                raise
+            echo(
+                f"clore-run: internal error: {type(exc).__name__}: {exc} "
+                "(set CLORE_RUN_DEBUG=1 for a traceback, and please report it)",
+                err=True,
+            )
+            code = EXIT_INFRA
+    sys.exit(code if isinstance(code, int) else 0)
 
 
-def _click_exit_code(exc: Exception) -> int | None:
+def _click_exit_code(exc: Exception, echo: Echo) -> int | None:
     """Exit code for the parser's own exceptions (usage errors, Abort, Exit), else None.
 
     Recent Typer versions carry a private copy of click, so these are matched by shape rather
@@ -64,7 +59,7 @@ def _click_exit_code(exc: Exception) -> int | None:
     """
     kind = type(exc).__name__
     if kind == "Abort":
-        typer.echo("clore-run: interrupted", err=True)
+        echo("clore-run: interrupted", err=True)
         return EXIT_INTERRUPTED
     if kind == "Exit":
         return int(getattr(exc, "exit_code", 0))
@@ -73,33 +68,3 @@ def _click_exit_code(exc: Exception) -> int | None:
         show()
         return EXIT_USAGE
     return None
-
-
-def main(argv: list[str] | None = None) -> None:
-    """Entry point: run the app inside the one error boundary."""
-    from runner.report.github_actions import annotate_spec_error, mask_secrets
-
-    mask_secrets()  # before anything else is printed
-    command = typer.main.get_command(app)
-    try:
-        args = _insert_run(list(sys.argv[1:] if argv is None else argv))
-        code = command.main(args=args, prog_name="clore-run", standalone_mode=False)
-    except CloreRunError as exc:
-        typer.echo(f"clore-run: {exc}" if exc.exit_code != EXIT_USAGE else str(exc), err=True)
-        annotate_spec_error(exc)
-        code = exc.exit_code
-    except KeyboardInterrupt:
-        typer.echo("clore-run: interrupted", err=True)
-        code = EXIT_INTERRUPTED
-    except Exception as exc:  # the boundary: a bug must not print a traceback at a user
-        code = _click_exit_code(exc)
-        if code is None:
-            if os.environ.get("CLORE_RUN_DEBUG"):
-                raise
-            typer.echo(
-                f"clore-run: internal error: {type(exc).__name__}: {exc} "
-                "(set CLORE_RUN_DEBUG=1 for a traceback, and please report it)",
-                err=True,
-            )
-            code = EXIT_INFRA
-    sys.exit(code if isinstance(code, int) else 0)

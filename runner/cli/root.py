@@ -7,10 +7,9 @@ from typing import Annotated
 import typer
 
 from runner import __version__
+from runner.cli.boundary import EXIT_INFRA, EXIT_INTERRUPTED, EXIT_USAGE
 
-EXIT_USAGE = 2
-EXIT_INFRA = 3
-EXIT_INTERRUPTED = 130
+__all__ = ["EXIT_INFRA", "EXIT_INTERRUPTED", "EXIT_USAGE", "app"]
 
 app = typer.Typer(
     name="clore-run",

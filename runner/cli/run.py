@@ -75,11 +75,13 @@ def run(
     ] = None,
 ) -> None:
     """Run a pipeline: exit 0 all passed, 1 a job failed, 3 infrastructure, 130 interrupted."""
+    from runner.cli.validate import show_warnings
     from runner.plan import build_plan, render_plan
     from runner.run_command import RunOptions, execute, select_jobs
     from runner.spec.loader import load_pipeline
 
     loaded = load_pipeline(pipeline)
+    show_warnings(loaded)
     if dry_run:
         typer.echo(render_plan(build_plan(select_jobs(loaded, job or []))))
         return

@@ -7,8 +7,8 @@ from typing import Annotated
 
 import typer
 
-from runner.cli.root import EXIT_USAGE
-from runner.errors import CloreRunError
+from runner.cli import quick
+from runner.core.model import Pipeline
 
 
 def register(app: typer.Typer) -> None:
@@ -19,19 +19,11 @@ def validate(
     pipelines: Annotated[list[Path], typer.Argument(help="Pipeline files to check.")],
 ) -> None:
     """Check pipeline files: exit 0, or 2 with FILE:LINE:COL errors."""
-    from runner.spec.loader import load_pipeline
+    code = quick.validate_files(pipelines, typer.echo)
+    if code:
+        raise typer.Exit(code)
 
-    failed = False
-    for path in pipelines:
-        try:
-            pipeline = load_pipeline(path)
-        except CloreRunError as exc:
-            from runner.report.github_actions import annotate_spec_error
 
-            typer.echo(str(exc), err=True)
-            annotate_spec_error(exc)
-            failed = True
-        else:
-            typer.echo(f"{path}: ok ({len(pipeline.jobs)} jobs)")
-    if failed:
-        raise typer.Exit(EXIT_USAGE)
+def show_warnings(pipeline: Pipeline) -> None:
+    """A valid file's warnings on stderr (and as annotations in GitHub Actions)."""
+    quick.show_warnings(pipeline, typer.echo)

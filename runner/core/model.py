@@ -11,6 +11,7 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Literal
 
 
 class Priority(enum.IntEnum):
@@ -53,6 +54,9 @@ class FailureKind(str, enum.Enum):
     CANCELLED = "cancelled"
 
 
+# `workspace: all`: copy the folder even outside a git work tree (secrets still stay home).
+WORKSPACE_ALL: Literal["all"] = "all"
+
 INFRASTRUCTURE_KINDS = frozenset(
     {
         FailureKind.SERVER_LOST,
@@ -87,6 +91,17 @@ class Location:
         return f"{self.file}:{self.line}:{self.column}"
 
 
+@dataclass(frozen=True)
+class SpecWarning:
+    """Something in a valid pipeline file that likely does not mean what it says."""
+
+    location: Location
+    text: str  # "key.path: what (fix)"
+
+    def __str__(self) -> str:
+        return f"{self.location}: warning: {self.text}"
+
+
 def _frozen_env(env: Mapping[str, str] | None = None) -> Mapping[str, str]:
     return MappingProxyType(dict(env or {}))
 
@@ -107,7 +122,7 @@ class Job:
     image: str | None = None
     image_runs_sshd: bool = False  # `ssh: image`: no Clore entrypoint around the image
     env: Mapping[str, str] = field(default_factory=_frozen_env)
-    workspace: bool = True
+    workspace: bool | Literal["all"] = True  # "all": copy a folder outside git too
     artifacts: tuple[str, ...] = ()
     junit: str | None = None
     condition: Condition = Condition.SUCCESS
@@ -145,6 +160,7 @@ class Pipeline:
     hosts: tuple[str, ...] = ()
     source: str = ""  # the pipeline file path
     provisioning: Provisioning = Provisioning.AHEAD
+    warnings: tuple[SpecWarning, ...] = ()  # shown by validate, plan and run; never fatal
 
     def job(self, job_id: str) -> Job:
         for job in self.jobs:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -116,6 +115,8 @@ def atomic_write(path: Path, data: bytes) -> None:
     """Write via a temp file in the same directory and `os.replace`: readers never see half.
     Every report passes here, so here the known secrets are taken out of it, whatever field
     (a job name, a GPU name, a test's output) carried them."""
+    import tempfile  # not at import: every command loads this package, few write reports
+
     data = redact.data(data)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:

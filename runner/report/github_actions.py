@@ -11,16 +11,19 @@ from __future__ import annotations
 
 import os
 import sys
-import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from runner import redact
-from runner.report import ReportPaths, load_summary
-from runner.report.text import tail_lines
 from runner.untrusted import console_line
+
+# Every command passes through mask_secrets and, on a bad pipeline, annotate_spec_error: what
+# only the end of a run needs (uuid, the report readers) loads there, not on `validate`.
+if TYPE_CHECKING:
+    from runner.core.model import SpecWarning
+    from runner.report import ReportPaths
 
 STEP_SUMMARY_LIMIT = 1024 * 1024  # bytes per step; over it GitHub drops the whole summary
 _SUMMARY_MARGIN = 4096  # other writers in the same step, and GitHub's added newlines
@@ -85,6 +88,8 @@ def print_log_group(
 ) -> None:
     """A job's log in a group. Commands in it are switched off: the log comes from a rented
     machine, and a line like `::add-mask::` or `::error::` in it must not act on this runner."""
+    import uuid
+
     stream = out or sys.stdout
     token = f"clore-run-{uuid.uuid4().hex}"
     with group(title, stream):
@@ -97,6 +102,8 @@ def _print_tail(log: Path, stream: TextIO, max_lines: int) -> None:
     if not log.is_file():
         print(f"(no log at {log})", file=stream)
         return
+    from runner.report.text import tail_lines
+
     lines = tail_lines(log, max_lines, max_bytes=_LOG_GROUP_BYTES)
     if lines and log.stat().st_size > sum(len(x) + 1 for x in lines):
         print(f"... (earlier lines in {log})", file=stream)
@@ -157,6 +164,30 @@ def annotate_spec_error(
     return len(shown)
 
 
+def annotate_spec_warnings(
+    warnings: Sequence[SpecWarning], out: TextIO | None = None, env: Mapping[str, str] | None = None
+) -> None:
+    """In GitHub Actions, one `::warning file=…,line=…,col=…::` per warning of a valid file."""
+    if not warnings or not is_active(env):
+        return
+    stream = out or sys.stdout
+    workspace = (os.environ if env is None else env).get("GITHUB_WORKSPACE")
+    for w in warnings[:ERROR_ANNOTATION_LIMIT]:
+        where = w.location
+        print(
+            command(
+                "warning",
+                w.text,
+                file=_repo_path(where.file, workspace),
+                line=where.line,
+                col=where.column,
+                title="clore-run: pipeline",
+            ),
+            file=stream,
+        )
+    stream.flush()
+
+
 def _job_annotation(
     job: Mapping[str, Any], summary: Mapping[str, Any], workspace: str | None
 ) -> str:
@@ -198,6 +229,8 @@ def _repo_path(path: str, workspace: str | None) -> str:
 
 def write_outputs(path: Path, outputs: Mapping[str, str]) -> None:
     """Append step outputs to the `GITHUB_OUTPUT` file with the multi-line delimiter syntax."""
+    import uuid
+
     chunks = []
     for name, value in outputs.items():
         delimiter = f"ghadelimiter_{uuid.uuid4()}"
@@ -241,6 +274,8 @@ def publish(
     env = os.environ if env is None else env
     if not is_active(env):
         return
+    from runner.report import load_summary
+
     summary = load_summary(paths.summary_json)
     annotate_failures(summary, out, env.get("GITHUB_WORKSPACE"))
     if env.get("GITHUB_OUTPUT"):

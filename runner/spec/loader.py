@@ -6,12 +6,13 @@ file order, as one SpecError. Nothing else escapes for any input.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from types import MappingProxyType
 from typing import Any, TypeVar
 
@@ -26,9 +27,10 @@ from runner.core.model import (
     Pipeline,
     Priority,
     Provisioning,
+    SpecWarning,
 )
 from runner.spec import matrix as matrix_mod
-from runner.spec.diagnostics import Diagnostic, KeyPath, SpecError, did_you_mean
+from runner.spec.diagnostics import Diagnostic, KeyPath, SpecError, did_you_mean, format_path
 from runner.spec.expressions import Contexts, ExpressionError, parse_condition, substitute
 from runner.spec.models import Defaults, JobSpec, PipelineHeader, Strategy, iso_time
 from runner.spec.pydantic_errors import diagnostics_from
@@ -41,6 +43,13 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _JOB_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")  # fullmatch: `$` would allow "id\n"
 _NOT_SUBSTITUTED = frozenset({"if", "strategy", "needs"})
 M = TypeVar("M", bound=BaseModel)
+_NUMBERS_AND_SWITCHES = frozenset(
+    {
+        *("count", "min-vram-gb", "max-price", "min-reliability", "retries", "concurrency"),
+        *("budget", "timeout-minutes", "estimate-minutes"),
+        *("spot", "workspace", "continue-on-error", "fail-fast"),
+    }
+)
 
 
 def load_pipeline(path: str | Path, environ: Mapping[str, str] | None = None) -> Pipeline:
@@ -108,9 +117,9 @@ class _PipelineBuilder:
                         )
                     )
                     break
-        jobs = self._resolve(drafts) if not self.problems else []
+        jobs = self._resolve(drafts)  # even after problems: a cycle is reported with them
         if self.problems or header is None:
-            raise SpecError(_unique(self.problems))
+            raise SpecError(_unique([self._quote_hint(d) for d in self.problems]))
         env = dict(header.env)
         return Pipeline(
             name=header.name or Path(self.source.file).stem,
@@ -122,7 +131,34 @@ class _PipelineBuilder:
             hosts=tuple(header.hosts),
             source=self.source.file,
             provisioning=Provisioning(header.provision),
+            warnings=self._retyped_warnings(),
         )
+
+    def _quote_hint(self, problem: Diagnostic) -> Diagnostic:
+        """`name: 3.10` fails as "got 3.1": say that quoting is the fix."""
+        retyped = self.source.retyped.get(problem.path)
+        if retyped is None or problem.hint:
+            return problem
+        return dataclasses.replace(problem, hint=f'quote it: "{retyped[0]}"')
+
+    def _retyped_warnings(self) -> tuple[SpecWarning, ...]:
+        """Unquoted values YAML 1.1 read as numbers or booleans where a string was meant:
+        `python: [3.10]` makes job `t-3.1`, `DEBUG: yes` exports "true"."""
+        out = []
+        for path, (text, value) in self.source.retyped.items():
+            if not _string_meant(path):
+                continue
+            shown = ("true" if value else "false") if isinstance(value, bool) else str(value)
+            what = "" if isinstance(value, bool) else "the number "
+            line, col = self.source.locate(path)
+            out.append(
+                SpecWarning(
+                    Location(self.source.file, line, col),
+                    f"{format_path(path)}: unquoted {text} is read as {what}{shown}"
+                    f' (quote it: "{text}")',
+                )
+            )
+        return tuple(sorted(out, key=lambda w: (w.location.line, w.location.column)))
 
     # -- top level -------------------------------------------------------------------------
 
@@ -214,6 +250,8 @@ class _PipelineBuilder:
                     parse_condition(raw["if"])
                 except ExpressionError as exc:
                     self.problems.append(self.source.error(where, str(exc), exc.hint))
+        for where, raw in ((path, job), (("defaults",), defaults)):
+            self._check_fetched_paths(where, raw)
         for where, raw in (((*path, "not-before"), job), (("defaults", "not-before"), defaults)):
             when = iso_time(raw.get("not-before"))
             if isinstance(when, datetime) and when.tzinfo is None:
@@ -221,6 +259,27 @@ class _PipelineBuilder:
                     self.source.error(where, "the time has no zone", "end it with Z or +02:00")
                 )
         return len(self.problems) == before
+
+    def _check_fetched_paths(self, at: KeyPath, raw: dict[str, Any]) -> None:
+        """Artifacts and the junit file are fetched from the job's folder: a path that leaves
+        it (`../x`, `/etc/hostname`) would read the server's files, so every backend refuses it
+        here rather than each in its own way after the run."""
+        for key in ("artifacts", "junit"):
+            value = raw.get(key)
+            items = [((*at, key), value)] if isinstance(value, str) else []
+            if isinstance(value, list):
+                items = [((*at, key, i), v) for i, v in enumerate(value) if isinstance(v, str)]
+            for where, text in items:
+                why = _outside_the_job(text)
+                if why:
+                    self.problems.append(
+                        self.source.error(
+                            where,
+                            f"'{text}' {why}; only files in the job's folder are fetched",
+                            "use a path relative to the job's folder; to fetch a file from "
+                            "elsewhere, copy it there at the end of `run:`: cp /path/to/file .",
+                        )
+                    )
 
     def _combinations(self, strategy: Strategy | None, path: KeyPath) -> list[dict[str, Any]]:
         if strategy is None:
@@ -239,7 +298,7 @@ class _PipelineBuilder:
             try:
                 return substitute(value, ctx)
             except ExpressionError as exc:
-                self.problems.append(self.source.error(path, str(exc), exc.hint))
+                self.problems += [self.source.error(path, str(e), e.hint) for e in exc.errors]
                 return value
         if isinstance(value, dict):
             if path and path[-1] == "env":  # the one mapping whose keys are the user's names
@@ -311,9 +370,10 @@ class _PipelineBuilder:
             by_key.setdefault(d.key, []).append(d.id)
         self._check_unique_ids(drafts)
         for d in drafts:  # dict.fromkeys: first-seen order, no duplicates, linear time
-            d.needs = list(dict.fromkeys(i for need in d.spec.needs or [] for i in by_key[need]))
-        if self.problems:
-            return []
+            # An unknown need or a self-need is reported already (_check_needs): left out
+            # here, so a cycle elsewhere still shows in the same pass.
+            needs = (n for n in d.spec.needs or [] if n != d.key)
+            d.needs = list(dict.fromkeys(i for need in needs for i in by_key.get(need, [])))
         cycle = graph.find_cycle({d.id: d.needs for d in drafts})
         if cycle:
             first = next(d for d in drafts if d.id == cycle[1])
@@ -411,6 +471,24 @@ def _gpu(spec: JobSpec, defaults: Defaults) -> GpuAsk | None:
         spot=merged.get("spot", False),
         min_reliability=merged.get("min_reliability"),
     )
+
+
+def _string_meant(path: KeyPath) -> bool:
+    """Whether the value at `path` is read as text: a matrix value (it names the job and is
+    substituted as text), an env value, a name, a script... not a count, price or switch."""
+    keys = [p for p in path if isinstance(p, str)]
+    if "matrix" in keys or (len(path) >= 2 and path[-2] == "env"):
+        return True
+    return not keys or keys[-1] not in _NUMBERS_AND_SWITCHES
+
+
+def _outside_the_job(path: str) -> str:
+    """Why `path` leads out of the job's folder, or "" when it stays inside."""
+    if path.startswith(("/", "~")):
+        return "is absolute" if path.startswith("/") else "starts at a home folder"
+    if ".." in PurePosixPath(path).parts:
+        return "goes up with '..'"
+    return ""
 
 
 def _is_job_path(path: KeyPath) -> bool:

@@ -56,8 +56,15 @@ IsoTime = Annotated[datetime, BeforeValidator(iso_time, json_schema_input_type=s
 
 
 class StrictModel(BaseModel):
+    # defer_build: a validator is built when a model first validates, not when its class is
+    # made; `validate` then builds the three the loader uses, not the schema-only ones.
     model_config = ConfigDict(
-        extra="forbid", strict=True, frozen=True, populate_by_name=False, allow_inf_nan=False
+        extra="forbid",
+        strict=True,
+        frozen=True,
+        populate_by_name=False,
+        allow_inf_nan=False,
+        defer_build=True,
     )
 
 
@@ -106,8 +113,10 @@ class JobSettings(StrictModel):
     )
     retries: int | None = Field(None, ge=0, le=20, description="Extra attempts after a failure.")
     gpu: GpuSpec | None = None
-    workspace: bool | None = Field(
-        None, description="Copy the git-tracked files into the job's directory (default true)."
+    workspace: bool | Literal["all"] | None = Field(
+        None,
+        description="Copy the git-tracked files into the job's directory (default true); "
+        "outside a git work tree only `all` copies the folder (secrets never travel).",
     )
     env: EnvMap | None = Field(None, description="Environment variables for the job.")
     priority: PriorityName | None = Field(None, description="low | normal | high | urgent.")

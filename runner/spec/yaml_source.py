@@ -7,6 +7,7 @@ wins), are reported here, because a repeated job name must not pass unnoticed.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +24,9 @@ class Source:
     data: Any
     value_at: dict[KeyPath, tuple[int, int]] = field(default_factory=dict)
     key_at: dict[KeyPath, tuple[int, int]] = field(default_factory=dict)
+    # Plain scalars YAML 1.1 read as something else than their text (`3.10` -> 3.1, `yes` ->
+    # True, `010` -> 8, `12:30` -> 750), by key path: the loader warns where a string was meant.
+    retyped: dict[KeyPath, tuple[str, Any]] = field(default_factory=dict)
 
     def locate(self, path: KeyPath, *, key: bool = False) -> tuple[int, int]:
         """Position of the node at `path`, or of its nearest existing ancestor."""
@@ -87,6 +91,8 @@ class _Builder:
             self.source.value_at[path] = _mark(node)
             value = self._shell(node)
             parent[slot] = value
+            if isinstance(node, yaml.ScalarNode) and not node.style and _retyped(node, value):
+                self.source.retyped[path] = (str(node.value), value)
             if isinstance(node, yaml.MappingNode):
                 stack.extend(self._mapping_children(node, path, value))
             elif isinstance(node, yaml.SequenceNode):
@@ -192,6 +198,16 @@ class _Builder:
         return merged, own
 
 
+def _retyped(node: yaml.ScalarNode, value: Any) -> bool:
+    """True when YAML 1.1 made the plain scalar `node` into a value that reads differently."""
+    text = str(node.value)
+    if isinstance(value, bool):
+        return text.lower() not in ("true", "false")
+    if isinstance(value, (int, float)):
+        return str(value) != text.removeprefix("+")
+    return False
+
+
 def parse_yaml(text: str, file: str) -> Source:
     """Parse `text`; raise SpecError with located problems (syntax, duplicates, empty)."""
     source = Source(file=file, data=None)
@@ -235,8 +251,30 @@ def _syntax_diagnostic(exc: yaml.MarkedYAMLError, file: str, text: str) -> Diagn
         hint = "indent with spaces, not tabs"
     elif exc.context and "quoted" in exc.context:
         hint = "close the quote"
+    elif "mapping values are not allowed" in problem:
+        hint = _colon_hint(text, line)
+    elif "expected ','" in problem and _char_at(text, line, col) == ":":  # {run: a: b}
+        hint = "a value holding ': ' must be quoted; a script is best a block, `run: |`"
     what = f"{exc.context}, {problem}" if exc.context else problem
     return Diagnostic(file, line, col, (), f"not valid YAML: {what}", hint)
+
+
+_KEY_AND_VALUE = re.compile(r"^\s*(?:-\s+)?([A-Za-z_][\w-]*):\s+\S")
+
+
+def _colon_hint(text: str, line: int) -> str:
+    """`run: echo time: now`: a plain value may not hold ': '. Say how to write it."""
+    lines = text.splitlines()
+    match = _KEY_AND_VALUE.match(lines[line - 1]) if 1 <= line <= len(lines) else None
+    if match is None:
+        return "a value holding ': ' must be quoted"
+    key = match.group(1)
+    if key == "run":
+        return (
+            "the script holds ': ': quote it, or write it as a block, `run: |` with the "
+            "script on the next lines, indented"
+        )
+    return f"the value of `{key}` holds ': ': quote it"
 
 
 def _char_at(text: str, line: int, col: int) -> str:

@@ -31,6 +31,7 @@ def test_a_local_job_cannot_read_the_key_from_its_parent(tmp_path: Path) -> None
             f"""\
             jobs:
               peek:
+                workspace: false
                 run: |
                   tr '\\0' '\\n' < /proc/$PPID/environ > {seen} || true
                   tr '\\0' ' ' < /proc/$PPID/cmdline > {parent}

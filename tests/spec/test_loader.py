@@ -633,3 +633,47 @@ def test_provision_says_when_servers_are_rented() -> None:
     assert parse("jobs:\n  a: {run: x}\n").provisioning is Provisioning.AHEAD
     on_demand = parse("provision: on-demand\njobs:\n  a: {run: x}\n")
     assert on_demand.provisioning is Provisioning.ON_DEMAND
+
+
+def test_yaml_1_1_surprises_where_text_is_meant_are_warned_at_the_value() -> None:
+    pipeline = parse(
+        """\
+        env: {DEBUG: yes, PERM: 010, AT: 12:30, N: 3, F: 1.5, OK: true}
+        budget: 1.00
+        jobs:
+          t:
+            strategy:
+              matrix:
+                python: [3.9, 3.10, "3.11"]
+                include:
+                  - {python: 3.10, extra: on}
+            gpu: {spot: yes, count: 1, min-vram-gb: 8.0}
+            continue-on-error: yes
+            run: echo
+        """
+    )
+    assert ids(pipeline) == ["t-3.9", "t-3.1-true", "t-3.11"]  # what YAML 1.1 makes of it
+    assert [str(w) for w in pipeline.warnings] == [
+        'p.yml:1:14: warning: env.DEBUG: unquoted yes is read as true (quote it: "yes")',
+        'p.yml:1:25: warning: env.PERM: unquoted 010 is read as the number 8 (quote it: "010")',
+        'p.yml:1:34: warning: env.AT: unquoted 12:30 is read as the number 750 (quote it: "12:30")',
+        "p.yml:7:23: warning: jobs.t.strategy.matrix.python[1]: unquoted 3.10 is read as the"
+        ' number 3.1 (quote it: "3.10")',
+        "p.yml:9:22: warning: jobs.t.strategy.matrix.include[0].python: unquoted 3.10 is read"
+        ' as the number 3.1 (quote it: "3.10")',
+        "p.yml:9:35: warning: jobs.t.strategy.matrix.include[0].extra: unquoted on is read as"
+        ' true (quote it: "on")',
+    ]  # budget: 1.00, spot: yes, count, continue-on-error: numbers and switches, as meant
+
+
+def test_a_retyped_value_that_fails_says_to_quote_it() -> None:
+    with pytest.raises(SpecError) as info:
+        parse("name: 3.10\njobs:\n  a: {run: echo}\n")
+    assert str(info.value) == (
+        'p.yml:1:7: name: input should be a valid string, got 3.1 (quote it: "3.10")'
+    )
+
+
+def test_quoted_values_give_no_warning() -> None:
+    pipeline = parse('env: {V: "3.10", B: "yes"}\njobs:\n  a: {run: echo, env: {X: \'on\'}}\n')
+    assert pipeline.warnings == ()

@@ -25,6 +25,7 @@ import tarfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from signal import Signals
 from typing import Protocol
 
 import paramiko
@@ -54,15 +55,20 @@ tar -x -f - --no-same-owner
 printf '%s' "$d"
 """
 
-# Fixed text; only the quoted job folder is filled in. `setsid -w` forks when the login shell is a
-# group leader (it is, under sshd) and passes the exit code through.
+# Fixed text; only the quoted job folder is filled in. Not `exec setsid`: run from the login
+# shell (a group leader under sshd), setsid would fork and, with -w, print "setsid: child N did
+# not exit normally: Success" into the job's stderr when the script dies of a signal. As the
+# shell's child it makes its own session in place, and the shell sees 128+N like bash would.
+# The stderr of setsid and of this shell (bash reports "Killed ..." for a child a signal ended)
+# goes nowhere; fd 3 carries the job's own stderr past that.
 _START = """cd {work} || exit 126
 command -v setsid >/dev/null 2>&1 || {{ echo "clore-run: setsid (util-linux) is missing on the \
 server" >&2; exit 127; }}
-exec setsid -w bash --noprofile --norc -c {inner} </dev/null
+{{ setsid -w bash --noprofile --norc -c {inner} </dev/null; }} 3>&2 2>/dev/null
+exit $?
 """
-_INNER = "echo $$ > ../ctl/pgid && . ../ctl/env.sh && exec bash --noprofile --norc -eo pipefail \
-../ctl/script.sh"
+_INNER = "exec 2>&3 3>&- && echo $$ > ../ctl/pgid && . ../ctl/env.sh && exec bash --noprofile \
+--norc -eo pipefail ../ctl/script.sh"
 
 _SIGNAL = """f={pgid_file}; i=0
 while [ ! -s "$f" ] && [ "$i" -lt {ticks} ]; do sleep 0.1; i=$((i+1)); done
@@ -77,10 +83,11 @@ _COLLECT = """shopt -s nullglob globstar
 IFS=
 files=()
 declare -A seen
-for p in "$@"; do for f in $p; do
+for p in "$@"; do matched=; for f in $p; do
   [ -e "$f" ] || [ -L "$f" ] || continue
+  matched=1
   [ -n "${seen[$f]}" ] || { seen[$f]=1; files+=("$f"); }
-done; done
+done; [ -n "$matched" ] || printf 'clore-run-unmatched\t%s\n' "$p" >&2; done
 [ ${#files[@]} -eq 0 ] && exec tar -c -f - -T /dev/null
 exec tar -c -f - -- "${files[@]}"
 """
@@ -292,7 +299,7 @@ class RemoteJob:
                 None, FailureKind.TEST_FAILURE, "ended without an exit code (signal?)"
             )
         if code != 0:
-            return RunOutcome(code, FailureKind.TEST_FAILURE, f"exit code {code}")
+            return RunOutcome(code, FailureKind.TEST_FAILURE, _exit_words(code))
         return RunOutcome(0, None)
 
     def signal(self, signal: str, wait_for_start: bool) -> None:
@@ -325,7 +332,7 @@ class RemoteJob:
             chan.close()
         if not self.conn.alive:
             raise ConnectionLost(self.conn.lost_reason())
-        return _artifact_notes(report, reader.stderr, sink)
+        return _artifact_notes(report, reader.stderr, sink, patterns)
 
     def remove(self) -> None:
         """Delete the job's folder (best effort: the connection may be gone)."""
@@ -338,6 +345,14 @@ class RemoteJob:
     def _path(self, relative: str) -> str:
         assert self.folder is not None
         return shlex.quote(f"{self.folder}/{relative}")
+
+
+def _exit_words(code: int) -> str:
+    """128+N is how bash reports a child that signal N ended (a script may exit so itself)."""
+    number = code - 128
+    if number in {s.value for s in Signals}:
+        return f"exit code {code} (killed by {Signals(number).name}?)"
+    return f"exit code {code}"
 
 
 def one_line(text: str) -> str:
@@ -396,14 +411,36 @@ def _extract(reader: ChannelReader, request: RunRequest, limit_s: float) -> Extr
         return f"artifacts not all fetched: {why}"
 
 
-def _artifact_notes(report: ExtractReport | str, stderr: bytes, sink: OutputSink) -> str:
+def _artifact_notes(
+    report: ExtractReport | str, stderr: bytes, sink: OutputSink, patterns: list[str]
+) -> str:
     if isinstance(report, str):
         notes = [report]
     else:
         notes = [f"artifact {name!r} refused: {why}" for name, why in report.rejected]
     for note in notes:
         sink.write("stderr", f"clore-run: {note}\n".encode())
-    tail = stderr.decode("utf-8", "replace").strip()
+    unmatched, rest = _unmatched(stderr.decode("utf-8", "replace"), patterns)
+    for pattern in unmatched:  # a warning, as on the local backend: the verdict stands
+        sink.write("stderr", f"clore-run: artifact '{pattern}' matched no file\n".encode())
+    tail = rest.strip()
     if tail:
         sink.write("stderr", f"clore-run: collecting artifacts: {tail}\n".encode())
     return "; ".join(notes)
+
+
+def _unmatched(stderr: str, patterns: list[str]) -> tuple[list[str], str]:
+    """(the patterns the collector said matched nothing, the rest of its stderr).
+
+    The server writes that stderr: only names among the patterns we sent are believed.
+    """
+    sent = set(patterns)
+    unmatched: list[str] = []
+    rest: list[str] = []
+    for line in stderr.splitlines(keepends=True):
+        tag, _, name = line.rstrip("\n").partition("\t")
+        if tag == "clore-run-unmatched" and name in sent:
+            unmatched.append(name)
+        else:
+            rest.append(line)
+    return unmatched, "".join(rest)
