@@ -100,3 +100,4 @@ class Stats(BaseModel):
 
 class Health(BaseModel):
     status: Literal["ok", "degraded"]
+    store: str | None = Field(None, description="Why the queue database refuses writes.")

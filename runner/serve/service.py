@@ -16,14 +16,16 @@ from __future__ import annotations
 
 import concurrent.futures
 import datetime as dt
+import functools
 import io
 import logging
 import math
 import os
 import threading
+import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
@@ -40,7 +42,7 @@ from runner.driver import Driver, DriverOptions
 from runner.serve import views
 from runner.serve.orphans import ENV_NAME
 from runner.serve.quiet_console import QuietConsole
-from runner.serve.store import Store, Unsettled
+from runner.serve.store import Store, StoreError, Unsettled
 from runner.serve.submit import Prepared, check_known, with_server_ids
 
 log = logging.getLogger("clore_run.serve")
@@ -77,36 +79,117 @@ class LoopNotRunning(Exception):
     """The scheduling loop did not answer in time (stopped, or stuck)."""
 
 
-class StoreJournal:
-    """The queue's journal: every attempt and settlement goes to the store, as it happens."""
+# A write the store refuses (a full disk) is tried again after these waits; then it is kept
+# for the next write, and the attempt whose start it recorded ends as an infrastructure error.
+STORE_RETRY_WAITS_S = (0.05, 0.25)
+MAX_BACKLOG = 100_000  # unwritten changes kept for when the store writes again (newest kept)
 
-    def __init__(self, store: Store, instance: str) -> None:
+Write = Callable[[], None]
+UnrecordedStart = Callable[[str, int, str], None]  # job id, attempt number, why
+
+
+class StoreJournal:
+    """The queue's journal: every attempt and settlement goes to the store, as it happens.
+
+    It never raises into the driver: a failed write there used to leave the core's state and
+    its workers apart (an ended attempt `running` forever, the next start's slot held by no
+    worker). Each batch is written as one transaction, tried again, and when the store still
+    refuses it is kept, in order, to go first with the next batch; `failure` says why meanwhile.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        instance: str,
+        sleep: Callable[[float], None] = time.sleep,
+        on_unrecorded_start: UnrecordedStart = lambda job_id, number, why: None,
+    ) -> None:
         self.store = store
         self.instance = instance
+        self.sleep = sleep
+        self.on_unrecorded_start = on_unrecorded_start
+        self.failure: str | None = None  # the store's last refusal, until a write lands
+        self._batch: list[tuple[Write, tuple[str, int] | None]] | None = None
+        self._backlog: list[Write] = []
 
-    def batch(self) -> AbstractContextManager[None]:
-        return self.store.batch()
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        if self._batch is not None:
+            yield  # nested: joins the outer batch
+            return
+        self._batch = []
+        try:
+            yield
+            writes = self._batch
+        finally:
+            self._batch = None
+        self._flush(writes)
 
     def attempt_started(self, job: Job, number: int, now: float) -> None:
-        self.store.start_attempt(job.id, number, self.instance, now)
+        write = functools.partial(self.store.start_attempt, job.id, number, self.instance, now)
+        self.write(write, (job.id, number))
         log.info("job %s started (attempt %d)", job.id, number)
 
     def attempt_placed(self, job: Job, number: int, place: Place, now: float) -> None:
         """Where a running job runs and at what price, shown while it runs."""
-        self.store.place_attempt(job.id, number, place.name, place.facts, place.usd_per_hour)
+        self.write(
+            functools.partial(
+                self.store.place_attempt,
+                job.id,
+                number,
+                place.name,
+                place.facts,
+                place.usd_per_hour,
+            )
+        )
 
     def attempt_ended(self, job: Job, attempt: Attempt) -> None:
-        self.store.end_attempt(job.id, attempt)
+        self.write(functools.partial(self.store.end_attempt, job.id, attempt))
 
     def requeued(self, job: Job, at: float, retries_used: int, infra_used: int) -> None:
-        self.store.requeue(job.id, at, retries_used, infra_used)
+        self.write(functools.partial(self.store.requeue, job.id, at, retries_used, infra_used))
 
     def waits_until(self, job: Job, at: float) -> None:
         return None  # the job's spec has its not-before; the scheduler says why it waits
 
     def settled(self, job: Job, result: JobResult, now: float) -> None:
-        self.store.settle(result, now)
+        self.write(functools.partial(self.store.settle, result, now))
         log.info("job %s %s %s", job.id, result.status.value, result.reason)
+
+    def write(self, write: Write, start: tuple[str, int] | None = None) -> None:
+        """`write` to the store now (or with the batch around), never raising."""
+        if self._batch is not None:
+            self._batch.append((write, start))
+        else:
+            self._flush([(write, start)])
+
+    def _flush(self, writes: list[tuple[Write, tuple[str, int] | None]]) -> None:
+        pending = [*self._backlog, *(w for w, _ in writes)]
+        if not pending:
+            return
+        refusal = ""
+        for wait_s in (0.0, *STORE_RETRY_WAITS_S):
+            if wait_s:
+                self.sleep(wait_s)
+            try:
+                with self.store.batch():
+                    for write in pending:
+                        write()
+            except StoreError as exc:
+                refusal = exc.message
+                continue
+            if self.failure is not None:
+                log.warning("the queue database writes again (%d changes caught up)", len(pending))
+            self._backlog, self.failure = [], None
+            return
+        if self.failure is None:
+            log.error("%s: keeping the changes until it writes again", refusal)
+        self.failure = refusal
+        self._backlog = pending[-MAX_BACKLOG:]
+        why = f"the queue database cannot record this attempt: {refusal}"
+        for _, start in writes:
+            if start is not None:
+                self.on_unrecorded_start(start[0], start[1], why)
 
 
 class Service:
@@ -123,6 +206,9 @@ class Service:
         self.backend = backend
         self.options = options
         self.clock = clock
+        self.journal = StoreJournal(
+            store, options.instance, on_unrecorded_start=self._unrecorded_start
+        )
         runner = AttemptRunner(
             backend,
             options.data_dir,
@@ -134,7 +220,7 @@ class Service:
             Scheduler(options.capacity, options.backoff),
             backend,
             runner,
-            StoreJournal(store, options.instance),
+            self.journal,
             clock,
             DriverOptions(
                 must_stop=self._must_stop,
@@ -162,7 +248,10 @@ class Service:
             self._thread.join()
         self._hand_over(grace_s)
         self.driver.close()
-        self.store.end_instance(self.options.instance, self.clock.time())
+        try:
+            self.store.end_instance(self.options.instance, self.clock.time())
+        except StoreError as exc:  # its open attempts tell the next start what was left
+            log.error("%s", exc)
 
     def wake(self) -> None:
         """Re-read the clock now (after a test moved a fake one)."""
@@ -251,6 +340,16 @@ class Service:
         need_out = need is not None and need.phase in OUT
         return views.waiting_for(state, need_out, now, self.held_until)
 
+    def _unrecorded_start(self, job_id: str, number: int, why: str) -> None:
+        # An attempt the store does not know of would be lost to recovery after a crash:
+        # it ends before it begins, as an infrastructure failure, and the retry table decides.
+        self.driver.stop_attempt(job_id, number, FailureKind.PROVISIONING_FAILED, why)
+
+    @property
+    def store_failure(self) -> str | None:
+        """Why the store refuses writes now (None: it writes)."""
+        return self.journal.failure
+
     def _must_stop(self, reason: str, now: float) -> Event:
         log.warning("%s; starting nothing for %g s", reason, MUST_STOP_HOLD_S)
         return HoldStarts(now + MUST_STOP_HOLD_S)
@@ -316,8 +415,9 @@ class Service:
                 self.driver.feed(event, self.clock.time())
             else:
                 message = "interrupted: the queue server shut down"
-                self.store.end_attempt(
-                    event.job_id, _with_message(event.attempt, message), requeue=True
+                ended = _with_message(event.attempt, message)
+                self.journal.write(
+                    functools.partial(self.store.end_attempt, event.job_id, ended, requeue=True)
                 )
 
 
