@@ -34,12 +34,16 @@ def plan(
     unfit = False
     if backend == "clore":
         from runner.backends.clore.api import CloreClient
+        from runner.backends.clore.fees import read_fee_schedule
         from runner.backends.clore.market import offers_from_servers
         from runner.backends.clore.plan_offers import plan_offers, render_offers
 
         client = CloreClient.from_env()
-        offers = offers_from_servers(client.marketplace().servers, loaded.currency)
-        result["clore"] = plan_offers(loaded, offers)
+        # The account's fee rates, read once as `run` reads them (documented ones if not).
+        fees = read_fee_schedule(client, loaded.currency)
+        servers = client.marketplace().servers
+        offers = offers_from_servers(servers, loaded.currency, fees=fees.rates)
+        result["clore"] = plan_offers(loaded, offers, fees)
         # The run simulated on these offers, at the top where a reader of the plan looks first.
         result["makespan"] = result["clore"]["makespan"]
         result["cost"] = result["clore"]["cost"]

@@ -22,10 +22,9 @@ import logging
 import math
 import os
 import threading
-import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
@@ -39,10 +38,14 @@ from runner.core.outcome import NeedOutcome, need_outcome
 from runner.core.retry import backoff_s
 from runner.core.scheduler import OUT, Entry, Scheduler
 from runner.driver import Driver, DriverOptions
+from runner.errors import InfrastructureError
 from runner.serve import views
+from runner.serve.fleet import FencedJournal, Fleet, FleetOptions, log_elsewhere
+from runner.serve.kept_journal import KeptJournal
 from runner.serve.orphans import ENV_NAME
+from runner.serve.queue_store import QueueStore, shared
 from runner.serve.quiet_console import QuietConsole
-from runner.serve.store import Store, StoreError, Unsettled
+from runner.serve.store import OpenAttempt, StoreError, Unsettled
 from runner.serve.submit import Prepared, check_known, with_server_ids
 
 log = logging.getLogger("clore_run.serve")
@@ -67,6 +70,8 @@ class ServiceOptions:
     backoff: Callable[[int], float] = backoff_s
     reconcile: Reconcile = lambda tokens: "nothing was left to stop"
     instance: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    fleet: FleetOptions = field(default_factory=FleetOptions)  # a shared (PostgreSQL) store
+    on_lease_lost: Callable[[str], None] = lambda why: None  # the server must end
 
 
 @dataclass(frozen=True)
@@ -79,117 +84,36 @@ class LoopNotRunning(Exception):
     """The scheduling loop did not answer in time (stopped, or stuck)."""
 
 
-# A write the store refuses (a full disk) is tried again after these waits; then it is kept
-# for the next write, and the attempt whose start it recorded ends as an infrastructure error.
-STORE_RETRY_WAITS_S = (0.05, 0.25)
-MAX_BACKLOG = 100_000  # unwritten changes kept for when the store writes again (newest kept)
-
-Write = Callable[[], None]
-UnrecordedStart = Callable[[str, int, str], None]  # job id, attempt number, why
-
-
 class StoreJournal:
-    """The queue's journal: every attempt and settlement goes to the store, as it happens.
+    """The queue's journal: every attempt and settlement goes to the store, as it happens."""
 
-    It never raises into the driver: a failed write there used to leave the core's state and
-    its workers apart (an ended attempt `running` forever, the next start's slot held by no
-    worker). Each batch is written as one transaction, tried again, and when the store still
-    refuses it is kept, in order, to go first with the next batch; `failure` says why meanwhile.
-    """
-
-    def __init__(
-        self,
-        store: Store,
-        instance: str,
-        sleep: Callable[[float], None] = time.sleep,
-        on_unrecorded_start: UnrecordedStart = lambda job_id, number, why: None,
-    ) -> None:
+    def __init__(self, store: QueueStore, instance: str) -> None:
         self.store = store
         self.instance = instance
-        self.sleep = sleep
-        self.on_unrecorded_start = on_unrecorded_start
-        self.failure: str | None = None  # the store's last refusal, until a write lands
-        self._batch: list[tuple[Write, tuple[str, int] | None]] | None = None
-        self._backlog: list[Write] = []
 
-    @contextmanager
-    def batch(self) -> Iterator[None]:
-        if self._batch is not None:
-            yield  # nested: joins the outer batch
-            return
-        self._batch = []
-        try:
-            yield
-            writes = self._batch
-        finally:
-            self._batch = None
-        self._flush(writes)
+    def batch(self) -> AbstractContextManager[None]:
+        return self.store.batch()
 
     def attempt_started(self, job: Job, number: int, now: float) -> None:
-        write = functools.partial(self.store.start_attempt, job.id, number, self.instance, now)
-        self.write(write, (job.id, number))
+        self.store.start_attempt(job.id, number, self.instance, now)
         log.info("job %s started (attempt %d)", job.id, number)
 
     def attempt_placed(self, job: Job, number: int, place: Place, now: float) -> None:
         """Where a running job runs and at what price, shown while it runs."""
-        self.write(
-            functools.partial(
-                self.store.place_attempt,
-                job.id,
-                number,
-                place.name,
-                place.facts,
-                place.usd_per_hour,
-            )
-        )
+        self.store.place_attempt(job.id, number, place.name, place.facts, place.usd_per_hour)
 
     def attempt_ended(self, job: Job, attempt: Attempt) -> None:
-        self.write(functools.partial(self.store.end_attempt, job.id, attempt))
+        self.store.end_attempt(job.id, attempt)
 
     def requeued(self, job: Job, at: float, retries_used: int, infra_used: int) -> None:
-        self.write(functools.partial(self.store.requeue, job.id, at, retries_used, infra_used))
+        self.store.requeue(job.id, at, retries_used, infra_used)
 
     def waits_until(self, job: Job, at: float) -> None:
         return None  # the job's spec has its not-before; the scheduler says why it waits
 
     def settled(self, job: Job, result: JobResult, now: float) -> None:
-        self.write(functools.partial(self.store.settle, result, now))
+        self.store.settle(result, now)
         log.info("job %s %s %s", job.id, result.status.value, result.reason)
-
-    def write(self, write: Write, start: tuple[str, int] | None = None) -> None:
-        """`write` to the store now (or with the batch around), never raising."""
-        if self._batch is not None:
-            self._batch.append((write, start))
-        else:
-            self._flush([(write, start)])
-
-    def _flush(self, writes: list[tuple[Write, tuple[str, int] | None]]) -> None:
-        pending = [*self._backlog, *(w for w, _ in writes)]
-        if not pending:
-            return
-        refusal = ""
-        for wait_s in (0.0, *STORE_RETRY_WAITS_S):
-            if wait_s:
-                self.sleep(wait_s)
-            try:
-                with self.store.batch():
-                    for write in pending:
-                        write()
-            except StoreError as exc:
-                refusal = exc.message
-                continue
-            if self.failure is not None:
-                log.warning("the queue database writes again (%d changes caught up)", len(pending))
-            self._backlog, self.failure = [], None
-            return
-        if self.failure is None:
-            log.error("%s: keeping the changes until it writes again", refusal)
-        self.failure = refusal
-        self._backlog = pending[-MAX_BACKLOG:]
-        why = f"the queue database cannot record this attempt: {refusal}"
-        for _, start in writes:
-            if start is not None:
-                self.on_unrecorded_start(start[0], start[1], why)
 
 
 class Service:
@@ -197,7 +121,7 @@ class Service:
 
     def __init__(
         self,
-        store: Store,
+        store: QueueStore,
         backend: Backend,
         options: ServiceOptions,
         clock: Clock = SYSTEM_CLOCK,
@@ -206,9 +130,6 @@ class Service:
         self.backend = backend
         self.options = options
         self.clock = clock
-        self.journal = StoreJournal(
-            store, options.instance, on_unrecorded_start=self._unrecorded_start
-        )
         runner = AttemptRunner(
             backend,
             options.data_dir,
@@ -216,11 +137,21 @@ class Service:
             QuietConsole(io.StringIO(), live=False),
             {ENV_NAME: options.instance},  # no workspace: a queue's jobs start in empty folders
         )
+        self.shared = shared(store)  # other instances work on it: claim jobs, hold a lease
+        self.fleet: Fleet | None = None
+        # SQLite: a refused write is kept and retried, never raised into the loop (a full disk).
+        self.journal = KeptJournal(StoreJournal(store, options.instance), self._unrecorded_start)
+        journal: KeptJournal | FencedJournal = self.journal
+        if self.shared is not None:
+            self.fleet = Fleet(
+                self.shared, options.instance, self, options.fleet, options.on_lease_lost
+            )
+            journal = FencedJournal(self.shared, options.instance, self.fleet.nudge)
         self.driver = Driver(
             Scheduler(options.capacity, options.backoff),
             backend,
             runner,
-            self.journal,
+            journal,
             clock,
             DriverOptions(
                 must_stop=self._must_stop,
@@ -237,12 +168,20 @@ class Service:
 
     def start(self) -> None:
         now = self.clock.time()
+        if self.shared is not None and self.fleet is not None:
+            ttl_s = self.options.fleet.ttl_s
+            self.shared.join(self.options.instance, os.getpid(), self.backend.name, now, ttl_s)
+            self._thread.start()  # its jobs come from claims and take-overs, not a reload
+            self.fleet.start()
+            return
         self.store.begin_instance(self.options.instance, os.getpid(), self.backend.name, now)
         self._recover(now)
         self._thread.start()
 
     def stop(self, grace_s: float = SHUTDOWN_GRACE_S) -> None:
         """Kill what runs, hand it to the next start as queued, give every place back."""
+        if self.fleet is not None:
+            self.fleet.stop()  # claims nothing more while it hands over
         if self._thread.is_alive():
             self.driver.quit()
             self._thread.join()
@@ -263,6 +202,8 @@ class Service:
         """Store a submission and queue it. Raises SubmissionError for an unknown need."""
         # The lock keeps the loop's events in commit order: a submission needing another
         # one's jobs is always added after them.
+        if self.fleet is not None:  # whichever instance has room claims them
+            return self._submit_shared(prepared, kind, self.fleet)
         with self._submit_lock:
             check_known(prepared, self.store.known(list(prepared.external)))
             stored = self.store.submit(
@@ -277,7 +218,10 @@ class Service:
 
     def cancel(self, job_id: str) -> str:
         """'cancelled', 'cancelling' (it was running: killed), 'unknown', or 'final:<status>'."""
-        return self._ask(lambda now: self._cancel(job_id, now))
+        outcome = self._ask(lambda now: self._cancel(job_id, now))
+        if outcome == "elsewhere" and self.shared is not None:
+            return self.shared.cancel_elsewhere(job_id, self.clock.time())
+        return outcome
 
     def waiting_for(self, job_id: str) -> str | None:
         """Why a queued job does not run yet, from the scheduler's own state (None: it runs,
@@ -286,6 +230,12 @@ class Service:
 
     def now(self) -> float:
         return self.clock.time()
+
+    def log_elsewhere(self, job_id: str, path: Path) -> str | None:
+        """Where the job's log is, if another instance of a shared queue has it."""
+        if self.shared is None or path.exists():
+            return None
+        return log_elsewhere(self.shared, self.options.instance, job_id)
 
     @property
     def servers_held(self) -> int:
@@ -325,6 +275,8 @@ class Service:
 
     def _cancel(self, job_id: str, now: float) -> str:
         state = self.driver.core.state(job_id)
+        if state is None and self.shared is not None:
+            return "elsewhere"  # not this instance's: the store settles it or asks its owner
         if state is None:
             found = self.store.job(job_id)
             return "unknown" if found is None else f"final:{found[0].status}"
@@ -334,6 +286,8 @@ class Service:
     def _why_waiting(self, job_id: str, now: float) -> str | None:
         core = self.driver.core
         state = core.state(job_id)
+        if state is None and self.shared is not None:
+            return "a server to claim it (its needs settled and a free slot on any instance)"
         if state is None or state.phase in OUT:
             return None
         need = core.state(state.needs[0]) if state.needs else None
@@ -347,7 +301,7 @@ class Service:
 
     @property
     def store_failure(self) -> str | None:
-        """Why the store refuses writes now (None: it writes)."""
+        """Why the store refuses the loop's writes now (None: it writes)."""
         return self.journal.failure
 
     def _must_stop(self, reason: str, now: float) -> Event:
@@ -393,6 +347,14 @@ class Service:
         note = self.options.reconcile(dead) if dead else ""
         self._check_spend(now)  # before the jobs are added: adding starts what it can
         self._add([_entry(u) for u in unsettled], now)
+        self._feed_lost(unsettled, open_rows, note, now)
+
+    def _feed_lost(
+        self, unsettled: Sequence[Unsettled], open_rows: dict[str, OpenAttempt], note: str,
+        now: float,
+    ) -> None:  # fmt: skip
+        """Each running job's attempt ends `server_lost` (unless its end was recorded): the
+        retry table decides whether it runs again."""
         for u in unsettled:
             if u.row.status == "running":
                 began = open_rows[u.row.id].started_at if u.row.id in open_rows else now
@@ -401,6 +363,48 @@ class Service:
                 )
                 log.warning("job %s: attempt %d %s", u.row.id, attempt.number, attempt.message)
                 self.driver.feed(AttemptEnded(u.row.id, attempt), now)
+
+    # -- one instance among N on a shared store (the fleet thread calls these) ------------
+
+    def _submit_shared(self, prepared: Prepared, kind: str, fleet: Fleet) -> Submitted:
+        check_known(prepared, self.store.known(list(prepared.external)))
+        stored = self.store.submit(
+            kind,
+            prepared.label,
+            lambda number: with_server_ids(prepared.jobs, number),
+            self.clock.time(),
+        )
+        fleet.nudge()
+        return Submitted(tuple(job.id for _, job in stored), prepared.warnings)
+
+    def room(self) -> int:
+        """How many more jobs this instance's core takes: none while starts are held."""
+
+        def free(now: float) -> int:
+            if self.held_until is not None and now < self.held_until:
+                return 0
+            return self.options.capacity - len(self.driver.core)
+
+        return self._ask(free)
+
+    def add_claimed(self, claimed: list[Unsettled]) -> None:
+        self._ask(lambda now: self._add([_entry(u) for u in claimed], now))
+
+    def recover(
+        self, token: str, running: list[Unsettled], open_attempts: dict[str, OpenAttempt]
+    ) -> None:
+        """A dead instance's running jobs, now this one's: its backend reconciled first (its
+        processes killed, its rentals cancelled), then as a restart recovers them."""
+        note = self.options.reconcile({token})
+
+        def take(now: float) -> None:
+            self._add([_entry(u) for u in running], now)
+            self._feed_lost(running, open_attempts, note, now)
+
+        self._ask(take)
+
+    def cancel_held(self, job_id: str) -> None:
+        self._ask(lambda now: self._cancel(job_id, now))
 
     def _hand_over(self, grace_s: float) -> None:
         """At shutdown: kill running attempts; those that report in time go back to `queued`
@@ -415,10 +419,17 @@ class Service:
                 self.driver.feed(event, self.clock.time())
             else:
                 message = "interrupted: the queue server shut down"
-                ended = _with_message(event.attempt, message)
-                self.journal.write(
-                    functools.partial(self.store.end_attempt, event.job_id, ended, requeue=True)
-                )
+                self._requeue_ended(event.job_id, _with_message(event.attempt, message))
+
+    def _requeue_ended(self, job_id: str, attempt: Attempt) -> None:
+        if self.shared is None:
+            write = functools.partial(self.store.end_attempt, job_id, attempt, requeue=True)
+            self.journal.write(write)  # kept, not raised, when the disk is full
+            return
+        try:  # fenced: if another instance took the job already, it is that one's
+            self.shared.fenced_end_attempt(job_id, attempt, self.options.instance, requeue=True)
+        except InfrastructureError as exc:
+            log.warning("job %s: not handed over: %s", job_id, exc)
 
 
 def _entry(u: Unsettled) -> Entry:

@@ -27,6 +27,22 @@ class ExpressionError(ValueError):
         super().__init__(message)
         self.hint = hint
 
+    @property
+    def errors(self) -> tuple[ExpressionError, ...]:
+        return (self,)
+
+
+class ExpressionErrors(ExpressionError):
+    """Every bad expression of one value, so a fix-and-rerun loop is not one per expression."""
+
+    def __init__(self, errors: list[ExpressionError]) -> None:
+        super().__init__(str(errors[0]), errors[0].hint)
+        self._errors = tuple(errors)
+
+    @property
+    def errors(self) -> tuple[ExpressionError, ...]:
+        return self._errors
+
 
 @dataclass(frozen=True)
 class Contexts:
@@ -37,18 +53,20 @@ class Contexts:
     in_matrix_job: bool = False
 
 
-def _split(text: str) -> list[tuple[bool, str]]:
-    """Split into (is_expression, text) pieces; raise on an unclosed `${{`."""
+def _split(text: str) -> tuple[list[tuple[bool, str]], ExpressionError | None]:
+    """Split into (is_expression, text) pieces, up to an unclosed `${{` (then its error)."""
     pieces: list[tuple[bool, str]] = []
     rest = text
     while _OPEN in rest:
         before, _, after = rest.partition(_OPEN)
-        inner, closed, rest = after.partition(_CLOSE)
+        inner, closed, tail = after.partition(_CLOSE)
         if not closed:
-            raise ExpressionError("unclosed '${{'", "end the expression with '}}'")
+            pieces.append((False, before))
+            return pieces, ExpressionError("unclosed '${{'", "end the expression with '}}'")
         pieces += [(False, before), (True, inner)]
+        rest = tail
     pieces.append((False, rest))
-    return pieces
+    return pieces, None
 
 
 def _resolve(inner: str, ctx: Contexts) -> Any:
@@ -76,10 +94,21 @@ def substitute(text: str, ctx: Contexts) -> Any:
     """Replace expressions in `text`. A value that is one whole expression keeps its type."""
     if _OPEN not in text:
         return text
-    pieces = _split(text)
+    pieces, unclosed = _split(text)
+    errors: list[ExpressionError] = []
+    values: list[Any] = []
+    for is_expr, piece in pieces:
+        try:
+            values.append(_resolve(piece, ctx) if is_expr else piece)
+        except ExpressionError as exc:
+            errors.append(exc)
+    errors += [unclosed] if unclosed is not None else []
+    if errors:
+        raise errors[0] if len(errors) == 1 else ExpressionErrors(errors)
     if len(pieces) == 3 and pieces[0][1] == "" and pieces[2][1] == "":
-        return _resolve(pieces[1][1], ctx)
-    return "".join(_scalar_text(_resolve(p, ctx)) if is_expr else p for is_expr, p in pieces)
+        return values[1]
+    pairs = zip(pieces, values, strict=True)
+    return "".join(_scalar_text(v) if is_expr else v for (is_expr, _), v in pairs)
 
 
 def _scalar_text(value: Any) -> str:

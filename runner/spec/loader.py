@@ -117,7 +117,7 @@ class _PipelineBuilder:
                         )
                     )
                     break
-        jobs = self._resolve(drafts) if not self.problems else []
+        jobs = self._resolve(drafts)  # even after problems: a cycle is reported with them
         if self.problems or header is None:
             raise SpecError(_unique([self._quote_hint(d) for d in self.problems]))
         env = dict(header.env)
@@ -298,7 +298,7 @@ class _PipelineBuilder:
             try:
                 return substitute(value, ctx)
             except ExpressionError as exc:
-                self.problems.append(self.source.error(path, str(exc), exc.hint))
+                self.problems += [self.source.error(path, str(e), e.hint) for e in exc.errors]
                 return value
         if isinstance(value, dict):
             if path and path[-1] == "env":  # the one mapping whose keys are the user's names
@@ -370,9 +370,10 @@ class _PipelineBuilder:
             by_key.setdefault(d.key, []).append(d.id)
         self._check_unique_ids(drafts)
         for d in drafts:  # dict.fromkeys: first-seen order, no duplicates, linear time
-            d.needs = list(dict.fromkeys(i for need in d.spec.needs or [] for i in by_key[need]))
-        if self.problems:
-            return []
+            # An unknown need or a self-need is reported already (_check_needs): left out
+            # here, so a cycle elsewhere still shows in the same pass.
+            needs = (n for n in d.spec.needs or [] if n != d.key)
+            d.needs = list(dict.fromkeys(i for need in needs for i in by_key.get(need, [])))
         cycle = graph.find_cycle({d.id: d.needs for d in drafts})
         if cycle:
             first = next(d for d in drafts if d.id == cycle[1])

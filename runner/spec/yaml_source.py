@@ -7,6 +7,7 @@ wins), are reported here, because a repeated job name must not pass unnoticed.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -250,8 +251,30 @@ def _syntax_diagnostic(exc: yaml.MarkedYAMLError, file: str, text: str) -> Diagn
         hint = "indent with spaces, not tabs"
     elif exc.context and "quoted" in exc.context:
         hint = "close the quote"
+    elif "mapping values are not allowed" in problem:
+        hint = _colon_hint(text, line)
+    elif "expected ','" in problem and _char_at(text, line, col) == ":":  # {run: a: b}
+        hint = "a value holding ': ' must be quoted; a script is best a block, `run: |`"
     what = f"{exc.context}, {problem}" if exc.context else problem
     return Diagnostic(file, line, col, (), f"not valid YAML: {what}", hint)
+
+
+_KEY_AND_VALUE = re.compile(r"^\s*(?:-\s+)?([A-Za-z_][\w-]*):\s+\S")
+
+
+def _colon_hint(text: str, line: int) -> str:
+    """`run: echo time: now`: a plain value may not hold ': '. Say how to write it."""
+    lines = text.splitlines()
+    match = _KEY_AND_VALUE.match(lines[line - 1]) if 1 <= line <= len(lines) else None
+    if match is None:
+        return "a value holding ': ' must be quoted"
+    key = match.group(1)
+    if key == "run":
+        return (
+            "the script holds ': ': quote it, or write it as a block, `run: |` with the "
+            "script on the next lines, indented"
+        )
+    return f"the value of `{key}` holds ': ': quote it"
 
 
 def _char_at(text: str, line: int, col: int) -> str:

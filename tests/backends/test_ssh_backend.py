@@ -5,17 +5,25 @@ from __future__ import annotations
 import re
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from runner.backends.base import RunOutcome
+from runner.backends.ssh import backend as backend_module
 from runner.backends.ssh.backend import SshBackend, default_identity, parse_host
 from runner.backends.ssh.connection import ConnectOptions, Endpoint, SshConnection
 from runner.backends.ssh.exec import ExecOptions
 from runner.backends.ssh.keys import ClientKey
 from runner.core.model import FailureKind, Job
-from runner.errors import InfrastructureError, UsageError
-from tests.sshd_fixture import RecordingSink, SshServer, make_request, write_private_key
+from runner.errors import InfrastructureError, RunMustStop, UsageError
+from tests.sshd_fixture import (
+    RecordingSink,
+    SshServer,
+    free_port,
+    make_request,
+    write_private_key,
+)
 
 JOB = Job(id="j", name="j", run="true")
 
@@ -130,16 +138,70 @@ def test_dead_connection_is_replaced_at_next_acquire(
         backend.shutdown()
 
 
-def test_unreachable_host_fails_acquire_and_frees_the_slot(
-    ssh_key: ClientKey, sshd_server: SshServer
+def test_an_unreachable_only_host_stops_the_run_within_connects_own_bound(
+    ssh_key: ClientKey,
 ) -> None:
     quick = ConnectOptions(tries=2, backoff_s=0.01)
-    backend = SshBackend([Endpoint("127.0.0.1", 1)], ssh_key, connect_options=quick)
-    with pytest.raises(InfrastructureError, match="no SSH connection"):
+    backend = SshBackend([Endpoint("127.0.0.1", free_port())], ssh_key, connect_options=quick)
+    with pytest.raises(
+        RunMustStop,
+        match=r"no SSH connection after 2 tries in \d+\.\d s: .*"
+        r"Connection refused; no other SSH host to try",
+    ):
         backend.acquire(JOB, threading.Event())
-    with pytest.raises(InfrastructureError, match="no SSH connection"):
-        backend.acquire(JOB, threading.Event())  # the host was given back, not lost
     backend.shutdown()
+
+
+def test_a_refused_key_is_asked_once_and_the_run_stops(
+    sshd_server: SshServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_private_key(tmp_path / "wrong")
+    backend = SshBackend.from_flags([sshd_server.target], tmp_path / "wrong")
+    calls = _count_connects(monkeypatch)
+    with pytest.raises(RunMustStop, match="SSH authentication failed") as info:
+        backend.acquire(JOB, threading.Event())
+    assert "no other SSH host to try" in str(info.value)
+    assert "authorized_keys" in info.value.hint
+    assert calls == [sshd_server.target]  # one login, no retries on the same answer
+    backend.shutdown()
+
+
+def test_a_host_that_fails_is_left_out_and_the_others_go_on(
+    sshd_server: SshServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dead = f"root@127.0.0.1:{free_port()}"
+    backend = SshBackend.from_flags([sshd_server.target, dead], sshd_server.client_key)
+    backend._connect_options = ConnectOptions(tries=1)
+    calls = _count_connects(monkeypatch)
+    try:
+        first = backend.acquire(JOB, threading.Event())  # the queue gives the dead host later
+        with pytest.raises(
+            InfrastructureError,
+            match=f"{re.escape(dead)} is left out for the "
+            r"rest of the run \(1 host left\)",
+        ) as info:
+            backend.acquire(JOB, threading.Event())
+        assert not isinstance(info.value, RunMustStop)
+        backend.release(first)
+        for _ in range(3):
+            place = backend.acquire(JOB, threading.Event())
+            assert place.name == sshd_server.target
+            backend.release(place)
+        assert calls.count(dead) == 1
+    finally:
+        backend.shutdown()
+
+
+def _count_connects(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    calls: list[str] = []
+    real = backend_module.connect
+
+    def counting(endpoint: Endpoint, *args: Any, **kwargs: Any) -> SshConnection:
+        calls.append(str(endpoint))
+        return real(endpoint, *args, **kwargs)
+
+    monkeypatch.setattr(backend_module, "connect", counting)
+    return calls
 
 
 def test_shutdown_kills_a_running_job(
@@ -164,7 +226,8 @@ def test_shutdown_kills_a_running_job(
     assert not worker.is_alive()
     assert result[0].failure is FailureKind.CANCELLED
     pid = re.search(rb"bg=(\d+)", sink.stdout).group(1).decode()  # type: ignore[union-attr]
-    assert ssh_conn.run(f"ps -o stat= -p {pid}").stdout.strip() in (b"", b"Z")
+    # The state's first letter is the state; the rest are flags (N when the tests run niced).
+    assert ssh_conn.run(f"ps -o stat= -p {pid}").stdout.strip()[:1] in (b"", b"Z")
 
 
 def test_a_failing_close_does_not_keep_the_host_busy(

@@ -38,8 +38,9 @@ def _run(conn: SshConnection, tmp_path: Path, script: str, **kwargs: object) -> 
 
 def _gone(conn: SshConnection, pid: int) -> bool:
     """True when `pid` no longer runs on the server (a zombie awaiting its reaper counts)."""
+    # The state's first letter is the state; the rest are flags (N when the tests run niced).
     result = conn.run(f"ps -o stat= -p {pid}")
-    return result.stdout.strip() in (b"", b"Z")
+    return result.stdout.strip()[:1] in (b"", b"Z")
 
 
 @pytest.mark.parametrize(
@@ -397,3 +398,14 @@ def test_a_failing_log_still_kills_the_remote_job(
         assert _gone(conn, pid)  # a job left running would share the host with the next one
     finally:
         conn.close()
+
+
+def test_a_script_a_signal_ends_leaves_no_shell_noise_in_its_output(
+    ssh_conn: SshConnection, tmp_path: Path
+) -> None:
+    # `exec setsid -w` printed "setsid: child N did not exit normally: Success", and a plain
+    # shell would print "Killed ..." into the job's stderr.
+    outcome, sink = _run(ssh_conn, tmp_path, "echo out; echo err >&2; kill -KILL $$")
+    assert outcome.exit_code == 137
+    assert outcome.message == "exit code 137 (killed by SIGKILL?)"
+    assert (bytes(sink.stdout), bytes(sink.stderr)) == (b"out\n", b"err\n")

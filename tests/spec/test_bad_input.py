@@ -359,3 +359,37 @@ def test_fetched_paths_leaving_the_job_are_refused_where_written() -> None:
         "only files in the job's folder are fetched",
     ]
     assert "cp /path/to/file ." in errors[0]
+
+
+def test_every_problem_in_one_pass_a_self_need_does_not_hide_a_cycle() -> None:
+    errors = errors_of(
+        """\
+        jobs:
+          a: {needs: [a, nope], run: "echo ${{ matrix.x }} ${{ foo }}"}
+          b: {needs: c, run: "echo ${{ env.NOPE }} ${{ matrix.gpu"}
+          c: {needs: b, run: x}
+        """
+    )
+    assert [e.split(" (")[0] for e in errors] == [
+        "p.yml:2:15: jobs.a.needs[0]: job 'a' needs itself",
+        "p.yml:2:18: jobs.a.needs[1]: unknown job 'nope'",
+        "p.yml:2:30: jobs.a.run: unknown matrix key 'x'",
+        "p.yml:2:30: jobs.a.run: unsupported expression '${{ foo }}'",
+        "p.yml:3:22: jobs.b.run: environment variable 'NOPE' is not set",
+        "p.yml:3:22: jobs.b.run: unclosed '${{'",
+        "p.yml:4:14: jobs.c.needs: cycle: b -> c -> b",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "hint"),
+    [
+        ("jobs:\n  a:\n    run: echo time: now\n", "quote it, or write it as a block, `run: |`"),
+        ('jobs:\n  a:\n    run: echo "a: b"\n', "quote it, or write it as a block, `run: |`"),
+        ("jobs:\n  a: {run: echo time: now}\n", "must be quoted; a script is best a block"),
+        ("jobs:\n  a:\n    run: x\n    image: a: b\n", "the value of `image` holds ': ': quote it"),
+    ],
+)
+def test_a_colon_space_in_a_plain_value_gets_the_fix(text: str, hint: str) -> None:
+    error = one_error(text)
+    assert "not valid YAML" in error and hint in error

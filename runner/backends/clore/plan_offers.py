@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from runner.backends.clore.fees import FeeSchedule
 from runner.backends.clore.market import Offer, best_offer, explain_no_fit
 from runner.backends.clore.quotes import OfferMarket
 from runner.core import money
@@ -22,11 +23,16 @@ _ANY_GPU = GpuAsk()
 BOOT_RANGE_S = (120.0, 480.0)
 
 
-def plan_offers(pipeline: Pipeline, offers: list[Offer]) -> dict[str, Any]:
+def plan_offers(
+    pipeline: Pipeline, offers: list[Offer], fees: FeeSchedule | None = None
+) -> dict[str, Any]:
+    """`fees`: the account's, as `renter_fees` gave them (the offers are priced with its rates);
+    None: the documented rates and creation fee."""
+    fees = fees if fees is not None else FeeSchedule(pipeline.currency)
     jobs: dict[str, Any] = {}
     ceiling = estimate = 0.0
     for job in pipeline.jobs:
-        entry = _job_entry(job, offers, pipeline.currency)
+        entry = _job_entry(job, offers, pipeline.currency, fees)
         jobs[job.id] = entry
         if entry["offer"] is not None:
             ceiling += entry["ceiling_usd"]
@@ -36,6 +42,12 @@ def plan_offers(pipeline: Pipeline, offers: list[Offer]) -> dict[str, Any]:
     makespan, cost = prediction.to_json()
     return {
         "currency": pipeline.currency,
+        "fees": {
+            "source": fees.source,
+            "on_demand_fee_rate": fees.rates.on_demand_fee_rate,
+            "spot_fee_rate": fees.rates.spot_fee_rate,
+            "said": fees.describe() + "".join(f"; {note}" for note in fees.notes),
+        },
         "jobs": jobs,
         "total_ceiling_usd": round(ceiling, 6),
         "total_estimate_usd": round(estimate, 6),
@@ -67,12 +79,13 @@ def render_prediction(prediction: Prediction) -> str:
     )
 
 
-def _job_entry(job: Job, offers: list[Offer], currency: str) -> dict[str, Any]:
+def _job_entry(job: Job, offers: list[Offer], currency: str, fees: FeeSchedule) -> dict[str, Any]:
     ask = job.gpu or _ANY_GPU
     offer = best_offer(offers, ask)
     if offer is None:
         return {"offer": None, "why": explain_no_fit(offers, ask, currency)}
     usd_per_hour = offer.usd_per_hour(ask.spot) or 0.0
+    fee_usd = fees.creation_fee_usd(ask.spot, offer.usd_per_unit)
     return {
         "offer": {
             "server_id": offer.server_id,
@@ -82,17 +95,13 @@ def _job_entry(job: Job, offers: list[Offer], currency: str) -> dict[str, Any]:
             "reliability": offer.reliability,
             "location": offer.location,
         },
-        "ceiling_usd": round(_worst_case_usd(usd_per_hour, job.timeout_s), 6),
-        "estimate_usd": round(_worst_case_usd(usd_per_hour, job.duration_hint_s), 6),
+        "ceiling_usd": round(money.worst_case_usd(usd_per_hour, job.timeout_s, fee_usd), 6),
+        "estimate_usd": round(money.worst_case_usd(usd_per_hour, job.duration_hint_s, fee_usd), 6),
     }
 
 
-def _worst_case_usd(usd_per_hour: float, hold_s: float) -> float:
-    return money.worst_case_usd(usd_per_hour, hold_s, money.FALLBACK_CREATION_FEE_USD)
-
-
 def render_offers(data: dict[str, Any]) -> str:
-    lines = [f"offers today ({data['currency']}):"]
+    lines = [f"offers today ({data['currency']}; {data['fees']['said']}):"]
     for job_id, entry in data["jobs"].items():
         offer = entry["offer"]
         if offer is None:

@@ -31,7 +31,7 @@ from runner.backends.ssh.exec import ExecOptions, run_job
 from runner.backends.ssh.facts import gpu_facts
 from runner.backends.ssh.keys import ClientKey, HostKeyStore
 from runner.core.model import FailureKind, Job
-from runner.errors import InfrastructureError, UsageError
+from runner.errors import InfrastructureError, RunMustStop, UsageError
 
 _HOST = re.compile(
     r"(?:(?P<user>[A-Za-z0-9_.][A-Za-z0-9_.-]*)@)?"
@@ -102,6 +102,7 @@ class SshBackend:
         for host in hosts:
             self._free.put(host)
         self._conns: dict[str, SshConnection] = {}
+        self._out: set[str] = set()  # hosts that refused us or never answered: not retried
         self._facts: dict[str, dict[str, str]] = {}
         self._lock = threading.Lock()
         self._closing = threading.Event()
@@ -124,10 +125,33 @@ class SshBackend:
         stages.stage("connecting", str(endpoint))
         try:
             self._ensure_connection(endpoint, cancel)
+        except InfrastructureError as exc:
+            if cancel.is_set() or self._closing.is_set():
+                self._free.put(endpoint)
+                raise
+            # Refused (key, host key), or no answer after connect's own retries: asking the
+            # same host again only makes the user wait, so it is not offered again.
+            raise self._left_out(endpoint, exc) from None
         except BaseException:
             self._free.put(endpoint)
             raise
         return Place(name=str(endpoint), facts=dict(self._facts[str(endpoint)]))
+
+    def _left_out(self, endpoint: Endpoint, exc: InfrastructureError) -> InfrastructureError:
+        """Take `endpoint` out of the run; the error for this attempt: the run must stop when
+        no host is left, else the job tries another host."""
+        with self._lock:
+            self._out.add(str(endpoint))
+            left = len(self._hosts) - len(self._out)
+        why = exc.message.rstrip(".")
+        if left == 0:
+            last = "no other SSH host to try" if len(self._hosts) == 1 else "no SSH host is left"
+            return RunMustStop(f"{why}; {last}", exc.hint)
+        return InfrastructureError(
+            f"{why}; {endpoint} is left out for the rest of the run "
+            f"({left} host{'s' if left != 1 else ''} left)",
+            exc.hint,
+        )
 
     def run(
         self,

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import paramiko
 
 from runner.backends.ssh.channel import Capped, pump
-from runner.backends.ssh.keys import ClientKey, HostKeyStore
+from runner.backends.ssh.keys import ClientKey, HostKeyStore, HostRefused
 from runner.errors import InfrastructureError
 
 RUN_OUTPUT_LIMIT = 1 << 20  # what `run` keeps of each stream (stdout's head, stderr's tail)
@@ -164,6 +164,7 @@ def connect(
     """
     delay = options.backoff_s
     tries = max(1, options.tries)
+    began = time.monotonic()
     for attempt in range(1, tries + 1):
         try:
             return _connect_once(endpoint, key, host_keys, options)
@@ -179,7 +180,8 @@ def connect(
             time.sleep(delay)
         delay = min(delay * 2, options.max_backoff_s)
     raise InfrastructureError(
-        f"{endpoint}: no SSH connection after {tries} tries: {_describe(last)}",
+        f"{endpoint}: no SSH connection after {tries} {'try' if tries == 1 else 'tries'} in "
+        f"{time.monotonic() - began:.1f} s: {_describe(last)}",
         hint="check the host and port, and that sshd runs there",
     )
 
@@ -227,7 +229,7 @@ def _authenticate(transport: paramiko.Transport, endpoint: Endpoint, key: Client
     try:
         transport.auth_publickey(endpoint.user, key.pkey)
     except paramiko.AuthenticationException as exc:
-        raise InfrastructureError(
+        raise HostRefused(
             f"{endpoint}: SSH authentication failed with key {key.fingerprint} "
             f"({key.pkey.get_name()}): {exc}",
             hint=f"add the public key to ~{endpoint.user}/.ssh/authorized_keys on the server, "

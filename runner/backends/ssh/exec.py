@@ -25,6 +25,7 @@ import tarfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from signal import Signals
 from typing import Protocol
 
 import paramiko
@@ -54,15 +55,20 @@ tar -x -f - --no-same-owner
 printf '%s' "$d"
 """
 
-# Fixed text; only the quoted job folder is filled in. `setsid -w` forks when the login shell is a
-# group leader (it is, under sshd) and passes the exit code through.
+# Fixed text; only the quoted job folder is filled in. Not `exec setsid`: run from the login
+# shell (a group leader under sshd), setsid would fork and, with -w, print "setsid: child N did
+# not exit normally: Success" into the job's stderr when the script dies of a signal. As the
+# shell's child it makes its own session in place, and the shell sees 128+N like bash would.
+# The stderr of setsid and of this shell (bash reports "Killed ..." for a child a signal ended)
+# goes nowhere; fd 3 carries the job's own stderr past that.
 _START = """cd {work} || exit 126
 command -v setsid >/dev/null 2>&1 || {{ echo "clore-run: setsid (util-linux) is missing on the \
 server" >&2; exit 127; }}
-exec setsid -w bash --noprofile --norc -c {inner} </dev/null
+{{ setsid -w bash --noprofile --norc -c {inner} </dev/null; }} 3>&2 2>/dev/null
+exit $?
 """
-_INNER = "echo $$ > ../ctl/pgid && . ../ctl/env.sh && exec bash --noprofile --norc -eo pipefail \
-../ctl/script.sh"
+_INNER = "exec 2>&3 3>&- && echo $$ > ../ctl/pgid && . ../ctl/env.sh && exec bash --noprofile \
+--norc -eo pipefail ../ctl/script.sh"
 
 _SIGNAL = """f={pgid_file}; i=0
 while [ ! -s "$f" ] && [ "$i" -lt {ticks} ]; do sleep 0.1; i=$((i+1)); done
@@ -293,7 +299,7 @@ class RemoteJob:
                 None, FailureKind.TEST_FAILURE, "ended without an exit code (signal?)"
             )
         if code != 0:
-            return RunOutcome(code, FailureKind.TEST_FAILURE, f"exit code {code}")
+            return RunOutcome(code, FailureKind.TEST_FAILURE, _exit_words(code))
         return RunOutcome(0, None)
 
     def signal(self, signal: str, wait_for_start: bool) -> None:
@@ -339,6 +345,14 @@ class RemoteJob:
     def _path(self, relative: str) -> str:
         assert self.folder is not None
         return shlex.quote(f"{self.folder}/{relative}")
+
+
+def _exit_words(code: int) -> str:
+    """128+N is how bash reports a child that signal N ended (a script may exit so itself)."""
+    number = code - 128
+    if number in {s.value for s in Signals}:
+        return f"exit code {code} (killed by {Signals(number).name}?)"
+    return f"exit code {code}"
 
 
 def one_line(text: str) -> str:

@@ -76,6 +76,11 @@ def fingerprint(key: paramiko.PKey) -> str:
 _ALGORITHMS = {"ssh-rsa": ("rsa-sha2-512", "rsa-sha2-256", "ssh-rsa")}
 
 
+class HostRefused(InfrastructureError):
+    """The host gave an answer that asking again cannot change: our key is not accepted, or
+    its host key is not the one expected. Not retried on that host."""
+
+
 class HostKeyStore:
     """Trust on first use, for the length of one run; a known_hosts file first, when given.
 
@@ -109,7 +114,7 @@ class HostKeyStore:
         with self._lock:
             known = self._keys.setdefault((host, port), key)
         if known != key:
-            raise InfrastructureError(
+            raise HostRefused(
                 f"host key of {host}:{port} changed within this run: "
                 f"was {fingerprint(known)} ({known.get_name()}), "
                 f"now {fingerprint(key)} ({key.get_name()})",
@@ -117,10 +122,10 @@ class HostKeyStore:
             )
         return fingerprint(key)
 
-    def not_listed(self, host: str, port: int, what: str) -> InfrastructureError:
+    def not_listed(self, host: str, port: int, what: str) -> HostRefused:
         """The error for a server whose host key is not among those known_hosts lists."""
         name = _known_name(host, port)
-        return InfrastructureError(
+        return HostRefused(
             f"host key of {host}:{port} is not the one {self._known_path} lists: the server {what}",
             hint="someone may be intercepting the connection; the server was not used. If its "
             f"key really changed, remove the old one: ssh-keygen -R '{name}'",

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from runner.cli import main
-from tests.fakes.clore_api import API_KEY, FakeClore
+from tests.fakes.clore_api import ALL_COINS, API_KEY, FakeClore, Faults
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
@@ -24,6 +24,9 @@ def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, s
 def api_env(fake_clore: FakeClore, monkeypatch: pytest.MonkeyPatch) -> FakeClore:
     monkeypatch.setenv("CLORE_API_URL", fake_clore.url)
     monkeypatch.setenv("CLORE_API_KEY", API_KEY)
+    # The CLI's client spaces its calls on the real clock; the fake would judge them on its
+    # fake one, which does not move here.
+    fake_clore.enforce_rate_limits = False
     return fake_clore
 
 
@@ -95,3 +98,38 @@ def test_plan_text_gives_the_simulated_makespan_and_cost(
     (line,) = [x for x in text.splitlines() if x.startswith("simulated run")]
     assert line.startswith("simulated run (rented ahead, boots 120-480 s, 2 rental(s)): makespan ")
     assert "cost $" in line and "expected" in line
+
+
+def test_plan_prices_with_the_accounts_fee_rates_and_says_so(
+    api_env: FakeClore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    api_env.renter_fee_rates["on_demand"] = dict.fromkeys(ALL_COINS, 0.025)  # Proof-of-Holding
+    hello = str(EXAMPLES / "ml-pipeline.yml")
+    code, out, _ = run_cli(["plan", hello, "--backend", "clore", "--json"], capsys)
+    assert code == 0
+    plan = json.loads(out)["clore"]
+    assert plan["fees"]["source"] == "account" and plan["fees"]["on_demand_fee_rate"] == 0.025
+    assert plan["jobs"]["prepare"]["offer"]["usd_per_hour"] == pytest.approx(2 / 24 * 1.025, 1e-3)
+    assert len(api_env.calls("renter_fees")) == 1
+    code, out, _ = run_cli(["plan", hello, "--backend", "clore"], capsys)
+    assert code == 0 and "renter fee 2.5 % on-demand, 1.25 % spot (account rates)" in out
+
+
+def test_plan_without_the_accounts_fee_rates_uses_the_documented_ones_and_says_so(
+    api_env: FakeClore, capsys: pytest.CaptureFixture[str]
+) -> None:
+    api_env.renter_fee_rates["on_demand"] = dict.fromkeys(ALL_COINS, 0.025)  # not read
+    api_env.fail_next("renter_fees", Faults.INVALID_ENDPOINT)
+    code, out, _ = run_cli(
+        ["plan", str(EXAMPLES / "ml-pipeline.yml"), "--backend", "clore"], capsys
+    )
+    assert code == 0
+    assert "renter fee 5 % on-demand, 1.25 % spot (documented rates)" in out
+    assert "renter_fees could not be read" in out
+    api_env.fail_next("renter_fees", Faults.INVALID_ENDPOINT)
+    code, out, _ = run_cli(
+        ["plan", str(EXAMPLES / "ml-pipeline.yml"), "--backend", "clore", "--json"], capsys
+    )
+    plan = json.loads(out)["clore"]
+    assert code == 0 and plan["fees"]["source"] == "documented"
+    assert plan["jobs"]["prepare"]["offer"]["usd_per_hour"] == pytest.approx(2 / 24 * 1.05, 1e-3)
