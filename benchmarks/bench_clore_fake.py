@@ -16,6 +16,7 @@ import argparse
 import io
 import itertools
 import logging
+import math
 import tempfile
 import threading
 import time
@@ -53,6 +54,7 @@ class TimingProvisioner(Provisioner):
     """Notes the real time each order was seen online."""
 
     online_at: dict[int, float]
+    settled: dict[int, dict[str, str]]
 
     def _wait_online(
         self, order_id: int, cancel: threading.Event, rental: Rental | None = None
@@ -60,6 +62,15 @@ class TimingProvisioner(Provisioner):
         order = super()._wait_online(order_id, cancel, rental)
         self.online_at[order_id] = time.perf_counter()
         return order
+
+    def release_all(
+        self, rentals: list[Rental], within_s: float | None = None
+    ) -> dict[int, float | None]:
+        finals = super().release_all(rentals, within_s)
+        for rental in rentals:  # each order's final cost, in its parts, as we settled it
+            if rental.order_id is not None:
+                self.settled[rental.order_id] = dict(rental.facts)
+        return finals
 
 
 class TimingBackend(CloreBackend):
@@ -125,7 +136,7 @@ def run(tmp: Path, http: HTTPServer, ssh_port: int, authorize: Any) -> dict[str,
         pipeline.currency,
         options,
     )
-    provisioner.online_at = {}
+    provisioner.online_at, provisioner.settled = {}, {}
     backend = TimingBackend(
         client,
         provisioner,
@@ -152,7 +163,40 @@ def run(tmp: Path, http: HTTPServer, ssh_port: int, authorize: Any) -> dict[str,
         "violations": fake.violations,
         "ours": record.total_cost_usd,
         "theirs": fake_cost(fake),
+        "rentals": per_rental(fake, provisioner.settled),
     }
+
+
+def per_rental(fake: FakeClore, settled: dict[int, dict[str, str]]) -> list[dict[str, Any]]:
+    """Each order: the API calls made in its life (from its create until the check that found
+    it gone; with two servers at once, the shared polls count for both), the fake-clock time
+    from asking for it to SSH answering, and its cost as we settled it against the fake's
+    billing."""
+    rentals = []
+    for order in sorted(fake.orders.values(), key=lambda o: o.id):
+        create = next(
+            c.t
+            for c in fake.calls("create_order")
+            if c.body.get("renting_server") == order.server_id and c.code == 0
+        )
+        # `t` is on the fake's monotonic clock, `ended_unix` on the API's unix one.
+        offset = fake.api_time() - fake.clock.now()
+        ended = order.ended_unix - offset if order.ended_unix is not None else math.inf
+        gone = next((c.t for c in fake.calls("my_orders") if c.t >= ended), fake.requests[-1].t)
+        mine = settled.get(order.id, {})
+        server = MarketServer.model_validate(fake.servers[order.server_id])
+        rate = offer_from_server(server, order.currency).usd_per_unit or 0.0
+        rentals.append(
+            {
+                "order": order.id,
+                "server": order.server_id,
+                "calls": sum(create <= c.t <= gone for c in fake.requests),
+                "ssh_ready_after_s": mine.get("ssh_ready_after_s", "?"),
+                "reported_usd": float(mine.get("order_cost_usd", "nan")),
+                "billed_usd": fake.billed(order.id) * rate,
+            }
+        )
+    return rentals
 
 
 def fake_cost(fake: FakeClore) -> float:
@@ -191,6 +235,12 @@ def report(r: dict[str, Any]) -> None:
         f"before a create: {min(before_create):.2f} s (>= 5.5 s); creates: {len(creates)}"
     )
     print(f"  rate-limit violations seen by the fake: {len(r['violations'])}")
+    for rental in r["rentals"]:
+        print(
+            f"  order {rental['order']} (server {rental['server']}): {rental['calls']} API calls "
+            f"in its life, asked -> SSH ready {rental['ssh_ready_after_s']} s (fake clock), "
+            f"reported ${rental['reported_usd']:.6f} vs billed ${rental['billed_usd']:.6f}"
+        )
     diff = abs(r["ours"] - r["theirs"]) / r["theirs"] * 100 if r["theirs"] else 0.0
     print(
         f"  cost: summary ${r['ours']:.6f} vs fake ${r['theirs']:.6f} ({diff:.3f}% apart; "

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import sys
 import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
@@ -22,6 +21,7 @@ from rich.text import Text
 
 from runner import redact
 from runner.backends.base import BackendStage, Place, Stream
+from runner.clock import SYSTEM_CLOCK, Clock
 from runner.core.model import Attempt, Job, JobResult
 from runner.live import board as B
 from runner.live.final import render_final
@@ -56,7 +56,7 @@ class Console:
         jobs: Sequence[Job] = (),
         budget_usd: float | None = None,
         name: str = "",
-        clock: Callable[[], float] = time.time,
+        clock: Clock = SYSTEM_CLOCK,
         tick_s: float = TICK_S,
         heartbeat_s: float = HEARTBEAT_S,
         width: int | None = None,
@@ -88,7 +88,7 @@ class Console:
         self._buffers: dict[tuple[str, Stream], LineBuffer] = {}
         self._printed: dict[str, int] = {}
         self._broken = False
-        self._t0 = clock()
+        self._t0 = clock.time()
         self._screen: Live | None = None
         self._pending: list[Text] = []
         self._stop = threading.Event()
@@ -110,7 +110,7 @@ class Console:
 
     def job_started(self, job: Job, attempt: int) -> None:
         with self._lock:
-            self.board.attempt_started(job, attempt, self.clock())
+            self.board.attempt_started(job, attempt, self.clock.time())
             if not self.live:
                 again = f" (attempt {attempt})" if attempt > 1 else ""
                 self._line(job, f"started{again}")
@@ -118,7 +118,7 @@ class Console:
     def placed(self, job: Job, place: Place) -> None:
         """The attempt holds its place; its script starts next."""
         with self._lock:
-            self.board.placed(job, place.name, place.usd_per_hour, self.clock())
+            self.board.placed(job, place.name, place.usd_per_hour, self.clock.time())
 
     def stage(
         self,
@@ -128,7 +128,7 @@ class Console:
         usd_per_hour: float | None = None,
     ) -> None:
         with self._lock:
-            self.board.stage(job, stage, detail, self.clock(), usd_per_hour)
+            self.board.stage(job, stage, detail, self.clock.time(), usd_per_hour)
             if not self.live:
                 price = f" at {money(usd_per_hour)}/h" if usd_per_hour is not None else ""
                 where = f" {_one_line(detail)}" if detail else ""
@@ -141,12 +141,12 @@ class Console:
 
     def attempt_ended(self, job: Job, attempt: Attempt) -> None:
         with self._lock:
-            self.board.attempt_ended(job, attempt, self.clock())
+            self.board.attempt_ended(job, attempt, self.clock.time())
 
     def requeued(self, job: Job, at: float) -> None:
         """The failed attempt gets another after a wait: say why, and when."""
         with self._lock:
-            now = self.clock()
+            now = self.clock.time()
             row = self.board.row(job)
             self.board.waiting(job, at, True, now)
             if row.last_failure is not None:
@@ -156,7 +156,7 @@ class Console:
     def waiting_until(self, job: Job, at: float) -> None:
         """`not-before`: the job is ready but may not start before `at`."""
         with self._lock:
-            self.board.waiting(job, at, False, self.clock())
+            self.board.waiting(job, at, False, self.clock.time())
             self._line(job, f"waiting until {clock_time(at)} (not-before)")
 
     def job_done(self, job: Job, result: JobResult) -> None:
@@ -171,7 +171,7 @@ class Console:
         if "(allowed)" in status or status in ("skipped", "cancelled"):
             style = "yellow"
         with self._lock:
-            self.board.settled(result, status, self.clock())
+            self.board.settled(result, status, self.clock.time())
             self._print_group(job, status)
             self._line(job, words, style=style)
 
@@ -216,7 +216,7 @@ class Console:
     def tick(self, now: float | None = None) -> None:
         """Redraw the live table, or in plain mode give quiet long jobs a heartbeat line."""
         with self._lock:
-            now = self.clock() if now is None else now
+            now = self.clock.time() if now is None else now
             if self._screen is not None:
                 self._draw()
             elif self.heartbeat_s > 0:
@@ -247,7 +247,7 @@ class Console:
             return render_board(self.board, now, self._t0, height, width)
 
     def _renderable(self) -> RenderableType:
-        return self.renderable(self.clock())
+        return self.renderable(self.clock.time())
 
     # -- the end ---------------------------------------------------------------------------
 
@@ -271,7 +271,7 @@ class Console:
     def _line(self, job: Job, text: str, style: str = "") -> None:
         line = Text(f"[{job.id}] ", style="dim" if self.live else "")
         line.append(text, style=style)
-        self.board.row(job).heartbeat_at = self.clock()
+        self.board.row(job).heartbeat_at = self.clock.time()
         self._print(line)
 
     def _print(self, text: Text) -> None:
@@ -281,8 +281,22 @@ class Console:
             # and 50 jobs printing twice a second each would spend the run redrawing it.
             self._pending.append(text)
             return
+        if self.out.color_system is None:
+            self._guard(lambda: self._write_plain(text))
+            return
         text.no_wrap = True
         self._guard(lambda: self.out.print(text, soft_wrap=True))
+
+    def _write_plain(self, text: Text) -> None:
+        """What rich prints for one soft-wrapped line without colour (a CI log, a pipe), written
+        at a fraction of the cost: rich lays out every line, and a run of many short jobs
+        spent its loop there, holding the lock the jobs' output waits for. Tabs are expanded
+        as rich expands them."""
+        if "\t" in text.plain:
+            text.expand_tabs(self.out.tab_size)
+        file = self.out.file
+        file.write(text.plain + "\n")
+        file.flush()
 
     def _draw(self) -> None:
         """The lines that came since the last redraw above the table, and the table."""

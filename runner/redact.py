@@ -15,9 +15,10 @@ matches.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 
 SECRET_ENV_VARS = ("CLORE_API_KEY", "CLORE_RUN_TOKEN", "GITHUB_TOKEN", "CLORE_GITHUB_TOKEN")
 MIN_SECRET_CHARS = 6
@@ -25,12 +26,17 @@ MASK = "***"
 
 _lock = threading.Lock()
 _registered: set[str] = set()
+_generation = 0  # changes with every change to _registered: the key of the cached lists
 
 
 def register(*values: str) -> None:
     """Remember secrets for the rest of the process (blank or short values are ignored)."""
+    global _generation
     with _lock:
+        before = len(_registered)
         _registered.update(v.strip() for v in values if len(v.strip()) >= MIN_SECRET_CHARS)
+        if len(_registered) != before:
+            _generation += 1
 
 
 def register_from(env: Mapping[str, str]) -> None:
@@ -40,22 +46,20 @@ def register_from(env: Mapping[str, str]) -> None:
 
 def forget_all() -> None:
     """Tests only: drop every registered secret."""
+    global _generation
     with _lock:
         _registered.clear()
+        _generation += 1
 
 
 def secrets(env: Mapping[str, str] | None = None) -> list[str]:
     """Every known secret, longest first (so a secret holding another is replaced whole)."""
-    env = os.environ if env is None else env
-    found = {env.get(name, "").strip() for name in SECRET_ENV_VARS}
-    with _lock:
-        found |= _registered
-    return sorted((s for s in found if len(s) >= MIN_SECRET_CHARS), key=len, reverse=True)
+    return list(_known(env))
 
 
 def text(value: str, env: Mapping[str, str] | None = None) -> str:
     """`value` with every known secret replaced by `***`."""
-    for secret in secrets(env):
+    for secret in _known(env):
         if secret in value:
             value = value.replace(secret, MASK)
     return value
@@ -63,10 +67,41 @@ def text(value: str, env: Mapping[str, str] | None = None) -> str:
 
 def data(value: bytes, env: Mapping[str, str] | None = None) -> bytes:
     """Raw bytes (job output need not be UTF-8) with every known secret replaced."""
-    for secret in _encoded(secrets(env)):
+    for secret in _known_bytes(env):
         if secret in value:
-            value = value.replace(secret, MASK.encode())
+            value = value.replace(secret, _MASK_BYTES)
     return value
+
+
+_MASK_BYTES = MASK.encode()
+
+
+# Every line written anywhere passes here, so the list is not rebuilt per call: the variables
+# are still read at every call (a caller's or a test's environment counts as it is), and the
+# sorted list is cached by what was read and by the registered set's generation.
+def _known(env: Mapping[str, str] | None) -> tuple[str, ...]:
+    env = os.environ if env is None else env
+    return _sorted_secrets(tuple(env.get(name, "") for name in SECRET_ENV_VARS), _generation)
+
+
+def _known_bytes(env: Mapping[str, str] | None) -> tuple[bytes, ...]:
+    env = os.environ if env is None else env
+    return _encoded(tuple(env.get(name, "") for name in SECRET_ENV_VARS), _generation)
+
+
+@functools.lru_cache(maxsize=32)
+def _sorted_secrets(from_env: tuple[str, ...], generation: int) -> tuple[str, ...]:
+    # Read after `generation` was: the registered set is at least that generation's.
+    with _lock:
+        found = {v.strip() for v in from_env} | _registered
+    return tuple(sorted((s for s in found if len(s) >= MIN_SECRET_CHARS), key=len, reverse=True))
+
+
+@functools.lru_cache(maxsize=32)
+def _encoded(from_env: tuple[str, ...], generation: int) -> tuple[bytes, ...]:
+    return tuple(
+        v.encode("utf-8", "surrogateescape") for v in _sorted_secrets(from_env, generation)
+    )
 
 
 class Stream:
@@ -80,7 +115,7 @@ class Stream:
 
     def feed(self, chunk: bytes) -> bytes:
         """The part of the stream so far that can be written safely."""
-        known = _encoded(secrets(self._env))
+        known = _known_bytes(self._env)
         buffered = data(self._held + chunk, self._env)
         keep = max((len(s) for s in known), default=1) - 1
         cut = max(0, len(buffered) - keep)  # nothing before `cut` can begin an unseen secret
@@ -96,7 +131,3 @@ class Stream:
         """Everything still held back."""
         rest, self._held = data(self._held, self._env), b""
         return rest
-
-
-def _encoded(values: Iterable[str]) -> list[bytes]:
-    return [v.encode("utf-8", "surrogateescape") for v in values]

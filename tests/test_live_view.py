@@ -21,11 +21,19 @@ from runner.spec.loader import parse_pipeline
 
 
 class FakeClock:
-    def __init__(self, now: float = 1_000_000.0) -> None:
-        self.now = now
+    """Unix time that moves only when a test moves `unix`."""
 
-    def __call__(self) -> float:
-        return self.now
+    def __init__(self, unix: float = 1_000_000.0) -> None:
+        self.unix = unix
+
+    def time(self) -> float:
+        return self.unix
+
+    def now(self) -> float:
+        return self.unix
+
+    def sleep(self, seconds: float) -> None:
+        self.unix += seconds
 
 
 class FakeTty(io.StringIO):
@@ -73,12 +81,12 @@ def test_the_clock_advances_while_a_job_is_quiet_and_stages_and_costs_show() -> 
     build = JOBS[0]
     console.job_started(build, 1)
     console.stage(build, "renting", "RTX 4090 #88028", usd_per_hour=0.72)
-    first = screen_at(console, clock.now + 5)
+    first = screen_at(console, clock.unix + 5)
     assert any("renting RTX 4090 #88028 $0.72/h" in line for line in first)
-    clock.now += 30
+    clock.unix += 30
     console.stage(build, "booting", "order 7")
-    at_40 = "\n".join(screen_at(console, clock.now + 10))
-    at_100 = "\n".join(screen_at(console, clock.now + 70))  # no event, no output in between
+    at_40 = "\n".join(screen_at(console, clock.unix + 10))
+    at_100 = "\n".join(screen_at(console, clock.unix + 70))  # no event, no output in between
     assert "booting order 7 10s" in at_40 and "booting order 7 1m 10s" in at_100
     assert "40s" in at_40 and "1m 40s" in at_100  # the job's own elapsed ticks too
     # Cost so far: $0.72/h over 40 s and 100 s, and the header's spend against the budget.
@@ -94,12 +102,12 @@ def test_width_80_never_wraps_and_a_long_name_is_cut_not_wrapped() -> None:
     for job in JOBS:
         console.job_started(job, 1)
         console.stage(job, "running", "on a server with a very long description " * 3)
-    lines = screen_at(console, clock.now + 3600 * 5)
+    lines = screen_at(console, clock.unix + 3600 * 5)
     assert all(len(line) <= 80 for line in lines)
     rows = [line for line in lines if line.startswith(("build", "train", "evaluat"))]
     assert len(rows) == 3  # one line each: nothing wrapped onto a second line
     assert any("…" in row for row in rows)
-    wide = screen_at(console, clock.now + 10, width=160)
+    wide = screen_at(console, clock.unix + 10, width=160)
     assert all(len(line) <= 160 for line in wide) and max(len(x) for x in wide) > 80
     console.close()
 
@@ -110,7 +118,7 @@ def test_a_table_taller_than_the_terminal_says_how_many_more() -> None:
     console = Console(FakeTty(), live=True, jobs=jobs, clock=clock, tick_s=0, width=80, height=24)
     for job in jobs[:30]:
         console.job_started(job, 1)
-    lines = screen_at(console, clock.now + 1, height=24)
+    lines = screen_at(console, clock.unix + 1, height=24)
     assert len(lines) <= 24
     assert any(re.search(r"… \d+ more: .*\d+ (running|queued)", line) for line in lines)
     console.close()
@@ -128,8 +136,8 @@ def test_control_sequences_from_a_job_are_escaped_and_progress_bars_show_their_l
     console.notice("before the job spoke")
     console.output(build, "stdout", b"\x1b]0;pwned\x07\x1b[2Jhello\n")
     console.output(build, "stdout", b"\r 10%|#         |\r 50%|#####     |")
-    console.tick(clock.now + 1)
-    screen = "\n".join(screen_at(console, clock.now + 1))
+    console.tick(clock.unix + 1)
+    screen = "\n".join(screen_at(console, clock.unix + 1))
     assert "▸ 50%|#####" in screen  # the bar's latest state, in the job's row, live
     console.output(build, "stdout", b"\r100%|##########|\n")
     console.close()
@@ -152,19 +160,21 @@ def test_retries_and_lost_servers_are_said_in_words() -> None:
     console = Console(stream, live=False, jobs=JOBS, clock=clock, tick_s=0)
     train = JOBS[1]
     console.job_started(train, 1)
-    console.attempt_ended(train, Attempt(1, clock.now, clock.now + 5, 3, FailureKind.TEST_FAILURE))
-    console.requeued(train, clock.now + 2)
+    console.attempt_ended(
+        train, Attempt(1, clock.unix, clock.unix + 5, 3, FailureKind.TEST_FAILURE)
+    )
+    console.requeued(train, clock.unix + 2)
     lost = Attempt(
         2,
-        clock.now,
-        clock.now + 9,
+        clock.unix,
+        clock.unix + 9,
         None,
         FailureKind.SERVER_LOST,
         "outbid",
         facts={"server_id": "88028"},
     )
     console.attempt_ended(train, lost)
-    console.requeued(train, clock.now + 4)
+    console.requeued(train, clock.unix + 4)
     lines = stream.getvalue().splitlines()
     assert "[train] attempt 1 failed (exit 3); retrying in 2 s (retry 1 of 2)" in lines
     assert "[train] server #88028 lost (outbid); retrying on another server in 4 s (1 of 3)" in (
@@ -198,9 +208,9 @@ def test_plain_lines_get_a_heartbeat_for_a_long_quiet_job() -> None:
     console.job_started(train, 1)
     console.stage(train, "running", "", usd_per_hour=1.55)
     before = stream.getvalue()
-    console.tick(clock.now + 179)
+    console.tick(clock.unix + 179)
     assert stream.getvalue() == before  # not yet
-    clock.now += 12 * 60
+    clock.unix += 12 * 60
     console.tick()
     assert stream.getvalue().splitlines()[-1] == "[train] running 12m, $0.3100 so far"
     console.tick()  # just said: not again at once
@@ -223,6 +233,39 @@ def test_plain_lines_have_no_colour_unless_forced() -> None:
     sgr = re.findall(r"\x1b\[([0-9;]*)m", no_colour.getvalue())
     params = {p for seq in sgr for p in seq.split(";")}
     assert "1" in params and not params & {*map(str, range(30, 50)), *map(str, range(90, 108))}
+
+
+def test_plain_lines_are_written_as_rich_would_print_them() -> None:
+    """Plain lines skip rich's layout (the cost of a run of many short jobs); what reaches the
+    log must be byte for byte what rich printed: tabs expanded from the line's start, wide
+    characters counted as two columns, lines longer than the width not cut, controls escaped."""
+    job = JOBS[0]
+    samples = [
+        b"a\tb\tc\n",
+        b"\xe5\xb9\xb3\tx\n",  # a wide character before a tab
+        b"x" * 300 + b"\t|\n",
+        b"bell\x07 back\x08 esc\x1b[31mred\x1b[0m \xff\n",
+        b"::error::not a command\n",
+    ]
+    fast = io.StringIO()
+    console = Console(fast, live=False, jobs=JOBS, tick_s=0, env={})
+    reference = RichConsole(
+        file=io.StringIO(), width=120, highlight=False, markup=False, emoji=False, soft_wrap=True
+    )
+    for data in samples:
+        console.output(job, "stdout", data)
+    for line in fast.getvalue().splitlines():
+        assert line.startswith("[build] ")
+    from rich.text import Text
+
+    from runner.live.lines import LineBuffer
+
+    for data in samples:
+        (shown,), _ = LineBuffer().feed(data)
+        reference.print(Text(f"[build] {shown}"), soft_wrap=True)
+    assert isinstance(reference.file, io.StringIO)
+    assert fast.getvalue() == reference.file.getvalue()
+    assert "\t" not in fast.getvalue()
 
 
 def test_the_final_table_on_screen_matches_summary_md(tmp_path: Path) -> None:

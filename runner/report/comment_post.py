@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import os
 import sys
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
 import requests
 
+from runner.clock import SYSTEM_CLOCK, Clock
 from runner.report import load_summary, with_comparison
 from runner.report.comment import (
     api_url,
@@ -44,8 +44,7 @@ class Http:
     """Injectable transport, so tests neither reach the network nor sleep."""
 
     session: requests.Session | None = None
-    sleep: Callable[[float], None] = time.sleep
-    clock: Callable[[], float] = time.time
+    clock: Clock = SYSTEM_CLOCK
 
 
 def post_comment(
@@ -71,7 +70,7 @@ def post_comment(
     run_url = (summary.get("ci") or {}).get("run_url")
     name = header or str((summary.get("pipeline") or {}).get("name") or "default")
     body = comment_body(render_markdown(summary), name, run_url)
-    api = GitHubApi(api_url(env), token, http.session, http.sleep, http.clock)
+    api = GitHubApi(api_url(env), token, http.session, http.clock)
     outcome = _post(api, repo, env, name, body)
     if outcome.level in ("notice", "error") and env.get("GITHUB_STEP_SUMMARY"):
         append_step_summary(Path(env["GITHUB_STEP_SUMMARY"]), body)

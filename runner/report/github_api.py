@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import requests
+
+from runner.clock import SYSTEM_CLOCK, Clock
 
 TIMEOUT_S = 30
 MAX_PAGES = 100  # 10,000 comments: far past any real PR, but bounded
@@ -31,15 +32,14 @@ class RateLimited(GitHubError):
 
 
 class GitHubApi:
-    """Calls the REST API at `base_url`. `sleep`/`clock` are injectable so tests never wait."""
+    """Calls the REST API at `base_url`. The clock is injected, so tests never wait."""
 
     def __init__(
         self,
         base_url: str,
         token: str,
         session: requests.Session | None = None,
-        sleep: Callable[[float], None] = time.sleep,
-        clock: Callable[[], float] = time.time,
+        clock: Clock = SYSTEM_CLOCK,
         max_wait_s: float = 120.0,
         tries: int = 3,
     ) -> None:
@@ -53,7 +53,6 @@ class GitHubApi:
                 "User-Agent": "clore-run",
             }
         )
-        self.sleep = sleep
         self.clock = clock
         self.max_wait_s = max_wait_s
         self.tries = max(1, tries)
@@ -69,7 +68,7 @@ class GitHubApi:
             wait = self._retry_wait(resp, attempt, method)
             if wait is None:
                 break
-            self.sleep(wait)
+            self.clock.sleep(wait)
         if resp.status_code >= 400:
             raise self._error(resp)
         return resp
@@ -91,7 +90,7 @@ class GitHubApi:
         A gateway error is retried only for a request that can be repeated safely: a POST that
         timed out at the gateway has often been done, and sending it again makes a second one.
         """
-        limited = rate_limit_wait(resp, self.clock())
+        limited = rate_limit_wait(resp, self.clock.time())
         if limited is not None:
             if attempt >= self.tries or limited > self.max_wait_s:
                 raise RateLimited(resp.status_code, _message(resp) or "rate limited")

@@ -29,15 +29,18 @@ class FakeClock:
     """Time that only moves when the code under test sleeps."""
 
     def __init__(self) -> None:
-        self.now = 1_780_000_000.0
+        self.unix = 1_780_000_000.0
         self.sleeps: list[float] = []
 
     def sleep(self, seconds: float) -> None:
         self.sleeps.append(seconds)
-        self.now += seconds
+        self.unix += seconds
 
     def time(self) -> float:
-        return self.now
+        return self.unix
+
+    def now(self) -> float:
+        return self.unix
 
 
 @pytest.fixture
@@ -78,9 +81,7 @@ def _env(
 def _post(
     summary: Path, env: dict[str, str], clock: FakeClock, header: str | None = None
 ) -> Outcome:
-    return post_comment(
-        summary, header=header, env=env, http=Http(sleep=clock.sleep, clock=clock.time)
-    )
+    return post_comment(summary, header=header, env=env, http=Http(clock=clock))
 
 
 def test_creates_the_comment_when_there_is_none(
@@ -284,7 +285,7 @@ def test_rate_limit_reply_is_waited_out_then_retried(
 def test_rate_limit_too_long_to_wait_is_a_notice(
     tmp_path: Path, httpserver: HTTPServer, clock: FakeClock, summary_path: Path
 ) -> None:
-    headers = {"x-ratelimit-remaining": "0", "x-ratelimit-reset": str(int(clock.now) + 3600)}
+    headers = {"x-ratelimit-remaining": "0", "x-ratelimit-reset": str(int(clock.unix) + 3600)}
     httpserver.expect_request("/api/v3/user").respond_with_response(
         reply({"message": "API rate limit exceeded"}, 403, headers)
     )

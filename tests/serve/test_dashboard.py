@@ -85,13 +85,13 @@ def test_the_login_sends_back_only_to_a_path_here(tmp_path: Path, target: str) -
 
 def test_a_forged_expired_or_logged_out_cookie_is_refused() -> None:
     clock = FakeClock()
-    sessions = Sessions("a-token-of-sixteen+", clock.time)
+    sessions = Sessions("a-token-of-sixteen+", clock)
     cookie, session = sessions.issue()
     assert sessions.check(cookie) == session
     expires, nonce, mac = cookie.split(".")
     assert sessions.check(f"{int(expires) + 3600}.{nonce}.{mac}") is None  # extended by hand
     assert sessions.check(f"{expires}.{nonce}.{'0' * len(mac)}") is None
-    assert Sessions("another-token-of-16", clock.time).check(cookie) is None  # the token changed
+    assert Sessions("another-token-of-16", clock).check(cookie) is None  # the token changed
     assert sessions.check("garbage") is None and sessions.check(None) is None
     clock.unix += SESSION_S + 1
     assert sessions.check(cookie) is None

@@ -13,7 +13,7 @@ import math
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from runner.backends.base import NO_STAGES, StageSink
@@ -21,7 +21,7 @@ from runner.backends.clore import errors as api_errors
 from runner.backends.clore.api import CloreClient, OrderRequest, may_have_created
 from runner.backends.clore.fees import FeeSchedule, read_fee_schedule
 from runner.backends.clore.market import Offer, per_hour, spot_bid_per_day
-from runner.backends.clore.models import Order
+from runner.backends.clore.models import Order, SpotMarket
 from runner.backends.clore.ownership import LedgerMarks
 from runner.backends.clore.ratelimit import RequestAborted
 from runner.backends.ssh.connection import ConnectOptions, Endpoint, SshConnection, connect
@@ -269,13 +269,16 @@ class Provisioner:
             book = self.client.spot_marketplace(server_id)
         except api_errors.CloreApiError:
             return ()
+        return self._keep_book(server_id, book)
+
+    def _keep_book(self, server_id: int, book: SpotMarket) -> tuple[float, ...]:
         bids = tuple(
             o.bid
             for o in book.offers
             if o.active and not o.my and o.bid is not None and o.currency in (None, self.currency)
         )
         with self._lock:
-            self._books[server_id] = (now, bids)
+            self._books[server_id] = (self.clock.now(), bids)
         return bids
 
     def _intent(self, job: Job, offer: Offer) -> Rental:
@@ -406,21 +409,52 @@ class Provisioner:
             )
         try:
             try:
-                self.client.set_spot_price(order_id, bid)
-            except api_errors.ExceededMaxStepError as exc:
-                # Documented for lowering only; should a raise meet it, go up one step now
-                # and let the next look at the book decide whether that is enough.
-                if not exc.max_step or exc.max_step <= 0:
-                    raise
-                # Rounded down, so that float error cannot make it a hair over the step.
-                step = exc.max_step * (1 - 1e-6)
-                bid = math.floor((rental.price_per_day + step) * 1e8) / 1e8
-                self.client.set_spot_price(order_id, bid)
+                bid = self._send_bid(rental, order_id, bid)
+            except api_errors.TooLowPriceError:
+                # The host's spot minimum rose over the bid: price it from a fresh book, once.
+                bid = self._send_bid(rental, order_id, self._bid_over_new_minimum(rental))
         except api_errors.CloreApiError as exc:
             raise SkipOffer(f"order {order_id}: outbid; raising the bid failed: {exc}") from None
         before_usd_per_hour = rental.usd_per_hour
         self._set_price(rental, bid)
         self._rebill(rental, before_usd_per_hour, outbid_at)
+
+    def _send_bid(self, rental: Rental, order_id: int, bid: float) -> float:
+        """`set_spot_price`; returns the bid the order now has."""
+        try:
+            self.client.set_spot_price(order_id, bid)
+        except api_errors.ExceededMaxStepError as exc:
+            # Documented for lowering only; should a raise meet it, go up one step now
+            # and let the next look at the book decide whether that is enough.
+            if not exc.max_step or exc.max_step <= 0:
+                raise
+            # Rounded down, so that float error cannot make it a hair over the step.
+            step = exc.max_step * (1 - 1e-6)
+            bid = math.floor((rental.price_per_day + step) * 1e8) / 1e8
+            self.client.set_spot_price(order_id, bid)
+        return bid
+
+    def _bid_over_new_minimum(self, rental: Rental) -> float:
+        """The bid over the server's spot minimum as its book says it now (the offer keeps the
+        new one, so the price cap is checked against it too), or SkipOffer."""
+        offer = rental.offer
+        book = self.client.spot_marketplace(offer.server_id)
+        floor = book.server.min_pricing.get(self.currency)
+        if floor is not None and floor > 0 and offer.usd_per_unit is not None:
+            listed_usd_per_hour = per_hour(floor) * offer.usd_per_unit
+            rental.offer = replace(
+                offer,
+                spot_min_price_per_day=floor,
+                spot_usd_per_hour=money.with_fee_per_hour(listed_usd_per_hour, offer.spot_fee_rate),
+            )
+        ask = rental.max_usd_per_hour
+        bid = spot_bid_per_day(rental.offer, ask, self._keep_book(offer.server_id, book))
+        if bid is None or bid <= rental.price_per_day:
+            raise SkipOffer(
+                f"order {rental.order_id}: the server's spot minimum rose to {floor} "
+                f"{self.currency}/day; no bid over it fits the {ask or 0:.3f} $/h cap"
+            )
+        return bid
 
     def _rebill(self, rental: Rental, before_usd_per_hour: float, outbid_at: float) -> None:
         """After a raise, the next bill (`usd_per_hour` x the time since `billed_until`) must

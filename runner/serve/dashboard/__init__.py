@@ -22,7 +22,7 @@ def mount(api: FastAPI, service: Service, token: str) -> Sessions:
 
     options = service.options
     settings = Settings(options.data_dir, options.capacity, options.daily_spend_limit_usd)
-    sessions = Sessions(token, service.now)
+    sessions = Sessions(token, service.clock)
     routes.mount(api, service, settings, sessions)
     return sessions
 

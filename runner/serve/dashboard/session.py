@@ -16,9 +16,9 @@ import hashlib
 import hmac
 import secrets
 import threading
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
+
+from runner.clock import SYSTEM_CLOCK, Clock
 
 COOKIE = "clore_run_session"
 SESSION_S = 12 * 3600.0  # a working day; then log in again
@@ -34,7 +34,7 @@ class Session:
 class Sessions:
     """Issues and checks session cookies and CSRF tokens for one API token."""
 
-    def __init__(self, token: str, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, token: str, clock: Clock = SYSTEM_CLOCK) -> None:
         self._token = token.encode()
         self._key = hmac.new(self._token, _KEY_LABEL, hashlib.sha256).digest()
         self._clock = clock
@@ -46,7 +46,7 @@ class Sessions:
 
     def issue(self) -> tuple[str, Session]:
         """A new cookie value and the session it stands for."""
-        session = Session(secrets.token_urlsafe(16), self._clock() + SESSION_S)
+        session = Session(secrets.token_urlsafe(16), self._clock.time() + SESSION_S)
         body = f"{session.expires:.0f}.{session.nonce}"
         return f"{body}.{self._mac('session', body)}", session
 
@@ -57,7 +57,7 @@ class Sessions:
         expires, nonce, mac = cookie.split(".")
         if not hmac.compare_digest(mac, self._mac("session", f"{expires}.{nonce}")):
             return None
-        if not expires.isdigit() or float(expires) <= self._clock():
+        if not expires.isdigit() or float(expires) <= self._clock.time():
             return None
         with self._lock:
             if nonce in self._ended:
@@ -66,7 +66,7 @@ class Sessions:
 
     def end(self, session: Session) -> None:
         """Logged out: the cookie stops working here even if a copy of it is kept."""
-        now = self._clock()
+        now = self._clock.time()
         with self._lock:
             self._ended = {n: e for n, e in self._ended.items() if e > now}
             self._ended[session.nonce] = session.expires

@@ -402,3 +402,25 @@ def test_an_outbid_running_spot_order_is_rebid_once_and_the_job_passes_on_the_sa
     assert all(r.state == "released" for r in ledger.rentals("run-1"))
     billed = fake_cost_usd(setup.fake)
     assert abs(record.total_cost_usd - billed) < 0.01 * billed
+
+
+def test_a_raise_under_a_new_spot_minimum_is_priced_again_from_the_book(setup: Setup) -> None:
+    pipeline = pipeline_of(
+        """\
+        currency: USD-Blockchain
+        jobs:
+          a: {run: echo a, gpu: {type: '3090', spot: true, max-price: 0.1}}
+        """
+    )
+
+    def minimum_rises_and_a_rival_outbids(order: FakeOrder) -> None:
+        setup.fake.servers[order.server_id]["price"]["spot"][order.currency] = 1.9
+        setup.fake.rival_bids[order.server_id].append((1.6, order.currency))  # ours: 1.575
+
+    setup.fake.after_create = minimum_rises_and_a_rival_outbids
+    record, code, _, _ = run_with(setup, pipeline)
+    assert code == 0, record.results
+    (order,) = setup.fake.orders.values()
+    answers = [(c.body["desired_price"], c.code) for c in setup.fake.calls("set_spot_price")]
+    assert answers == [(pytest.approx(1.6 * 1.05), 6), (pytest.approx(1.9 * 1.05), 0)]
+    assert order.price_per_day == pytest.approx(1.9 * 1.05)
