@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -104,6 +105,18 @@ class PgDatabase:
                         raise
                 self._sleep(delay)
                 delay = min(delay * 2, 1.0)
+
+    @contextmanager
+    def transaction(self, doing: str) -> Iterator[Conn]:
+        """One transaction around several writes, the connection held for it (other threads
+        wait). Not run again after a lost connection: the error goes to the caller."""
+        with self._lock:
+            conn = self._connection(doing)
+            try:
+                with conn.transaction():
+                    yield conn
+            except psycopg.Error as exc:
+                raise self._fail(doing, exc) from None
 
     def migrate(self, component: str, migrations: Sequence[Sequence[str]]) -> None:
         """Bring `component`'s tables to version len(migrations), one step per transaction."""
