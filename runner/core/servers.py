@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from runner.core import graph, money
 from runner.core.events import SetTimer
 from runner.core.model import FailureKind, Job
+from runner.core.money import usd_text
 from runner.core.rentals import (
     BootTimes,
     CoreCommand,
@@ -529,11 +530,11 @@ class ServerBook:
         fee = f" with the {quote.fee_rate * 100:g} % renter fee" if quote.fee_rate else ""
         creation = quote.creation_fee_usd if money.creation_fee_charged(hold_s) else 0.0
         return (
-            f"budget ${self.budget_usd or 0:.2f} would be exceeded by ${over:.2f}: committed "
-            f"${self.committed_usd(now):.2f} + this rental's worst case ${cost:.2f} "
-            f"(${quote.usd_per_hour:.4f}/h{fee} x {hold_s / 3600:.2f} h: start-up, the job's "
-            f"timeout and fetching its files"
-            f"{f', + ${creation:.2f} creation fee' if creation else ''})"
+            f"budget {usd_text(self.budget_usd or 0)} would be exceeded by {usd_text(over)}: "
+            f"committed {usd_text(self.committed_usd(now))} + this rental's worst case "
+            f"{usd_text(cost)} (${quote.usd_per_hour:.4f}/h{fee} x {hold_s / 3600:.2f} h: "
+            f"start-up, the job's timeout and fetching its files"
+            f"{f', + {usd_text(creation)} creation fee' if creation else ''})"
         )
 
     def _rent(
