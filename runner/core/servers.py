@@ -628,7 +628,10 @@ class ServerBook:
 
     def _set_end(self, job_id: str, end: float | None, worst: float, now: float) -> None:
         """Record when a job is expected to end (None: unknown) and its worst case; the first
-        known end of each need counts towards its dependents' rent-ahead."""
+        known end of each need counts towards its dependents' rent-ahead. Only renting
+        plans with them: a book of fixed hosts keeps none."""
+        if not self._renting:
+            return
         self._worst_end[job_id] = max(worst, self._worst_end.get(job_id, worst))
         if end is None:
             return

@@ -576,7 +576,8 @@ class CloreBackend:
         try:
             market = _LiveMarket(self, self._offers())
         except api_errors.CloreApiError as exc:
-            raise InfrastructureError(f"reading the marketplace failed: {exc}") from None
+            # Nothing can be rented: each job ends saying why, and the reports are written.
+            market = _LiveMarket(self, [], unread=f"the marketplace could not be read: {exc}")
         self._live = market
         boot = BootTimes(DEFAULT_BOOT_S, self.provisioner.options.online_timeout_s)
         return ServerBook(
@@ -705,12 +706,17 @@ class _LiveMarket(OfferMarket):
     provisioner will rent (a spot order bids over the rivals in its server's book), and every
     offer seen this run kept for fitting (a server we hold is listed as rented)."""
 
-    def __init__(self, backend: CloreBackend, offers: list[Offer]) -> None:
+    def __init__(self, backend: CloreBackend, offers: list[Offer], unread: str = "") -> None:
         super().__init__(offers, backend.currency)
         self._backend = backend
         self._seen: dict[str, Offer] = dict(self._by_host)
+        self._unread = unread  # why there is no snapshot, if there is none
+
+    def why_none(self, ask: GpuAsk | None, excluded: Set[str]) -> str:
+        return self._unread or super().why_none(ask, excluded)
 
     def update(self, offers: list[Offer]) -> None:
+        self._unread = ""
         self._offers = list(offers)
         self._by_host = {str(o.server_id): o for o in self._offers}
         self._seen.update(self._by_host)

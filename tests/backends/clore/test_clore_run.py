@@ -782,3 +782,19 @@ def test_a_create_still_waiting_for_its_slot_gives_up_on_cancel(setup: Setup) ->
         backend.provisioner.rent(pipeline.jobs[0], offer, cancel)
     assert setup.fake.calls("create_order") == []
     assert [r.state for r in ledger.rentals("run-1")] == ["failed"]
+
+
+def test_a_marketplace_that_cannot_be_read_ends_the_jobs_with_why_and_writes_reports(
+    setup: Setup,
+) -> None:
+    setup.fake.fail_next("marketplace", Faults.BAD_GATEWAY, times=20)
+    pipeline = parse_pipeline(
+        "jobs:\n  a: {run: echo hi, retries: 0}\n  b: {needs: [a], run: echo hi}\n", "p.yml", {}
+    )
+    record, code, _ = setup.run(pipeline)
+    assert code == 3
+    (a, b) = record.results
+    assert a.status is JobStatus.ERROR and "the marketplace could not be read" in a.reason
+    assert b.status is JobStatus.SKIPPED
+    assert setup.fake.calls("create_order") == []
+    assert (setup.tmp / "out" / "summary.json").exists()
