@@ -400,8 +400,9 @@ class Driver(Generic[C]):
         # Releases under way end first (each confirms within a bound of its own): what they
         # cost lands, and the sweep's ledger check after them sees them released. Rents under
         # way are the sweep's: it cancels them and waits for them.
+        cancelled = self._cancel_at is not None
         for side in self._releasing:
-            side.join(timeout=grace if self._cancel_at is not None else None)
+            side.join(timeout=self.options.cancel_grace_s if cancelled else None)
         self._shutdown_backend()
 
     # -- events ----------------------------------------------------------------------------
