@@ -18,10 +18,9 @@ Status = Literal[
 class JobSubmission(JobSpec):
     """One job, with the keys of a pipeline file's job (`run`, `timeout-minutes`, `gpu`...)."""
 
-    # Built with its class, unlike the file's models (deferred for the CLI's start-up): a
-    # deferred one is built inside FastAPI's body adapter on the first POST /jobs, where
-    # pydantic warns about the Body() alias, a warning the tests make an error (a 500).
-    model_config = ConfigDict(defer_build=False)
+    # Built now, not deferred as the pipeline models are: FastAPI wraps a body model in a
+    # TypeAdapter with field metadata, which pydantic cannot attach to a model not yet built.
+    model_config = ConfigDict(**{**JobSpec.model_config, "defer_build": False})
 
     id: str | None = Field(
         None,
@@ -127,3 +126,4 @@ class Stats(BaseModel):
 
 class Health(BaseModel):
     status: Literal["ok", "degraded"]
+    store: str | None = Field(None, description="Why the queue database refuses writes.")
