@@ -135,3 +135,15 @@ def test_problems_from_the_server_are_spelt_as_validate_spells_them(tmp_path: Pa
         assert f"{bad}:4:13: jobs.a.needs[0]: unknown job 'nope'" in refused.stderr
     assert key_path(["body", "needs", 0]) == "needs[0]"
     assert key_path(["query", "after", 1]) == "after[1]"
+
+
+def test_a_submitted_pipeline_gets_the_yaml_warnings_validate_gives(tmp_path: Path) -> None:
+    pipeline = tmp_path / "p.yml"
+    pipeline.write_text("jobs:\n  a: {run: echo, env: {PY: 3.10}}\n")
+    with thread_server(tmp_path) as srv:
+        submitted = cli("submit", str(pipeline), "--server", srv.api.url, env=AUTH)
+    assert submitted.returncode == 0
+    assert (
+        "warning: line 2, column 28: jobs.a.env.PY: unquoted 3.10 is read as the number 3.1 "
+        '(quote it: "3.10")' in submitted.stderr
+    )
