@@ -1,0 +1,113 @@
+"""What `clore-run run` does with its flags once they are parsed, by Typer or by runner.cli.quick.
+
+Kept free of Typer, so that the plain form the GitHub Action uses (`run FILE --backend … --out
+…`) can be answered without loading it: Typer builds a validator per option of the command it
+runs, and for `run` that and its import cost more than running a hundred short jobs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from runner.cli.boundary import Echo
+from runner.errors import UsageError
+
+
+class BackendName(str, Enum):
+    local = "local"
+    ssh = "ssh"
+    clore = "clore"
+
+
+@dataclass(frozen=True)
+class RunFlags:
+    """`clore-run run`'s arguments, as the user gave them (None: not given)."""
+
+    pipeline: Path
+    backend: BackendName | None = None
+    out: Path = Path("clore-run-results")
+    concurrency: int | None = None
+    budget: float | None = None
+    job: list[str] = field(default_factory=list)
+    dry_run: bool = False
+    baseline: Path | None = None
+    host: list[str] = field(default_factory=list)
+    identity: Path | None = None
+    ledger: str | None = None
+    pool: str | None = None
+    coordinator: str | None = None
+
+
+def run_with(flags: RunFlags, echo: Echo) -> int:
+    """Load, check the flags, run on the chosen backend: the exit code."""
+    from runner.cli.quick import show_warnings
+    from runner.ledger import DEFAULT_PATH as DEFAULT_LEDGER
+    from runner.plan import build_plan, render_plan
+    from runner.run_command import RunOptions, execute, select_jobs
+    from runner.spec.loader import load_pipeline
+    from runner.stores.target import coordinator_from, ledger_target
+
+    loaded = load_pipeline(flags.pipeline)
+    show_warnings(loaded, echo)
+    if flags.dry_run:
+        echo(render_plan(build_plan(select_jobs(loaded, flags.job))))
+        return 0
+    chosen = flags.backend or (BackendName.clore if os.environ.get("CLORE_API_KEY") else None)
+    if chosen is None:
+        echo("clore-run: no CLORE_API_KEY set: running locally (--backend local)", err=True)
+        chosen = BackendName.local
+    if flags.pool is not None and chosen is not BackendName.clore:
+        raise UsageError(
+            f"--pool {flags.pool}: pools hold rented servers", hint="use --backend clore"
+        )
+    budget, concurrency = flags.budget, flags.concurrency
+    options = RunOptions(
+        out_dir=flags.out,
+        concurrency=concurrency,
+        budget_usd=budget,
+        jobs=flags.job,
+        baseline=_read_baseline(flags.baseline),
+    )
+    if budget is not None:
+        if not budget > 0 or budget == float("inf"):  # as the file's `budget:` must be
+            raise UsageError(f"--budget {budget:g}: must be a positive amount of USD")
+        loaded = dataclasses.replace(loaded, budget_usd=budget)
+    if concurrency is not None:  # the clore backend caps the servers it holds at this
+        loaded = dataclasses.replace(loaded, concurrency=concurrency)
+    if chosen is BackendName.clore:
+        from runner.backends.clore.factory import clore_backend
+
+        shared = coordinator_from(flags.coordinator)
+        where = ledger_target(flags.ledger, shared, DEFAULT_LEDGER)
+        made = clore_backend(loaded, where, options.run_id, pool=flags.pool, coordinator=shared)
+        _, code = execute(loaded, made, options)
+    elif chosen is BackendName.ssh:
+        from runner.backends.ssh.backend import SshBackend
+
+        hosts = list(flags.host or loaded.hosts)
+        if not hosts:
+            raise UsageError(
+                "--backend ssh needs hosts", "pass --host root@HOST[:PORT] or set `hosts:`"
+            )
+        _, code = execute(loaded, SshBackend.from_flags(hosts, flags.identity), options)
+    else:
+        from runner.backends.local import LocalBackend
+
+        _, code = execute(loaded, LocalBackend(), options)
+    return code
+
+
+def _read_baseline(path: Path | None) -> dict[str, Any] | None:
+    if path is None:
+        return None
+    from runner.report import load_summary
+
+    try:
+        return load_summary(path)
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"--baseline {path}: cannot read it ({exc})") from None
