@@ -223,6 +223,7 @@ def typer_or_quick(
         (["--backend", "local", "--concurrency", "2", "--job", "c"], 0, ""),
         (["--backend", "local", "--job", "a", "--job", "b"], 1, ""),
         (["--backend", "local", "--budget", "0"], 2, "--budget 0: must be a positive amount"),
+        (["--backend", "local", "--concurrency", "2000"], 2, "--concurrency 2000: must be from 1"),
         (["--backend", "local", "--pool", "gpu"], 2, "--pool gpu: pools hold rented servers"),
         (["--backend", "ssh"], 2, "--backend ssh needs hosts"),
         (["--backend", "local", "--baseline", "nope.json"], 2, "--baseline nope.json"),

@@ -25,10 +25,14 @@ def run(
         "clore-run-results"
     ),
     concurrency: Annotated[
-        int | None, typer.Option(min=1, help="Override the pipeline's concurrency.")
+        int | None,
+        typer.Option(
+            help="Override the pipeline's concurrency: 1 to 1000 servers (or jobs) at once."
+        ),
     ] = None,
     budget: Annotated[
-        float | None, typer.Option(min=0.0, help="Override the budget (USD, whole run).")
+        float | None,
+        typer.Option(help="Override the budget: USD for the whole run, a positive amount (2.50)."),
     ] = None,
     job: Annotated[
         list[str] | None, typer.Option("--job", help="Run these jobs and what they need.")

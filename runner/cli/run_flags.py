@@ -8,6 +8,7 @@ runs, and for `run` that and its import cost more than running a hundred short j
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from dataclasses import dataclass, field
 from enum import Enum
@@ -50,6 +51,7 @@ def run_with(flags: RunFlags, echo: Echo) -> int:
     from runner.plan import build_plan, render_plan
     from runner.run_command import RunOptions, execute, select_jobs
     from runner.spec.loader import load_pipeline
+    from runner.spec.models import MAX_CONCURRENCY
     from runner.stores.target import coordinator_from, ledger_target
 
     loaded = load_pipeline(flags.pipeline)
@@ -75,9 +77,18 @@ def run_with(flags: RunFlags, echo: Echo) -> int:
     )
     if budget is not None:
         if not budget > 0 or budget == float("inf"):  # as the file's `budget:` must be
-            raise UsageError(f"--budget {budget:g}: must be a positive amount of USD")
+            raise UsageError(
+                f"--budget {budget:g}: must be a positive amount of USD for the whole run",
+                "for example --budget 2.50",
+            )
         loaded = dataclasses.replace(loaded, budget_usd=budget)
     if concurrency is not None:  # the clore backend caps the servers it holds at this
+        if not 1 <= concurrency <= MAX_CONCURRENCY:  # as the file's `concurrency:` must be
+            raise UsageError(
+                f"--concurrency {concurrency}: must be from 1 to {MAX_CONCURRENCY} servers "
+                "or jobs at once",
+                "for example --concurrency 4",
+            )
         loaded = dataclasses.replace(loaded, concurrency=concurrency)
     if chosen is BackendName.clore:
         from runner.backends.clore.factory import clore_backend
@@ -109,5 +120,21 @@ def _read_baseline(path: Path | None) -> dict[str, Any] | None:
 
     try:
         return load_summary(path)
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"--baseline {path}: cannot read it ({exc})") from None
+    except json.JSONDecodeError as exc:
+        raise UsageError(
+            f"--baseline {path}: not JSON ({exc.msg.lower()} at line {exc.lineno}, "
+            f"column {exc.colno})",
+            "pass the summary.json of an earlier run",
+        ) from None
+    except UnicodeDecodeError:
+        raise UsageError(
+            f"--baseline {path}: not JSON (not UTF-8 text)",
+            "pass the summary.json of an earlier run",
+        ) from None
+    except ValueError as exc:  # JSON, but not an object
+        what = str(exc).removeprefix(f"{path}: ")
+        raise UsageError(
+            f"--baseline {path}: {what}", "pass the summary.json of an earlier run"
+        ) from None
+    except OSError as exc:
+        raise UsageError(f"--baseline {path}: cannot read it ({exc.strerror})") from None

@@ -20,6 +20,7 @@ from runner.serve import DEFAULT_SERVER
 if TYPE_CHECKING:  # requests loads only for the client commands that use it
     from runner.serve.client import ClientError
 
+DEFAULT_DB = ".clore-run/serve.db"
 Server = Annotated[
     str, typer.Option(envvar="CLORE_RUN_SERVER", help="The queue server's URL.", metavar="URL")
 ]
@@ -42,11 +43,18 @@ def register(app: typer.Typer) -> None:
 def serve(
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="Port (0: any free one).")] = 8000,
-    db: Annotated[Path, typer.Option(help="The queue database (SQLite).", metavar="FILE")] = Path(
-        ".clore-run/serve.db"
-    ),
+    db: Annotated[
+        str | None,
+        typer.Option(
+            help="The queue database: a SQLite file (one server), or a postgresql:// URL that "
+            f"N servers share [default: the coordinator, else {DEFAULT_DB}]",
+            metavar="FILE|URL",
+        ),
+    ] = None,
     backend: Annotated[ServeBackend, typer.Option(help="Where jobs run.")] = ServeBackend.local,
-    concurrency: Annotated[int, typer.Option(min=1, help="Jobs running at once, in all.")] = 3,
+    concurrency: Annotated[
+        int, typer.Option(min=1, help="Jobs running at once, in all (on this instance).")
+    ] = 3,
     daily_spend_limit: Annotated[
         float | None,
         typer.Option(min=0.0, help="USD per UTC day; no job starts once it is spent."),
@@ -55,17 +63,69 @@ def serve(
         list[str] | None, typer.Option("--ssh-host", help="--backend ssh: USER@HOST[:PORT].")
     ] = None,
     identity: Annotated[Path | None, typer.Option(help="--backend ssh: private key.")] = None,
-    ledger: Annotated[Path, typer.Option(help="--backend clore: the rental ledger.")] = Path(
-        ".clore-run/ledger.db"
-    ),
+    ledger: Annotated[
+        str | None,
+        typer.Option(
+            help="--backend clore: the rental ledger, a file or a postgresql:// URL "
+            "[default: .clore-run/ledger.db, or the coordinator]",
+            metavar="FILE|URL",
+        ),
+    ] = None,
+    pool: Annotated[
+        str | None,
+        typer.Option(help="--backend clore: join this budget pool on the coordinator."),
+    ] = None,
+    coordinator: Annotated[
+        str | None,
+        typer.Option(
+            help="The shared PostgreSQL (queue, pools, ledger); default $CLORE_RUN_COORDINATOR.",
+            metavar="URL",
+        ),
+    ] = None,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="Logs and artifacts [default: beside a SQLite --db, else .clore-run/serve.d]."
+        ),
+    ] = None,
+    lease_ttl: Annotated[
+        float,
+        typer.Option(
+            min=1.0,
+            help="PostgreSQL --db: seconds an instance's lease lasts without a heartbeat; "
+            "a dead instance's jobs are taken over after it.",
+        ),
+    ] = 30.0,
 ) -> None:
     """Run the persistent job queue and its REST API (needs CLORE_RUN_TOKEN)."""
     from runner.serve.backends import BackendChoice
     from runner.serve.server_cmd import ServeOptions, run_server
+    from runner.stores.target import (
+        check_url,
+        coordinator_from,
+        is_postgres_url,
+        ledger_target,
+    )
 
-    choice = BackendChoice(backend.value, tuple(ssh_host or ()), identity, ledger)
+    shared = coordinator_from(coordinator)
+    if pool is not None and (backend is not ServeBackend.clore or shared is None):
+        raise UsageError(
+            f"--pool {pool}: pools hold rented servers on the coordinator",
+            hint="use --backend clore and --coordinator URL",
+        )
+    where: Path | str = Path(db) if db else Path(DEFAULT_DB)
+    if db and is_postgres_url(db):
+        where = check_url(db, "--db")
+    elif not db and shared is not None:
+        where = shared
+    rentals = ledger_target(ledger, shared, Path(".clore-run/ledger.db"))
+    choice = BackendChoice(
+        backend.value, tuple(ssh_host or ()), identity, rentals, pool=pool, coordinator=shared
+    )
     run_server(
-        ServeOptions(host, port, db, choice, concurrency, daily_spend_limit),
+        ServeOptions(
+            host, port, where, choice, concurrency, daily_spend_limit, data_dir, lease_ttl
+        ),
     )
 
 

@@ -67,6 +67,9 @@ class AttemptView(BaseModel):
     server: str
     cost_usd: float
     facts: dict[str, Any]
+    instance: str = Field(
+        default="", description="The serve instance that ran it (N servers on one queue)."
+    )
 
 
 class JobDetail(JobSummary):

@@ -209,6 +209,8 @@ def _routes(service: Service, tally: ErrorTally) -> APIRouter:
         if store.job(job_id) is None:
             raise HTTPException(404, f"no job '{job_id}'")
         path = service.options.data_dir / "logs" / f"{job_id}.log"
+        if (elsewhere := service.log_elsewhere(job_id, path)) is not None:
+            raise HTTPException(409, elsewhere)  # N servers: the one that runs it has it
         return StreamingResponse(
             _tail(path, follow, lambda: _settled(service, job_id)), media_type="text/plain"
         )

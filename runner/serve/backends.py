@@ -8,7 +8,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,9 +20,9 @@ from runner.backends.local import LocalBackend
 from runner.backends.ssh.backend import SshBackend
 from runner.core.model import Pipeline
 from runner.errors import UsageError
-from runner.ledger import Ledger
 from runner.serve.orphans import kill_orphans
 from runner.serve.service import Reconcile
+from runner.stores.ledger import open_ledger
 
 
 @dataclass(frozen=True)
@@ -30,8 +30,10 @@ class BackendChoice:
     name: str  # local | ssh | clore
     ssh_hosts: Sequence[str] = ()
     identity: Path | None = None
-    ledger: Path = Path(".clore-run/ledger.db")
+    ledger: Path | str = Path(".clore-run/ledger.db")  # a file, or a postgresql:// URL
     currency: str = "CLORE-Blockchain"
+    pool: str | None = None  # a budget pool on the coordinator that every rental reserves from
+    coordinator: str | None = None
 
 
 def build(choice: BackendChoice, capacity: int, instance: str) -> tuple[Backend, Reconcile]:
@@ -57,12 +59,14 @@ def _ssh_note(tokens: set[str]) -> str:
 
 def _clore(choice: BackendChoice, capacity: int, instance: str) -> tuple[Backend, Reconcile]:
     settings = Pipeline(name="serve", jobs=(), concurrency=capacity, currency=choice.currency)
-    backend = clore_backend(settings, choice.ledger, instance)
+    backend = clore_backend(
+        settings, choice.ledger, instance, pool=choice.pool, coordinator=choice.coordinator
+    )
     client = CloreClient.from_env()  # built now: the key leaves the environment before jobs run
 
     def cancel_rentals(tokens: set[str]) -> str:
         failed = 0
-        with Ledger(choice.ledger) as ledger:
+        with open_ledger(choice.ledger) as ledger:
             for token in sorted(tokens):
                 actions = reconcile(ledger, client, dry_run=False, run_id=token)
                 failed += sum(not a.resolved for a in actions)
@@ -71,3 +75,21 @@ def _clore(choice: BackendChoice, capacity: int, instance: str) -> tuple[Backend
         return "its rental was reconciled with the ledger and cancelled"
 
     return backend, cancel_rentals
+
+
+def pool_room(choice: BackendChoice) -> Callable[[], int | None] | None:
+    """How many more servers the serve's pool has room for (None: no limit), read before a
+    claim: an instance claims no job for which the pool has no server slot. The reservation
+    itself is made per rental, when its worst-case price is known."""
+    if choice.pool is None or choice.coordinator is None:
+        return None
+    from runner.stores.pg_pools import PostgresPools
+
+    pools = PostgresPools(choice.coordinator)
+    name = choice.pool
+
+    def room() -> int | None:
+        usage = pools.usage(name)
+        return max(0, usage.settings.max_servers - usage.servers)
+
+    return room

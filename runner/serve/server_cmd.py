@@ -28,9 +28,10 @@ from typing import IO
 from runner import redact
 from runner.errors import UsageError
 from runner.process_guard import make_non_dumpable
-from runner.serve.backends import BackendChoice, build
+from runner.serve.backends import BackendChoice, build, pool_room
+from runner.serve.fleet import FleetOptions
+from runner.serve.queue_store import open_queue
 from runner.serve.service import Service, ServiceOptions
-from runner.serve.store import Store
 
 MIN_TOKEN_CHARS = 16
 _MAKE_TOKEN = (
@@ -42,10 +43,20 @@ _MAKE_TOKEN = (
 class ServeOptions:
     host: str
     port: int
-    db: Path
+    db: Path | str  # a SQLite file, or a postgresql:// URL shared by N instances
     backend: BackendChoice
     concurrency: int
     daily_spend_limit_usd: float | None
+    data_dir: Path | None = None  # logs and artifacts (default: beside a SQLite --db)
+    lease_ttl_s: float = FleetOptions.ttl_s
+
+
+def data_dir_for(db: Path | str, given: Path | None) -> Path:
+    if given is not None:
+        return given
+    if isinstance(db, Path):
+        return db.with_name(db.name + ".d")
+    return Path(".clore-run/serve.d")
 
 
 def read_token() -> str:
@@ -88,9 +99,10 @@ def run_server(options: ServeOptions) -> None:
             "pip install 'clore-run[serve]'",
         ) from None
     sock = bind(options.host, options.port)
-    lock = lock_db(options.db)
+    # One server per SQLite file; N on PostgreSQL, where leases say who holds what.
+    lock = lock_db(options.db) if isinstance(options.db, Path) else None
     instance = uuid.uuid4().hex[:12]
-    store = Store(options.db)
+    store = open_queue(options.db)
     backend, reconcile = build(options.backend, options.concurrency, instance)
     capacity = min(options.concurrency, backend.capacity() or options.concurrency)
     secrets_taken = [os.environ.pop(k, "") for k in ("CLORE_RUN_TOKEN", "CLORE_API_KEY")]
@@ -99,18 +111,23 @@ def run_server(options: ServeOptions) -> None:
         store,
         backend,
         ServiceOptions(
-            data_dir=options.db.with_name(options.db.name + ".d"),
+            data_dir=data_dir_for(options.db, options.data_dir),
             capacity=capacity,
             daily_spend_limit_usd=options.daily_spend_limit_usd,
             reconcile=reconcile,
             instance=instance,
+            fleet=FleetOptions(ttl_s=options.lease_ttl_s, pool_room=pool_room(options.backend)),
+            on_lease_lost=_end_the_server,
         ),
     )
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
     service.start()
     host, port = sock.getsockname()[:2]
+    url = f"http://{_url_host(host)}:{port}"
+    if service.shared is not None:  # where other instances send a reader of its logs
+        service.shared.set_url(instance, url)
     print(
-        f"clore-run serve: listening on http://{_url_host(host)}:{port} (db {options.db}, "
+        f"clore-run serve: listening on {url} (db {store.path}, "
         f"backend {backend.name}, concurrency {capacity}, instance {instance})",
         flush=True,
     )
@@ -127,7 +144,14 @@ def run_server(options: ServeOptions) -> None:
     finally:
         service.stop()
         store.close()
-        lock.close()
+        if lock is not None:
+            lock.close()
+
+
+def _end_the_server(why: str) -> None:
+    """The lease is lost: another instance owns this one's jobs now. Stop as on SIGTERM (the
+    hand-over kills what runs; its fenced writes land only where nobody took the job)."""
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def lock_db(db: Path) -> IO[bytes]:

@@ -37,10 +37,13 @@ from runner.core.outcome import NeedOutcome, need_outcome
 from runner.core.retry import backoff_s
 from runner.core.scheduler import OUT, Entry, Scheduler
 from runner.driver import Driver, DriverOptions
+from runner.errors import InfrastructureError
 from runner.serve import views
+from runner.serve.fleet import FencedJournal, Fleet, FleetOptions, log_elsewhere
 from runner.serve.orphans import ENV_NAME
+from runner.serve.queue_store import QueueStore, shared
 from runner.serve.quiet_console import QuietConsole
-from runner.serve.store import Store, Unsettled
+from runner.serve.store import OpenAttempt, Unsettled
 from runner.serve.submit import Prepared, check_known, with_server_ids
 
 log = logging.getLogger("clore_run.serve")
@@ -65,6 +68,8 @@ class ServiceOptions:
     backoff: Callable[[int], float] = backoff_s
     reconcile: Reconcile = lambda tokens: "nothing was left to stop"
     instance: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    fleet: FleetOptions = field(default_factory=FleetOptions)  # a shared (PostgreSQL) store
+    on_lease_lost: Callable[[str], None] = lambda why: None  # the server must end
 
 
 @dataclass(frozen=True)
@@ -80,7 +85,7 @@ class LoopNotRunning(Exception):
 class StoreJournal:
     """The queue's journal: every attempt and settlement goes to the store, as it happens."""
 
-    def __init__(self, store: Store, instance: str) -> None:
+    def __init__(self, store: QueueStore, instance: str) -> None:
         self.store = store
         self.instance = instance
 
@@ -114,7 +119,7 @@ class Service:
 
     def __init__(
         self,
-        store: Store,
+        store: QueueStore,
         backend: Backend,
         options: ServiceOptions,
         clock: Clock = SYSTEM_CLOCK,
@@ -130,11 +135,19 @@ class Service:
             QuietConsole(io.StringIO(), live=False),
             {ENV_NAME: options.instance},  # no workspace: a queue's jobs start in empty folders
         )
+        self.shared = shared(store)  # other instances work on it: claim jobs, hold a lease
+        self.fleet: Fleet | None = None
+        journal: StoreJournal | FencedJournal = StoreJournal(store, options.instance)
+        if self.shared is not None:
+            self.fleet = Fleet(
+                self.shared, options.instance, self, options.fleet, options.on_lease_lost
+            )
+            journal = FencedJournal(self.shared, options.instance, self.fleet.nudge)
         self.driver = Driver(
             Scheduler(options.capacity, options.backoff),
             backend,
             runner,
-            StoreJournal(store, options.instance),
+            journal,
             clock,
             DriverOptions(
                 must_stop=self._must_stop,
@@ -151,12 +164,20 @@ class Service:
 
     def start(self) -> None:
         now = self.clock.time()
+        if self.shared is not None and self.fleet is not None:
+            ttl_s = self.options.fleet.ttl_s
+            self.shared.join(self.options.instance, os.getpid(), self.backend.name, now, ttl_s)
+            self._thread.start()  # its jobs come from claims and take-overs, not a reload
+            self.fleet.start()
+            return
         self.store.begin_instance(self.options.instance, os.getpid(), self.backend.name, now)
         self._recover(now)
         self._thread.start()
 
     def stop(self, grace_s: float = SHUTDOWN_GRACE_S) -> None:
         """Kill what runs, hand it to the next start as queued, give every place back."""
+        if self.fleet is not None:
+            self.fleet.stop()  # claims nothing more while it hands over
         if self._thread.is_alive():
             self.driver.quit()
             self._thread.join()
@@ -174,6 +195,8 @@ class Service:
         """Store a submission and queue it. Raises SubmissionError for an unknown need."""
         # The lock keeps the loop's events in commit order: a submission needing another
         # one's jobs is always added after them.
+        if self.fleet is not None:  # whichever instance has room claims them
+            return self._submit_shared(prepared, kind, self.fleet)
         with self._submit_lock:
             check_known(prepared, self.store.known(list(prepared.external)))
             stored = self.store.submit(
@@ -188,7 +211,10 @@ class Service:
 
     def cancel(self, job_id: str) -> str:
         """'cancelled', 'cancelling' (it was running: killed), 'unknown', or 'final:<status>'."""
-        return self._ask(lambda now: self._cancel(job_id, now))
+        outcome = self._ask(lambda now: self._cancel(job_id, now))
+        if outcome == "elsewhere" and self.shared is not None:
+            return self.shared.cancel_elsewhere(job_id, self.clock.time())
+        return outcome
 
     def waiting_for(self, job_id: str) -> str | None:
         """Why a queued job does not run yet, from the scheduler's own state (None: it runs,
@@ -197,6 +223,12 @@ class Service:
 
     def now(self) -> float:
         return self.clock.time()
+
+    def log_elsewhere(self, job_id: str, path: Path) -> str | None:
+        """Where the job's log is, if another instance of a shared queue has it."""
+        if self.shared is None or path.exists():
+            return None
+        return log_elsewhere(self.shared, self.options.instance, job_id)
 
     @property
     def servers_held(self) -> int:
@@ -236,6 +268,8 @@ class Service:
 
     def _cancel(self, job_id: str, now: float) -> str:
         state = self.driver.core.state(job_id)
+        if state is None and self.shared is not None:
+            return "elsewhere"  # not this instance's: the store settles it or asks its owner
         if state is None:
             found = self.store.job(job_id)
             return "unknown" if found is None else f"final:{found[0].status}"
@@ -245,6 +279,8 @@ class Service:
     def _why_waiting(self, job_id: str, now: float) -> str | None:
         core = self.driver.core
         state = core.state(job_id)
+        if state is None and self.shared is not None:
+            return "a server to claim it (its needs settled and a free slot on any instance)"
         if state is None or state.phase in OUT:
             return None
         need = core.state(state.needs[0]) if state.needs else None
@@ -294,6 +330,14 @@ class Service:
         note = self.options.reconcile(dead) if dead else ""
         self._check_spend(now)  # before the jobs are added: adding starts what it can
         self._add([_entry(u) for u in unsettled], now)
+        self._feed_lost(unsettled, open_rows, note, now)
+
+    def _feed_lost(
+        self, unsettled: Sequence[Unsettled], open_rows: dict[str, OpenAttempt], note: str,
+        now: float,
+    ) -> None:  # fmt: skip
+        """Each running job's attempt ends `server_lost` (unless its end was recorded): the
+        retry table decides whether it runs again."""
         for u in unsettled:
             if u.row.status == "running":
                 began = open_rows[u.row.id].started_at if u.row.id in open_rows else now
@@ -302,6 +346,48 @@ class Service:
                 )
                 log.warning("job %s: attempt %d %s", u.row.id, attempt.number, attempt.message)
                 self.driver.feed(AttemptEnded(u.row.id, attempt), now)
+
+    # -- one instance among N on a shared store (the fleet thread calls these) ------------
+
+    def _submit_shared(self, prepared: Prepared, kind: str, fleet: Fleet) -> Submitted:
+        check_known(prepared, self.store.known(list(prepared.external)))
+        stored = self.store.submit(
+            kind,
+            prepared.label,
+            lambda number: with_server_ids(prepared.jobs, number),
+            self.clock.time(),
+        )
+        fleet.nudge()
+        return Submitted(tuple(job.id for _, job in stored), prepared.warnings)
+
+    def room(self) -> int:
+        """How many more jobs this instance's core takes: none while starts are held."""
+
+        def free(now: float) -> int:
+            if self.held_until is not None and now < self.held_until:
+                return 0
+            return self.options.capacity - len(self.driver.core)
+
+        return self._ask(free)
+
+    def add_claimed(self, claimed: list[Unsettled]) -> None:
+        self._ask(lambda now: self._add([_entry(u) for u in claimed], now))
+
+    def recover(
+        self, token: str, running: list[Unsettled], open_attempts: dict[str, OpenAttempt]
+    ) -> None:
+        """A dead instance's running jobs, now this one's: its backend reconciled first (its
+        processes killed, its rentals cancelled), then as a restart recovers them."""
+        note = self.options.reconcile({token})
+
+        def take(now: float) -> None:
+            self._add([_entry(u) for u in running], now)
+            self._feed_lost(running, open_attempts, note, now)
+
+        self._ask(take)
+
+    def cancel_held(self, job_id: str) -> None:
+        self._ask(lambda now: self._cancel(job_id, now))
 
     def _hand_over(self, grace_s: float) -> None:
         """At shutdown: kill running attempts; those that report in time go back to `queued`
@@ -316,9 +402,16 @@ class Service:
                 self.driver.feed(event, self.clock.time())
             else:
                 message = "interrupted: the queue server shut down"
-                self.store.end_attempt(
-                    event.job_id, _with_message(event.attempt, message), requeue=True
-                )
+                self._requeue_ended(event.job_id, _with_message(event.attempt, message))
+
+    def _requeue_ended(self, job_id: str, attempt: Attempt) -> None:
+        if self.shared is None:
+            self.store.end_attempt(job_id, attempt, requeue=True)
+            return
+        try:  # fenced: if another instance took the job already, it is that one's
+            self.shared.fenced_end_attempt(job_id, attempt, self.options.instance, requeue=True)
+        except InfrastructureError as exc:
+            log.warning("job %s: not handed over: %s", job_id, exc)
 
 
 def _entry(u: Unsettled) -> Entry:

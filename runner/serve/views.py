@@ -7,7 +7,8 @@ from typing import Any
 
 from runner.core.scheduler import JobState, Phase
 from runner.serve.api_models import AttemptView, JobDetail, JobSummary
-from runner.serve.store import JobRow, Store
+from runner.serve.queue_store import QueueStore
+from runner.serve.store import JobRow
 
 
 def summary(row: JobRow) -> JobSummary:
@@ -25,7 +26,9 @@ def summary(row: JobRow) -> JobSummary:
     )
 
 
-def detail(store: Store, row: JobRow, spec: dict[str, Any], waits_for: str | None) -> JobDetail:
+def detail(
+    store: QueueStore, row: JobRow, spec: dict[str, Any], waits_for: str | None
+) -> JobDetail:
     """`waits_for`: the scheduler's own answer to why the job has not started (`waiting_for`)."""
     attempts = [AttemptView.model_validate(a) for a in store.attempts(row.id)]
     return JobDetail(

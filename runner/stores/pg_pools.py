@@ -1,16 +1,21 @@
 """Budget pools in PostgreSQL (the words are in runner/stores/pools.py).
 
-A reservation is one short transaction: lock the pool row (`FOR NO KEY UPDATE`: reservations
-wait for each other, inserts that only reference the pool do not), lock the holder's
-lease row (`FOR SHARE`: a reaper's takeover waits for it, so it sees every reservation made
-under the old token), count the unsettled reservations from the rows themselves — expired but
-not yet reaped ones included, their servers may still bill — and insert if it fits. Times are
-the database's (`clore_run_now()`), never a client's: machines disagree, one database does not.
-Every change is also numbered in `pool_events` under the pool lock, which makes the order of
-commits visible to an audit (and to the test that replays it).
+A reservation is one short transaction, and one round trip: a function in the server
+(clore_run_reserve, made by a migration) called in a single autocommitted statement. It locks
+the pool row (`FOR NO KEY UPDATE`: reservations wait for each other, inserts that only
+reference the pool do not), locks the holder's lease row (`FOR SHARE`: a reaper's takeover
+waits for it, so it sees every reservation made under the old token), counts the unsettled
+reservations from the rows themselves — expired but not yet reaped ones included, their servers
+may still bill — and inserts if it fits. Times are the database's (`clore_run_now()`), never a
+client's: machines disagree, one database does not. Every change is also numbered in
+`pool_events` under the pool lock, which makes the order of commits visible to an audit (and to
+the test that replays it).
 
 Reapers take expired leases with `FOR UPDATE SKIP LOCKED` (two reapers never take the same one,
 and neither waits for the other) and give each a new fencing token.
+
+Grows, settles and attaches are functions too, and heartbeats a single UPDATE: a holder's
+hot path never sends BEGIN, a query, then COMMIT while other holders queue on the pool row.
 
 Each transaction is safe to run twice (runner/stores/pg.py reruns it after a lost connection):
 a reservation has a client-made key, a settle only touches an unsettled row.
@@ -38,6 +43,202 @@ from runner.stores.pools import (
     check_settings,
     refusal,
 )
+
+# What a pool holds now, from the rows themselves (the database's clock): the unsettled
+# reservations, expired-but-not-reaped holders' included (their servers may still bill), and
+# what was billed in the window: today in UTC (the settled rows since midnight, an index range),
+# or ever (the pool's running total, kept by clore_run_settle under the pool lock, so that the
+# cost of a reservation does not grow with the pool's history). No row: no such pool.
+# PL/pgSQL, not SQL: it keeps its plan for the session (PostgreSQL before 18 plans a SQL
+# function's body at every call, which costs more than running it).
+_POOL_USAGE = """CREATE FUNCTION clore_run_pool_usage(p_pool TEXT)
+    RETURNS TABLE (budget_usd DOUBLE PRECISION, per_day BOOLEAN, max_servers INTEGER,
+                   reserved_usd DOUBLE PRECISION, billed_usd DOUBLE PRECISION,
+                   servers INTEGER, holders INTEGER, expired_holders INTEGER)
+    LANGUAGE plpgsql VOLATILE AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY SELECT p.budget_usd::float8, p.per_day, p.max_servers, r.reserved::float8,
+           (CASE WHEN p.per_day THEN d.billed ELSE p.billed_usd END)::float8,
+           r.servers::integer, l.holders::integer, l.expired::integer
+    FROM pools p,
+    LATERAL (SELECT count(*) AS servers, coalesce(sum(amount_usd), 0) AS reserved
+             FROM reservations WHERE pool = p.name AND settled_at IS NULL) r,
+    LATERAL (SELECT coalesce(sum(billed_usd), 0) AS billed FROM reservations
+             WHERE p.per_day AND pool = p.name AND settled_at >=
+                 date_trunc('day', clore_run_now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC') d,
+    LATERAL (SELECT count(*) AS holders,
+                    count(*) FILTER (WHERE expires_at <= clore_run_now()) AS expired
+             FROM leases WHERE pool = p.name AND done_at IS NULL) l
+    WHERE p.name = p_pool;
+END $$"""
+
+# Is the lease still this holder's (the token not fenced, the lease not ended)? `FOR SHARE`
+# makes a reaper's takeover wait for the calling transaction, so the reaper then sees what it
+# wrote.
+_LEASE_HELD = """CREATE FUNCTION clore_run_lease_held(p_holder TEXT, p_token BIGINT)
+    RETURNS BOOLEAN LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    held BOOLEAN;
+BEGIN
+    SELECT token = p_token AND done_at IS NULL INTO held FROM leases
+        WHERE holder = p_holder FOR SHARE;
+    RETURN coalesce(held, false);
+END $$"""
+
+# Whether `amount` and one server fit: the same test, in the same float arithmetic, as
+# `refusal()` in runner/stores/pools.py, which words the refusal.
+_FITS = """CREATE FUNCTION clore_run_fits(budget DOUBLE PRECISION, max_servers INTEGER,
+    reserved DOUBLE PRECISION, billed DOUBLE PRECISION, servers INTEGER,
+    amount DOUBLE PRECISION) RETURNS BOOLEAN LANGUAGE sql IMMUTABLE AS $$
+    SELECT amount <= budget AND servers + 1 <= max_servers
+        AND reserved + billed + amount <= budget + 1e-9::float8
+$$"""
+
+# One change, numbered under the pool row's lock: `seq` is the commit order.
+_POOL_EVENT = """CREATE FUNCTION clore_run_pool_event(p_pool TEXT, p_kind TEXT,
+    p_reservation BIGINT, p_amount NUMERIC, p_held NUMERIC) RETURNS VOID LANGUAGE sql AS $$
+    WITH n AS (UPDATE pools SET events = events + 1 WHERE name = p_pool RETURNING events)
+    INSERT INTO pool_events (pool, seq, kind, reservation, amount_usd, reserved_usd, at)
+        SELECT p_pool, n.events, p_kind, p_reservation, p_amount, p_held, clore_run_now()
+        FROM n
+$$"""
+
+# A reservation. Status: reserved (the reservation's columns are set: a new one, or the one
+# this key made before, when a rerun follows a lost reply), refused (the usage columns say
+# why), lost (fenced), unknown (no such pool). First a look without the lock, so that
+# contenders waiting on a full pool are refused without queueing on its row; an admission is
+# decided again under the lock. (The statement that takes the lock is one line of its own:
+# `_unlocked()` drops it for the test that must see the overrun.)
+_RESERVE = """CREATE FUNCTION clore_run_reserve(p_holder TEXT, p_token BIGINT, p_pool TEXT,
+    p_key TEXT, p_amount DOUBLE PRECISION, p_label TEXT,
+    OUT o_status TEXT, OUT o_budget_usd DOUBLE PRECISION, OUT o_per_day BOOLEAN,
+    OUT o_max_servers INTEGER, OUT o_reserved_usd DOUBLE PRECISION,
+    OUT o_billed_usd DOUBLE PRECISION, OUT o_servers INTEGER, OUT o_holders INTEGER,
+    OUT o_expired_holders INTEGER, OUT o_id BIGINT, OUT o_amount_usd DOUBLE PRECISION,
+    OUT o_rental_id BIGINT, OUT o_label TEXT, OUT o_settled BOOLEAN,
+    OUT o_billed DOUBLE PRECISION) LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    SELECT * INTO o_budget_usd, o_per_day, o_max_servers, o_reserved_usd, o_billed_usd,
+        o_servers, o_holders, o_expired_holders FROM clore_run_pool_usage(p_pool);
+    IF NOT FOUND THEN
+        o_status := 'unknown';
+        RETURN;
+    END IF;
+    IF NOT clore_run_fits(o_budget_usd, o_max_servers, o_reserved_usd, o_billed_usd,
+                          o_servers, p_amount)
+       AND NOT EXISTS (SELECT 1 FROM reservations WHERE key = p_key) THEN
+        -- A refusal writes nothing, so a plain read tells a fenced holder (no row lock: a
+        -- lock is a write, and waiting contenders poll).
+        o_status := CASE WHEN EXISTS (SELECT 1 FROM leases WHERE holder = p_holder
+                                      AND token = p_token AND done_at IS NULL)
+                         THEN 'refused' ELSE 'lost' END;
+        RETURN;
+    END IF;
+    PERFORM 1 FROM pools WHERE name = p_pool FOR NO KEY UPDATE;
+    SELECT * INTO o_budget_usd, o_per_day, o_max_servers, o_reserved_usd, o_billed_usd,
+        o_servers, o_holders, o_expired_holders FROM clore_run_pool_usage(p_pool);
+    IF NOT clore_run_lease_held(p_holder, p_token) THEN
+        o_status := 'lost';
+        RETURN;
+    END IF;
+    SELECT id, amount_usd::float8, rental_id, label, settled_at IS NOT NULL, billed_usd::float8
+        INTO o_id, o_amount_usd, o_rental_id, o_label, o_settled, o_billed
+        FROM reservations WHERE key = p_key;
+    IF FOUND THEN
+        o_status := 'reserved';
+        RETURN;
+    END IF;
+    IF NOT clore_run_fits(o_budget_usd, o_max_servers, o_reserved_usd, o_billed_usd,
+                          o_servers, p_amount) THEN
+        o_status := 'refused';
+        RETURN;
+    END IF;
+    INSERT INTO reservations (key, pool, holder, amount_usd, label, reserved_at)
+        VALUES (p_key, p_pool, p_holder, p_amount, p_label, clore_run_now())
+        RETURNING id, amount_usd::float8, rental_id, label, false, billed_usd::float8
+        INTO o_id, o_amount_usd, o_rental_id, o_label, o_settled, o_billed;
+    PERFORM clore_run_pool_event(p_pool, 'reserve', o_id, o_amount_usd::numeric,
+                                 o_amount_usd::numeric);
+    o_status := 'reserved';
+END $$"""
+
+# More money on an unsettled reservation (its server kept for another job). Status: grown,
+# refused (the usage columns say why), missing (settled, or not this holder's), lost, unknown.
+_GROW = """CREATE FUNCTION clore_run_grow(p_holder TEXT, p_token BIGINT, p_pool TEXT,
+    p_reservation BIGINT, p_extra DOUBLE PRECISION,
+    OUT o_status TEXT, OUT o_budget_usd DOUBLE PRECISION, OUT o_per_day BOOLEAN,
+    OUT o_max_servers INTEGER, OUT o_reserved_usd DOUBLE PRECISION,
+    OUT o_billed_usd DOUBLE PRECISION, OUT o_servers INTEGER, OUT o_holders INTEGER,
+    OUT o_expired_holders INTEGER) LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    held NUMERIC;
+BEGIN
+    PERFORM 1 FROM pools WHERE name = p_pool FOR NO KEY UPDATE;
+    SELECT * INTO o_budget_usd, o_per_day, o_max_servers, o_reserved_usd, o_billed_usd,
+        o_servers, o_holders, o_expired_holders FROM clore_run_pool_usage(p_pool);
+    IF NOT FOUND THEN
+        o_status := 'unknown';
+        RETURN;
+    END IF;
+    IF NOT clore_run_lease_held(p_holder, p_token) THEN
+        o_status := 'lost';
+        RETURN;
+    END IF;
+    IF o_reserved_usd + o_billed_usd + p_extra > o_budget_usd + 1e-9::float8 THEN
+        o_status := 'refused';
+        RETURN;
+    END IF;
+    UPDATE reservations SET amount_usd = amount_usd + p_extra::numeric
+        WHERE id = p_reservation AND holder = p_holder AND settled_at IS NULL
+        RETURNING amount_usd INTO held;
+    IF NOT FOUND THEN
+        o_status := 'missing';
+        RETURN;
+    END IF;
+    PERFORM clore_run_pool_event(p_pool, 'grow', p_reservation, p_extra::numeric, held);
+    o_status := 'grown';
+END $$"""
+
+# Record what a reservation's rental was billed. Status: settled, already (settled before: a
+# rerun, or a reaper was first), lost, unknown. The pool lock keeps events in commit order.
+_SETTLE = """CREATE FUNCTION clore_run_settle(p_holder TEXT, p_token BIGINT, p_pool TEXT,
+    p_reservation BIGINT, p_billed DOUBLE PRECISION, p_by TEXT)
+    RETURNS TEXT LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    held NUMERIC;
+    billed NUMERIC;
+BEGIN
+    PERFORM 1 FROM pools WHERE name = p_pool FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        RETURN 'unknown';
+    END IF;
+    IF NOT clore_run_lease_held(p_holder, p_token) THEN
+        RETURN 'lost';
+    END IF;
+    UPDATE reservations SET settled_at = clore_run_now(), billed_usd = p_billed,
+        settled_by = p_by
+        WHERE id = p_reservation AND holder = p_holder AND settled_at IS NULL
+        RETURNING amount_usd, billed_usd INTO held, billed;
+    IF NOT FOUND THEN
+        RETURN 'already';
+    END IF;
+    UPDATE pools SET billed_usd = pools.billed_usd + billed WHERE name = p_pool;
+    PERFORM clore_run_pool_event(p_pool, 'settle', p_reservation, p_billed::numeric, held);
+    RETURN 'settled';
+END $$"""
+
+# Tie a reservation to its ledger row; false: the lease was lost.
+_ATTACH = """CREATE FUNCTION clore_run_attach(p_holder TEXT, p_token BIGINT,
+    p_reservation BIGINT, p_rental BIGINT) RETURNS BOOLEAN LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    IF NOT clore_run_lease_held(p_holder, p_token) THEN
+        RETURN false;
+    END IF;
+    UPDATE reservations SET rental_id = p_rental WHERE id = p_reservation AND holder = p_holder;
+    RETURN true;
+END $$"""
+
 
 MIGRATIONS: tuple[tuple[str, ...], ...] = (  # MIGRATIONS[n]: version n -> n + 1; append only
     (
@@ -94,6 +295,22 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (  # MIGRATIONS[n]: version n -> n + 1
             PRIMARY KEY (pool, seq)
         )""",
     ),
+    # Reservations, grows, settles and attaches as functions in the server: each is one
+    # statement, so one round trip (no BEGIN, no COMMIT, no query after query while the pool
+    # row is locked). A change to one of them is a new migration that replaces it.
+    (
+        "ALTER TABLE pools ADD COLUMN billed_usd NUMERIC(18, 6) NOT NULL DEFAULT 0",
+        """UPDATE pools SET billed_usd = (SELECT coalesce(sum(r.billed_usd), 0)
+            FROM reservations r WHERE r.pool = pools.name AND r.settled_at IS NOT NULL)""",
+        _POOL_USAGE,
+        _LEASE_HELD,
+        _FITS,
+        _POOL_EVENT,
+        _RESERVE,
+        _GROW,
+        _SETTLE,
+        _ATTACH,
+    ),
 )
 
 _SETTINGS = "name, budget_usd, per_day, max_servers"
@@ -106,12 +323,15 @@ class PostgresPools:
     def __init__(
         self, url: str, *, timeouts: Timeouts | None = None, lock_pool_row: bool = True
     ) -> None:
-        # `lock_pool_row=False` exists for one test only: it shows that, without the lock,
-        # concurrent reservations overrun the pool (the test must be able to fail).
-        self._lock_clause = "FOR NO KEY UPDATE" if lock_pool_row else ""
         self.db = PgDatabase(url, what="pool database", error=PoolError, timeouts=timeouts)
         try:
             self.db.migrate("pools", MIGRATIONS)
+            # `lock_pool_row=False` exists for one test only: it shows that, without the lock,
+            # concurrent reservations overrun the pool (the test must be able to fail).
+            self._reserve_fn = "clore_run_reserve"
+            if not lock_pool_row:
+                self.db.migrate("pools-unlocked-test", ((_unlocked(_RESERVE),),))
+                self._reserve_fn = "clore_run_reserve_unlocked"
         except PoolError:
             self.db.close()
             raise
@@ -185,7 +405,10 @@ class PostgresPools:
         return [r[0] for r in self._read("SELECT name FROM pools ORDER BY name", ())]
 
     def usage(self, name: str) -> PoolUsage:
-        return self.db.run("read a pool", lambda conn: self._usage(conn, name, lock=False))
+        rows = self._read("SELECT * FROM clore_run_pool_usage(%s)", (name,))
+        if not rows:
+            raise UnknownPool(f"no pool named {name!r}", hint="`clore-run pool show` lists them")
+        return _usage(name, rows[0])
 
     def events(self, name: str) -> list[PoolEvent]:
         rows = self._read(
@@ -229,14 +452,18 @@ class PostgresPools:
                 (lease.holder, lease.token),
             ).rowcount
 
-        return self.db.run("heartbeat a lease", beat) == 1
+        return self.db.run("heartbeat a lease", beat, one_statement=True) == 1
 
     def leave(self, lease: Lease) -> None:
         """The holder is done: with nothing unsettled the lease ends; otherwise it expires now,
         so that a reaper settles what is left without waiting out the ttl."""
 
         def end(conn: Conn) -> None:
-            self._check_lease(conn, lease)
+            held = conn.execute(
+                "SELECT clore_run_lease_held(%s, %s)", (lease.holder, lease.token)
+            ).fetchone()
+            if not (held and held[0]):
+                raise _lost(lease)
             open_ = conn.execute(
                 "SELECT count(*) FROM reservations WHERE holder = %s AND settled_at IS NULL",
                 (lease.holder,),
@@ -260,97 +487,64 @@ class PostgresPools:
         key = key or uuid.uuid4().hex
         amount_usd = math.ceil(amount_usd * 1e6) / 1e6  # the column's micro-dollars, rounded up
 
-        def take(conn: Conn) -> Reservation | Refusal:
-            # A look without the lock first: what does not fit now is refused at once, so
-            # waiting contenders poll without queueing on the pool row (a refusal is always
-            # safe; only an admission needs the lock, and is counted again under it).
-            refused = refusal(self._usage(conn, lease.pool, lock=False), amount_usd)
-            if refused is not None and self._lock_clause:
-                self._check_lease(conn, lease)
-                return refused
-            usage = self._usage(conn, lease.pool, lock=True)
-            self._check_lease(conn, lease)
-            done = conn.execute(
-                f"SELECT {_RESERVATION} FROM reservations WHERE key = %s", (key,)
-            ).fetchone()
-            if done is not None:  # this very transaction committed before its reply was lost
-                return _reservation(done)
-            refused = refusal(usage, amount_usd)
-            if refused is not None:
-                return refused
-            row = conn.execute(
-                "INSERT INTO reservations (key, pool, holder, amount_usd, label, reserved_at) "
-                f"VALUES (%s, %s, %s, %s, %s, clore_run_now()) RETURNING {_RESERVATION}",
-                (key, lease.pool, lease.holder, amount_usd, label),
-            ).fetchone()
-            assert row is not None
-            made = _reservation(row)
-            self._event(conn, lease.pool, "reserve", made.id, made.amount_usd, made.amount_usd)
-            return made
-
-        return self.db.run("reserve from a pool", take)
+        row = self._call(
+            "reserve from a pool", f"{self._reserve_fn}(%s, %s, %s, %s, %s, %s)",
+            (lease.holder, lease.token, lease.pool, key, amount_usd, label),
+        )  # fmt: skip
+        status, usage_row, made = row[0], row[1:9], row[9:]
+        self._raise_for(status, lease)
+        if status == "reserved":
+            ident, amount, rental, label_, settled, billed = made
+            return Reservation(
+                int(ident), lease.pool, lease.holder, float(amount),
+                None if rental is None else int(rental), label_, bool(settled),
+                None if billed is None else float(billed),
+            )  # fmt: skip
+        usage = _usage(lease.pool, usage_row)
+        return refusal(usage, amount_usd) or Refusal(usage, amount_usd, "pool is full", False)
 
     def grow(self, lease: Lease, reservation_id: int, extra_usd: float) -> Refusal | None:
         """Add `extra_usd` to an unsettled reservation (its server is kept for another job),
         if the pool has the money; None when it was added."""
         extra_usd = math.ceil(max(0.0, extra_usd) * 1e6) / 1e6
-
-        def add(conn: Conn) -> Refusal | None:
-            usage = self._usage(conn, lease.pool, lock=True)
-            self._check_lease(conn, lease)
-            s = usage.settings
-            if usage.committed_usd + extra_usd > s.budget_usd + 1e-9:
-                why = (
-                    f"pool {s.name}: ${usage.committed_usd:.2f} committed + ${extra_usd:.2f} "
-                    f"more > ${s.budget_usd:.2f}"
-                )
-                return Refusal(usage, extra_usd, why, ever=False)
-            row = conn.execute(
-                "UPDATE reservations SET amount_usd = amount_usd + %s WHERE id = %s "
-                "AND holder = %s AND settled_at IS NULL RETURNING amount_usd",
-                (extra_usd, reservation_id, lease.holder),
-            ).fetchone()
-            if row is None:
-                raise ValueError(f"reservation {reservation_id} is settled or not this holder's")
-            self._event(conn, lease.pool, "grow", reservation_id, extra_usd, float(row[0]))
+        row = self._call(
+            "grow a reservation", "clore_run_grow(%s, %s, %s, %s, %s)",
+            (lease.holder, lease.token, lease.pool, reservation_id, extra_usd),
+        )  # fmt: skip
+        self._raise_for(row[0], lease)
+        if row[0] == "missing":
+            raise ValueError(f"reservation {reservation_id} is settled or not this holder's")
+        if row[0] == "grown":
             return None
-
-        return self.db.run("grow a reservation", add)
+        usage = _usage(lease.pool, row[1:9])
+        why = (
+            f"pool {lease.pool}: ${usage.committed_usd:.2f} committed + ${extra_usd:.2f} "
+            f"more > ${usage.settings.budget_usd:.2f}"
+        )
+        return Refusal(usage, extra_usd, why, ever=False)
 
     def attach(self, lease: Lease, reservation_id: int, rental_id: int) -> None:
         """Tie a reservation to its ledger row (before the create is sent), so that a reaper
         settles it with what that rental was billed."""
-
-        def tie(conn: Conn) -> None:
-            self._check_lease(conn, lease)
-            conn.execute(
-                "UPDATE reservations SET rental_id = %s WHERE id = %s AND holder = %s",
-                (rental_id, reservation_id, lease.holder),
-            )
-
-        self.db.run("tie a reservation to its rental", tie)
+        row = self._call(
+            "tie a reservation to its rental", "clore_run_attach(%s, %s, %s, %s)",
+            (lease.holder, lease.token, reservation_id, rental_id),
+        )  # fmt: skip
+        if not row[0]:
+            raise _lost(lease)
 
     def settle(self, lease: Lease, reservation_id: int, billed_usd: float) -> bool:
         """Record what the reservation's rental was billed, freeing its server and the rest of
         its money. False when it was settled already (a rerun, or a reaper was first)."""
         if not billed_usd >= 0 or billed_usd == float("inf"):
             raise ValueError(f"a billed amount must be finite and >= 0, not {billed_usd}")
-
-        def settle_one(conn: Conn) -> bool:
-            self._usage(conn, lease.pool, lock=True)  # the pool lock: events in commit order
-            self._check_lease(conn, lease)
-            row = conn.execute(
-                "UPDATE reservations SET settled_at = clore_run_now(), billed_usd = %s, "
-                "settled_by = %s WHERE id = %s AND holder = %s AND settled_at IS NULL "
-                "RETURNING amount_usd",
-                (billed_usd, f"{lease.holder}#{lease.token}", reservation_id, lease.holder),
-            ).fetchone()
-            if row is None:
-                return False
-            self._event(conn, lease.pool, "settle", reservation_id, billed_usd, float(row[0]))
-            return True
-
-        return self.db.run("settle a reservation", settle_one)
+        by = f"{lease.holder}#{lease.token}"
+        row = self._call(
+            "settle a reservation", "clore_run_settle(%s, %s, %s, %s, %s, %s)",
+            (lease.holder, lease.token, lease.pool, reservation_id, billed_usd, by),
+        )  # fmt: skip
+        self._raise_for(row[0], lease)
+        return bool(row[0] == "settled")
 
     def reservations(self, holder: str, *, unsettled: bool = True) -> list[Reservation]:
         where = " AND settled_at IS NULL" if unsettled else ""
@@ -407,60 +601,24 @@ class PostgresPools:
 
     # -- plumbing --------------------------------------------------------------------------
 
-    def _usage(self, conn: Conn, name: str, *, lock: bool) -> PoolUsage:
-        clause = self._lock_clause if lock else ""
-        row = conn.execute(
-            f"SELECT {_SETTINGS} FROM pools WHERE name = %s {clause}", (name,)
-        ).fetchone()
-        if row is None:
-            raise UnknownPool(f"no pool named {name!r}", hint="`clore-run pool show` lists them")
-        settings = _settings(row)
-        counts = conn.execute(
-            "SELECT count(*) FILTER (WHERE settled_at IS NULL), "
-            "coalesce(sum(amount_usd) FILTER (WHERE settled_at IS NULL), 0), "
-            "coalesce(sum(billed_usd) FILTER (WHERE settled_at IS NOT NULL AND (NOT %s OR "
-            "settled_at >= date_trunc('day', clore_run_now() AT TIME ZONE 'UTC') "
-            "AT TIME ZONE 'UTC')), 0) FROM reservations WHERE pool = %s",
-            (settings.per_day, name),
-        ).fetchone()
-        holders = conn.execute(
-            "SELECT count(*), count(*) FILTER (WHERE expires_at <= clore_run_now()) "
-            "FROM leases WHERE pool = %s AND done_at IS NULL",
-            (name,),
-        ).fetchone()
-        assert counts is not None and holders is not None
-        return PoolUsage(
-            settings,
-            reserved_usd=float(counts[1]),
-            billed_usd=float(counts[2]),
-            servers=int(counts[0]),
-            holders=int(holders[0]),
-            expired_holders=int(holders[1]),
-        )
+    def _call(self, doing: str, call: str, args: Sequence[Any]) -> tuple[Any, ...]:
+        """One function call: one statement, one round trip; its one row."""
 
-    def _check_lease(self, conn: Conn, lease: Lease) -> None:
-        """Refuse a fenced holder. `FOR SHARE` makes a reaper's takeover wait for this
-        transaction, so the reaper then sees what it wrote."""
-        row = conn.execute(
-            "SELECT token, done_at IS NOT NULL FROM leases WHERE holder = %s FOR SHARE",
-            (lease.holder,),
-        ).fetchone()
-        if row is None or int(row[0]) != lease.token or row[1]:
-            raise LeaseLost(
-                f"the lease of {lease.holder} on pool {lease.pool} was taken over "
-                f"(token {lease.token} is stale): it stopped renting",
-                hint="its heartbeat stalled past the lease's ttl; a reaper is settling its rentals",
+        def run(conn: Conn) -> tuple[Any, ...]:
+            row = conn.execute(f"SELECT * FROM {call}".encode(), args).fetchone()
+            assert row is not None
+            return tuple(row)
+
+        return self.db.run(doing, run, one_statement=True)
+
+    @staticmethod
+    def _raise_for(status: str, lease: Lease) -> None:
+        if status == "lost":
+            raise _lost(lease)
+        if status == "unknown":
+            raise UnknownPool(
+                f"no pool named {lease.pool!r}", hint="`clore-run pool show` lists them"
             )
-
-    def _event(
-        self, conn: Conn, pool: str, kind: str, reservation: int, amount: float, held: float
-    ) -> None:
-        conn.execute(
-            "WITH n AS (UPDATE pools SET events = events + 1 WHERE name = %s RETURNING events) "
-            "INSERT INTO pool_events (pool, seq, kind, reservation, amount_usd, reserved_usd, "
-            "at) SELECT %s, n.events, %s, %s, %s, %s, clore_run_now() FROM n",
-            (pool, pool, kind, reservation, amount, held),
-        )
 
     def _read(self, query: str, args: Sequence[Any]) -> list[tuple[Any, ...]]:
         def read(conn: Conn) -> list[tuple[Any, ...]]:
@@ -471,6 +629,32 @@ class PostgresPools:
 
 def _settings(row: Sequence[Any]) -> PoolSettings:
     return PoolSettings(str(row[0]), float(row[1]), bool(row[2]), int(row[3]))
+
+
+def _usage(name: str, row: Sequence[Any]) -> PoolUsage:
+    """A PoolUsage from clore_run_pool_usage()'s columns."""
+    budget, per_day, max_servers, reserved, billed, servers, holders, expired = row
+    return PoolUsage(
+        PoolSettings(name, float(budget), bool(per_day), int(max_servers)),
+        reserved_usd=float(reserved), billed_usd=float(billed), servers=int(servers),
+        holders=int(holders), expired_holders=int(expired),
+    )  # fmt: skip
+
+
+def _lost(lease: Lease) -> LeaseLost:
+    """The refusal of a fenced holder."""
+    return LeaseLost(
+        f"the lease of {lease.holder} on pool {lease.pool} was taken over "
+        f"(token {lease.token} is stale): it stopped renting",
+        hint="its heartbeat stalled past the lease's ttl; a reaper is settling what it held",
+    )
+
+
+def _unlocked(function: str) -> str:
+    """The reservation function without its pool-row lock, under a name of its own."""
+    lock = "    PERFORM 1 FROM pools WHERE name = p_pool FOR NO KEY UPDATE;\n"
+    assert lock in function
+    return function.replace(lock, "").replace("clore_run_reserve(", "clore_run_reserve_unlocked(")
 
 
 def _reservation(row: Sequence[Any]) -> Reservation:

@@ -172,6 +172,7 @@ _ENTRY = (
 class ServeProcess:
     proc: subprocess.Popen[str]
     api: Api
+    instance: str = ""  # the token it printed (its lease's, on a shared queue)
 
     def kill(self) -> None:
         self.proc.kill()
@@ -200,7 +201,7 @@ def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
     )
 
 
-def start_serve(db: Path, *extra: str, token: str = TOKEN) -> ServeProcess:
+def start_serve(db: Path | str, *extra: str, token: str = TOKEN) -> ServeProcess:
     """`clore-run serve --port 0` in a subprocess; its URL from its first line of output."""
     proc = subprocess.Popen(
         [sys.executable, "-c", _ENTRY, "serve", "--port", "0", "--db", str(db), *extra],
@@ -215,4 +216,5 @@ def start_serve(db: Path, *extra: str, token: str = TOKEN) -> ServeProcess:
     if match is None:
         proc.kill()
         raise AssertionError(f"serve did not start: {line!r}")
-    return ServeProcess(proc, Api(match.group(1)))
+    token_said = re.search(r"instance (\w+)\)", line)
+    return ServeProcess(proc, Api(match.group(1)), token_said.group(1) if token_said else "")

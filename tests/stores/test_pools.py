@@ -78,6 +78,11 @@ def test_a_retried_reservation_with_its_key_is_counted_once(pools: PostgresPools
     first = _reserve(pools, lease, 1.0, key="k-1")
     again = _reserve(pools, lease, 1.0, key="k-1")
     assert again == first and pools.usage("org").servers == 1
+    # The pool full now (its own reservation among the two): a rerun after a lost reply
+    # still finds what it made, rather than a refusal that would orphan it.
+    _reserve(pools, lease, 1.0, key="k-2")
+    assert _reserve(pools, lease, 1.0, key="k-1") == first
+    assert pools.usage("org").servers == 2
 
 
 def test_a_taken_lease_fences_its_old_holder(pg_url: str, pools: PostgresPools) -> None:
@@ -143,6 +148,9 @@ def test_the_daily_window_turns_at_midnight_utc_on_the_database_clock(pg_url: st
     assert isinstance(refused, Refusal)
     after.settle(lease, held.id, 1.0)  # settled after midnight: today's bill
     assert after.usage("daily").billed_usd == 1.0
+    # As a total budget, every bill counts, whatever its day.
+    after.set("daily", per_day=False)
+    assert after.usage("daily").billed_usd == 7.0
 
 
 def test_a_session_stalled_in_a_transaction_is_ended_and_its_lock_released(
@@ -189,7 +197,7 @@ def test_five_processes_migrating_an_empty_database_at_once(pg_url: str) -> None
     assert [p.returncode for p in procs] == [0] * 5, errors
     with psycopg.connect(pg_url) as conn:
         rows = conn.execute("SELECT component, version FROM clore_run_schema ORDER BY 1")
-        assert rows.fetchall() == [("ledger", 1), ("pools", 1)]
+        assert rows.fetchall() == [("ledger", 1), ("pools", 2)]
 
 
 def test_a_kept_server_grows_its_reservation_only_if_the_money_is_there(

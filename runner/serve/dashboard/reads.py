@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from runner.serve.store import FINAL, STATUSES, JobMatch, JobRow, Store
+from runner.serve.queue_store import QueueStore
+from runner.serve.store import FINAL, STATUSES, JobMatch, JobRow
 
 PAGE_SIZE = 50
 MAX_PAGE_SIZE = 200
@@ -23,7 +24,7 @@ SPEND_DAYS = 30
 class Queue(Protocol):
     """The service as the dashboard sees it."""
 
-    store: Store
+    store: QueueStore
 
     def now(self) -> float: ...
 

@@ -1,0 +1,238 @@
+"""One `serve` instance among N on one PostgreSQL queue: its lease, its claims, its take-overs.
+
+A thread of its own, beside the scheduling loop, does in turn:
+- heartbeat the instance's lease every ttl/3. Refused (it expired, or another instance took it)
+  means this instance no longer owns its jobs: `on_lost` ends the server, whose hand-over kills
+  what runs (the writes it then makes are fenced, so they land only if nobody took them yet);
+- take instances whose lease expired (one taker each, SKIP LOCKED) and recover them as a
+  restart recovers the last server: reconcile the backend (local orphans killed, rentals
+  cancelled per the ledger), then record each running attempt `server_lost` and let the retry
+  table requeue the job in this instance's core;
+- pass on cancel requests other instances took for jobs this one holds;
+- claim runnable jobs up to the free room in its core (SKIP LOCKED: instances never wait on
+  each other's claims, nor take the same job) and add them to the core.
+It sleeps until the next beat or `poll_s`, or until woken: by a NOTIFY (a submission or a
+settlement somewhere), or by its own core settling a job (room for the next one).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from runner.core.model import Attempt, Job, JobResult
+from runner.errors import InfrastructureError
+from runner.serve.queue_store import SharedQueueStore
+from runner.serve.store import OpenAttempt, Unsettled
+
+if TYPE_CHECKING:
+    from runner.backends.base import Place
+
+log = logging.getLogger("clore_run.serve")
+
+
+@dataclass(frozen=True)
+class FleetOptions:
+    ttl_s: float = 30.0  # a dead instance's jobs wait this long (at most) for another one
+    poll_s: float = 1.0  # claims are looked for at least this often, NOTIFY or not
+    # Servers the serve's budget pool still has room for (None: no pool, or no limit).
+    pool_room: Callable[[], int | None] | None = None
+
+
+class FencedJournal:
+    """The queue's journal for a shared store: every write names this instance as the owner,
+    so a write after another instance took the job is refused (LeaseLost), never applied."""
+
+    def __init__(self, store: SharedQueueStore, instance: str, settled: Callable[[], None]):
+        self.store = store
+        self.instance = instance
+        self._settled = settled
+
+    def batch(self) -> AbstractContextManager[None]:
+        return self.store.batch()
+
+    def attempt_started(self, job: Job, number: int, now: float) -> None:
+        self.store.fenced_start_attempt(job.id, number, self.instance, now)
+        log.info("job %s started (attempt %d)", job.id, number)
+
+    def attempt_placed(self, job: Job, number: int, place: Place, now: float) -> None:
+        self.store.place_attempt(job.id, number, place.name, place.facts, place.usd_per_hour)
+
+    def attempt_ended(self, job: Job, attempt: Attempt) -> None:
+        self.store.fenced_end_attempt(job.id, attempt, self.instance)
+
+    def requeued(self, job: Job, at: float, retries_used: int, infra_used: int) -> None:
+        self.store.fenced_requeue(job.id, at, retries_used, infra_used, self.instance)
+
+    def waits_until(self, job: Job, at: float) -> None:
+        return None
+
+    def settled(self, job: Job, result: JobResult, now: float) -> None:
+        self.store.fenced_settle(result, now, self.instance)
+        log.info("job %s %s %s", job.id, result.status.value, result.reason)
+        self._settled()
+
+
+class Fleet:
+    """The instance's thread of lease, take-overs and claims. `hooks` are the service's."""
+
+    def __init__(
+        self,
+        store: SharedQueueStore,
+        instance: str,
+        hooks: FleetHooks,
+        options: FleetOptions,
+        on_lost: Callable[[str], None],
+    ) -> None:
+        self.store = store
+        self.instance = instance
+        self.hooks = hooks
+        self.options = options
+        self.on_lost = on_lost
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="serve-fleet", daemon=True)
+        self._listener = Listener(store, self._wake, options.poll_s)
+        self.lost = False
+
+    def start(self) -> None:
+        self._thread.start()
+        self._listener.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        self._listener.stop()
+        if self._thread.is_alive():
+            self._thread.join(timeout=30)
+
+    def nudge(self) -> None:
+        self._wake.set()
+
+    def _run(self) -> None:
+        next_beat = 0.0
+        good_beat = time.monotonic()
+        while not self._stop.is_set():
+            if time.monotonic() >= next_beat:
+                next_beat = time.monotonic() + self.options.ttl_s / 3
+                good_beat = self._beat(good_beat)
+                if self.lost:
+                    return
+            for step in (self._take_over, self._pass_cancels, self._claim):
+                if self._stop.is_set():
+                    return
+                try:
+                    step()
+                except (InfrastructureError, TimeoutError) as exc:
+                    log.warning("clore-run serve: %s", exc)
+            self._wake.wait(max(0.0, min(self.options.poll_s, next_beat - time.monotonic())))
+            self._wake.clear()
+
+    def _beat(self, good_beat: float) -> float:
+        try:
+            if self.store.heartbeat(self.instance, self.options.ttl_s):
+                return time.monotonic()
+            self._lose("its lease was taken by another server (it expired)")
+        except InfrastructureError as exc:
+            log.warning("clore-run serve: cannot renew the lease: %s", exc)
+            if time.monotonic() - good_beat > self.options.ttl_s:
+                self._lose(f"its lease could not be renewed for {self.options.ttl_s:g} s")
+        return good_beat
+
+    def _lose(self, why: str) -> None:
+        self.lost = True
+        log.error("clore-run serve: instance %s stops: %s", self.instance, why)
+        self.on_lost(why)
+
+    def _take_over(self) -> None:
+        for taken in self.store.take_dead(self.instance):
+            log.warning(
+                "server %s is gone (lease expired): taking its %d running job(s)",
+                taken.token,
+                len(taken.running),
+            )
+            if taken.running:
+                self.hooks.recover(taken.token, taken.running, taken.open_attempts)
+
+    def _pass_cancels(self) -> None:
+        for job_id in self.store.cancel_requests(self.instance):
+            self.hooks.cancel_held(job_id)
+
+    def _claim(self) -> None:
+        room = self.hooks.room()
+        if room > 0 and self.options.pool_room is not None:
+            pool_room = self.options.pool_room()  # no job claimed without a server slot
+            room = room if pool_room is None else min(room, pool_room)
+        if room <= 0:
+            return
+        claimed = self.store.claim(self.instance, room, self.hooks.now())
+        if claimed:
+            self.hooks.add_claimed(claimed)
+
+
+class FleetHooks(Protocol):
+    """What the fleet thread asks of the service (each runs on the scheduling loop)."""
+
+    def room(self) -> int: ...
+
+    def now(self) -> float: ...
+
+    def add_claimed(self, claimed: list[Unsettled]) -> None: ...
+
+    def recover(
+        self, token: str, running: list[Unsettled], open_attempts: dict[str, OpenAttempt]
+    ) -> None: ...
+
+    def cancel_held(self, job_id: str) -> None: ...
+
+
+class Listener:
+    """LISTEN on the queue's channel in a connection of its own; each notification wakes the
+    fleet. Only a hint: lost (connection down, server restarted), the poll still finds work."""
+
+    def __init__(self, store: SharedQueueStore, wake: threading.Event, poll_s: float) -> None:
+        self.url = store.url
+        self.wake = wake
+        self.poll_s = poll_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="serve-listen", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=self.poll_s + 10)
+
+    def _run(self) -> None:
+        import psycopg
+
+        from runner.stores.pg_queue import CHANNEL
+
+        while not self._stop.is_set():
+            try:
+                with psycopg.connect(self.url, autocommit=True, connect_timeout=5) as conn:
+                    conn.execute(f"LISTEN {CHANNEL}")
+                    while not self._stop.is_set():
+                        for _ in conn.notifies(timeout=self.poll_s, stop_after=1):
+                            self.wake.set()
+            except psycopg.Error:
+                self._stop.wait(self.poll_s)  # the poll goes on meanwhile
+
+
+def log_elsewhere(store: SharedQueueStore, instance: str, job_id: str) -> str | None:
+    """Where a job's log is when this instance has none of it: with the instance that holds
+    the job (or ran its last attempt). None: nobody ran it yet, or it is this one's."""
+    where = store.whereabouts(job_id)
+    if where.owner is None or where.owner == instance:
+        return None
+    at = f" at {where.url}" if where.url else ""
+    tail = "" if where.alive else " (that server has stopped: its log stays on its host)"
+    fetch = f": GET {where.url}/jobs/{job_id}/log" if where.url and where.alive else ""
+    return f"job {job_id} runs on server {where.owner}{at}; its log is there{fetch}{tail}"

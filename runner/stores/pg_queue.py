@@ -1,0 +1,800 @@
+"""The queue's PostgreSQL store: what runner/serve/store.py keeps in SQLite, shared by N `serve`
+instances on one database.
+
+The rows and reads are the SQLite store's. What sharing adds:
+- every job has an `owner` (the instance whose scheduling core holds it, None while nobody
+  does). An instance claims runnable jobs (queued, unowned, due, every need settled) with
+  `FOR UPDATE SKIP LOCKED`: two instances claiming at once take different rows, neither waits.
+- instances hold leases (`expires_at`, on the database's clock) that they heartbeat; the
+  instance token, new at every start, is the fencing token: every write the scheduling loop
+  makes names it (`owner = me`), so once another instance has taken a dead one's jobs, a late
+  write of the dead one touches no row and raises LeaseLost.
+- an instance whose lease expired is taken (SKIP LOCKED again, one taker) by another: its
+  queued jobs become unowned, its running ones become the taker's, who records their attempts
+  as lost and retries them by the retry table (runner/serve/fleet.py).
+- `NOTIFY clore_run_queue` after a submission, a settlement and a release wakes the others;
+  they poll behind it, so a lost notification costs a poll interval, never a job.
+A transaction is run again after a lost connection (runner/stores/pg.py), so each is safe to
+repeat: a submission and a claim carry a key of their own and find their first landing.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from runner.core.model import Attempt, Job, JobResult, JobStatus
+from runner.serve.codec import dumps, failure_from, job_from_json, job_to_json
+from runner.serve.store import (
+    FINAL,
+    STATUSES,
+    JobMatch,
+    JobRow,
+    OpenAttempt,
+    StoreError,
+    Unsettled,
+)
+from runner.stores.pg import Conn, PgDatabase, Timeouts
+from runner.stores.target import redact_url
+
+CHANNEL = "clore_run_queue"
+_STATUS_LIST = ", ".join(f"'{s}'" for s in STATUSES)
+_FINAL_LIST = ", ".join(f"'{s}'" for s in FINAL)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (  # MIGRATIONS[n]: version n -> n + 1; append only
+    (
+        """CREATE TABLE queue_submissions (
+            id BIGSERIAL PRIMARY KEY,
+            key TEXT NOT NULL UNIQUE,
+            kind TEXT NOT NULL,
+            label TEXT NOT NULL,
+            submitted_at DOUBLE PRECISION NOT NULL
+        )""",
+        f"""CREATE TABLE queue_jobs (
+            seq BIGSERIAL PRIMARY KEY,
+            id TEXT NOT NULL UNIQUE,
+            submission BIGINT NOT NULL REFERENCES queue_submissions (id),
+            name TEXT NOT NULL,
+            spec TEXT NOT NULL,
+            status TEXT NOT NULL CHECK (status IN ({_STATUS_LIST})),
+            priority TEXT NOT NULL,
+            rank INTEGER NOT NULL,
+            submitted_at DOUBLE PRECISION NOT NULL,
+            first_started_at DOUBLE PRECISION,
+            finished_at DOUBLE PRECISION,
+            reason TEXT NOT NULL DEFAULT '',
+            attempts INTEGER NOT NULL DEFAULT 0,
+            cost_usd DOUBLE PRECISION NOT NULL DEFAULT 0,
+            retries_used INTEGER NOT NULL DEFAULT 0,
+            infra_used INTEGER NOT NULL DEFAULT 0,
+            retry_at DOUBLE PRECISION,
+            not_before DOUBLE PRECISION,
+            failure_origin TEXT NOT NULL DEFAULT '',
+            owner TEXT,
+            claim TEXT,
+            cancel_requested BOOLEAN NOT NULL DEFAULT false
+        )""",
+        "CREATE INDEX queue_jobs_by_status ON queue_jobs (status, seq)",
+        "CREATE INDEX queue_jobs_claimable ON queue_jobs (rank DESC, seq) "
+        "WHERE status = 'queued' AND owner IS NULL",
+        "CREATE INDEX queue_jobs_owned ON queue_jobs (owner) WHERE status IN ('queued', 'running')",
+        "CREATE INDEX queue_jobs_claim ON queue_jobs (claim)",
+        """CREATE TABLE queue_needs (
+            job TEXT NOT NULL,
+            need TEXT NOT NULL,
+            PRIMARY KEY (job, need)
+        )""",
+        """CREATE TABLE queue_attempts (
+            job_id TEXT NOT NULL REFERENCES queue_jobs (id),
+            number INTEGER NOT NULL,
+            instance TEXT NOT NULL,
+            started_at DOUBLE PRECISION NOT NULL,
+            finished_at DOUBLE PRECISION,
+            exit_code INTEGER,
+            failure TEXT,
+            message TEXT NOT NULL DEFAULT '',
+            server TEXT NOT NULL DEFAULT '',
+            cost_usd DOUBLE PRECISION NOT NULL DEFAULT 0,
+            facts TEXT NOT NULL DEFAULT '{}',
+            PRIMARY KEY (job_id, number)
+        )""",
+        "CREATE INDEX queue_attempts_by_end ON queue_attempts (finished_at)",
+        """CREATE TABLE queue_instances (
+            token TEXT PRIMARY KEY,
+            pid INTEGER NOT NULL,
+            backend TEXT NOT NULL,
+            url TEXT NOT NULL DEFAULT '',
+            started_at DOUBLE PRECISION NOT NULL,
+            stopped_at DOUBLE PRECISION,
+            expires_at TIMESTAMPTZ NOT NULL,
+            taken_by TEXT,
+            taken_key TEXT
+        )""",
+        "CREATE INDEX queue_instances_live ON queue_instances (expires_at) WHERE taken_by IS NULL",
+    ),
+)
+
+_SUMMARY = (
+    "seq, id, submission, name, status, priority, submitted_at, first_started_at, finished_at, "
+    "reason, attempts, cost_usd, retries_used, infra_used, retry_at"
+)
+_ATTEMPT_KEYS = (
+    "number", "instance", "started_at", "finished_at", "exit_code", "failure", "message",
+    "server", "cost_usd",
+)  # fmt: skip
+_OWNED = "EXISTS (SELECT 1 FROM queue_jobs o WHERE o.id = %(job)s AND o.owner = %(me)s)"
+
+
+class LeaseLost(StoreError):
+    """This instance no longer owns the job: its lease expired and another took its work."""
+
+
+@dataclass(frozen=True)
+class Taken:
+    """A dead instance's work, now the taker's: the jobs it was running, their open attempts."""
+
+    token: str
+    running: list[Unsettled]
+    open_attempts: dict[str, OpenAttempt]
+
+
+@dataclass(frozen=True)
+class Whereabouts:
+    """Who holds a job and where that instance said it listens."""
+
+    owner: str | None
+    url: str
+    alive: bool
+
+
+class PostgresQueue:
+    """The queue in the database at `url`. Thread-safe. `shared` tells the service that other
+    instances may work on the same rows (so jobs are claimed, not all loaded at start)."""
+
+    shared = True
+
+    def __init__(
+        self, url: str, *, timeouts: Timeouts | None = None, skip_locked: bool = True
+    ) -> None:
+        # `skip_locked=False` exists for one test only: it shows that without the row locks
+        # of a claim, two instances take the same job (the test must be able to fail).
+        self._claim_lock = "FOR UPDATE OF j SKIP LOCKED" if skip_locked else ""
+        self.url = url
+        self.path = redact_url(url)  # what messages name (server_cmd prints it)
+        self.db = PgDatabase(url, what="queue database", error=StoreError, timeouts=timeouts)
+        self._batch = threading.local()
+        try:
+            self.db.migrate("queue", MIGRATIONS)
+        except StoreError:
+            self.db.close()
+            raise
+
+    def close(self) -> None:
+        self.db.close()
+
+    # -- instances -------------------------------------------------------------------------
+
+    def begin_instance(self, token: str, pid: int, backend: str, now: float) -> None:
+        self.join(token, pid, backend, now, 30.0)
+
+    def join(self, token: str, pid: int, backend: str, now: float, ttl_s: float) -> None:
+        """Record the instance with a lease of `ttl_s` on the database's clock."""
+        url = ""
+
+        def insert(conn: Conn) -> None:
+            conn.execute(
+                "INSERT INTO queue_instances (token, pid, backend, url, started_at, expires_at) "
+                "VALUES (%s, %s, %s, %s, %s, now() + make_interval(secs => %s)) "
+                "ON CONFLICT (token) DO NOTHING",
+                (token, pid, backend, url, now, ttl_s),
+            )
+
+        self.db.run("record the server start", insert)
+
+    def set_url(self, token: str, url: str) -> None:
+        self._write(
+            "record where the server listens",
+            "UPDATE queue_instances SET url = %s WHERE token = %s",
+            (url, token),
+        )
+
+    def heartbeat(self, token: str, ttl_s: float) -> bool:
+        """Extend the lease; False once it was taken (or never was), the caller must stop."""
+
+        def beat(conn: Conn) -> int:
+            cursor = conn.execute(
+                "UPDATE queue_instances SET expires_at = now() + make_interval(secs => %s) "
+                "WHERE token = %s AND taken_by IS NULL AND stopped_at IS NULL "
+                "AND expires_at > now()",
+                (ttl_s, token),
+            )
+            return cursor.rowcount
+
+        return self.db.run("renew the server's lease", beat) == 1
+
+    def end_instance(self, token: str, now: float) -> None:
+        """A clean stop: its queued jobs go back to everyone, its lease ends now (a running
+        job it could not hand over is recovered by whoever takes it next)."""
+
+        def end(conn: Conn) -> None:
+            conn.execute(
+                "UPDATE queue_jobs SET owner = NULL, claim = NULL "
+                "WHERE owner = %s AND status = 'queued'",
+                (token,),
+            )
+            conn.execute(
+                "UPDATE queue_instances SET stopped_at = %s, expires_at = now() "
+                "WHERE token = %s AND taken_by IS NULL",
+                (now, token),
+            )
+            conn.execute(f"NOTIFY {CHANNEL}")
+
+        self.db.run("record the server stop", end)
+
+    def take_dead(self, taker: str, limit: int = 5) -> list[Taken]:
+        """Take instances whose lease expired: one taker each (SKIP LOCKED), in one
+        transaction with their jobs (queued ones to everyone, running ones to the taker)."""
+        key = uuid.uuid4().hex
+
+        def take(conn: Conn) -> list[Taken]:
+            tokens = [
+                r[0]
+                for r in conn.execute(
+                    "SELECT token FROM queue_instances WHERE taken_key = %s", (key,)
+                ).fetchall()
+            ]  # a landed first try, when the reply to its COMMIT was lost
+            if not tokens:
+                tokens = [
+                    r[0]
+                    for r in conn.execute(
+                        "SELECT token FROM queue_instances WHERE taken_by IS NULL "
+                        "AND expires_at < now() AND token <> %s "
+                        "ORDER BY expires_at LIMIT %s FOR UPDATE SKIP LOCKED",
+                        (taker, limit),
+                    ).fetchall()
+                ]
+            return [self._take_one(conn, taker, key, token) for token in tokens]
+
+        taken = self.db.run("take the work of a dead server", take)
+        return taken
+
+    def _take_one(self, conn: Conn, taker: str, key: str, token: str) -> Taken:
+        conn.execute(
+            "UPDATE queue_instances SET taken_by = %s, taken_key = %s, "
+            "stopped_at = coalesce(stopped_at, extract(epoch FROM now())) WHERE token = %s",
+            (taker, key, token),
+        )
+        conn.execute(
+            "UPDATE queue_jobs SET owner = NULL, claim = NULL "
+            "WHERE owner = %s AND status = 'queued'",
+            (token,),
+        )
+        rows = conn.execute(
+            f"UPDATE queue_jobs SET owner = %s, claim = %s WHERE owner IN (%s, %s) "
+            f"AND status = 'running' AND (owner = %s OR claim = %s) RETURNING {_SUMMARY}, spec",
+            (taker, key, token, taker, token, key),
+        ).fetchall()
+        running = sorted((_unsettled(r) for r in rows), key=lambda u: u.row.seq)
+        ids = [u.row.id for u in running]
+        opened = conn.execute(
+            "SELECT job_id, number, instance, started_at FROM queue_attempts "
+            "WHERE finished_at IS NULL AND job_id = ANY(%s)",
+            (ids,),
+        ).fetchall()
+        if rows:
+            conn.execute(f"NOTIFY {CHANNEL}")
+        return Taken(token, running, {r[0]: OpenAttempt(*r) for r in opened})
+
+    def live_instances(self) -> list[tuple[str, str]]:
+        """(token, url) of the instances whose lease runs."""
+        rows = self._read(
+            "SELECT token, url FROM queue_instances WHERE taken_by IS NULL "
+            "AND stopped_at IS NULL AND expires_at > now() ORDER BY started_at",
+            (),
+        )
+        return [(str(t), str(u)) for t, u in rows]
+
+    # -- claims ----------------------------------------------------------------------------
+
+    def claim(self, token: str, limit: int, now: float) -> list[Unsettled]:
+        """Up to `limit` runnable jobs for `token`: queued, nobody's, due (retry time and
+        not-before at or before `now`, the instances' own clock, as the core's timers are),
+        every need settled. Highest priority first, then submission order."""
+        if limit <= 0:
+            return []
+        key = uuid.uuid4().hex
+
+        def take(conn: Conn) -> list[Unsettled]:
+            rows = conn.execute(
+                f"SELECT {_SUMMARY}, spec FROM queue_jobs WHERE claim = %s AND owner = %s",
+                (key, token),
+            ).fetchall()
+            if rows:
+                return [_unsettled(r) for r in rows]
+            rows = conn.execute(
+                f"""UPDATE queue_jobs SET owner = %(me)s, claim = %(key)s WHERE seq IN (
+                    SELECT j.seq FROM queue_jobs j
+                    WHERE j.status = 'queued' AND j.owner IS NULL
+                    AND (j.retry_at IS NULL OR j.retry_at <= %(now)s)
+                    AND (j.not_before IS NULL OR j.not_before <= %(now)s)
+                    AND NOT EXISTS (
+                        SELECT 1 FROM queue_needs n JOIN queue_jobs d ON d.id = n.need
+                        WHERE n.job = j.id AND d.status IN ('queued', 'running'))
+                    ORDER BY j.rank DESC, j.seq
+                    LIMIT %(limit)s
+                    {self._claim_lock}
+                ) RETURNING {_SUMMARY}, spec""",
+                {"me": token, "key": key, "now": now, "limit": limit},
+            ).fetchall()
+            return [_unsettled(r) for r in rows]
+
+        claimed = self.db.run("claim jobs", take)
+        return sorted(claimed, key=lambda u: (-u.job.priority, u.row.seq))
+
+    def cancel_requests(self, token: str) -> list[str]:
+        """Jobs this instance holds that another instance was asked to cancel."""
+        rows = self._read(
+            "SELECT id FROM queue_jobs WHERE owner = %s AND cancel_requested "
+            "AND status IN ('queued', 'running')",
+            (token,),
+        )
+        self._write(
+            "take the cancel requests",
+            "UPDATE queue_jobs SET cancel_requested = false WHERE id = ANY(%s)",
+            ([r[0] for r in rows],),
+        )
+        return [str(r[0]) for r in rows]
+
+    def cancel_elsewhere(self, job_id: str, now: float) -> str:
+        """Cancel a job this instance does not hold: a queued one nobody holds is settled
+        here; one another instance holds gets a request its owner acts on. As
+        Service.cancel: 'cancelled', 'cancelling', 'unknown' or 'final:<status>'."""
+
+        def cancel(conn: Conn) -> str:
+            row = conn.execute(
+                "SELECT status, owner FROM queue_jobs WHERE id = %s FOR UPDATE", (job_id,)
+            ).fetchone()
+            if row is None:
+                return "unknown"
+            status, owner = row
+            if status in FINAL:
+                return f"final:{status}"
+            if owner is None:
+                conn.execute(
+                    "UPDATE queue_jobs SET status = 'cancelled', reason = 'cancelled by request', "
+                    "finished_at = %s, retry_at = NULL, failure_origin = id WHERE id = %s",
+                    (now, job_id),
+                )
+                conn.execute(f"NOTIFY {CHANNEL}")
+                return "cancelled"
+            conn.execute("UPDATE queue_jobs SET cancel_requested = true WHERE id = %s", (job_id,))
+            conn.execute(f"NOTIFY {CHANNEL}")
+            return "cancelling"
+
+        return self.db.run("cancel a job", cancel)
+
+    def whereabouts(self, job_id: str) -> Whereabouts:
+        rows = self._read(
+            "SELECT coalesce(j.owner, a.instance), coalesce(i.url, ''), "
+            "coalesce(i.taken_by IS NULL AND i.stopped_at IS NULL AND i.expires_at > now(), "
+            "false) FROM queue_jobs j "
+            "LEFT JOIN queue_attempts a ON a.job_id = j.id AND a.number = j.attempts "
+            "LEFT JOIN queue_instances i ON i.token = coalesce(j.owner, a.instance) "
+            "WHERE j.id = %s",
+            (job_id,),
+        )
+        if not rows:
+            return Whereabouts(None, "", False)
+        owner, url, alive = rows[0]
+        return Whereabouts(owner, str(url), bool(alive))
+
+    def notify(self) -> None:
+        self._write("wake the other servers", f"NOTIFY {CHANNEL}", ())
+
+    # -- submissions -----------------------------------------------------------------------
+
+    def submit(
+        self, kind: str, label: str, make: Callable[[int], Sequence[Job]], now: float
+    ) -> list[tuple[int, Job]]:
+        key = uuid.uuid4().hex
+
+        def insert(conn: Conn) -> list[tuple[int, Job]]:
+            found = conn.execute(
+                "SELECT id FROM queue_submissions WHERE key = %s", (key,)
+            ).fetchone()
+            if found is not None:  # a landed first try: its jobs, not a second copy
+                rows = conn.execute(
+                    "SELECT seq, spec FROM queue_jobs WHERE submission = %s ORDER BY seq",
+                    (found[0],),
+                ).fetchall()
+                return [(int(s), job_from_json(json.loads(spec))) for s, spec in rows]
+            row = conn.execute(
+                "INSERT INTO queue_submissions (key, kind, label, submitted_at) "
+                "VALUES (%s, %s, %s, %s) RETURNING id",
+                (key, kind, label, now),
+            ).fetchone()
+            assert row is not None
+            number = int(row[0])
+            out = []
+            jobs = list(make(number))
+            with conn.cursor() as cursor:
+                for job in jobs:
+                    seq = cursor.execute(
+                        "INSERT INTO queue_jobs (id, submission, name, spec, status, priority, "
+                        "rank, submitted_at, not_before) "
+                        "VALUES (%s, %s, %s, %s, 'queued', %s, %s, %s, %s) RETURNING seq",
+                        (
+                            job.id, number, job.name, dumps(job_to_json(job)),
+                            job.priority.name.lower(), int(job.priority), now, job.not_before,
+                        ),
+                    ).fetchone()  # fmt: skip
+                    assert seq is not None
+                    out.append((int(seq[0]), job))
+                needs = [(job.id, need) for job in jobs for need in dict.fromkeys(job.needs)]
+                if needs:
+                    cursor.executemany("INSERT INTO queue_needs (job, need) VALUES (%s, %s)", needs)
+            conn.execute(f"NOTIFY {CHANNEL}")
+            return out
+
+        return self.db.run("queue the jobs", insert)
+
+    def known(self, ids: Sequence[str]) -> set[str]:
+        rows = self._read("SELECT id FROM queue_jobs WHERE id = ANY(%s)", (list(set(ids)),))
+        return {str(r[0]) for r in rows}
+
+    # -- what the scheduling loop writes (fenced by the owner) -----------------------------
+
+    def start_attempt(self, job_id: str, number: int, instance: str, now: float) -> None:
+        self._start_attempt(job_id, number, instance, now, fenced=False)
+
+    def fenced_start_attempt(self, job_id: str, number: int, instance: str, now: float) -> None:
+        """Record the start while `instance` holds the job, else raise LeaseLost."""
+        self._start_attempt(job_id, number, instance, now, fenced=True)
+
+    def _start_attempt(
+        self, job_id: str, number: int, instance: str, now: float, *, fenced: bool
+    ) -> None:
+        args = {"job": job_id, "me": instance, "n": number, "now": now}
+        fence = " AND owner = %(me)s" if fenced else ""
+
+        def start(conn: Conn) -> None:
+            cursor = conn.execute(
+                "UPDATE queue_jobs SET status = 'running', attempts = %(n)s, retry_at = NULL, "
+                "first_started_at = coalesce(first_started_at, %(now)s) "
+                f"WHERE id = %(job)s{fence}",
+                args,
+            )
+            if fenced:
+                self._owned(cursor.rowcount, job_id, instance)
+            conn.execute(
+                "INSERT INTO queue_attempts (job_id, number, instance, started_at) "
+                "VALUES (%(job)s, %(n)s, %(me)s, %(now)s) ON CONFLICT (job_id, number) DO "
+                "UPDATE SET instance = excluded.instance, started_at = excluded.started_at, "
+                "finished_at = NULL, exit_code = NULL, failure = NULL, message = '', "
+                "server = '', cost_usd = 0, facts = '{}'",
+                args,
+            )
+
+        self._run("record an attempt start", start)
+
+    def place_attempt(
+        self, job_id: str, number: int, server: str, facts: Mapping[str, str], usd_per_hour: float
+    ) -> None:
+        shown = {k: v for k, v in facts.items() if k != "workdir"}
+        shown.setdefault("usd_per_hour", f"{usd_per_hour:.4f}")
+        self._write(
+            "record where an attempt runs",
+            "UPDATE queue_attempts SET server = %s, facts = %s WHERE job_id = %s AND number = %s "
+            "AND finished_at IS NULL",
+            (server, dumps(shown), job_id, number),
+        )
+
+    def end_attempt(self, job_id: str, attempt: Attempt, *, requeue: bool = False) -> None:
+        self._end_attempt(job_id, attempt, requeue, None)
+
+    def fenced_end_attempt(
+        self, job_id: str, attempt: Attempt, owner: str, *, requeue: bool = False
+    ) -> None:
+        """Complete the attempt row while `owner` holds the job, else raise LeaseLost.
+        `requeue`: the job goes back to everyone (a server handing over at shutdown)."""
+        self._end_attempt(job_id, attempt, requeue, owner)
+
+    def _end_attempt(self, job_id: str, attempt: Attempt, requeue: bool, owner: str | None) -> None:
+        args = {
+            "job": job_id, "me": owner, "n": attempt.number, "end": attempt.finished_at,
+            "code": attempt.exit_code,
+            "failure": attempt.failure.value if attempt.failure else None,
+            "msg": attempt.message, "server": attempt.server, "cost": attempt.cost_usd,
+            "facts": dumps(dict(attempt.facts)),
+        }  # fmt: skip
+        fence = f" AND {_OWNED}" if owner is not None else ""
+
+        def end(conn: Conn) -> None:
+            cursor = conn.execute(
+                "UPDATE queue_attempts SET finished_at = %(end)s, exit_code = %(code)s, "
+                "failure = %(failure)s, message = %(msg)s, server = %(server)s, "
+                "cost_usd = %(cost)s, facts = %(facts)s "
+                f"WHERE job_id = %(job)s AND number = %(n)s{fence}",
+                args,
+            )
+            if owner is not None:
+                self._owned(cursor.rowcount, job_id, owner)
+            status = ", status = 'queued', owner = NULL, claim = NULL" if requeue else ""
+            conn.execute(
+                "UPDATE queue_jobs SET cost_usd = (SELECT coalesce(sum(cost_usd), 0) "
+                f"FROM queue_attempts WHERE job_id = %(job)s){status} WHERE id = %(job)s",
+                args,
+            )
+
+        self._run("record an attempt end", end)
+
+    def requeue(self, job_id: str, at: float, retries_used: int, infra_used: int) -> None:
+        self._requeue(job_id, at, retries_used, infra_used, None)
+
+    def fenced_requeue(
+        self, job_id: str, at: float, retries_used: int, infra_used: int, owner: str
+    ) -> None:
+        self._requeue(job_id, at, retries_used, infra_used, owner)
+
+    def _requeue(
+        self, job_id: str, at: float, retries_used: int, infra_used: int, owner: str | None
+    ) -> None:
+        fence = " AND owner = %(me)s" if owner is not None else ""
+        args = {"job": job_id, "me": owner, "at": at, "r": retries_used, "i": infra_used}
+
+        def write(conn: Conn) -> None:
+            cursor = conn.execute(
+                "UPDATE queue_jobs SET status = 'queued', retry_at = %(at)s, retries_used = %(r)s, "
+                f"infra_used = %(i)s WHERE id = %(job)s{fence}",
+                args,
+            )
+            if owner is not None:
+                self._owned(cursor.rowcount, job_id, owner)
+
+        self._run("requeue a job", write)
+
+    def settle(self, result: JobResult, now: float) -> None:
+        self._settle(result, now, None)
+
+    def fenced_settle(self, result: JobResult, now: float, owner: str) -> None:
+        self._settle(result, now, owner)
+
+    def _settle(self, result: JobResult, now: float, owner: str | None) -> None:
+        fence = " AND owner = %(me)s" if owner is not None else ""
+        args = {
+            "job": result.job_id, "me": owner, "status": result.status.value,
+            "reason": result.reason, "now": now, "origin": result.failure_origin,
+        }  # fmt: skip
+
+        def write(conn: Conn) -> None:
+            cursor = conn.execute(
+                "UPDATE queue_jobs SET status = %(status)s, reason = %(reason)s, "
+                "finished_at = %(now)s, retry_at = NULL, failure_origin = %(origin)s "
+                f"WHERE id = %(job)s{fence}",
+                args,
+            )
+            if owner is not None:
+                self._owned(cursor.rowcount, result.job_id, owner)
+            conn.execute(f"NOTIFY {CHANNEL}")
+
+        self._run("settle a job", write)
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """The writes inside as one transaction (on this thread), all of them or none."""
+        if getattr(self._batch, "conn", None) is not None:
+            yield
+            return
+        with self.db.transaction("record a batch of changes") as conn:
+            self._batch.conn = conn
+            try:
+                yield
+            finally:
+                self._batch.conn = None
+
+    # -- reads -----------------------------------------------------------------------------
+
+    def unsettled(self) -> list[Unsettled]:
+        rows = self._read(
+            f"SELECT {_SUMMARY}, spec FROM queue_jobs WHERE status IN ('queued', 'running') "
+            "ORDER BY seq",
+            (),
+        )
+        return [_unsettled(r) for r in rows]
+
+    def open_attempts(self) -> list[OpenAttempt]:
+        rows = self._read(
+            "SELECT job_id, number, instance, started_at FROM queue_attempts "
+            "WHERE finished_at IS NULL",
+            (),
+        )
+        return [OpenAttempt(*r) for r in rows]
+
+    def settled(self, ids: Sequence[str]) -> dict[str, tuple[Job, JobResult]]:
+        rows = self._read(
+            "SELECT spec, status, reason, failure_origin FROM queue_jobs WHERE id = ANY(%s) "
+            f"AND status IN ({_FINAL_LIST})",
+            (list(set(ids)),),
+        )
+        out: dict[str, tuple[Job, JobResult]] = {}
+        for spec, status, reason, origin in rows:
+            job = job_from_json(json.loads(spec))
+            out[job.id] = (job, JobResult(job.id, JobStatus(status), reason, (), origin))
+        return out
+
+    def job(self, job_id: str) -> tuple[JobRow, dict[str, Any]] | None:
+        rows = self._read(f"SELECT {_SUMMARY}, spec FROM queue_jobs WHERE id = %s", (job_id,))
+        if not rows:
+            return None
+        return _row(rows[0][:-1]), json.loads(rows[0][-1])
+
+    def attempts(self, job_id: str) -> list[dict[str, Any]]:
+        rows = self._read(
+            "SELECT number, instance, started_at, finished_at, exit_code, failure, message, "
+            "server, cost_usd, facts FROM queue_attempts WHERE job_id = %s ORDER BY number",
+            (job_id,),
+        )
+        return [
+            {**dict(zip(_ATTEMPT_KEYS, r[:-1], strict=True)), "facts": json.loads(r[-1])}
+            for r in rows
+        ]
+
+    def ended_attempt(self, job_id: str, number: int) -> Attempt | None:
+        rows = self._read(
+            "SELECT started_at, finished_at, exit_code, failure, message, server, cost_usd, facts "
+            "FROM queue_attempts WHERE job_id = %s AND number = %s AND finished_at IS NOT NULL",
+            (job_id, number),
+        )
+        if not rows:
+            return None
+        began, ended, code, failure, message, server, cost, facts = rows[0]
+        return Attempt(
+            number, began, ended, code, failure_from(failure), message, server, cost,
+            MappingProxyType(json.loads(facts)),
+        )  # fmt: skip
+
+    def jobs(self, status: str | None, after: int, limit: int) -> list[JobRow]:
+        args: list[Any]
+        where, args = "seq > %s", [after]
+        if status is not None:
+            where, args = where + " AND status = %s", [*args, status]
+        rows = self._read(
+            f"SELECT {_SUMMARY} FROM queue_jobs WHERE {where} ORDER BY seq LIMIT %s",
+            (*args, limit),
+        )
+        return [_row(r) for r in rows]
+
+    def counts(self) -> dict[str, int]:
+        rows = self._read("SELECT status, count(*) FROM queue_jobs GROUP BY status", ())
+        return {**dict.fromkeys(STATUSES, 0), **{str(s): int(n) for s, n in rows}}
+
+    def spend_since(self, since: float) -> float:
+        rows = self._read(
+            "SELECT sum(cost_usd) FROM queue_attempts WHERE finished_at >= %s", (since,)
+        )
+        return float(rows[0][0] or 0.0)
+
+    def timing(self) -> dict[str, float]:
+        wait = self._read(
+            "SELECT count(*), sum(first_started_at - submitted_at) FROM queue_jobs "
+            "WHERE first_started_at IS NOT NULL",
+            (),
+        )[0]
+        run = self._read(
+            "SELECT count(*), sum(finished_at - started_at), sum(cost_usd) FROM queue_attempts "
+            "WHERE finished_at IS NOT NULL",
+            (),
+        )[0]
+        return {
+            "wait_count": float(wait[0]),
+            "wait_sum": float(wait[1] or 0.0),
+            "run_count": float(run[0]),
+            "run_sum": float(run[1] or 0.0),
+            "spend": float(run[2] or 0.0),
+        }
+
+    def job_page(self, match: JobMatch, limit: int) -> list[tuple[JobRow, dict[str, Any]]]:
+        where, args = _matching(match)
+        order = "ASC"
+        if match.after is not None:
+            where, args = [*where, "seq > %s"], [*args, match.after]
+        if match.before is not None:
+            where, args, order = [*where, "seq < %s"], [*args, match.before], "DESC"
+        clause = " AND ".join(where) or "true"
+        rows = self._read(
+            f"SELECT {_SUMMARY}, spec FROM queue_jobs WHERE {clause} ORDER BY seq {order} LIMIT %s",
+            (*args, limit),
+        )
+        page = [(_row(r[:-1]), json.loads(r[-1])) for r in rows]
+        return page[::-1] if order == "DESC" else page
+
+    def match_counts(self, match: JobMatch) -> dict[str, int]:
+        where, args = _matching(JobMatch(name=match.name, submission=match.submission))
+        clause = " AND ".join(where) or "true"
+        rows = self._read(
+            f"SELECT status, count(*) FROM queue_jobs WHERE {clause} GROUP BY status",
+            tuple(args),
+        )
+        return {**dict.fromkeys(STATUSES, 0), **{str(s): int(n) for s, n in rows}}
+
+    def submission(self, number: int) -> tuple[str, str, float] | None:
+        rows = self._read(
+            "SELECT kind, label, submitted_at FROM queue_submissions WHERE id = %s", (number,)
+        )
+        return (str(rows[0][0]), str(rows[0][1]), float(rows[0][2])) if rows else None
+
+    def submission_attempts(self, number: int, limit: int) -> list[dict[str, Any]]:
+        rows = self._read(
+            "SELECT a.job_id, a.number, a.started_at, a.finished_at, a.failure "
+            "FROM queue_attempts a JOIN queue_jobs j ON j.id = a.job_id "
+            "WHERE j.submission = %s ORDER BY a.started_at LIMIT %s",
+            (number, limit),
+        )
+        keys = ("job_id", "number", "started_at", "finished_at", "failure")
+        return [dict(zip(keys, r, strict=True)) for r in rows]
+
+    def spend_by_day(self, since: float) -> list[tuple[float, float]]:
+        rows = self._read(
+            "SELECT floor(finished_at / 86400) AS day, sum(cost_usd) FROM queue_attempts "
+            "WHERE finished_at >= %s GROUP BY day ORDER BY day",
+            (since,),
+        )
+        return [(float(day) * 86400, float(usd or 0.0)) for day, usd in rows]
+
+    # -- plumbing --------------------------------------------------------------------------
+
+    def _owned(self, rowcount: int, job_id: str, owner: str) -> None:
+        if rowcount == 0:
+            raise LeaseLost(
+                f"{self.db.where}: job {job_id} is no longer held by server {owner} "
+                "(its lease expired and another server took its work)"
+            )
+
+    def _run(self, doing: str, work: Callable[[Conn], None]) -> None:
+        """`work` inside the open batch on this thread, else in a transaction of its own."""
+        conn = getattr(self._batch, "conn", None)
+        if conn is not None:
+            work(conn)
+        else:
+            self.db.run(doing, work)
+
+    def _write(self, doing: str, query: str, args: Sequence[Any] | Mapping[str, Any]) -> None:
+        def write(conn: Conn) -> None:
+            conn.execute(query.encode(), args)
+
+        self._run(doing, write)
+
+    def _read(self, query: str, args: Sequence[Any]) -> list[tuple[Any, ...]]:
+        def read(conn: Conn) -> list[tuple[Any, ...]]:
+            return conn.execute(query.encode(), args).fetchall()
+
+        conn: Conn | None = getattr(self._batch, "conn", None)
+        return read(conn) if conn is not None else self.db.run("read the queue", read)
+
+
+def _row(r: Sequence[Any]) -> JobRow:
+    return JobRow(*r)
+
+
+def _unsettled(r: Sequence[Any]) -> Unsettled:
+    return Unsettled(_row(r[:-1]), job_from_json(json.loads(r[-1])))
+
+
+def _matching(match: JobMatch) -> tuple[list[str], list[Any]]:
+    where: list[str] = []
+    args: list[Any] = []
+    if match.status is not None:
+        where, args = [*where, "status = %s"], [*args, match.status]
+    if match.submission is not None:
+        where, args = [*where, "submission = %s"], [*args, match.submission]
+    if match.name:
+        # strpos, not LIKE: a user's % or _ is a character to find, not a wildcard.
+        where.append("(strpos(lower(name), lower(%s)) > 0 OR strpos(lower(id), lower(%s)) > 0)")
+        args += [match.name, match.name]
+    return where, args

@@ -1,0 +1,113 @@
+"""Three `clore-run serve` processes on one PostgreSQL queue; one is killed with SIGKILL mid-job.
+
+The others take its lease over once it expires (a short ttl here): its job's attempt is
+recorded `server_lost` and retried once by the retry table, its orphaned local process is
+killed before that, every other job runs exactly once, and nothing is left running.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+from runner.serve.orphans import ENV_NAME
+from tests.processes import alive
+from tests.serve.harness import FINAL, ServeProcess, start_serve, wait_until
+
+LEASE_TTL_S = "2"
+
+
+def pipeline(tmp: Path) -> str:
+    """Three `long` jobs (one per server: urgent, so claimed first) note their start and wait
+    for a gate; six quick ones note each run; `after` needs all three long ones."""
+    longs = "\n".join(
+        f"""  long{n}:
+    priority: urgent
+    run: |
+      echo $$ >> {tmp}/long{n}.starts
+      while [ ! -e {tmp}/gate ]; do sleep 0.02; done"""
+        for n in range(3)
+    )
+    quick = "\n".join(f"  quick{n}:\n    run: echo $$ >> {tmp}/quick{n}.runs" for n in range(6))
+    return f"""
+jobs:
+{longs}
+{quick}
+  after:
+    needs: [long0, long1, long2]
+    run: echo $$ >> {tmp}/after.runs
+"""
+
+
+def lines(path: Path) -> list[str]:
+    return path.read_text().split() if path.exists() else []
+
+
+def marked(tokens: set[str]) -> list[int]:
+    """Processes that carry one of the instances' marks (a job an instance started)."""
+    marks = {f"{ENV_NAME}={t}".encode() for t in tokens}
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if marks.intersection((entry / "environ").read_bytes().split(b"\0")):
+                    found.append(int(entry.name))
+    return found
+
+
+def test_three_servers_one_killed_mid_job_the_others_take_over(tmp_path: Path, pg_url: str) -> None:
+    common = ("--concurrency", "1", "--lease-ttl", LEASE_TTL_S, "--data-dir", str(tmp_path / "d"))
+    servers: list[ServeProcess] = []
+    try:
+        servers = [start_serve(pg_url, *common) for _ in range(3)]
+        first = servers[0].api
+        ids = first.submit(pipeline(tmp_path))
+        running = {
+            job: first.wait_status(job, {"running"}, timeout=30)["attempt_list"][0]["instance"]
+            for job in ("s1.long0", "s1.long1", "s1.long2")
+        }
+        assert sorted(running.values()) == sorted(s.instance for s in servers)  # one each
+        victim = next(s for s in servers if s.instance == running["s1.long1"])
+        (orphan,) = wait_until(lambda: lines(tmp_path / "long1.starts"), what="long1 to start")
+        victim.kill()
+        assert alive(int(orphan))  # its job outlived it: it must not go on beside the retry
+        survivors = [s for s in servers if s is not victim]
+
+        lost = wait_until(
+            lambda: next(
+                (a for a in survivors[1].api.job("s1.long1")["attempt_list"] if a["failure"]),
+                None,
+            ),
+            timeout=30,
+            what="the take-over",
+        )
+        assert lost["failure"] == "server_lost"
+        assert lost["instance"] == victim.instance
+        assert "killed at restart" in lost["message"]
+        assert not alive(int(orphan))
+        (tmp_path / "gate").touch()
+        for job_id in ids:  # any server answers for any job
+            assert survivors[len(job_id) % 2].api.wait_status(job_id, FINAL, 30)["status"] == (
+                "passed"
+            )
+        attempts = {i: survivors[0].api.job(i)["attempt_list"] for i in ids}
+        assert len(attempts["s1.long1"]) == 2  # the lost one, then one retry
+        assert attempts["s1.long1"][1]["instance"] != victim.instance
+        assert all(len(a) == 1 for i, a in attempts.items() if i != "s1.long1")
+        assert len(lines(tmp_path / "long1.starts")) == 2
+        for name in ("long0", "long2"):
+            assert len(lines(tmp_path / f"{name}.starts")) == 1
+        for n in range(6):
+            assert len(lines(tmp_path / f"quick{n}.runs")) == 1  # nothing ran twice
+        assert len(lines(tmp_path / "after.runs")) == 1
+        assert sum(a["instance"] == victim.instance for v in attempts.values() for a in v) == 1
+        stats = survivors[1].api.get("/stats").json()
+        assert stats["counts"]["passed"] == len(ids) and stats["running"] == 0
+    finally:
+        for server in servers:
+            if server.proc.poll() is None:
+                assert server.terminate() == 0
+    assert marked({s.instance for s in servers}) == []  # nothing left running
+    assert not [p for p in (s.proc.pid for s in servers) if alive(p)]
+    assert os.path.isdir(tmp_path / "d")

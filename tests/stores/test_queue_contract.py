@@ -1,0 +1,218 @@
+"""The queue store's contract, run against both implementations (SQLite file, PostgreSQL), and
+what only the shared PostgreSQL store does: claims, leases, take-overs, fenced writes."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from runner.core.model import Attempt, FailureKind, Job, JobResult, JobStatus, Priority
+from runner.serve.queue_store import QueueStore, open_queue, shared
+from runner.serve.store import JobMatch
+from tests.pg_fixture import PgCluster
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def queue_target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return str(tmp_path / "queue.db")
+    cluster: PgCluster = request.getfixturevalue("pg_cluster")
+    return cluster.new_database()
+
+
+@pytest.fixture
+def store(queue_target: str) -> Iterator[QueueStore]:
+    opened = open_queue(queue_target)
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+def jobs(number: int, *names: str, needs: dict[str, str] | None = None) -> list[Job]:
+    needs = needs or {}
+    return [
+        Job(
+            id=f"s{number}.{n}",
+            name=n,
+            run="true",
+            needs=(f"s{number}.{needs[n]}",) if n in needs else (),
+            priority=Priority.HIGH if n.startswith("hi") else Priority.NORMAL,
+        )
+        for n in names
+    ]
+
+
+def test_a_submission_is_stored_whole_and_read_back(store: QueueStore) -> None:
+    stored = store.submit("pipeline", "p", lambda n: jobs(n, "a", "b", needs={"b": "a"}), 10.0)
+    assert [j.id for _, j in stored] == ["s1.a", "s1.b"]
+    assert store.known(["s1.a", "s1.zz"]) == {"s1.a"}
+    assert [u.job.needs for u in store.unsettled()] == [(), ("s1.a",)]
+    assert store.counts()["queued"] == 2
+    assert store.submission(1) == ("pipeline", "p", 10.0)
+    row, spec = store.job("s1.b") or pytest.fail("no job")
+    assert (row.status, row.priority, spec["needs"]) == ("queued", "normal", ["s1.a"])
+
+
+def test_an_attempt_is_recorded_billed_once_and_settled(store: QueueStore) -> None:
+    store.submit("job", "j", lambda n: jobs(n, "a"), 10.0)
+    store.start_attempt("s1.a", 1, "inst", 11.0)
+    assert [(a.job_id, a.number, a.instance) for a in store.open_attempts()] == [
+        ("s1.a", 1, "inst")
+    ]
+    store.place_attempt("s1.a", 1, "local", {"workdir": "/x", "pid": "7"}, 0.5)
+    assert store.attempts("s1.a")[0]["facts"] == {"pid": "7", "usd_per_hour": "0.5000"}
+    attempt = Attempt(1, 11.0, 15.0, 0, None, "", "local", 0.25)
+    store.end_attempt("s1.a", attempt)
+    store.end_attempt("s1.a", attempt)  # replayed after a crash: not billed twice
+    assert store.open_attempts() == []
+    assert store.ended_attempt("s1.a", 1) == attempt
+    store.settle(JobResult("s1.a", JobStatus.PASSED, "exit 0"), 15.0)
+    row, _ = store.job("s1.a") or pytest.fail("no job")
+    assert (row.status, row.cost_usd, row.attempts, row.first_started_at) == (
+        "passed", 0.25, 1, 11.0,
+    )  # fmt: skip
+    assert store.settled(["s1.a"])["s1.a"][1].status is JobStatus.PASSED
+    assert store.spend_since(15.0) == 0.25 and store.spend_since(16.0) == 0.0
+    assert store.timing()["run_sum"] == 4.0
+    assert store.spend_by_day(0.0) == [(0.0, 0.25)]
+    assert store.submission_attempts(1, 10)[0]["job_id"] == "s1.a"
+
+
+def test_a_requeued_job_keeps_its_retry_state(store: QueueStore) -> None:
+    store.submit("job", "j", lambda n: jobs(n, "a"), 10.0)
+    store.start_attempt("s1.a", 1, "inst", 11.0)
+    store.end_attempt("s1.a", Attempt(1, 11.0, 12.0, 1, FailureKind.TEST_FAILURE, "exit 1"))
+    store.requeue("s1.a", 20.0, 1, 0)
+    (u,) = store.unsettled()
+    assert (u.row.status, u.row.retry_at, u.row.retries_used) == ("queued", 20.0, 1)
+
+
+def test_pages_and_matches(store: QueueStore) -> None:
+    store.submit("pipeline", "p", lambda n: jobs(n, *[f"j{i}" for i in range(5)]), 1.0)
+    store.submit("job", "q", lambda n: jobs(n, "odd_%"), 2.0)
+    first = store.jobs(None, 0, 2)
+    assert [r.id for r in first] == ["s1.j0", "s1.j1"]
+    assert [r.id for r in store.jobs(None, first[-1].seq, 2)] == ["s1.j2", "s1.j3"]
+    assert [r.id for r, _ in store.job_page(JobMatch(name="_%"), 10)] == ["s2.odd_%"]
+    last = store.job_page(JobMatch(before=10**9), 2)
+    assert [r.id for r, _ in last] == ["s1.j4", "s2.odd_%"]
+    assert store.match_counts(JobMatch(submission=1))["queued"] == 5
+
+
+def test_a_batch_lands_whole_or_not_at_all(store: QueueStore) -> None:
+    store.submit("job", "j", lambda n: jobs(n, "a", "b"), 1.0)
+    with pytest.raises(RuntimeError), store.batch():
+        store.settle(JobResult("s1.a", JobStatus.CANCELLED, "x"), 2.0)
+        raise RuntimeError("half-way")
+    assert store.counts()["queued"] == 2
+    with store.batch():
+        store.settle(JobResult("s1.a", JobStatus.CANCELLED, "x"), 2.0)
+        store.settle(JobResult("s1.b", JobStatus.CANCELLED, "x"), 2.0)
+    assert store.counts()["cancelled"] == 2
+
+
+# -- the shared store only -------------------------------------------------------------------
+
+
+@pytest.fixture
+def pg_store(pg_url: str) -> Iterator[QueueStore]:
+    opened = open_queue(pg_url)
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+def test_claims_take_runnable_jobs_by_priority_and_never_twice(pg_store: QueueStore) -> None:
+    queue = shared(pg_store)
+    assert queue is not None
+    queue.submit("p", "p", lambda n: jobs(n, "a", "b", "hi", "after", needs={"after": "a"}), 1.0)
+    for token in ("one", "two"):
+        queue.begin_instance(token, 1, "local", 1.0)
+    first = [u.job.id for u in queue.claim("one", 2, 5.0)]
+    assert first == ["s1.hi", "s1.a"]  # priority first, then submission order
+    assert [u.job.id for u in queue.claim("two", 5, 5.0)] == ["s1.b"]  # `after` waits on a
+    queue.fenced_start_attempt("s1.a", 1, "one", 6.0)
+    queue.fenced_end_attempt("s1.a", Attempt(1, 6.0, 7.0, 0, None, ""), "one")
+    queue.fenced_settle(JobResult("s1.a", JobStatus.PASSED, "exit 0"), 7.0, "one")
+    assert [u.job.id for u in queue.claim("two", 5, 8.0)] == ["s1.after"]
+    assert queue.claim("one", 5, 8.0) == []
+
+
+def test_a_dead_instances_work_is_taken_once_and_its_late_writes_refused(
+    pg_store: QueueStore,
+) -> None:
+    queue = shared(pg_store)
+    assert queue is not None
+    queue.submit("p", "p", lambda n: jobs(n, "a", "b"), 1.0)
+    queue.join("dead", 1, "local", 1.0, 0.0)
+    queue.join("live", 2, "local", 1.0, 60.0)
+    assert len(queue.claim("dead", 2, 2.0)) == 2
+    queue.fenced_start_attempt("s1.a", 1, "dead", 3.0)
+    assert not queue.heartbeat("dead", 60.0)  # expired: it may not come back
+    (taken,) = queue.take_dead("live")
+    assert queue.take_dead("live") == []  # taken once
+    assert taken.token == "dead"
+    assert [u.job.id for u in taken.running] == ["s1.a"]
+    assert list(taken.open_attempts) == ["s1.a"]
+    assert [u.job.id for u in queue.claim("live", 5, 4.0)] == ["s1.b"]  # released to all
+    lost = Attempt(1, 3.0, 5.0, 0, None, "")
+    with pytest.raises(Exception, match="no longer held"):
+        queue.fenced_end_attempt("s1.a", lost, "dead")
+    with pytest.raises(Exception, match="no longer held"):
+        queue.fenced_settle(JobResult("s1.a", JobStatus.PASSED, ""), 5.0, "dead")
+    queue.fenced_end_attempt("s1.a", lost, "live")  # the taker's write lands
+
+
+def test_a_cancel_from_any_instance(pg_store: QueueStore) -> None:
+    queue = shared(pg_store)
+    assert queue is not None
+    queue.submit("p", "p", lambda n: jobs(n, "a", "b"), 1.0)
+    queue.begin_instance("one", 1, "local", 1.0)
+    queue.claim("one", 1, 2.0)
+    assert queue.cancel_elsewhere("s1.b", 3.0) == "cancelled"  # nobody held it
+    assert queue.cancel_elsewhere("s1.a", 3.0) == "cancelling"  # its owner is asked
+    assert queue.cancel_requests("one") == ["s1.a"]
+    assert queue.cancel_requests("one") == []
+    assert queue.cancel_elsewhere("s1.b", 4.0) == "final:cancelled"
+    assert queue.cancel_elsewhere("nope", 4.0) == "unknown"
+    assert queue.whereabouts("s1.a").owner == "one"
+
+
+@pytest.mark.parametrize("skip_locked", [True, False], ids=["locked", "lock-removed"])
+def test_instances_claiming_at_once_take_each_job_once(pg_url: str, skip_locked: bool) -> None:
+    """Six claimers race over 300 jobs. With the claim's row locks, each job is taken once;
+    with them removed the same test sees jobs taken twice (it can fail)."""
+    from runner.stores.pg_queue import PostgresQueue
+
+    seed = PostgresQueue(pg_url)
+    seed.submit("p", "p", lambda n: jobs(n, *[f"j{i}" for i in range(300)]), 1.0)
+    claimers = [PostgresQueue(pg_url, skip_locked=skip_locked) for _ in range(6)]
+    start = threading.Barrier(len(claimers))
+    taken: list[list[str]] = [[] for _ in claimers]
+
+    def claim_all(index: int) -> None:
+        queue = claimers[index]
+        queue.join(f"i{index}", index, "local", 1.0, 60.0)
+        start.wait()
+        while batch := queue.claim(f"i{index}", 3, 2.0):
+            taken[index] += [u.job.id for u in batch]
+
+    threads = [threading.Thread(target=claim_all, args=(i,)) for i in range(len(claimers))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    every = [job for mine in taken for job in mine]
+    owners = {str(r[0]) for r in seed._read("SELECT owner FROM queue_jobs", ())}
+    for queue in (seed, *claimers):
+        queue.close()
+    if skip_locked:
+        assert sorted(every) == sorted(f"s1.j{i}" for i in range(300))  # each once, none lost
+        assert len(owners) > 1  # they did race
+    else:
+        assert len(every) > len(set(every))  # the bug the locks prevent: claimed twice
