@@ -47,7 +47,6 @@ class RunFlags:
 def run_with(flags: RunFlags, echo: Echo) -> int:
     """Load, check the flags, run on the chosen backend: the exit code."""
     from runner.cli.quick import show_warnings
-    from runner.ledger import DEFAULT_PATH as DEFAULT_LEDGER
     from runner.plan import build_plan, render_plan
     from runner.run_command import RunOptions, execute, select_jobs
     from runner.spec.loader import load_pipeline
@@ -92,6 +91,7 @@ def run_with(flags: RunFlags, echo: Echo) -> int:
         loaded = dataclasses.replace(loaded, concurrency=concurrency)
     if chosen is BackendName.clore:
         from runner.backends.clore.factory import clore_backend
+        from runner.ledger import DEFAULT_PATH as DEFAULT_LEDGER
 
         shared = coordinator_from(flags.coordinator)
         where = ledger_target(flags.ledger, shared, DEFAULT_LEDGER)
