@@ -25,8 +25,10 @@ def main(argv: list[str] | None = None) -> None:
 
         print(f"clore-run {__version__}")
         sys.exit(0)
+    from runner import pydantic_plugins
     from runner.cli import quick
 
+    pydantic_plugins.install()  # before the first validator: see the module
     files = quick.plain_validate(args)
     if files is not None:
         quick.run_validate(files)
