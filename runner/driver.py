@@ -310,6 +310,11 @@ class Driver:
         """Wait for workers (what is left of a cancel's grace), then give every place back.
         A failure here is reported, never raised: the run's reports must still be written
         (and a rental left open stays in the ledger for `cleanup`)."""
+        self.finish_work()
+        self.give_back()
+
+    def finish_work(self) -> None:
+        """The first half of `close`: wait for the workers (what is left of a cancel's grace)."""
         grace = self.options.cancel_grace_s
         if self._cancel_at is not None:
             # What is left of the grace the cancel gave: not a second one after it, which
@@ -317,6 +322,9 @@ class Driver:
             grace = max(0.0, self._cancel_at + grace - self.clock.time())
         wait(self._futures, timeout=grace)
         self._pool.shutdown()
+
+    def give_back(self) -> None:
+        """The second half of `close`: every place back (a slow API makes this the slow part)."""
         if self._early is not None:
             self._early.join(timeout=self.options.cancel_grace_s)
         self._shutdown_backend()

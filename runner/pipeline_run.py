@@ -111,13 +111,24 @@ class PipelineRun:
         """Ask the run to stop (Ctrl-C, SIGTERM). Safe from a signal handler."""
         self.driver.cancel(reason, StopCause.INTERRUPTED)
 
-    def run(self) -> RunRecord:
+    def run(self, before_give_back: Callable[[RunRecord], None] | None = None) -> RunRecord:
+        """`before_give_back` gets the record once every job has ended, before a renting
+        backend gives its servers back: a slow API makes that the slow part of a cancel, and
+        CI's SIGKILL must not find the run without reports."""
         started_at = self.clock.time()
         try:
             self.driver.add(self.pipeline.jobs, {}, started_at)
             self.driver.run_until_idle(self.pipeline.timeout_s)
         finally:
-            self.driver.close()
+            self.driver.finish_work()
+            try:
+                if before_give_back is not None and isinstance(self.backend, RentingBackend):
+                    before_give_back(self._record(started_at))
+            finally:
+                self.driver.give_back()
+        return self._record(started_at)
+
+    def _record(self, started_at: float) -> RunRecord:
         jobs = {j.id: j for j in self.pipeline.jobs}
         results = ordered(self.journal.results, self.pipeline.jobs)
         renting = self.backend if isinstance(self.backend, RentingBackend) else None

@@ -177,7 +177,9 @@ def execute(
         )
         with stop_on_signals(pipeline_run.cancel):
             try:
-                record = pipeline_run.run()
+                record = pipeline_run.run(
+                    lambda early: _reports_before_give_back(console, options, early)
+                )
             finally:
                 console.close()
         paths = write_reports(options.out_dir, record, options.baseline)
@@ -186,6 +188,20 @@ def execute(
         console.notice(f"warning: {warning}")
     _final_report(console, paths.summary_json, options.out_dir)
     return record, EXIT_CODES[record.status]
+
+
+GIVING_BACK = (
+    "written while the rented servers were still being given back; if this note stays, the"
+    " run was killed then: `clore-run cleanup` gives back any left"
+)
+
+
+def _reports_before_give_back(console: Console, options: RunOptions, record: RunRecord) -> None:
+    """The reports as they stand, before the slow part of the end; rewritten after it."""
+    try:
+        write_reports(options.out_dir, record, options.baseline, notes=(GIVING_BACK,))
+    except Exception as exc:  # the give-back goes first; the final write reports a failure
+        console.notice(f"warning: early reports not written: {exc}")
 
 
 def _workspace(pipeline: Pipeline, root: Path, out: Path) -> Workspace:
