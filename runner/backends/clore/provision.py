@@ -262,6 +262,10 @@ class Provisioner:
     def creation_fee_usd(self, offer: Offer, spot: bool) -> float:
         return self.fees().creation_fee_usd(spot, offer.usd_per_unit)
 
+    def rival_bids(self, server_id: int) -> tuple[float, ...]:
+        """The active bids of others on `server_id` (a cached read of its spot book)."""
+        return self._rival_bids(server_id)
+
     def _rival_bids(self, server_id: int, fresh: bool = False) -> tuple[float, ...]:
         """The active bids of others on `server_id` in our currency, per day. A book that
         cannot be read leaves the bid at the spot minimum: the create then says if it is low."""

@@ -143,8 +143,9 @@ def test_not_enough_balance_stops_the_run(setup: Setup) -> None:
 
 
 def test_a_balance_short_of_the_first_rentals_worst_case_rents_nothing(setup: Setup) -> None:
-    # The 3090 at 2 USD/day with the 5 % fee, for start-up (15 min) + the 60-minute timeout,
-    # plus the 0.1 creation fee: 0.0875 x 1.25 + 0.1 = 0.209 USD-Blockchain at worst.
+    # The 3090 at 2 USD/day with the 5 % fee, for start-up (15 min) + the 60-minute timeout +
+    # 2 minutes to kill it and fetch its files, plus the 0.1 creation fee:
+    # 0.0875 x 77/60 + 0.1 = 0.212 USD-Blockchain at worst.
     setup.fake.balances["USD-Blockchain"] = 0.2
     pipeline = parse_pipeline(
         "currency: USD-Blockchain\njobs:\n  a: {run: echo hi, gpu: {type: '3090'}}\n"
@@ -155,7 +156,7 @@ def test_a_balance_short_of_the_first_rentals_worst_case_rents_nothing(setup: Se
     record, code, _ = setup.run(pipeline)
     assert code == 3, [(r.job_id, r.status, r.reason) for r in record.results]
     reasons = " ".join(r.reason for r in record.results)
-    assert "the USD-Blockchain wallet holds 0.2" in reasons and "up to 0.209375" in reasons
+    assert "the USD-Blockchain wallet holds 0.2" in reasons and "up to 0.212292" in reasons
     assert "nothing was rented" in reasons
     assert setup.fake.calls("create_order") == []
     assert len(setup.fake.calls("wallets")) == 1  # read once, not per job
@@ -782,6 +783,22 @@ def test_a_create_still_waiting_for_its_slot_gives_up_on_cancel(setup: Setup) ->
         backend.provisioner.rent(pipeline.jobs[0], offer, cancel)
     assert setup.fake.calls("create_order") == []
     assert [r.state for r in ledger.rentals("run-1")] == ["failed"]
+
+
+def test_a_marketplace_that_cannot_be_read_ends_the_jobs_with_why_and_writes_reports(
+    setup: Setup,
+) -> None:
+    setup.fake.fail_next("marketplace", Faults.BAD_GATEWAY, times=20)
+    pipeline = parse_pipeline(
+        "jobs:\n  a: {run: echo hi, retries: 0}\n  b: {needs: [a], run: echo hi}\n", "p.yml", {}
+    )
+    record, code, _ = setup.run(pipeline)
+    assert code == 3
+    (a, b) = record.results
+    assert a.status is JobStatus.ERROR and "the marketplace could not be read" in a.reason
+    assert b.status is JobStatus.SKIPPED
+    assert setup.fake.calls("create_order") == []
+    assert (setup.tmp / "out" / "summary.json").exists()
 
 
 def test_the_boot_wait_has_its_own_bound_counted_in_the_worst_case(setup: Setup) -> None:
