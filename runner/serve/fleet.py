@@ -115,22 +115,30 @@ class Fleet:
         self._wake.set()
 
     def _run(self) -> None:
-        next_beat = 0.0
+        next_beat = next_sweep = 0.0
         good_beat = time.monotonic()
         while not self._stop.is_set():
-            if time.monotonic() >= next_beat:
-                next_beat = time.monotonic() + self.options.ttl_s / 3
+            now = time.monotonic()
+            if now >= next_beat:
+                next_beat = now + self.options.ttl_s / 3
                 good_beat = self._beat(good_beat)
                 if self.lost:
                     return
-            for step in (self._take_over, self._pass_cancels, self._claim):
+            # Take-overs and cancel requests on the poll's clock; a wake-up (a NOTIFY from
+            # every settlement anywhere, or a slot freed here) only claims.
+            steps = [self._claim]
+            if now >= next_sweep:
+                next_sweep = now + self.options.poll_s
+                steps = [self._take_over, self._pass_cancels, self._claim]
+            for step in steps:
                 if self._stop.is_set():
                     return
                 try:
                     step()
                 except (InfrastructureError, TimeoutError) as exc:
                     log.warning("clore-run serve: %s", exc)
-            self._wake.wait(max(0.0, min(self.options.poll_s, next_beat - time.monotonic())))
+            wait_s = min(next_sweep, next_beat) - time.monotonic()
+            self._wake.wait(max(0.0, wait_s))
             self._wake.clear()
 
     def _beat(self, good_beat: float) -> float:
