@@ -29,6 +29,8 @@ def _as_killed(outcome: RunOutcome, kill: threading.Event, timeout_s: float) -> 
     if reason is FailureKind.TIMEOUT and outcome.failure is FailureKind.CANCELLED:
         message = f"timed out after {timeout_s:g} s"
         return RunOutcome(outcome.exit_code, FailureKind.TIMEOUT, message, outcome.facts)
+    if isinstance(kill, Kill) and kill.note and reason and outcome.failure is FailureKind.CANCELLED:
+        return RunOutcome(outcome.exit_code, reason, kill.note, outcome.facts)
     return outcome
 
 
@@ -39,10 +41,11 @@ class Kill(threading.Event):
     def __init__(self) -> None:
         super().__init__()
         self.reason: FailureKind | None = None
+        self.note = ""  # set: the attempt ends as `reason` with this message, whatever it did
 
-    def stop(self, reason: FailureKind) -> None:
+    def stop(self, reason: FailureKind, note: str = "") -> None:
         if self.reason is None:
-            self.reason = reason
+            self.reason, self.note = reason, note
         self.set()
 
 
@@ -74,6 +77,9 @@ class AttemptRunner:
         attempt with a failure kind, so a caller waiting for it never waits forever. `placed`
         is told the place once it is held: the script starts now."""
         began = self.clock.time()
+        if isinstance(kill, Kill) and kill.is_set() and kill.note and kill.reason:
+            # Stopped before it began (its start could not be recorded): nothing to acquire.
+            return Ran(Attempt(number, began, self.clock.time(), None, kill.reason, kill.note))
         try:
             return self._run(job, number, timeout_s, kill, began, placed)
         except Exception as exc:

@@ -247,6 +247,13 @@ class Driver:
             self._jobs[job.id] = job
         self._apply(self.core.add(jobs, settled, now), now)
 
+    def stop_attempt(self, job_id: str, number: int, failure: FailureKind, note: str) -> None:
+        """Loop thread: end one attempt as `failure` with `note`, whether or not it began
+        (serve's journal could not record its start)."""
+        out = self._out.get(job_id)
+        if out is not None and out.number == number:
+            out.kill.stop(failure, note)
+
     def feed(self, event: Event, now: float) -> None:
         self._apply(self.core.handle(event, now), now)
 

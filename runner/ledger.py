@@ -11,17 +11,21 @@ It is what `clore-run cleanup` reconciles with `my_orders` after a crash, so it 
 - `PRAGMA user_version` numbers the schema, so a later version can migrate an older file and an
   older clore-run refuses a newer file instead of misreading it.
 Every SQLite failure becomes a LedgerError (exit 3) naming the file, never a traceback.
+
+The rows and their rules (`RentalLedger`) are written once, for this file and for the shared
+PostgreSQL database (runner/stores/pg_ledger.py) alike: a store only says how it runs a
+transaction, how an insert learns its id, and what its messages call it.
 """
 
 from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Literal, Protocol, TypeVar, get_args
 
 from runner import sqlite_files
 from runner.clock import SYSTEM_CLOCK, Clock
@@ -107,25 +111,44 @@ class Rental:
     legacy: bool = False  # written before creates were marked: nothing about it is provable
 
 
-class Ledger:
-    """The ledger at `path` (parent folders created). Thread-safe."""
+Execute = Callable[[str, Sequence[Any]], "Cursor"]
+T = TypeVar("T")
+_L = TypeVar("_L", bound="RentalLedger")
 
-    def __init__(self, path: Path | str = DEFAULT_PATH, *, clock: Clock = SYSTEM_CLOCK) -> None:
-        self.path = Path(path)
-        self._clock = clock
-        self._lock = threading.Lock()
-        with self._guard("open"):
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            # `timeout` is SQLite's busy_timeout: wait out another process's write lock.
-            self._db = sqlite_files.connect(self.path, BUSY_TIMEOUT_MS / 1000)
-        try:
-            with self._guard("open"):
-                self._setup()
-        except LedgerError:
-            self._db.close()
-            raise
 
-    def __enter__(self) -> Ledger:
+class Cursor(Protocol):
+    """What a statement gives back, in sqlite3 and psycopg alike."""
+
+    @property
+    def rowcount(self) -> int: ...
+
+    def fetchone(self) -> Any: ...
+
+    def fetchall(self) -> list[Any]: ...
+
+
+class RentalLedger:
+    """The ledger's rows and rules, written once for every store: a store gives a transaction
+    (`_transact`: statements with `?` placeholders, run as one unit, its failures turned into
+    LedgerError), the insert of an intent (`_insert_intent`, which differs in how it learns the
+    new id) and the name that messages give it (`where`)."""
+
+    _clock: Clock
+
+    @property
+    def where(self) -> str:
+        raise NotImplementedError
+
+    def _transact(self, doing: str, work: Callable[[Execute], T]) -> T:
+        raise NotImplementedError
+
+    def _insert_intent(self, values: dict[str, Any]) -> int:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: _L) -> _L:
         return self
 
     def __exit__(self, *_exc: object) -> None:
@@ -147,27 +170,21 @@ class Ledger:
     ) -> int:
         """Note that we are about to rent `server_id`. Call BEFORE `create_order` is sent."""
         now = self._clock.time()
-        with self._write("record an intent") as db:
-            cursor = db.execute(
-                "INSERT INTO rentals (run_id, job_id, server_id, state, created_at, updated_at, "
-                "price_per_day, currency, usd_per_hour, image, spot) "
-                "VALUES (?, ?, ?, 'intent', ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    run_id,
-                    job_id,
-                    server_id,
-                    now,
-                    now,
-                    price_per_day,
-                    currency,
-                    usd_per_hour,
-                    image,
-                    None if spot is None else int(spot),
-                ),
-            )
-            rental_id = cursor.lastrowid
-        assert rental_id is not None
-        return rental_id
+        return self._insert_intent(
+            {
+                "run_id": run_id,
+                "job_id": job_id,
+                "server_id": server_id,
+                "state": "intent",
+                "created_at": now,
+                "updated_at": now,
+                "price_per_day": price_per_day,
+                "currency": currency,
+                "usd_per_hour": usd_per_hour,
+                "image": image,
+                "spot": spot,
+            }
+        )
 
     def mark_create_sent(
         self, rental_id: int, sent_at: float, offset_s: tuple[float, float] | None
@@ -176,35 +193,35 @@ class Ledger:
         from now on an order may exist. `offset_s` bounds the API's clock minus ours. A cleanup
         beside the run that gave the intent up as `failed` is overruled: an order may come."""
         low, high = offset_s if offset_s is not None else (None, None)
-        with self._write("mark a create sent") as db:
-            cursor = db.execute(
-                "UPDATE rentals SET create_sent_at = ?, api_offset_low_s = ?, "
-                "api_offset_high_s = ?, updated_at = ?, state = CASE WHEN state = 'failed' "
-                "THEN 'intent' ELSE state END WHERE id = ?",
-                (sent_at, low, high, self._clock.time(), rental_id),
-            )
-            if cursor.rowcount == 0:
-                raise KeyError(f"no rental {rental_id} in {self.path}")
+        changed = self._update(
+            "mark a create sent",
+            "UPDATE rentals SET create_sent_at = ?, api_offset_low_s = ?, "
+            "api_offset_high_s = ?, updated_at = ?, state = CASE WHEN state = 'failed' "
+            "THEN 'intent' ELSE state END WHERE id = ?",
+            (sent_at, low, high, self._clock.time(), rental_id),
+        )
+        if changed == 0:
+            raise KeyError(f"no rental {rental_id} in {self.where}")
 
     def mark_create_answered(self, rental_id: int, answered_at: float) -> None:
         """The create's answer (or failure) came back: an order it made is stamped before."""
-        with self._write("mark a create answered") as db:
-            db.execute(
-                "UPDATE rentals SET create_answered_at = ?, updated_at = ? WHERE id = ?",
-                (answered_at, self._clock.time(), rental_id),
-            )
+        self._update(
+            "mark a create answered",
+            "UPDATE rentals SET create_answered_at = ?, updated_at = ? WHERE id = ?",
+            (answered_at, self._clock.time(), rental_id),
+        )
 
     def set_order(self, rental_id: int, order_id: int) -> None:
         """The order id is known. An `intent` (or a `failed` one: a cleanup running beside the
         run gave up on it too early) becomes `ordered`: an order id means a billed server."""
-        with self._write("record an order id") as db:
-            cursor = db.execute(
-                "UPDATE rentals SET order_id = ?, updated_at = ?, state = CASE WHEN state IN "
-                "('intent', 'failed') THEN 'ordered' ELSE state END WHERE id = ?",
-                (order_id, self._clock.time(), rental_id),
-            )
-            if cursor.rowcount == 0:
-                raise KeyError(f"no rental {rental_id} in {self.path}")
+        changed = self._update(
+            "record an order id",
+            "UPDATE rentals SET order_id = ?, updated_at = ?, state = CASE WHEN state IN "
+            "('intent', 'failed') THEN 'ordered' ELSE state END WHERE id = ?",
+            (order_id, self._clock.time(), rental_id),
+        )
+        if changed == 0:
+            raise KeyError(f"no rental {rental_id} in {self.where}")
 
     def set_state(self, rental_id: int, state: State, note: str = "") -> None:
         """Move a rental to `state`. `failed` is refused once an order id is known: it would
@@ -212,16 +229,23 @@ class Ledger:
         if state not in STATES:
             raise ValueError(f"unknown rental state {state!r}; one of {', '.join(STATES)}")
         guard = " AND order_id IS NULL" if state == "failed" else ""
-        with self._write(f"mark a rental {state}") as db:
-            cursor = db.execute(
+        now = self._clock.time()
+
+        def update(execute: Execute) -> tuple[int, bool]:
+            changed = execute(
                 f"UPDATE rentals SET state = ?, note = ?, updated_at = ? WHERE id = ?{guard}",
-                (state, note, self._clock.time(), rental_id),
-            )
-            if cursor.rowcount == 0:
-                exists = db.execute("SELECT 1 FROM rentals WHERE id = ?", (rental_id,)).fetchone()
-                if not exists:
-                    raise KeyError(f"no rental {rental_id} in {self.path}")
-                raise ValueError(f"rental {rental_id} has an order: it cannot be marked failed")
+                (state, note, now, rental_id),
+            ).rowcount
+            if changed:
+                return changed, True
+            exists = execute("SELECT 1 FROM rentals WHERE id = ?", (rental_id,)).fetchone()
+            return 0, exists is not None
+
+        changed, exists = self._transact(f"mark a rental {state}", update)
+        if not changed and not exists:
+            raise KeyError(f"no rental {rental_id} in {self.where}")
+        if not changed:
+            raise ValueError(f"rental {rental_id} has an order: it cannot be marked failed")
 
     # --- reads -----------------------------------------------------------------------------
 
@@ -239,11 +263,54 @@ class Ledger:
             f"SELECT {_COLUMNS} FROM rentals WHERE run_id = ? ORDER BY id", (run_id,)
         )
 
+    # --- plumbing --------------------------------------------------------------------------
+
+    def _update(self, doing: str, statement: str, args: tuple[Any, ...]) -> int:
+        return self._transact(doing, lambda execute: execute(statement, args).rowcount)
+
+    def _select(self, query: str, args: tuple[Any, ...]) -> list[Rental]:
+        rows = self._transact("read rentals", lambda execute: execute(query, args).fetchall())
+        return [_rental(tuple(row)) for row in rows]
+
+
+class Ledger(RentalLedger):
+    """The ledger at `path` (parent folders created). Thread-safe."""
+
+    def __init__(self, path: Path | str = DEFAULT_PATH, *, clock: Clock = SYSTEM_CLOCK) -> None:
+        self.path = Path(path)
+        self._clock = clock
+        self._lock = threading.Lock()
+        with self._guard("open"):
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            # `timeout` is SQLite's busy_timeout: wait out another process's write lock.
+            self._db = sqlite_files.connect(self.path, BUSY_TIMEOUT_MS / 1000)
+        try:
+            with self._guard("open"):
+                self._setup()
+        except LedgerError:
+            self._db.close()
+            raise
+
+    @property
+    def where(self) -> str:
+        return str(self.path)
+
     def close(self) -> None:
         with self._lock:
             self._db.close()
 
     # --- plumbing --------------------------------------------------------------------------
+
+    def _transact(self, doing: str, work: Callable[[Execute], T]) -> T:
+        # Autocommit: each statement is its own transaction; the lock keeps threads apart.
+        with self._lock, self._guard(doing):
+            return work(self._db.execute)
+
+    def _insert_intent(self, values: dict[str, Any]) -> int:
+        with self._lock, self._guard("record an intent"):
+            rental_id = self._db.execute(insert_statement(values), tuple(values.values())).lastrowid
+        assert rental_id is not None
+        return rental_id
 
     def _setup(self) -> None:
         try:
@@ -268,19 +335,14 @@ class Ledger:
         except OSError as exc:
             raise LedgerError(f"ledger {self.path}: cannot {doing}: {exc.strerror}") from None
 
-    @contextmanager
-    def _write(self, doing: str) -> Iterator[sqlite3.Connection]:
-        with self._lock, self._guard(doing):
-            yield self._db
 
-    def _select(self, query: str, args: tuple[Any, ...]) -> list[Rental]:
-        with self._lock, self._guard("read rentals"):
-            rows = self._db.execute(query, args).fetchall()
-        return [_rental(row) for row in rows]
+def insert_statement(values: dict[str, Any]) -> str:
+    """The INSERT of one row of `values` (column -> value) into rentals."""
+    return f"INSERT INTO rentals ({', '.join(values)}) VALUES ({', '.join('?' * len(values))})"
 
 
 def _rental(row: tuple[Any, ...]) -> Rental:
     values = list(row)
-    values[-2] = None if values[-2] is None else bool(values[-2])  # spot
+    values[-2] = None if values[-2] is None else bool(values[-2])  # spot (SQLite: 0 or 1)
     values[-1] = bool(values[-1])  # legacy
     return Rental(*values)

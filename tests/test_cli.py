@@ -448,3 +448,83 @@ def test_a_budget_flag_that_is_not_a_positive_amount_is_a_usage_error(
         )
     assert exited.value.code == 2
     assert "Traceback" not in capsys.readouterr().err
+
+
+def _run_hello(capsys: pytest.CaptureFixture[str], tmp_path: Path, *flags: str) -> tuple[int, str]:
+    code, out, err = cli(
+        capsys, "run", HELLO, "--backend", "local", "--out", tmp_path / "out", *flags
+    )
+    return code, out + err
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (
+            ["--budget", "-1"],
+            "--budget -1: must be a positive amount of USD for the whole run "
+            "(for example --budget 2.50)",
+        ),
+        (
+            ["--concurrency", "100000"],
+            "--concurrency 100000: must be from 1 to 1000 servers or jobs at once "
+            "(for example --concurrency 4)",
+        ),
+        (["--concurrency", "0"], "--concurrency 0: must be from 1 to 1000 servers or jobs"),
+    ],
+)
+def test_run_flags_out_of_range_say_what_is_allowed_as_the_help_does(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, flags: list[str], message: str
+) -> None:
+    code, text = _run_hello(capsys, tmp_path, *flags)
+    assert code == 2
+    assert message in text
+    assert not (tmp_path / "out").exists()  # refused before anything ran
+    _, help_text, _ = cli(capsys, "run", "--help")
+    flat = " ".join(re.sub(r"[│\s]+", " ", help_text).split())
+    assert "1 to 1000 servers (or jobs) at once" in flat
+    assert "USD for the whole run, a positive amount" in flat
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("not json", "not JSON (expecting value at line 1, column 1)"),
+        ("[1, 2]", "not a JSON object"),
+        (b"\xff\xfe", "not JSON (not UTF-8 text)"),
+    ],
+)
+def test_a_baseline_that_is_not_a_summary_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, content: str | bytes, message: str
+) -> None:
+    baseline = tmp_path / "base.json"
+    if isinstance(content, bytes):
+        baseline.write_bytes(content)
+    else:
+        baseline.write_text(content)
+    code, text = _run_hello(capsys, tmp_path, "--baseline", str(baseline))
+    assert code == 2
+    assert f"--baseline {baseline}: {message} (pass the summary.json of an earlier run)" in text
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_baseline_from_another_pipeline_is_compared_with_a_warning(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, _ = _run_hello(capsys, tmp_path)
+    assert code == 0
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    same = tmp_path / "same.json"
+    same.write_text(json.dumps(summary))
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({**summary, "pipeline": {"name": "nightly", "source": "n.yml"}}))
+    code, text = _run_hello(capsys, tmp_path, "--baseline", str(same))
+    assert code == 0 and "baseline is a run of pipeline" not in text
+    code, text = _run_hello(capsys, tmp_path, "--baseline", str(other))
+    assert code == 0
+    name = summary["pipeline"]["name"]
+    warning = f"the baseline is a run of pipeline 'nightly', this is '{name}'"
+    assert warning in text
+    written = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert any(w.startswith(warning) for w in written["warnings"])
+    assert written["comparison"] is not None  # compared all the same

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from enum import Enum
 from pathlib import Path
@@ -35,10 +36,14 @@ def run(
         "clore-run-results"
     ),
     concurrency: Annotated[
-        int | None, typer.Option(min=1, help="Override the pipeline's concurrency.")
+        int | None,
+        typer.Option(
+            help="Override the pipeline's concurrency: 1 to 1000 servers (or jobs) at once."
+        ),
     ] = None,
     budget: Annotated[
-        float | None, typer.Option(min=0.0, help="Override the budget (USD, whole run).")
+        float | None,
+        typer.Option(help="Override the budget: USD for the whole run, a positive amount (2.50)."),
     ] = None,
     job: Annotated[
         list[str] | None, typer.Option("--job", help="Run these jobs and what they need.")
@@ -79,6 +84,7 @@ def run(
     from runner.plan import build_plan, render_plan
     from runner.run_command import RunOptions, execute, select_jobs
     from runner.spec.loader import load_pipeline
+    from runner.spec.models import MAX_CONCURRENCY
 
     loaded = load_pipeline(pipeline)
     show_warnings(loaded)
@@ -100,9 +106,18 @@ def run(
     )
     if budget is not None:
         if not budget > 0 or budget == float("inf"):  # as the file's `budget:` must be
-            raise UsageError(f"--budget {budget:g}: must be a positive amount of USD")
+            raise UsageError(
+                f"--budget {budget:g}: must be a positive amount of USD for the whole run",
+                "for example --budget 2.50",
+            )
         loaded = dataclasses.replace(loaded, budget_usd=budget)
     if concurrency is not None:  # the clore backend caps the servers it holds at this
+        if not 1 <= concurrency <= MAX_CONCURRENCY:  # as the file's `concurrency:` must be
+            raise UsageError(
+                f"--concurrency {concurrency}: must be from 1 to {MAX_CONCURRENCY} servers "
+                "or jobs at once",
+                "for example --concurrency 4",
+            )
         loaded = dataclasses.replace(loaded, concurrency=concurrency)
     if chosen is BackendName.clore:
         from runner.backends.clore.factory import clore_backend
@@ -134,5 +149,21 @@ def _read_baseline(path: Path | None) -> dict[str, Any] | None:
 
     try:
         return load_summary(path)
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"--baseline {path}: cannot read it ({exc})") from None
+    except json.JSONDecodeError as exc:
+        raise UsageError(
+            f"--baseline {path}: not JSON ({exc.msg.lower()} at line {exc.lineno}, "
+            f"column {exc.colno})",
+            "pass the summary.json of an earlier run",
+        ) from None
+    except UnicodeDecodeError:
+        raise UsageError(
+            f"--baseline {path}: not JSON (not UTF-8 text)",
+            "pass the summary.json of an earlier run",
+        ) from None
+    except ValueError as exc:  # JSON, but not an object
+        what = str(exc).removeprefix(f"{path}: ")
+        raise UsageError(
+            f"--baseline {path}: {what}", "pass the summary.json of an earlier run"
+        ) from None
+    except OSError as exc:
+        raise UsageError(f"--baseline {path}: cannot read it ({exc.strerror})") from None

@@ -142,3 +142,16 @@ def estimated_cost(
         renter_fee_usd=total_rent_usd - rental_usd,
         creation_fee_usd=creation_fee_usd if creation_fee_charged(held_s) else 0.0,
     )
+
+
+def usd_text(amount_usd: float) -> str:
+    """An amount in a sentence: $0.25, $0.0062, $12.50. Below $10 up to four decimals, so
+    fractions of a cent show and two different amounts never read alike ("$0.01 would be
+    exceeded by $0.01" was a shortfall of $0.0062), at least two. The reports' columns keep
+    four decimals below $10 (report.markdown.money): the same precision."""
+    sign = "-" if amount_usd < 0 and round(amount_usd, 4) != 0 else ""
+    size = abs(amount_usd)
+    if size >= 10:
+        return f"{sign}${size:.2f}"
+    whole, _, cents = f"{size:.4f}".rstrip("0").partition(".")
+    return f"{sign}${whole}.{cents.ljust(2, '0')}"

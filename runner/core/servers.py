@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from runner.core import graph
 from runner.core.events import SetTimer
 from runner.core.model import FailureKind, Job
+from runner.core.money import usd_text
 from runner.core.rentals import (
     BootTimes,
     CoreCommand,
@@ -518,8 +519,9 @@ class ServerBook:
         self, quote: Quote, hold_s: float, cost: float, over: float, now: float
     ) -> str:
         return (
-            f"budget ${self.budget_usd or 0:.2f} would be exceeded by ${over:.2f}: committed "
-            f"${self.committed_usd(now):.2f} + this rental's worst case ${cost:.2f} "
+            f"budget {usd_text(self.budget_usd or 0)} would be exceeded by {usd_text(over)}: "
+            f"committed {usd_text(self.committed_usd(now))} + this rental's worst case "
+            f"{usd_text(cost)} "
             f"(${quote.usd_per_hour:.3f}/h x {hold_s / 3600:.2f} h: boot, timeout and fetch"
             f"{', + the creation fee' if quote.creation_fee_usd else ''})"
         )

@@ -81,7 +81,21 @@ def with_comparison(summary: Summary, baseline: Mapping[str, Any]) -> Summary:
         summary["comparison"] = compare(summary, baseline)
     except (BadBaseline, KeyError, TypeError, AttributeError) as exc:
         summary["warnings"] = [*summary.get("warnings", []), f"baseline ignored: {exc}"]
+        return summary
+    theirs, ours = _pipeline_name(baseline), _pipeline_name(summary)
+    if theirs is not None and ours is not None and theirs != ours:
+        summary["warnings"] = [
+            *summary.get("warnings", []),
+            f"the baseline is a run of pipeline '{theirs}', this is '{ours}': "
+            "its jobs and costs may not compare (pass a summary.json of the same pipeline)",
+        ]
     return summary
+
+
+def _pipeline_name(summary: Mapping[str, Any]) -> str | None:
+    pipeline = summary.get("pipeline")
+    name = pipeline.get("name") if isinstance(pipeline, Mapping) else None
+    return name if isinstance(name, str) else None
 
 
 def load_summary(path: Path) -> Summary:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from runner.spec.models import JobSpec, NameList
 
@@ -15,6 +15,10 @@ Status = Literal[
 
 class JobSubmission(JobSpec):
     """One job, with the keys of a pipeline file's job (`run`, `timeout-minutes`, `gpu`...)."""
+
+    # Built now, not deferred as the pipeline models are: FastAPI wraps a body model in a
+    # TypeAdapter with field metadata, which pydantic cannot attach to a model not yet built.
+    model_config = ConfigDict(**{**JobSpec.model_config, "defer_build": False})
 
     id: str | None = Field(
         None,
@@ -103,3 +107,4 @@ class Stats(BaseModel):
 
 class Health(BaseModel):
     status: Literal["ok", "degraded"]
+    store: str | None = Field(None, description="Why the queue database refuses writes.")

@@ -81,8 +81,12 @@ def create_app(
     @api.get("/healthz", response_model=Health, tags=["health"])
     def healthz() -> JSONResponse:
         """No auth: for load balancers and probes."""
-        ok = service.alive
-        return JSONResponse({"status": "ok" if ok else "degraded"}, 200 if ok else 503)
+        failure = service.store_failure
+        ok = service.alive and failure is None
+        body = {"status": "ok" if ok else "degraded"}
+        if failure is not None:
+            body["store"] = f"failing: {failure}"
+        return JSONResponse(body, 200 if ok else 503)
 
     def session_ok(cookie: str | None) -> bool:
         return sessions.check(cookie) is not None

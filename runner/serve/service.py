@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import datetime as dt
+import functools
 import io
 import logging
 import math
@@ -40,10 +41,11 @@ from runner.driver import Driver, DriverOptions
 from runner.errors import InfrastructureError
 from runner.serve import views
 from runner.serve.fleet import FencedJournal, Fleet, FleetOptions, log_elsewhere
+from runner.serve.kept_journal import KeptJournal
 from runner.serve.orphans import ENV_NAME
 from runner.serve.queue_store import QueueStore, shared
 from runner.serve.quiet_console import QuietConsole
-from runner.serve.store import OpenAttempt, Unsettled
+from runner.serve.store import OpenAttempt, StoreError, Unsettled
 from runner.serve.submit import Prepared, check_known, with_server_ids
 
 log = logging.getLogger("clore_run.serve")
@@ -137,7 +139,9 @@ class Service:
         )
         self.shared = shared(store)  # other instances work on it: claim jobs, hold a lease
         self.fleet: Fleet | None = None
-        journal: StoreJournal | FencedJournal = StoreJournal(store, options.instance)
+        # SQLite: a refused write is kept and retried, never raised into the loop (a full disk).
+        self.journal = KeptJournal(StoreJournal(store, options.instance), self._unrecorded_start)
+        journal: KeptJournal | FencedJournal = self.journal
         if self.shared is not None:
             self.fleet = Fleet(
                 self.shared, options.instance, self, options.fleet, options.on_lease_lost
@@ -183,7 +187,10 @@ class Service:
             self._thread.join()
         self._hand_over(grace_s)
         self.driver.close()
-        self.store.end_instance(self.options.instance, self.clock.time())
+        try:
+            self.store.end_instance(self.options.instance, self.clock.time())
+        except StoreError as exc:  # its open attempts tell the next start what was left
+            log.error("%s", exc)
 
     def wake(self) -> None:
         """Re-read the clock now (after a test moved a fake one)."""
@@ -286,6 +293,16 @@ class Service:
         need = core.state(state.needs[0]) if state.needs else None
         need_out = need is not None and need.phase in OUT
         return views.waiting_for(state, need_out, now, self.held_until)
+
+    def _unrecorded_start(self, job_id: str, number: int, why: str) -> None:
+        # An attempt the store does not know of would be lost to recovery after a crash:
+        # it ends before it begins, as an infrastructure failure, and the retry table decides.
+        self.driver.stop_attempt(job_id, number, FailureKind.PROVISIONING_FAILED, why)
+
+    @property
+    def store_failure(self) -> str | None:
+        """Why the store refuses the loop's writes now (None: it writes)."""
+        return self.journal.failure
 
     def _must_stop(self, reason: str, now: float) -> Event:
         log.warning("%s; starting nothing for %g s", reason, MUST_STOP_HOLD_S)
@@ -406,7 +423,8 @@ class Service:
 
     def _requeue_ended(self, job_id: str, attempt: Attempt) -> None:
         if self.shared is None:
-            self.store.end_attempt(job_id, attempt, requeue=True)
+            write = functools.partial(self.store.end_attempt, job_id, attempt, requeue=True)
+            self.journal.write(write)  # kept, not raised, when the disk is full
             return
         try:  # fenced: if another instance took the job already, it is that one's
             self.shared.fenced_end_attempt(job_id, attempt, self.options.instance, requeue=True)

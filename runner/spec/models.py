@@ -15,6 +15,7 @@ PriorityName = Literal["low", "normal", "high", "urgent"]
 CurrencyName = Literal["bitcoin", "CLORE-Blockchain", "USD-Blockchain"]
 ProvisionName = Literal["ahead", "on-demand"]
 MAX_MINUTES = 10_000_000  # about 19 years: any real duration, and finite once in seconds
+MAX_CONCURRENCY = 1000  # servers (or jobs) at once; --concurrency is held to it as well
 
 
 def _one_or_many(value: Any) -> Any:
@@ -153,7 +154,7 @@ class JobSpec(JobSettings):
 
 class PipelineSettings(StrictModel):
     name: str | None = Field(None, description="Pipeline name (default: the file name).")
-    concurrency: int = Field(3, ge=1, le=1000, description="Max servers held at once.")
+    concurrency: int = Field(3, ge=1, le=MAX_CONCURRENCY, description="Max servers held at once.")
     budget: float | None = Field(None, gt=0, description="USD, hard cap on the whole run.")
     timeout_minutes: float | None = Field(None, gt=0, le=MAX_MINUTES, alias="timeout-minutes")
     currency: CurrencyName = Field("CLORE-Blockchain", description="What orders are paid in.")

@@ -81,3 +81,22 @@ def test_estimate_and_billing_agree_for_the_same_order(
     estimated = money.estimated_cost(hourly, held_s, rate, 0.1)
     assert math.isclose(billed.total_usd, estimated.total_usd, rel_tol=1e-9, abs_tol=1e-9)
     assert billed.total_usd <= money.worst_case_usd(hourly, held_s, 0.1) * (1 + 1e-9) + 1e-12
+
+
+@pytest.mark.parametrize(
+    ("amount_usd", "text"),
+    [
+        (0, "$0.00"),
+        (0.25, "$0.25"),
+        (0.01, "$0.01"),
+        (0.0062, "$0.0062"),
+        (0.15, "$0.15"),
+        (1 / 3, "$0.3333"),
+        (12.5, "$12.50"),
+        (1234.567, "$1234.57"),
+        (-0.004, "-$0.004"),
+        (0.00001, "$0.00"),
+    ],
+)
+def test_amounts_in_sentences_keep_what_tells_them_apart(amount_usd: float, text: str) -> None:
+    assert money.usd_text(amount_usd) == text

@@ -125,10 +125,11 @@ def thread_server(
     daily_spend_limit: float | None = None,
     app_options: dict[str, Any] | None = None,
     uvicorn_options: dict[str, Any] | None = None,
+    store_type: Callable[[Path], Store] = Store,
 ) -> Iterator[ThreadServer]:
     """The app and the service in this process; uvicorn on a free loopback port (with the
     given create_app and uvicorn.Config options on top)."""
-    store = Store(tmp / "queue.db")
+    store = store_type(tmp / "queue.db")
     options = ServiceOptions(
         data_dir=tmp / "data",
         capacity=capacity,

@@ -151,6 +151,9 @@ class CloreClient:
         self.clock_offset = OffsetMeter()  # the API's clock against ours, from its replies
         self._session = session or requests.Session()
         self._rng = rng or random.Random()
+        # Told before each retried read waits (endpoint, error, wait, next try's number), so an
+        # interactive command can say why nothing shows yet.
+        self.on_retry: Callable[[str, e.CloreApiError, float, int], None] | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **kwargs: Any) -> CloreClient:
@@ -382,6 +385,8 @@ class CloreClient:
                 ):
                     raise
                 log.info("clore %s: %s; retrying in %.1f s", endpoint, exc.message, delay)
+                if self.on_retry is not None:
+                    self.on_retry(endpoint, exc, delay, attempt + 2)
                 self.limiter.back_off(delay)
         raise AssertionError("unreachable: the last attempt raises")  # pragma: no cover
 

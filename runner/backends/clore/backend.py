@@ -28,6 +28,7 @@ from runner.backends.ssh.exec import run_job
 from runner.clock import Clock
 from runner.core import money
 from runner.core.model import FailureKind, GpuAsk, Job
+from runner.core.money import usd_text
 from runner.errors import InfrastructureError, JobCannotRun, RunMustStop
 
 MARKET_TTL_S = 60.0  # the marketplace is ~2,100 servers: fetch it at most once a minute
@@ -235,13 +236,13 @@ class CloreBackend:
                 busy = self._reserved or any(h.job is not None for h in self._held.values())
                 if not busy or cancel.is_set():
                     raise JobCannotRun(
-                        f"budget ${self.budget.limit_usd:.2f} would be exceeded by "
-                        f"${over:.2f}: spent ${self.budget.spent_usd:.2f} + committed "
-                        f"${self._committed_usd():.2f} + this rental ${new_usd:.2f} "
+                        f"budget {usd_text(self.budget.limit_usd or 0.0)} would be exceeded by "
+                        f"{usd_text(over)}: spent {usd_text(self.budget.spent_usd)} + committed "
+                        f"{usd_text(self._committed_usd())} + this rental {usd_text(new_usd)} "
                         f"(${price:.4f}/h with the {offer.fee_rate(spot) * 100:g} % renter fee "
                         f"x {hold_s / 3600:.2f} h: start-up and the job's timeout"
                         + (
-                            f", + ${fee_usd:.2f} creation fee)"
+                            f", + {usd_text(fee_usd)} creation fee)"
                             if money.creation_fee_charged(hold_s)
                             else ")"
                         )

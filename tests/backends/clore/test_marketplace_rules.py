@@ -171,7 +171,7 @@ def test_a_budget_only_the_fee_less_arithmetic_would_pass_rents_nothing(setup: S
     record, code, _, _ = run_with(setup, pipeline)
     (result,) = record.results
     assert code == 3 and result.status is JobStatus.ERROR
-    assert "budget $0.20 would be exceeded by $0.01" in result.reason
+    assert "budget $0.20 would be exceeded by $0.0094: " in result.reason  # not "by $0.01"
     assert "5 % renter fee" in result.reason and "$0.10 creation fee" in result.reason
     assert setup.fake.calls("create_order") == []
 

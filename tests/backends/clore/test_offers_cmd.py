@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import typer
@@ -12,6 +13,7 @@ from runner.backends.clore.api import CloreClient, RetryPolicy
 from runner.backends.clore.ratelimit import RateLimiter
 from runner.cli.offers import register
 from tests.fakes.clore_api import API_KEY, FakeClore, Faults
+from tests.sshd_fixture import free_port
 
 runner = CliRunner()
 
@@ -122,3 +124,30 @@ def test_prices_include_the_accounts_own_renter_fee(fake_clore: FakeClore) -> No
     (listed,) = json.loads(result.stdout)
     assert listed["on_demand_usd_per_hour"] == pytest.approx(2 / 24 * 1.025)
     assert listed["on_demand_fee_rate"] == 0.025
+
+
+def test_an_unreachable_api_shows_each_wait_and_ends_with_one_line(fake_clore: FakeClore) -> None:
+    port = free_port()  # nothing listens there: connection refused at once
+    app = typer.Typer()
+    app.callback()(lambda: None)
+
+    def unreachable() -> CloreClient:
+        client = fake_clore.client(retry=RetryPolicy(max_attempts=3))
+        client.base_url = f"http://127.0.0.1:{port}/v1"
+        return client
+
+    register(app, unreachable)
+    result = runner.invoke(app, ["offers"])
+    assert result.exit_code == 3
+    lines = result.stderr.splitlines()
+    assert [re.sub(r"\d+ s", "N s", line) for line in lines[:-1]] == [
+        "Clore API marketplace: connection refused; trying again in N s (try 2 of 3)",
+        "Clore API marketplace: connection refused; trying again in N s (try 3 of 3)",
+    ]
+    assert re.fullmatch(
+        rf"error: cannot reach the Clore API at http://127.0.0.1:{port}/v1: connection refused; "
+        r"gave up after \d+ s \(check the network, or CLORE_API_URL\)",
+        lines[-1],
+    )
+    assert "Max retries" not in result.output and "renter_fees" not in result.output
+    assert result.stdout == ""

@@ -1,0 +1,102 @@
+"""A queue database that cannot be written (a full disk) strands nothing: the attempt that
+cannot be recorded ends as an infrastructure error, its slot is free, /healthz says the store
+fails, and once writes work again the store catches up with what happened meanwhile."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from runner.backends.base import NO_STAGES, OutputSink, Place, RunOutcome, RunRequest, StageSink
+from runner.core.model import Job
+from runner.serve.store import Store
+from tests.serve.harness import FINAL, thread_server, wait_until
+
+
+class FullDiskStore(Store):
+    """Every write fails as SQLite fails on a full disk while `full` is set; reads work."""
+
+    full = False
+
+    @contextmanager
+    def _tx(self, doing: str) -> Iterator[sqlite3.Connection]:
+        with super()._tx(doing) as db:
+            if self.full:
+                with self._guard(doing):
+                    raise sqlite3.OperationalError("database or disk is full")
+            yield db
+
+
+class GatedBackend:
+    """Attempts of job `hold` pass once `gate` is set; every other attempt passes at once."""
+
+    name = "gated"
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+        self.running = threading.Event()
+
+    def capacity(self) -> int | None:
+        return None
+
+    def acquire(self, job: Job, cancel: threading.Event, stages: StageSink = NO_STAGES) -> Place:
+        if cancel.is_set():
+            raise_cancelled()
+        return Place("box", usd_per_hour=1.0)
+
+    def run(
+        self,
+        place: Place,
+        request: RunRequest,
+        sink: OutputSink,
+        cancel: threading.Event,
+        stages: StageSink = NO_STAGES,
+    ) -> RunOutcome:
+        if request.job.id.endswith("hold"):
+            self.running.set()
+            self.gate.wait(30)
+        return RunOutcome(0, None)
+
+    def release(self, place: Place) -> None:
+        return None
+
+    def shutdown(self) -> None:
+        return None
+
+
+def raise_cancelled() -> None:
+    from runner.errors import InfrastructureError
+
+    raise InfrastructureError("cancelled before it started")
+
+
+def test_a_full_disk_strands_no_job_and_no_slot(tmp_path: Path) -> None:
+    backend = GatedBackend()
+    with thread_server(tmp_path, capacity=1, backend=backend, store_type=FullDiskStore) as srv:
+        store = srv.service.store
+        assert isinstance(store, FullDiskStore)
+        (hold,) = srv.api.submit("jobs:\n  hold:\n    run: x\n")
+        (later,) = srv.api.submit("jobs:\n  later:\n    run: x\n")
+        assert backend.running.wait(10)
+        store.full = True
+        backend.gate.set()  # hold ends, later starts: neither can be written down
+
+        core = srv.service.driver.core
+        wait_until(lambda: core.idle, what="every job settled in the scheduler")
+        assert srv.service.servers_held == 0
+        health = srv.api.get("/healthz")
+        assert health.status_code == 503
+        assert health.json()["status"] == "degraded"
+        assert "database or disk is full" in health.json()["store"]
+
+        store.full = False
+        (after,) = srv.api.submit("jobs:\n  after:\n    run: x\n")
+        assert srv.api.wait_status(after, FINAL)["status"] == "passed"
+        assert srv.api.status(hold) == "passed"  # what was not written is written now
+        later_job = srv.api.job(later)
+        assert later_job["status"] == "error"
+        assert "queue database" in later_job["attempt_list"][0]["message"]
+        assert srv.api.get("/healthz").json() == {"status": "ok"}
