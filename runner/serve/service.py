@@ -139,14 +139,16 @@ class Service:
         )
         self.shared = shared(store)  # other instances work on it: claim jobs, hold a lease
         self.fleet: Fleet | None = None
-        # SQLite: a refused write is kept and retried, never raised into the loop (a full disk).
-        self.journal = KeptJournal(StoreJournal(store, options.instance), self._unrecorded_start)
-        journal: KeptJournal | FencedJournal = self.journal
+        # A refused write is kept and retried, never raised into the loop (a full disk, a
+        # database restart). On a shared store every write is fenced by this instance's token.
+        inner: StoreJournal | FencedJournal = StoreJournal(store, options.instance)
         if self.shared is not None:
             self.fleet = Fleet(
                 self.shared, options.instance, self, options.fleet, options.on_lease_lost
             )
-            journal = FencedJournal(self.shared, options.instance, self.fleet.nudge)
+            inner = FencedJournal(self.shared, options.instance, self.fleet.nudge)
+        self.journal = KeptJournal(inner, self._unrecorded_start)
+        journal = self.journal
         self.driver = Driver(
             Scheduler(options.capacity, options.backoff),
             backend,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 from pathlib import Path
 
 from runner.serve.orphans import ENV_NAME
@@ -111,3 +112,44 @@ def test_three_servers_one_killed_mid_job_the_others_take_over(tmp_path: Path, p
     assert marked({s.instance for s in servers}) == []  # nothing left running
     assert not [p for p in (s.proc.pid for s in servers) if alive(p)]
     assert os.path.isdir(tmp_path / "d")
+
+
+def test_a_server_frozen_past_its_lease_is_taken_over_and_stops_when_it_wakes(
+    tmp_path: Path, pg_url: str
+) -> None:
+    """SIGSTOP past the ttl: the other server takes the job; after SIGCONT the frozen one's
+    heartbeat is refused, none of its late writes lands, and it exits (3) instead of going on."""
+    common = ("--concurrency", "1", "--lease-ttl", LEASE_TTL_S, "--data-dir", str(tmp_path / "d"))
+    long_job = f"""
+jobs:
+  long:
+    run: |
+      echo $$ >> {tmp_path}/long.starts
+      while [ ! -e {tmp_path}/gate ]; do sleep 0.02; done
+"""
+    servers = [start_serve(pg_url, *common) for _ in range(2)]
+    try:
+        (job_id,) = servers[0].api.submit(long_job)
+        holder_token = servers[0].api.wait_status(job_id, {"running"}, 30)["attempt_list"][0][
+            "instance"
+        ]
+        frozen = next(s for s in servers if s.instance == holder_token)
+        other = next(s for s in servers if s is not frozen)
+        frozen.proc.send_signal(signal.SIGSTOP)
+        try:
+            wait_until(lambda: len(other.api.job(job_id)["attempt_list"]) == 2, 30, "the take-over")
+        finally:
+            frozen.proc.send_signal(signal.SIGCONT)
+        assert frozen.proc.wait(timeout=30) == 3  # lease lost: it ends, it does not go on
+        (tmp_path / "gate").touch()
+        done = other.api.wait_status(job_id, FINAL, 30)
+        assert done["status"] == "passed"
+        first, second = done["attempt_list"]
+        assert (first["instance"], first["failure"]) == (frozen.instance, "server_lost")
+        assert (second["instance"], second["failure"]) == (other.instance, None)
+        assert len(lines(tmp_path / "long.starts")) == 2
+    finally:
+        for server in servers:
+            if server.proc.poll() is None:
+                server.terminate()
+    assert marked({s.instance for s in servers}) == []
