@@ -135,8 +135,10 @@ class Fleet:
                     return
                 try:
                     step()
-                except (InfrastructureError, TimeoutError) as exc:
+                except InfrastructureError as exc:  # the database: the next round tries again
                     log.warning("clore-run serve: %s", exc)
+                except Exception:  # the loop did not answer, or a bug: this thread goes on
+                    log.exception("clore-run serve: lease and claims thread error")
             wait_s = min(next_sweep, next_beat) - time.monotonic()
             self._wake.wait(max(0.0, wait_s))
             self._wake.clear()

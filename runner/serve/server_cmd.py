@@ -102,7 +102,7 @@ def run_server(options: ServeOptions) -> None:
     # One server per SQLite file; N on PostgreSQL, where leases say who holds what.
     lock = lock_db(options.db) if isinstance(options.db, Path) else None
     instance = uuid.uuid4().hex[:12]
-    store = open_queue(options.db)
+    store = open_queue(options.db, lease_ttl_s=options.lease_ttl_s)
     backend, reconcile = build(options.backend, options.concurrency, instance)
     capacity = min(options.concurrency, backend.capacity() or options.concurrency)
     secrets_taken = [os.environ.pop(k, "") for k in ("CLORE_RUN_TOKEN", "CLORE_API_KEY")]
