@@ -12,7 +12,11 @@ import os
 import signal
 from pathlib import Path
 
+from runner.core.model import Job
+from runner.serve.fleet import Fleet, FleetOptions
 from runner.serve.orphans import ENV_NAME
+from runner.serve.queue_store import open_queue, shared
+from runner.serve.store import Unsettled
 from tests.processes import alive
 from tests.serve.harness import FINAL, ServeProcess, start_serve, wait_until
 
@@ -153,3 +157,48 @@ jobs:
             if server.proc.poll() is None:
                 server.terminate()
     assert marked({s.instance for s in servers}) == []
+
+
+class _Hooks:
+    """The service's side of the fleet, recorded."""
+
+    def __init__(self, room: int) -> None:
+        self.free = room
+        self.added: list[str] = []
+
+    def room(self) -> int:
+        return self.free - len(self.added)
+
+    def now(self) -> float:
+        return 10.0
+
+    def add_claimed(self, claimed: list[Unsettled]) -> None:
+        self.added += [u.job.id for u in claimed]
+
+    def recover(self, token: str, running: list[Unsettled], open_attempts: object) -> None:
+        raise AssertionError("nothing to recover")
+
+    def cancel_held(self, job_id: str) -> None:
+        raise AssertionError("nothing to cancel")
+
+
+def test_no_job_is_claimed_without_a_server_slot_in_the_pool(pg_url: str) -> None:
+    store = shared(open_queue(pg_url))
+    assert store is not None
+    try:
+        jobs = [Job(id=f"s1.j{i}", name=f"j{i}", run="true") for i in range(4)]
+        store.submit("p", "p", lambda n: jobs, 1.0)
+        store.join("me", 1, "clore", 1.0, 60.0)
+        slots = [0]
+        hooks = _Hooks(room=3)
+        fleet = Fleet(store, "me", hooks, FleetOptions(pool_room=lambda: slots[0]), print)
+        fleet._claim()
+        assert hooks.added == []  # room in the core, none in the pool: nothing claimed
+        slots[0] = 2
+        fleet._claim()
+        assert hooks.added == ["s1.j0", "s1.j1"]
+        slots[0] = 5
+        fleet._claim()
+        assert hooks.added == ["s1.j0", "s1.j1", "s1.j2"]  # the core's room bounds it too
+    finally:
+        store.close()
