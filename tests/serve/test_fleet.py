@@ -18,7 +18,7 @@ from runner.serve.orphans import ENV_NAME
 from runner.serve.queue_store import open_queue, shared
 from runner.serve.store import Unsettled
 from tests.processes import alive
-from tests.serve.harness import FINAL, ServeProcess, start_serve, wait_until
+from tests.serve.harness import FINAL, TOKEN, ServeProcess, cli, start_serve, wait_until
 
 LEASE_TTL_S = "2"
 
@@ -202,3 +202,11 @@ def test_no_job_is_claimed_without_a_server_slot_in_the_pool(pg_url: str) -> Non
         assert hooks.added == ["s1.j0", "s1.j1", "s1.j2"]  # the core's room bounds it too
     finally:
         store.close()
+
+
+def test_serve_joins_a_pool_only_with_clore_and_a_coordinator() -> None:
+    done = cli("serve", "--pool", "gpu-ci", env={"CLORE_RUN_TOKEN": TOKEN})
+    assert done.returncode == 2, done.stderr
+    assert "pools hold rented servers on the coordinator" in done.stderr
+    refused = cli("serve", "--db", "postgresql://", env={"CLORE_RUN_TOKEN": TOKEN})
+    assert refused.returncode == 2 and "is not a PostgreSQL URL" in refused.stderr
