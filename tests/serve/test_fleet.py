@@ -18,7 +18,7 @@ from runner.serve.orphans import ENV_NAME
 from runner.serve.queue_store import open_queue, shared
 from runner.serve.store import Unsettled
 from tests.processes import alive
-from tests.serve.harness import FINAL, TOKEN, ServeProcess, cli, start_serve, wait_until
+from tests.serve.harness import FINAL, TOKEN, ServeProcess, cli, start_serves, wait_until
 
 LEASE_TTL_S = "2"
 
@@ -65,7 +65,7 @@ def test_three_servers_one_killed_mid_job_the_others_take_over(tmp_path: Path, p
     common = ("--concurrency", "1", "--lease-ttl", LEASE_TTL_S, "--data-dir", str(tmp_path / "d"))
     servers: list[ServeProcess] = []
     try:
-        servers = [start_serve(pg_url, *common) for _ in range(3)]
+        servers = start_serves(3, pg_url, *common)
         first = servers[0].api
         ids = first.submit(pipeline(tmp_path))
         running = {
@@ -131,7 +131,7 @@ jobs:
       echo $$ >> {tmp_path}/long.starts
       while [ ! -e {tmp_path}/gate ]; do sleep 0.02; done
 """
-    servers = [start_serve(pg_url, *common) for _ in range(2)]
+    servers = start_serves(2, pg_url, *common)
     try:
         (job_id,) = servers[0].api.submit(long_job)
         holder_token = servers[0].api.wait_status(job_id, {"running"}, 30)["attempt_list"][0][
