@@ -29,6 +29,7 @@ from runner.core.model import Attempt, Job, JobResult
 from runner.errors import InfrastructureError
 from runner.serve.queue_store import SharedQueueStore
 from runner.serve.store import OpenAttempt, Unsettled
+from runner.serve.views import iso
 
 if TYPE_CHECKING:
     from runner.backends.base import Place
@@ -246,3 +247,25 @@ def log_elsewhere(store: SharedQueueStore, instance: str, job_id: str) -> str | 
     tail = "" if where.alive else " (that server has stopped: its log stays on its host)"
     fetch = f": GET {where.url}/jobs/{job_id}/log" if where.url and where.alive else ""
     return f"job {job_id} runs on server {where.owner}{at}; its log is there{fetch}{tail}"
+
+
+def waiting_elsewhere(store: SharedQueueStore, job_id: str, now: float) -> str | None:
+    """Why a queued job that this instance's core does not hold has not started, from its
+    row: its retry time, its not-before, a need not settled, or no instance has room yet."""
+    found = store.job(job_id)
+    if found is None:
+        return None
+    row, spec = found
+    if row.retry_at is not None and row.retry_at > now:
+        return f"a retry at {iso(row.retry_at)}"
+    not_before = spec.get("not_before")
+    if isinstance(not_before, (int, float)) and not_before > now:
+        return f"not before {iso(float(not_before))}"
+    for need in spec.get("needs", []):
+        need_row = store.job(str(need))
+        if need_row is not None and need_row[0].status in ("queued", "running"):
+            return f"needs '{need}' ({need_row[0].status})"
+    held = store.whereabouts(job_id).owner
+    if held is not None:
+        return f"a free slot on server {held}, which holds it"
+    return "a free slot on any server"

@@ -40,7 +40,13 @@ from runner.core.scheduler import OUT, Entry, Scheduler
 from runner.driver import Driver, DriverOptions
 from runner.errors import InfrastructureError
 from runner.serve import views
-from runner.serve.fleet import FencedJournal, Fleet, FleetOptions, log_elsewhere
+from runner.serve.fleet import (
+    FencedJournal,
+    Fleet,
+    FleetOptions,
+    log_elsewhere,
+    waiting_elsewhere,
+)
 from runner.serve.kept_journal import KeptJournal
 from runner.serve.orphans import ENV_NAME
 from runner.serve.queue_store import QueueStore, shared
@@ -289,7 +295,7 @@ class Service:
         core = self.driver.core
         state = core.state(job_id)
         if state is None and self.shared is not None:
-            return "a server to claim it (its needs settled and a free slot on any instance)"
+            return waiting_elsewhere(self.shared, job_id, now)
         if state is None or state.phase in OUT:
             return None
         need = core.state(state.needs[0]) if state.needs else None

@@ -73,6 +73,8 @@ def test_three_servers_one_killed_mid_job_the_others_take_over(tmp_path: Path, p
             for job in ("s1.long0", "s1.long1", "s1.long2")
         }
         assert sorted(running.values()) == sorted(s.instance for s in servers)  # one each
+        for server in servers:  # any server says why a job nobody can claim yet waits
+            assert server.api.job("s1.after")["waiting_for"] == "needs 's1.long0' (running)"
         victim = next(s for s in servers if s.instance == running["s1.long1"])
         (orphan,) = wait_until(lambda: lines(tmp_path / "long1.starts"), what="long1 to start")
         victim.kill()
