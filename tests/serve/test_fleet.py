@@ -13,7 +13,7 @@ import signal
 from pathlib import Path
 
 from runner.core.model import Job
-from runner.serve.fleet import Fleet, FleetOptions
+from runner.serve.fleet import Fleet, FleetOptions, log_elsewhere
 from runner.serve.orphans import ENV_NAME
 from runner.serve.queue_store import open_queue, shared
 from runner.serve.store import Unsettled
@@ -212,3 +212,30 @@ def test_serve_joins_a_pool_only_with_clore_and_a_coordinator() -> None:
     assert "pools hold rented servers on the coordinator" in done.stderr
     refused = cli("serve", "--db", "postgresql://", env={"CLORE_RUN_TOKEN": TOKEN})
     assert refused.returncode == 2 and "is not a PostgreSQL URL" in refused.stderr
+
+
+def test_a_log_another_server_holds_is_said_to_be_there(pg_url: str) -> None:
+    store = shared(open_queue(pg_url))
+    assert store is not None
+    try:
+        jobs = [Job(id=f"s1.j{i}", name=f"j{i}", run="true") for i in range(2)]
+        store.submit("p", "p", lambda n: jobs, 1.0)
+        store.join("a", 1, "local", 1.0, 60.0)
+        store.set_url("a", "http://10.0.0.7:8000")
+        store.claim("a", 1, 2.0)
+        store.fenced_start_attempt("s1.j0", 1, "a", 2.5)
+        said = log_elsewhere(store, "b", "s1.j0")
+        assert said == (
+            "job s1.j0 runs on server a at http://10.0.0.7:8000; its log is there: "
+            "GET http://10.0.0.7:8000/jobs/s1.j0/log"
+        )
+        assert log_elsewhere(store, "a", "s1.j0") is None  # its own
+        assert log_elsewhere(store, "b", "s1.j1") is None  # nobody ran it yet
+        store.end_instance("a", 3.0)  # stopped with the attempt still open
+        gone = log_elsewhere(store, "b", "s1.j0")
+        assert gone == (
+            "job s1.j0 runs on server a at http://10.0.0.7:8000; its log is there "
+            "(that server has stopped: its log stays on its host)"
+        )
+    finally:
+        store.close()
