@@ -31,8 +31,12 @@ _PR_SET_DUMPABLE = 4
 _MAX_PAYLOAD = 60_000  # a pipe holds 64 KiB without a reader; secrets are far smaller
 
 
-def protect() -> None:
-    """Call before anything else in an entry point (nothing printed yet, no thread started)."""
+def protect(*, starts_processes: bool = True) -> None:
+    """Call before anything else in an entry point (nothing printed yet, no thread started).
+
+    `starts_processes` False (the launcher knows the command runs no job and starts nothing,
+    `validate` for one): no restart, since no child is there to read the environment, and
+    non-dumpable makes /proc/<pid>/environ root's alone for everyone else."""
     if not sys.platform.startswith("linux"):
         redact.register_from(os.environ)
         return
@@ -42,7 +46,7 @@ def protect() -> None:
     else:
         held = {k: os.environ[k] for k in redact.SECRET_ENV_VARS if os.environ.get(k)}
         redact.register_from(held)
-        if held:
+        if held and starts_processes:
             _restart_without(held)  # returns only when the exec could not be done
     make_non_dumpable()
 

@@ -7,6 +7,7 @@ which the quick path leaves to the full command line. Output, messages and exit 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -130,7 +131,8 @@ PROBE = textwrap.dedent(
     try:
         main()
     except SystemExit as exit:
-        heavy = ("typer", "rich", "click", "requests", "paramiko", "jinja2", "runner.driver")
+        heavy = ("typer", "rich", "click", "requests", "paramiko", "jinja2", "runner.driver",
+                 "importlib.metadata")
         print(exit.code, *sorted(m for m in heavy if m in sys.modules), file=sys.stderr)
     """
 )
@@ -159,6 +161,8 @@ def test_the_quick_commands_load_neither_typer_nor_a_backend(args: list[str], lo
     assert code == "0", done.stderr
     assert " ".join(m for m in modules if m in ("click", "rich", "typer")) == loaded
     assert not {"requests", "paramiko", "jinja2", "runner.driver"} & set(modules)
+    if args[0] == "validate" and args[1] != "--":  # pydantic looked for no plugins
+        assert "importlib.metadata" not in modules
 
 
 def test_a_closed_pipe_exits_1_on_both_paths(tmp_path: Path) -> None:
@@ -178,3 +182,142 @@ def test_a_closed_pipe_exits_1_on_both_paths(tmp_path: Path) -> None:
         os.close(write_end)
         codes.append((done.returncode, b"Traceback" in done.stderr))
     assert codes == [(1, False), (1, False)]
+
+
+# -- run -----------------------------------------------------------------------------------------
+
+PIPELINE = """\
+jobs:
+  a: {run: 'echo a-ran', workspace: false}
+  b: {needs: a, run: 'echo b-ran; exit 1', workspace: false}
+  c: {needs: a, run: 'echo c-ran', workspace: false}
+"""
+
+
+def typer_or_quick(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, args: list[str]
+) -> tuple[int, str, str]:
+    """The same `run` arguments through the quick path and through Typer: they must agree."""
+    import runner.cli.quick as quick
+
+    seen = []
+    for way in ("quick", "typer"):
+        if way == "typer":
+            monkeypatch.setattr(quick, "plain_run", lambda args: None)
+        else:
+            assert quick.plain_run(args) is not None, args
+        with pytest.raises(SystemExit) as info:
+            main(args)
+        out, err = capsys.readouterr()
+        # Jobs run at the same time print in either order, at other times.
+        timeless = re.sub(r"\d{4}-\d\d-\d\dT[\d:]+Z|\d+(\.\d+)? ?s\b", "T", out)
+        seen.append((info.value.code, "\n".join(sorted(timeless.splitlines())), err))
+    monkeypatch.undo()
+    assert seen[0] == seen[1]
+    code, out, err = seen[0]
+    assert isinstance(code, int)
+    return code, out, err
+
+
+@pytest.mark.parametrize(
+    ("extra", "code", "said"),
+    [
+        ([], 1, "no CLORE_API_KEY set: running locally"),
+        (["--backend", "local", "--concurrency", "2", "--job", "c"], 0, ""),
+        (["--backend", "local", "--job", "a", "--job", "b"], 1, ""),
+        (["--backend", "local", "--budget", "0"], 2, "--budget 0: must be a positive amount"),
+        (["--backend", "local", "--concurrency", "2000"], 2, "--concurrency 2000: must be from 1"),
+        (["--backend", "local", "--pool", "gpu"], 2, "--pool gpu: pools hold rented servers"),
+        (["--backend", "ssh"], 2, "--backend ssh needs hosts"),
+        (["--backend", "local", "--baseline", "nope.json"], 2, "--baseline nope.json"),
+        (["--backend", "local", "--job", "nosuch"], 2, "--job: unknown job 'nosuch'"),
+    ],
+)
+def test_run_on_the_quick_path_does_what_the_typer_command_does(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    extra: list[str],
+    code: int,
+    said: str,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "p.yml").write_text(PIPELINE)
+    got, out, err = typer_or_quick(capsys, monkeypatch, ["run", "p.yml", "--out", "out", *extra])
+    assert got == code, err
+    assert said in err
+    if code in (0, 1):
+        assert "[a] a-ran" in out
+        assert (tmp_path / "out" / "summary.json").is_file()
+
+
+def test_a_missing_pipeline_is_the_same_error_on_both_paths(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, _, err = typer_or_quick(capsys, monkeypatch, ["run", "nope.yml", "--backend", "local"])
+    assert (code, err) == (2, "nope.yml:1:1: file not found (check the path)\n")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["run"],
+        ["run", "--help"],
+        ["run", "p.yml", "--backend"],
+        ["run", "p.yml", "--backend", "LOCAL"],
+        ["run", "p.yml", "--backend=local"],
+        ["run", "p.yml", "--concurrency", "0"],
+        ["run", "p.yml", "--concurrency", "02"],
+        ["run", "p.yml", "--concurrency", "two"],
+        ["run", "p.yml", "--budget", "-1"],
+        ["run", "p.yml", "--budget", "1e3"],
+        ["run", "p.yml", "--budget", "inf"],
+        ["run", "p.yml", "--out", "a", "--out", "b"],
+        ["run", "p.yml", "--out", ""],
+        ["run", "p.yml", "--dry-run"],
+        ["run", "p.yml", "q.yml"],
+        ["run", "p.yml", "--", "x"],
+        ["p.yml", "--backend", "local"],
+    ],
+)
+def test_a_run_that_is_not_plain_takes_the_full_command_line(args: list[str]) -> None:
+    from runner.cli.quick import plain_run
+
+    assert plain_run(args) is None
+
+
+def test_the_action_s_run_takes_the_quick_path() -> None:
+    from runner.cli.quick import plain_run
+
+    args = ["run", "ci/p.yml", "--backend", "clore", "--concurrency", "4", "--budget", "2.50"]
+    args += ["--out", "results", "--baseline", "old.json", "--pool", "team", "--ledger", "l.db"]
+    args += ["--job", "train", "--job", "eval"]
+    assert plain_run(args) == {
+        "pipeline": "ci/p.yml",
+        "backend": "clore",
+        "concurrency": "4",
+        "budget": "2.50",
+        "out": "results",
+        "baseline": "old.json",
+        "pool": "team",
+        "ledger": "l.db",
+        "job": ["train", "eval"],
+    }
+
+
+def test_a_quick_run_loads_no_typer(tmp_path: Path) -> None:
+    (tmp_path / "p.yml").write_text("jobs:\n  a: {run: 'true', workspace: false}\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("CLORE_API_KEY", "GITHUB_ACTIONS")}
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, "run", "p.yml", "--backend", "local", "--out", "out"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**env, "PYTHONPATH": str(ROOT)},
+        timeout=60,
+        check=False,
+    )
+    code, *modules = done.stderr.splitlines()[-1].split()
+    assert code == "0", done.stderr
+    assert not {"typer", "click", "requests", "paramiko"} & set(modules)

@@ -340,3 +340,35 @@ def test_a_kill_for_a_timeout_ends_the_attempt_timed_out_not_cancelled(tmp_path:
     assert ran.attempt.message == "timed out after 6 s"
     log = (tmp_path / "logs" / "t.log").read_text()
     assert log.splitlines()[-1] == "=== t: attempt 1 timed out after 6 s ==="
+
+
+def test_a_long_run_shows_the_jobs_that_did_not_pass_and_counts_the_rest() -> None:
+    from runner.live.final import MAX_TABLE_ROWS, render_final
+
+    def job(i: int, status: str) -> dict[str, object]:
+        return {
+            "id": f"j{i}",
+            "name": f"j{i}",
+            "status": status,
+            "duration_s": 1.0,
+            "cost_usd": 0.0,
+            "attempts": 1,
+            "reason": "exit code 1" if status == "failed" else "",
+        }
+
+    jobs = [job(i, "failed" if i in (5, 57) else "passed") for i in range(60)]
+    summary = {
+        "jobs": jobs,
+        "status": "failed",
+        "jobs_by_status": {"passed": 58, "failed": 2},
+        "total_cost_usd": 0.0,
+        "duration_s": 60.0,
+    }
+    rec = RichConsole(width=120, record=True, file=io.StringIO())
+    rec.print(render_final(summary, Path("out")))
+    lines = rec.export_text().splitlines()
+    rows = [line.split()[0] for line in lines if re.match(r"j\d+ ", line)]
+    assert len(rows) == MAX_TABLE_ROWS
+    assert "j5" in rows and "j57" in rows  # the failed ones, though j57 is past the 40th
+    assert rows == sorted(rows, key=lambda r: int(r[1:]))  # still in the run's order
+    assert "… and 20 more jobs (20 passed): every job is in summary.md" in lines

@@ -2,8 +2,8 @@
 
 Every command module imports its backend, its reports and their libraries (paramiko, requests,
 the Clore models) inside the command, so that `clore-run --version` and `validate` do not pay
-for what they do not use. `--version` and a plain `validate FILE...` do not even load Typer
-(runner.cli.quick).
+for what they do not use. `--version` and the plain forms of `validate` and `run` do not even
+load Typer (runner.cli.quick).
 """
 
 from __future__ import annotations
@@ -25,11 +25,16 @@ def main(argv: list[str] | None = None) -> None:
 
         print(f"clore-run {__version__}")
         sys.exit(0)
-    from runner.cli.quick import plain_validate, run_validate
+    from runner import pydantic_plugins
+    from runner.cli import quick
 
-    files = plain_validate(args)
+    pydantic_plugins.install()  # before the first validator: see the module
+    files = quick.plain_validate(args)
     if files is not None:
-        run_validate(files)
+        quick.run_validate(files)
+    run_flags = quick.plain_run(args)
+    if run_flags is not None:
+        quick.run_run(run_flags)
     import typer
 
     from runner.cli.boundary import run_inside

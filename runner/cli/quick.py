@@ -1,12 +1,16 @@
-"""`clore-run validate FILE...` answered without loading Typer (and rich): CI and editors run
-it often, and Typer's import alone costs more than the whole check.
+"""The plain forms of `validate` and `run` answered without loading Typer: CI and editors run
+`validate` often, and the GitHub Action runs `run FILE --backend … --out …`; Typer's import, and
+the validator it builds for each option of the command it runs, cost more than the check itself
+or than running a hundred short jobs.
 
-Only the plain form takes this path: `validate` followed by file names, none of which starts with
-`-`, on standard streams that are not ASCII-only. Anything else (an option, `--`, `--help`, no
-file) goes through the full command line, so the parser's own messages stay the parser's. On this
-path the output, the messages and the exit codes are those of the Typer command, which calls the
-same `validate_files`: `echo` writes as click does (ANSI codes stripped when the stream is not a
-terminal), a broken pipe exits 1 and Ctrl-C during the check exits 130, as Typer's `main` does.
+Only a plain form takes this path: `validate FILE...`, or `run FILE` with options from a fixed
+set, each written `--name VALUE` once (`--job` and `--host` may repeat) with a value that the full
+parser would take as it is, on standard streams that are not ASCII-only. Anything else (`--help`,
+`--name=value`, `--`, a number that is not plainly one, an unknown option) goes through the full
+command line, so the parser's own messages stay the parser's. On this path the output, the
+messages and the exit codes are those of the Typer commands, which call the same functions
+(`validate_files`, runner.cli.run_flags): `echo` writes as click does (ANSI codes stripped when the
+stream is not a terminal), a broken pipe exits 1 and Ctrl-C exits 130, as Typer's `main` does.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import codecs
 import errno
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, cast
 
@@ -38,7 +43,67 @@ def plain_validate(args: list[str]) -> list[Path] | None:
 
 def run_validate(paths: list[Path]) -> None:
     """`validate` through the one error boundary, and exit."""
-    run_inside(lambda: _guarded_validate(paths), echo)
+    run_inside(lambda: _as_typer_main(lambda: validate_files(paths, echo)), echo)
+
+
+_RUN_VALUES = {  # option -> (RunFlags field, may repeat, the values the full parser takes as such)
+    "--backend": ("backend", False, re.compile("local|ssh|clore")),
+    "--out": ("out", False, re.compile("[^-].*", re.S)),
+    "--concurrency": ("concurrency", False, re.compile("[1-9][0-9]{0,5}")),
+    "--budget": ("budget", False, re.compile("(0|[1-9][0-9]{0,8})(\\.[0-9]{1,6})?")),
+    "--job": ("job", True, re.compile("[^-].*", re.S)),
+    "--baseline": ("baseline", False, re.compile("[^-].*", re.S)),
+    "--host": ("host", True, re.compile("[^-].*", re.S)),
+    "--identity": ("identity", False, re.compile("[^-].*", re.S)),
+    "--ledger": ("ledger", False, re.compile("[^-].*", re.S)),
+    "--pool": ("pool", False, re.compile("[^-].*", re.S)),
+    "--coordinator": ("coordinator", False, re.compile("[^-].*", re.S)),
+}
+
+
+def plain_run(args: list[str]) -> dict[str, Any] | None:
+    """The flags of a plain `run FILE [--option VALUE]...` as RunFlags fields, else None."""
+    if len(args) < 2 or args[0] != "run" or not _sane(sys.stdout) or not _sane(sys.stderr):
+        return None
+    fields: dict[str, Any] = {}
+    rest = args[1:]
+    while rest:
+        word = rest.pop(0)
+        if not word.startswith("-"):
+            if "pipeline" in fields:
+                return None
+            fields["pipeline"] = word
+            continue
+        spec = _RUN_VALUES.get(word)
+        if spec is None or not rest:
+            return None
+        name, repeats, shape = spec
+        value = rest.pop(0)
+        if not shape.fullmatch(value) or (name in fields and not repeats):
+            return None
+        if repeats:
+            fields.setdefault(name, []).append(value)
+        else:
+            fields[name] = value
+    return fields if "pipeline" in fields else None
+
+
+def run_run(fields: dict[str, Any]) -> None:
+    """`run` through the one error boundary, and exit."""
+    from runner.cli.run_flags import BackendName, RunFlags, run_with
+
+    typed: dict[str, Any] = dict(fields)
+    for name in ("pipeline", "out", "baseline", "identity"):
+        if name in typed:
+            typed[name] = Path(typed[name])
+    if "backend" in typed:
+        typed["backend"] = BackendName(typed["backend"])
+    if "concurrency" in typed:
+        typed["concurrency"] = int(typed["concurrency"])
+    if "budget" in typed:
+        typed["budget"] = float(typed["budget"])
+    flags = RunFlags(**typed)
+    run_inside(lambda: _as_typer_main(lambda: run_with(flags, echo)), echo)
 
 
 def validate_files(paths: list[Path], say: Echo) -> int:
@@ -81,9 +146,13 @@ def echo(message: str, *, err: bool = False) -> None:
     stream.flush()
 
 
-def _guarded_validate(paths: list[Path]) -> int:
+def _as_typer_main(body: Callable[[], int]) -> int:
+    """`body()`, with the exceptions Typer's `main` turns into exit codes turned alike."""
     try:
-        return validate_files(paths, echo)
+        return body()
+    except EOFError:
+        print(file=sys.stderr)
+        raise KeyboardInterrupt from None  # the boundary: "clore-run: interrupted", 130
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except OSError as exc:

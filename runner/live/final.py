@@ -20,6 +20,10 @@ from runner.untrusted import console_line
 
 FAILED_LOG_LINES = 5  # per failed job; the whole log is in logs/<job>.log
 MAX_FAILED_LOGS = 5
+# Rows of the table on screen. Past it, the jobs that did not pass are shown first and a line
+# counts the rest (summary.md lists every job): 200 rows would scroll the run's output away,
+# and laying them out took longer than running 200 short jobs.
+MAX_TABLE_ROWS = 40
 _BAD = ("failed", "timed_out", "error")
 _STYLE = {"passed": "green", "skipped": "dim", "cancelled": "yellow", "interrupted": "yellow"}
 
@@ -35,7 +39,11 @@ def status_word(job: Mapping[str, Any]) -> str:
 
 
 def render_final(summary: Mapping[str, Any], out_dir: Path) -> RenderableType:
-    parts: list[RenderableType] = [Text(""), jobs_table(summary)]
+    shown = shown_jobs(summary["jobs"])
+    parts: list[RenderableType] = [Text(""), jobs_table(summary, shown)]
+    left_out = len(summary["jobs"]) - len(shown)
+    if left_out:
+        parts.append(Text(_left_out(summary["jobs"], shown), style="dim"))
     parts.extend(_failed_logs(summary))
     parts.append(_totals(summary))
     comparison = summary.get("comparison")
@@ -46,7 +54,27 @@ def render_final(summary: Mapping[str, Any], out_dir: Path) -> RenderableType:
     return Group(*parts)
 
 
-def jobs_table(summary: Mapping[str, Any]) -> Table:
+def shown_jobs(jobs: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """At most MAX_TABLE_ROWS jobs, in the run's order: every one that did not pass before any
+    that passed."""
+    if len(jobs) <= MAX_TABLE_ROWS:
+        return jobs
+    order = sorted(range(len(jobs)), key=lambda i: jobs[i]["status"] == "passed")
+    keep = sorted(order[:MAX_TABLE_ROWS])
+    return [jobs[i] for i in keep]
+
+
+def _left_out(jobs: list[Mapping[str, Any]], shown: list[Mapping[str, Any]]) -> str:
+    counts: dict[str, int] = {}
+    ids = {j["id"] for j in shown}
+    for job in jobs:
+        if job["id"] not in ids:
+            counts[human(job["status"])] = counts.get(human(job["status"]), 0) + 1
+    words = ", ".join(f"{n} {status}" for status, n in counts.items())
+    return f"… and {len(jobs) - len(shown)} more jobs ({words}): every job is in summary.md"
+
+
+def jobs_table(summary: Mapping[str, Any], shown: list[Mapping[str, Any]] | None = None) -> Table:
     compare = {j["id"]: j for j in (summary.get("comparison") or {}).get("jobs", [])}
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
     # Numbers are never cut; names, GPU and the note give way on a narrow terminal.
@@ -67,7 +95,7 @@ def jobs_table(summary: Mapping[str, Any]) -> Table:
         table.add_column("Δ cost", justify="right", no_wrap=True)
         table.add_column("Δ time", justify="right", no_wrap=True)
     table.add_column("note", no_wrap=True, overflow="ellipsis", ratio=1)
-    for job in summary["jobs"]:
+    for job in jobs if shown is None else shown:
         word = status_word(job)
         style = _STYLE.get(job["status"], "bold red" if job["status"] in _BAD else "")
         if job.get("allowed_failure"):

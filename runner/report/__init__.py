@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,9 +36,13 @@ class ReportPaths:
 
 
 def write_reports(
-    out_dir: Path, record: RunRecord, baseline: dict[str, Any] | None = None
+    out_dir: Path,
+    record: RunRecord,
+    baseline: dict[str, Any] | None = None,
+    notes: Sequence[str] = (),
 ) -> ReportPaths:
     """Write junit.xml, summary.json and summary.md into `out_dir`, each atomically.
+    `notes` join the summary's warnings.
 
     Bad job JUnit files and a bad baseline become warnings. OSError (e.g. an unwritable
     `out_dir`) is raised: the caller decides what an unwritable output means.
@@ -52,6 +56,7 @@ def write_reports(
     junit = build_junit(out_dir, record)
     atomic_write(paths.junit, junit.xml)
     summary = build_summary(out_dir, record, junit)
+    summary["warnings"] = [*summary["warnings"], *notes]
     if baseline is not None:
         summary = with_comparison(summary, baseline)
     atomic_write(paths.summary_json, dump_summary(summary))

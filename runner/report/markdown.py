@@ -6,10 +6,12 @@ Markdown later from the JSON file alone.
 
 from __future__ import annotations
 
+import hashlib
 import html
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import jinja2
@@ -32,14 +34,51 @@ _BACKTICKS = re.compile(r"`{3,}")
 _FENCE = re.compile(r"^\s{0,3}(`{3,}|~{3,})")
 
 
+TEMPLATES = Path(__file__).parent / "templates"
+# summary.md.j2 compiled to Python by jinja2 (`write_compiled_templates`), shipped beside it:
+# compiling it took longer than writing every other report of a 200-job run. Used only while
+# the stamp says it was made from this very template by this version of jinja2; otherwise the
+# template is compiled from its source, as before.
+COMPILED = TEMPLATES / "compiled"
+_STAMP = COMPILED / "stamp.txt"
+_TEMPLATE = "summary.md.j2"
+
+
 def render_markdown(summary: Mapping[str, Any]) -> str:
     """Render `summary.md` from a summary dict (schema 1)."""
-    return _environment().get_template("summary.md.j2").render(s=summary)
+    return _environment().get_template(_TEMPLATE).render(s=summary)
 
 
-def _environment() -> jinja2.Environment:
+def write_compiled_templates(target: Path = COMPILED) -> None:
+    """Compile the template into `target` with its stamp. Run after changing the template or
+    jinja2 (tests/report/test_summary.py says so when the shipped one is stale)."""
+    target.mkdir(parents=True, exist_ok=True)
+    for old in target.glob("tmpl_*.py"):
+        old.unlink()
+    _environment(compiled=False).compile_templates(
+        str(target), zip=None, filter_func=lambda name: name == _TEMPLATE, ignore_errors=False
+    )
+    (target / _STAMP.name).write_text(_stamp() + "\n", encoding="utf-8")
+
+
+def compiled_is_current(target: Path = COMPILED) -> bool:
+    try:
+        return (target / _STAMP.name).read_text(encoding="utf-8").strip() == _stamp()
+    except OSError:
+        return False
+
+
+def _stamp() -> str:
+    digest = hashlib.sha256((TEMPLATES / _TEMPLATE).read_bytes()).hexdigest()
+    return f"{_TEMPLATE} sha256 {digest} jinja2 {jinja2.__version__}"
+
+
+def _environment(*, compiled: bool = True) -> jinja2.Environment:
+    loader: jinja2.BaseLoader = jinja2.PackageLoader("runner.report", "templates")
+    if compiled and compiled_is_current():
+        loader = jinja2.ChoiceLoader([jinja2.ModuleLoader(COMPILED), loader])
     env = jinja2.Environment(
-        loader=jinja2.PackageLoader("runner.report", "templates"),
+        loader=loader,
         autoescape=False,  # Markdown, not HTML: cells are escaped by the `cell` filter instead
         undefined=jinja2.StrictUndefined,  # a typo in the template fails the tests, not silently
         trim_blocks=True,

@@ -51,6 +51,45 @@ def test_summary_md_without_baseline_or_ci(
     golden("mixed-plain.summary.md", (tmp_path / "summary.md").read_text(encoding="utf-8"))
 
 
+def test_the_shipped_compiled_template_is_made_from_this_template(tmp_path: Path) -> None:
+    """runner/report/templates/compiled is summary.md.j2 compiled: after editing the template,
+    run `python -c "from runner.report.markdown import write_compiled_templates as w; w()"`."""
+    import jinja2
+
+    from runner.report import markdown
+
+    stamp = (markdown.COMPILED / "stamp.txt").read_text(encoding="utf-8")
+    if f"jinja2 {jinja2.__version__}" not in stamp:
+        pytest.skip(f"compiled with another jinja2 ({stamp.split()[-1]}): the source is used")
+    assert markdown.compiled_is_current(), "summary.md.j2 changed: compile it again (docstring)"
+    markdown.write_compiled_templates(tmp_path)
+    for made in tmp_path.iterdir():
+        assert made.read_bytes() == (markdown.COMPILED / made.name).read_bytes(), made.name
+    assert isinstance(markdown._environment().loader, jinja2.ChoiceLoader)  # and it is used
+
+
+def test_the_compiled_template_renders_what_the_source_renders(
+    tmp_path: Path, ci_env: None
+) -> None:
+    from runner.report import markdown
+
+    for i, baseline in enumerate((baseline_summary(), None)):
+        summary = _write(tmp_path / str(i), baseline)
+        compiled = markdown._environment().get_template("summary.md.j2")
+        source = markdown._environment(compiled=False).get_template("summary.md.j2")
+        assert compiled.render(s=summary) == source.render(s=summary)
+
+
+def test_a_stale_compiled_template_is_not_used(tmp_path: Path) -> None:
+    from runner.report import markdown
+
+    markdown.write_compiled_templates(tmp_path)
+    assert markdown.compiled_is_current(tmp_path)
+    (tmp_path / "stamp.txt").write_text("summary.md.j2 sha256 0 jinja2 0\n", encoding="utf-8")
+    assert not markdown.compiled_is_current(tmp_path)
+    assert not markdown.compiled_is_current(tmp_path / "missing")
+
+
 def test_run_fields(tmp_path: Path) -> None:
     s = _write(tmp_path)
     assert s["schema"] == 1

@@ -93,3 +93,39 @@ def test_without_a_secret_there_is_no_restart() -> None:
         [sys.executable, "-c", probe], env=_env(), capture_output=True, text=True, timeout=60
     )
     assert done.stdout.strip() == "None", done.stderr
+
+
+LAUNCH_PROBE = textwrap.dedent(
+    """
+    import ctypes, os, sys
+    from runner import launch
+    launch.protect(starts_processes=not launch._starts_nothing(sys.argv[1:]))
+    environ = open(f"/proc/{os.getpid()}/environ", "rb").read()
+    print("restarted", os.environ["CLORE_API_KEY"].encode() not in environ)
+    print("dumpable", ctypes.CDLL(None).prctl(3, 0, 0, 0, 0))  # PR_GET_DUMPABLE
+    """
+)
+
+
+@pytest.mark.parametrize(
+    ("args", "restarted"),
+    [
+        (["validate", "p.yml"], False),  # starts nothing: no child could read the key
+        (["--version"], False),
+        (["validate", "--", "p.yml"], True),  # not the plain form: the guard as always
+        (["run", "p.yml"], True),
+        (["p.yml"], True),
+    ],
+)
+def test_only_commands_that_start_nothing_skip_the_restart(
+    args: list[str], restarted: bool
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", LAUNCH_PROBE, *args],
+        env=_env(CLORE_API_KEY=KEY),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [f"restarted {restarted}", "dumpable 0"]
