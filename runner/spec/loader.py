@@ -322,6 +322,16 @@ class _PipelineBuilder:
                                 key=True,
                             )
                         )
+                    if isinstance(value[name], str) and "\0" in value[name]:
+                        # no process can be given one: ssh cut the value there, silently
+                        self.problems.append(
+                            self.source.error(
+                                (*path, name),
+                                "the value holds a NUL character (\\0), which no process can "
+                                "be given in its environment",
+                                "remove it; pass binary data in a file (artifacts, the workspace)",
+                            )
+                        )
             return {
                 k: v
                 if k in _NOT_SUBSTITUTED and (path == ("defaults",) or _is_job_path(path))
