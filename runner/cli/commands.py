@@ -11,6 +11,7 @@ from runner.cli import (
     cleanup,
     comment,
     doctor,
+    jobs,
     offers,
     plan,
     pool,
@@ -22,7 +23,7 @@ from runner.cli import (
 from runner.cli.root import app
 from runner.errors import UsageError
 
-for _command in (validate, plan, run, schema, offers, doctor, comment, cleanup, serve, pool):
+for _command in (validate, plan, run, schema, offers, doctor, comment, cleanup, serve, jobs, pool):
     _command.register(app)
 
 

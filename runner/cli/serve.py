@@ -184,13 +184,15 @@ def cancel(
 
 def _located(pipeline: Path, exc: ClientError) -> str:
     """Located problems from the server, named by the local file."""
+    from runner.serve.client import key_path
+
     body = exc.body
     items = body.get("detail") if isinstance(body, dict) else None
     if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
         return str(exc)
     lines = []
     for item in items:
-        path = ".".join(str(p) for p in item.get("loc", [])[1:])
+        path = key_path(item.get("loc", []))
         where = f"{pipeline}:{item['line']}:{item['column']}" if item.get("line") else str(pipeline)
         hint = f" ({item['hint']})" if item.get("hint") else ""
         lines.append(f"{where}: {path + ': ' if path else ''}{item.get('msg', '')}{hint}")

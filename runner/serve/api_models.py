@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from runner.spec.models import JobSpec, NameList
+from runner.spec.diagnostics import did_you_mean
+from runner.spec.models import GpuSpec, JobSpec, NameList, Strategy
 
 Status = Literal[
     "queued", "running", "passed", "failed", "timed_out", "error", "skipped", "cancelled"
@@ -29,6 +31,23 @@ class JobSubmission(JobSpec):
     needs: NameList | None = Field(
         None, description="Server ids of jobs that must finish first, e.g. s7.build."
     )
+
+
+_NESTED: dict[str, type[BaseModel]] = {"gpu": GpuSpec, "strategy": Strategy}
+
+
+def unknown_key_hint(loc: Sequence[str | int]) -> str:
+    """For an unknown key in POST /jobs' body at `loc` (["body", "gpu", "cout"]): the nearest
+    known key of that level, as `validate` suggests in a file."""
+    if len(loc) < 2 or loc[0] != "body":
+        return ""
+    model: type[BaseModel] = JobSubmission
+    for part in loc[1:-1]:
+        if not isinstance(part, str) or part not in _NESTED:
+            return ""
+        model = _NESTED[part]
+    keys = [field.alias or name for name, field in model.model_fields.items()]
+    return did_you_mean(str(loc[-1]), keys)
 
 
 class Problem(BaseModel):

@@ -35,6 +35,7 @@ from runner.serve.api_models import (
     Stats,
     Status,
     Submitted,
+    unknown_key_hint,
 )
 from runner.serve.dashboard.session import COOKIE
 from runner.serve.http_limits import BODY_TIMEOUT_S, TokenGate
@@ -120,6 +121,9 @@ def _handlers(api: FastAPI) -> None:
                 "loc": list(err.get("loc", ())),
                 "msg": str(err.get("msg", "")),
                 "type": err.get("type"),
+                "hint": unknown_key_hint(err.get("loc", ()))
+                if err.get("type") == "extra_forbidden"
+                else "",
             }
             for err in exc.errors()
         ]

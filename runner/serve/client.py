@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import urllib.parse
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import requests
@@ -43,6 +43,36 @@ class Client:
     def job(self, job_id: str) -> dict[str, Any]:
         return self._call("GET", f"/jobs/{_quote(job_id)}")
 
+    def jobs(self, status: str | None = None, after: int = 0, limit: int = 100) -> dict[str, Any]:
+        params: dict[str, Any] = {"after": after, "limit": limit}
+        if status is not None:
+            params["status"] = status
+        return self._call("GET", "/jobs", params=params)
+
+    def log(self, job_id: str, follow: bool = False) -> Iterator[bytes]:
+        """The job's log as it comes; following, until the job settles (no read timeout: a
+        quiet job sends nothing for as long as it is quiet)."""
+        timeout = (TIMEOUT_S, None) if follow else TIMEOUT_S
+        path = f"/jobs/{_quote(job_id)}/log"
+        try:
+            reply = self.session.get(
+                self.server + path,
+                params={"follow": "true" if follow else "false"},
+                timeout=timeout,
+                stream=True,
+            )
+        except requests.RequestException as exc:
+            raise InfrastructureError(f"cannot reach {self.server}: {_short(exc)}") from None
+        with reply:
+            if reply.status_code >= 400:
+                self._check(reply, _json(reply))
+            try:
+                yield from reply.iter_content(chunk_size=None)
+            except requests.RequestException as exc:
+                raise InfrastructureError(
+                    f"{self.server}: the log stream broke: {_short(exc)}"
+                ) from None
+
     def stats(self) -> dict[str, Any]:
         return self._call("GET", "/stats")
 
@@ -55,15 +85,18 @@ class Client:
         except requests.RequestException as exc:
             raise InfrastructureError(f"cannot reach {self.server}: {_short(exc)}") from None
         body = _json(reply)
+        self._check(reply, body)
+        if not isinstance(body, dict):
+            raise InfrastructureError(f"{self.server} did not answer with JSON")
+        return body
+
+    def _check(self, reply: requests.Response, body: Any) -> None:
         if reply.status_code >= 500:
             raise InfrastructureError(
                 f"{self.server} answered {reply.status_code}: {_detail(body)}"
             )
         if reply.status_code >= 400:
             raise ClientError(f"{reply.status_code}: {_detail(body)}", body)
-        if not isinstance(body, dict):
-            raise InfrastructureError(f"{self.server} did not answer with JSON")
-        return body
 
 
 def _quote(job_id: str) -> str:
@@ -89,9 +122,20 @@ def _detail(body: Any) -> str:
 def _item(item: Any) -> str:
     if not isinstance(item, dict):
         return str(item)
-    where = ".".join(str(p) for p in item.get("loc", []))
+    where = key_path(item.get("loc", []))
     hint = f" ({item['hint']})" if item.get("hint") else ""
     return f"{where}: {item.get('msg', '')}{hint}"
+
+
+def key_path(loc: Any) -> str:
+    """A reply's `loc` (["body", "needs", 0]) spelt as `validate` spells key paths:
+    `needs[0]` (where in the request it was, "body" or "query", is said by the route)."""
+    from runner.spec.diagnostics import format_path
+
+    parts = [p for p in loc if isinstance(p, (str, int))] if isinstance(loc, list) else []
+    if parts and parts[0] in ("body", "query", "path"):
+        parts = parts[1:]
+    return format_path(tuple(parts))
 
 
 def _short(exc: Exception) -> str:

@@ -72,7 +72,10 @@ def prepare_pipeline(text: str, after: Sequence[str], file: str = "pipeline.yml"
     )
     external = {need: ("query", "after", i) for i, need in enumerate(after)}
     _check_text(jobs)
-    return Prepared(pipeline.name, jobs, external, _ignored_settings(pipeline))
+    surprises = tuple(
+        f"line {w.location.line}, column {w.location.column}: {w.text}" for w in pipeline.warnings
+    )
+    return Prepared(pipeline.name, jobs, external, (*_ignored_settings(pipeline), *surprises))
 
 
 def prepare_job(body: Mapping[str, Any]) -> Prepared:
