@@ -330,6 +330,16 @@ class _PipelineBuilder:
                                 key=True,
                             )
                         )
+                    if isinstance(value[name], str) and "\0" in value[name]:
+                        # no process can be given one: ssh cut the value there, silently
+                        self.problems.append(
+                            self.source.error(
+                                (*path, name),
+                                "the value holds a NUL character (\\0), which no process can "
+                                "be given in its environment",
+                                "remove it; pass binary data in a file (artifacts, the workspace)",
+                            )
+                        )
             return {
                 k: v
                 if k in _NOT_SUBSTITUTED and (path == ("defaults",) or _is_job_path(path))
@@ -433,6 +443,7 @@ class _PipelineBuilder:
         run = pick("run")
         timeout_min = pick("timeout_minutes") or DEFAULT_TIMEOUT_MINUTES
         estimate = pick("estimate_minutes")
+        boot = pick("boot_timeout_minutes")
         not_before = pick("not_before")
         return Job(
             id=d.id,
@@ -459,6 +470,7 @@ class _PipelineBuilder:
             ),
             fail_fast=d.fail_fast,
             estimate_s=float(estimate) * 60 if estimate else None,
+            boot_timeout_s=float(boot) * 60 if boot else None,
             location=Location(self.source.file, line, col),
         )
 
