@@ -1,18 +1,25 @@
-"""The ML example on the clore backend against the fake Clore API, its orders on a real sshd.
+"""The clore backend against the fake Clore API, its orders on a real sshd.
 
     python -m benchmarks.bench_clore_fake [--quick]
 
-It is one run of the example, seconds long on the fake clock: `--quick` is accepted so CI runs
-every benchmark the same way, and changes nothing.
+First, one run of the ML example, seconds long on the fake clock. Prints: servers rented vs
+jobs run (reuse), real wall time from an order seen online to its first log line, API calls
+made against the rate limits (on the fake clock the client follows), and the cost in the
+summary against the fake's own billing.
 
-Prints: servers rented vs jobs run (reuse), real wall time from an order seen online to its
-first log line, API calls made against the rate limits (on the fake clock the client follows),
-and the cost in the summary against the fake's own billing. Loopback only.
+Then rent ahead against renting on demand, measured: the ML example and a 4-level DAG (GPU
+types changing at every level), each job a 5 s script, on the fake with a 25 s boot (create
+to online) and the clock at 10x real time, so that boots overlap as they would. For each:
+makespan, cost, servers rented and API calls per job, beside the same pipeline simulated
+by the core (core/simulate_market.py, boot = the run's measured create -> SSH-ready) and the
+bound max(critical path, work / cap) + 1.1 boots. `--quick`: the ML example only.
+Loopback only.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import io
 import itertools
 import logging
@@ -36,15 +43,22 @@ from runner.backends.base import (
     Stream,
 )
 from runner.backends.clore.backend import Budget, CloreBackend
-from runner.backends.clore.market import offer_from_server
+from runner.backends.clore.market import offer_from_server, offers_from_servers
 from runner.backends.clore.models import MarketServer, Order
 from runner.backends.clore.provision import Provisioner, ProvisionOptions, Rental
+from runner.backends.clore.quotes import OfferMarket
 from runner.backends.ssh.connection import ConnectOptions
 from runner.backends.ssh.keys import ClientKey, HostKeyStore
+from runner.core import graph
+from runner.core.model import Pipeline, Provisioning
+from runner.core.rentals import BootTimes
+from runner.core.servers import ServerBook
+from runner.core.simulate_market import MarketModel, ServersResult, simulate_servers
 from runner.ledger import Ledger
 from runner.run_command import RunOptions, execute
-from runner.spec.loader import load_pipeline
-from tests.fakes.clore_api import FakeClock, FakeClore
+from runner.spec.loader import load_pipeline, parse_pipeline
+from tests.fakes.clore_api import SAMPLE_SERVERS, FakeClock, FakeClore
+from tests.fakes.fast_clock import SPEED, FastClock
 from tests.sshd_fixture import start_sshd
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "ml-pipeline.yml"
@@ -99,14 +113,15 @@ class TimingBackend(CloreBackend):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
-    parser.add_argument("--quick", action="store_true", help="for CI (the same run)")
-    parser.parse_args()
+    parser.add_argument("--quick", action="store_true", help="for CI: the ML example only")
+    args = parser.parse_args()
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
     with tempfile.TemporaryDirectory() as tmp_name, HTTPServer() as http:
         tmp = Path(tmp_name)
         sshd = start_sshd(tmp / "sshd")
         try:
             report(run(tmp, http, sshd.port, sshd.authorize))
+            ahead_vs_on_demand(tmp, http, sshd.port, sshd.authorize, args.quick)
         finally:
             sshd.stop()
 
@@ -246,6 +261,133 @@ def report(r: dict[str, Any]) -> None:
         f"  cost: summary ${r['ours']:.6f} vs fake ${r['theirs']:.6f} ({diff:.3f}% apart; "
         "target < 1%)"
     )
+
+
+# -- rent ahead vs on demand, measured and simulated ------------------------------------------
+
+BOOT_S = 25.0  # the fake's create -> online, clock seconds
+JOB_S = 5.0  # each job's script (`sleep 0.5` at 10x), clock seconds
+FOUR_LEVEL_TYPES = ("3060", "3090", "4090", "A100")  # the fake refuses USD on its 3080
+
+
+def four_levels() -> Pipeline:
+    """Four levels, two jobs a level, each needing both of the level above, on GPU types that
+    change at every level (the types the fake lists)."""
+    lines = ["name: four-levels", "currency: USD-Blockchain", "concurrency: 4", "jobs:"]
+    for level in range(4):
+        for k in range(2):
+            needs = f", needs: [l{level - 1}0, l{level - 1}1]" if level else ""
+            gpu = FOUR_LEVEL_TYPES[(level + k) % 4]
+            lines.append(f"  l{level}{k}: {{run: 'true', gpu: {{type: '{gpu}'}}{needs}}}")
+    return parse_pipeline("\n".join(lines) + "\n", "four-levels.yml", {})
+
+
+def as_sleeps(pipeline: Pipeline) -> Pipeline:
+    """Every job a `JOB_S` script that says so in its estimate."""
+    jobs = tuple(
+        dataclasses.replace(j, run=f"sleep {JOB_S / SPEED:g}", estimate_s=JOB_S)
+        for j in pipeline.jobs
+    )
+    return dataclasses.replace(pipeline, jobs=jobs)
+
+
+@dataclasses.dataclass
+class Measured:
+    makespan_s: float
+    cost_usd: float
+    rented: int
+    calls: int
+    boot_s: float  # mean create -> SSH ready
+
+
+def measure(
+    tmp: Path, http: HTTPServer, ssh_port: int, authorize: Any, pipeline: Pipeline
+) -> Measured:
+    http.clear()
+    clock = FastClock()
+    fake = FakeClore(http, clock).install()  # type: ignore[arg-type]
+    WSGIRequestHandler.date_time_string = fake.date_header  # type: ignore[method-assign,assignment]
+    fake.ssh_host, fake.ssh_port = "127.0.0.1", ssh_port
+    fake.online_after_s = BOOT_S
+    client = fake.client()
+    key = ClientKey.generate()
+    authorize(key.public_line)
+    options = ProvisionOptions(
+        first_poll_s=1.0,
+        max_poll_s=2.0,
+        pause=clock.pause,
+        ssh=ConnectOptions(tries=3, backoff_s=0.05, max_backoff_s=0.2),
+    )
+    ledger = Ledger(tmp / "ledger.db")
+    provisioner = Provisioner(
+        client, ledger, tmp.name, key, HostKeyStore(), clock, pipeline.currency, options
+    )
+    backend = CloreBackend(
+        client, provisioner, clock, pipeline.concurrency, Budget(pipeline.budget_usd),
+        pipeline.currency,
+    )  # fmt: skip
+    (tmp / "ws").mkdir(parents=True, exist_ok=True)
+    run_options = RunOptions(out_dir=tmp / "out", workspace_root=tmp / "ws", clock=clock)
+    record, code = execute(pipeline, backend, run_options, io.StringIO())
+    assert code == 0, [(r.job_id, r.status, r.reason) for r in record.results]
+    assert not fake.live_orders() and not fake.violations
+    boots = [
+        float(a.facts["ssh_ready_after_s"])
+        for r in record.results
+        for a in r.attempts
+        if "ssh_ready_after_s" in a.facts
+    ]
+    return Measured(
+        record.finished_at - record.started_at,
+        record.total_cost_usd,
+        len(fake.orders),
+        len(fake.requests),
+        sum(boots) / len(boots) if boots else BOOT_S,
+    )
+
+
+def simulated(pipeline: Pipeline, boot_s: float) -> ServersResult:
+    """The same pipeline through the core on the fake's offers, each job `JOB_S`."""
+    backend_offers = offers_from_servers(
+        [MarketServer.model_validate(s) for s in SAMPLE_SERVERS], pipeline.currency
+    )
+    book = ServerBook(
+        pipeline.jobs, pipeline.concurrency, market=OfferMarket(backend_offers, pipeline.currency),
+        budget_usd=pipeline.budget_usd, provisioning=pipeline.provisioning,
+        boot=BootTimes(default_s=boot_s, allowance_s=900.0),
+    )  # fmt: skip
+    model = MarketModel((), boot_s=(boot_s, boot_s))
+    return simulate_servers(pipeline.jobs, book, model, lambda j, a: JOB_S)
+
+
+def bound_s(pipeline: Pipeline, boot_s: float) -> float:
+    needs = {j.id: j.needs for j in pipeline.jobs}
+    _, path_s = graph.critical_path(needs, lambda _j: JOB_S)
+    return max(path_s, JOB_S * len(pipeline.jobs) / pipeline.concurrency) + 1.1 * boot_s
+
+
+def ahead_vs_on_demand(
+    tmp: Path, http: HTTPServer, ssh_port: int, authorize: Any, quick: bool
+) -> None:
+    pipelines = [load_pipeline(EXAMPLE)] + ([] if quick else [four_levels()])
+    print(
+        f"\nrent ahead vs on demand: jobs of {JOB_S:g} s, boot {BOOT_S:g} s on the fake "
+        "(clock at 10x real time); measured | simulated | bound"
+    )
+    for number, base in enumerate(pipelines):
+        pipeline = as_sleeps(base)
+        for mode in Provisioning:
+            run_pipeline = dataclasses.replace(pipeline, provisioning=mode)
+            m = measure(tmp / f"{number}-{mode.value}", http, ssh_port, authorize, run_pipeline)
+            sim = simulated(run_pipeline, m.boot_s)
+            bound = bound_s(run_pipeline, m.boot_s)
+            jobs = len(pipeline.jobs)
+            print(
+                f"  {pipeline.name:<12} {mode.value:<9} makespan {m.makespan_s:6.1f} s | "
+                f"{sim.makespan_s:6.1f} s | {bound:6.1f} s;  cost ${m.cost_usd:.5f} | "
+                f"${sim.cost_usd:.5f};  servers {m.rented} | {sim.rents};  "
+                f"API calls {m.calls} ({m.calls / jobs:.1f}/job);  boot {m.boot_s:.1f} s"
+            )
 
 
 if __name__ == "__main__":

@@ -7,10 +7,15 @@ attempt, the worker pool, the attempt runner, and the one computation of which j
 for a place (a renting backend gives back the servers none of them can use). `clore-run run`
 drives it until idle with the console and reports as its journal; `clore-run serve` drives it
 for as long as it runs with the queue store as its journal.
+
+With a core that holds servers (`PlacingCore`) and a `ServerAdapter`, the core decides rents,
+reuse and give-backs: the driver carries each rent and release out on a thread of its own
+and posts what the adapter reports back; it runs each attempt on the server the core chose.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import heapq
 import itertools
@@ -20,17 +25,26 @@ from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, wait
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from runner.attempt import AttemptRunner, Kill
-from runner.backends.base import Backend, Place, RentingBackend
+from runner.backends.base import (
+    NO_STAGES,
+    Backend,
+    OutputSink,
+    Place,
+    RentingBackend,
+    RunOutcome,
+    RunRequest,
+    ServerAdapter,
+    StageSink,
+)
 from runner.clock import Clock
 from runner.core.events import (
     AttemptEnded,
     AttemptPlaced,
     AttemptRecorded,
     CancelAll,
-    Command,
     Event,
     KillAttempt,
     Requeued,
@@ -42,10 +56,48 @@ from runner.core.events import (
 )
 from runner.core.model import Attempt, FailureKind, Job, JobResult
 from runner.core.outcome import NeedOutcome
-from runner.core.scheduler import Entry, Scheduler
+from runner.core.placing import PlacingCore
+from runner.core.rentals import (
+    CoreCommand,
+    ReleaseServer,
+    RentServer,
+    ServerEvent,
+    ServerLost,
+    StartOn,
+)
+from runner.core.scheduler import Entry, JobState
 from runner.errors import CloreRunError
 
 T = TypeVar("T")
+
+
+class Core(Protocol):
+    """What the driver needs of a core: the scheduler, or the scheduler with its servers."""
+
+    @property
+    def idle(self) -> bool: ...
+
+    @property
+    def capacity(self) -> int: ...
+
+    @property
+    def stop_reason(self) -> str | None: ...
+
+    @property
+    def stop_cause(self) -> StopCause | None: ...
+
+    def add(
+        self, jobs: Sequence[Job | Entry], settled: Mapping[str, NeedOutcome], now: float
+    ) -> Sequence[CoreCommand]: ...
+
+    def handle(self, event: Event, now: float) -> Sequence[CoreCommand]: ...
+
+    def state(self, job_id: str) -> JobState | None: ...
+
+    def unplaced_jobs(self) -> list[Job]: ...
+
+
+C = TypeVar("C", bound=Core)
 
 CANCEL_GRACE_S = 5.0  # after a cancel, how long attempts get to report before they are settled
 
@@ -156,7 +208,14 @@ class _Quit:
     pass
 
 
-_Posted = Event | _Call | _Placed | _MustStop | _Quit | None  # None: just re-read the clock
+@dataclass(frozen=True)
+class _FromServer:
+    event: ServerEvent
+
+
+_Posted = (
+    Event | _Call | _Placed | _MustStop | _Quit | _FromServer | None
+)  # None: re-read the clock
 
 
 @dataclass(frozen=True)
@@ -181,19 +240,26 @@ class _Out:
     placed: bool = False
 
 
-class Driver:
+class Driver(Generic[C]):
     """Carries one core's commands out on one backend. `add`/`feed` only on the loop thread."""
 
     def __init__(
         self,
-        core: Scheduler,
+        core: C,
         backend: Backend,
         runner: AttemptRunner,
         journal: Journal,
         clock: Clock,
         options: DriverOptions,
+        servers: ServerAdapter | None = None,
     ) -> None:
         self.core = core
+        # The core decides servers: the adapter carries its rents and releases out.
+        self.servers = servers if isinstance(core, PlacingCore) else None
+        self._placing: PlacingCore | None = None
+        if isinstance(core, PlacingCore):
+            self._placing = core
+        self._releasing: list[threading.Thread] = []  # servers being given back
         self.backend = backend
         self.runner = runner
         self.journal = journal
@@ -206,8 +272,12 @@ class Driver:
         self._out: dict[str, _Out] = {}
         self._pool = _Workers(max(1, core.capacity))
         self._futures: list[Future[None]] = []
-        # Checked once: isinstance on a runtime Protocol is slow, and this is per event.
-        self._renting = backend if isinstance(backend, RentingBackend) else None
+        # Checked once: isinstance on a runtime Protocol is slow, and this is per event. With
+        # the core deciding servers, nobody tells the backend which jobs are pending.
+        self._renting: RentingBackend | None = None
+        if self.servers is None and isinstance(backend, RentingBackend):
+            self._renting = backend
+        self._gives_back_early = self._renting is not None or self.servers is not None
         self._places_held = 0
         self._cancel_at: float | None = None
         self._early: threading.Thread | None = None
@@ -327,6 +397,12 @@ class Driver:
         """The second half of `close`: every place back (a slow API makes this the slow part)."""
         if self._early is not None:
             self._early.join(timeout=self.options.cancel_grace_s)
+        # Releases under way end first (each confirms within a bound of its own): what they
+        # cost lands, and the sweep's ledger check after them sees them released. Rents under
+        # way are the sweep's: it cancels them and waits for them.
+        cancelled = self._cancel_at is not None
+        for side in self._releasing:
+            side.join(timeout=self.options.cancel_grace_s if cancelled else None)
         self._shutdown_backend()
 
     # -- events ----------------------------------------------------------------------------
@@ -344,6 +420,9 @@ class Driver:
             self._attempt_ended(posted, now)
         elif isinstance(posted, _Placed):
             self._placed(posted.event, posted.place, now)
+        elif isinstance(posted, _FromServer):
+            if self._placing is not None:
+                self._apply(self._placing.handle(posted.event, now), now)
         elif posted is not None and not isinstance(posted, _Quit):
             self.feed(posted, now)
 
@@ -383,7 +462,7 @@ class Driver:
 
     # -- commands --------------------------------------------------------------------------
 
-    def _apply(self, commands: list[Command], now: float) -> None:
+    def _apply(self, commands: Sequence[CoreCommand], now: float) -> None:
         if not commands:
             return
         with self.journal.batch():
@@ -396,11 +475,17 @@ class Driver:
         if self._cancel_at is None and self.core.stop_reason is not None:
             self._stopping(now)
 
-    def _record(self, cmd: Command, now: float) -> Callable[[], None] | None:
+    def _record(self, cmd: CoreCommand, now: float) -> Callable[[], None] | None:
         """Carry one command out; a start answers the work to hand to a worker once the
         journal has recorded the batch."""
         if isinstance(cmd, StartAttempt):
             return self._start(cmd, now)
+        if isinstance(cmd, StartOn):
+            return self._start_on(cmd, now)
+        if isinstance(cmd, RentServer):
+            self._rent(cmd)
+        elif isinstance(cmd, ReleaseServer):
+            self._release(cmd)
         if isinstance(cmd, KillAttempt):
             out = self._out.get(cmd.job_id)
             if out is not None:
@@ -432,7 +517,7 @@ class Driver:
         self._cancel_at = now
         self.options.notice(f"cancelling: {self.core.stop_reason}")
         self._timer(now + self.options.cancel_grace_s, _GraceOver())
-        if self._renting is not None:
+        if self._gives_back_early:
             self._early = threading.Thread(target=self._shutdown_backend, daemon=True)
             self._early.start()
 
@@ -463,14 +548,105 @@ class Driver:
         self._futures = [f for f in self._futures if not f.done()]
         return functools.partial(self._work, job, cmd.attempt, cmd.timeout_s, out.kill)
 
-    def _work(self, job: Job, number: int, timeout_s: float, kill: Kill) -> None:
+    def _work(
+        self,
+        job: Job,
+        number: int,
+        timeout_s: float,
+        kill: Kill,
+        runner: AttemptRunner | None = None,
+        server: int | None = None,
+    ) -> None:
         def placed(place: Place) -> None:
             self._events.put(_Placed(AttemptPlaced(job.id, number), place))
 
-        ran = self.runner.run(job, number, timeout_s, kill, placed)  # never raises
+        ran = (runner or self.runner).run(job, number, timeout_s, kill, placed)  # never raises
+        if server is not None and self.servers is not None and self.servers.lost(server):
+            # Before the end: the core must not place the retry on the server it lost.
+            self._events.put(_FromServer(ServerLost(server, ran.attempt.message)))
         self._events.put(AttemptEnded(job.id, ran.attempt))
         if ran.stop_reason:  # after the end, so this job ends as `error`, not as cancelled
             self._events.put(_MustStop(ran.stop_reason))
+
+    # -- servers the core decides ----------------------------------------------------------
+
+    def _start_on(self, cmd: StartOn, now: float) -> Callable[[], None]:
+        """An attempt on the server the core chose: the attempt runner gets it as its place."""
+        assert self.servers is not None
+        job = self._jobs[cmd.job_id]
+        out = _Out(cmd.attempt, now)
+        self._out[job.id] = out
+        self.journal.attempt_started(job, cmd.attempt, now)
+        self._futures = [f for f in self._futures if not f.done()]
+        on = _OnServer(self.servers, cmd.server, self.backend.name)
+        runner = dataclasses.replace(self.runner, backend=on)
+        return functools.partial(
+            self._work, job, cmd.attempt, cmd.timeout_s, out.kill, runner, cmd.server
+        )
+
+    def _rent(self, cmd: RentServer) -> None:
+        assert self.servers is not None
+        ahead = " ahead of its needs" if cmd.ahead else ""
+        self.options.notice(
+            f"{cmd.for_job}: renting {cmd.quote.gpu_model or 'a server'} #{cmd.quote.host}"
+            f"{ahead} (${cmd.quote.usd_per_hour:.3f}/h, up to ${cmd.worst_case_usd:.2f})"
+        )
+        # Not joined at the end: the backend's shutdown cancels rents under way, and waits.
+        self._off_loop([], self.servers.rent, cmd, self._jobs[cmd.for_job], self._report)
+
+    def _release(self, cmd: ReleaseServer) -> None:
+        """Give a server back off the loop; at the end of a run, or once it is cancelled, the
+        backend's shutdown gives back everything left in one sweep instead."""
+        assert self.servers is not None
+        if not cmd.rented or self.core.idle or self._cancel_at is not None:
+            return
+        self._releasing = self._off_loop(
+            self._releasing, self.servers.release_server, cmd.server, cmd.reason, self._report
+        )
+
+    def _off_loop(
+        self, threads: list[threading.Thread], fn: Callable[..., None], *args: Any
+    ) -> list[threading.Thread]:
+        """Start `fn(*args)` on a thread of its own; the live ones of `threads`, and it."""
+        thread = threading.Thread(target=fn, args=args, daemon=True)
+        thread.start()
+        return [*(t for t in threads if t.is_alive()), thread]
+
+    def _report(self, event: ServerEvent) -> None:
+        """What an adapter says about a server, from any thread."""
+        self._events.put(_FromServer(event))
+
+
+@dataclass
+class _OnServer:
+    """One server the core chose, as the place of one attempt: the attempt runner acquires
+    it (no renting), runs on it, and `release` only settles what the attempt cost."""
+
+    servers: ServerAdapter
+    server: int
+    name: str
+
+    def capacity(self) -> int | None:
+        return None
+
+    def acquire(self, job: Job, cancel: threading.Event, stages: StageSink = NO_STAGES) -> Place:
+        return self.servers.place(self.server, job)
+
+    def run(
+        self,
+        place: Place,
+        request: RunRequest,
+        sink: OutputSink,
+        cancel: threading.Event,
+        stages: StageSink = NO_STAGES,
+    ) -> RunOutcome:
+        return self.servers.run(place, request, sink, cancel, stages)
+
+    def release(self, place: Place) -> None:
+        self.servers.attempt_done(place)
+
+    def shutdown(self) -> None:
+        return None
 
 
 class _Workers:

@@ -14,12 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from runner.attempt import AttemptRunner
-from runner.backends.base import Backend, Place, RentingBackend
+from runner.backends.base import Backend, Place, RentingBackend, ServerAdapter
 from runner.clock import SYSTEM_CLOCK, Clock
 from runner.console import Console
 from runner.core.events import CancelAll, Event, StopCause
 from runner.core.model import Attempt, Job, JobResult, Pipeline, RunRecord
 from runner.core.outcome import ordered, run_status
+from runner.core.placing import PlacingCore
 from runner.core.retry import backoff_s
 from runner.core.scheduler import Scheduler
 from runner.driver import Driver, DriverOptions, Journal, Journals
@@ -34,6 +35,8 @@ class RunSettings:
     extra_env: Mapping[str, str] = field(default_factory=dict)
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     backoff: Callable[[int], float] = backoff_s  # seconds before retry n (tests shorten it)
+    # Seconds each job took before (a baseline run), for rent-ahead where it has no estimate.
+    durations_s: Mapping[str, float] = field(default_factory=dict)
 
 
 class ConsoleJournal:
@@ -98,13 +101,28 @@ class PipelineRun:
             settings.workspace_root,
             settings.workspace_files,
         )
+        # A backend that rents is the core's adapter: the core decides its servers.
+        servers = backend if isinstance(backend, ServerAdapter) else None
+        book = None
+        if servers is not None:
+            book = servers.server_book(
+                pipeline.jobs,
+                settings.capacity,
+                pipeline.budget_usd,
+                pipeline.provisioning,
+                settings.durations_s,
+            )
+        core: Scheduler | PlacingCore = Scheduler(settings.capacity, settings.backoff)
+        if book is not None:
+            core = PlacingCore(pipeline.jobs, book, backoff=settings.backoff)
         self.driver = Driver(
-            Scheduler(settings.capacity, settings.backoff),
+            core,
             backend,
             runner,
             Journals(self.journal, *journals),
             clock,
             DriverOptions(must_stop=_stop_run, notice=console.notice),
+            servers=servers,
         )
 
     def cancel(self, reason: str) -> None:

@@ -20,9 +20,11 @@ from types import FrameType
 from typing import Any, TextIO
 
 from runner.backends.base import Backend
+from runner.clock import SYSTEM_CLOCK, Clock
 from runner.console import Console
 from runner.core import graph
 from runner.core.model import WORKSPACE_ALL, Job, Pipeline, RunRecord, RunStatus
+from runner.core.predict import past_durations
 from runner.core.retry import backoff_s
 from runner.errors import UsageError
 from runner.pipeline_run import PipelineRun, RunSettings
@@ -49,6 +51,7 @@ class RunOptions:
     baseline: dict[str, Any] | None = None
     backoff: Callable[[int], float] = backoff_s
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    clock: Clock = SYSTEM_CLOCK  # the run's timers and times (tests: their backend's clock)
 
 
 def select_jobs(pipeline: Pipeline, names: Sequence[str]) -> Pipeline:
@@ -172,8 +175,11 @@ def execute(
                 workspace.files,
                 run_id=options.run_id,
                 backoff=options.backoff,
+                # Rent-ahead plans with how long each job took in the baseline run, if any.
+                durations_s=past_durations(options.baseline) if options.baseline else {},
             ),
             console,
+            options.clock,
         )
         with stop_on_signals(pipeline_run.cancel):
             try:

@@ -8,12 +8,14 @@ from worker threads; `shutdown` is called on every exit path and must release ev
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol, runtime_checkable
 
-from runner.core.model import FailureKind, Job
+from runner.core.model import FailureKind, Job, Provisioning
+from runner.core.rentals import RentServer, ServerEvent
+from runner.core.servers import ServerBook
 
 Stream = Literal["stdout", "stderr"]
 # What a place is doing for an attempt, as a backend reports it: the live view shows it per job.
@@ -130,3 +132,60 @@ class RentingBackend(Protocol):
     def set_pending(self, jobs: Sequence[Job]) -> None: ...
 
     def idle_cost_usd(self) -> float: ...
+
+
+ServerReport = Callable[
+    [ServerEvent], None
+]  # how an adapter tells the core what became of a server
+
+
+@runtime_checkable
+class ServerAdapter(Protocol):
+    """A backend whose servers the core decides: which to rent, which job runs on which, when
+    one is given back. The adapter carries those decisions out and says what happened; it
+    decides nothing about money or machines itself. `rent` and `release` block (the driver
+    calls them off its loop); every other call is quick."""
+
+    def server_book(
+        self,
+        jobs: Sequence[Job],
+        cap: int,
+        budget_usd: float | None,
+        provisioning: Provisioning,
+        durations_s: Mapping[str, float],
+    ) -> ServerBook | None:
+        """The book for a run of `jobs` on this backend's market; None: this backend rents
+        nothing, and the run goes the way of fixed places."""
+        ...
+
+    def rent(self, cmd: RentServer, job: Job, report: ServerReport) -> None:
+        """Rent `cmd.quote` as server `cmd.server`, for `job`, and report exactly one
+        ServerReady (it answers SSH) or RentFailed (nothing is held)."""
+        ...
+
+    def place(self, server: int, job: Job) -> Place:
+        """Server `server` (ready) as the place of `job`'s next attempt."""
+        ...
+
+    def run(
+        self,
+        place: Place,
+        request: RunRequest,
+        sink: OutputSink,
+        cancel: threading.Event,
+        stages: StageSink = NO_STAGES,
+    ) -> RunOutcome:
+        """Run one attempt on a place `place` gave, as `Backend.run`."""
+        ...
+
+    def attempt_done(self, place: Place) -> None:
+        """The attempt on `place` ended: what it cost lands in its facts; the server stays."""
+        ...
+
+    def lost(self, server: int) -> bool:
+        """Did the attempt that just ended on `server` find it gone (outbid, unreachable)?"""
+        ...
+
+    def release_server(self, server: int, reason: str, report: ServerReport) -> None:
+        """Give server `server` back and report ServerReleased."""
+        ...

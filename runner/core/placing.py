@@ -11,7 +11,7 @@ Events in, commands out, time passed in: the driver and the simulator drive it a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from runner.core.events import (
     AttemptEnded,
@@ -26,7 +26,7 @@ from runner.core.events import (
     TimerFired,
 )
 from runner.core.model import Attempt, Job, JobResult, RunStatus
-from runner.core.outcome import ordered, run_status
+from runner.core.outcome import NeedOutcome, ordered, run_status
 from runner.core.rentals import (
     CoreCommand,
     RentFailed,
@@ -36,7 +36,7 @@ from runner.core.rentals import (
     ServerReleased,
 )
 from runner.core.retry import backoff_s
-from runner.core.scheduler import Scheduler
+from runner.core.scheduler import Entry, JobState, Scheduler
 from runner.core.servers import TIMER, ServerBook
 
 CoreEvent = Event | ServerEvent
@@ -62,6 +62,7 @@ class PlacingCore:
         self._out: list[CoreCommand] = []
         self._finished = False
         self._cancelled = False
+        self._started = False
 
     @property
     def done(self) -> bool:
@@ -78,7 +79,42 @@ class PlacingCore:
         stop = StopCause.INTERRUPTED if interrupted else self._scheduler.stop_cause
         return run_status(self._results, self._by_id, stop)
 
+    # -- what the driver asks of any core ------------------------------------------------------
+
+    @property
+    def idle(self) -> bool:
+        return self._scheduler.idle
+
+    @property
+    def capacity(self) -> int:
+        """Attempts that may run at once: one per server the cap allows."""
+        return self.book.cap
+
+    @property
+    def stop_reason(self) -> str | None:
+        return self._scheduler.stop_reason
+
+    @property
+    def stop_cause(self) -> StopCause | None:
+        return self._scheduler.stop_cause
+
+    def state(self, job_id: str) -> JobState | None:
+        return self._scheduler.state(job_id)
+
+    def unplaced_jobs(self) -> list[Job]:
+        """Nothing for a backend to keep servers for: the book decides what is kept."""
+        return []
+
+    def add(
+        self, jobs: Sequence[Job | Entry], settled: Mapping[str, NeedOutcome], now: float
+    ) -> list[CoreCommand]:
+        """The driver's one `add` of a run: the jobs are the ones the book was made for."""
+        if self._started or settled or len(jobs) != len(self._jobs):
+            raise ValueError("a core with servers takes its jobs once, when the run starts")
+        return self.start(now)
+
     def start(self, now: float) -> list[CoreCommand]:
+        self._started = True
         if self._run_timeout_s is not None:  # the run's timeout: a timer that cancels all
             self._out.append(SetTimer(now + self._run_timeout_s, _RUN_TIMEOUT))
         self._take(self._scheduler.add(self._jobs, {}, now), now)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from runner.core.model import Pipeline, Provisioning, RunStatus
 from runner.core.rentals import BootTimes, Market
@@ -81,6 +82,25 @@ def predict(
         servers_rented=mid.rents,
         fits=mid.status is not RunStatus.ERROR,
     )
+
+
+def past_durations(summary: Mapping[str, Any]) -> dict[str, float]:
+    """How long each job's script ran in an earlier run (its `summary.json`): the last
+    attempt of each job that passed, less the time it spent getting a server. What a run
+    expects a job to take when it plans rentals ahead; a job absent or odd here is left out."""
+    durations: dict[str, float] = {}
+    jobs = summary.get("jobs")
+    for job in jobs if isinstance(jobs, list) else []:
+        if not isinstance(job, dict) or job.get("status") != "passed":
+            continue
+        attempts = job.get("attempt_details")
+        last = attempts[-1] if isinstance(attempts, list) and attempts else None
+        if not isinstance(last, dict) or not isinstance(job.get("id"), str):
+            continue
+        took, setup = last.get("duration_s"), last.get("setup_s") or 0.0
+        if isinstance(took, (int, float)) and isinstance(setup, (int, float)):
+            durations[job["id"]] = max(0.0, float(took) - float(setup))
+    return durations
 
 
 def _spread(values: list[float]) -> tuple[float, float, float]:

@@ -29,6 +29,7 @@ class Quote:
     usd_per_hour: float = 0.0  # listed price plus the renter's fee
     creation_fee_usd: float = 0.0  # charged once the order lives 10 minutes
     spot: bool = False
+    fee_rate: float = 0.0  # the renter's fee already in `usd_per_hour` (for messages)
 
 
 def rental_cost_usd(usd_per_hour: float, held_s: float, creation_fee_usd: float) -> float:

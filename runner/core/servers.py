@@ -27,7 +27,7 @@ import math
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
-from runner.core import graph
+from runner.core import graph, money
 from runner.core.events import SetTimer
 from runner.core.model import FailureKind, Job
 from runner.core.money import usd_text
@@ -159,7 +159,7 @@ class ServerBook:
         self._retrying: set[str] = set()  # an attempt ended, the job is not final yet
         self._settled: set[str] = set()
         self._excluded: set[str] = set()
-        self._rent_failures: dict[str, int] = {}
+        self._rent_failures: dict[str, list[str]] = {}  # this attempt's failed rents: why
         self._why: dict[str, str] = {}  # waiting jobs: what they wait for, when known
         self._booked: dict[int, tuple[Quote, float]] = {}  # given back: quote, cost
         self._spent_usd = 0.0
@@ -191,7 +191,7 @@ class ServerBook:
         self._retrying.discard(job_id)
         self._eta.pop(job_id, None)
         self._due.pop(job_id, None)
-        self._rent_failures[job_id] = 0
+        self._rent_failures[job_id] = []
 
     def drop(self, job_id: str) -> int | None:
         """The job no longer wants a server (killed while waiting): the number of the attempt
@@ -490,8 +490,7 @@ class ServerBook:
         quote = self._market.best(job.gpu, self._excluded | self._hosts_held())
         if quote is None:
             if not self._any_fitting_held(job_id):
-                why = self._market.why_none(job.gpu, self._excluded)
-                self._fail(job_id, want, FailureKind.UNAVAILABLE, why)
+                self._none_left(job_id, want)
             return
         hold_s = self.boot.allowance_s + want.timeout_s + AFTER_SCRIPT_S
         cost = rental_cost_usd(quote.usd_per_hour, hold_s, quote.creation_fee_usd)
@@ -508,6 +507,16 @@ class ServerBook:
         self._rent(job_id, quote, now + hold_s, cost, now, ahead=False)
         self._plan_end(job_id, now + self.boot.expected_s, now + self.boot.allowance_s, now)
 
+    def _none_left(self, job_id: str, want: _Want) -> None:
+        """No offer fits the job (any more): say why, and which hosts failed it before."""
+        why = self._market.why_none(self._jobs[job_id].gpu, self._excluded)
+        tried = self._rent_failures.get(job_id, [])
+        if not tried:
+            self._fail(job_id, want, FailureKind.UNAVAILABLE, why)
+            return
+        message = f"{len(tried)} offers failed to start: " + "; ".join(tried[-3:]) + f" ({why})"
+        self._fail(job_id, want, FailureKind.PROVISIONING_FAILED, message)
+
     def _drop_ahead_rentals(self, now: float) -> None:
         """Servers rented ahead for jobs not ready yet give their money to a job that is."""
         for server in list(self._servers.values()):
@@ -518,12 +527,14 @@ class ServerBook:
     def _budget_text(
         self, quote: Quote, hold_s: float, cost: float, over: float, now: float
     ) -> str:
+        fee = f" with the {quote.fee_rate * 100:g} % renter fee" if quote.fee_rate else ""
+        creation = quote.creation_fee_usd if money.creation_fee_charged(hold_s) else 0.0
         return (
             f"budget {usd_text(self.budget_usd or 0)} would be exceeded by {usd_text(over)}: "
             f"committed {usd_text(self.committed_usd(now))} + this rental's worst case "
-            f"{usd_text(cost)} "
-            f"(${quote.usd_per_hour:.3f}/h x {hold_s / 3600:.2f} h: boot, timeout and fetch"
-            f"{', + the creation fee' if quote.creation_fee_usd else ''})"
+            f"{usd_text(cost)} (${quote.usd_per_hour:.4f}/h{fee} x {hold_s / 3600:.2f} h: "
+            f"start-up, the job's timeout and fetching its files"
+            f"{f', + {usd_text(creation)} creation fee' if creation else ''})"
         )
 
     def _rent(
@@ -617,7 +628,10 @@ class ServerBook:
 
     def _set_end(self, job_id: str, end: float | None, worst: float, now: float) -> None:
         """Record when a job is expected to end (None: unknown) and its worst case; the first
-        known end of each need counts towards its dependents' rent-ahead."""
+        known end of each need counts towards its dependents' rent-ahead. Only renting
+        plans with them: a book of fixed hosts keeps none."""
+        if not self._renting:
+            return
         self._worst_end[job_id] = max(worst, self._worst_end.get(job_id, worst))
         if end is None:
             return
@@ -775,14 +789,16 @@ class ServerBook:
         for meant in (server.claim, server.after):
             if meant is not None:
                 self._claims.pop(meant, None)
-        if event.fatal:
+        if event.fatal:  # every rent would fail the same way: rent nothing more, now
             self.stop_reason = event.reason
+            self._cancelled = True
+            self._look.update(self._servers)
             return
         want = self._waiting.get(job_id) if job_id is not None else None
         if job_id is None or want is None:
             return  # rented ahead: the job rents again once it is ready
-        self._rent_failures[job_id] += 1
-        if self._rent_failures[job_id] >= MAX_OFFERS_PER_ATTEMPT:
+        self._rent_failures[job_id].append(event.reason)
+        if len(self._rent_failures[job_id]) >= MAX_OFFERS_PER_ATTEMPT:
             message = f"{MAX_OFFERS_PER_ATTEMPT} offers failed to start; last: {event.reason}"
             self._fail(job_id, want, FailureKind.PROVISIONING_FAILED, message)
 

@@ -12,7 +12,14 @@ from typing import Any
 
 import pytest
 
-from runner.core.events import AttemptEnded, AttemptPlaced, SetTimer, Settled, TimerFired
+from runner.core.events import (
+    AttemptEnded,
+    AttemptPlaced,
+    AttemptRecorded,
+    SetTimer,
+    Settled,
+    TimerFired,
+)
 from runner.core.model import Attempt, FailureKind, GpuAsk, Job, JobStatus, RunStatus
 from runner.core.placing import CoreEvent, PlacingCore
 from runner.core.rentals import (
@@ -374,6 +381,16 @@ def test_a_fatal_rent_failure_stops_the_run() -> None:
     assert ReleaseServer(d.rents()[1].server, "the run is stopping") in out
     assert d.core.done
     assert {r.status for r in d.core.results()} == {JobStatus.CANCELLED}
+    # Nothing more is rented in the decision that heard it: every create would fail alike.
+    assert not [c for c in out if isinstance(c, RentServer)]
+
+
+def test_when_every_offer_left_failed_the_job_says_which_failed_and_why() -> None:
+    d = Drive(pipeline(job("a", gpu="A100", retries=0)))
+    d.at(10.0, RentFailed(d.rent_for("a").server, "server c1: sshd never answered"))
+    (ended,) = [c.attempt for c in d.said if isinstance(c, AttemptRecorded)]
+    assert ended.failure is FailureKind.PROVISIONING_FAILED  # retried, as any infra failure
+    assert ended.message.startswith("1 offers failed to start: server c1: sshd never answered")
 
 
 def test_a_lost_server_is_given_back_and_its_host_never_rented_again() -> None:

@@ -1,19 +1,36 @@
-"""The `clore` backend: rents the cheapest fitting servers, reuses them, keeps to the budget,
-and gives every one back.
+"""The `clore` backend: rents servers on Clore, runs jobs on them, and gives every one back.
+
+Two ways to drive it. `clore-run run` drives it as the core's adapter (`ServerAdapter`): the
+core decides which offer to rent for which job, when (ahead of a job's needs), which job runs
+on which server and when one is given back, within the budget and the cap; this backend only
+carries that out (`rent`, `place`, `attempt_done`, `release_server`) and reports what became
+of each server. `clore-run serve`, whose jobs arrive over time, still drives it through
+`acquire` and `release`, where it decides reuse, budget and the cap itself:
 
 - acquire: a free rented server that fits the job, else the best offer within the budget, rented
   through `Provisioner` (a host that fails is excluded for the run and the next offer tried).
 - release: a server that a job still waiting could use is kept; otherwise it is cancelled.
-- shutdown (every exit path, signals included): cancel everything held, confirm in one sweep.
+
+Either way, shutdown (every exit path, signals included) cancels everything held, and every
+rental being set up, and confirms in one sweep.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
 
-from runner.backends.base import NO_STAGES, OutputSink, Place, RunOutcome, RunRequest, StageSink
+from runner.backends.base import (
+    NO_STAGES,
+    OutputSink,
+    Place,
+    RunOutcome,
+    RunRequest,
+    ServerReport,
+    StageSink,
+)
 from runner.backends.clore import errors as api_errors
 from runner.backends.clore.api import CloreClient
 from runner.backends.clore.market import (
@@ -22,18 +39,34 @@ from runner.backends.clore.market import (
     explain_no_fit,
     misses,
     offers_from_servers,
+    per_hour,
+    spot_bid_per_day,
 )
 from runner.backends.clore.provision import ProvisionCancelled, Provisioner, Rental, SkipOffer
+from runner.backends.clore.quotes import OfferMarket
 from runner.backends.ssh.exec import run_job
 from runner.clock import Clock
 from runner.core import money
-from runner.core.model import FailureKind, GpuAsk, Job
+from runner.core.model import FailureKind, GpuAsk, Job, Provisioning
 from runner.core.money import usd_text
-from runner.errors import InfrastructureError, JobCannotRun, RunMustStop
+from runner.core.rentals import (
+    BootTimes,
+    Quote,
+    RentFailed,
+    RentServer,
+    ServerEvent,
+    ServerReady,
+    ServerReleased,
+)
+from runner.core.servers import ServerBook
+from runner.errors import CloreRunError, InfrastructureError, JobCannotRun, RunMustStop
 
 MARKET_TTL_S = 60.0  # the marketplace is ~2,100 servers: fetch it at most once a minute
 MAX_OFFERS_PER_ATTEMPT = 5
 _ANY_GPU = GpuAsk()
+# What the core plans rent-ahead with until the run has measured its own create -> SSH-ready
+# times: a Clore server takes minutes (image pull, boot, sshd).
+DEFAULT_BOOT_S = 180.0
 
 
 @dataclass
@@ -82,6 +115,15 @@ class CloreBackend:
     _balance_checked: bool = False
     _balance_short: RunMustStop | None = None  # every later rental stops the same way
     _fees_noted: bool = False  # the fee rates assumed are said once per run
+    # As the core's adapter: the core's server number -> the rental carrying it out, the
+    # rentals being set up (their cancel: shutdown sets it), hosts a job's rents skipped.
+    _rentals_of: dict[int, int] = field(default_factory=dict)
+    _setting_up: dict[int, threading.Event] = field(default_factory=dict)
+    _skipped: dict[str, list[str]] = field(default_factory=dict)
+    _live: _LiveMarket | None = None
+    # Each order given back, with what it cost as the API billed it (`order_*_usd`): the
+    # attempts' facts hold their shares; these hold the orders'.
+    orders_given_back: list[dict[str, str]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.provisioner.make_room = self._give_back_one_idle
@@ -223,7 +265,7 @@ class CloreBackend:
         spot = job.gpu is not None and job.gpu.spot
         price = self._hourly(job, offer)
         # Billed from the create: starting (image pull included) and then the job's timeout.
-        hold_s = self.provisioner.options.online_timeout_s + job.timeout_s
+        hold_s = self.provisioner.boot_timeout_s(job) + job.timeout_s
         fee_usd = self.provisioner.creation_fee_usd(offer, spot)
         new_usd = money.worst_case_usd(price, hold_s, fee_usd)
         self._check_balance(offer, new_usd)
@@ -376,6 +418,7 @@ class CloreBackend:
         return outcome
 
     def release(self, place: Place) -> None:
+        """`acquire`'s counterpart (serve): the backend decides whether to keep the server."""
         held = self._find(place)
         if held is None:
             return
@@ -423,6 +466,9 @@ class CloreBackend:
     ) -> dict[int, float | None]:
         finals = self.provisioner.release_all([h.rental for h in helds], within_s)
         with self._cond:
+            self.orders_given_back += [
+                {"server_id": str(h.rental.offer.server_id), **h.rental.facts} for h in helds
+            ]
             for held in helds:
                 final = finals.get(held.rental.rental_id)
                 billed = float(held.rental.facts.get("billed_usd", 0))
@@ -430,7 +476,9 @@ class CloreBackend:
             self._cond.notify_all()
         return finals
 
-    def _give_back_idle(self, helds: list[_Held], within_s: float | None = None) -> None:
+    def _give_back_idle(
+        self, helds: list[_Held], within_s: float | None = None
+    ) -> dict[int, float | None]:
         """Servers with no job on them: what they cost since their last job is the run's.
         Billed before the cancel, so that `_give_back` counts the idle time as spent even when
         the API reports no `spend`."""
@@ -443,6 +491,7 @@ class CloreBackend:
                 self._idle_usd += idle[held.rental.rental_id]
                 if final is not None:
                     self._idle_usd += self._rest(held.rental, final)
+        return finals
 
     def _end_renting(self, reserved_usd: float) -> None:
         """A rental that failed: its reservation goes, and what the orders the provisioner
@@ -471,12 +520,16 @@ class CloreBackend:
         Idempotent: the driver calls it as soon as a run is cancelled, and again at the end."""
         with self._cond:
             self._closing = True
+            for cancel in self._setting_up.values():
+                cancel.set()  # each cancels its own order, if it made one
+            setting_up = bool(self._setting_up)
             held = list(self._held.values())
             self._held.clear()
+            self._rentals_of.clear()
             # Jobs still running or rentals being set up: the run was stopped (a signal, say),
             # and everything must be cancelled within GitHub's grace, so confirming is cut
             # short and the rest left to the cleanup step. A run that ended confirms in full.
-            stopped = bool(self._reserved) or any(h.job is not None for h in held)
+            stopped = setting_up or bool(self._reserved) or any(h.job is not None for h in held)
             for h in held:
                 if h.job is not None and h.place is not None:
                     # Its worker's release() will find the server gone: settle the attempt's
@@ -486,6 +539,7 @@ class CloreBackend:
         within_s = options.shutdown_confirm_within_s if stopped else None
         if held:
             self._give_back_idle(held, within_s)
+        self._wait_for_setups(within_s if within_s is not None else options.confirm_within_s)
         for worker in self._releasers:
             worker.join(timeout=within_s if within_s is not None else options.confirm_within_s)
         self.provisioner.close_pool()
@@ -505,6 +559,197 @@ class CloreBackend:
                 f"{len(left)} rental(s) of run {run_id} not confirmed released (servers {servers})",
                 f"run `clore-run cleanup --run {run_id}`",
             )
+
+    # -- the core's adapter ------------------------------------------------------------------
+
+    def server_book(
+        self,
+        jobs: Sequence[Job],
+        cap: int,
+        budget_usd: float | None,
+        provisioning: Provisioning,
+        durations_s: Mapping[str, float],
+    ) -> ServerBook:
+        """The core's book of servers for a run: today's offers, the budget, the cap, and
+        boot times allowed as long as the provisioner waits for one."""
+        self.provisioner.make_room = lambda: False  # the core decides what is given back
+        try:
+            market = _LiveMarket(self, self._offers())
+        except api_errors.CloreApiError as exc:
+            # Nothing can be rented: each job ends saying why, and the reports are written.
+            market = _LiveMarket(self, [], unread=f"the marketplace could not be read: {exc}")
+        self._live = market
+        boot = BootTimes(DEFAULT_BOOT_S, self.provisioner.options.online_timeout_s)
+        return ServerBook(
+            jobs,
+            cap,
+            market=market,
+            budget_usd=budget_usd if budget_usd is not None else self.budget.limit_usd,
+            provisioning=provisioning,
+            boot=boot,
+            durations_s=durations_s,
+            now=self.clock.time(),
+        )
+
+    def rent(self, cmd: RentServer, job: Job, report: ServerReport) -> None:
+        """Rent the core's choice and say whether it came up (on a thread of the driver)."""
+        cancel = threading.Event()
+        with self._cond:
+            closing = self._closing
+            if not closing:
+                self._setting_up[cmd.server] = cancel
+        if closing:
+            report(RentFailed(cmd.server, "the run is shutting down"))
+            return
+        try:
+            event = self._rent_for_core(cmd, job, cancel)
+        finally:
+            with self._cond:
+                self._setting_up.pop(cmd.server, None)
+                self._cond.notify_all()
+        if isinstance(event, RentFailed) and not event.fatal:
+            self._skipped.setdefault(job.id, []).append(event.reason)
+        report(event)
+
+    def _rent_for_core(self, cmd: RentServer, job: Job, cancel: threading.Event) -> ServerEvent:
+        assert self._live is not None
+        offer = self._live.offer(cmd.quote)
+        try:
+            self._check_balance(offer, cmd.worst_case_usd)
+            hourly = self._hourly(job, offer)
+            if hourly > cmd.quote.usd_per_hour * (1 + 1e-6) + 1e-9:
+                # The spot book moved since the quote: the budget reserved less than this.
+                return RentFailed(
+                    cmd.server,
+                    f"server {offer.server_id}: the bid it needs now (${hourly:.4f}/h) is "
+                    f"over the ${cmd.quote.usd_per_hour:.4f}/h reserved for it",
+                )
+            rental = self.provisioner.rent(job, offer, cancel, NO_STAGES)
+        except RunMustStop as exc:
+            return RentFailed(cmd.server, exc.message, self._wasted_usd(), fatal=True)
+        except CloreRunError as exc:  # a host of its own failing (SkipOffer), or cancelled
+            self._refresh_market()
+            return RentFailed(cmd.server, str(exc), self._wasted_usd())
+        with self._cond:
+            closing = self._closing
+            if not closing:
+                self._held[rental.rental_id] = _Held(rental)
+                self._rentals_of[cmd.server] = rental.rental_id
+        if closing:  # shut down while it was being set up: it ran nothing
+            self._give_back_idle([_Held(rental)])
+            return RentFailed(cmd.server, "the run is shutting down")
+        return ServerReady(cmd.server)
+
+    def _wasted_usd(self) -> float:
+        """What orders cancelled before they served a job cost: spent, and the run's."""
+        wasted = self.provisioner.take_wasted_usd()
+        with self._cond:
+            self.budget.spent_usd += wasted
+            self._idle_usd += wasted
+        return wasted
+
+    def _refresh_market(self) -> None:
+        if self._live is None:
+            return
+        try:
+            self._live.update(self._offers())
+        except api_errors.CloreApiError:
+            return  # the snapshot it has stays: the next failure tries again
+
+    def place(self, server: int, job: Job) -> Place:
+        with self._cond:
+            held = self._held.get(self._rentals_of.get(server, -1))
+            if held is None or held.rental.lost:
+                raise InfrastructureError(f"{job.id}: its server is no longer held")
+            if not self.provisioner.cover(held.rental, job):
+                raise InfrastructureError(f"{job.id}: the budget pool cannot cover it now")
+            held.rental.skipped = self._skipped.pop(job.id, []) + held.rental.skipped
+            held.job, held.job_started = job, self.clock.time()
+            held.place = self._place(held.rental)
+            return held.place
+
+    def attempt_done(self, place: Place) -> None:
+        held = self._find(place)
+        if held is None:
+            return  # given back under it (a shutdown): that settled the attempt's share
+        with self._cond:
+            held.job = None
+            held.rental.won_back = False
+            place.facts["cost_usd"] = f"{self._bill(held.rental):.6f}"
+
+    def lost(self, server: int) -> bool:
+        with self._cond:
+            held = self._held.get(self._rentals_of.get(server, -1))
+            return held is None or held.rental.lost
+
+    def release_server(self, server: int, reason: str, report: ServerReport) -> None:
+        with self._cond:
+            held = self._held.pop(self._rentals_of.pop(server, -1), None)
+        if held is None:
+            report(ServerReleased(server))
+            return
+        final = self._give_back_idle([held]).get(held.rental.rental_id)
+        report(ServerReleased(server, final))
+
+    def _wait_for_setups(self, within_s: float) -> None:
+        """Rentals still being set up cancel their own orders: wait (a while) for them, so
+        that the ledger check after this sees them gone."""
+        # Real seconds: the rentals' threads run on them, whatever clock the run is on.
+        deadline = time.monotonic() + within_s
+        with self._cond:
+            while self._setting_up and time.monotonic() < deadline:
+                self._cond.wait(timeout=0.05)
+
+
+class _LiveMarket(OfferMarket):
+    """The marketplace as the core sees it: the last snapshot fetched, priced as the
+    provisioner will rent (a spot order bids over the rivals in its server's book), and every
+    offer seen this run kept for fitting (a server we hold is listed as rented)."""
+
+    def __init__(self, backend: CloreBackend, offers: list[Offer], unread: str = "") -> None:
+        super().__init__(offers, backend.currency)
+        self._backend = backend
+        self._seen: dict[str, Offer] = dict(self._by_host)
+        self._unread = unread  # why there is no snapshot, if there is none
+
+    def why_none(self, ask: GpuAsk | None, excluded: Set[str]) -> str:
+        return self._unread or super().why_none(ask, excluded)
+
+    def update(self, offers: list[Offer]) -> None:
+        self._unread = ""
+        self._offers = list(offers)
+        self._by_host = {str(o.server_id): o for o in self._offers}
+        self._seen.update(self._by_host)
+
+    def offer(self, quote: Quote) -> Offer:
+        return self._seen[quote.host]
+
+    def fits(self, quote: Quote, ask: GpuAsk | None) -> bool:
+        ask = ask or _ANY_GPU
+        offer = self._seen.get(quote.host)
+        if offer is None or (quote.spot and not ask.spot):
+            return False
+        # Ours now, so the market shows it rented: that does not make it unfit for our jobs.
+        if misses(replace(offer, rented=False), ask):
+            return False
+        return ask.max_usd_per_hour is None or quote.usd_per_hour <= ask.max_usd_per_hour
+
+    def quote(self, offer: Offer, ask: GpuAsk) -> Quote | None:
+        quote = super().quote(offer, ask)
+        if quote is None:
+            return None
+        fee = self._backend.provisioner.creation_fee_usd(offer, ask.spot)
+        return replace(quote, creation_fee_usd=fee, fee_rate=offer.fee_rate(ask.spot))
+
+    def usd_per_hour(self, offer: Offer, ask: GpuAsk) -> float | None:
+        if not ask.spot:
+            return offer.on_demand_usd_per_hour
+        rivals = self._backend.provisioner.rival_bids(offer.server_id)
+        bid_per_day = spot_bid_per_day(offer, ask.max_usd_per_hour, rivals)
+        if bid_per_day is None or offer.usd_per_unit is None:
+            return None
+        listed = per_hour(bid_per_day) * offer.usd_per_unit
+        return money.with_fee_per_hour(listed, offer.spot_fee_rate)
 
 
 def _offer_label(offer: Offer) -> str:

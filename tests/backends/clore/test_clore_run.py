@@ -6,6 +6,7 @@ Every test ends with no live order on the fake and every rental released in the 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import threading
 from collections.abc import Iterator
@@ -142,8 +143,9 @@ def test_not_enough_balance_stops_the_run(setup: Setup) -> None:
 
 
 def test_a_balance_short_of_the_first_rentals_worst_case_rents_nothing(setup: Setup) -> None:
-    # The 3090 at 2 USD/day with the 5 % fee, for start-up (15 min) + the 60-minute timeout,
-    # plus the 0.1 creation fee: 0.0875 x 1.25 + 0.1 = 0.209 USD-Blockchain at worst.
+    # The 3090 at 2 USD/day with the 5 % fee, for start-up (15 min) + the 60-minute timeout +
+    # 2 minutes to kill it and fetch its files, plus the 0.1 creation fee:
+    # 0.0875 x 77/60 + 0.1 = 0.212 USD-Blockchain at worst.
     setup.fake.balances["USD-Blockchain"] = 0.2
     pipeline = parse_pipeline(
         "currency: USD-Blockchain\njobs:\n  a: {run: echo hi, gpu: {type: '3090'}}\n"
@@ -154,7 +156,7 @@ def test_a_balance_short_of_the_first_rentals_worst_case_rents_nothing(setup: Se
     record, code, _ = setup.run(pipeline)
     assert code == 3, [(r.job_id, r.status, r.reason) for r in record.results]
     reasons = " ".join(r.reason for r in record.results)
-    assert "the USD-Blockchain wallet holds 0.2" in reasons and "up to 0.209375" in reasons
+    assert "the USD-Blockchain wallet holds 0.2" in reasons and "up to 0.212292" in reasons
     assert "nothing was rented" in reasons
     assert setup.fake.calls("create_order") == []
     assert len(setup.fake.calls("wallets")) == 1  # read once, not per job
@@ -781,3 +783,53 @@ def test_a_create_still_waiting_for_its_slot_gives_up_on_cancel(setup: Setup) ->
         backend.provisioner.rent(pipeline.jobs[0], offer, cancel)
     assert setup.fake.calls("create_order") == []
     assert [r.state for r in ledger.rentals("run-1")] == ["failed"]
+
+
+def test_a_marketplace_that_cannot_be_read_ends_the_jobs_with_why_and_writes_reports(
+    setup: Setup,
+) -> None:
+    setup.fake.fail_next("marketplace", Faults.BAD_GATEWAY, times=20)
+    pipeline = parse_pipeline(
+        "jobs:\n  a: {run: echo hi, retries: 0}\n  b: {needs: [a], run: echo hi}\n", "p.yml", {}
+    )
+    record, code, _ = setup.run(pipeline)
+    assert code == 3
+    (a, b) = record.results
+    assert a.status is JobStatus.ERROR and "the marketplace could not be read" in a.reason
+    assert b.status is JobStatus.SKIPPED
+    assert setup.fake.calls("create_order") == []
+    assert (setup.tmp / "out" / "summary.json").exists()
+
+
+def test_the_boot_wait_has_its_own_bound_counted_in_the_worst_case(setup: Setup) -> None:
+    """A server that never came online held the job 15 minutes whatever the job said, billed
+    (and past 10 minutes charged the creation fee) while the budget had reserved less."""
+    setup.fake.online_after_s = 10_000.0
+    pipeline = parse_pipeline(
+        "jobs:\n  a:\n    run: echo hi\n    gpu: {type: RTX}\n    timeout-minutes: 3\n"
+        "    boot-timeout-minutes: 2\n",
+        "p.yml",
+        {},
+    )
+    job = pipeline.jobs[0]
+    assert job.boot_timeout_s == 120.0
+    backend, _ = setup.backend(pipeline)
+    offer = backend._offers()[0]
+    hourly = backend._hourly(job, offer)
+    fee_usd = backend.provisioner.creation_fee_usd(offer, False)
+    from runner.core import money
+
+    assert backend.provisioner.worst_case_usd(job, offer) == pytest.approx(
+        money.worst_case_usd(hourly, 120.0 + 180.0, fee_usd)
+    )
+    unbounded = dataclasses.replace(job, boot_timeout_s=None)  # the default: 15 minutes
+    assert backend.provisioner.worst_case_usd(unbounded, offer) == pytest.approx(
+        money.worst_case_usd(hourly, 900.0 + 180.0, fee_usd)
+    )
+    from runner.errors import InfrastructureError
+
+    with pytest.raises(InfrastructureError, match="not online after 120 s"):
+        backend.acquire(job, threading.Event())
+    backend.shutdown()
+    lived = [o.ended_unix - o.created_unix for o in setup.fake.orders.values() if o.ended_unix]
+    assert lived and max(lived) < 120.0 + 31.0  # one poll past the bound at most
