@@ -109,7 +109,9 @@ def contend(argv: list[str]) -> None:
         pools.settle(lease, reservation.id, 0.05)
     pools.leave(lease)
     elapsed = time.perf_counter() - began
-    print(json.dumps({"latencies": latencies, "elapsed": elapsed}), flush=True)
+    reconnects = pools.db.reconnects + ledger.db.reconnects
+    result = {"latencies": latencies, "elapsed": elapsed, "reconnects": reconnects}
+    print(json.dumps(result), flush=True)
 
 
 def cycle(argv: list[str]) -> None:

@@ -273,8 +273,9 @@ def test_an_immediate_restart_mid_run_loses_and_doubles_nothing(
         pass
     pg_cluster.restart_immediate()
     for w in workers:
-        json.loads(w.expect(timeout=300))
+        done = json.loads(w.expect(timeout=300))
         assert w.proc.wait(timeout=30) == 0
+        assert done["reconnects"] >= 1  # its connections died with the server: it came back
     events = PostgresPools(pg_url).events("org")
     assert replay(events, BUDGET, CAP) == []
     assert Counter(e.kind for e in events) == {"reserve": 150, "settle": 150}
