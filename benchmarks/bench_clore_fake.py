@@ -70,10 +70,8 @@ class TimingProvisioner(Provisioner):
     online_at: dict[int, float]
     settled: dict[int, dict[str, str]]
 
-    def _wait_online(
-        self, order_id: int, cancel: threading.Event, rental: Rental | None = None
-    ) -> Order:
-        order = super()._wait_online(order_id, cancel, rental)
+    def _wait_online(self, order_id: int, cancel: threading.Event, *args: Any) -> Order:
+        order = super()._wait_online(order_id, cancel, *args)
         self.online_at[order_id] = time.perf_counter()
         return order
 

@@ -60,9 +60,11 @@ from runner.core.placing import PlacingCore
 from runner.core.rentals import (
     CoreCommand,
     ReleaseServer,
+    RentFailed,
     RentServer,
     ServerEvent,
     ServerLost,
+    ServerReleased,
     StartOn,
 )
 from runner.core.scheduler import Entry, JobState
@@ -592,7 +594,7 @@ class Driver(Generic[C]):
             f"{ahead} (${cmd.quote.usd_per_hour:.3f}/h, up to ${cmd.worst_case_usd:.2f})"
         )
         # Not joined at the end: the backend's shutdown cancels rents under way, and waits.
-        self._off_loop([], self.servers.rent, cmd, self._jobs[cmd.for_job], self._report)
+        self._off_loop([], self._rent_off_loop, self.servers, cmd, self._jobs[cmd.for_job])
 
     def _release(self, cmd: ReleaseServer) -> None:
         """Give a server back off the loop; at the end of a run, or once it is cancelled, the
@@ -600,9 +602,23 @@ class Driver(Generic[C]):
         assert self.servers is not None
         if not cmd.rented or self.core.idle or self._cancel_at is not None:
             return
-        self._releasing = self._off_loop(
-            self._releasing, self.servers.release_server, cmd.server, cmd.reason, self._report
-        )
+        self._releasing = self._off_loop(self._releasing, self._release_off_loop, self.servers, cmd)
+
+    def _rent_off_loop(self, servers: ServerAdapter, cmd: RentServer, job: Job) -> None:
+        """The rent, on its thread. An adapter that raises still answers: the core would wait
+        for that server for ever (its order, if any, the provisioner cancelled on the way out,
+        and the ledger keeps it for the shutdown's check)."""
+        try:
+            servers.rent(cmd, job, self._report)
+        except Exception as exc:
+            self._report(RentFailed(cmd.server, f"internal error while renting: {exc!r}"))
+
+    def _release_off_loop(self, servers: ServerAdapter, cmd: ReleaseServer) -> None:
+        try:
+            servers.release_server(cmd.server, cmd.reason, self._report)
+        except Exception as exc:  # what is not confirmed released stays in the ledger
+            self.options.notice(f"giving server {cmd.server} back failed: {exc!r}")
+            self._report(ServerReleased(cmd.server))
 
     def _off_loop(
         self, threads: list[threading.Thread], fn: Callable[..., None], *args: Any

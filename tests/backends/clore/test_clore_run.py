@@ -833,3 +833,28 @@ def test_the_boot_wait_has_its_own_bound_counted_in_the_worst_case(setup: Setup)
     backend.shutdown()
     lived = [o.ended_unix - o.created_unix for o in setup.fake.orders.values() if o.ended_unix]
     assert lived and max(lived) < 120.0 + 31.0  # one poll past the bound at most
+
+
+def test_an_adapter_that_raises_while_renting_ends_the_job_instead_of_hanging_the_run(
+    setup: Setup,
+) -> None:
+    backend, _ = setup.backend(_two_jobs())
+
+    class Broken(CloreBackend):
+        def _rent_for_core(self, *args: object) -> object:  # type: ignore[override]
+            raise RuntimeError("boom")
+
+    broken = Broken(
+        **{
+            f: getattr(backend, f)
+            for f in ("client", "provisioner", "clock", "concurrency", "budget", "currency")
+        }
+    )
+    (setup.tmp / "ws").mkdir()
+    options = RunOptions(out_dir=setup.tmp / "out", workspace_root=setup.tmp / "ws")
+    record, code = execute(_two_jobs(), broken, options, io.StringIO())
+    assert code == 3
+    # Each host tried failed so, and is excluded: the jobs end, saying why.
+    said = " ".join(a.message for r in record.results for a in r.attempts)
+    assert "internal error while renting: RuntimeError('boom')" in said, said
+    assert setup.fake.calls("create_order") == []
