@@ -257,6 +257,18 @@ class RentalLedger:
             query, args = query + " AND run_id = ?", (run_id,)
         return self._select(query + " ORDER BY id", args)
 
+    def refused_after_send(self, run_id: str | None, since: float) -> list[Rental]:
+        """`failed` rentals whose create went out at `since` or later and learnt no order: a
+        create refused with an error can still have made one, which only the marks can find."""
+        query = (
+            f"SELECT {_COLUMNS} FROM rentals WHERE state = 'failed' AND order_id IS NULL "
+            "AND create_sent_at IS NOT NULL AND create_sent_at >= ?"
+        )
+        args: tuple[Any, ...] = (since,)
+        if run_id is not None:
+            query, args = query + " AND run_id = ?", (since, run_id)
+        return self._select(query + " ORDER BY id", args)
+
     def rentals(self, run_id: str) -> list[Rental]:
         """Every rental of `run_id`, oldest first."""
         return self._select(
