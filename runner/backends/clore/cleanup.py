@@ -30,11 +30,10 @@ from runner.backends.clore.errors import CloreApiError
 from runner.backends.clore.models import Order
 from runner.backends.clore.ownership import Claim, find_ours
 from runner.clock import Clock
-from runner.ledger import Rental
+from runner.ledger import REFUSED_LOOKBACK_S, Rental
 from runner.stores.ledger import RentalLedger
 
 CONFIRM_WAIT_S = 5.0  # before the last look after a second cancel (G-gv waited 2-12 s)
-REFUSED_LOOKBACK_S = 86_400.0  # refused creates looked at again by their marks for a day
 
 Kind = Literal["cancelled", "ended", "nothing-created", "unproven", "error"]
 
