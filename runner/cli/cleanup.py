@@ -77,7 +77,12 @@ def register(app: typer.Typer, client_factory: ClientFactory | None = None) -> N
                     return
                 from runner.backends.clore.cleanup import reconcile
 
-                actions = reconcile(ledger, make_client(), dry_run=dry_run, run_id=run_id)
+                client = make_client()
+                if not dry_run:  # a dry run writes nothing, this file included
+                    from runner.backends.clore.factory import share_limits
+
+                    share_limits(client, ledger_path)
+                actions = reconcile(ledger, client, dry_run=dry_run, run_id=run_id)
         except CloreRunError as exc:  # an unreadable ledger, a missing key (with how to set it)
             _fail(str(exc))
         for action in actions:
