@@ -70,8 +70,8 @@ def register(app: typer.Typer, client_factory: ClientFactory | None = None) -> N
             typer.echo(f"no ledger at {ledger_path}: nothing to clean up")
             return
         try:
-            with open_ledger(ledger_path) as ledger:
-                if not ledger.unreleased(run_id):
+            with open_ledger(ledger_path, read_only=dry_run) as ledger:
+                if not ledger.unreleased(run_id) and not ledger.refused_after_send(run_id):
                     where = redact_url(str(ledger_path))
                     typer.echo(f"nothing to clean up: every rental in {where} is released")
                     return

@@ -419,7 +419,10 @@ def _artifact_notes(
     if isinstance(report, str):
         notes = [report]
     else:
-        notes = [f"artifact {name!r} refused: {why}" for name, why in report.rejected]
+        # Names cut short: a pax header can make one a megabyte long.
+        notes = [f"artifact {name[:200]!r} refused: {why}" for name, why in report.rejected]
+        if report.more_refused:
+            notes.append(f"{report.more_refused:,} more artifacts refused")
     for note in notes:
         sink.write("stderr", f"clore-run: {note}\n".encode())
     unmatched, rest = _unmatched(stderr.decode("utf-8", "replace"), patterns)
