@@ -132,6 +132,7 @@ class Job:
     matrix: Mapping[str, str] = field(default_factory=_frozen_env)
     fail_fast: bool = True
     estimate_s: float | None = None  # expected duration, for critical paths and plans
+    boot_timeout_s: float | None = None  # a rented server's order -> online (None: default)
     location: Location | None = None
 
     @property

@@ -36,6 +36,7 @@ def job_to_json(job: Job) -> dict[str, Any]:
         "matrix": dict(job.matrix),
         "fail_fast": job.fail_fast,
         "estimate_s": job.estimate_s,
+        "boot_timeout_s": job.boot_timeout_s,
         "location": _location_to_json(job.location),
     }
 
@@ -64,6 +65,7 @@ def job_from_json(data: Mapping[str, Any]) -> Job:
         matrix=MappingProxyType(dict(data.get("matrix", {}))),
         fail_fast=bool(data.get("fail_fast", True)),
         estimate_s=data.get("estimate_s"),
+        boot_timeout_s=data.get("boot_timeout_s"),
         location=Location(**location) if location else None,
     )
 

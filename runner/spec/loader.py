@@ -425,6 +425,7 @@ class _PipelineBuilder:
         run = pick("run")
         timeout_min = pick("timeout_minutes") or DEFAULT_TIMEOUT_MINUTES
         estimate = pick("estimate_minutes")
+        boot = pick("boot_timeout_minutes")
         not_before = pick("not_before")
         return Job(
             id=d.id,
@@ -451,6 +452,7 @@ class _PipelineBuilder:
             ),
             fail_fast=d.fail_fast,
             estimate_s=float(estimate) * 60 if estimate else None,
+            boot_timeout_s=float(boot) * 60 if boot else None,
             location=Location(self.source.file, line, col),
         )
 

@@ -112,6 +112,15 @@ class JobSettings(StrictModel):
         alias="timeout-minutes",
         description="Per attempt; any positive number.",
     )
+    boot_timeout_minutes: float | None = Field(
+        None,
+        gt=0,
+        le=MAX_MINUTES,
+        alias="boot-timeout-minutes",
+        description="A rented server's longest wait from the order to online (default 15); "
+        "part of the budget's worst case. Under 10: a server that never comes up is given back "
+        "before Clore charges its creation fee.",
+    )
     retries: int | None = Field(None, ge=0, le=20, description="Extra attempts after a failure.")
     gpu: GpuSpec | None = None
     workspace: bool | Literal["all"] | None = Field(

@@ -265,7 +265,7 @@ class CloreBackend:
         spot = job.gpu is not None and job.gpu.spot
         price = self._hourly(job, offer)
         # Billed from the create: starting (image pull included) and then the job's timeout.
-        hold_s = self.provisioner.options.online_timeout_s + job.timeout_s
+        hold_s = self.provisioner.boot_timeout_s(job) + job.timeout_s
         fee_usd = self.provisioner.creation_fee_usd(offer, spot)
         new_usd = money.worst_case_usd(price, hold_s, fee_usd)
         self._check_balance(offer, new_usd)

@@ -62,7 +62,8 @@ _NEVER = threading.Event()  # confirming a release is not cut short by the run's
 
 @dataclass(frozen=True)
 class ProvisionOptions:
-    online_timeout_s: float = 900.0  # create -> online, image pull included
+    # Create -> online, image pull included, unless the job sets `boot-timeout-minutes`.
+    online_timeout_s: float = 900.0
     first_poll_s: float = 3.0  # my_orders polling backoff (the rate limiter spaces it further)
     max_poll_s: float = 30.0
     ssh: ConnectOptions = field(
@@ -177,7 +178,7 @@ class Provisioner:
             self.ledger.set_order(rental.rental_id, order.id)
             self.ledger.set_state(rental.rental_id, "ordered")
             stages.stage("booting", f"order {order.id}")
-            order = self._wait_online(order.id, cancel, rental)
+            order = self._wait_online(order.id, cancel, rental, self.boot_timeout_s(job))
             rental.facts["online_after_s"] = f"{self.clock.now() - asked:.1f}"
             stages.stage("connecting", f"order {order.id}")
             rental.conn = self._connect(order, cancel)
@@ -212,8 +213,12 @@ class Provisioner:
             price = offer.usd_per_hour(spot) or 0.0  # no bid fits: renting will skip the offer
         else:
             price = self.usd_per_hour(offer, price_per_day, spot)
-        hold_s = self.options.online_timeout_s + job.timeout_s
+        hold_s = self.boot_timeout_s(job) + job.timeout_s
         return money.worst_case_usd(price, hold_s, self.creation_fee_usd(offer, spot))
+
+    def boot_timeout_s(self, job: Job) -> float:
+        """How long `job`'s order may take to come online before it is given up."""
+        return job.boot_timeout_s or self.options.online_timeout_s
 
     def _reserve(self, job: Job, offer: Offer, cancel: threading.Event) -> Reservation | None:
         """The rental's worst case from the pool, as the run's own budget counts it."""
@@ -368,9 +373,14 @@ class Provisioner:
         rental.usd_per_hour = self.usd_per_hour(rental.offer, price_per_day, rental.spot)
 
     def _wait_online(
-        self, order_id: int, cancel: threading.Event, rental: Rental | None = None
+        self,
+        order_id: int,
+        cancel: threading.Event,
+        rental: Rental | None = None,
+        within_s: float | None = None,
     ) -> Order:
-        deadline = self.clock.now() + self.options.online_timeout_s
+        within_s = self.options.online_timeout_s if within_s is None else within_s
+        deadline = self.clock.now() + within_s
         delay = self.options.first_poll_s
         rebids = 0
         while True:
@@ -387,9 +397,7 @@ class Provisioner:
                 self._raise_bid(rental, order_id)
                 rebids += 1
             if self.clock.now() >= deadline:
-                raise SkipOffer(
-                    f"order {order_id} not online after {self.options.online_timeout_s:g} s"
-                )
+                raise SkipOffer(f"order {order_id} not online after {within_s:g} s")
             self.options.pause(delay, cancel)
             delay = min(delay * 1.5, self.options.max_poll_s)
 

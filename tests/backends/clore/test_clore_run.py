@@ -6,6 +6,7 @@ Every test ends with no live order on the fake and every rental released in the 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import threading
 from collections.abc import Iterator
@@ -798,3 +799,37 @@ def test_a_marketplace_that_cannot_be_read_ends_the_jobs_with_why_and_writes_rep
     assert b.status is JobStatus.SKIPPED
     assert setup.fake.calls("create_order") == []
     assert (setup.tmp / "out" / "summary.json").exists()
+
+
+def test_the_boot_wait_has_its_own_bound_counted_in_the_worst_case(setup: Setup) -> None:
+    """A server that never came online held the job 15 minutes whatever the job said, billed
+    (and past 10 minutes charged the creation fee) while the budget had reserved less."""
+    setup.fake.online_after_s = 10_000.0
+    pipeline = parse_pipeline(
+        "jobs:\n  a:\n    run: echo hi\n    gpu: {type: RTX}\n    timeout-minutes: 3\n"
+        "    boot-timeout-minutes: 2\n",
+        "p.yml",
+        {},
+    )
+    job = pipeline.jobs[0]
+    assert job.boot_timeout_s == 120.0
+    backend, _ = setup.backend(pipeline)
+    offer = backend._offers()[0]
+    hourly = backend._hourly(job, offer)
+    fee_usd = backend.provisioner.creation_fee_usd(offer, False)
+    from runner.core import money
+
+    assert backend.provisioner.worst_case_usd(job, offer) == pytest.approx(
+        money.worst_case_usd(hourly, 120.0 + 180.0, fee_usd)
+    )
+    unbounded = dataclasses.replace(job, boot_timeout_s=None)  # the default: 15 minutes
+    assert backend.provisioner.worst_case_usd(unbounded, offer) == pytest.approx(
+        money.worst_case_usd(hourly, 900.0 + 180.0, fee_usd)
+    )
+    from runner.errors import InfrastructureError
+
+    with pytest.raises(InfrastructureError, match="not online after 120 s"):
+        backend.acquire(job, threading.Event())
+    backend.shutdown()
+    lived = [o.ended_unix - o.created_unix for o in setup.fake.orders.values() if o.ended_unix]
+    assert lived and max(lived) < 120.0 + 31.0  # one poll past the bound at most
