@@ -11,7 +11,11 @@ Starts the server in a subprocess on a fresh --db and reports:
   so they stay queued;
 - GET /jobs latency p50/p99 with that many queued: the first page (100), a page deep in the
   queue (`after` near the end), and `status=queued`; GET /jobs/{id} and GET /stats too;
-- the server's resident memory (VmRSS) idle and with the queue full.
+- the server's resident memory (VmRSS) idle and with the queue full;
+- throughput: jobs started per second (`true` jobs, --concurrency 4 per instance) with
+  --queued jobs waiting, for one server on SQLite (the baseline), then 1 and 3 instances on one
+  PostgreSQL queue (a private cluster on loopback, skipped where none can start). Measured over
+  the first --window starts, from the starts the store recorded.
 
 Figures are printed, not asserted.
 """
@@ -113,15 +117,116 @@ def fill(http: requests.Session, url: str, total: int) -> float:
     return time.perf_counter() - began
 
 
+def queue_up(target: str | Path, total: int) -> None:
+    """`total` jobs straight into the store, 10 submissions, before any server starts."""
+    from runner.serve.queue_store import open_queue
+    from runner.serve.submit import prepare_pipeline, with_server_ids
+
+    store = open_queue(target)
+    per = max(1, total // 10)
+    try:
+        for batch in range(0, total, per):
+            names = range(batch, min(total, batch + per))
+            prepared = prepare_pipeline(
+                "jobs:\n" + "".join(f"  j{i}:\n    run: 'true'\n" for i in names), []
+            )
+            store.submit(
+                "pipeline", "bench", lambda n, p=prepared: with_server_ids(p.jobs, n), time.time()
+            )
+    finally:
+        store.close()
+
+
+def start_times(target: str | Path) -> tuple[int, list[float]]:
+    """Jobs not queued any more, and the first start of each that started."""
+    from runner.serve.queue_store import open_queue
+
+    store = open_queue(target)
+    try:
+        counts = store.counts()
+        started, after = [], 0
+        while rows := store.jobs(None, after, 1000):
+            started += [r.first_started_at for r in rows if r.first_started_at is not None]
+            after = rows[-1].seq
+        return sum(counts.values()) - counts["queued"], sorted(started)
+    finally:
+        store.close()
+
+
+def throughput(
+    target: str | Path, instances: int, queued: int, window: int, token: str, tmp: Path
+) -> float:
+    """Jobs started per second over the first `window` starts, `queued` waiting."""
+    queue_up(target, queued)
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                ENTRY,
+                "serve",
+                "--port",
+                "0",
+                "--db",
+                str(target),
+                "--concurrency",
+                "4",
+                "--data-dir",
+                str(tmp / f"data{n}"),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env={**os.environ, "CLORE_RUN_TOKEN": token},
+        )
+        for n in range(instances)
+    ]
+    try:
+        for proc in procs:
+            assert proc.stdout is not None
+            if "listening on" not in proc.stdout.readline():
+                sys.exit("a server did not start")
+        deadline = time.monotonic() + 600
+        while start_times(target)[0] < window and time.monotonic() < deadline:
+            time.sleep(0.5)
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait(timeout=60)
+    times = start_times(target)[1][:window]
+    return (len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 else float("nan")
+
+
+def report_throughput(queued: int, window: int, token: str, tmp: Path) -> None:
+    print(f"throughput: jobs started per second, {queued} queued, first {window} starts")
+    base = throughput(tmp / "alone.db", 1, queued, window, token, tmp)
+    print(f"  1 server, SQLite (baseline)        {base:8.1f} /s")
+    try:
+        from tests.pg_fixture import start_cluster
+
+        cluster = start_cluster(tmp / "pg")
+    except BaseException as exc:  # pytest.skip: no PostgreSQL here
+        print(f"  PostgreSQL: skipped ({exc})")
+        return
+    try:
+        for n in (1, 3):
+            rate = throughput(cluster.new_database(), n, queued, window, token, tmp)
+            print(f"  {n} instance(s), one PostgreSQL queue {rate:8.1f} /s  (x{rate / base:.2f})")
+    finally:
+        cluster.stop()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--queued", type=int, default=10_000)
+    parser.add_argument("--window", type=int, default=2_000, help="starts measured")
     parser.add_argument("--samples", type=int, default=500)
     parser.add_argument("--starts", type=int, default=30)
     parser.add_argument("--quick", action="store_true", help="tiny sizes, for CI")
     args = parser.parse_args()
     if args.quick:
-        args.queued, args.samples, args.starts = 200, 20, 3
+        args.queued, args.samples, args.starts, args.window = 200, 20, 3, 100
     token = secrets.token_urlsafe(24)
     with tempfile.TemporaryDirectory() as tmp:
         proc, url = start(Path(tmp) / "queue.db", token)
@@ -159,6 +264,9 @@ def main() -> None:
         finally:
             proc.terminate()
             proc.wait(timeout=30)
+    with tempfile.TemporaryDirectory() as tmp:
+        os.chmod(tmp, 0o755)  # the cluster may run as the `postgres` user
+        report_throughput(args.queued, args.window, token, Path(tmp))
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ mapping of backend errors to failure kinds.
 
 from __future__ import annotations
 
+import errno
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -15,7 +16,7 @@ from runner.backends.base import Backend, Place, RunOutcome, RunRequest
 from runner.clock import Clock
 from runner.console import Console
 from runner.core.model import Attempt, FailureKind, Job
-from runner.errors import CloreRunError, JobCannotRun, RunMustStop
+from runner.errors import CloreRunError, JobCannotRun, RunMustStop, local_fault_from
 from runner.joblog import JobLog
 
 
@@ -32,6 +33,18 @@ def _as_killed(outcome: RunOutcome, kill: threading.Event, timeout_s: float) -> 
     if isinstance(kill, Kill) and kill.note and reason and outcome.failure is FailureKind.CANCELLED:
         return RunOutcome(outcome.exit_code, reason, kill.note, outcome.facts)
     return outcome
+
+
+# A local file error that another server cannot cure: the job fails once, without renting
+# again (each new server costs its fee). Anything else stays an infrastructure failure.
+_LOCAL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM})
+
+
+def _local_outcome(exc: OSError) -> RunOutcome:
+    """An OSError that reached the attempt: backends wrap the network's, so it is ours."""
+    if exc.errno in _LOCAL_ERRNOS:
+        return RunOutcome(None, FailureKind.UNAVAILABLE, str(local_fault_from(exc, "cannot write")))
+    return RunOutcome(None, FailureKind.PROVISIONING_FAILED, f"internal: {exc!r}")
 
 
 class Kill(threading.Event):
@@ -82,6 +95,11 @@ class AttemptRunner:
             return Ran(Attempt(number, began, self.clock.time(), None, kill.reason, kill.note))
         try:
             return self._run(job, number, timeout_s, kill, began, placed)
+        except OSError as exc:  # the log could not be opened or written: ours
+            local = _local_outcome(exc)
+            return Ran(
+                Attempt(number, began, self.clock.time(), None, local.failure, local.message)
+            )
         except Exception as exc:
             failure = FailureKind.PROVISIONING_FAILED
             return Ran(
@@ -119,6 +137,8 @@ class AttemptRunner:
         except CloreRunError as exc:
             kind = FailureKind.PROVISIONING_FAILED if place is None else FailureKind.SSH_FAILED
             outcome = RunOutcome(None, kind, str(exc))
+        except OSError as exc:
+            outcome = _local_outcome(exc)
         except Exception as exc:  # a backend bug must not hang the run
             outcome = RunOutcome(None, FailureKind.PROVISIONING_FAILED, f"internal: {exc!r}")
         finally:

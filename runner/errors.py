@@ -37,3 +37,16 @@ class JobCannotRun(InfrastructureError):
 class RunMustStop(InfrastructureError):
     """Nothing else can succeed either (the API key is refused, the balance is empty): the run
     is cancelled and exits 3."""
+
+
+class LocalFault(JobCannotRun):
+    """Our side failed, not a server: a workspace file gone or unreadable while it was sent,
+    the output folder's disk full. The job fails once with the cause (exit 3): another server
+    would fail the same way, and each would cost its fee."""
+
+
+def local_fault_from(exc: OSError, doing: str) -> LocalFault:
+    """`exc` (from a local file) as a LocalFault saying what we were doing."""
+    what = exc.strerror or str(exc)
+    where = f" {exc.filename}" if exc.filename else ""
+    return LocalFault(f"on this machine: {doing}{where}: {what}")

@@ -33,6 +33,7 @@ from runner.spec.diagnostics import Diagnostic, SpecError, did_you_mean
 from runner.workspace import Workspace, workspace_files
 
 _OUTPUTS = ("logs", "artifacts", "junit.xml", "summary.json", "summary.md")
+LOCK_NAME = ".clore-run.lock"  # in every output folder clore-run wrote: it is ours
 EXIT_CODES = {
     RunStatus.PASSED: 0,
     RunStatus.FAILED: 1,
@@ -79,6 +80,28 @@ def select_jobs(pipeline: Pipeline, names: Sequence[str]) -> Pipeline:
     return dataclasses.replace(pipeline, jobs=jobs)
 
 
+def check_out_folder(out_dir: Path, workspace_root: Path) -> None:
+    """Refuse the filesystem root, and a folder holding the workspace (`--out .` in the
+    repository) unless it is empty or clore-run's own: the run writes logs/, artifacts/ and
+    reports there, and deletes the logs/ and artifacts/ it finds in a folder of its own."""
+    out = out_dir.resolve()
+    if out.parent == out:
+        raise UsageError(
+            f"--out {out_dir}: the root of the filesystem", "name a folder for the results"
+        )
+    if not workspace_root.is_relative_to(out) or (out / LOCK_NAME).exists():
+        return
+    try:
+        empty = not any(out.iterdir())
+    except OSError:
+        return  # missing or unreadable: output_folder says why, if it matters
+    if not empty:
+        raise UsageError(
+            f"--out {out_dir}: it holds the workspace ({workspace_root}), and is not empty",
+            "name a folder inside it or elsewhere, such as --out clore-run-results",
+        )
+
+
 @contextmanager
 def output_folder(out_dir: Path) -> Iterator[None]:
     """Make `out_dir` ours for the run: writable, locked against a second run, no stale files.
@@ -86,7 +109,7 @@ def output_folder(out_dir: Path) -> Iterator[None]:
     Only a folder clore-run wrote before (it holds our lock file) is cleaned; a folder of the
     user's that already has a `logs/` or a `junit.xml` is refused, never emptied (`--out .`).
     """
-    lock_path = out_dir / ".clore-run.lock"
+    lock_path = out_dir / LOCK_NAME
     foreign = [n for n in _OUTPUTS if (out_dir / n).exists()] if not lock_path.exists() else []
     if foreign:
         raise UsageError(
@@ -148,6 +171,7 @@ def execute(
     if backend_cap is not None:
         cap = min(cap, backend_cap)
     root = (options.workspace_root or Path.cwd()).resolve()
+    check_out_folder(options.out_dir, root)
     workspace = _workspace(pipeline, root, options.out_dir.resolve())
     in_actions = github_actions.is_active()
     console = Console(

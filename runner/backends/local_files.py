@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 from runner.core.model import Job
+from runner.errors import local_fault_from
 
 
 def copy_workspace(root: Path, files: tuple[str, ...], dest: Path) -> None:
@@ -20,7 +21,10 @@ def copy_workspace(root: Path, files: tuple[str, ...], dest: Path) -> None:
         if target.parent not in made:
             target.parent.mkdir(parents=True, exist_ok=True)
             made.add(target.parent)
-        shutil.copy2(root / rel, target, follow_symlinks=True)
+        try:
+            shutil.copy2(root / rel, target, follow_symlinks=True)
+        except OSError as exc:  # gone since the list was made, or this disk is full
+            raise local_fault_from(exc, "cannot copy workspace file") from None
 
 
 def collect_artifacts(workdir: Path, job: Job, out: Path) -> list[str]:

@@ -28,6 +28,9 @@ from typing import IO, cast
 _CHUNK = 1 << 20
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 MAX_BYTES = 10 << 30  # one job's artifacts: written, and read from the stream
+MAX_FILE_BYTES = 4 << 30  # one member: a bigger one is refused, the rest still written
+MAX_MEMBERS = 10_000  # members read per job: 100,000 tiny files took 11 s to write
+MAX_REFUSALS_LISTED = 20  # refusals named one by one; the rest are counted
 MAX_HEADER_BYTES = 1 << 20  # one pax/long-name header, and all global pax headers together
 _EXTENDED = (
     tarfile.XHDTYPE,
@@ -46,14 +49,28 @@ class UnsafeMember(Exception):
 class ExtractReport:
     written: list[str] = field(default_factory=list)
     rejected: list[tuple[str, str]] = field(default_factory=list)  # (member name, reason)
+    more_refused: int = 0  # refusals past the first MAX_REFUSALS_LISTED, counted only
+
+    def refuse(self, name: str, why: str) -> None:
+        if len(self.rejected) < MAX_REFUSALS_LISTED:
+            self.rejected.append((name, why))
+        else:
+            self.more_refused += 1
 
 
 class OverLimit(UnsafeMember):
     """Writing this member would pass `max_bytes`: it and the rest are left out."""
 
 
-def safe_extract(stream: IO[bytes], dest: Path, max_bytes: int = MAX_BYTES) -> ExtractReport:
-    """Extract the uncompressed tar `stream` under `dest` (created if needed).
+def safe_extract(
+    stream: IO[bytes],
+    dest: Path,
+    max_bytes: int = MAX_BYTES,
+    max_members: int = MAX_MEMBERS,
+    max_file_bytes: int = MAX_FILE_BYTES,
+) -> ExtractReport:
+    """Extract the uncompressed tar `stream` under `dest` (created if needed): at most
+    `max_members` members, `max_bytes` in all, `max_file_bytes` per file.
 
     Raises tarfile.TarError when the stream is not a readable tar, or becomes unreadable (what
     was extracted until then stays, checked).
@@ -62,7 +79,7 @@ def safe_extract(stream: IO[bytes], dest: Path, max_bytes: int = MAX_BYTES) -> E
     root = Path(os.path.realpath(dest))
     report = ExtractReport()
     capped = _SizeCapped(stream, max_bytes + 2 * _CHUNK)  # tarfile reads ahead up to a chunk
-    written = 0
+    written = members = 0
     try:
         with tarfile.open(
             fileobj=cast(IO[bytes], capped), mode="r|", bufsize=_CHUNK, tarinfo=_CheckedInfo
@@ -70,15 +87,23 @@ def safe_extract(stream: IO[bytes], dest: Path, max_bytes: int = MAX_BYTES) -> E
             while (member := tar.next()) is not None:
                 # stream mode would keep every header in memory
                 tar.members.clear()  # type: ignore[attr-defined]
+                members += 1
+                if members > max_members:
+                    report.refuse(member.name, _too_many(max_members))
+                    break
                 try:
                     if member.offset_data > max_bytes:
                         raise OverLimit()
+                    if member.isreg() and member.size > max_file_bytes:
+                        raise UnsafeMember(
+                            f"{member.size} bytes, over the limit of {max_file_bytes} for one file"
+                        )
                     written += _extract_member(tar, member, root, max_bytes - written)
                 except OverLimit:
-                    report.rejected.append((member.name, _over(max_bytes)))
+                    report.refuse(member.name, _over(max_bytes))
                     break
                 except UnsafeMember as exc:
-                    report.rejected.append((member.name, str(exc)))
+                    report.refuse(member.name, str(exc))
                     continue
                 report.written.append(member.name)
     except RecursionError:  # a chain of thousands of extended headers: tarfile recurses
@@ -86,6 +111,10 @@ def safe_extract(stream: IO[bytes], dest: Path, max_bytes: int = MAX_BYTES) -> E
     finally:
         _drop_links_leading_out(root, report)
     return report
+
+
+def _too_many(max_members: int) -> str:
+    return f"over the limit of {max_members} members for a job's artifacts; the rest was left out"
 
 
 def _over(max_bytes: int) -> str:
@@ -259,7 +288,7 @@ def _drop_links_leading_out(root: Path, report: ExtractReport) -> None:
                     removed = True
                     name = link.relative_to(root).as_posix()
                     report.written = [w for w in report.written if _normal(w) != name]
-                    report.rejected.append((name, "symlink leads out of the folder"))
+                    report.refuse(name, "symlink leads out of the folder")
 
 
 def _normal(name: str) -> str:

@@ -155,6 +155,9 @@ class RentFailed:
     reason: str
     cost_usd: float = 0.0
     fatal: bool = False
+    # The job it was for cannot run on any offer (a budget pool's limit): it fails as
+    # unavailable with `reason`, and the host is not blamed.
+    job_cannot_run: bool = False
 
 
 @dataclass(frozen=True)

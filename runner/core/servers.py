@@ -782,7 +782,8 @@ class ServerBook:
 
     def _rent_failed(self, server: _Server, event: RentFailed) -> None:
         self._forget(server)
-        self._excluded.add(server.quote.host)
+        if not event.job_cannot_run:
+            self._excluded.add(server.quote.host)
         self._spent_usd += event.cost_usd
         self._booked[server.id] = (server.quote, event.cost_usd)
         job_id = server.claim
@@ -797,6 +798,9 @@ class ServerBook:
         want = self._waiting.get(job_id) if job_id is not None else None
         if job_id is None or want is None:
             return  # rented ahead: the job rents again once it is ready
+        if event.job_cannot_run:
+            self._fail(job_id, want, FailureKind.UNAVAILABLE, event.reason)
+            return
         self._rent_failures[job_id].append(event.reason)
         if len(self._rent_failures[job_id]) >= MAX_OFFERS_PER_ATTEMPT:
             message = f"{MAX_OFFERS_PER_ATTEMPT} offers failed to start; last: {event.reason}"

@@ -29,6 +29,7 @@ from runner.core.model import Attempt, Job, JobResult
 from runner.errors import InfrastructureError
 from runner.serve.queue_store import SharedQueueStore
 from runner.serve.store import OpenAttempt, Unsettled
+from runner.serve.views import iso
 
 if TYPE_CHECKING:
     from runner.backends.base import Place
@@ -115,22 +116,32 @@ class Fleet:
         self._wake.set()
 
     def _run(self) -> None:
-        next_beat = 0.0
+        next_beat = next_sweep = 0.0
         good_beat = time.monotonic()
         while not self._stop.is_set():
-            if time.monotonic() >= next_beat:
-                next_beat = time.monotonic() + self.options.ttl_s / 3
+            now = time.monotonic()
+            if now >= next_beat:
+                next_beat = now + self.options.ttl_s / 3
                 good_beat = self._beat(good_beat)
                 if self.lost:
                     return
-            for step in (self._take_over, self._pass_cancels, self._claim):
+            # Take-overs and cancel requests on the poll's clock; a wake-up (a NOTIFY from
+            # every settlement anywhere, or a slot freed here) only claims.
+            steps = [self._claim]
+            if now >= next_sweep:
+                next_sweep = now + self.options.poll_s
+                steps = [self._take_over, self._pass_cancels, self._claim]
+            for step in steps:
                 if self._stop.is_set():
                     return
                 try:
                     step()
-                except (InfrastructureError, TimeoutError) as exc:
+                except InfrastructureError as exc:  # the database: the next round tries again
                     log.warning("clore-run serve: %s", exc)
-            self._wake.wait(max(0.0, min(self.options.poll_s, next_beat - time.monotonic())))
+                except Exception:  # the loop did not answer, or a bug: this thread goes on
+                    log.exception("clore-run serve: lease and claims thread error")
+            wait_s = min(next_sweep, next_beat) - time.monotonic()
+            self._wake.wait(max(0.0, wait_s))
             self._wake.clear()
 
     def _beat(self, good_beat: float) -> float:
@@ -236,3 +247,25 @@ def log_elsewhere(store: SharedQueueStore, instance: str, job_id: str) -> str | 
     tail = "" if where.alive else " (that server has stopped: its log stays on its host)"
     fetch = f": GET {where.url}/jobs/{job_id}/log" if where.url and where.alive else ""
     return f"job {job_id} runs on server {where.owner}{at}; its log is there{fetch}{tail}"
+
+
+def waiting_elsewhere(store: SharedQueueStore, job_id: str, now: float) -> str | None:
+    """Why a queued job that this instance's core does not hold has not started, from its
+    row: its retry time, its not-before, a need not settled, or no instance has room yet."""
+    found = store.job(job_id)
+    if found is None:
+        return None
+    row, spec = found
+    if row.retry_at is not None and row.retry_at > now:
+        return f"a retry at {iso(row.retry_at)}"
+    not_before = spec.get("not_before")
+    if isinstance(not_before, (int, float)) and not_before > now:
+        return f"not before {iso(float(not_before))}"
+    for need in spec.get("needs", []):
+        need_row = store.job(str(need))
+        if need_row is not None and need_row[0].status in ("queued", "running"):
+            return f"needs '{need}' ({need_row[0].status})"
+    held = store.whereabouts(job_id).owner
+    if held is not None:
+        return f"a free slot on server {held}, which holds it"
+    return "a free slot on any server"

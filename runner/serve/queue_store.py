@@ -124,13 +124,17 @@ class SharedQueueStore(QueueStore, Protocol):
     def fenced_settle(self, result: JobResult, now: float, owner: str) -> None: ...
 
 
-def open_queue(target: str | Path) -> QueueStore:
-    """The store `--db` names: a `postgresql://` URL, else a SQLite file path."""
+def open_queue(target: str | Path, *, lease_ttl_s: float | None = None) -> QueueStore:
+    """The store `--db` names: a `postgresql://` URL, else a SQLite file path. With
+    `lease_ttl_s`, a lost connection is retried for a third of it, not a minute: an instance
+    that cannot reach the database must learn it before its lease runs out."""
     if is_postgres_url(target):
         require_psycopg()
+        from runner.stores.pg import Timeouts
         from runner.stores.pg_queue import PostgresQueue
 
-        return PostgresQueue(check_url(str(target), "--db"))
+        timeouts = Timeouts(reconnect_s=lease_ttl_s / 3) if lease_ttl_s else None
+        return PostgresQueue(check_url(str(target), "--db"), timeouts=timeouts)
     return Store(Path(target))
 
 

@@ -26,7 +26,7 @@ from types import FrameType
 from typing import IO
 
 from runner import redact
-from runner.errors import UsageError
+from runner.errors import InfrastructureError, UsageError
 from runner.process_guard import make_non_dumpable
 from runner.serve.backends import BackendChoice, build, pool_room
 from runner.serve.fleet import FleetOptions
@@ -102,7 +102,7 @@ def run_server(options: ServeOptions) -> None:
     # One server per SQLite file; N on PostgreSQL, where leases say who holds what.
     lock = lock_db(options.db) if isinstance(options.db, Path) else None
     instance = uuid.uuid4().hex[:12]
-    store = open_queue(options.db)
+    store = open_queue(options.db, lease_ttl_s=options.lease_ttl_s)
     backend, reconcile = build(options.backend, options.concurrency, instance)
     capacity = min(options.concurrency, backend.capacity() or options.concurrency)
     secrets_taken = [os.environ.pop(k, "") for k in ("CLORE_RUN_TOKEN", "CLORE_API_KEY")]
@@ -146,6 +146,11 @@ def run_server(options: ServeOptions) -> None:
         store.close()
         if lock is not None:
             lock.close()
+    if service.fleet is not None and service.fleet.lost:
+        raise InfrastructureError(
+            f"instance {instance} lost its lease on the queue: another server took its jobs",
+            hint="start it again (a new instance with a new lease)",
+        )
 
 
 def _end_the_server(why: str) -> None:

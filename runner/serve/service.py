@@ -40,7 +40,13 @@ from runner.core.scheduler import OUT, Entry, Scheduler
 from runner.driver import Driver, DriverOptions
 from runner.errors import InfrastructureError
 from runner.serve import views
-from runner.serve.fleet import FencedJournal, Fleet, FleetOptions, log_elsewhere
+from runner.serve.fleet import (
+    FencedJournal,
+    Fleet,
+    FleetOptions,
+    log_elsewhere,
+    waiting_elsewhere,
+)
 from runner.serve.kept_journal import KeptJournal
 from runner.serve.orphans import ENV_NAME
 from runner.serve.queue_store import QueueStore, shared
@@ -139,14 +145,16 @@ class Service:
         )
         self.shared = shared(store)  # other instances work on it: claim jobs, hold a lease
         self.fleet: Fleet | None = None
-        # SQLite: a refused write is kept and retried, never raised into the loop (a full disk).
-        self.journal = KeptJournal(StoreJournal(store, options.instance), self._unrecorded_start)
-        journal: KeptJournal | FencedJournal = self.journal
+        # A refused write is kept and retried, never raised into the loop (a full disk, a
+        # database restart). On a shared store every write is fenced by this instance's token.
+        inner: StoreJournal | FencedJournal = StoreJournal(store, options.instance)
         if self.shared is not None:
             self.fleet = Fleet(
                 self.shared, options.instance, self, options.fleet, options.on_lease_lost
             )
-            journal = FencedJournal(self.shared, options.instance, self.fleet.nudge)
+            inner = FencedJournal(self.shared, options.instance, self.fleet.nudge)
+        self.journal = KeptJournal(inner, self._unrecorded_start)
+        journal = self.journal
         self.driver = Driver(
             Scheduler(options.capacity, options.backoff),
             backend,
@@ -287,7 +295,7 @@ class Service:
         core = self.driver.core
         state = core.state(job_id)
         if state is None and self.shared is not None:
-            return "a server to claim it (its needs settled and a free slot on any instance)"
+            return waiting_elsewhere(self.shared, job_id, now)
         if state is None or state.phase in OUT:
             return None
         need = core.state(state.needs[0]) if state.needs else None

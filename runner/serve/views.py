@@ -48,13 +48,13 @@ def waiting_for(state: JobState, need_out: bool, now: float, held_until: float |
         return f"needs '{state.needs[0]}' ({'running' if need_out else 'queued'})"
     if state.phase is Phase.TIMER and state.until is not None:
         what = "a retry at" if state.attempts else "not before"
-        return f"{what} {_iso(state.until)}"
+        return f"{what} {iso(state.until)}"
     if held_until is not None and now < held_until:
-        return f"the daily spend limit (until {_iso(held_until)})"
+        return f"the daily spend limit (until {iso(held_until)})"
     return "a free slot"
 
 
-def _iso(when: float) -> str:
+def iso(when: float) -> str:
     try:
         return dt.datetime.fromtimestamp(when, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     except (OverflowError, ValueError, OSError):  # past year 9999 in UTC: 9999-12-31T23:59-23:59

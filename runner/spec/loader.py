@@ -136,10 +136,18 @@ class _PipelineBuilder:
 
     def _quote_hint(self, problem: Diagnostic) -> Diagnostic:
         """`name: 3.10` fails as "got 3.1": say that quoting is the fix."""
-        retyped = self.source.retyped.get(problem.path)
-        if retyped is None or problem.hint:
+        if problem.hint:
             return problem
-        return dataclasses.replace(problem, hint=f'quote it: "{retyped[0]}"')
+        retyped = self.source.retyped.get(problem.path)
+        if retyped is not None:
+            return dataclasses.replace(problem, hint=f'quote it: "{retyped[0]}"')
+        value = _value_at(self.source.data, problem.path)
+        if problem.message.startswith("input should be a valid string") and isinstance(
+            value, (int, float)
+        ):  # `type: 4090`: a number where a GPU name is meant
+            text = ("true" if value else "false") if isinstance(value, bool) else str(value)
+            return dataclasses.replace(problem, hint=f'quote it: "{text}"')
+        return problem
 
     def _retyped_warnings(self) -> tuple[SpecWarning, ...]:
         """Unquoted values YAML 1.1 read as numbers or booleans where a string was meant:
@@ -322,6 +330,16 @@ class _PipelineBuilder:
                                 key=True,
                             )
                         )
+                    if isinstance(value[name], str) and "\0" in value[name]:
+                        # no process can be given one: ssh cut the value there, silently
+                        self.problems.append(
+                            self.source.error(
+                                (*path, name),
+                                "the value holds a NUL character (\\0), which no process can "
+                                "be given in its environment",
+                                "remove it; pass binary data in a file (artifacts, the workspace)",
+                            )
+                        )
             return {
                 k: v
                 if k in _NOT_SUBSTITUTED and (path == ("defaults",) or _is_job_path(path))
@@ -473,6 +491,16 @@ def _gpu(spec: JobSpec, defaults: Defaults) -> GpuAsk | None:
         spot=merged.get("spot", False),
         min_reliability=merged.get("min_reliability"),
     )
+
+
+def _value_at(data: Any, path: KeyPath) -> Any:
+    """The raw value at `path` in the parsed file, or None."""
+    for part in path:
+        in_list = isinstance(data, list) and isinstance(part, int) and 0 <= part < len(data)
+        if not (in_list or (isinstance(data, dict) and part in data)):
+            return None
+        data = data[part]
+    return data
 
 
 def _string_meant(path: KeyPath) -> bool:

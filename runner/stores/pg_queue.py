@@ -338,18 +338,17 @@ class PostgresQueue:
         return sorted(claimed, key=lambda u: (-u.job.priority, u.row.seq))
 
     def cancel_requests(self, token: str) -> list[str]:
-        """Jobs this instance holds that another instance was asked to cancel."""
-        rows = self._read(
-            "SELECT id FROM queue_jobs WHERE owner = %s AND cancel_requested "
-            "AND status IN ('queued', 'running')",
-            (token,),
-        )
-        self._write(
-            "take the cancel requests",
-            "UPDATE queue_jobs SET cancel_requested = false WHERE id = ANY(%s)",
-            ([r[0] for r in rows],),
-        )
-        return [str(r[0]) for r in rows]
+        """Jobs this instance holds that another instance was asked to cancel (taken once)."""
+
+        def take(conn: Conn) -> list[str]:
+            rows = conn.execute(
+                "UPDATE queue_jobs SET cancel_requested = false WHERE owner = %s "
+                "AND cancel_requested AND status IN ('queued', 'running') RETURNING id",
+                (token,),
+            ).fetchall()
+            return [str(r[0]) for r in rows]
+
+        return self.db.run("take the cancel requests", take)
 
     def cancel_elsewhere(self, job_id: str, now: float) -> str:
         """Cancel a job this instance does not hold: a queued one nobody holds is settled

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.backends.safe_extract import safe_extract
+from runner.backends.safe_extract import MAX_REFUSALS_LISTED, safe_extract
 
 
 def _tar(*members: tuple[str, str, bytes | str]) -> io.BytesIO:
@@ -308,3 +308,32 @@ def test_links_from_an_earlier_extraction_are_checked_again(dest: Path) -> None:
     report = safe_extract(_tar(("dir", "d", ""), ("sym", "d/l", "..")), dest)
     assert not (dest / "x").is_symlink()
     assert ("x", "symlink leads out of the folder") in report.rejected
+
+
+def test_refusals_past_the_first_few_are_counted_not_listed(dest: Path) -> None:
+    """50,000 refused device members made a 6.4 MB attempt message."""
+    members = [("chr", f"dev{i}", "") for i in range(300)]
+    report = safe_extract(_tar(*members, ("file", "ok.txt", "ok")), dest)
+    assert len(report.rejected) == MAX_REFUSALS_LISTED
+    assert report.more_refused == 300 - MAX_REFUSALS_LISTED
+    assert (dest / "ok.txt").read_text() == "ok"
+
+
+def test_members_past_the_count_limit_are_left_out(dest: Path) -> None:
+    members = [("file", f"f{i}.txt", "x") for i in range(30)]
+    report = safe_extract(_tar(*members), dest, max_members=10)
+    assert sorted(p.name for p in dest.iterdir()) == sorted(f"f{i}.txt" for i in range(10))
+    assert report.rejected[-1] == (
+        "f10.txt",
+        "over the limit of 10 members for a job's artifacts; the rest was left out",
+    )
+
+
+def test_a_file_over_the_per_file_limit_is_refused_the_rest_written(dest: Path) -> None:
+    report = safe_extract(
+        _tar(("file", "big.bin", b"x" * 5000), ("file", "small.txt", "s")),
+        dest,
+        max_file_bytes=4096,
+    )
+    assert not (dest / "big.bin").exists() and (dest / "small.txt").read_text() == "s"
+    assert report.rejected == [("big.bin", "5000 bytes, over the limit of 4096 for one file")]

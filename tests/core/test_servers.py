@@ -385,6 +385,15 @@ def test_a_fatal_rent_failure_stops_the_run() -> None:
     assert not [c for c in out if isinstance(c, RentServer)]
 
 
+def test_a_rent_refused_for_the_job_itself_fails_it_without_blaming_the_host() -> None:
+    d = Drive(pipeline(job("a", retries=0), job("b")))
+    refused = d.rent_for("a")
+    d.at(5.0, RentFailed(refused.server, "more than the pool allows", job_cannot_run=True))
+    (ended,) = [c.attempt for c in d.said if isinstance(c, AttemptRecorded)]
+    assert ended.failure is FailureKind.UNAVAILABLE and ended.message == "more than the pool allows"
+    assert len(d.rents()) == 2  # no other host tried for it: b's is the other rent
+
+
 def test_when_every_offer_left_failed_the_job_says_which_failed_and_why() -> None:
     d = Drive(pipeline(job("a", gpu="A100", retries=0)))
     d.at(10.0, RentFailed(d.rent_for("a").server, "server c1: sshd never answered"))

@@ -204,18 +204,31 @@ def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
 
 def start_serve(db: Path | str, *extra: str, token: str = TOKEN) -> ServeProcess:
     """`clore-run serve --port 0` in a subprocess; its URL from its first line of output."""
-    proc = subprocess.Popen(
-        [sys.executable, "-c", _ENTRY, "serve", "--port", "0", "--db", str(db), *extra],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        env={**os.environ, "CLORE_RUN_TOKEN": token},
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline()  # blocks until the server prints, or exits
-    match = re.search(r"listening on (http://\S+)", line)
-    if match is None:
-        proc.kill()
-        raise AssertionError(f"serve did not start: {line!r}")
-    token_said = re.search(r"instance (\w+)\)", line)
-    return ServeProcess(proc, Api(match.group(1)), token_said.group(1) if token_said else "")
+    (server,) = start_serves(1, db, *extra, token=token)
+    return server
+
+
+def start_serves(count: int, db: Path | str, *extra: str, token: str = TOKEN) -> list[ServeProcess]:
+    """`count` servers on one --db, started side by side (each waits for its own import)."""
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _ENTRY, "serve", "--port", "0", "--db", str(db), *extra],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env={**os.environ, "CLORE_RUN_TOKEN": token},
+        )
+        for _ in range(count)
+    ]
+    servers = []
+    for proc in procs:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()  # blocks until the server prints, or exits
+        match = re.search(r"listening on (http://\S+)", line)
+        if match is None:
+            for other in procs:
+                other.kill()
+            raise AssertionError(f"serve did not start: {line!r}")
+        said = re.search(r"instance (\w+)\)", line)
+        servers.append(ServeProcess(proc, Api(match.group(1)), said.group(1) if said else ""))
+    return servers

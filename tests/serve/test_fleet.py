@@ -9,11 +9,16 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 from pathlib import Path
 
+from runner.core.model import Job
+from runner.serve.fleet import Fleet, FleetOptions, log_elsewhere
 from runner.serve.orphans import ENV_NAME
+from runner.serve.queue_store import open_queue, shared
+from runner.serve.store import Unsettled
 from tests.processes import alive
-from tests.serve.harness import FINAL, ServeProcess, start_serve, wait_until
+from tests.serve.harness import FINAL, TOKEN, ServeProcess, cli, start_serves, wait_until
 
 LEASE_TTL_S = "2"
 
@@ -60,7 +65,7 @@ def test_three_servers_one_killed_mid_job_the_others_take_over(tmp_path: Path, p
     common = ("--concurrency", "1", "--lease-ttl", LEASE_TTL_S, "--data-dir", str(tmp_path / "d"))
     servers: list[ServeProcess] = []
     try:
-        servers = [start_serve(pg_url, *common) for _ in range(3)]
+        servers = start_serves(3, pg_url, *common)
         first = servers[0].api
         ids = first.submit(pipeline(tmp_path))
         running = {
@@ -68,6 +73,8 @@ def test_three_servers_one_killed_mid_job_the_others_take_over(tmp_path: Path, p
             for job in ("s1.long0", "s1.long1", "s1.long2")
         }
         assert sorted(running.values()) == sorted(s.instance for s in servers)  # one each
+        for server in servers:  # any server says why a job nobody can claim yet waits
+            assert server.api.job("s1.after")["waiting_for"] == "needs 's1.long0' (running)"
         victim = next(s for s in servers if s.instance == running["s1.long1"])
         (orphan,) = wait_until(lambda: lines(tmp_path / "long1.starts"), what="long1 to start")
         victim.kill()
@@ -111,3 +118,124 @@ def test_three_servers_one_killed_mid_job_the_others_take_over(tmp_path: Path, p
     assert marked({s.instance for s in servers}) == []  # nothing left running
     assert not [p for p in (s.proc.pid for s in servers) if alive(p)]
     assert os.path.isdir(tmp_path / "d")
+
+
+def test_a_server_frozen_past_its_lease_is_taken_over_and_stops_when_it_wakes(
+    tmp_path: Path, pg_url: str
+) -> None:
+    """SIGSTOP past the ttl: the other server takes the job; after SIGCONT the frozen one's
+    heartbeat is refused, none of its late writes lands, and it exits (3) instead of going on."""
+    common = ("--concurrency", "1", "--lease-ttl", LEASE_TTL_S, "--data-dir", str(tmp_path / "d"))
+    long_job = f"""
+jobs:
+  long:
+    run: |
+      echo $$ >> {tmp_path}/long.starts
+      while [ ! -e {tmp_path}/gate ]; do sleep 0.02; done
+"""
+    servers = start_serves(2, pg_url, *common)
+    try:
+        (job_id,) = servers[0].api.submit(long_job)
+        holder_token = servers[0].api.wait_status(job_id, {"running"}, 30)["attempt_list"][0][
+            "instance"
+        ]
+        frozen = next(s for s in servers if s.instance == holder_token)
+        other = next(s for s in servers if s is not frozen)
+        frozen.proc.send_signal(signal.SIGSTOP)
+        try:
+            wait_until(lambda: len(other.api.job(job_id)["attempt_list"]) == 2, 30, "the take-over")
+        finally:
+            frozen.proc.send_signal(signal.SIGCONT)
+        assert frozen.proc.wait(timeout=30) == 3  # lease lost: it ends, it does not go on
+        (tmp_path / "gate").touch()
+        done = other.api.wait_status(job_id, FINAL, 30)
+        assert done["status"] == "passed"
+        first, second = done["attempt_list"]
+        assert (first["instance"], first["failure"]) == (frozen.instance, "server_lost")
+        assert (second["instance"], second["failure"]) == (other.instance, None)
+        assert len(lines(tmp_path / "long.starts")) == 2
+    finally:
+        for server in servers:
+            if server.proc.poll() is None:
+                server.terminate()
+    assert marked({s.instance for s in servers}) == []
+
+
+class _Hooks:
+    """The service's side of the fleet, recorded."""
+
+    def __init__(self, room: int) -> None:
+        self.free = room
+        self.added: list[str] = []
+
+    def room(self) -> int:
+        return self.free - len(self.added)
+
+    def now(self) -> float:
+        return 10.0
+
+    def add_claimed(self, claimed: list[Unsettled]) -> None:
+        self.added += [u.job.id for u in claimed]
+
+    def recover(self, token: str, running: list[Unsettled], open_attempts: object) -> None:
+        raise AssertionError("nothing to recover")
+
+    def cancel_held(self, job_id: str) -> None:
+        raise AssertionError("nothing to cancel")
+
+
+def test_no_job_is_claimed_without_a_server_slot_in_the_pool(pg_url: str) -> None:
+    store = shared(open_queue(pg_url))
+    assert store is not None
+    try:
+        jobs = [Job(id=f"s1.j{i}", name=f"j{i}", run="true") for i in range(4)]
+        store.submit("p", "p", lambda n: jobs, 1.0)
+        store.join("me", 1, "clore", 1.0, 60.0)
+        slots = [0]
+        hooks = _Hooks(room=3)
+        fleet = Fleet(store, "me", hooks, FleetOptions(pool_room=lambda: slots[0]), print)
+        fleet._claim()
+        assert hooks.added == []  # room in the core, none in the pool: nothing claimed
+        slots[0] = 2
+        fleet._claim()
+        assert hooks.added == ["s1.j0", "s1.j1"]
+        slots[0] = 5
+        fleet._claim()
+        assert hooks.added == ["s1.j0", "s1.j1", "s1.j2"]  # the core's room bounds it too
+    finally:
+        store.close()
+
+
+def test_serve_joins_a_pool_only_with_clore_and_a_coordinator() -> None:
+    done = cli("serve", "--pool", "gpu-ci", env={"CLORE_RUN_TOKEN": TOKEN})
+    assert done.returncode == 2, done.stderr
+    assert "pools hold rented servers on the coordinator" in done.stderr
+    refused = cli("serve", "--db", "postgresql://", env={"CLORE_RUN_TOKEN": TOKEN})
+    assert refused.returncode == 2 and "is not a PostgreSQL URL" in refused.stderr
+
+
+def test_a_log_another_server_holds_is_said_to_be_there(pg_url: str) -> None:
+    store = shared(open_queue(pg_url))
+    assert store is not None
+    try:
+        jobs = [Job(id=f"s1.j{i}", name=f"j{i}", run="true") for i in range(2)]
+        store.submit("p", "p", lambda n: jobs, 1.0)
+        store.join("a", 1, "local", 1.0, 60.0)
+        store.set_url("a", "http://10.0.0.7:8000")
+        store.claim("a", 1, 2.0)
+        store.fenced_start_attempt("s1.j0", 1, "a", 2.5)
+        said = log_elsewhere(store, "b", "s1.j0")
+        assert said == (
+            "job s1.j0 runs on server a at http://10.0.0.7:8000; its log is there: "
+            "GET http://10.0.0.7:8000/jobs/s1.j0/log"
+        )
+        assert log_elsewhere(store, "a", "s1.j0") is None  # its own
+        assert log_elsewhere(store, "b", "s1.j1") is None  # nobody ran it yet
+        store.end_instance("a", 3.0)  # stopped with the attempt still open
+        gone = log_elsewhere(store, "b", "s1.j0")
+        assert gone == (
+            "job s1.j0 runs on server a at http://10.0.0.7:8000; its log is there "
+            "(that server has stopped: its log stays on its host)"
+        )
+    finally:
+        store.close()

@@ -393,3 +393,10 @@ def test_every_problem_in_one_pass_a_self_need_does_not_hide_a_cycle() -> None:
 def test_a_colon_space_in_a_plain_value_gets_the_fix(text: str, hint: str) -> None:
     error = one_error(text)
     assert "not valid YAML" in error and hint in error
+
+
+def test_a_number_where_text_is_meant_says_to_quote_it() -> None:
+    error = one_error("jobs:\n  a: {run: echo, gpu: {type: 4090}}\n")
+    assert error == (
+        'p.yml:2:30: jobs.a.gpu.type: input should be a valid string, got 4090 (quote it: "4090")'
+    )

@@ -216,3 +216,25 @@ def test_instances_claiming_at_once_take_each_job_once(pg_url: str, skip_locked:
         assert len(owners) > 1  # they did race
     else:
         assert len(every) > len(set(every))  # the bug the locks prevent: claimed twice
+
+
+def test_five_processes_opening_an_empty_queue_database_at_once(pg_url: str) -> None:
+    import subprocess
+    import sys
+
+    import psycopg
+
+    code = (
+        "import sys\n"
+        "from runner.stores.pg_queue import PostgresQueue\n"
+        "PostgresQueue(sys.argv[1]).close()\n"
+    )
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code, pg_url], stderr=subprocess.PIPE)
+        for _ in range(5)
+    ]
+    errors = [p.communicate(timeout=60)[1].decode() for p in procs]
+    assert [p.returncode for p in procs] == [0] * 5, errors
+    with psycopg.connect(pg_url) as conn:
+        rows = conn.execute("SELECT component, version FROM clore_run_schema ORDER BY 1")
+        assert rows.fetchall() == [("queue", 1)]

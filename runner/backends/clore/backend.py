@@ -627,6 +627,8 @@ class CloreBackend:
             rental = self.provisioner.rent(job, offer, cancel, NO_STAGES)
         except RunMustStop as exc:
             return RentFailed(cmd.server, exc.message, self._wasted_usd(), fatal=True)
+        except JobCannotRun as exc:  # a budget pool refused it: no host would do
+            return RentFailed(cmd.server, str(exc), self._wasted_usd(), job_cannot_run=True)
         except CloreRunError as exc:  # a host of its own failing (SkipOffer), or cancelled
             self._refresh_market()
             return RentFailed(cmd.server, str(exc), self._wasted_usd())

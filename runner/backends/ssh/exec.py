@@ -36,7 +36,7 @@ from runner.backends.ssh.channel import STDERR_TAIL, Capped, ChannelReader, Read
 from runner.backends.ssh.connection import ConnectionLost, SshConnection, exit_status
 from runner.backends.ssh.tar import Entry, file_entry, write_tar
 from runner.core.model import FailureKind
-from runner.errors import InfrastructureError
+from runner.errors import InfrastructureError, LocalFault
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Line breaks and control characters in text a server sends: a message is printed as one line
@@ -135,6 +135,8 @@ def run_job(
             notes = job.fetch_artifacts(sink, cancel)
     except ConnectionLost as exc:
         return RunOutcome(None, FailureKind.SERVER_LOST, str(exc), job.facts())
+    except LocalFault as exc:  # ours (a workspace file gone): no other server would help
+        return RunOutcome(None, FailureKind.UNAVAILABLE, str(exc), job.facts())
     except InfrastructureError as exc:
         if not conn.alive:
             return RunOutcome(None, FailureKind.SERVER_LOST, conn.lost_reason(), job.facts())
@@ -417,7 +419,10 @@ def _artifact_notes(
     if isinstance(report, str):
         notes = [report]
     else:
-        notes = [f"artifact {name!r} refused: {why}" for name, why in report.rejected]
+        # Names cut short: a pax header can make one a megabyte long.
+        notes = [f"artifact {name[:200]!r} refused: {why}" for name, why in report.rejected]
+        if report.more_refused:
+            notes.append(f"{report.more_refused:,} more artifacts refused")
     for note in notes:
         sink.write("stderr", f"clore-run: {note}\n".encode())
     unmatched, rest = _unmatched(stderr.decode("utf-8", "replace"), patterns)

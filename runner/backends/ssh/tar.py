@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from runner.errors import local_fault_from
+
 BLOCK = tarfile.BLOCKSIZE
 RECORD = tarfile.RECORDSIZE
 _CHUNK = 1 << 20
@@ -46,7 +48,10 @@ def write_tar(send: Callable[[bytes], None], entries: Iterable[Entry]) -> int:
 def file_entry(root: Path, relative: str, prefix: str) -> Entry:
     """An entry for `root/relative` stored as `prefix/relative`, keeping the executable bit."""
     source = root / relative
-    executable = source.stat().st_mode & stat.S_IXUSR
+    try:
+        executable = source.stat().st_mode & stat.S_IXUSR
+    except OSError as exc:
+        raise local_fault_from(exc, "cannot read workspace file") from None
     return Entry(f"{prefix}/{relative}", source=source, mode=0o755 if executable else 0o644)
 
 
@@ -63,7 +68,11 @@ def _write_entry(send: Callable[[bytes], None], entry: Entry, mtime: int) -> int
         send(entry.data)
         return sent + _pad(send, info.size)
     assert entry.source is not None
-    with entry.source.open("rb") as f:
+    try:
+        f = entry.source.open("rb")
+    except OSError as exc:  # gone since the list was made: ours, not the server's
+        raise local_fault_from(exc, "cannot read workspace file") from None
+    with f:
         info.size = os.fstat(f.fileno()).st_size
         sent = _send_header(send, info)
         _send_exactly(send, f.read, info.size)
