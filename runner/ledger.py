@@ -82,6 +82,11 @@ _COLUMNS = (
 )
 
 
+# A create refused with an error can still have made an order: such rentals are looked for
+# again, by their marks, for this long.
+REFUSED_LOOKBACK_S = 86_400.0
+
+
 class LedgerError(InfrastructureError):
     """The ledger file cannot be opened, read or written."""
 
@@ -257,6 +262,20 @@ class RentalLedger:
             query, args = query + " AND run_id = ?", (run_id,)
         return self._select(query + " ORDER BY id", args)
 
+    def refused_after_send(self, run_id: str | None, since: float | None = None) -> list[Rental]:
+        """`failed` rentals whose create went out at `since` or later and learnt no order: a
+        create refused with an error can still have made one, which only the marks can find."""
+        query = (
+            f"SELECT {_COLUMNS} FROM rentals WHERE state = 'failed' AND order_id IS NULL "
+            "AND create_sent_at IS NOT NULL AND create_sent_at >= ?"
+        )
+        if since is None:
+            since = self._clock.time() - REFUSED_LOOKBACK_S
+        args: tuple[Any, ...] = (since,)
+        if run_id is not None:
+            query, args = query + " AND run_id = ?", (since, run_id)
+        return self._select(query + " ORDER BY id", args)
+
     def rentals(self, run_id: str) -> list[Rental]:
         """Every rental of `run_id`, oldest first."""
         return self._select(
@@ -276,10 +295,19 @@ class RentalLedger:
 class Ledger(RentalLedger):
     """The ledger at `path` (parent folders created). Thread-safe."""
 
-    def __init__(self, path: Path | str = DEFAULT_PATH, *, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(
+        self,
+        path: Path | str = DEFAULT_PATH,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+        read_only: bool = False,
+    ) -> None:
         self.path = Path(path)
         self._clock = clock
         self._lock = threading.Lock()
+        if read_only:
+            self._db = self._open_read_only()
+            return
         with self._guard("open"):
             self.path.parent.mkdir(parents=True, exist_ok=True)
             # `timeout` is SQLite's busy_timeout: wait out another process's write lock.
@@ -311,6 +339,29 @@ class Ledger(RentalLedger):
             rental_id = self._db.execute(insert_statement(values), tuple(values.values())).lastrowid
         assert rental_id is not None
         return rental_id
+
+    def _open_read_only(self) -> sqlite3.Connection:
+        """For a look that must write nothing (`cleanup --dry-run`, a ledger on a read-only
+        disk or another user's): no folder made, no migration, no WAL switch. With no -wal file
+        beside it the file is complete, and read as immutable (no lock or -shm file either)."""
+        wal = self.path.with_name(self.path.name + "-wal")
+        mode = "ro" if wal.exists() else "ro&immutable=1"
+        uri = f"{self.path.resolve().as_uri()}?mode={mode}"
+        with self._guard("open"):
+            db = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None)
+            try:
+                found = db.execute("PRAGMA user_version").fetchone()[0]
+            except BaseException:
+                db.close()
+                raise
+        if found != SCHEMA_VERSION:
+            db.close()
+            raise LedgerError(
+                f"ledger {self.path} has schema version {found}, this clore-run reads "
+                f"{SCHEMA_VERSION}",
+                hint="run it once without --dry-run to bring the file up to date",
+            )
+        return db
 
     def _setup(self) -> None:
         try:

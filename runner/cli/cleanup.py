@@ -70,14 +70,19 @@ def register(app: typer.Typer, client_factory: ClientFactory | None = None) -> N
             typer.echo(f"no ledger at {ledger_path}: nothing to clean up")
             return
         try:
-            with open_ledger(ledger_path) as ledger:
-                if not ledger.unreleased(run_id):
+            with open_ledger(ledger_path, read_only=dry_run) as ledger:
+                if not ledger.unreleased(run_id) and not ledger.refused_after_send(run_id):
                     where = redact_url(str(ledger_path))
                     typer.echo(f"nothing to clean up: every rental in {where} is released")
                     return
                 from runner.backends.clore.cleanup import reconcile
 
-                actions = reconcile(ledger, make_client(), dry_run=dry_run, run_id=run_id)
+                client = make_client()
+                if not dry_run:  # a dry run writes nothing, this file included
+                    from runner.backends.clore.factory import share_limits
+
+                    share_limits(client, ledger_path)
+                actions = reconcile(ledger, client, dry_run=dry_run, run_id=run_id)
         except CloreRunError as exc:  # an unreadable ledger, a missing key (with how to set it)
             _fail(str(exc))
         for action in actions:

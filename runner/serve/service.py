@@ -10,6 +10,11 @@ Start-up recovers what the last server left: attempts whose rows were never comp
 interrupted. The backend is reconciled first (local orphans killed, clore rentals cancelled per
 the ledger), then each attempt is recorded as `server_lost` with what was done, and the job is
 requeued by the retry table, never silently run again.
+
+On a shared store (PostgreSQL, N instances) nothing is loaded at start: jobs come into this
+instance's core by claims, and a dead instance's running jobs by a take-over that recovers them
+the same way (runner/serve/fleet.py). Submissions and cancels of jobs held elsewhere go through
+the store, so any instance answers any request.
 """
 
 from __future__ import annotations

@@ -597,7 +597,7 @@ class PostgresPools:
                 == 1
             )
 
-        return self.db.run("end a lease", end)
+        return self.db.run("end a lease", end, one_statement=True)
 
     # -- plumbing --------------------------------------------------------------------------
 

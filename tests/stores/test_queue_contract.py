@@ -238,3 +238,23 @@ def test_five_processes_opening_an_empty_queue_database_at_once(pg_url: str) -> 
     with psycopg.connect(pg_url) as conn:
         rows = conn.execute("SELECT component, version FROM clore_run_schema ORDER BY 1")
         assert rows.fetchall() == [("queue", 1)]
+
+
+def test_a_database_crash_mid_queue_loses_nothing_and_counts_nothing_twice(
+    pg_cluster: PgCluster, pg_url: str
+) -> None:
+    queue = shared(open_queue(pg_url))
+    assert queue is not None
+    try:
+        queue.submit("p", "p", lambda n: jobs(n, "a", "b"), 1.0)
+        queue.join("one", 1, "local", 1.0, 60.0)
+        (claimed,) = queue.claim("one", 1, 2.0)
+        pg_cluster.restart_immediate()  # every backend aborted, crash recovery from WAL
+        # Reconnects and lands once. (A sequence skips numbers after a crash: ids stay unique.)
+        ((_, c),) = queue.submit("p", "q", lambda n: jobs(n, "c"), 3.0)
+        assert queue.counts()["queued"] == 3
+        assert queue.heartbeat("one", 60.0)  # its lease survived the crash
+        assert [u.job.id for u in queue.claim("one", 5, 4.0)] == ["s1.b", c.id]
+        assert claimed.job.id == "s1.a"
+    finally:
+        queue.close()

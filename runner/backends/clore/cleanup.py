@@ -30,7 +30,7 @@ from runner.backends.clore.errors import CloreApiError
 from runner.backends.clore.models import Order
 from runner.backends.clore.ownership import Claim, find_ours
 from runner.clock import Clock
-from runner.ledger import Rental
+from runner.ledger import REFUSED_LOOKBACK_S, Rental
 from runner.stores.ledger import RentalLedger
 
 CONFIRM_WAIT_S = 5.0  # before the last look after a second cancel (G-gv waited 2-12 s)
@@ -78,10 +78,14 @@ def reconcile(
     """Release every unreleased rental (of `run_id`, or all) and say what was done, in ledger
     order. `settle_s` (default: the client's own wait for a new order) is how old an intent must
     be before the absence of its order from `my_orders` means it made none."""
-    pending = ledger.unreleased(run_id)
+    clock = clock or client.limiter.clock
+    unreleased = ledger.unreleased(run_id)
+    # A create answered with an error (code 6) is marked failed, yet Clore has been seen to
+    # make the order anyway: the recent ones are looked for too, by their marks alone.
+    refused = ledger.refused_after_send(run_id, clock.time() - REFUSED_LOOKBACK_S)
+    pending = unreleased + refused
     if not pending:
         return []
-    clock = clock or client.limiter.clock
     settle = sum(client.recover_delays_s) if settle_s is None else settle_s
     # Orders other unreleased rentals (any run) hold are theirs, not candidates for an intent.
     owned = {r.order_id for r in ledger.unreleased() if r.order_id is not None}
@@ -89,6 +93,9 @@ def reconcile(
         found = _look_up(client, pending, owned, clock, settle)
     except CloreApiError as exc:
         return [_error(r, r.order_id, f"could not list orders: {exc}") for r in pending]
+    # A refused create with no live order proven its own: nothing to do, nothing to say.
+    refused_ids = {r.id for r in refused}
+    pending = [r for r in pending if r.id not in refused_ids or _live(found[r.id])]
     if dry_run:
         return [_verdict(r, found[r.id], dry_run=True) for r in pending]
 
@@ -104,6 +111,10 @@ def reconcile(
             live[rental.id] = match.order
     actions.update(_cancel_all(ledger, client, [r for r in pending if r.id in live], live))
     return [actions[r.id] for r in pending]
+
+
+def _live(match: _Match) -> bool:
+    return not match.unproven and match.order is not None and not match.order.expired
 
 
 @dataclass(frozen=True)

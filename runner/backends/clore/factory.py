@@ -8,13 +8,14 @@ from typing import TYPE_CHECKING
 from runner.backends.clore.api import CloreClient
 from runner.backends.clore.backend import Budget, CloreBackend
 from runner.backends.clore.provision import Provisioner
+from runner.backends.clore.ratelimit import SHARED_FILE
 from runner.backends.ssh.keys import ClientKey, HostKeyStore
 from runner.clock import SystemClock
 from runner.core.model import Pipeline
 from runner.errors import UsageError
 from runner.stores.ledger import open_ledger
 from runner.stores.pools import check_name
-from runner.stores.target import require_psycopg
+from runner.stores.target import is_postgres_url, require_psycopg
 
 if TYPE_CHECKING:
     from runner.stores.pool_seat import PoolSeat
@@ -31,6 +32,7 @@ def clore_backend(
     """A backend renting on Clore with a fresh ed25519 key for this run only. With `pool`,
     every rental also reserves from that budget pool on the `coordinator` database."""
     client = CloreClient.from_env()
+    share_limits(client, ledger_path)
     clock = SystemClock()
     provisioner = Provisioner(
         client=client,
@@ -51,6 +53,13 @@ def clore_backend(
         budget=Budget(pipeline.budget_usd),
         currency=pipeline.currency,
     )
+
+
+def share_limits(client: CloreClient, ledger_path: Path | str) -> None:
+    """Space this process's API calls with every other one using the same ledger file (a
+    run step and the cleanup step after it, back to back, went over the key's limit)."""
+    if not is_postgres_url(ledger_path):
+        client.limiter.share_through(Path(ledger_path).parent / SHARED_FILE)
 
 
 def _seat(pool: str, coordinator: str | None, run_id: str) -> PoolSeat:

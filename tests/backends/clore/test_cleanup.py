@@ -515,3 +515,24 @@ def test_command_on_a_corrupt_ledger_exits_3_naming_it(tmp_path: Path) -> None:
     assert result.exit_code == 3
     assert f"ledger {path}: cannot open: file is not a database" in result.stderr
     assert isinstance(result.exception, SystemExit)  # no traceback
+
+
+def test_a_dry_run_writes_nothing_at_all(fake_clore: FakeClore, ledger: Ledger) -> None:
+    """`cleanup --dry-run` could not read a ledger it may not write (read-only disk, another
+    user's file): it opens it read-only, makes no side file, changes no byte."""
+    _, order = rent(fake_clore, ledger, 88028, "train")
+    ledger.close()
+    folder = ledger.path.parent
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    result = cli.invoke(app_for(fake_clore), ["cleanup", "--ledger", str(ledger.path), "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout == f"run-1/train  server 88028  order {order}  would cancel\n"
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
+
+    from runner.ledger import Ledger as SqliteLedger
+    from runner.ledger import LedgerError
+
+    with SqliteLedger(ledger.path, read_only=True) as look:
+        assert [r.job_id for r in look.unreleased()] == ["train"]
+        with pytest.raises(LedgerError, match="readonly"):
+            look.set_state(look.unreleased()[0].id, "released")

@@ -256,3 +256,36 @@ def test_rows_of_a_version_1_ledger_become_legacy(tmp_path: Path) -> None:
         assert row.legacy and row.create_sent_at is None
         new = ledger.record_intent("new", "j", 1, None, None, None)
         assert not ledger.rentals("new")[0].legacy and new != row.id
+
+
+def test_an_order_made_although_the_create_was_refused_is_found_and_cancelled(
+    fake_clore: FakeClore, tmp_path: Path
+) -> None:
+    """Code 6 (server-already-rented, say) marks the intent failed, but Clore can make the
+    order anyway: its marks prove it ours, and cleanup cancels it."""
+    with ledger_at(tmp_path, "x", fake_clore.clock) as x:
+        rid = intent(x)
+        x.mark_create_sent(rid, fake_clore.clock.time(), (0.0, 1.0))
+        fake_clore.clock.advance(1)
+        made = fake_clore.add_order(SERVER, age_s=0, image=IMAGE)
+        x.mark_create_answered(rid, fake_clore.clock.time())
+        x.set_state(rid, "failed", "server-already-rented")
+        fake_clore.clock.advance(120)
+        client = fake_clore.client()  # one limiter for the three reconciles
+        dry = reconcile(x, client, dry_run=True)
+        assert [(a.kind, a.order_id) for a in dry] == [("cancelled", made)]
+        actions = reconcile(x, client, dry_run=False)
+        assert [(a.kind, a.order_id) for a in actions] == [("cancelled", made)]
+        assert [r.state for r in x.rentals("X")] == ["released"]
+        assert reconcile(x, client, dry_run=False) == []  # done: nothing left
+    assert fake_clore.live_orders() == []
+
+
+def test_a_refused_create_with_no_order_says_nothing(fake_clore: FakeClore, tmp_path: Path) -> None:
+    with ledger_at(tmp_path, "x", fake_clore.clock) as x:
+        rid = intent(x)
+        x.mark_create_sent(rid, fake_clore.clock.time(), (0.0, 1.0))
+        x.set_state(rid, "failed", "server-already-rented")
+        fake_clore.clock.advance(120)
+        assert reconcile(x, fake_clore.client(), dry_run=False) == []
+        assert [r.state for r in x.rentals("X")] == ["failed"]

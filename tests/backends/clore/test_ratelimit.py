@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import itertools
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -86,3 +89,60 @@ def test_threads_are_serialised() -> None:
 def test_default_is_one_process_wide_limiter_on_the_real_clock() -> None:
     assert isinstance(DEFAULT_LIMITER.clock, SystemClock)
     assert (DEFAULT_LIMITER.min_interval_s, DEFAULT_LIMITER.create_interval_s) == (1.1, 5.5)
+
+
+# --- across processes -----------------------------------------------------------------------
+
+
+def test_a_second_process_waits_for_the_first_ones_last_call(tmp_path: Path) -> None:
+    """The run step and the cleanup step after it are two processes with one key: the second
+    one's first call must keep the gap after the first one's last (they made 1-3 HTTP 429s)."""
+    clock = FakeClock()
+    run_step, cleanup_step = RateLimiter(clock), RateLimiter(clock)  # a limiter each
+    for limiter in (run_step, cleanup_step):
+        limiter.share_through(tmp_path / "clore-api-last-call")
+    with run_step.slot():
+        clock.advance(0.3)
+    with cleanup_step.slot():
+        assert clock.now() == pytest.approx(1.4)  # 0.3 + the 1.1 s gap
+    cleanup_step.back_off(10.0)  # a 429 seen by one is waited out by the other
+    with run_step.slot():
+        assert clock.now() == pytest.approx(11.4)
+
+
+def test_a_shared_file_that_cannot_be_opened_spaces_own_calls_only(tmp_path: Path) -> None:
+    clock = FakeClock()
+    limiter = RateLimiter(clock)
+    limiter.share_through(tmp_path / "no-such-folder" / "last-call")
+    assert starts(limiter, [False, False]) == pytest.approx([0.0, 1.1])
+
+
+PROCESS = """
+import sys, time
+from pathlib import Path
+from runner.backends.clore.ratelimit import RateLimiter
+limiter = RateLimiter(min_interval_s=0.05, create_interval_s=0.05)
+limiter.share_through(Path(sys.argv[1]))
+with open(sys.argv[2], "a") as out:
+    for _ in range(8):
+        with limiter.slot():
+            began = time.time()
+            time.sleep(0.01)  # the request
+            out.write(f"{began} {time.time()}\\n")
+            out.flush()
+"""
+
+
+def test_processes_sharing_the_file_never_overlap_or_crowd(tmp_path: Path) -> None:
+    """Two real processes, real clocks: no two calls overlap, and each starts at least the gap
+    after the end of the one before (whichever process made it). Without the flock (try it:
+    make `_other_processes` yield the fd unlocked) calls overlap and this fails."""
+    shared, log = tmp_path / "last-call", tmp_path / "calls.txt"
+    procs = [
+        subprocess.Popen([sys.executable, "-c", PROCESS, str(shared), str(log)]) for _ in range(2)
+    ]
+    assert [p.wait(timeout=60) for p in procs] == [0, 0]
+    calls = sorted(tuple(map(float, line.split())) for line in log.read_text().splitlines())
+    assert len(calls) == 16
+    for (_, end), (began, _) in itertools.pairwise(calls):
+        assert began - end >= 0.05 - 0.002  # the gap, less the clocks' rounding
