@@ -93,6 +93,16 @@ class PgDatabase:
             while True:
                 try:
                     conn = self._connection(doing)
+                except self._error:  # cannot connect (yet): the server may be restarting
+                    if time.monotonic() >= deadline:
+                        raise
+                    self._sleep(delay)
+                    delay = min(delay * 2, 1.0)
+                    continue
+                # Only the database's own errors are tried again: an error `work` raises
+                # itself is an answer (a fenced write refused), and repeating it until the
+                # deadline only delays it.
+                try:
                     if one_statement:
                         return work(conn)
                     with conn.transaction():
@@ -100,9 +110,6 @@ class PgDatabase:
                 except psycopg.Error as exc:
                     if not self._retryable(exc) or time.monotonic() >= deadline:
                         raise self._fail(doing, exc) from None
-                except self._error:
-                    if time.monotonic() >= deadline:
-                        raise
                 self._sleep(delay)
                 delay = min(delay * 2, 1.0)
 
