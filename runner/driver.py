@@ -183,6 +183,8 @@ class DriverOptions:
     # be in place before that end starts the next jobs.
     before_attempt_ends: Callable[[Event, float], Sequence[Event]] = _no_events
     notice: Callable[[str], None] = _say_nothing  # a line for the person watching
+    # Who hears a rent's stages (renting, booting, connecting) for the job it is meant for.
+    rent_stages: Callable[[Job], StageSink] = lambda _job: NO_STAGES
     tick_s: float = 0.5  # the longest the loop sleeps before re-reading the clock
     cancel_grace_s: float = CANCEL_GRACE_S
 
@@ -609,7 +611,10 @@ class Driver(Generic[C]):
         for that server for ever (its order, if any, the provisioner cancelled on the way out,
         and the ledger keeps it for the shutdown's check)."""
         try:
-            servers.rent(cmd, job, self._report)
+            # A rent ahead is for a job still waiting for its needs: its row says that, and
+            # the notice says the rent; one for a ready job is what that job is doing now.
+            stages = NO_STAGES if cmd.ahead else self.options.rent_stages(job)
+            servers.rent(cmd, job, self._report, stages)
         except Exception as exc:
             self._report(RentFailed(cmd.server, f"internal error while renting: {exc!r}"))
 

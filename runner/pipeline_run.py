@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from runner.attempt import AttemptRunner
-from runner.backends.base import Backend, Place, RentingBackend, ServerAdapter
+from runner.backends.base import Backend, BackendStage, Place, RentingBackend, ServerAdapter
 from runner.clock import SYSTEM_CLOCK, Clock
 from runner.console import Console
 from runner.core.events import CancelAll, Event, StopCause
@@ -121,7 +121,11 @@ class PipelineRun:
             runner,
             Journals(self.journal, *journals),
             clock,
-            DriverOptions(must_stop=_stop_run, notice=console.notice),
+            DriverOptions(
+                must_stop=_stop_run,
+                notice=console.notice,
+                rent_stages=lambda job: _RentStages(console, job),
+            ),
             servers=servers,
         )
 
@@ -160,3 +164,20 @@ class PipelineRun:
             run_id=self.settings.run_id,
             idle_cost_usd=renting.idle_cost_usd() if renting is not None else 0.0,
         )
+
+
+@dataclass(frozen=True)
+class _RentStages:
+    """A rent's stages on the console, for the ready job it is meant for: the server is rented
+    before the job's attempt (and its log) exists, and the live view should say so."""
+
+    console: Console
+    job: Job
+
+    def stage(
+        self, stage: BackendStage, detail: str = "", usd_per_hour: float | None = None
+    ) -> None:
+        self.console.stage(self.job, stage, detail, usd_per_hour)
+
+    def note(self, text: str) -> None:
+        self.console.note(self.job, text)

@@ -158,9 +158,12 @@ class ServerAdapter(Protocol):
         nothing, and the run goes the way of fixed places."""
         ...
 
-    def rent(self, cmd: RentServer, job: Job, report: ServerReport) -> None:
+    def rent(
+        self, cmd: RentServer, job: Job, report: ServerReport, stages: StageSink = NO_STAGES
+    ) -> None:
         """Rent `cmd.quote` as server `cmd.server`, for `job`, and report exactly one
-        ServerReady (it answers SSH) or RentFailed (nothing is held)."""
+        ServerReady (it answers SSH) or RentFailed (nothing is held). `stages` hears the
+        rent's stages (renting, booting, connecting) for the job it is meant for."""
         ...
 
     def place(self, server: int, job: Job) -> Place:

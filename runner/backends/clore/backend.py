@@ -591,7 +591,9 @@ class CloreBackend:
             now=self.clock.time(),
         )
 
-    def rent(self, cmd: RentServer, job: Job, report: ServerReport) -> None:
+    def rent(
+        self, cmd: RentServer, job: Job, report: ServerReport, stages: StageSink = NO_STAGES
+    ) -> None:
         """Rent the core's choice and say whether it came up (on a thread of the driver)."""
         cancel = threading.Event()
         with self._cond:
@@ -602,7 +604,7 @@ class CloreBackend:
             report(RentFailed(cmd.server, "the run is shutting down"))
             return
         try:
-            event = self._rent_for_core(cmd, job, cancel)
+            event = self._rent_for_core(cmd, job, cancel, stages)
         finally:
             with self._cond:
                 self._setting_up.pop(cmd.server, None)
@@ -611,7 +613,9 @@ class CloreBackend:
             self._skipped.setdefault(job.id, []).append(event.reason)
         report(event)
 
-    def _rent_for_core(self, cmd: RentServer, job: Job, cancel: threading.Event) -> ServerEvent:
+    def _rent_for_core(
+        self, cmd: RentServer, job: Job, cancel: threading.Event, stages: StageSink
+    ) -> ServerEvent:
         assert self._live is not None
         offer = self._live.offer(cmd.quote)
         try:
@@ -624,7 +628,8 @@ class CloreBackend:
                     f"server {offer.server_id}: the bid it needs now (${hourly:.4f}/h) is "
                     f"over the ${cmd.quote.usd_per_hour:.4f}/h reserved for it",
                 )
-            rental = self.provisioner.rent(job, offer, cancel, NO_STAGES)
+            stages.stage("renting", _offer_label(offer), hourly)
+            rental = self.provisioner.rent(job, offer, cancel, stages)
         except RunMustStop as exc:
             return RentFailed(cmd.server, exc.message, self._wasted_usd(), fatal=True)
         except JobCannotRun as exc:  # a budget pool refused it: no host would do

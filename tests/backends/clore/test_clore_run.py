@@ -858,3 +858,23 @@ def test_an_adapter_that_raises_while_renting_ends_the_job_instead_of_hanging_th
     said = " ".join(a.message for r in record.results for a in r.attempts)
     assert "internal error while renting: RuntimeError('boom')" in said, said
     assert setup.fake.calls("create_order") == []
+
+
+def test_a_ready_jobs_rent_shows_its_stages_on_the_console(setup: Setup) -> None:
+    # The core rents before the job's attempt exists: the person watching must still see the
+    # job renting, booting and connecting, not a silent wait until its script starts.
+    pipeline = parse_pipeline("jobs:\n  solo: {gpu: {type: RTX 3090}, run: echo hi}\n", "p.yml", {})
+    backend, _ = setup.backend(pipeline)
+    (setup.tmp / "ws").mkdir()
+    out = io.StringIO()
+    options = RunOptions(out_dir=setup.tmp / "out", workspace_root=setup.tmp / "ws")
+    record, code = execute(pipeline, backend, options, out)
+    assert code == 0, [(r.job_id, r.reason) for r in record.results]
+    lines = [line for line in out.getvalue().splitlines() if line.startswith("[solo]")]
+    stages = [line.split()[1] for line in lines]
+    assert [s for s in stages if s in ("renting", "booting", "connecting")] == [
+        "renting",
+        "booting",
+        "connecting",
+    ], lines
+    assert stages.index("connecting") < stages.index("started"), lines
