@@ -98,10 +98,15 @@ class Fleet:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="serve-fleet", daemon=True)
+        # The lease is renewed on a thread of its own: a take-over's recovery or a slow claim
+        # on the work thread must not let this instance's own lease run out (an expired lease
+        # cannot be renewed, so the instance would end itself while it was only busy).
+        self._beater = threading.Thread(target=self._keep_lease, name="serve-lease", daemon=True)
         self._listener = Listener(store, self._wake, options.poll_s)
         self.lost = False
 
     def start(self) -> None:
+        self._beater.start()
         self._thread.start()
         self._listener.start()
 
@@ -109,22 +114,26 @@ class Fleet:
         self._stop.set()
         self._wake.set()
         self._listener.stop()
-        if self._thread.is_alive():
-            self._thread.join(timeout=30)
+        for thread in (self._thread, self._beater):
+            if thread.is_alive():
+                thread.join(timeout=30)
 
     def nudge(self) -> None:
         self._wake.set()
 
-    def _run(self) -> None:
-        next_beat = next_sweep = 0.0
+    def _keep_lease(self) -> None:
         good_beat = time.monotonic()
-        while not self._stop.is_set():
+        while not self._stop.is_set() and not self.lost:
+            good_beat = self._beat(good_beat)
+            if self.lost:
+                self._wake.set()  # the work thread stops too
+                return
+            self._stop.wait(self.options.ttl_s / 3)
+
+    def _run(self) -> None:
+        next_sweep = 0.0
+        while not self._stop.is_set() and not self.lost:
             now = time.monotonic()
-            if now >= next_beat:
-                next_beat = now + self.options.ttl_s / 3
-                good_beat = self._beat(good_beat)
-                if self.lost:
-                    return
             # Take-overs and cancel requests on the poll's clock; a wake-up (a NOTIFY from
             # every settlement anywhere, or a slot freed here) only claims.
             steps = [self._claim]
@@ -132,7 +141,7 @@ class Fleet:
                 next_sweep = now + self.options.poll_s
                 steps = [self._take_over, self._pass_cancels, self._claim]
             for step in steps:
-                if self._stop.is_set():
+                if self._stop.is_set() or self.lost:
                     return
                 try:
                     step()
@@ -140,7 +149,7 @@ class Fleet:
                     log.warning("clore-run serve: %s", exc)
                 except Exception:  # the loop did not answer, or a bug: this thread goes on
                     log.exception("clore-run serve: lease and claims thread error")
-            wait_s = min(next_sweep, next_beat) - time.monotonic()
+            wait_s = next_sweep - time.monotonic()
             self._wake.wait(max(0.0, wait_s))
             self._wake.clear()
 
