@@ -134,6 +134,12 @@ _ATTEMPT_KEYS = (
     "number", "instance", "started_at", "finished_at", "exit_code", "failure", "message",
     "server", "cost_usd",
 )  # fmt: skip
+# The claimer's lease runs: one woken from a freeze past its ttl claims nothing (in the moment
+# before its refused heartbeat stops it, a claim would strand jobs until a taker recovered them).
+_LIVE_LEASE = (
+    "EXISTS (SELECT 1 FROM queue_instances i WHERE i.token = %(me)s AND i.taken_by IS NULL "
+    "AND i.stopped_at IS NULL AND i.expires_at > now())"
+)
 _OWNED = "EXISTS (SELECT 1 FROM queue_jobs o WHERE o.id = %(job)s AND o.owner = %(me)s)"
 
 
@@ -312,7 +318,8 @@ class PostgresQueue(QueueReads):
     def claim(self, token: str, limit: int, now: float) -> list[Unsettled]:
         """Up to `limit` runnable jobs for `token`: queued, nobody's, due (retry time and
         not-before at or before `now`, the instances' own clock, as the core's timers are),
-        every need settled. Highest priority first, then submission order."""
+        every need settled. Highest priority first, then submission order. Nothing while
+        `token`'s lease has expired (or was taken, or ended)."""
         if limit <= 0:
             return []
         key = uuid.uuid4().hex
@@ -327,7 +334,7 @@ class PostgresQueue(QueueReads):
             rows = conn.execute(
                 f"""UPDATE queue_jobs SET owner = %(me)s, claim = %(key)s WHERE seq IN (
                     SELECT j.seq FROM queue_jobs j
-                    WHERE j.status = 'queued' AND j.owner IS NULL
+                    WHERE {_LIVE_LEASE} AND j.status = 'queued' AND j.owner IS NULL
                     AND (j.retry_at IS NULL OR j.retry_at <= %(now)s)
                     AND (j.not_before IS NULL OR j.not_before <= %(now)s)
                     AND NOT EXISTS (
