@@ -31,19 +31,28 @@ from typing import Any
 
 from runner.core.model import Attempt, Job, JobResult, JobStatus
 from runner.serve.codec import dumps, failure_from, job_from_json, job_to_json
-from runner.serve.store import (
+from runner.serve.queue_reads import (
     FINAL,
+    JOB_COLUMNS,
     STATUSES,
-    JobMatch,
     JobRow,
     OpenAttempt,
-    StoreError,
+    QueueDialect,
+    QueueReads,
     Unsettled,
 )
+from runner.serve.store import StoreError
 from runner.stores.pg import Conn, PgDatabase, Timeouts
 from runner.stores.target import redact_url
 
 CHANNEL = "clore_run_queue"
+POSTGRES = QueueDialect(
+    jobs="queue_jobs",
+    attempts="queue_attempts",
+    submissions="queue_submissions",
+    find="strpos",
+    day="floor({} / 86400)",
+)
 _STATUS_LIST = ", ".join(f"'{s}'" for s in STATUSES)
 _FINAL_LIST = ", ".join(f"'{s}'" for s in FINAL)
 
@@ -120,10 +129,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (  # MIGRATIONS[n]: version n -> n + 1
     ),
 )
 
-_SUMMARY = (
-    "seq, id, submission, name, status, priority, submitted_at, first_started_at, finished_at, "
-    "reason, attempts, cost_usd, retries_used, infra_used, retry_at"
-)
+_SUMMARY = JOB_COLUMNS
 _ATTEMPT_KEYS = (
     "number", "instance", "started_at", "finished_at", "exit_code", "failure", "message",
     "server", "cost_usd",
@@ -159,11 +165,12 @@ class Whereabouts:
     alive: bool
 
 
-class PostgresQueue:
+class PostgresQueue(QueueReads):
     """The queue in the database at `url`. Thread-safe. `shared` tells the service that other
     instances may work on the same rows (so jobs are claimed, not all loaded at start)."""
 
     shared = True
+    _dialect = POSTGRES
 
     def __init__(
         self, url: str, *, timeouts: Timeouts | None = None, skip_locked: bool = True
@@ -705,54 +712,6 @@ class PostgresQueue:
             "spend": float(run[2] or 0.0),
         }
 
-    def job_page(self, match: JobMatch, limit: int) -> list[tuple[JobRow, dict[str, Any]]]:
-        where, args = _matching(match)
-        order = "ASC"
-        if match.after is not None:
-            where, args = [*where, "seq > %s"], [*args, match.after]
-        if match.before is not None:
-            where, args, order = [*where, "seq < %s"], [*args, match.before], "DESC"
-        clause = " AND ".join(where) or "true"
-        rows = self._read(
-            f"SELECT {_SUMMARY}, spec FROM queue_jobs WHERE {clause} ORDER BY seq {order} LIMIT %s",
-            (*args, limit),
-        )
-        page = [(_row(r[:-1]), json.loads(r[-1])) for r in rows]
-        return page[::-1] if order == "DESC" else page
-
-    def match_counts(self, match: JobMatch) -> dict[str, int]:
-        where, args = _matching(JobMatch(name=match.name, submission=match.submission))
-        clause = " AND ".join(where) or "true"
-        rows = self._read(
-            f"SELECT status, count(*) FROM queue_jobs WHERE {clause} GROUP BY status",
-            tuple(args),
-        )
-        return {**dict.fromkeys(STATUSES, 0), **{str(s): int(n) for s, n in rows}}
-
-    def submission(self, number: int) -> tuple[str, str, float] | None:
-        rows = self._read(
-            "SELECT kind, label, submitted_at FROM queue_submissions WHERE id = %s", (number,)
-        )
-        return (str(rows[0][0]), str(rows[0][1]), float(rows[0][2])) if rows else None
-
-    def submission_attempts(self, number: int, limit: int) -> list[dict[str, Any]]:
-        rows = self._read(
-            "SELECT a.job_id, a.number, a.started_at, a.finished_at, a.failure "
-            "FROM queue_attempts a JOIN queue_jobs j ON j.id = a.job_id "
-            "WHERE j.submission = %s ORDER BY a.started_at LIMIT %s",
-            (number, limit),
-        )
-        keys = ("job_id", "number", "started_at", "finished_at", "failure")
-        return [dict(zip(keys, r, strict=True)) for r in rows]
-
-    def spend_by_day(self, since: float) -> list[tuple[float, float]]:
-        rows = self._read(
-            "SELECT floor(finished_at / 86400) AS day, sum(cost_usd) FROM queue_attempts "
-            "WHERE finished_at >= %s GROUP BY day ORDER BY day",
-            (since,),
-        )
-        return [(float(day) * 86400, float(usd or 0.0)) for day, usd in rows]
-
     # -- plumbing --------------------------------------------------------------------------
 
     def _owned(self, rowcount: int, job_id: str, owner: str) -> None:
@@ -776,6 +735,9 @@ class PostgresQueue:
 
         self._run(doing, write)
 
+    def _select(self, query: str, args: Sequence[Any]) -> list[tuple[Any, ...]]:
+        return self._read(query.replace("?", "%s"), args)
+
     def _read(self, query: str, args: Sequence[Any]) -> list[tuple[Any, ...]]:
         def read(conn: Conn) -> list[tuple[Any, ...]]:
             return conn.execute(query.encode(), args).fetchall()
@@ -790,17 +752,3 @@ def _row(r: Sequence[Any]) -> JobRow:
 
 def _unsettled(r: Sequence[Any]) -> Unsettled:
     return Unsettled(_row(r[:-1]), job_from_json(json.loads(r[-1])))
-
-
-def _matching(match: JobMatch) -> tuple[list[str], list[Any]]:
-    where: list[str] = []
-    args: list[Any] = []
-    if match.status is not None:
-        where, args = [*where, "status = %s"], [*args, match.status]
-    if match.submission is not None:
-        where, args = [*where, "submission = %s"], [*args, match.submission]
-    if match.name:
-        # strpos, not LIKE: a user's % or _ is a character to find, not a wildcard.
-        where.append("(strpos(lower(name), lower(%s)) > 0 OR strpos(lower(id), lower(%s)) > 0)")
-        args += [match.name, match.name]
-    return where, args

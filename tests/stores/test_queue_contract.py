@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from runner.core.model import Attempt, FailureKind, Job, JobResult, JobStatus, Priority
+from runner.serve.queue_reads import JobMatch
 from runner.serve.queue_store import QueueStore, open_queue, shared
-from runner.serve.store import JobMatch
 from tests.pg_fixture import PgCluster
 
 
