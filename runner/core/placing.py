@@ -19,13 +19,14 @@ from runner.core.events import (
     Command,
     Event,
     KillAttempt,
+    Requeued,
     SetTimer,
     Settled,
     StartAttempt,
     StopCause,
     TimerFired,
 )
-from runner.core.model import Attempt, Job, JobResult, RunStatus
+from runner.core.model import Attempt, FailureKind, Job, JobResult, RunStatus
 from runner.core.outcome import NeedOutcome, ordered, run_status
 from runner.core.rentals import (
     CoreCommand,
@@ -137,7 +138,8 @@ class PlacingCore:
             reason = f"the run timed out after {self._run_timeout_s or 0:g} s"
             event = CancelAll(reason, StopCause.TIMED_OUT)
         if isinstance(event, AttemptEnded):
-            self.book.attempt_ended(event.job_id, now)
+            failure = event.attempt.failure
+            self.book.attempt_ended(event.job_id, now, failure in _SERVER_FAILURES)
         self._take(self._scheduler.handle(event, now), now)
         if self._scheduler.stop_reason is not None and not self._cancelled:
             self._cancelled = True
@@ -157,6 +159,8 @@ class PlacingCore:
                 attempt = Attempt(number, now, now, None, cmd.reason, "cancelled before it ran")
                 todo.extend(self._scheduler.handle(AttemptEnded(cmd.job_id, attempt), now))
             else:
+                if isinstance(cmd, Requeued):
+                    self.book.requeued(cmd.job_id, cmd.at)
                 if isinstance(cmd, Settled):
                     self.book.settled(cmd.result.job_id, now)
                     self._results.append(cmd.result)
@@ -183,6 +187,9 @@ class PlacingCore:
 
 
 _RUN_TIMEOUT = ("run_timeout",)
+# An attempt that ended so: its server failed under it (the book keeps a rented one that was
+# not reported lost, won back, for the retry).
+_SERVER_FAILURES = (FailureKind.SERVER_LOST, FailureKind.SSH_FAILED)
 
 
 def _is_book_timer(token: object) -> bool:

@@ -31,19 +31,28 @@ from typing import Any
 
 from runner.core.model import Attempt, Job, JobResult, JobStatus
 from runner.serve.codec import dumps, failure_from, job_from_json, job_to_json
-from runner.serve.store import (
+from runner.serve.queue_reads import (
     FINAL,
+    JOB_COLUMNS,
     STATUSES,
-    JobMatch,
     JobRow,
     OpenAttempt,
-    StoreError,
+    QueueDialect,
+    QueueReads,
     Unsettled,
 )
+from runner.serve.store import StoreError
 from runner.stores.pg import Conn, PgDatabase, Timeouts
 from runner.stores.target import redact_url
 
 CHANNEL = "clore_run_queue"
+POSTGRES = QueueDialect(
+    jobs="queue_jobs",
+    attempts="queue_attempts",
+    submissions="queue_submissions",
+    find="strpos",
+    day="floor({} / 86400)",
+)
 _STATUS_LIST = ", ".join(f"'{s}'" for s in STATUSES)
 _FINAL_LIST = ", ".join(f"'{s}'" for s in FINAL)
 
@@ -120,14 +129,17 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (  # MIGRATIONS[n]: version n -> n + 1
     ),
 )
 
-_SUMMARY = (
-    "seq, id, submission, name, status, priority, submitted_at, first_started_at, finished_at, "
-    "reason, attempts, cost_usd, retries_used, infra_used, retry_at"
-)
+_SUMMARY = JOB_COLUMNS
 _ATTEMPT_KEYS = (
     "number", "instance", "started_at", "finished_at", "exit_code", "failure", "message",
     "server", "cost_usd",
 )  # fmt: skip
+# The claimer's lease runs: one woken from a freeze past its ttl claims nothing (in the moment
+# before its refused heartbeat stops it, a claim would strand jobs until a taker recovered them).
+_LIVE_LEASE = (
+    "EXISTS (SELECT 1 FROM queue_instances i WHERE i.token = %(me)s AND i.taken_by IS NULL "
+    "AND i.stopped_at IS NULL AND i.expires_at > now())"
+)
 _OWNED = "EXISTS (SELECT 1 FROM queue_jobs o WHERE o.id = %(job)s AND o.owner = %(me)s)"
 
 
@@ -153,11 +165,12 @@ class Whereabouts:
     alive: bool
 
 
-class PostgresQueue:
+class PostgresQueue(QueueReads):
     """The queue in the database at `url`. Thread-safe. `shared` tells the service that other
     instances may work on the same rows (so jobs are claimed, not all loaded at start)."""
 
     shared = True
+    _dialect = POSTGRES
 
     def __init__(
         self, url: str, *, timeouts: Timeouts | None = None, skip_locked: bool = True
@@ -305,7 +318,8 @@ class PostgresQueue:
     def claim(self, token: str, limit: int, now: float) -> list[Unsettled]:
         """Up to `limit` runnable jobs for `token`: queued, nobody's, due (retry time and
         not-before at or before `now`, the instances' own clock, as the core's timers are),
-        every need settled. Highest priority first, then submission order."""
+        every need settled. Highest priority first, then submission order. Nothing while
+        `token`'s lease has expired (or was taken, or ended)."""
         if limit <= 0:
             return []
         key = uuid.uuid4().hex
@@ -320,7 +334,7 @@ class PostgresQueue:
             rows = conn.execute(
                 f"""UPDATE queue_jobs SET owner = %(me)s, claim = %(key)s WHERE seq IN (
                     SELECT j.seq FROM queue_jobs j
-                    WHERE j.status = 'queued' AND j.owner IS NULL
+                    WHERE {_LIVE_LEASE} AND j.status = 'queued' AND j.owner IS NULL
                     AND (j.retry_at IS NULL OR j.retry_at <= %(now)s)
                     AND (j.not_before IS NULL OR j.not_before <= %(now)s)
                     AND NOT EXISTS (
@@ -698,54 +712,6 @@ class PostgresQueue:
             "spend": float(run[2] or 0.0),
         }
 
-    def job_page(self, match: JobMatch, limit: int) -> list[tuple[JobRow, dict[str, Any]]]:
-        where, args = _matching(match)
-        order = "ASC"
-        if match.after is not None:
-            where, args = [*where, "seq > %s"], [*args, match.after]
-        if match.before is not None:
-            where, args, order = [*where, "seq < %s"], [*args, match.before], "DESC"
-        clause = " AND ".join(where) or "true"
-        rows = self._read(
-            f"SELECT {_SUMMARY}, spec FROM queue_jobs WHERE {clause} ORDER BY seq {order} LIMIT %s",
-            (*args, limit),
-        )
-        page = [(_row(r[:-1]), json.loads(r[-1])) for r in rows]
-        return page[::-1] if order == "DESC" else page
-
-    def match_counts(self, match: JobMatch) -> dict[str, int]:
-        where, args = _matching(JobMatch(name=match.name, submission=match.submission))
-        clause = " AND ".join(where) or "true"
-        rows = self._read(
-            f"SELECT status, count(*) FROM queue_jobs WHERE {clause} GROUP BY status",
-            tuple(args),
-        )
-        return {**dict.fromkeys(STATUSES, 0), **{str(s): int(n) for s, n in rows}}
-
-    def submission(self, number: int) -> tuple[str, str, float] | None:
-        rows = self._read(
-            "SELECT kind, label, submitted_at FROM queue_submissions WHERE id = %s", (number,)
-        )
-        return (str(rows[0][0]), str(rows[0][1]), float(rows[0][2])) if rows else None
-
-    def submission_attempts(self, number: int, limit: int) -> list[dict[str, Any]]:
-        rows = self._read(
-            "SELECT a.job_id, a.number, a.started_at, a.finished_at, a.failure "
-            "FROM queue_attempts a JOIN queue_jobs j ON j.id = a.job_id "
-            "WHERE j.submission = %s ORDER BY a.started_at LIMIT %s",
-            (number, limit),
-        )
-        keys = ("job_id", "number", "started_at", "finished_at", "failure")
-        return [dict(zip(keys, r, strict=True)) for r in rows]
-
-    def spend_by_day(self, since: float) -> list[tuple[float, float]]:
-        rows = self._read(
-            "SELECT floor(finished_at / 86400) AS day, sum(cost_usd) FROM queue_attempts "
-            "WHERE finished_at >= %s GROUP BY day ORDER BY day",
-            (since,),
-        )
-        return [(float(day) * 86400, float(usd or 0.0)) for day, usd in rows]
-
     # -- plumbing --------------------------------------------------------------------------
 
     def _owned(self, rowcount: int, job_id: str, owner: str) -> None:
@@ -769,6 +735,9 @@ class PostgresQueue:
 
         self._run(doing, write)
 
+    def _select(self, query: str, args: Sequence[Any]) -> list[tuple[Any, ...]]:
+        return self._read(query.replace("?", "%s"), args)
+
     def _read(self, query: str, args: Sequence[Any]) -> list[tuple[Any, ...]]:
         def read(conn: Conn) -> list[tuple[Any, ...]]:
             return conn.execute(query.encode(), args).fetchall()
@@ -783,17 +752,3 @@ def _row(r: Sequence[Any]) -> JobRow:
 
 def _unsettled(r: Sequence[Any]) -> Unsettled:
     return Unsettled(_row(r[:-1]), job_from_json(json.loads(r[-1])))
-
-
-def _matching(match: JobMatch) -> tuple[list[str], list[Any]]:
-    where: list[str] = []
-    args: list[Any] = []
-    if match.status is not None:
-        where, args = [*where, "status = %s"], [*args, match.status]
-    if match.submission is not None:
-        where, args = [*where, "submission = %s"], [*args, match.submission]
-    if match.name:
-        # strpos, not LIKE: a user's % or _ is a character to find, not a wildcard.
-        where.append("(strpos(lower(name), lower(%s)) > 0 OR strpos(lower(id), lower(%s)) > 0)")
-        args += [match.name, match.name]
-    return where, args
