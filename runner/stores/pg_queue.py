@@ -26,20 +26,19 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from runner.core.model import Attempt, Job, JobResult, JobStatus
-from runner.serve.codec import dumps, failure_from, job_from_json, job_to_json
+from runner.core.model import Attempt, Job, JobResult
+from runner.serve.codec import dumps, job_from_json, job_to_json
 from runner.serve.queue_reads import (
     FINAL,
     JOB_COLUMNS,
     STATUSES,
-    JobRow,
     OpenAttempt,
     QueueDialect,
     QueueReads,
     Unsettled,
+    unsettled_from,
 )
 from runner.serve.store import StoreError
 from runner.stores.pg import Conn, PgDatabase, Timeouts
@@ -55,6 +54,7 @@ POSTGRES = QueueDialect(
     submissions="queue_submissions",
     find="strpos",
     day="floor({} / 86400)",
+    arrays=True,
 )
 _STATUS_LIST = ", ".join(f"'{s}'" for s in STATUSES)
 _FINAL_LIST = ", ".join(f"'{s}'" for s in FINAL)
@@ -135,11 +135,6 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (  # MIGRATIONS[n]: version n -> n + 1
     ("ALTER TABLE queue_jobs ADD COLUMN pool_slot BIGINT",),
 )
 
-_SUMMARY = JOB_COLUMNS
-_ATTEMPT_KEYS = (
-    "number", "instance", "started_at", "finished_at", "exit_code", "failure", "message",
-    "server", "cost_usd",
-)  # fmt: skip
 # The claimer's lease runs: one woken from a freeze past its ttl claims nothing (in the moment
 # before its refused heartbeat stops it, a claim would strand jobs until a taker recovered them).
 _LIVE_LEASE = (
@@ -300,13 +295,13 @@ class PostgresQueue(QueueReads):
         rows = conn.execute(
             f"UPDATE queue_jobs SET owner = %s, claim = %s WHERE owner IN (%s, %s) "
             f"AND status = 'running' AND (owner = %s OR claim = %s) "
-            f"RETURNING {_SUMMARY}, spec, pool_slot",
+            f"RETURNING {JOB_COLUMNS}, spec, pool_slot",
             (taker, key, token, taker, token, key),
         ).fetchall()
         # Every slot the dead instance's claims held goes back: its running attempts are lost,
         # and their retries reserve anew when they rent.
         _release(conn, [r[0] for r in given] + [r[-1] for r in rows], f"take-over of {token}")
-        running = sorted((_unsettled(r[:-1]) for r in rows), key=lambda u: u.row.seq)
+        running = sorted((unsettled_from(r[:-1]) for r in rows), key=lambda u: u.row.seq)
         ids = [u.row.id for u in running]
         opened = conn.execute(
             "SELECT job_id, number, instance, started_at FROM queue_attempts "
@@ -319,7 +314,7 @@ class PostgresQueue(QueueReads):
 
     def live_instances(self) -> list[tuple[str, str]]:
         """(token, url) of the instances whose lease runs."""
-        rows = self._read(
+        rows = self._select(
             "SELECT token, url FROM queue_instances WHERE taken_by IS NULL "
             "AND stopped_at IS NULL AND expires_at > now() ORDER BY started_at",
             (),
@@ -354,13 +349,13 @@ class PostgresQueue(QueueReads):
 
         def take(conn: Conn) -> tuple[list[Unsettled], dict[str, int]]:
             rows = conn.execute(
-                f"SELECT {_SUMMARY}, spec, pool_slot FROM queue_jobs "
+                f"SELECT {JOB_COLUMNS}, spec, pool_slot FROM queue_jobs "
                 "WHERE claim = %s AND owner = %s",
                 (key, token),
             ).fetchall()
             if rows:  # a landed first try, when the reply to its COMMIT was lost
                 slots = {str(r[1]): int(r[-1]) for r in rows if r[-1] is not None}
-                return [_unsettled(r[:-1]) for r in rows], slots
+                return [unsettled_from(r[:-1]) for r in rows], slots
             want = limit if seat is None else _room(conn, seat, limit) if in_claim else apart
             if want <= 0:
                 return [], {}
@@ -391,10 +386,10 @@ class PostgresQueue(QueueReads):
                 ORDER BY j.rank DESC, j.seq
                 LIMIT %(limit)s
                 {self._claim_lock}
-            ) RETURNING {_SUMMARY}, spec""",
+            ) RETURNING {JOB_COLUMNS}, spec""",
             {"me": token, "key": key, "now": now, "limit": limit},
         ).fetchall()
-        return [_unsettled(r) for r in rows]
+        return [unsettled_from(r) for r in rows]
 
     def _hold_apart(self, seat: PoolSeat, key: str, claimed: list[Unsettled]) -> dict[str, int]:
         """The test's twin: the slots in a transaction after the claim's (the bug it shows)."""
@@ -447,13 +442,13 @@ class PostgresQueue(QueueReads):
         return self.db.run("cancel a job", cancel)
 
     def whereabouts(self, job_id: str) -> Whereabouts:
-        rows = self._read(
+        rows = self._select(
             "SELECT coalesce(j.owner, a.instance), coalesce(i.url, ''), "
             "coalesce(i.taken_by IS NULL AND i.stopped_at IS NULL AND i.expires_at > now(), "
             "false) FROM queue_jobs j "
             "LEFT JOIN queue_attempts a ON a.job_id = j.id AND a.number = j.attempts "
             "LEFT JOIN queue_instances i ON i.token = coalesce(j.owner, a.instance) "
-            "WHERE j.id = %s",
+            "WHERE j.id = ?",
             (job_id,),
         )
         if not rows:
@@ -510,10 +505,6 @@ class PostgresQueue(QueueReads):
             return out
 
         return self.db.run("queue the jobs", insert)
-
-    def known(self, ids: Sequence[str]) -> set[str]:
-        rows = self._read("SELECT id FROM queue_jobs WHERE id = ANY(%s)", (list(set(ids)),))
-        return {str(r[0]) for r in rows}
 
     # -- what the scheduling loop writes (fenced by the owner) -----------------------------
 
@@ -670,107 +661,6 @@ class PostgresQueue(QueueReads):
             finally:
                 self._batch.conn = None
 
-    # -- reads -----------------------------------------------------------------------------
-
-    def unsettled(self) -> list[Unsettled]:
-        rows = self._read(
-            f"SELECT {_SUMMARY}, spec FROM queue_jobs WHERE status IN ('queued', 'running') "
-            "ORDER BY seq",
-            (),
-        )
-        return [_unsettled(r) for r in rows]
-
-    def open_attempts(self) -> list[OpenAttempt]:
-        rows = self._read(
-            "SELECT job_id, number, instance, started_at FROM queue_attempts "
-            "WHERE finished_at IS NULL",
-            (),
-        )
-        return [OpenAttempt(*r) for r in rows]
-
-    def settled(self, ids: Sequence[str]) -> dict[str, tuple[Job, JobResult]]:
-        rows = self._read(
-            "SELECT spec, status, reason, failure_origin FROM queue_jobs WHERE id = ANY(%s) "
-            f"AND status IN ({_FINAL_LIST})",
-            (list(set(ids)),),
-        )
-        out: dict[str, tuple[Job, JobResult]] = {}
-        for spec, status, reason, origin in rows:
-            job = job_from_json(json.loads(spec))
-            out[job.id] = (job, JobResult(job.id, JobStatus(status), reason, (), origin))
-        return out
-
-    def job(self, job_id: str) -> tuple[JobRow, dict[str, Any]] | None:
-        rows = self._read(f"SELECT {_SUMMARY}, spec FROM queue_jobs WHERE id = %s", (job_id,))
-        if not rows:
-            return None
-        return _row(rows[0][:-1]), json.loads(rows[0][-1])
-
-    def attempts(self, job_id: str) -> list[dict[str, Any]]:
-        rows = self._read(
-            "SELECT number, instance, started_at, finished_at, exit_code, failure, message, "
-            "server, cost_usd, facts FROM queue_attempts WHERE job_id = %s ORDER BY number",
-            (job_id,),
-        )
-        return [
-            {**dict(zip(_ATTEMPT_KEYS, r[:-1], strict=True)), "facts": json.loads(r[-1])}
-            for r in rows
-        ]
-
-    def ended_attempt(self, job_id: str, number: int) -> Attempt | None:
-        rows = self._read(
-            "SELECT started_at, finished_at, exit_code, failure, message, server, cost_usd, facts "
-            "FROM queue_attempts WHERE job_id = %s AND number = %s AND finished_at IS NOT NULL",
-            (job_id, number),
-        )
-        if not rows:
-            return None
-        began, ended, code, failure, message, server, cost, facts = rows[0]
-        return Attempt(
-            number, began, ended, code, failure_from(failure), message, server, cost,
-            MappingProxyType(json.loads(facts)),
-        )  # fmt: skip
-
-    def jobs(self, status: str | None, after: int, limit: int) -> list[JobRow]:
-        args: list[Any]
-        where, args = "seq > %s", [after]
-        if status is not None:
-            where, args = where + " AND status = %s", [*args, status]
-        rows = self._read(
-            f"SELECT {_SUMMARY} FROM queue_jobs WHERE {where} ORDER BY seq LIMIT %s",
-            (*args, limit),
-        )
-        return [_row(r) for r in rows]
-
-    def counts(self) -> dict[str, int]:
-        rows = self._read("SELECT status, count(*) FROM queue_jobs GROUP BY status", ())
-        return {**dict.fromkeys(STATUSES, 0), **{str(s): int(n) for s, n in rows}}
-
-    def spend_since(self, since: float) -> float:
-        rows = self._read(
-            "SELECT sum(cost_usd) FROM queue_attempts WHERE finished_at >= %s", (since,)
-        )
-        return float(rows[0][0] or 0.0)
-
-    def timing(self) -> dict[str, float]:
-        wait = self._read(
-            "SELECT count(*), sum(first_started_at - submitted_at) FROM queue_jobs "
-            "WHERE first_started_at IS NOT NULL",
-            (),
-        )[0]
-        run = self._read(
-            "SELECT count(*), sum(finished_at - started_at), sum(cost_usd) FROM queue_attempts "
-            "WHERE finished_at IS NOT NULL",
-            (),
-        )[0]
-        return {
-            "wait_count": float(wait[0]),
-            "wait_sum": float(wait[1] or 0.0),
-            "run_count": float(run[0]),
-            "run_sum": float(run[1] or 0.0),
-            "spend": float(run[2] or 0.0),
-        }
-
     # -- plumbing --------------------------------------------------------------------------
 
     def _owned(self, rowcount: int, job_id: str, owner: str) -> None:
@@ -795,11 +685,12 @@ class PostgresQueue(QueueReads):
         self._run(doing, write)
 
     def _select(self, query: str, args: Sequence[Any]) -> list[tuple[Any, ...]]:
-        return self._read(query.replace("?", "%s"), args)
+        """A read inside the open batch on this thread, else on its own. Placeholders are
+        written `?` (QueueReads' statements serve SQLite too) and become psycopg's `%s`."""
+        statement = query.replace("?", "%s").encode()
 
-    def _read(self, query: str, args: Sequence[Any]) -> list[tuple[Any, ...]]:
         def read(conn: Conn) -> list[tuple[Any, ...]]:
-            return conn.execute(query.encode(), args).fetchall()
+            return conn.execute(statement, args).fetchall()
 
         conn: Conn | None = getattr(self._batch, "conn", None)
         return read(conn) if conn is not None else self.db.run("read the queue", read)
@@ -834,11 +725,3 @@ def _release(conn: Conn, slots: Sequence[int | None], by: str) -> None:
     held = [slot for slot in slots if slot is not None]
     if held:
         conn.execute("SELECT clore_run_release_slots(%s, %s)", (held, by))
-
-
-def _row(r: Sequence[Any]) -> JobRow:
-    return JobRow(*r)
-
-
-def _unsettled(r: Sequence[Any]) -> Unsettled:
-    return Unsettled(_row(r[:-1]), job_from_json(json.loads(r[-1])))
