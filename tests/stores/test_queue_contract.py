@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from runner.core.model import Attempt, FailureKind, Job, JobResult, JobStatus, Priority
+from runner.serve.queue_reads import JobMatch
 from runner.serve.queue_store import QueueStore, open_queue, shared
-from runner.serve.store import JobMatch
 from tests.pg_fixture import PgCluster
 
 
@@ -233,7 +233,7 @@ def test_instances_claiming_at_once_take_each_job_once(pg_url: str, skip_locked:
     for thread in threads:
         thread.join(timeout=60)
     every = [job for mine in taken for job in mine]
-    owners = {str(r[0]) for r in seed._read("SELECT owner FROM queue_jobs", ())}
+    owners = {str(r[0]) for r in seed._select("SELECT owner FROM queue_jobs", ())}
     for queue in (seed, *claimers):
         queue.close()
     if skip_locked:
