@@ -11,29 +11,22 @@ by a dead server is how the next one knows what was interrupted.
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any
 
 from runner import sqlite_files
-from runner.core.model import Attempt, Job, JobResult, JobStatus
+from runner.core.model import Attempt, Job, JobResult
 from runner.core.outcome import BAD as BAD_STATUSES
 from runner.errors import InfrastructureError
-from runner.serve.codec import dumps, failure_from, job_from_json, job_to_json
+from runner.serve.codec import dumps, job_to_json
 from runner.serve.queue_reads import (
-    FINAL,
-    JOB_COLUMNS,
     STATUSES,
-    JobRow,
-    OpenAttempt,
     QueueDialect,
     QueueReads,
-    Unsettled,
 )
 
 BUSY_TIMEOUT_S = 10.0
@@ -43,6 +36,7 @@ SQLITE = QueueDialect(
     submissions="submissions",
     find="instr",
     day="CAST({} / 86400 AS INTEGER)",
+    arrays=False,
 )
 SCHEMA_VERSION = 2
 MIGRATIONS: tuple[tuple[str, ...], ...] = (  # MIGRATIONS[n]: version n -> n + 1; append only
@@ -172,15 +166,6 @@ class Store(QueueReads):
                 out.append((cursor.lastrowid, job))
         return out
 
-    def known(self, ids: Sequence[str]) -> set[str]:
-        """Which of `ids` name jobs in the store."""
-        found: set[str] = set()
-        for chunk in _chunks(list(dict.fromkeys(ids))):
-            marks = ",".join("?" * len(chunk))
-            rows = self._select(f"SELECT id FROM jobs WHERE id IN ({marks})", tuple(chunk))
-            found.update(r[0] for r in rows)
-        return found
-
     # -- what the scheduling loop writes ---------------------------------------------------
 
     def start_attempt(self, job_id: str, number: int, instance: str, now: float) -> None:
@@ -252,119 +237,6 @@ class Store(QueueReads):
                 (result.status.value, result.reason, now, result.failure_origin, result.job_id),
             )
 
-    # -- reads -----------------------------------------------------------------------------
-
-    def unsettled(self) -> list[Unsettled]:
-        """Jobs queued or running, in submission order."""
-        rows = self._select(
-            f"SELECT {JOB_COLUMNS}, spec FROM jobs WHERE status IN ('queued', 'running') "
-            "ORDER BY seq",
-            (),
-        )
-        return [Unsettled(JobRow(*r[:-1]), job_from_json(json.loads(r[-1]))) for r in rows]
-
-    def open_attempts(self) -> list[OpenAttempt]:
-        rows = self._select(
-            "SELECT job_id, number, instance, started_at FROM attempts WHERE finished_at IS NULL",
-            (),
-        )
-        return [OpenAttempt(*r) for r in rows]
-
-    def settled(self, ids: Sequence[str]) -> dict[str, tuple[Job, JobResult]]:
-        """The settled jobs among `ids`, with their results (attempts left out)."""
-        out: dict[str, tuple[Job, JobResult]] = {}
-        for chunk in _chunks(list(dict.fromkeys(ids))):
-            marks = ",".join("?" * len(chunk))
-            rows = self._select(
-                f"SELECT spec, status, reason, failure_origin FROM jobs WHERE id IN ({marks}) "
-                f"AND status IN {FINAL!r}",
-                tuple(chunk),
-            )
-            for spec, status, reason, origin in rows:
-                job = job_from_json(json.loads(spec))
-                out[job.id] = (job, JobResult(job.id, JobStatus(status), reason, (), origin))
-        return out
-
-    def job(self, job_id: str) -> tuple[JobRow, dict[str, Any]] | None:
-        rows = self._select(f"SELECT {JOB_COLUMNS}, spec FROM jobs WHERE id = ?", (job_id,))
-        if not rows:
-            return None
-        return JobRow(*rows[0][:-1]), json.loads(rows[0][-1])
-
-    def attempts(self, job_id: str) -> list[dict[str, Any]]:
-        rows = self._select(
-            "SELECT number, instance, started_at, finished_at, exit_code, failure, message, "
-            "server, cost_usd, facts FROM attempts WHERE job_id = ? ORDER BY number",
-            (job_id,),
-        )
-        keys = (
-            "number",
-            "instance",
-            "started_at",
-            "finished_at",
-            "exit_code",
-            "failure",
-            "message",
-            "server",
-            "cost_usd",
-        )
-        return [{**dict(zip(keys, r[:-1], strict=True)), "facts": json.loads(r[-1])} for r in rows]
-
-    def ended_attempt(self, job_id: str, number: int) -> Attempt | None:
-        """The attempt if its row was completed, else None."""
-        rows = self._select(
-            "SELECT started_at, finished_at, exit_code, failure, message, server, cost_usd, facts "
-            "FROM attempts WHERE job_id = ? AND number = ? AND finished_at IS NOT NULL",
-            (job_id, number),
-        )
-        if not rows:
-            return None
-        began, ended, code, failure, message, server, cost, facts = rows[0]
-        return Attempt(
-            number, began, ended, code, failure_from(failure), message, server, cost,
-            MappingProxyType(json.loads(facts)),
-        )  # fmt: skip
-
-    def jobs(self, status: str | None, after: int, limit: int) -> list[JobRow]:
-        """A page of jobs in submission order, after sequence number `after`."""
-        args: list[Any]
-        where, args = "seq > ?", [after]  # seq, not OFFSET: a page costs the same anywhere
-        if status is not None:
-            where, args = where + " AND status = ?", [*args, status]
-        rows = self._select(
-            f"SELECT {JOB_COLUMNS} FROM jobs WHERE {where} ORDER BY seq LIMIT ?", (*args, limit)
-        )
-        return [JobRow(*r) for r in rows]
-
-    def counts(self) -> dict[str, int]:
-        rows = self._select("SELECT status, count(*) FROM jobs GROUP BY status", ())
-        return {**dict.fromkeys(STATUSES, 0), **{s: n for s, n in rows}}
-
-    def spend_since(self, since: float) -> float:
-        """USD of attempts that ended at or after `since`."""
-        rows = self._select("SELECT sum(cost_usd) FROM attempts WHERE finished_at >= ?", (since,))
-        return float(rows[0][0] or 0.0)
-
-    def timing(self) -> dict[str, float]:
-        """Sums and counts for the metrics: queue wait (submit to first start), run time."""
-        wait = self._select(
-            "SELECT count(*), sum(first_started_at - submitted_at) FROM jobs "
-            "WHERE first_started_at IS NOT NULL",
-            (),
-        )[0]
-        run = self._select(
-            "SELECT count(*), sum(finished_at - started_at), sum(cost_usd) FROM attempts "
-            "WHERE finished_at IS NOT NULL",
-            (),
-        )[0]
-        return {
-            "wait_count": float(wait[0]),
-            "wait_sum": float(wait[1] or 0.0),
-            "run_count": float(run[0]),
-            "run_sum": float(run[1] or 0.0),
-            "spend": float(run[2] or 0.0),
-        }
-
     # -- plumbing --------------------------------------------------------------------------
 
     def _setup(self) -> None:
@@ -423,9 +295,3 @@ class Store(QueueReads):
 
 def _prio(job: Job) -> str:
     return job.priority.name.lower()
-
-
-def _chunks(items: list[str], size: int = 500) -> Iterator[list[str]]:
-    """SQLite limits the number of `?` in one statement."""
-    for start in range(0, len(items), size):
-        yield items[start : start + size]

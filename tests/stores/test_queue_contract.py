@@ -233,7 +233,7 @@ def test_instances_claiming_at_once_take_each_job_once(pg_url: str, skip_locked:
     for thread in threads:
         thread.join(timeout=60)
     every = [job for mine in taken for job in mine]
-    owners = {str(r[0]) for r in seed._read("SELECT owner FROM queue_jobs", ())}
+    owners = {str(r[0]) for r in seed._select("SELECT owner FROM queue_jobs", ())}
     for queue in (seed, *claimers):
         queue.close()
     if skip_locked:
@@ -262,7 +262,7 @@ def test_five_processes_opening_an_empty_queue_database_at_once(pg_url: str) -> 
     assert [p.returncode for p in procs] == [0] * 5, errors
     with psycopg.connect(pg_url) as conn:
         rows = conn.execute("SELECT component, version FROM clore_run_schema ORDER BY 1")
-        assert rows.fetchall() == [("queue", 1)]
+        assert rows.fetchall() == [("queue", 2)]
 
 
 def test_a_database_crash_mid_queue_loses_nothing_and_counts_nothing_twice(
