@@ -70,6 +70,9 @@ class _Server:
     job: str | None = None  # the job running on it
     claim: str | None = None  # the job it is meant for next (rented for it, or expected)
     after: str | None = None  # the job expected to follow `claim` on it
+    # Won back for this job's retry (a spot order outbid, its bid raised): no other job takes
+    # it, and no other decision gives it back, until that retry runs or the job is final.
+    kept_for: str | None = None
     last_job: str | None = None
     reserved_until: float = 0.0  # the budget holds its cost up to here
     idle_since: float = 0.0  # when its last job ended (or it came up)
@@ -135,7 +138,11 @@ class ServerBook:
         self._jobs = {j.id: j for j in jobs}
         needs = {j.id: j.needs for j in jobs}
         self._dependents = graph.dependents_of(needs)
-        rank = graph.upward_ranks(needs, lambda i: self._jobs[i].duration_hint_s)
+        order = graph.topological_order(needs, self._dependents)
+        hint = {j.id: j.duration_hint_s for j in jobs}
+        # The scheduler of the same run orders its ready jobs by these: it takes them from here.
+        self.ranks = graph.upward_ranks(needs, hint.__getitem__, order, self._dependents)
+        rank = self.ranks
         self._key: dict[str, Key] = {j.id: (-int(j.priority), -rank[j.id], j.index) for j in jobs}
         known = durations_s or {}
         self._expected_s = {j.id: known.get(j.id, j.estimate_s) for j in jobs}
@@ -157,6 +164,7 @@ class ServerBook:
         self._due: dict[str, None] = {}  # jobs whose server should be rented ahead now
         self._starved: dict[str, None] = {}  # due, but at the cap: due again when a slot opens
         self._retrying: set[str] = set()  # an attempt ended, the job is not final yet
+        self._retry_at: dict[str, float] = {}  # retrying jobs: when the retry is due
         self._settled: set[str] = set()
         self._excluded: set[str] = set()
         self._rent_failures: dict[str, list[str]] = {}  # this attempt's failed rents: why
@@ -189,6 +197,7 @@ class ServerBook:
         self._waiting[job_id] = _Want(attempt, timeout_s, seq)
         heapq.heappush(self._queue, (self._key[job_id], seq, job_id))
         self._retrying.discard(job_id)
+        self._retry_at.pop(job_id, None)
         self._eta.pop(job_id, None)
         self._due.pop(job_id, None)
         self._rent_failures[job_id] = []
@@ -203,25 +212,34 @@ class ServerBook:
         self._unclaim(job_id)
         return want.attempt
 
-    def attempt_ended(self, job_id: str, now: float) -> None:
-        """The job's attempt ended: its server is free."""
+    def attempt_ended(self, job_id: str, now: float, server_failed: bool = False) -> None:
+        """The job's attempt ended: its server is free. `server_failed`: it ended because its
+        server failed under it; a rented server not reported lost after that was won back
+        for the job (a spot order outbid, its bid raised) and is kept for the job's retry."""
         self._dirty = True
         server = self._servers.get(self._on.pop(job_id, -1))
         self._retrying.add(job_id)
         if server is None:
             return
         server.job, server.last_job, server.idle_since = None, job_id, now
+        if server_failed and server.rented:
+            self._keep_for(job_id, server)
         if server.ready_at is not None:
             self._idle[server.id] = server
         self._look.add(server.id)
         self._due.update(self._starved)
         self._starved.clear()
 
+    def requeued(self, job_id: str, at: float) -> None:
+        """The job's next attempt is due at `at` (a retry's backoff)."""
+        self._retry_at[job_id] = at
+
     def settled(self, job_id: str, now: float) -> None:
         """The job is final: it wants nothing more."""
         self._dirty = True
         self._settled.add(job_id)
         self._retrying.discard(job_id)
+        self._retry_at.pop(job_id, None)
         self._waiting.pop(job_id, None)
         self._eta.pop(job_id, None)
         self._due.pop(job_id, None)
@@ -279,6 +297,8 @@ class ServerBook:
 
     def committed_usd(self, now: float) -> float:
         """Spent, plus the reservation (or the cost so far, if more) of every server held."""
+        if not self._rented:
+            return self._spent_usd
         held = sum(self._committed(s, now) for s in self._rented.values())
         return self._spent_usd + held
 
@@ -306,6 +326,11 @@ class ServerBook:
         return len(self._idle)
 
     @property
+    def running_count(self) -> int:
+        """Jobs running on a server now (at most the cap)."""
+        return len(self._on)
+
+    @property
     def waiting_count(self) -> int:
         return len(self._waiting)
 
@@ -319,6 +344,11 @@ class ServerBook:
 
     def fits(self, quote: Quote, job_id: str) -> bool:
         return self._market.fits(quote, self._jobs[job_id].gpu)
+
+    @property
+    def renting(self) -> bool:
+        """Does this book rent (a market), or hold only servers that already exist?"""
+        return self._renting
 
     @property
     def expected_boot_s(self) -> float:
@@ -353,11 +383,22 @@ class ServerBook:
     # -- placement -------------------------------------------------------------------------
 
     def _place_on_ready_servers(self, now: float) -> None:
+        """Servers a waiting job needs the last job of go first (its files are warm there):
+        with every server free, another would take that job by going first. At most `cap`
+        jobs run: a backend may have more fixed hosts than the run's concurrency."""
         if not self._idle or not self._waiting:
             return
-        for server in sorted(self._idle.values(), key=_by_id):
-            if self._waiting:
-                self._place_on(server, now)
+        idle = list(self._idle.values())
+        if len(idle) > 1:
+            idle.sort(key=_by_id)
+            idle.sort(key=self._no_warm_job)  # stable: by id within each
+        for server in idle:
+            if not self._waiting or len(self._on) >= self.cap:
+                return
+            self._place_on(server, now)
+
+    def _no_warm_job(self, server: _Server) -> bool:
+        return self._warm_waiting(server) is None
 
     def _place_on(self, server: _Server, now: float) -> bool:
         """Start the best waiting job the server fits, in priority order, a job needing the
@@ -365,8 +406,11 @@ class ServerBook:
         it was rented for has no say: when a better one waits, that one goes first, as a list
         schedule would, and the other rents again. A job whose time there the budget cannot
         hold is passed over for the next."""
+        if server.kept_for is not None:  # won back for one job's retry: that one only
+            return server.kept_for in self._waiting and self._start(server.kept_for, server, now)
         warm = self._warm_waiting(server)
-        queue, seen = self._queue, list[tuple[Key, int, str]]()
+        queue = self._queue
+        seen: list[tuple[Key, int, str]] = []
         placed = False
         while queue and not placed and len(seen) <= 4 * self.cap + 16:
             entry = heapq.heappop(queue)
@@ -428,7 +472,8 @@ class ServerBook:
     # -- renting for jobs that are ready ---------------------------------------------------
 
     def _rent_for_waiting(self, now: float) -> None:
-        queue, seen = self._queue, list[tuple[Key, int, str]]()
+        queue = self._queue
+        seen: list[tuple[Key, int, str]] = []
         soon_free = self._soon_free(now)  # promised to the first waiting jobs they fit
         while queue and len(seen) <= 4 * self.cap + 16:
             entry = heapq.heappop(queue)
@@ -521,7 +566,7 @@ class ServerBook:
         """Servers rented ahead for jobs not ready yet give their money to a job that is."""
         for server in list(self._servers.values()):
             ahead = server.claim is not None and server.claim not in self._waiting
-            if server.rented and server.job is None and ahead:
+            if server.rented and server.job is None and ahead and server.kept_for is None:
                 self._release(server, now, "its money is needed by a job that is ready")
 
     def _budget_text(
@@ -666,10 +711,20 @@ class ServerBook:
         server.claim = job_id
         self._claims[job_id] = server.id
 
+    def _keep_for(self, job_id: str, server: _Server) -> None:
+        """Hold `server` for the job's retry: jobs expected on it go elsewhere."""
+        for other in (server.after, server.claim):
+            if other is not None and other != job_id:
+                self._unclaim(other)
+        self._claim(job_id, server)
+        server.kept_for = job_id
+
     def _unclaim(self, job_id: str) -> None:
         server = self._servers.get(self._claims.pop(job_id, -1))
         if server is None:
             return
+        if server.kept_for == job_id:
+            server.kept_for = None
         if server.claim == job_id:
             server.claim, server.after = server.after, None
             self._look.add(server.id)
@@ -679,6 +734,11 @@ class ServerBook:
     # -- giving back -----------------------------------------------------------------------
 
     def _give_back(self, now: float) -> None:
+        if not self._look:
+            return
+        if not self._renting and not self._cancelled:
+            self._look.clear()  # fixed hosts are kept to the end
+            return
         look, self._look = self._look, set()
         for server_id in sorted(look):
             server = self._servers.get(server_id)
@@ -697,6 +757,7 @@ class ServerBook:
         start = server.idle_since
         if server.claim not in self._waiting:
             start = max(start, self._eta.get(server.claim or "", start))
+            start = max(start, self._retry_at.get(server.claim or "", start))
         until = start + self.boot.expected_s
         if now + _EPS_S < until:
             self._look_at(server, until)

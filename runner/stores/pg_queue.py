@@ -26,24 +26,36 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from runner.core.model import Attempt, Job, JobResult, JobStatus
-from runner.serve.codec import dumps, failure_from, job_from_json, job_to_json
-from runner.serve.store import (
+from runner.core.model import Attempt, Job, JobResult
+from runner.serve.codec import dumps, job_from_json, job_to_json
+from runner.serve.queue_reads import (
     FINAL,
+    JOB_COLUMNS,
     STATUSES,
-    JobMatch,
-    JobRow,
     OpenAttempt,
-    StoreError,
+    QueueDialect,
+    QueueReads,
     Unsettled,
+    unsettled_from,
 )
+from runner.serve.store import StoreError
 from runner.stores.pg import Conn, PgDatabase, Timeouts
 from runner.stores.target import redact_url
 
+if TYPE_CHECKING:
+    from runner.stores.pool_seat import PoolSeat
+
 CHANNEL = "clore_run_queue"
+POSTGRES = QueueDialect(
+    jobs="queue_jobs",
+    attempts="queue_attempts",
+    submissions="queue_submissions",
+    find="strpos",
+    day="floor({} / 86400)",
+    arrays=True,
+)
 _STATUS_LIST = ", ".join(f"'{s}'" for s in STATUSES)
 _FINAL_LIST = ", ".join(f"'{s}'" for s in FINAL)
 
@@ -118,16 +130,17 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (  # MIGRATIONS[n]: version n -> n + 1
         )""",
         "CREATE INDEX queue_instances_live ON queue_instances (expires_at) WHERE taken_by IS NULL",
     ),
+    # The server slot (a reservation in the budget pool, runner/stores/pg_pools.py) the job's
+    # claim holds for it, to give back when the job settles or is requeued.
+    ("ALTER TABLE queue_jobs ADD COLUMN pool_slot BIGINT",),
 )
 
-_SUMMARY = (
-    "seq, id, submission, name, status, priority, submitted_at, first_started_at, finished_at, "
-    "reason, attempts, cost_usd, retries_used, infra_used, retry_at"
+# The claimer's lease runs: one woken from a freeze past its ttl claims nothing (in the moment
+# before its refused heartbeat stops it, a claim would strand jobs until a taker recovered them).
+_LIVE_LEASE = (
+    "EXISTS (SELECT 1 FROM queue_instances i WHERE i.token = %(me)s AND i.taken_by IS NULL "
+    "AND i.stopped_at IS NULL AND i.expires_at > now())"
 )
-_ATTEMPT_KEYS = (
-    "number", "instance", "started_at", "finished_at", "exit_code", "failure", "message",
-    "server", "cost_usd",
-)  # fmt: skip
 _OWNED = "EXISTS (SELECT 1 FROM queue_jobs o WHERE o.id = %(job)s AND o.owner = %(me)s)"
 
 
@@ -153,11 +166,12 @@ class Whereabouts:
     alive: bool
 
 
-class PostgresQueue:
+class PostgresQueue(QueueReads):
     """The queue in the database at `url`. Thread-safe. `shared` tells the service that other
     instances may work on the same rows (so jobs are claimed, not all loaded at start)."""
 
     shared = True
+    _dialect = POSTGRES
 
     def __init__(
         self, url: str, *, timeouts: Timeouts | None = None, skip_locked: bool = True
@@ -169,6 +183,8 @@ class PostgresQueue:
         self.path = redact_url(url)  # what messages name (server_cmd prints it)
         self.db = PgDatabase(url, what="queue database", error=StoreError, timeouts=timeouts)
         self._batch = threading.local()
+        self._seat: PoolSeat | None = None
+        self._slots_in_claim = True
         try:
             self.db.migrate("queue", MIGRATIONS)
         except StoreError:
@@ -223,11 +239,12 @@ class PostgresQueue:
         job it could not hand over is recovered by whoever takes it next)."""
 
         def end(conn: Conn) -> None:
-            conn.execute(
+            given = conn.execute(
                 "UPDATE queue_jobs SET owner = NULL, claim = NULL "
-                "WHERE owner = %s AND status = 'queued'",
+                "WHERE owner = %s AND status = 'queued' RETURNING pool_slot",
                 (token,),
-            )
+            ).fetchall()
+            _release(conn, [r[0] for r in given], f"stop of {token}")
             conn.execute(
                 "UPDATE queue_instances SET stopped_at = %s, expires_at = now() "
                 "WHERE token = %s AND taken_by IS NULL",
@@ -270,17 +287,21 @@ class PostgresQueue:
             "stopped_at = coalesce(stopped_at, extract(epoch FROM now())) WHERE token = %s",
             (taker, key, token),
         )
-        conn.execute(
+        given = conn.execute(
             "UPDATE queue_jobs SET owner = NULL, claim = NULL "
-            "WHERE owner = %s AND status = 'queued'",
+            "WHERE owner = %s AND status = 'queued' RETURNING pool_slot",
             (token,),
-        )
+        ).fetchall()
         rows = conn.execute(
             f"UPDATE queue_jobs SET owner = %s, claim = %s WHERE owner IN (%s, %s) "
-            f"AND status = 'running' AND (owner = %s OR claim = %s) RETURNING {_SUMMARY}, spec",
+            f"AND status = 'running' AND (owner = %s OR claim = %s) "
+            f"RETURNING {JOB_COLUMNS}, spec, pool_slot",
             (taker, key, token, taker, token, key),
         ).fetchall()
-        running = sorted((_unsettled(r) for r in rows), key=lambda u: u.row.seq)
+        # Every slot the dead instance's claims held goes back: its running attempts are lost,
+        # and their retries reserve anew when they rent.
+        _release(conn, [r[0] for r in given] + [r[-1] for r in rows], f"take-over of {token}")
+        running = sorted((unsettled_from(r[:-1]) for r in rows), key=lambda u: u.row.seq)
         ids = [u.row.id for u in running]
         opened = conn.execute(
             "SELECT job_id, number, instance, started_at FROM queue_attempts "
@@ -293,7 +314,7 @@ class PostgresQueue:
 
     def live_instances(self) -> list[tuple[str, str]]:
         """(token, url) of the instances whose lease runs."""
-        rows = self._read(
+        rows = self._select(
             "SELECT token, url FROM queue_instances WHERE taken_by IS NULL "
             "AND stopped_at IS NULL AND expires_at > now() ORDER BY started_at",
             (),
@@ -302,40 +323,82 @@ class PostgresQueue:
 
     # -- claims ----------------------------------------------------------------------------
 
+    def claim_slots_from(self, seat: PoolSeat, *, in_claim: bool = True) -> None:
+        """From now on each job is claimed together with a server slot in `seat`'s budget
+        pool, which lives in this database: in one transaction, under the pool row's lock, so
+        no job is claimed without a slot (and no slot held for a job not claimed).
+        `in_claim=False` exists for one test only: the slots taken in a transaction of their
+        own after the claim's, which the test sees claim jobs with no slot."""
+        self._seat = seat
+        self._slots_in_claim = in_claim
+
     def claim(self, token: str, limit: int, now: float) -> list[Unsettled]:
         """Up to `limit` runnable jobs for `token`: queued, nobody's, due (retry time and
         not-before at or before `now`, the instances' own clock, as the core's timers are),
-        every need settled. Highest priority first, then submission order."""
+        every need settled. Highest priority first, then submission order. Nothing while
+        `token`'s lease has expired (or was taken, or ended). With a pool (claim_slots_from),
+        no more jobs than the pool has server slots for, each holding one."""
         if limit <= 0:
             return []
         key = uuid.uuid4().hex
+        seat = self._seat
+        in_claim = seat is not None and self._slots_in_claim
+        apart = 0
+        if seat is not None and not in_claim:  # the twin: the room read before, on its own
+            apart = self.db.run("count the pool's room", lambda conn: _room(conn, seat, limit))
 
-        def take(conn: Conn) -> list[Unsettled]:
+        def take(conn: Conn) -> tuple[list[Unsettled], dict[str, int]]:
             rows = conn.execute(
-                f"SELECT {_SUMMARY}, spec FROM queue_jobs WHERE claim = %s AND owner = %s",
+                f"SELECT {JOB_COLUMNS}, spec, pool_slot FROM queue_jobs "
+                "WHERE claim = %s AND owner = %s",
                 (key, token),
             ).fetchall()
-            if rows:
-                return [_unsettled(r) for r in rows]
-            rows = conn.execute(
-                f"""UPDATE queue_jobs SET owner = %(me)s, claim = %(key)s WHERE seq IN (
-                    SELECT j.seq FROM queue_jobs j
-                    WHERE j.status = 'queued' AND j.owner IS NULL
-                    AND (j.retry_at IS NULL OR j.retry_at <= %(now)s)
-                    AND (j.not_before IS NULL OR j.not_before <= %(now)s)
-                    AND NOT EXISTS (
-                        SELECT 1 FROM queue_needs n JOIN queue_jobs d ON d.id = n.need
-                        WHERE n.job = j.id AND d.status IN ('queued', 'running'))
-                    ORDER BY j.rank DESC, j.seq
-                    LIMIT %(limit)s
-                    {self._claim_lock}
-                ) RETURNING {_SUMMARY}, spec""",
-                {"me": token, "key": key, "now": now, "limit": limit},
-            ).fetchall()
-            return [_unsettled(r) for r in rows]
+            if rows:  # a landed first try, when the reply to its COMMIT was lost
+                slots = {str(r[1]): int(r[-1]) for r in rows if r[-1] is not None}
+                return [unsettled_from(r[:-1]) for r in rows], slots
+            want = limit if seat is None else _room(conn, seat, limit) if in_claim else apart
+            if want <= 0:
+                return [], {}
+            claimed = self._claim_rows(conn, token, key, want, now)
+            if seat is None or not in_claim or not claimed:
+                return claimed, {}
+            return claimed, _hold(conn, seat, key, [u.row.id for u in claimed])
 
-        claimed = self.db.run("claim jobs", take)
+        claimed, slots = self.db.run("claim jobs", take)
+        if seat is not None and not in_claim and claimed:
+            slots = self._hold_apart(seat, key, claimed)
+        if seat is not None:
+            seat.hold_slots(slots)
         return sorted(claimed, key=lambda u: (-u.job.priority, u.row.seq))
+
+    def _claim_rows(
+        self, conn: Conn, token: str, key: str, limit: int, now: float
+    ) -> list[Unsettled]:
+        rows = conn.execute(
+            f"""UPDATE queue_jobs SET owner = %(me)s, claim = %(key)s WHERE seq IN (
+                SELECT j.seq FROM queue_jobs j
+                WHERE {_LIVE_LEASE} AND j.status = 'queued' AND j.owner IS NULL
+                AND (j.retry_at IS NULL OR j.retry_at <= %(now)s)
+                AND (j.not_before IS NULL OR j.not_before <= %(now)s)
+                AND NOT EXISTS (
+                    SELECT 1 FROM queue_needs n JOIN queue_jobs d ON d.id = n.need
+                    WHERE n.job = j.id AND d.status IN ('queued', 'running'))
+                ORDER BY j.rank DESC, j.seq
+                LIMIT %(limit)s
+                {self._claim_lock}
+            ) RETURNING {JOB_COLUMNS}, spec""",
+            {"me": token, "key": key, "now": now, "limit": limit},
+        ).fetchall()
+        return [unsettled_from(r) for r in rows]
+
+    def _hold_apart(self, seat: PoolSeat, key: str, claimed: list[Unsettled]) -> dict[str, int]:
+        """The test's twin: the slots in a transaction after the claim's (the bug it shows)."""
+
+        def hold(conn: Conn) -> dict[str, int]:
+            room = max(0, _room(conn, seat, len(claimed)))
+            return _hold(conn, seat, key, [u.row.id for u in claimed[:room]]) if room else {}
+
+        return self.db.run("hold server slots", hold)
 
     def cancel_requests(self, token: str) -> list[str]:
         """Jobs this instance holds that another instance was asked to cancel (taken once)."""
@@ -379,13 +442,13 @@ class PostgresQueue:
         return self.db.run("cancel a job", cancel)
 
     def whereabouts(self, job_id: str) -> Whereabouts:
-        rows = self._read(
+        rows = self._select(
             "SELECT coalesce(j.owner, a.instance), coalesce(i.url, ''), "
             "coalesce(i.taken_by IS NULL AND i.stopped_at IS NULL AND i.expires_at > now(), "
             "false) FROM queue_jobs j "
             "LEFT JOIN queue_attempts a ON a.job_id = j.id AND a.number = j.attempts "
             "LEFT JOIN queue_instances i ON i.token = coalesce(j.owner, a.instance) "
-            "WHERE j.id = %s",
+            "WHERE j.id = ?",
             (job_id,),
         )
         if not rows:
@@ -442,10 +505,6 @@ class PostgresQueue:
             return out
 
         return self.db.run("queue the jobs", insert)
-
-    def known(self, ids: Sequence[str]) -> set[str]:
-        rows = self._read("SELECT id FROM queue_jobs WHERE id = ANY(%s)", (list(set(ids)),))
-        return {str(r[0]) for r in rows}
 
     # -- what the scheduling loop writes (fenced by the owner) -----------------------------
 
@@ -525,11 +584,14 @@ class PostgresQueue:
             if owner is not None:
                 self._owned(cursor.rowcount, job_id, owner)
             status = ", status = 'queued', owner = NULL, claim = NULL" if requeue else ""
-            conn.execute(
+            given = conn.execute(
                 "UPDATE queue_jobs SET cost_usd = (SELECT coalesce(sum(cost_usd), 0) "
-                f"FROM queue_attempts WHERE job_id = %(job)s){status} WHERE id = %(job)s",
+                f"FROM queue_attempts WHERE job_id = %(job)s){status} WHERE id = %(job)s "
+                "RETURNING pool_slot",
                 args,
-            )
+            ).fetchall()
+            if requeue:
+                _release(conn, [r[0] for r in given], f"requeue of {job_id}")
 
         self._run("record an attempt end", end)
 
@@ -550,11 +612,12 @@ class PostgresQueue:
         def write(conn: Conn) -> None:
             cursor = conn.execute(
                 "UPDATE queue_jobs SET status = 'queued', retry_at = %(at)s, retries_used = %(r)s, "
-                f"infra_used = %(i)s WHERE id = %(job)s{fence}",
+                f"infra_used = %(i)s WHERE id = %(job)s{fence} RETURNING pool_slot",
                 args,
             )
             if owner is not None:
                 self._owned(cursor.rowcount, job_id, owner)
+            _release(conn, [r[0] for r in cursor.fetchall()], f"requeue of {job_id}")
 
         self._run("requeue a job", write)
 
@@ -575,11 +638,12 @@ class PostgresQueue:
             cursor = conn.execute(
                 "UPDATE queue_jobs SET status = %(status)s, reason = %(reason)s, "
                 "finished_at = %(now)s, retry_at = NULL, failure_origin = %(origin)s "
-                f"WHERE id = %(job)s{fence}",
+                f"WHERE id = %(job)s{fence} RETURNING pool_slot",
                 args,
             )
             if owner is not None:
                 self._owned(cursor.rowcount, result.job_id, owner)
+            _release(conn, [r[0] for r in cursor.fetchall()], f"end of {result.job_id}")
             conn.execute(f"NOTIFY {CHANNEL}")
 
         self._run("settle a job", write)
@@ -596,155 +660,6 @@ class PostgresQueue:
                 yield
             finally:
                 self._batch.conn = None
-
-    # -- reads -----------------------------------------------------------------------------
-
-    def unsettled(self) -> list[Unsettled]:
-        rows = self._read(
-            f"SELECT {_SUMMARY}, spec FROM queue_jobs WHERE status IN ('queued', 'running') "
-            "ORDER BY seq",
-            (),
-        )
-        return [_unsettled(r) for r in rows]
-
-    def open_attempts(self) -> list[OpenAttempt]:
-        rows = self._read(
-            "SELECT job_id, number, instance, started_at FROM queue_attempts "
-            "WHERE finished_at IS NULL",
-            (),
-        )
-        return [OpenAttempt(*r) for r in rows]
-
-    def settled(self, ids: Sequence[str]) -> dict[str, tuple[Job, JobResult]]:
-        rows = self._read(
-            "SELECT spec, status, reason, failure_origin FROM queue_jobs WHERE id = ANY(%s) "
-            f"AND status IN ({_FINAL_LIST})",
-            (list(set(ids)),),
-        )
-        out: dict[str, tuple[Job, JobResult]] = {}
-        for spec, status, reason, origin in rows:
-            job = job_from_json(json.loads(spec))
-            out[job.id] = (job, JobResult(job.id, JobStatus(status), reason, (), origin))
-        return out
-
-    def job(self, job_id: str) -> tuple[JobRow, dict[str, Any]] | None:
-        rows = self._read(f"SELECT {_SUMMARY}, spec FROM queue_jobs WHERE id = %s", (job_id,))
-        if not rows:
-            return None
-        return _row(rows[0][:-1]), json.loads(rows[0][-1])
-
-    def attempts(self, job_id: str) -> list[dict[str, Any]]:
-        rows = self._read(
-            "SELECT number, instance, started_at, finished_at, exit_code, failure, message, "
-            "server, cost_usd, facts FROM queue_attempts WHERE job_id = %s ORDER BY number",
-            (job_id,),
-        )
-        return [
-            {**dict(zip(_ATTEMPT_KEYS, r[:-1], strict=True)), "facts": json.loads(r[-1])}
-            for r in rows
-        ]
-
-    def ended_attempt(self, job_id: str, number: int) -> Attempt | None:
-        rows = self._read(
-            "SELECT started_at, finished_at, exit_code, failure, message, server, cost_usd, facts "
-            "FROM queue_attempts WHERE job_id = %s AND number = %s AND finished_at IS NOT NULL",
-            (job_id, number),
-        )
-        if not rows:
-            return None
-        began, ended, code, failure, message, server, cost, facts = rows[0]
-        return Attempt(
-            number, began, ended, code, failure_from(failure), message, server, cost,
-            MappingProxyType(json.loads(facts)),
-        )  # fmt: skip
-
-    def jobs(self, status: str | None, after: int, limit: int) -> list[JobRow]:
-        args: list[Any]
-        where, args = "seq > %s", [after]
-        if status is not None:
-            where, args = where + " AND status = %s", [*args, status]
-        rows = self._read(
-            f"SELECT {_SUMMARY} FROM queue_jobs WHERE {where} ORDER BY seq LIMIT %s",
-            (*args, limit),
-        )
-        return [_row(r) for r in rows]
-
-    def counts(self) -> dict[str, int]:
-        rows = self._read("SELECT status, count(*) FROM queue_jobs GROUP BY status", ())
-        return {**dict.fromkeys(STATUSES, 0), **{str(s): int(n) for s, n in rows}}
-
-    def spend_since(self, since: float) -> float:
-        rows = self._read(
-            "SELECT sum(cost_usd) FROM queue_attempts WHERE finished_at >= %s", (since,)
-        )
-        return float(rows[0][0] or 0.0)
-
-    def timing(self) -> dict[str, float]:
-        wait = self._read(
-            "SELECT count(*), sum(first_started_at - submitted_at) FROM queue_jobs "
-            "WHERE first_started_at IS NOT NULL",
-            (),
-        )[0]
-        run = self._read(
-            "SELECT count(*), sum(finished_at - started_at), sum(cost_usd) FROM queue_attempts "
-            "WHERE finished_at IS NOT NULL",
-            (),
-        )[0]
-        return {
-            "wait_count": float(wait[0]),
-            "wait_sum": float(wait[1] or 0.0),
-            "run_count": float(run[0]),
-            "run_sum": float(run[1] or 0.0),
-            "spend": float(run[2] or 0.0),
-        }
-
-    def job_page(self, match: JobMatch, limit: int) -> list[tuple[JobRow, dict[str, Any]]]:
-        where, args = _matching(match)
-        order = "ASC"
-        if match.after is not None:
-            where, args = [*where, "seq > %s"], [*args, match.after]
-        if match.before is not None:
-            where, args, order = [*where, "seq < %s"], [*args, match.before], "DESC"
-        clause = " AND ".join(where) or "true"
-        rows = self._read(
-            f"SELECT {_SUMMARY}, spec FROM queue_jobs WHERE {clause} ORDER BY seq {order} LIMIT %s",
-            (*args, limit),
-        )
-        page = [(_row(r[:-1]), json.loads(r[-1])) for r in rows]
-        return page[::-1] if order == "DESC" else page
-
-    def match_counts(self, match: JobMatch) -> dict[str, int]:
-        where, args = _matching(JobMatch(name=match.name, submission=match.submission))
-        clause = " AND ".join(where) or "true"
-        rows = self._read(
-            f"SELECT status, count(*) FROM queue_jobs WHERE {clause} GROUP BY status",
-            tuple(args),
-        )
-        return {**dict.fromkeys(STATUSES, 0), **{str(s): int(n) for s, n in rows}}
-
-    def submission(self, number: int) -> tuple[str, str, float] | None:
-        rows = self._read(
-            "SELECT kind, label, submitted_at FROM queue_submissions WHERE id = %s", (number,)
-        )
-        return (str(rows[0][0]), str(rows[0][1]), float(rows[0][2])) if rows else None
-
-    def submission_attempts(self, number: int, limit: int) -> list[dict[str, Any]]:
-        rows = self._read(
-            "SELECT a.job_id, a.number, a.started_at, a.finished_at, a.failure "
-            "FROM queue_attempts a JOIN queue_jobs j ON j.id = a.job_id "
-            "WHERE j.submission = %s ORDER BY a.started_at LIMIT %s",
-            (number, limit),
-        )
-        keys = ("job_id", "number", "started_at", "finished_at", "failure")
-        return [dict(zip(keys, r, strict=True)) for r in rows]
-
-    def spend_by_day(self, since: float) -> list[tuple[float, float]]:
-        rows = self._read(
-            "SELECT floor(finished_at / 86400) AS day, sum(cost_usd) FROM queue_attempts "
-            "WHERE finished_at >= %s GROUP BY day ORDER BY day",
-            (since,),
-        )
-        return [(float(day) * 86400, float(usd or 0.0)) for day, usd in rows]
 
     # -- plumbing --------------------------------------------------------------------------
 
@@ -769,31 +684,44 @@ class PostgresQueue:
 
         self._run(doing, write)
 
-    def _read(self, query: str, args: Sequence[Any]) -> list[tuple[Any, ...]]:
+    def _select(self, query: str, args: Sequence[Any]) -> list[tuple[Any, ...]]:
+        """A read inside the open batch on this thread, else on its own. Placeholders are
+        written `?` (QueueReads' statements serve SQLite too) and become psycopg's `%s`."""
+        statement = query.replace("?", "%s").encode()
+
         def read(conn: Conn) -> list[tuple[Any, ...]]:
-            return conn.execute(query.encode(), args).fetchall()
+            return conn.execute(statement, args).fetchall()
 
         conn: Conn | None = getattr(self._batch, "conn", None)
         return read(conn) if conn is not None else self.db.run("read the queue", read)
 
 
-def _row(r: Sequence[Any]) -> JobRow:
-    return JobRow(*r)
+def _room(conn: Conn, seat: PoolSeat, want: int) -> int:
+    """How many server slots the seat's pool has room for, up to `want`; the pool row stays
+    locked until the calling transaction ends. 0 when the seat's pool lease was taken (the
+    seat's keeper says so, and the serve instance stops)."""
+    lease = seat.keeper.lease
+    row = conn.execute(
+        "SELECT clore_run_claim_room(%s, %s, %s, %s)", (lease.holder, lease.token, seat.pool, want)
+    ).fetchone()
+    if row is None or row[0] is None:
+        raise StoreError(f"no budget pool named {seat.pool!r} in the queue database")
+    return max(0, int(row[0]))
 
 
-def _unsettled(r: Sequence[Any]) -> Unsettled:
-    return Unsettled(_row(r[:-1]), job_from_json(json.loads(r[-1])))
+def _hold(conn: Conn, seat: PoolSeat, key: str, ids: list[str]) -> dict[str, int]:
+    """One slot per claimed job, tied to its row (after _room in the same transaction)."""
+    rows = conn.execute(
+        "UPDATE queue_jobs q SET pool_slot = s.o_id "
+        "FROM clore_run_hold_slots(%s, %s, %s, %s) s WHERE q.id = s.o_job "
+        "RETURNING q.id, q.pool_slot",
+        (seat.holder, seat.pool, key, ids),
+    ).fetchall()
+    return {str(job): int(slot) for job, slot in rows}
 
 
-def _matching(match: JobMatch) -> tuple[list[str], list[Any]]:
-    where: list[str] = []
-    args: list[Any] = []
-    if match.status is not None:
-        where, args = [*where, "status = %s"], [*args, match.status]
-    if match.submission is not None:
-        where, args = [*where, "submission = %s"], [*args, match.submission]
-    if match.name:
-        # strpos, not LIKE: a user's % or _ is a character to find, not a wildcard.
-        where.append("(strpos(lower(name), lower(%s)) > 0 OR strpos(lower(id), lower(%s)) > 0)")
-        args += [match.name, match.name]
-    return where, args
+def _release(conn: Conn, slots: Sequence[int | None], by: str) -> None:
+    """Give back the claims' server slots that are still held (none: no round trip)."""
+    held = [slot for slot in slots if slot is not None]
+    if held:
+        conn.execute("SELECT clore_run_release_slots(%s, %s)", (held, by))

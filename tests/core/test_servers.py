@@ -20,7 +20,15 @@ from runner.core.events import (
     Settled,
     TimerFired,
 )
-from runner.core.model import Attempt, FailureKind, GpuAsk, Job, JobStatus, RunStatus
+from runner.core.model import (
+    Attempt,
+    FailureKind,
+    GpuAsk,
+    Job,
+    JobStatus,
+    Priority,
+    RunStatus,
+)
 from runner.core.placing import CoreEvent, PlacingCore
 from runner.core.rentals import (
     BootTimes,
@@ -248,6 +256,26 @@ def test_fixed_hosts_are_never_rented_and_cap_the_jobs_running() -> None:
     assert {r.rented for r in d.releases()} == {False}  # let go at the end, never cancelled
 
 
+def test_more_fixed_hosts_than_the_cap_run_no_more_than_cap_jobs() -> None:
+    hosts = (Quote("h1"), Quote("h2"), Quote("h3"))
+    d = Drive(pipeline(job("a"), job("b"), job("c")), cap=2, fixed=hosts, market=False)
+    assert [s.job_id for s in d.starts()] == ["a", "b"]
+    d.finish(10.0, d.start_of("b"))
+    assert [s.job_id for s in d.starts()] == ["a", "b", "c"]
+
+
+def test_with_every_host_free_a_job_goes_where_its_need_just_ran() -> None:
+    # b (urgent) takes h1, a takes h2; b ends, then a: both hosts are free when c is ready,
+    # and c goes to h2, where the files of a are.
+    hosts = (Quote("h1"), Quote("h2"))
+    jobs = pipeline(job("b", priority=Priority.URGENT), job("a"), job("c", "a"))
+    d = Drive(jobs, cap=2, fixed=hosts, market=False)
+    assert (d.start_of("b").server, d.start_of("a").server) == (1, 2)
+    d.finish(10.0, d.start_of("b"))
+    d.finish(20.0, d.start_of("a"))
+    assert d.start_of("c").server == 2
+
+
 # -- giving back ---------------------------------------------------------------------------------
 
 
@@ -437,3 +465,34 @@ def test_a_server_is_not_kept_for_a_job_another_server_will_be_free_for() -> Non
     d.at(100.0, ServerReady(x_server))
     out = d.finish(340.0, d.start_of("x"))
     assert ReleaseServer(x_server, "no job waiting can use it within a boot") in out
+
+
+def test_a_server_won_back_for_a_jobs_retry_is_kept_for_it_not_given_to_another_job() -> None:
+    # A spot order outbid and re-bid: the job died with its container, the adapter kept the
+    # server (no ServerLost), and the job's retry is due after a backoff. Another job waiting
+    # at the cap must not take that server meanwhile, or the retry rents elsewhere.
+    d = Drive(pipeline(job("a"), job("c")), cap=1)
+    server = d.rent_for("a").server
+    d.at(100.0, ServerReady(server))
+    out = d.finish(130.0, d.start_of("a"), FailureKind.SERVER_LOST)
+    assert not [c for c in out if isinstance(c, (StartOn, ReleaseServer))]
+    assert d.book.wait_reason("c") == "cap"
+    (retry,) = [t for t in d.timers() if t.token[0] == "wake"]
+    out = d.at(retry.at, TimerFired(retry.token))
+    assert StartOn("a", 2, server, 600.0) in out
+    assert [r.for_job for r in d.rents()] == ["a"]  # the retry rented nothing
+    # After the retry, the server is anyone's again: c runs on it.
+    d.finish(retry.at + 60.0, d.start_of("a"))
+    assert d.start_of("c").server == server
+
+
+def test_a_won_back_server_is_not_given_back_for_a_ready_jobs_money() -> None:
+    # The budget holds one rental: c, ready and short of money, must not take the kept
+    # server's reservation by giving it back (as it does with a server rented ahead).
+    d = Drive(pipeline(job("a"), job("c", gpu="4090")), cap=2, budget_usd=0.2)
+    server = d.rent_for("a").server
+    d.at(100.0, ServerReady(server))
+    out = d.finish(130.0, d.start_of("a"), FailureKind.SERVER_LOST)
+    assert ReleaseServer(server, "its money is needed by a job that is ready") not in out
+    (retry,) = [t for t in d.timers() if t.token[0] == "wake"]
+    assert StartOn("a", 2, server, 600.0) in d.at(retry.at, TimerFired(retry.token))
