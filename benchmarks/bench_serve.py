@@ -32,6 +32,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -130,9 +131,8 @@ def queue_up(target: str | Path, total: int) -> None:
             prepared = prepare_pipeline(
                 "jobs:\n" + "".join(f"  j{i}:\n    run: 'true'\n" for i in names), []
             )
-            store.submit(
-                "pipeline", "bench", lambda n, p=prepared: with_server_ids(p.jobs, n), time.time()
-            )
+            jobs = prepared.jobs
+            store.submit("pipeline", "bench", partial(with_server_ids, jobs), time.time())
     finally:
         store.close()
 
@@ -239,7 +239,8 @@ def main() -> None:
             report(f"submit-to-start ({args.starts} jobs)", starts)
             took = fill(http, url, args.queued)
             print(f"  queued {args.queued} jobs in 10 requests: {took:.2f} s")
-            last = http.get(f"{url}/jobs", params={"status": "queued", "limit": 1}).json()
+            newest: dict[str, str | int] = {"status": "queued", "limit": 1}
+            last = http.get(f"{url}/jobs", params=newest).json()
             deep = last["jobs"][0]["id"]
             seq_near_end = args.starts + args.queued - 200
             report(

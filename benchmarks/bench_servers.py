@@ -40,7 +40,7 @@ OFFERS = tuple(
 def four_levels() -> Pipeline:
     """Four levels, two jobs a level on GPU types that change at every level; each job needs
     both of the level above. Ten minutes a job."""
-    jobs = []
+    jobs: list[Job] = []
     for level in range(4):
         for k in range(2):
             needs = tuple(f"l{level - 1}{j}" for j in range(2)) if level else ()

@@ -281,7 +281,10 @@ class Driver(Generic[C]):
         self._renting: RentingBackend | None = None
         if self.servers is None and isinstance(backend, RentingBackend):
             self._renting = backend
-        self._gives_back_early = self._renting is not None or self.servers is not None
+        # Servers that already exist (SSH hosts, local slots) are let go only after their
+        # attempts have stopped: their files are fetched on the way out.
+        rents = self._placing is not None and self._placing.book.renting
+        self._gives_back_early = self._renting is not None or (self.servers is not None and rents)
         self._places_held = 0
         self._cancel_at: float | None = None
         self._early: threading.Thread | None = None
@@ -651,7 +654,7 @@ class _OnServer:
         return None
 
     def acquire(self, job: Job, cancel: threading.Event, stages: StageSink = NO_STAGES) -> Place:
-        return self.servers.place(self.server, job)
+        return self.servers.place(self.server, job, cancel, stages)
 
     def run(
         self,

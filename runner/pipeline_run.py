@@ -101,7 +101,8 @@ class PipelineRun:
             settings.workspace_root,
             settings.workspace_files,
         )
-        # A backend that rents is the core's adapter: the core decides its servers.
+        # A backend that is the core's adapter (Clore, SSH, local): the core decides which
+        # of its servers runs which job (and, on Clore, which to rent and give back).
         servers = backend if isinstance(backend, ServerAdapter) else None
         book = None
         if servers is not None:

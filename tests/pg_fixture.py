@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.orphan_guard import Guard, guard
 from tests.sshd_fixture import free_port
 
 _BIN_ROOT = Path("/usr/lib/postgresql")
@@ -47,6 +48,7 @@ class PgCluster:
     folder: Path
     port: int
     user: str | None  # the OS user it runs as (None: ourselves)
+    guard: Guard | None = None  # stops it and removes its folder if the test run dies first
     _names: Iterator[int] = field(default_factory=lambda: itertools.count(1))
 
     @property
@@ -77,6 +79,8 @@ class PgCluster:
     def stop(self) -> None:
         with contextlib.suppress(subprocess.SubprocessError, OSError):
             self.pg_ctl("stop", "-m", "fast", "-w")
+        if self.guard is not None:
+            self.guard.release()
 
 
 def start_cluster(folder: Path) -> PgCluster:
@@ -110,9 +114,12 @@ def start_cluster(folder: Path) -> PgCluster:
         )
         (data / "postgresql.auto.conf").write_text(conf)
         cluster = PgCluster(bin_dir, folder, port, user)
+        # Watching before the start: a run killed while pg_ctl waits leaves nothing either.
+        cluster.guard = guard("postgres", str(data), str(folder))
         try:
             cluster.pg_ctl("start", "-w", "-t", str(_START_TIMEOUT_S))
         except subprocess.CalledProcessError:
+            cluster.guard.release()
             continue
         return cluster
     log = (folder / "server.log").read_text(errors="replace") if folder.exists() else ""

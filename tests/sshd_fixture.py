@@ -27,6 +27,7 @@ from runner.backends.base import RunRequest, Stream
 from runner.backends.ssh.connection import Endpoint, SshConnection, connect
 from runner.backends.ssh.keys import ClientKey, HostKeyStore
 from runner.core.model import Job
+from tests.orphan_guard import Guard, guard
 
 SSHD = "/usr/sbin/sshd"
 _START_TIMEOUT_S = 10.0
@@ -62,6 +63,7 @@ class SshServer:
     process: subprocess.Popen[bytes]
     user: str = "root"
     host: str = "127.0.0.1"
+    guard: Guard | None = None  # kills sshd and its sessions if the test run dies first
 
     @property
     def target(self) -> str:
@@ -82,6 +84,12 @@ class SshServer:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(timeout=5)
+        self.release()
+
+    def release(self) -> None:
+        """Stopped cleanly: the watchdog may go."""
+        if self.guard is not None:
+            self.guard.release()
 
     def signal_all(self, sig: int) -> None:
         """Signal the listener and every process under it (sshd gives each login its own
@@ -104,6 +112,7 @@ class SshServer:
         """The server is gone: kill sshd with every session and job under it."""
         self.signal_all(signal.SIGKILL)
         self.process.wait(timeout=5)
+        self.release()
 
 
 def descendants(pid: int) -> list[int]:
@@ -178,7 +187,9 @@ def start_sshd(folder: Path, client_key: Path | None = None, port: int | None = 
                 start_new_session=True,
             )
         if _wait_until_listening(chosen, process):
-            return SshServer(chosen, folder, client_key, process)
+            return SshServer(
+                chosen, folder, client_key, process, guard=guard("tree", str(process.pid))
+            )
         if port is not None:
             break
     log = (folder / "sshd.log").read_text(errors="replace")
@@ -237,8 +248,7 @@ def sshd_killable(tmp_path: Path) -> Iterator[SshServer]:
     """An sshd of the test's own, to kill or freeze mid-job; cleaned up whatever happened."""
     server = start_sshd(tmp_path / "sshd")
     yield server
-    server.signal_all(signal.SIGKILL)
-    server.process.wait(timeout=5)
+    server.kill_all()
 
 
 @pytest.fixture(scope="session")

@@ -144,7 +144,9 @@ class ServerAdapter(Protocol):
     """A backend whose servers the core decides: which to rent, which job runs on which, when
     one is given back. The adapter carries those decisions out and says what happened; it
     decides nothing about money or machines itself. `rent` and `release` block (the driver
-    calls them off its loop); every other call is quick."""
+    calls them off its loop); `place` and `run` block on the attempt's worker; every other
+    call is quick. A backend whose servers already exist (SSH hosts, local slots) gives a
+    book of fixed hosts: the core places jobs on them by the same rules, and never rents."""
 
     def server_book(
         self,
@@ -166,8 +168,12 @@ class ServerAdapter(Protocol):
         rent's stages (renting, booting, connecting) for the job it is meant for."""
         ...
 
-    def place(self, server: int, job: Job) -> Place:
-        """Server `server` (ready) as the place of `job`'s next attempt."""
+    def place(
+        self, server: int, job: Job, cancel: threading.Event, stages: StageSink = NO_STAGES
+    ) -> Place:
+        """Server `server` (ready) as the place of `job`'s next attempt. May block (an SSH
+        host connects on first use), honouring `cancel`; raises InfrastructureError when the
+        server cannot take it (then `lost` says whether it is gone for good)."""
         ...
 
     def run(

@@ -16,17 +16,22 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from runner.backends.base import (
     NO_STAGES,
+    Backend,
     OutputSink,
     Place,
     RunOutcome,
     RunRequest,
+    ServerAdapter,
     StageSink,
     Stream,
 )
+from runner.backends.fixed import FixedServers
 from runner.backends.local_files import collect_artifacts, copy_workspace
 from runner.core.model import FailureKind, Job
 
@@ -38,8 +43,9 @@ _READ_CHUNK = 1 << 16
 _NOT_FOR_JOBS = frozenset({"CLORE_API_KEY", "CLORE_RUN_TOKEN"})
 
 
-class LocalBackend:
-    """Jobs run on this machine; a place is a fresh working directory."""
+class LocalBackend(FixedServers):
+    """Jobs run on this machine; a place is a fresh working directory. For `run` it is the
+    core's adapter: the run's concurrency is its number of slots, servers that already exist."""
 
     name = "local"
 
@@ -95,6 +101,22 @@ class LocalBackend:
         for warning in warnings:
             sink.write("stderr", f"clore-run: {warning}\n".encode())
         return outcome
+
+    # -- the core's adapter (`clore-run run`): `cap` slots on this machine --------------------
+
+    def fixed_servers(self, cap: int) -> Sequence[str]:
+        return [f"slot-{n}" for n in range(1, cap + 1)]
+
+    def place(
+        self, server: int, job: Job, cancel: threading.Event, stages: StageSink = NO_STAGES
+    ) -> Place:
+        return self.acquire(job, cancel, stages)
+
+    def attempt_done(self, place: Place) -> None:
+        self.release(place)
+
+    def lost(self, server: int) -> bool:
+        return False  # this machine is not lost while clore-run runs on it
 
     def release(self, place: Place) -> None:
         workdir = Path(place.facts["workdir"])
@@ -225,3 +247,12 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
+
+
+if TYPE_CHECKING:  # let mypy hold LocalBackend to the Backend and ServerAdapter Protocols
+
+    def _is_a_backend(backend: LocalBackend) -> Backend:
+        return backend
+
+    def _is_an_adapter(backend: LocalBackend) -> ServerAdapter:
+        return backend

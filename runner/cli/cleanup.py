@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
+from runner.cli.options import CoordinatorOption, LedgerOption
 from runner.errors import CloreRunError
 from runner.ledger import DEFAULT_PATH
 from runner.stores.ledger import ledger_exists, open_ledger
@@ -32,28 +33,14 @@ def register(app: typer.Typer, client_factory: ClientFactory | None = None) -> N
 
     @app.command("cleanup")
     def cleanup(
-        ledger_arg: Annotated[
-            str | None,
-            typer.Option(
-                "--ledger",
-                help=f"The rental ledger: a file or a postgresql:// URL [default: {DEFAULT_PATH}]",
-                metavar="FILE|URL",
-            ),
-        ] = None,
+        ledger_arg: LedgerOption = None,
         dry_run: Annotated[
             bool, typer.Option("--dry-run", help="Only say what would be done.")
         ] = False,
         run_id: Annotated[
             str | None, typer.Option("--run", help="Only this run's rentals.", metavar="RUN_ID")
         ] = None,
-        coordinator: Annotated[
-            str | None,
-            typer.Option(
-                help="The shared PostgreSQL: reap the pool leases whose holders died "
-                "(default $CLORE_RUN_COORDINATOR).",
-                metavar="URL",
-            ),
-        ] = None,
+        coordinator: CoordinatorOption = None,
     ) -> None:
         """Cancel every order the ledger does not mark released, and say what was done. With a
         coordinator: settle what dead pool holders left (and `--run`'s rentals, if given)."""

@@ -9,20 +9,12 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from runner.cli.options import CoordinatorOption
 from runner.stores.target import COORDINATOR_ENV, coordinator_from, require_psycopg
 
 if TYPE_CHECKING:
     from runner.stores.pg_pools import PostgresPools
     from runner.stores.pools import PoolUsage
-
-CoordinatorOption = Annotated[
-    str | None,
-    typer.Option(
-        "--coordinator",
-        help=f"The shared PostgreSQL (postgresql://...); default ${COORDINATOR_ENV}.",
-        metavar="URL",
-    ),
-]
 
 
 def register(app: typer.Typer) -> None:

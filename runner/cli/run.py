@@ -7,8 +7,8 @@ from typing import Annotated
 
 import typer
 
+from runner.cli.options import CoordinatorOption, LedgerOption, PoolOption
 from runner.cli.run_flags import BackendName, RunFlags, run_with
-from runner.ledger import DEFAULT_PATH as DEFAULT_LEDGER
 
 
 def register(app: typer.Typer) -> None:
@@ -48,25 +48,9 @@ def run(
     identity: Annotated[
         Path | None, typer.Option(help="--backend ssh: private key file (default ~/.ssh/id_*).")
     ] = None,
-    ledger: Annotated[
-        str | None,
-        typer.Option(
-            help="--backend clore: the record of rentals, for `cleanup`: a file, or a "
-            f"postgresql:// URL [default: {DEFAULT_LEDGER}, or the coordinator]",
-            metavar="FILE|URL",
-        ),
-    ] = None,
-    pool: Annotated[
-        str | None,
-        typer.Option(help="--backend clore: join this budget pool on the coordinator."),
-    ] = None,
-    coordinator: Annotated[
-        str | None,
-        typer.Option(
-            help="The shared PostgreSQL of pools and ledger; default $CLORE_RUN_COORDINATOR.",
-            metavar="URL",
-        ),
-    ] = None,
+    ledger: LedgerOption = None,
+    pool: PoolOption = None,
+    coordinator: CoordinatorOption = None,
 ) -> None:
     """Run a pipeline: exit 0 all passed, 1 a job failed, 3 infrastructure, 130 interrupted."""
     flags = RunFlags(

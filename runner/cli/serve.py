@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from runner.cli.options import CoordinatorOption, LedgerOption, PoolOption
 from runner.errors import UsageError
 from runner.serve import DEFAULT_SERVER
 
@@ -47,7 +48,7 @@ def serve(
         str | None,
         typer.Option(
             help="The queue database: a SQLite file (one server), or a postgresql:// URL that "
-            f"N servers share [default: the coordinator, else {DEFAULT_DB}]",
+            f"N servers share (default: the coordinator, else {DEFAULT_DB})",
             metavar="FILE|URL",
         ),
     ] = None,
@@ -63,29 +64,13 @@ def serve(
         list[str] | None, typer.Option("--ssh-host", help="--backend ssh: USER@HOST[:PORT].")
     ] = None,
     identity: Annotated[Path | None, typer.Option(help="--backend ssh: private key.")] = None,
-    ledger: Annotated[
-        str | None,
-        typer.Option(
-            help="--backend clore: the rental ledger, a file or a postgresql:// URL "
-            "[default: .clore-run/ledger.db, or the coordinator]",
-            metavar="FILE|URL",
-        ),
-    ] = None,
-    pool: Annotated[
-        str | None,
-        typer.Option(help="--backend clore: join this budget pool on the coordinator."),
-    ] = None,
-    coordinator: Annotated[
-        str | None,
-        typer.Option(
-            help="The shared PostgreSQL (queue, pools, ledger); default $CLORE_RUN_COORDINATOR.",
-            metavar="URL",
-        ),
-    ] = None,
+    ledger: LedgerOption = None,
+    pool: PoolOption = None,
+    coordinator: CoordinatorOption = None,
     data_dir: Annotated[
         Path | None,
         typer.Option(
-            help="Logs and artifacts [default: beside a SQLite --db, else .clore-run/serve.d]."
+            help="Logs and artifacts (default: beside a SQLite --db, else .clore-run/serve.d)."
         ),
     ] = None,
     lease_ttl: Annotated[

@@ -421,6 +421,11 @@ class ServerBook:
         return self._market.fits(quote, self._jobs[job_id].gpu)
 
     @property
+    def renting(self) -> bool:
+        """Does this book rent (a market), or hold only servers that already exist?"""
+        return self._renting
+
+    @property
     def expected_boot_s(self) -> float:
         return self.boot.expected_s
 
@@ -457,11 +462,21 @@ class ServerBook:
     # -- placement -------------------------------------------------------------------------
 
     def _place_on_ready_servers(self, now: float) -> None:
+        """Servers a waiting job needs the last job of go first (its files are warm there):
+        with every server free, another would take that job by going first. At most `cap`
+        jobs run: a backend may have more fixed hosts than the run's concurrency."""
         if not self._idle or not self._waiting:
             return
-        for server in sorted(self._idle.values(), key=_by_id):
-            if self._waiting:
-                self._place_on(server, now)
+        idle = sorted(self._idle.values(), key=_by_id)
+        if len(idle) > 1:
+            idle.sort(key=self._no_warm_job)  # stable: by id within each
+        for server in idle:
+            if not self._waiting or len(self._on) >= self.cap:
+                return
+            self._place_on(server, now)
+
+    def _no_warm_job(self, server: _Server) -> bool:
+        return self._warm_waiting(server) is None
 
     def _place_on(self, server: _Server, now: float) -> bool:
         """Start the best waiting job the server fits, in priority order, a job needing the

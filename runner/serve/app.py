@@ -40,8 +40,9 @@ from runner.serve.api_models import (
 from runner.serve.dashboard.session import COOKIE
 from runner.serve.http_limits import BODY_TIMEOUT_S, TokenGate
 from runner.serve.middleware import MAX_BODY_BYTES, BodyLimit, ErrorCounter, ErrorTally
+from runner.serve.queue_reads import FINAL
 from runner.serve.service import LoopNotRunning, Service
-from runner.serve.store import FINAL, StoreError
+from runner.serve.store import StoreError
 from runner.serve.submit import Problem, SubmissionError, prepare_job, prepare_pipeline
 
 log = logging.getLogger("clore_run.serve")

@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Protocol
 
 from runner.core.model import Attempt, Job, JobResult
 from runner.errors import InfrastructureError
+from runner.serve.queue_reads import OpenAttempt, Unsettled
 from runner.serve.queue_store import SharedQueueStore
-from runner.serve.store import OpenAttempt, Unsettled
 from runner.serve.views import iso
 
 if TYPE_CHECKING:

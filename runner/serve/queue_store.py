@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from runner.core.model import Attempt, Job, JobResult
-from runner.serve.store import JobMatch, JobRow, OpenAttempt, Store, Unsettled
+from runner.serve.queue_reads import JobMatch, JobRow, OpenAttempt, Unsettled
+from runner.serve.store import Store
 from runner.stores.target import check_url, is_postgres_url, require_psycopg
 
 if TYPE_CHECKING:

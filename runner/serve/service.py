@@ -60,9 +60,10 @@ from runner.serve.fleet import (
 )
 from runner.serve.kept_journal import KeptJournal
 from runner.serve.orphans import ENV_NAME
+from runner.serve.queue_reads import OpenAttempt, Unsettled
 from runner.serve.queue_store import QueueStore, shared
 from runner.serve.quiet_console import QuietConsole
-from runner.serve.store import OpenAttempt, StoreError, Unsettled
+from runner.serve.store import StoreError
 from runner.serve.submit import Prepared, check_known, with_server_ids
 
 log = logging.getLogger("clore_run.serve")

@@ -7,8 +7,8 @@ from typing import Any
 
 from runner.core.scheduler import JobState, Phase
 from runner.serve.api_models import AttemptView, JobDetail, JobSummary
+from runner.serve.queue_reads import JobRow
 from runner.serve.queue_store import QueueStore
-from runner.serve.store import JobRow
 
 
 def summary(row: JobRow) -> JobSummary:

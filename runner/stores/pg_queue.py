@@ -26,24 +26,33 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from types import MappingProxyType
 from typing import Any
 
-from runner.core.model import Attempt, Job, JobResult, JobStatus
-from runner.serve.codec import dumps, failure_from, job_from_json, job_to_json
-from runner.serve.store import (
+from runner.core.model import Attempt, Job, JobResult
+from runner.serve.codec import dumps, job_from_json, job_to_json
+from runner.serve.queue_reads import (
     FINAL,
+    JOB_COLUMNS,
     STATUSES,
-    JobMatch,
-    JobRow,
     OpenAttempt,
-    StoreError,
+    QueueDialect,
+    QueueReads,
     Unsettled,
+    unsettled_from,
 )
+from runner.serve.store import StoreError
 from runner.stores.pg import Conn, PgDatabase, Timeouts
 from runner.stores.target import redact_url
 
 CHANNEL = "clore_run_queue"
+POSTGRES = QueueDialect(
+    jobs="queue_jobs",
+    attempts="queue_attempts",
+    submissions="queue_submissions",
+    find="strpos",
+    day="floor({} / 86400)",
+    arrays=True,
+)
 _STATUS_LIST = ", ".join(f"'{s}'" for s in STATUSES)
 _FINAL_LIST = ", ".join(f"'{s}'" for s in FINAL)
 
@@ -120,14 +129,12 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (  # MIGRATIONS[n]: version n -> n + 1
     ),
 )
 
-_SUMMARY = (
-    "seq, id, submission, name, status, priority, submitted_at, first_started_at, finished_at, "
-    "reason, attempts, cost_usd, retries_used, infra_used, retry_at"
+# The claimer's lease runs: one woken from a freeze past its ttl claims nothing (in the moment
+# before its refused heartbeat stops it, a claim would strand jobs until a taker recovered them).
+_LIVE_LEASE = (
+    "EXISTS (SELECT 1 FROM queue_instances i WHERE i.token = %(me)s AND i.taken_by IS NULL "
+    "AND i.stopped_at IS NULL AND i.expires_at > now())"
 )
-_ATTEMPT_KEYS = (
-    "number", "instance", "started_at", "finished_at", "exit_code", "failure", "message",
-    "server", "cost_usd",
-)  # fmt: skip
 _OWNED = "EXISTS (SELECT 1 FROM queue_jobs o WHERE o.id = %(job)s AND o.owner = %(me)s)"
 
 
@@ -153,11 +160,12 @@ class Whereabouts:
     alive: bool
 
 
-class PostgresQueue:
+class PostgresQueue(QueueReads):
     """The queue in the database at `url`. Thread-safe. `shared` tells the service that other
     instances may work on the same rows (so jobs are claimed, not all loaded at start)."""
 
     shared = True
+    _dialect = POSTGRES
 
     def __init__(
         self, url: str, *, timeouts: Timeouts | None = None, skip_locked: bool = True
@@ -277,10 +285,10 @@ class PostgresQueue:
         )
         rows = conn.execute(
             f"UPDATE queue_jobs SET owner = %s, claim = %s WHERE owner IN (%s, %s) "
-            f"AND status = 'running' AND (owner = %s OR claim = %s) RETURNING {_SUMMARY}, spec",
+            f"AND status = 'running' AND (owner = %s OR claim = %s) RETURNING {JOB_COLUMNS}, spec",
             (taker, key, token, taker, token, key),
         ).fetchall()
-        running = sorted((_unsettled(r) for r in rows), key=lambda u: u.row.seq)
+        running = sorted((unsettled_from(r) for r in rows), key=lambda u: u.row.seq)
         ids = [u.row.id for u in running]
         opened = conn.execute(
             "SELECT job_id, number, instance, started_at FROM queue_attempts "
@@ -293,7 +301,7 @@ class PostgresQueue:
 
     def live_instances(self) -> list[tuple[str, str]]:
         """(token, url) of the instances whose lease runs."""
-        rows = self._read(
+        rows = self._select(
             "SELECT token, url FROM queue_instances WHERE taken_by IS NULL "
             "AND stopped_at IS NULL AND expires_at > now() ORDER BY started_at",
             (),
@@ -305,22 +313,23 @@ class PostgresQueue:
     def claim(self, token: str, limit: int, now: float) -> list[Unsettled]:
         """Up to `limit` runnable jobs for `token`: queued, nobody's, due (retry time and
         not-before at or before `now`, the instances' own clock, as the core's timers are),
-        every need settled. Highest priority first, then submission order."""
+        every need settled. Highest priority first, then submission order. Nothing while
+        `token`'s lease has expired (or was taken, or ended)."""
         if limit <= 0:
             return []
         key = uuid.uuid4().hex
 
         def take(conn: Conn) -> list[Unsettled]:
             rows = conn.execute(
-                f"SELECT {_SUMMARY}, spec FROM queue_jobs WHERE claim = %s AND owner = %s",
+                f"SELECT {JOB_COLUMNS}, spec FROM queue_jobs WHERE claim = %s AND owner = %s",
                 (key, token),
             ).fetchall()
             if rows:
-                return [_unsettled(r) for r in rows]
+                return [unsettled_from(r) for r in rows]
             rows = conn.execute(
                 f"""UPDATE queue_jobs SET owner = %(me)s, claim = %(key)s WHERE seq IN (
                     SELECT j.seq FROM queue_jobs j
-                    WHERE j.status = 'queued' AND j.owner IS NULL
+                    WHERE {_LIVE_LEASE} AND j.status = 'queued' AND j.owner IS NULL
                     AND (j.retry_at IS NULL OR j.retry_at <= %(now)s)
                     AND (j.not_before IS NULL OR j.not_before <= %(now)s)
                     AND NOT EXISTS (
@@ -329,10 +338,10 @@ class PostgresQueue:
                     ORDER BY j.rank DESC, j.seq
                     LIMIT %(limit)s
                     {self._claim_lock}
-                ) RETURNING {_SUMMARY}, spec""",
+                ) RETURNING {JOB_COLUMNS}, spec""",
                 {"me": token, "key": key, "now": now, "limit": limit},
             ).fetchall()
-            return [_unsettled(r) for r in rows]
+            return [unsettled_from(r) for r in rows]
 
         claimed = self.db.run("claim jobs", take)
         return sorted(claimed, key=lambda u: (-u.job.priority, u.row.seq))
@@ -379,13 +388,13 @@ class PostgresQueue:
         return self.db.run("cancel a job", cancel)
 
     def whereabouts(self, job_id: str) -> Whereabouts:
-        rows = self._read(
+        rows = self._select(
             "SELECT coalesce(j.owner, a.instance), coalesce(i.url, ''), "
             "coalesce(i.taken_by IS NULL AND i.stopped_at IS NULL AND i.expires_at > now(), "
             "false) FROM queue_jobs j "
             "LEFT JOIN queue_attempts a ON a.job_id = j.id AND a.number = j.attempts "
             "LEFT JOIN queue_instances i ON i.token = coalesce(j.owner, a.instance) "
-            "WHERE j.id = %s",
+            "WHERE j.id = ?",
             (job_id,),
         )
         if not rows:
@@ -442,10 +451,6 @@ class PostgresQueue:
             return out
 
         return self.db.run("queue the jobs", insert)
-
-    def known(self, ids: Sequence[str]) -> set[str]:
-        rows = self._read("SELECT id FROM queue_jobs WHERE id = ANY(%s)", (list(set(ids)),))
-        return {str(r[0]) for r in rows}
 
     # -- what the scheduling loop writes (fenced by the owner) -----------------------------
 
@@ -597,155 +602,6 @@ class PostgresQueue:
             finally:
                 self._batch.conn = None
 
-    # -- reads -----------------------------------------------------------------------------
-
-    def unsettled(self) -> list[Unsettled]:
-        rows = self._read(
-            f"SELECT {_SUMMARY}, spec FROM queue_jobs WHERE status IN ('queued', 'running') "
-            "ORDER BY seq",
-            (),
-        )
-        return [_unsettled(r) for r in rows]
-
-    def open_attempts(self) -> list[OpenAttempt]:
-        rows = self._read(
-            "SELECT job_id, number, instance, started_at FROM queue_attempts "
-            "WHERE finished_at IS NULL",
-            (),
-        )
-        return [OpenAttempt(*r) for r in rows]
-
-    def settled(self, ids: Sequence[str]) -> dict[str, tuple[Job, JobResult]]:
-        rows = self._read(
-            "SELECT spec, status, reason, failure_origin FROM queue_jobs WHERE id = ANY(%s) "
-            f"AND status IN ({_FINAL_LIST})",
-            (list(set(ids)),),
-        )
-        out: dict[str, tuple[Job, JobResult]] = {}
-        for spec, status, reason, origin in rows:
-            job = job_from_json(json.loads(spec))
-            out[job.id] = (job, JobResult(job.id, JobStatus(status), reason, (), origin))
-        return out
-
-    def job(self, job_id: str) -> tuple[JobRow, dict[str, Any]] | None:
-        rows = self._read(f"SELECT {_SUMMARY}, spec FROM queue_jobs WHERE id = %s", (job_id,))
-        if not rows:
-            return None
-        return _row(rows[0][:-1]), json.loads(rows[0][-1])
-
-    def attempts(self, job_id: str) -> list[dict[str, Any]]:
-        rows = self._read(
-            "SELECT number, instance, started_at, finished_at, exit_code, failure, message, "
-            "server, cost_usd, facts FROM queue_attempts WHERE job_id = %s ORDER BY number",
-            (job_id,),
-        )
-        return [
-            {**dict(zip(_ATTEMPT_KEYS, r[:-1], strict=True)), "facts": json.loads(r[-1])}
-            for r in rows
-        ]
-
-    def ended_attempt(self, job_id: str, number: int) -> Attempt | None:
-        rows = self._read(
-            "SELECT started_at, finished_at, exit_code, failure, message, server, cost_usd, facts "
-            "FROM queue_attempts WHERE job_id = %s AND number = %s AND finished_at IS NOT NULL",
-            (job_id, number),
-        )
-        if not rows:
-            return None
-        began, ended, code, failure, message, server, cost, facts = rows[0]
-        return Attempt(
-            number, began, ended, code, failure_from(failure), message, server, cost,
-            MappingProxyType(json.loads(facts)),
-        )  # fmt: skip
-
-    def jobs(self, status: str | None, after: int, limit: int) -> list[JobRow]:
-        args: list[Any]
-        where, args = "seq > %s", [after]
-        if status is not None:
-            where, args = where + " AND status = %s", [*args, status]
-        rows = self._read(
-            f"SELECT {_SUMMARY} FROM queue_jobs WHERE {where} ORDER BY seq LIMIT %s",
-            (*args, limit),
-        )
-        return [_row(r) for r in rows]
-
-    def counts(self) -> dict[str, int]:
-        rows = self._read("SELECT status, count(*) FROM queue_jobs GROUP BY status", ())
-        return {**dict.fromkeys(STATUSES, 0), **{str(s): int(n) for s, n in rows}}
-
-    def spend_since(self, since: float) -> float:
-        rows = self._read(
-            "SELECT sum(cost_usd) FROM queue_attempts WHERE finished_at >= %s", (since,)
-        )
-        return float(rows[0][0] or 0.0)
-
-    def timing(self) -> dict[str, float]:
-        wait = self._read(
-            "SELECT count(*), sum(first_started_at - submitted_at) FROM queue_jobs "
-            "WHERE first_started_at IS NOT NULL",
-            (),
-        )[0]
-        run = self._read(
-            "SELECT count(*), sum(finished_at - started_at), sum(cost_usd) FROM queue_attempts "
-            "WHERE finished_at IS NOT NULL",
-            (),
-        )[0]
-        return {
-            "wait_count": float(wait[0]),
-            "wait_sum": float(wait[1] or 0.0),
-            "run_count": float(run[0]),
-            "run_sum": float(run[1] or 0.0),
-            "spend": float(run[2] or 0.0),
-        }
-
-    def job_page(self, match: JobMatch, limit: int) -> list[tuple[JobRow, dict[str, Any]]]:
-        where, args = _matching(match)
-        order = "ASC"
-        if match.after is not None:
-            where, args = [*where, "seq > %s"], [*args, match.after]
-        if match.before is not None:
-            where, args, order = [*where, "seq < %s"], [*args, match.before], "DESC"
-        clause = " AND ".join(where) or "true"
-        rows = self._read(
-            f"SELECT {_SUMMARY}, spec FROM queue_jobs WHERE {clause} ORDER BY seq {order} LIMIT %s",
-            (*args, limit),
-        )
-        page = [(_row(r[:-1]), json.loads(r[-1])) for r in rows]
-        return page[::-1] if order == "DESC" else page
-
-    def match_counts(self, match: JobMatch) -> dict[str, int]:
-        where, args = _matching(JobMatch(name=match.name, submission=match.submission))
-        clause = " AND ".join(where) or "true"
-        rows = self._read(
-            f"SELECT status, count(*) FROM queue_jobs WHERE {clause} GROUP BY status",
-            tuple(args),
-        )
-        return {**dict.fromkeys(STATUSES, 0), **{str(s): int(n) for s, n in rows}}
-
-    def submission(self, number: int) -> tuple[str, str, float] | None:
-        rows = self._read(
-            "SELECT kind, label, submitted_at FROM queue_submissions WHERE id = %s", (number,)
-        )
-        return (str(rows[0][0]), str(rows[0][1]), float(rows[0][2])) if rows else None
-
-    def submission_attempts(self, number: int, limit: int) -> list[dict[str, Any]]:
-        rows = self._read(
-            "SELECT a.job_id, a.number, a.started_at, a.finished_at, a.failure "
-            "FROM queue_attempts a JOIN queue_jobs j ON j.id = a.job_id "
-            "WHERE j.submission = %s ORDER BY a.started_at LIMIT %s",
-            (number, limit),
-        )
-        keys = ("job_id", "number", "started_at", "finished_at", "failure")
-        return [dict(zip(keys, r, strict=True)) for r in rows]
-
-    def spend_by_day(self, since: float) -> list[tuple[float, float]]:
-        rows = self._read(
-            "SELECT floor(finished_at / 86400) AS day, sum(cost_usd) FROM queue_attempts "
-            "WHERE finished_at >= %s GROUP BY day ORDER BY day",
-            (since,),
-        )
-        return [(float(day) * 86400, float(usd or 0.0)) for day, usd in rows]
-
     # -- plumbing --------------------------------------------------------------------------
 
     def _owned(self, rowcount: int, job_id: str, owner: str) -> None:
@@ -769,31 +625,13 @@ class PostgresQueue:
 
         self._run(doing, write)
 
-    def _read(self, query: str, args: Sequence[Any]) -> list[tuple[Any, ...]]:
+    def _select(self, query: str, args: Sequence[Any]) -> list[tuple[Any, ...]]:
+        """A read inside the open batch on this thread, else on its own. Placeholders are
+        written `?` (QueueReads' statements serve SQLite too) and become psycopg's `%s`."""
+        statement = query.replace("?", "%s").encode()
+
         def read(conn: Conn) -> list[tuple[Any, ...]]:
-            return conn.execute(query.encode(), args).fetchall()
+            return conn.execute(statement, args).fetchall()
 
         conn: Conn | None = getattr(self._batch, "conn", None)
         return read(conn) if conn is not None else self.db.run("read the queue", read)
-
-
-def _row(r: Sequence[Any]) -> JobRow:
-    return JobRow(*r)
-
-
-def _unsettled(r: Sequence[Any]) -> Unsettled:
-    return Unsettled(_row(r[:-1]), job_from_json(json.loads(r[-1])))
-
-
-def _matching(match: JobMatch) -> tuple[list[str], list[Any]]:
-    where: list[str] = []
-    args: list[Any] = []
-    if match.status is not None:
-        where, args = [*where, "status = %s"], [*args, match.status]
-    if match.submission is not None:
-        where, args = [*where, "submission = %s"], [*args, match.submission]
-    if match.name:
-        # strpos, not LIKE: a user's % or _ is a character to find, not a wildcard.
-        where.append("(strpos(lower(name), lower(%s)) > 0 OR strpos(lower(id), lower(%s)) > 0)")
-        args += [match.name, match.name]
-    return where, args

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import re
 import threading
 from pathlib import Path
@@ -17,6 +18,8 @@ from runner.backends.ssh.exec import ExecOptions
 from runner.backends.ssh.keys import ClientKey
 from runner.core.model import FailureKind, Job
 from runner.errors import InfrastructureError, RunMustStop, UsageError
+from runner.run_command import RunOptions, execute
+from runner.spec.loader import parse_pipeline
 from tests.sshd_fixture import (
     RecordingSink,
     SshServer,
@@ -251,3 +254,48 @@ def test_a_failing_close_does_not_keep_the_host_busy(
         assert again.name == place.name
     finally:
         backend.shutdown()
+
+
+# -- `clore-run run`: the hosts are the core's fixed servers ----------------------------------
+
+WARM = """\
+jobs:
+  b: {priority: high, run: 'true', workspace: false}
+  a: {run: 'sleep 1', workspace: false}
+  c: {needs: a, run: 'true', workspace: false}
+"""
+
+
+def _run(pipeline_text: str, backend: SshBackend, tmp_path: Path) -> dict[str, list[str]]:
+    """Run the pipeline through `execute`; each job's hosts, attempt by attempt."""
+    pipeline = parse_pipeline(pipeline_text, "p.yml", {})
+    options = RunOptions(out_dir=tmp_path / "out", workspace_root=tmp_path, backoff=lambda n: 0.0)
+    record, code = execute(pipeline, backend, options, stream=io.StringIO())
+    assert code == 0, [(r.job_id, r.status, r.reason) for r in record.results]
+    return {r.job_id: [a.server for a in r.attempts] for r in record.results}
+
+
+def test_a_job_runs_on_the_host_its_need_just_ran_on(
+    sshd_server: SshServer, tmp_path: Path
+) -> None:
+    # b (high priority) takes the first host, a the second; b ends first. When a ends, both
+    # hosts are free: c goes where a ran (its files are warm there), not to the first host.
+    port = sshd_server.port
+    first, second = f"root@127.0.0.1:{port}", f"root@localhost:{port}"
+    hosts = _run(WARM, SshBackend.from_flags([first, second], sshd_server.client_key), tmp_path)
+    assert hosts == {"b": [first], "a": [second], "c": [second]}
+
+
+def test_a_host_that_fails_mid_run_is_left_out_and_its_job_runs_on_another(
+    sshd_server: SshServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    dead = f"root@127.0.0.1:{free_port()}"
+    backend = SshBackend.from_flags([sshd_server.target, dead], sshd_server.client_key)
+    backend._connect_options = ConnectOptions(tries=1)
+    calls = _count_connects(monkeypatch)
+    text = "jobs:\n" + "".join(f"  j{i}: {{run: 'true', workspace: false}}\n" for i in range(4))
+    hosts = _run(text, backend, tmp_path)
+    # One job tried the dead host once; its retry and every other job ran on the live one.
+    assert calls.count(dead) == 1
+    assert sorted(len(h) for h in hosts.values()) == [1, 1, 1, 2]
+    assert all(h[-1] == sshd_server.target for h in hosts.values())

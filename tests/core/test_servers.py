@@ -20,7 +20,15 @@ from runner.core.events import (
     Settled,
     TimerFired,
 )
-from runner.core.model import Attempt, FailureKind, GpuAsk, Job, JobStatus, RunStatus
+from runner.core.model import (
+    Attempt,
+    FailureKind,
+    GpuAsk,
+    Job,
+    JobStatus,
+    Priority,
+    RunStatus,
+)
 from runner.core.placing import CoreEvent, PlacingCore
 from runner.core.rentals import (
     BootTimes,
@@ -246,6 +254,26 @@ def test_fixed_hosts_are_never_rented_and_cap_the_jobs_running() -> None:
     d.finish(30.0, d.start_of("c"))
     assert d.core.done
     assert {r.rented for r in d.releases()} == {False}  # let go at the end, never cancelled
+
+
+def test_more_fixed_hosts_than_the_cap_run_no_more_than_cap_jobs() -> None:
+    hosts = (Quote("h1"), Quote("h2"), Quote("h3"))
+    d = Drive(pipeline(job("a"), job("b"), job("c")), cap=2, fixed=hosts, market=False)
+    assert [s.job_id for s in d.starts()] == ["a", "b"]
+    d.finish(10.0, d.start_of("b"))
+    assert [s.job_id for s in d.starts()] == ["a", "b", "c"]
+
+
+def test_with_every_host_free_a_job_goes_where_its_need_just_ran() -> None:
+    # b (urgent) takes h1, a takes h2; b ends, then a: both hosts are free when c is ready,
+    # and c goes to h2, where the files of a are.
+    hosts = (Quote("h1"), Quote("h2"))
+    jobs = pipeline(job("b", priority=Priority.URGENT), job("a"), job("c", "a"))
+    d = Drive(jobs, cap=2, fixed=hosts, market=False)
+    assert (d.start_of("b").server, d.start_of("a").server) == (1, 2)
+    d.finish(10.0, d.start_of("b"))
+    d.finish(20.0, d.start_of("a"))
+    assert d.start_of("c").server == 2
 
 
 # -- giving back ---------------------------------------------------------------------------------

@@ -17,7 +17,8 @@ from runner.backends.local import LocalBackend
 from runner.core.model import Job
 from runner.serve.dashboard.pictures import dag, timeline
 from runner.serve.dashboard.session import COOKIE, SESSION_S, Sessions
-from runner.serve.store import JobMatch, Store
+from runner.serve.queue_reads import JobMatch
+from runner.serve.store import Store
 from tests.serve.harness import FINAL, TOKEN, FakeClock, thread_server, wait_until
 
 PAGES = ("/", "/ui/jobs/s1.a", "/ui/submissions/1", "/ui/spend")

@@ -15,8 +15,8 @@ from pathlib import Path
 from runner.core.model import Job
 from runner.serve.fleet import Fleet, FleetOptions, log_elsewhere
 from runner.serve.orphans import ENV_NAME
+from runner.serve.queue_reads import Unsettled
 from runner.serve.queue_store import open_queue, shared
-from runner.serve.store import Unsettled
 from tests.processes import alive
 from tests.serve.harness import FINAL, TOKEN, ServeProcess, cli, start_serves, wait_until
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from runner.core.model import Attempt, FailureKind, Job, JobResult, JobStatus, Priority
+from runner.serve.queue_reads import JobMatch
 from runner.serve.queue_store import QueueStore, open_queue, shared
-from runner.serve.store import JobMatch
 from tests.pg_fixture import PgCluster
 
 
@@ -144,15 +144,16 @@ def test_claims_take_runnable_jobs_by_priority_and_never_twice(pg_store: QueueSt
 
 
 def test_a_dead_instances_work_is_taken_once_and_its_late_writes_refused(
-    pg_store: QueueStore,
+    pg_store: QueueStore, pg_url: str
 ) -> None:
     queue = shared(pg_store)
     assert queue is not None
     queue.submit("p", "p", lambda n: jobs(n, "a", "b"), 1.0)
-    queue.join("dead", 1, "local", 1.0, 0.0)
+    queue.join("dead", 1, "local", 1.0, 60.0)
     queue.join("live", 2, "local", 1.0, 60.0)
     assert len(queue.claim("dead", 2, 2.0)) == 2
     queue.fenced_start_attempt("s1.a", 1, "dead", 3.0)
+    expire(pg_url, "dead")
     assert not queue.heartbeat("dead", 60.0)  # expired: it may not come back
     (taken,) = queue.take_dead("live")
     assert queue.take_dead("live") == []  # taken once
@@ -166,6 +167,30 @@ def test_a_dead_instances_work_is_taken_once_and_its_late_writes_refused(
     with pytest.raises(Exception, match="no longer held"):
         queue.fenced_settle(JobResult("s1.a", JobStatus.PASSED, ""), 5.0, "dead")
     queue.fenced_end_attempt("s1.a", lost, "live")  # the taker's write lands
+
+
+def expire(url: str, token: str) -> None:
+    """`token`'s lease ran out (as a frozen or killed instance's does), without waiting."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE queue_instances SET expires_at = now() - interval '1 second' WHERE token = %s",
+            (token,),
+        )
+
+
+def test_an_instance_whose_lease_expired_claims_nothing(pg_store: QueueStore, pg_url: str) -> None:
+    queue = shared(pg_store)
+    assert queue is not None
+    queue.submit("p", "p", lambda n: jobs(n, "a", "b"), 1.0)
+    queue.join("frozen", 1, "local", 1.0, 60.0)
+    assert [u.job.id for u in queue.claim("frozen", 1, 2.0)] == ["s1.a"]
+    expire(pg_url, "frozen")  # woken past its ttl, before its heartbeat is refused
+    assert queue.claim("frozen", 5, 3.0) == []
+    assert queue.claim("never-joined", 5, 3.0) == []
+    queue.join("live", 2, "local", 1.0, 60.0)
+    assert [u.job.id for u in queue.claim("live", 5, 3.0)] == ["s1.b"]
 
 
 def test_a_cancel_from_any_instance(pg_store: QueueStore) -> None:
@@ -208,7 +233,7 @@ def test_instances_claiming_at_once_take_each_job_once(pg_url: str, skip_locked:
     for thread in threads:
         thread.join(timeout=60)
     every = [job for mine in taken for job in mine]
-    owners = {str(r[0]) for r in seed._read("SELECT owner FROM queue_jobs", ())}
+    owners = {str(r[0]) for r in seed._select("SELECT owner FROM queue_jobs", ())}
     for queue in (seed, *claimers):
         queue.close()
     if skip_locked:

@@ -663,7 +663,9 @@ class CloreBackend:
         except api_errors.CloreApiError:
             return  # the snapshot it has stays: the next failure tries again
 
-    def place(self, server: int, job: Job) -> Place:
+    def place(
+        self, server: int, job: Job, cancel: threading.Event, stages: StageSink = NO_STAGES
+    ) -> Place:
         with self._cond:
             held = self._held.get(self._rentals_of.get(server, -1))
             if held is None or held.rental.lost:

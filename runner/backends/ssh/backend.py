@@ -2,7 +2,7 @@
 
 Each host runs one job at a time, so the backend's capacity is the number of hosts. One
 connection per host is opened on first use and kept for the run; a host whose connection died is
-reconnected at its next `acquire`. The work on the server itself is `ssh_exec`'s, shared with the
+reconnected for its next job. The work on the server itself is `ssh_exec`'s, shared with the
 Clore backend.
 """
 
@@ -24,8 +24,10 @@ from runner.backends.base import (
     Place,
     RunOutcome,
     RunRequest,
+    ServerAdapter,
     StageSink,
 )
+from runner.backends.fixed import FixedServers
 from runner.backends.ssh.connection import ConnectOptions, Endpoint, SshConnection, connect
 from runner.backends.ssh.exec import ExecOptions, run_job
 from runner.backends.ssh.facts import gpu_facts
@@ -73,8 +75,9 @@ class _EitherSet:
         return any(e.is_set() for e in self._events)
 
 
-class SshBackend:
-    """Backend over a fixed list of SSH hosts."""
+class SshBackend(FixedServers):
+    """Backend over a fixed list of SSH hosts. For `run` it is the core's adapter: each host
+    is a server the run holds from the start, the core chooses which host runs which job."""
 
     name = "ssh"
 
@@ -121,21 +124,46 @@ class SshBackend:
         return len(self._hosts)
 
     def acquire(self, job: Job, cancel: threading.Event, stages: StageSink = NO_STAGES) -> Place:
+        """The next free host (`serve`'s way; `run` lets the core choose the host)."""
         endpoint = self._take_free_host(cancel)
+        try:
+            return self._connected(endpoint, cancel, stages)
+        except BaseException:
+            if str(endpoint) not in self._out:
+                self._free.put(endpoint)
+            raise
+
+    def _connected(self, endpoint: Endpoint, cancel: threading.Event, stages: StageSink) -> Place:
         stages.stage("connecting", str(endpoint))
         try:
             self._ensure_connection(endpoint, cancel)
         except InfrastructureError as exc:
             if cancel.is_set() or self._closing.is_set():
-                self._free.put(endpoint)
                 raise
             # Refused (key, host key), or no answer after connect's own retries: asking the
             # same host again only makes the user wait, so it is not offered again.
             raise self._left_out(endpoint, exc) from None
-        except BaseException:
-            self._free.put(endpoint)
-            raise
         return Place(name=str(endpoint), facts=dict(self._facts[str(endpoint)]))
+
+    # -- the core's adapter (`clore-run run`): the hosts are its fixed servers ----------------
+
+    def fixed_servers(self, cap: int) -> Sequence[str]:
+        """Every host, in the order given: the core runs at most `cap` jobs on them."""
+        return list(self._hosts)
+
+    def place(
+        self, server: int, job: Job, cancel: threading.Event, stages: StageSink = NO_STAGES
+    ) -> Place:
+        """The host the core chose, connected (on first use, or again after its connection
+        died). A host that refused us or never answered is left out: `lost` says so."""
+        return self._connected(self._hosts[self.server_name(server)], cancel, stages)
+
+    def attempt_done(self, place: Place) -> None:
+        self._drop_dead_connection(place.name)
+
+    def lost(self, server: int) -> bool:
+        with self._lock:
+            return self.server_name(server) in self._out
 
     def _left_out(self, endpoint: Endpoint, exc: InfrastructureError) -> InfrastructureError:
         """Take `endpoint` out of the run; the error for this attempt: the run must stop when
@@ -180,13 +208,17 @@ class SshBackend:
     def release(self, place: Place) -> None:
         endpoint = self._hosts[place.name]
         try:
-            with self._lock:
-                conn = self._conns.get(place.name)
-                if conn is not None and not conn.alive:
-                    del self._conns[place.name]
-                    conn.close()
+            self._drop_dead_connection(place.name)
         finally:  # else the host stays busy and every later job waits for it forever
             self._free.put(endpoint)
+
+    def _drop_dead_connection(self, name: str) -> None:
+        """A connection that died is closed here: the host's next job connects afresh."""
+        with self._lock:
+            conn = self._conns.get(name)
+            if conn is not None and not conn.alive:
+                del self._conns[name]
+                conn.close()
 
     def shutdown(self) -> None:
         """Kill running jobs' process groups (briefly waited for), then close every connection."""
@@ -230,7 +262,10 @@ class SshBackend:
             self._facts[name] = facts
 
 
-if TYPE_CHECKING:  # let mypy hold SshBackend to the Backend Protocol
+if TYPE_CHECKING:  # let mypy hold SshBackend to the Backend and ServerAdapter Protocols
 
     def _is_a_backend(backend: SshBackend) -> Backend:
+        return backend
+
+    def _is_an_adapter(backend: SshBackend) -> ServerAdapter:
         return backend

@@ -12,7 +12,7 @@ import jinja2
 
 from runner.serve.dashboard import pictures
 from runner.serve.dashboard.reads import PAGE_SIZE, SubmissionData
-from runner.serve.store import JobMatch, JobRow
+from runner.serve.queue_reads import JobMatch, JobRow
 
 TEMPLATES = Path(__file__).with_name("templates")
 

@@ -17,7 +17,7 @@ from starlette.concurrency import run_in_threadpool
 from runner.serve.dashboard import reads
 from runner.serve.dashboard.render import Renderer
 from runner.serve.dashboard.session import COOKIE, SESSION_S, Session, Sessions
-from runner.serve.store import FINAL, STATUSES, JobMatch
+from runner.serve.queue_reads import FINAL, STATUSES, JobMatch
 
 LOG_CHUNK = 64 << 10  # the tail a job page opens with, and each "earlier" step
 LOG_FOLLOW_MAX = 256 << 10  # the most one follow read sends
