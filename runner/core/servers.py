@@ -413,8 +413,8 @@ class ServerBook:
             return f"waiting for a server: the budget{daily} cannot hold its worst case yet"
         if why == "reuse" or server is not None:
             return "waiting for a server to come free"
-        if not self._renting:
-            return f"waiting for a host: all {len(self._servers)} busy"
+        if not self._renting:  # hosts that already exist: one must come free
+            return "a free slot"
         return "waiting for a server"
 
     def fits(self, quote: Quote, job_id: str) -> bool:

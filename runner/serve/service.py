@@ -47,7 +47,7 @@ from runner.core.model import Attempt, FailureKind, Job, JobResult, Provisioning
 from runner.core.outcome import NeedOutcome, need_outcome
 from runner.core.placing import PlacingCore
 from runner.core.retry import backoff_s
-from runner.core.scheduler import OUT, Entry, Scheduler
+from runner.core.scheduler import OUT, Entry, Phase, Scheduler
 from runner.driver import Driver, DriverOptions
 from runner.errors import InfrastructureError
 from runner.serve import views
@@ -321,7 +321,9 @@ class Service:
             found = self.store.job(job_id)
             return "unknown" if found is None else f"final:{found[0].status}"
         self.driver.feed(CancelJob(job_id, "cancelled by request"), now)
-        return "cancelling" if state.phase in OUT else "cancelled"
+        # A job the core still finds a server for has nothing to kill: it ends at once.
+        out = state.phase is Phase.RUNNING or (state.phase is Phase.PLACING and not state.server)
+        return "cancelling" if out else "cancelled"
 
     def _why_waiting(self, job_id: str, now: float) -> str | None:
         core = self.driver.core
