@@ -128,6 +128,8 @@ def validate_files(paths: list[Path], say: Echo) -> int:
 
 def show_warnings(pipeline: Pipeline, say: Echo) -> None:
     """A valid file's warnings on stderr (and as annotations in GitHub Actions)."""
+    if not pipeline.warnings:
+        return  # the usual case: the Actions module (and the reports it imports) stays out
     from runner.report.github_actions import annotate_spec_warnings
 
     for warning in pipeline.warnings:

@@ -141,6 +141,8 @@ class ServerBook:
         self._key: dict[str, Key] = {}
         self._known_s = dict(durations_s or {})
         self._expected_s: dict[str, float | None] = {}
+        # The scheduler of the same run orders its ready jobs by these: it takes them from here.
+        self.ranks: dict[str, float] = {}
         self._waiting: dict[str, _Want] = {}
         self._queue: list[tuple[Key, int, str]] = []
         self._seq = itertools.count()
@@ -198,7 +200,10 @@ class ServerBook:
         fresh = {j.id: j for j in jobs}
         needs = {j.id: tuple(n for n in j.needs if n in fresh or n in self._jobs) for j in jobs}
         inside = {i: [n for n in ns if n in fresh] for i, ns in needs.items()}
-        rank = graph.upward_ranks(inside, lambda i: fresh[i].duration_hint_s)
+        below = graph.dependents_of(inside)
+        order = graph.topological_order(inside, below)
+        hint = {j.id: j.duration_hint_s for j in jobs}
+        self.ranks = rank = graph.upward_ranks(inside, hint.__getitem__, order, below)
         for job in jobs:
             self._jobs[job.id] = job
             self._needs[job.id] = needs[job.id]
@@ -355,6 +360,8 @@ class ServerBook:
 
     def committed_usd(self, now: float) -> float:
         """Spent, plus the reservation (or the cost so far, if more) of every server held."""
+        if not self._rented:
+            return self._spent_usd
         held = sum(self._committed(s, now) for s in self._rented.values())
         return self._spent_usd + held
 
@@ -385,6 +392,11 @@ class ServerBook:
     def jobs_known(self) -> int:
         """Jobs the book holds: unsettled ones, and settled ones a dependent still needs."""
         return len(self._jobs)
+
+    @property
+    def running_count(self) -> int:
+        """Jobs running on a server now (at most the cap)."""
+        return len(self._on)
 
     @property
     def waiting_count(self) -> int:
@@ -467,8 +479,9 @@ class ServerBook:
         jobs run: a backend may have more fixed hosts than the run's concurrency."""
         if not self._idle or not self._waiting:
             return
-        idle = sorted(self._idle.values(), key=_by_id)
+        idle = list(self._idle.values())
         if len(idle) > 1:
+            idle.sort(key=_by_id)
             idle.sort(key=self._no_warm_job)  # stable: by id within each
         for server in idle:
             if not self._waiting or len(self._on) >= self.cap:
@@ -487,7 +500,8 @@ class ServerBook:
         if server.kept_for is not None:  # won back for one job's retry: that one only
             return server.kept_for in self._waiting and self._start(server.kept_for, server, now)
         warm = self._warm_waiting(server)
-        queue, seen = self._queue, list[tuple[Key, int, str]]()
+        queue = self._queue
+        seen: list[tuple[Key, int, str]] = []
         placed = False
         while queue and not placed and len(seen) <= 4 * self.cap + 16:
             entry = heapq.heappop(queue)
@@ -549,7 +563,8 @@ class ServerBook:
     # -- renting for jobs that are ready ---------------------------------------------------
 
     def _rent_for_waiting(self, now: float) -> None:
-        queue, seen = self._queue, list[tuple[Key, int, str]]()
+        queue = self._queue
+        seen: list[tuple[Key, int, str]] = []
         soon_free = self._soon_free(now)  # promised to the first waiting jobs they fit
         while queue and len(seen) <= 4 * self.cap + 16:
             entry = heapq.heappop(queue)
@@ -833,6 +848,11 @@ class ServerBook:
     # -- giving back -----------------------------------------------------------------------
 
     def _give_back(self, now: float) -> None:
+        if not self._look:
+            return
+        if not self._renting and not self._cancelled:
+            self._look.clear()  # fixed hosts are kept to the end
+            return
         look, self._look = self._look, set()
         for server_id in sorted(look):
             server = self._servers.get(server_id)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -51,5 +50,7 @@ class SpecError(UsageError):
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
     """A hint naming the closest choice, or "" when nothing is close."""
+    import difflib  # only a file with a mistake pays for it
+
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
     return f"did you mean '{close[0]}'?" if close else ""

@@ -14,9 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path, PurePosixPath
 from types import MappingProxyType
-from typing import Any, TypeVar
-
-from pydantic import BaseModel, ValidationError
+from typing import TYPE_CHECKING, Any
 
 from runner.core import graph
 from runner.core.model import (
@@ -30,11 +28,15 @@ from runner.core.model import (
     SpecWarning,
 )
 from runner.spec import matrix as matrix_mod
+from runner.spec.checks import Checks, ModelName, default_checks
+from runner.spec.coercions import iso_time
 from runner.spec.diagnostics import Diagnostic, KeyPath, SpecError, did_you_mean, format_path
 from runner.spec.expressions import Contexts, ExpressionError, parse_condition, substitute
-from runner.spec.models import Defaults, JobSpec, PipelineHeader, Strategy, iso_time
 from runner.spec.pydantic_errors import diagnostics_from
 from runner.spec.yaml_source import Source, parse_yaml
+
+if TYPE_CHECKING:  # the loader holds what the validators make: records shaped as these
+    from runner.spec.models import Defaults, JobSpec, PipelineHeader, Strategy
 
 DEFAULT_TIMEOUT_MINUTES = 60.0
 MAX_JOB_ID = 100
@@ -42,7 +44,6 @@ MAX_JOBS = 10_000  # per pipeline, matrices expanded: beyond it a queue holds a 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _JOB_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")  # fullmatch: `$` would allow "id\n"
 _NOT_SUBSTITUTED = frozenset({"if", "strategy", "needs"})
-M = TypeVar("M", bound=BaseModel)
 _NUMBERS_AND_SWITCHES = frozenset(
     {
         *("count", "min-vram-gb", "max-price", "min-reliability", "retries", "concurrency"),
@@ -52,8 +53,11 @@ _NUMBERS_AND_SWITCHES = frozenset(
 )
 
 
-def load_pipeline(path: str | Path, environ: Mapping[str, str] | None = None) -> Pipeline:
-    """Read and validate a pipeline file. Raises SpecError (exit 2) for any bad input."""
+def load_pipeline(
+    path: str | Path, environ: Mapping[str, str] | None = None, checks: Checks | None = None
+) -> Pipeline:
+    """Read and validate a pipeline file. Raises SpecError (exit 2) for any bad input.
+    `checks`: the validators (default: the compiled ones when current, runner.spec.checks)."""
     display = str(path)
     try:
         raw = Path(path).read_bytes()
@@ -67,12 +71,15 @@ def load_pipeline(path: str | Path, environ: Mapping[str, str] | None = None) ->
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise _fatal(display, "the file is not UTF-8 text") from None
-    return parse_pipeline(text, display, environ)
+    return parse_pipeline(text, display, environ, checks)
 
 
-def parse_pipeline(text: str, file: str, environ: Mapping[str, str] | None = None) -> Pipeline:
+def parse_pipeline(
+    text: str, file: str, environ: Mapping[str, str] | None = None, checks: Checks | None = None
+) -> Pipeline:
     source = parse_yaml(text, file)
-    builder = _PipelineBuilder(source, dict(os.environ if environ is None else environ))
+    env = dict(os.environ if environ is None else environ)
+    builder = _PipelineBuilder(source, env, checks or default_checks())
     return builder.build()
 
 
@@ -94,9 +101,10 @@ class _Draft:
 
 
 class _PipelineBuilder:
-    def __init__(self, source: Source, environ: dict[str, str]) -> None:
+    def __init__(self, source: Source, environ: dict[str, str], checks: Checks) -> None:
         self.source = source
         self.environ = environ
+        self.checks = checks
         self.problems: list[Diagnostic] = []
 
     def build(self) -> Pipeline:
@@ -183,7 +191,10 @@ class _PipelineBuilder:
         settings = {k: v for k, v in data.items() if k not in ("jobs", "defaults")}
         settings = self._substitute(settings, Contexts({}, self.environ), ())
         jobs = {} if data["jobs"] is None else data["jobs"]  # `jobs:` alone: _jobs_raw says so
-        return self._validate(PipelineHeader, {**data, **settings, "jobs": jobs}, ())
+        header: PipelineHeader | None = self._validate(
+            "PipelineHeader", {**data, **settings, "jobs": jobs}, ()
+        )
+        return header
 
     def _jobs_raw(self) -> dict[str, Any] | None:
         """The `jobs` mapping, with its ids checked; None when there is nothing to expand."""
@@ -218,9 +229,9 @@ class _PipelineBuilder:
         if not isinstance(raw, dict):
             self.problems.append(self.source.error(path, "a job must be a mapping with `run:`"))
             return []
-        strategy = None
+        strategy: Strategy | None = None
         if "strategy" in raw:
-            strategy = self._validate(Strategy, raw["strategy"], (*path, "strategy"))
+            strategy = self._validate("Strategy", raw["strategy"], (*path, "strategy"))
             if strategy is None:
                 return []
         combos = self._combinations(strategy, path)
@@ -229,8 +240,8 @@ class _PipelineBuilder:
             ctx = Contexts(combo, self.environ, in_matrix_job=strategy is not None)
             job_raw = self._substitute(raw, ctx, path)
             defaults_raw = self._substitute(raw_defaults, ctx, ("defaults",))
-            spec = self._validate(JobSpec, job_raw, path)
-            defaults = self._validate(Defaults, defaults_raw, ("defaults",))
+            spec: JobSpec | None = self._validate("JobSpec", job_raw, path)
+            defaults: Defaults | None = self._validate("Defaults", defaults_raw, ("defaults",))
             if not self._check(key, job_raw, defaults_raw) or spec is None or defaults is None:
                 continue
             suffix = matrix_mod.instance_suffix(combo) if strategy is not None else ""
@@ -350,11 +361,14 @@ class _PipelineBuilder:
             return [self._substitute(v, ctx, (*path, i)) for i, v in enumerate(value)]
         return value
 
-    def _validate(self, model: type[M], data: Any, path: KeyPath) -> M | None:
+    def _validate(self, model: ModelName, data: Any, path: KeyPath) -> Any:
+        """The model's value for `data` (a record shaped as the model), or None: its errors are
+        then among the problems."""
         try:
-            return model.model_validate(data)
-        except ValidationError as exc:
-            self.problems.extend(diagnostics_from(exc, model, self.source, path))
+            return self.checks.validate(model, data)
+        except self.checks.invalid as exc:
+            keys = self.checks.keys
+            self.problems.extend(diagnostics_from(exc, model, keys, self.source, path))
             return None
 
     # -- the graph -------------------------------------------------------------------------

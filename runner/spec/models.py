@@ -2,6 +2,9 @@
 
 These exist only at the edge: the loader turns them into the core's plain `Pipeline`. Their field
 descriptions feed `clore-run schema`, which editors use to complete and check pipeline files.
+The loader checks files with these models' validators compiled ahead of time
+(runner/spec/compiled/, made by runner.spec.schema_compiler): after changing a model, compile
+them again, or the loader falls back to building them from here, slower.
 """
 
 from __future__ import annotations
@@ -11,6 +14,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
+from runner.spec.coercions import iso_time, one_or_many, scalar_strings
+
 PriorityName = Literal["low", "normal", "high", "urgent"]
 CurrencyName = Literal["bitcoin", "CLORE-Blockchain", "USD-Blockchain"]
 ProvisionName = Literal["ahead", "on-demand"]
@@ -18,40 +23,12 @@ MAX_MINUTES = 10_000_000  # about 19 years: any real duration, and finite once i
 MAX_CONCURRENCY = 1000  # servers (or jobs) at once; --concurrency is held to it as well
 
 
-def _one_or_many(value: Any) -> Any:
-    return [value] if isinstance(value, str) else value
-
-
-def _scalar_strings(value: Any) -> Any:
-    """Env values may be written as numbers or booleans; the process sees strings."""
-    if not isinstance(value, dict):
-        return value
-    out: dict[Any, Any] = {}
-    for key, item in value.items():
-        if isinstance(item, bool):
-            out[key] = "true" if item else "false"
-        elif isinstance(item, (int, float)):
-            out[key] = str(item)
-        else:
-            out[key] = item
-    return out
-
-
-def iso_time(value: Any) -> Any:
-    if isinstance(value, str):
-        try:
-            return datetime.fromisoformat(value.replace("Z", "+00:00"))
-        except ValueError:
-            return value  # left for the type check to reject with its own message
-    return value
-
-
 NameList = Annotated[
-    list[str], BeforeValidator(_one_or_many, json_schema_input_type=str | list[str])
+    list[str], BeforeValidator(one_or_many, json_schema_input_type=str | list[str])
 ]
 EnvMap = Annotated[
     dict[str, str],
-    BeforeValidator(_scalar_strings, json_schema_input_type=dict[str, str | int | float | bool]),
+    BeforeValidator(scalar_strings, json_schema_input_type=dict[str, str | int | float | bool]),
 ]
 IsoTime = Annotated[datetime, BeforeValidator(iso_time, json_schema_input_type=str)]
 

@@ -1,0 +1,40 @@
+"""The pipeline models' own conversions, run before pydantic's type checks.
+
+Kept apart from runner.spec.models, which imports pydantic: the compiled validators
+(runner.spec.checks) call these very functions without pydantic being loaded.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+
+def one_or_many(value: Any) -> Any:
+    """`needs: build` is `needs: [build]`."""
+    return [value] if isinstance(value, str) else value
+
+
+def scalar_strings(value: Any) -> Any:
+    """Env values may be written as numbers or booleans; the process sees strings."""
+    if not isinstance(value, dict):
+        return value
+    out: dict[Any, Any] = {}
+    for key, item in value.items():
+        if isinstance(item, bool):
+            out[key] = "true" if item else "false"
+        elif isinstance(item, (int, float)):
+            out[key] = str(item)
+        else:
+            out[key] = item
+    return out
+
+
+def iso_time(value: Any) -> Any:
+    """An ISO-8601 string as a datetime (`Z` included); anything else as it is."""
+    if isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return value  # left for the type check to reject with its own message
+    return value
