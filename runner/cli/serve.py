@@ -103,6 +103,12 @@ def serve(
         where = check_url(db, "--db")
     elif not db and shared is not None:
         where = shared
+    if pool is not None and isinstance(where, str) and where != shared:
+        # N instances claim each job with its pool slot in one transaction: one database.
+        raise UsageError(
+            f"--pool {pool}: the queue (--db) and the pool (--coordinator) must be one database",
+            hint="leave --db out (the queue goes on the coordinator) or pass the same URL",
+        )
     rentals = ledger_target(ledger, shared, Path(".clore-run/ledger.db"))
     choice = BackendChoice(
         backend.value, tuple(ssh_host or ()), identity, rentals, pool=pool, coordinator=shared

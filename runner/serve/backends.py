@@ -8,9 +8,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from runner.backends.base import Backend
 from runner.backends.clore.api import CloreClient
@@ -23,6 +24,9 @@ from runner.errors import UsageError
 from runner.serve.orphans import kill_orphans
 from runner.serve.service import Reconcile
 from runner.stores.ledger import open_ledger
+
+if TYPE_CHECKING:
+    from runner.stores.pool_seat import PoolSeat
 
 
 @dataclass(frozen=True)
@@ -77,19 +81,8 @@ def _clore(choice: BackendChoice, capacity: int, instance: str) -> tuple[Backend
     return backend, cancel_rentals
 
 
-def pool_room(choice: BackendChoice) -> Callable[[], int | None] | None:
-    """How many more servers the serve's pool has room for (None: no limit), read before a
-    claim: an instance claims no job for which the pool has no server slot. The reservation
-    itself is made per rental, when its worst-case price is known."""
-    if choice.pool is None or choice.coordinator is None:
-        return None
-    from runner.stores.pg_pools import PostgresPools
-
-    pools = PostgresPools(choice.coordinator)
-    name = choice.pool
-
-    def room() -> int | None:
-        usage = pools.usage(name)
-        return max(0, usage.settings.max_servers - usage.servers)
-
-    return room
+def pool_seat(backend: Backend) -> PoolSeat | None:
+    """The budget pool seat the backend rents under, if it joined one (--pool): a shared
+    queue claims each job with a server slot of that pool (runner/stores/pg_queue.py)."""
+    seat: PoolSeat | None = getattr(getattr(backend, "provisioner", None), "seat", None)
+    return seat

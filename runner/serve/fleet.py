@@ -10,7 +10,8 @@ A thread of its own, beside the scheduling loop, does in turn:
   table requeue the job in this instance's core;
 - pass on cancel requests other instances took for jobs this one holds;
 - claim runnable jobs up to the free room in its core (SKIP LOCKED: instances never wait on
-  each other's claims, nor take the same job) and add them to the core.
+  each other's claims, nor take the same job), with a budget pool no more than it has server
+  slots for, each claimed with its slot in one transaction; and add them to the core.
 It sleeps until the next beat or `poll_s`, or until woken: by a NOTIFY (a submission or a
 settlement somewhere), or by its own core settling a job (room for the next one).
 """
@@ -41,8 +42,6 @@ log = logging.getLogger("clore_run.serve")
 class FleetOptions:
     ttl_s: float = 30.0  # a dead instance's jobs wait this long (at most) for another one
     poll_s: float = 1.0  # claims are looked for at least this often, NOTIFY or not
-    # Servers the serve's budget pool still has room for (None: no pool, or no limit).
-    pool_room: Callable[[], int | None] | None = None
 
 
 class FencedJournal:
@@ -184,10 +183,7 @@ class Fleet:
             self.hooks.cancel_held(job_id)
 
     def _claim(self) -> None:
-        room = self.hooks.room()
-        if room > 0 and self.options.pool_room is not None:
-            pool_room = self.options.pool_room()  # no job claimed without a server slot
-            room = room if pool_room is None else min(room, pool_room)
+        room = self.hooks.room()  # the pool's room, if any, is counted in the claim itself
         if room <= 0:
             return
         claimed = self.store.claim(self.instance, room, self.hooks.now())

@@ -21,6 +21,7 @@ from runner.stores.target import check_url, is_postgres_url, require_psycopg
 
 if TYPE_CHECKING:
     from runner.stores.pg_queue import Taken, Whereabouts
+    from runner.stores.pool_seat import PoolSeat
 
 
 class QueueStore(Protocol):
@@ -99,6 +100,8 @@ class SharedQueueStore(QueueStore, Protocol):
     def set_url(self, token: str, url: str) -> None: ...
 
     def claim(self, token: str, limit: int, now: float) -> list[Unsettled]: ...
+
+    def claim_slots_from(self, seat: PoolSeat, *, in_claim: bool = True) -> None: ...
 
     def take_dead(self, taker: str, limit: int = 5) -> list[Taken]: ...
 

@@ -28,9 +28,9 @@ from typing import IO
 from runner import redact
 from runner.errors import InfrastructureError, UsageError
 from runner.process_guard import make_non_dumpable
-from runner.serve.backends import BackendChoice, build, pool_room
+from runner.serve.backends import BackendChoice, build, pool_seat
 from runner.serve.fleet import FleetOptions
-from runner.serve.queue_store import open_queue
+from runner.serve.queue_store import open_queue, shared
 from runner.serve.service import Service, ServiceOptions
 
 MIN_TOKEN_CHARS = 16
@@ -104,6 +104,9 @@ def run_server(options: ServeOptions) -> None:
     instance = uuid.uuid4().hex[:12]
     store = open_queue(options.db, lease_ttl_s=options.lease_ttl_s)
     backend, reconcile = build(options.backend, options.concurrency, instance)
+    seat = pool_seat(backend)
+    if seat is not None and (queue := shared(store)) is not None:
+        queue.claim_slots_from(seat)  # a job and its pool's server slot, claimed together
     capacity = min(options.concurrency, backend.capacity() or options.concurrency)
     secrets_taken = [os.environ.pop(k, "") for k in ("CLORE_RUN_TOKEN", "CLORE_API_KEY")]
     hide_from_same_user(secrets_taken)
@@ -116,7 +119,7 @@ def run_server(options: ServeOptions) -> None:
             daily_spend_limit_usd=options.daily_spend_limit_usd,
             reconcile=reconcile,
             instance=instance,
-            fleet=FleetOptions(ttl_s=options.lease_ttl_s, pool_room=pool_room(options.backend)),
+            fleet=FleetOptions(ttl_s=options.lease_ttl_s),
             on_lease_lost=_end_the_server,
         ),
     )

@@ -240,6 +240,118 @@ BEGIN
 END $$"""
 
 
+# Migration 3: a `serve` instance claims a job together with a server slot for it (one
+# transaction: runner/stores/pg_queue.py), so that no job is claimed without a slot.
+#
+# A slot is a reservation of $0 and one server, marked with the job it is for (`slot_for`).
+# The job's rental, when its price is known, reserves the money and takes the slot over in the
+# same function (the slot is settled as the rental's reservation is made: the server is counted
+# once); what is left of a slot is given back when the job settles, is requeued, or its
+# instance is taken over.
+
+# How many of `p_want` slots the pool has room for, the pool row locked for the rest of the
+# calling transaction (the claim's), which then holds them with clore_run_hold_slots. NULL: no
+# such pool; -1: the lease is not the holder's. A look without the lock first, as in
+# clore_run_reserve: instances polling a full pool are answered without queueing on its row.
+_CLAIM_ROOM = """CREATE FUNCTION clore_run_claim_room(p_holder TEXT, p_token BIGINT,
+    p_pool TEXT, p_want INTEGER) RETURNS INTEGER LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    u RECORD;
+BEGIN
+    SELECT * INTO u FROM clore_run_pool_usage(p_pool);
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    IF NOT clore_run_fits(u.budget_usd, u.max_servers, u.reserved_usd, u.billed_usd,
+                          u.servers, 0) THEN
+        RETURN 0;
+    END IF;
+    PERFORM 1 FROM pools WHERE name = p_pool FOR NO KEY UPDATE;
+    IF NOT clore_run_lease_held(p_holder, p_token) THEN
+        RETURN -1;
+    END IF;
+    SELECT * INTO u FROM clore_run_pool_usage(p_pool);
+    IF NOT clore_run_fits(u.budget_usd, u.max_servers, u.reserved_usd, u.billed_usd,
+                          u.servers, 0) THEN
+        RETURN 0;
+    END IF;
+    RETURN least(p_want, u.max_servers - u.servers);
+END $$"""
+
+# One slot per job in `p_jobs`; only after clore_run_claim_room in the same transaction (the
+# pool row is locked, and the room was counted under that lock). Keyed by the claim, so a
+# claim run again after a lost reply holds no second slot.
+_HOLD_SLOTS = """CREATE FUNCTION clore_run_hold_slots(p_holder TEXT, p_pool TEXT, p_key TEXT,
+    p_jobs TEXT[]) RETURNS TABLE (o_job TEXT, o_id BIGINT) LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    job TEXT;
+    made BIGINT;
+BEGIN
+    FOREACH job IN ARRAY p_jobs LOOP
+        INSERT INTO reservations (key, pool, holder, amount_usd, label, reserved_at, slot_for)
+            VALUES (p_key || ':' || job, p_pool, p_holder, 0, 'job ' || job || ' (claimed)',
+                    clore_run_now(), job)
+            RETURNING id INTO made;
+        PERFORM clore_run_pool_event(p_pool, 'reserve', made, 0, 0);
+        o_job := job;
+        o_id := made;
+        RETURN NEXT;
+    END LOOP;
+END $$"""
+
+# Give back the slots among `p_ids` that are still held (settled at $0); the others (taken over
+# by their rental, or given back before) are left alone. Returns how many it gave back.
+_RELEASE_SLOTS = """CREATE FUNCTION clore_run_release_slots(p_ids BIGINT[], p_by TEXT)
+    RETURNS INTEGER LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    r RECORD;
+    n INTEGER := 0;
+BEGIN
+    FOR r IN SELECT DISTINCT pool FROM reservations WHERE id = ANY(p_ids)
+             AND settled_at IS NULL AND slot_for IS NOT NULL ORDER BY pool LOOP
+        PERFORM 1 FROM pools WHERE name = r.pool FOR NO KEY UPDATE;
+    END LOOP;
+    FOR r IN UPDATE reservations SET settled_at = clore_run_now(), billed_usd = 0,
+                 settled_by = p_by
+             WHERE id = ANY(p_ids) AND settled_at IS NULL AND slot_for IS NOT NULL
+             RETURNING id, pool LOOP
+        PERFORM clore_run_pool_event(r.pool, 'settle', r.id, 0, 0);
+        n := n + 1;
+    END LOOP;
+    RETURN n;
+END $$"""
+
+# clore_run_reserve with `p_slot`: the slot the job's claim holds, if any. A held slot is this
+# rental's server already: the fit is tested with one server fewer, and the slot is settled
+# as the reservation is made.
+_RESERVE_SLOT = (
+    _RESERVE.replace(
+        "p_key TEXT, p_amount DOUBLE PRECISION, p_label TEXT,\n",
+        "p_key TEXT, p_amount DOUBLE PRECISION, p_label TEXT, p_slot BIGINT,\n",
+    )
+    .replace(
+        "OUT o_billed DOUBLE PRECISION) LANGUAGE plpgsql VOLATILE AS $$\nBEGIN\n",
+        "OUT o_billed DOUBLE PRECISION) LANGUAGE plpgsql VOLATILE AS $$\n"
+        "DECLARE\n    slot INTEGER;\nBEGIN\n"
+        "    slot := CASE WHEN p_slot IS NOT NULL AND EXISTS (SELECT 1 FROM reservations\n"
+        "        WHERE id = p_slot AND holder = p_holder AND settled_at IS NULL\n"
+        "        AND slot_for IS NOT NULL) THEN 1 ELSE 0 END;\n",
+    )
+    .replace("o_servers, p_amount)", "o_servers - slot, p_amount)")
+    .replace(
+        "    o_status := 'reserved';\nEND $$",
+        "    IF slot = 1 THEN\n"
+        "        UPDATE reservations SET settled_at = clore_run_now(), billed_usd = 0,\n"
+        "            settled_by = 'rental ' || o_id WHERE id = p_slot AND settled_at IS NULL;\n"
+        "        IF FOUND THEN\n"
+        "            PERFORM clore_run_pool_event(p_pool, 'settle', p_slot, 0, 0);\n"
+        "        END IF;\n"
+        "    END IF;\n"
+        "    o_status := 'reserved';\nEND $$",
+    )
+)
+
+
 MIGRATIONS: tuple[tuple[str, ...], ...] = (  # MIGRATIONS[n]: version n -> n + 1; append only
     (
         # The database's clock. `clore_run.now` (a session setting) stands it still for a test
@@ -311,6 +423,14 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (  # MIGRATIONS[n]: version n -> n + 1
         _SETTLE,
         _ATTACH,
     ),
+    (
+        "ALTER TABLE reservations ADD COLUMN slot_for TEXT",
+        "DROP FUNCTION clore_run_reserve(TEXT, BIGINT, TEXT, TEXT, DOUBLE PRECISION, TEXT)",
+        _RESERVE_SLOT,
+        _CLAIM_ROOM,
+        _HOLD_SLOTS,
+        _RELEASE_SLOTS,
+    ),
 )
 
 _SETTINGS = "name, budget_usd, per_day, max_servers"
@@ -330,7 +450,7 @@ class PostgresPools:
             # concurrent reservations overrun the pool (the test must be able to fail).
             self._reserve_fn = "clore_run_reserve"
             if not lock_pool_row:
-                self.db.migrate("pools-unlocked-test", ((_unlocked(_RESERVE),),))
+                self.db.migrate("pools-unlocked-test", ((_unlocked(_RESERVE_SLOT),),))
                 self._reserve_fn = "clore_run_reserve_unlocked"
         except PoolError:
             self.db.close()
@@ -479,17 +599,24 @@ class PostgresPools:
     # -- reservations ----------------------------------------------------------------------
 
     def reserve(
-        self, lease: Lease, amount_usd: float, label: str = "", *, key: str | None = None
+        self,
+        lease: Lease,
+        amount_usd: float,
+        label: str = "",
+        *,
+        key: str | None = None,
+        slot: int | None = None,
     ) -> Reservation | Refusal:
-        """Reserve `amount_usd` and one server on the lease's pool, if both fit."""
+        """Reserve `amount_usd` and one server on the lease's pool, if both fit. `slot`: the
+        server slot a claim holds for this rental's job (the reservation takes it over)."""
         if not amount_usd >= 0 or amount_usd == float("inf"):
             raise ValueError(f"a reservation must be a finite amount >= 0, not {amount_usd}")
         key = key or uuid.uuid4().hex
         amount_usd = math.ceil(amount_usd * 1e6) / 1e6  # the column's micro-dollars, rounded up
 
         row = self._call(
-            "reserve from a pool", f"{self._reserve_fn}(%s, %s, %s, %s, %s, %s)",
-            (lease.holder, lease.token, lease.pool, key, amount_usd, label),
+            "reserve from a pool", f"{self._reserve_fn}(%s, %s, %s, %s, %s, %s, %s)",
+            (lease.holder, lease.token, lease.pool, key, amount_usd, label, slot),
         )  # fmt: skip
         status, usage_row, made = row[0], row[1:9], row[9:]
         self._raise_for(status, lease)
@@ -545,6 +672,13 @@ class PostgresPools:
         )  # fmt: skip
         self._raise_for(row[0], lease)
         return bool(row[0] == "settled")
+
+    def release_slots(self, slots: Sequence[int], by: str) -> int:
+        """Give back claim slots still held (a job placed on a kept server needs none)."""
+        row = self._call(
+            "give back server slots", "clore_run_release_slots(%s, %s)", (list(slots), by)
+        )
+        return int(row[0])
 
     def reservations(self, holder: str, *, unsettled: bool = True) -> list[Reservation]:
         where = " AND settled_at IS NULL" if unsettled else ""

@@ -26,7 +26,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runner.core.model import Attempt, Job, JobResult
 from runner.serve.codec import dumps, job_from_json, job_to_json
@@ -43,6 +43,9 @@ from runner.serve.queue_reads import (
 from runner.serve.store import StoreError
 from runner.stores.pg import Conn, PgDatabase, Timeouts
 from runner.stores.target import redact_url
+
+if TYPE_CHECKING:
+    from runner.stores.pool_seat import PoolSeat
 
 CHANNEL = "clore_run_queue"
 POSTGRES = QueueDialect(
@@ -127,6 +130,9 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (  # MIGRATIONS[n]: version n -> n + 1
         )""",
         "CREATE INDEX queue_instances_live ON queue_instances (expires_at) WHERE taken_by IS NULL",
     ),
+    # The server slot (a reservation in the budget pool, runner/stores/pg_pools.py) the job's
+    # claim holds for it, to give back when the job settles or is requeued.
+    ("ALTER TABLE queue_jobs ADD COLUMN pool_slot BIGINT",),
 )
 
 # The claimer's lease runs: one woken from a freeze past its ttl claims nothing (in the moment
@@ -177,6 +183,8 @@ class PostgresQueue(QueueReads):
         self.path = redact_url(url)  # what messages name (server_cmd prints it)
         self.db = PgDatabase(url, what="queue database", error=StoreError, timeouts=timeouts)
         self._batch = threading.local()
+        self._seat: PoolSeat | None = None
+        self._slots_in_claim = True
         try:
             self.db.migrate("queue", MIGRATIONS)
         except StoreError:
@@ -231,11 +239,12 @@ class PostgresQueue(QueueReads):
         job it could not hand over is recovered by whoever takes it next)."""
 
         def end(conn: Conn) -> None:
-            conn.execute(
+            given = conn.execute(
                 "UPDATE queue_jobs SET owner = NULL, claim = NULL "
-                "WHERE owner = %s AND status = 'queued'",
+                "WHERE owner = %s AND status = 'queued' RETURNING pool_slot",
                 (token,),
-            )
+            ).fetchall()
+            _release(conn, [r[0] for r in given], f"stop of {token}")
             conn.execute(
                 "UPDATE queue_instances SET stopped_at = %s, expires_at = now() "
                 "WHERE token = %s AND taken_by IS NULL",
@@ -278,17 +287,21 @@ class PostgresQueue(QueueReads):
             "stopped_at = coalesce(stopped_at, extract(epoch FROM now())) WHERE token = %s",
             (taker, key, token),
         )
-        conn.execute(
+        given = conn.execute(
             "UPDATE queue_jobs SET owner = NULL, claim = NULL "
-            "WHERE owner = %s AND status = 'queued'",
+            "WHERE owner = %s AND status = 'queued' RETURNING pool_slot",
             (token,),
-        )
+        ).fetchall()
         rows = conn.execute(
             f"UPDATE queue_jobs SET owner = %s, claim = %s WHERE owner IN (%s, %s) "
-            f"AND status = 'running' AND (owner = %s OR claim = %s) RETURNING {JOB_COLUMNS}, spec",
+            f"AND status = 'running' AND (owner = %s OR claim = %s) "
+            f"RETURNING {JOB_COLUMNS}, spec, pool_slot",
             (taker, key, token, taker, token, key),
         ).fetchall()
-        running = sorted((unsettled_from(r) for r in rows), key=lambda u: u.row.seq)
+        # Every slot the dead instance's claims held goes back: its running attempts are lost,
+        # and their retries reserve anew when they rent.
+        _release(conn, [r[0] for r in given] + [r[-1] for r in rows], f"take-over of {token}")
+        running = sorted((unsettled_from(r[:-1]) for r in rows), key=lambda u: u.row.seq)
         ids = [u.row.id for u in running]
         opened = conn.execute(
             "SELECT job_id, number, instance, started_at FROM queue_attempts "
@@ -310,41 +323,82 @@ class PostgresQueue(QueueReads):
 
     # -- claims ----------------------------------------------------------------------------
 
+    def claim_slots_from(self, seat: PoolSeat, *, in_claim: bool = True) -> None:
+        """From now on each job is claimed together with a server slot in `seat`'s budget
+        pool, which lives in this database: in one transaction, under the pool row's lock, so
+        no job is claimed without a slot (and no slot held for a job not claimed).
+        `in_claim=False` exists for one test only: the slots taken in a transaction of their
+        own after the claim's, which the test sees claim jobs with no slot."""
+        self._seat = seat
+        self._slots_in_claim = in_claim
+
     def claim(self, token: str, limit: int, now: float) -> list[Unsettled]:
         """Up to `limit` runnable jobs for `token`: queued, nobody's, due (retry time and
         not-before at or before `now`, the instances' own clock, as the core's timers are),
         every need settled. Highest priority first, then submission order. Nothing while
-        `token`'s lease has expired (or was taken, or ended)."""
+        `token`'s lease has expired (or was taken, or ended). With a pool (claim_slots_from),
+        no more jobs than the pool has server slots for, each holding one."""
         if limit <= 0:
             return []
         key = uuid.uuid4().hex
+        seat = self._seat
+        in_claim = seat is not None and self._slots_in_claim
+        apart = 0
+        if seat is not None and not in_claim:  # the twin: the room read before, on its own
+            apart = self.db.run("count the pool's room", lambda conn: _room(conn, seat, limit))
 
-        def take(conn: Conn) -> list[Unsettled]:
+        def take(conn: Conn) -> tuple[list[Unsettled], dict[str, int]]:
             rows = conn.execute(
-                f"SELECT {JOB_COLUMNS}, spec FROM queue_jobs WHERE claim = %s AND owner = %s",
+                f"SELECT {JOB_COLUMNS}, spec, pool_slot FROM queue_jobs "
+                "WHERE claim = %s AND owner = %s",
                 (key, token),
             ).fetchall()
-            if rows:
-                return [unsettled_from(r) for r in rows]
-            rows = conn.execute(
-                f"""UPDATE queue_jobs SET owner = %(me)s, claim = %(key)s WHERE seq IN (
-                    SELECT j.seq FROM queue_jobs j
-                    WHERE {_LIVE_LEASE} AND j.status = 'queued' AND j.owner IS NULL
-                    AND (j.retry_at IS NULL OR j.retry_at <= %(now)s)
-                    AND (j.not_before IS NULL OR j.not_before <= %(now)s)
-                    AND NOT EXISTS (
-                        SELECT 1 FROM queue_needs n JOIN queue_jobs d ON d.id = n.need
-                        WHERE n.job = j.id AND d.status IN ('queued', 'running'))
-                    ORDER BY j.rank DESC, j.seq
-                    LIMIT %(limit)s
-                    {self._claim_lock}
-                ) RETURNING {JOB_COLUMNS}, spec""",
-                {"me": token, "key": key, "now": now, "limit": limit},
-            ).fetchall()
-            return [unsettled_from(r) for r in rows]
+            if rows:  # a landed first try, when the reply to its COMMIT was lost
+                slots = {str(r[1]): int(r[-1]) for r in rows if r[-1] is not None}
+                return [unsettled_from(r[:-1]) for r in rows], slots
+            want = limit if seat is None else _room(conn, seat, limit) if in_claim else apart
+            if want <= 0:
+                return [], {}
+            claimed = self._claim_rows(conn, token, key, want, now)
+            if seat is None or not in_claim or not claimed:
+                return claimed, {}
+            return claimed, _hold(conn, seat, key, [u.row.id for u in claimed])
 
-        claimed = self.db.run("claim jobs", take)
+        claimed, slots = self.db.run("claim jobs", take)
+        if seat is not None and not in_claim and claimed:
+            slots = self._hold_apart(seat, key, claimed)
+        if seat is not None:
+            seat.hold_slots(slots)
         return sorted(claimed, key=lambda u: (-u.job.priority, u.row.seq))
+
+    def _claim_rows(
+        self, conn: Conn, token: str, key: str, limit: int, now: float
+    ) -> list[Unsettled]:
+        rows = conn.execute(
+            f"""UPDATE queue_jobs SET owner = %(me)s, claim = %(key)s WHERE seq IN (
+                SELECT j.seq FROM queue_jobs j
+                WHERE {_LIVE_LEASE} AND j.status = 'queued' AND j.owner IS NULL
+                AND (j.retry_at IS NULL OR j.retry_at <= %(now)s)
+                AND (j.not_before IS NULL OR j.not_before <= %(now)s)
+                AND NOT EXISTS (
+                    SELECT 1 FROM queue_needs n JOIN queue_jobs d ON d.id = n.need
+                    WHERE n.job = j.id AND d.status IN ('queued', 'running'))
+                ORDER BY j.rank DESC, j.seq
+                LIMIT %(limit)s
+                {self._claim_lock}
+            ) RETURNING {JOB_COLUMNS}, spec""",
+            {"me": token, "key": key, "now": now, "limit": limit},
+        ).fetchall()
+        return [unsettled_from(r) for r in rows]
+
+    def _hold_apart(self, seat: PoolSeat, key: str, claimed: list[Unsettled]) -> dict[str, int]:
+        """The test's twin: the slots in a transaction after the claim's (the bug it shows)."""
+
+        def hold(conn: Conn) -> dict[str, int]:
+            room = max(0, _room(conn, seat, len(claimed)))
+            return _hold(conn, seat, key, [u.row.id for u in claimed[:room]]) if room else {}
+
+        return self.db.run("hold server slots", hold)
 
     def cancel_requests(self, token: str) -> list[str]:
         """Jobs this instance holds that another instance was asked to cancel (taken once)."""
@@ -530,11 +584,14 @@ class PostgresQueue(QueueReads):
             if owner is not None:
                 self._owned(cursor.rowcount, job_id, owner)
             status = ", status = 'queued', owner = NULL, claim = NULL" if requeue else ""
-            conn.execute(
+            given = conn.execute(
                 "UPDATE queue_jobs SET cost_usd = (SELECT coalesce(sum(cost_usd), 0) "
-                f"FROM queue_attempts WHERE job_id = %(job)s){status} WHERE id = %(job)s",
+                f"FROM queue_attempts WHERE job_id = %(job)s){status} WHERE id = %(job)s "
+                "RETURNING pool_slot",
                 args,
-            )
+            ).fetchall()
+            if requeue:
+                _release(conn, [r[0] for r in given], f"requeue of {job_id}")
 
         self._run("record an attempt end", end)
 
@@ -555,11 +612,12 @@ class PostgresQueue(QueueReads):
         def write(conn: Conn) -> None:
             cursor = conn.execute(
                 "UPDATE queue_jobs SET status = 'queued', retry_at = %(at)s, retries_used = %(r)s, "
-                f"infra_used = %(i)s WHERE id = %(job)s{fence}",
+                f"infra_used = %(i)s WHERE id = %(job)s{fence} RETURNING pool_slot",
                 args,
             )
             if owner is not None:
                 self._owned(cursor.rowcount, job_id, owner)
+            _release(conn, [r[0] for r in cursor.fetchall()], f"requeue of {job_id}")
 
         self._run("requeue a job", write)
 
@@ -580,11 +638,12 @@ class PostgresQueue(QueueReads):
             cursor = conn.execute(
                 "UPDATE queue_jobs SET status = %(status)s, reason = %(reason)s, "
                 "finished_at = %(now)s, retry_at = NULL, failure_origin = %(origin)s "
-                f"WHERE id = %(job)s{fence}",
+                f"WHERE id = %(job)s{fence} RETURNING pool_slot",
                 args,
             )
             if owner is not None:
                 self._owned(cursor.rowcount, result.job_id, owner)
+            _release(conn, [r[0] for r in cursor.fetchall()], f"end of {result.job_id}")
             conn.execute(f"NOTIFY {CHANNEL}")
 
         self._run("settle a job", write)
@@ -635,3 +694,34 @@ class PostgresQueue(QueueReads):
 
         conn: Conn | None = getattr(self._batch, "conn", None)
         return read(conn) if conn is not None else self.db.run("read the queue", read)
+
+
+def _room(conn: Conn, seat: PoolSeat, want: int) -> int:
+    """How many server slots the seat's pool has room for, up to `want`; the pool row stays
+    locked until the calling transaction ends. 0 when the seat's pool lease was taken (the
+    seat's keeper says so, and the serve instance stops)."""
+    lease = seat.keeper.lease
+    row = conn.execute(
+        "SELECT clore_run_claim_room(%s, %s, %s, %s)", (lease.holder, lease.token, seat.pool, want)
+    ).fetchone()
+    if row is None or row[0] is None:
+        raise StoreError(f"no budget pool named {seat.pool!r} in the queue database")
+    return max(0, int(row[0]))
+
+
+def _hold(conn: Conn, seat: PoolSeat, key: str, ids: list[str]) -> dict[str, int]:
+    """One slot per claimed job, tied to its row (after _room in the same transaction)."""
+    rows = conn.execute(
+        "UPDATE queue_jobs q SET pool_slot = s.o_id "
+        "FROM clore_run_hold_slots(%s, %s, %s, %s) s WHERE q.id = s.o_job "
+        "RETURNING q.id, q.pool_slot",
+        (seat.holder, seat.pool, key, ids),
+    ).fetchall()
+    return {str(job): int(slot) for job, slot in rows}
+
+
+def _release(conn: Conn, slots: Sequence[int | None], by: str) -> None:
+    """Give back the claims' server slots that are still held (none: no round trip)."""
+    held = [slot for slot in slots if slot is not None]
+    if held:
+        conn.execute("SELECT clore_run_release_slots(%s, %s)", (held, by))

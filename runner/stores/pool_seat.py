@@ -6,6 +6,11 @@ ledger row -> create. Tied before the create, a reservation with no rental row m
 a reaper settles it at $0; one with a row is settled at what that rental was billed.
 A pool that is full makes the renter wait (others give servers back); one that can never fit
 the rental refuses it, as an own budget does.
+
+A `serve` instance on a shared queue claims each job together with a server slot (a $0
+reservation, runner/stores/pg_queue.py); the seat keeps which slot is whose. The job's rental
+reservation takes its slot over (the server counted once), and a job placed on a kept server
+gives its slot back, since it needs no new server.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from runner.errors import InfrastructureError, JobCannotRun
@@ -38,6 +43,8 @@ class PoolSeat:
     max_wait_s: float = MAX_WAIT_S
     monotonic: Callable[[], float] = time.monotonic
     keeper: LeaseKeeper = field(init=False)
+    _slots: dict[str, int] = field(default_factory=dict, init=False)  # job id -> its claim's
+    _slots_lock: threading.Lock = field(default_factory=threading.Lock, init=False)
 
     def __post_init__(self) -> None:
         lease = self.pools.join(self.pool, self.holder, self.ttl_s)
@@ -53,15 +60,18 @@ class PoolSeat:
         label: str,
         cancel: threading.Event,
         make_room: Callable[[], bool] = lambda: False,
+        job_id: str | None = None,
     ) -> Reservation:
         """Reserve the worst case of one rental, waiting while the pool is full.
         `make_room()` gives back one of the holder's own idle servers (True if it did): a run
-        must not wait for a slot that its own idle server takes."""
+        must not wait for a slot that its own idle server takes. The slot `job_id`'s claim
+        holds, if any, becomes this rental's server."""
         deadline = self.monotonic() + self.max_wait_s
         pause = 0.5
+        slot = self._take_slot(job_id)
         while True:
             self._check_lease()
-            made = self.pools.reserve(self.keeper.lease, amount_usd, label)
+            made = self.pools.reserve(self.keeper.lease, amount_usd, label, slot=slot)
             if isinstance(made, Reservation):
                 return made
             if made.ever or self.monotonic() >= deadline:
@@ -72,10 +82,26 @@ class PoolSeat:
                 raise PoolCancelled(f"cancelled while waiting for room in pool {self.pool}")
             pause = min(pause * 1.5, 10.0)
 
-    def grow(self, reservation: Reservation, extra_usd: float) -> bool:
-        """Cover one more job on a kept server; False if the pool cannot."""
+    def grow(self, reservation: Reservation, extra_usd: float, job_id: str | None = None) -> bool:
+        """Cover one more job on a kept server; False if the pool cannot. The job's claim
+        slot, if it holds one, goes back: the kept server is counted already."""
         self._check_lease()
-        return self.pools.grow(self.keeper.lease, reservation.id, extra_usd) is None
+        if self.pools.grow(self.keeper.lease, reservation.id, extra_usd) is not None:
+            return False
+        slot = self._take_slot(job_id)
+        if slot is not None:
+            with contextlib.suppress(InfrastructureError):  # the job's end gives it back too
+                self.pools.release_slots([slot], f"{self.holder}: on a kept server")
+        return True
+
+    def hold_slots(self, slots: Mapping[str, int]) -> None:
+        """The server slots a claim took, by job id."""
+        with self._slots_lock:
+            self._slots.update(slots)
+
+    def _take_slot(self, job_id: str | None) -> int | None:
+        with self._slots_lock:
+            return None if job_id is None else self._slots.pop(job_id, None)
 
     def attach(self, reservation: Reservation, rental_id: int) -> None:
         self.pools.attach(self.keeper.lease, reservation.id, rental_id)

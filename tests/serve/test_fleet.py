@@ -12,7 +12,7 @@ import os
 import signal
 from pathlib import Path
 
-from runner.core.model import Job
+from runner.core.model import Job, JobResult, JobStatus
 from runner.serve.fleet import Fleet, FleetOptions, log_elsewhere
 from runner.serve.orphans import ENV_NAME
 from runner.serve.queue_reads import Unsettled
@@ -185,25 +185,33 @@ class _Hooks:
 
 
 def test_no_job_is_claimed_without_a_server_slot_in_the_pool(pg_url: str) -> None:
+    from runner.stores.pg_pools import PostgresPools
+    from runner.stores.pool_seat import PoolSeat
+
+    admin = PostgresPools(pg_url)
+    admin.create("ci", 10.0, per_day=False, max_servers=2)
     store = shared(open_queue(pg_url))
     assert store is not None
+    seat = PoolSeat(PostgresPools(pg_url), "ci", "me")
     try:
         jobs = [Job(id=f"s1.j{i}", name=f"j{i}", run="true") for i in range(4)]
         store.submit("p", "p", lambda n: jobs, 1.0)
         store.join("me", 1, "clore", 1.0, 60.0)
-        slots = [0]
+        store.claim_slots_from(seat)
         hooks = _Hooks(room=3)
-        fleet = Fleet(store, "me", hooks, FleetOptions(pool_room=lambda: slots[0]), print)
+        fleet = Fleet(store, "me", hooks, FleetOptions(), print)
         fleet._claim()
-        assert hooks.added == []  # room in the core, none in the pool: nothing claimed
-        slots[0] = 2
+        assert hooks.added == ["s1.j0", "s1.j1"]  # room for 3 in the core, 2 in the pool
         fleet._claim()
         assert hooks.added == ["s1.j0", "s1.j1"]
-        slots[0] = 5
+        store.fenced_settle(JobResult("s1.j0", JobStatus.PASSED, "exit 0"), 2.0, "me")
+        hooks.free = 4
         fleet._claim()
-        assert hooks.added == ["s1.j0", "s1.j1", "s1.j2"]  # the core's room bounds it too
+        assert hooks.added == ["s1.j0", "s1.j1", "s1.j2"]  # the settled job's slot came back
     finally:
+        seat.close()
         store.close()
+        admin.close()
 
 
 def test_serve_joins_a_pool_only_with_clore_and_a_coordinator() -> None:
@@ -212,6 +220,11 @@ def test_serve_joins_a_pool_only_with_clore_and_a_coordinator() -> None:
     assert "pools hold rented servers on the coordinator" in done.stderr
     refused = cli("serve", "--db", "postgresql://", env={"CLORE_RUN_TOKEN": TOKEN})
     assert refused.returncode == 2 and "is not a PostgreSQL URL" in refused.stderr
+    apart = cli(
+        "serve", "--backend", "clore", "--pool", "gpu-ci", "--db", "postgresql://u@h/queue",
+        "--coordinator", "postgresql://u@h/pools", env={"CLORE_RUN_TOKEN": TOKEN},
+    )  # fmt: skip
+    assert apart.returncode == 2 and "must be one database" in apart.stderr, apart.stderr
 
 
 def test_a_log_another_server_holds_is_said_to_be_there(pg_url: str) -> None:

@@ -262,7 +262,7 @@ def test_five_processes_opening_an_empty_queue_database_at_once(pg_url: str) -> 
     assert [p.returncode for p in procs] == [0] * 5, errors
     with psycopg.connect(pg_url) as conn:
         rows = conn.execute("SELECT component, version FROM clore_run_schema ORDER BY 1")
-        assert rows.fetchall() == [("queue", 1)]
+        assert rows.fetchall() == [("queue", 2)]
 
 
 def test_a_database_crash_mid_queue_loses_nothing_and_counts_nothing_twice(

@@ -225,13 +225,15 @@ class Provisioner:
         if self.seat is None or self.price_per_day(job, offer) is None:
             return None
         label = f"{self.run_id}/{job.id} server {offer.server_id}"
-        return self.seat.reserve(self.worst_case_usd(job, offer), label, cancel, self.make_room)
+        worst_usd = self.worst_case_usd(job, offer)
+        return self.seat.reserve(worst_usd, label, cancel, self.make_room, job_id=job.id)
 
     def cover(self, rental: Rental, job: Job) -> bool:
         """Can a kept server take `job`? Its reservation must grow by the job's worst case."""
         if self.seat is None or rental.reservation is None:
             return True
-        return self.seat.grow(rental.reservation, rental.usd_per_hour * job.timeout_s / 3600)
+        extra_usd = rental.usd_per_hour * job.timeout_s / 3600
+        return self.seat.grow(rental.reservation, extra_usd, job_id=job.id)
 
     def _settle_pool(self, reservation: Reservation | None, billed_usd: float) -> None:
         if reservation is not None and self.seat is not None:
