@@ -27,10 +27,14 @@ def dependents_of(needs: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
     return dependents
 
 
-def topological_order(needs: Mapping[str, Sequence[str]]) -> list[str]:
-    """Kahn's algorithm; ties keep the mapping's order. Raises CycleError naming a cycle."""
+def topological_order(
+    needs: Mapping[str, Sequence[str]], dependents: Mapping[str, Sequence[str]] | None = None
+) -> list[str]:
+    """Kahn's algorithm; ties keep the mapping's order. Raises CycleError naming a cycle.
+    `dependents`: `dependents_of(needs)`, when the caller has it already."""
     indegree = {node: len(deps) for node, deps in needs.items()}
-    dependents = dependents_of(needs)
+    if dependents is None:
+        dependents = dependents_of(needs)
     queue = deque(node for node, count in indegree.items() if count == 0)
     order: list[str] = []
     while queue:
@@ -92,17 +96,20 @@ def upward_ranks(
     needs: Mapping[str, Sequence[str]],
     duration: Callable[[str], float],
     order: Sequence[str] | None = None,
+    dependents: Mapping[str, Sequence[str]] | None = None,
 ) -> dict[str, float]:
     """HEFT upward rank: a node's duration plus the longest rank among its dependents.
 
     This is the length of the longest path from the node's start to the end of the graph, the
-    quantity list scheduling orders ready jobs by.
+    quantity list scheduling orders ready jobs by. `order` and `dependents`, when the caller
+    has them already, save working them out again.
     """
     topo = order if order is not None else topological_order(needs)
-    dependents = dependents_of(needs)
+    children = dependents if dependents is not None else dependents_of(needs)
     rank: dict[str, float] = {}
     for node in reversed(topo):
-        rank[node] = duration(node) + max((rank[c] for c in dependents[node]), default=0.0)
+        below = children[node]
+        rank[node] = duration(node) + (max([rank[c] for c in below]) if below else 0.0)
     return rank
 
 

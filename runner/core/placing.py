@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from runner.core.events import (
     AttemptEnded,
+    AttemptRecorded,
     CancelAll,
     Command,
     Event,
@@ -118,7 +119,10 @@ class PlacingCore:
         self._started = True
         if self._run_timeout_s is not None:  # the run's timeout: a timer that cancels all
             self._out.append(SetTimer(now + self._run_timeout_s, _RUN_TIMEOUT))
-        self._take(self._scheduler.add(self._jobs, {}, now), now)
+        # The book ranked these very jobs already: the scheduler need not rank them again.
+        same = self.book.ranks.keys() == self._by_id.keys()
+        ranks = self.book.ranks if same else None
+        self._take(self._scheduler.add(self._jobs, {}, now, ranks), now)
         return self._settle(now)
 
     def handle(self, event: CoreEvent, now: float) -> list[CoreCommand]:
@@ -128,19 +132,20 @@ class PlacingCore:
     # -- internals -------------------------------------------------------------------------
 
     def _feed(self, event: CoreEvent, now: float) -> None:
-        if isinstance(event, (ServerReady, ServerLost, RentFailed, ServerReleased)):
-            self.book.handle(event, now)
+        if type(event) in _SERVER_EVENTS:  # one look-up: this runs for every event
+            self.book.handle(event, now)  # type: ignore[arg-type]
             return
-        if isinstance(event, TimerFired) and _is_book_timer(event.token):
-            self.book.timer(event.token, now)
-            return
-        if isinstance(event, TimerFired) and event.token == _RUN_TIMEOUT:
-            reason = f"the run timed out after {self._run_timeout_s or 0:g} s"
-            event = CancelAll(reason, StopCause.TIMED_OUT)
         if isinstance(event, AttemptEnded):
             failure = event.attempt.failure
             self.book.attempt_ended(event.job_id, now, failure in _SERVER_FAILURES)
-        self._take(self._scheduler.handle(event, now), now)
+        elif isinstance(event, TimerFired):
+            if _is_book_timer(event.token):
+                self.book.timer(event.token, now)
+                return
+            if event.token == _RUN_TIMEOUT:
+                reason = f"the run timed out after {self._run_timeout_s or 0:g} s"
+                event = CancelAll(reason, StopCause.TIMED_OUT)
+        self._take(self._scheduler.handle(event, now), now)  # type: ignore[arg-type]
         if self._scheduler.stop_reason is not None and not self._cancelled:
             self._cancelled = True
             self.book.cancel(now)
@@ -148,37 +153,42 @@ class PlacingCore:
     def _take(self, commands: list[Command], now: float) -> None:
         """Pass the scheduler's commands on, turning its starts into wants of the book. A
         job killed before it had a server ends here and now: nothing runs to be killed."""
-        todo = list(commands)  # a work list: ends fed back add their commands to it
-        while todo:
-            cmd = todo.pop(0)
-            if isinstance(cmd, StartAttempt):
-                self.book.want(cmd.job_id, cmd.attempt, cmd.timeout_s, now)
-            elif (
-                isinstance(cmd, KillAttempt) and (number := self.book.drop(cmd.job_id)) is not None
-            ):
+        book, out = self.book, self._out
+        todo = commands  # a work list: ends fed back add their commands to it
+        i = 0
+        while i < len(todo):
+            cmd = todo[i]
+            i += 1
+            if type(cmd) in _PASSED_ON:  # most commands: one look-up, not four isinstance
+                out.append(cmd)
+            elif isinstance(cmd, StartAttempt):
+                book.want(cmd.job_id, cmd.attempt, cmd.timeout_s, now)
+            elif isinstance(cmd, KillAttempt) and (number := book.drop(cmd.job_id)) is not None:
                 attempt = Attempt(number, now, now, None, cmd.reason, "cancelled before it ran")
-                todo.extend(self._scheduler.handle(AttemptEnded(cmd.job_id, attempt), now))
+                ended = self._scheduler.handle(AttemptEnded(cmd.job_id, attempt), now)
+                todo, i = [*todo[i:], *ended], 0
             else:
                 if isinstance(cmd, Requeued):
-                    self.book.requeued(cmd.job_id, cmd.at)
-                if isinstance(cmd, Settled):
-                    self.book.settled(cmd.result.job_id, now)
+                    book.requeued(cmd.job_id, cmd.at)
+                elif isinstance(cmd, Settled):
+                    book.settled(cmd.result.job_id, now)
                     self._results.append(cmd.result)
-                self._out.append(cmd)
+                out.append(cmd)
 
     def _settle(self, now: float) -> list[CoreCommand]:
         """Let the book decide until it has nothing more to say to the scheduler."""
+        book = self.book
         while True:
-            self._out.extend(self.book.decide(now))
-            failed, self.book.unplaceable = self.book.unplaceable, []
-            stop, self.book.stop_reason = self.book.stop_reason, None
+            self._out.extend(book.decide(now))
+            if not book.unplaceable and book.stop_reason is None:
+                break
+            failed, book.unplaceable = book.unplaceable, []
+            stop, book.stop_reason = book.stop_reason, None
             if stop is not None:
                 self._feed(CancelAll(stop, StopCause.INFRASTRUCTURE), now)
             for item in failed:
                 attempt = Attempt(item.attempt, now, now, None, item.failure, item.message)
                 self._feed(AttemptEnded(item.job_id, attempt), now)
-            if not failed and stop is None:
-                break
         if self._scheduler.idle and not self._finished:
             self._finished = True
             self._out.extend(self.book.finish(now))
@@ -190,6 +200,11 @@ _RUN_TIMEOUT = ("run_timeout",)
 # An attempt that ended so: its server failed under it (the book keeps a rented one that was
 # not reported lost, won back, for the retry).
 _SERVER_FAILURES = (FailureKind.SERVER_LOST, FailureKind.SSH_FAILED)
+
+
+_SERVER_EVENTS = frozenset({ServerReady, ServerLost, RentFailed, ServerReleased})
+# Scheduler commands the book has nothing to do with: passed on as they are.
+_PASSED_ON = frozenset({SetTimer, AttemptRecorded})
 
 
 def _is_book_timer(token: object) -> bool:

@@ -188,12 +188,15 @@ class Scheduler:
         jobs: Sequence[Job | Entry],
         settled_needs: Mapping[str, NeedOutcome],
         now: float,
+        ranks: Mapping[str, float] | None = None,
     ) -> list[Command]:
-        """Queue `jobs`. Every need must be in the core, in `jobs`, or in `settled_needs`."""
+        """Queue `jobs`. Every need must be in the core, in `jobs`, or in `settled_needs`.
+        `ranks`: the batch's upward ranks (by `duration_hint_s`), when the caller has them."""
         entries = [Entry.of(item) for item in jobs]
         fresh = {e.job.id: e for e in entries}
         self._check_new(entries, fresh, settled_needs)
-        ranks = self._batch_ranks(fresh)
+        if ranks is None:
+            ranks = self._batch_ranks(fresh)
         older = bool(self._slots)  # jobs from earlier adds, whose ranks the new ones may raise
         for e in entries:
             key = (-int(e.job.priority), -ranks[e.job.id], e.seq)

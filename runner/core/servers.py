@@ -138,7 +138,11 @@ class ServerBook:
         self._jobs = {j.id: j for j in jobs}
         needs = {j.id: j.needs for j in jobs}
         self._dependents = graph.dependents_of(needs)
-        rank = graph.upward_ranks(needs, lambda i: self._jobs[i].duration_hint_s)
+        order = graph.topological_order(needs, self._dependents)
+        hint = {j.id: j.duration_hint_s for j in jobs}
+        # The scheduler of the same run orders its ready jobs by these: it takes them from here.
+        self.ranks = graph.upward_ranks(needs, hint.__getitem__, order, self._dependents)
+        rank = self.ranks
         self._key: dict[str, Key] = {j.id: (-int(j.priority), -rank[j.id], j.index) for j in jobs}
         known = durations_s or {}
         self._expected_s = {j.id: known.get(j.id, j.estimate_s) for j in jobs}
@@ -293,6 +297,8 @@ class ServerBook:
 
     def committed_usd(self, now: float) -> float:
         """Spent, plus the reservation (or the cost so far, if more) of every server held."""
+        if not self._rented:
+            return self._spent_usd
         held = sum(self._committed(s, now) for s in self._rented.values())
         return self._spent_usd + held
 
@@ -318,6 +324,11 @@ class ServerBook:
     def idle_count(self) -> int:
         """How many servers are up and running nothing."""
         return len(self._idle)
+
+    @property
+    def running_count(self) -> int:
+        """Jobs running on a server now (at most the cap)."""
+        return len(self._on)
 
     @property
     def waiting_count(self) -> int:
@@ -377,8 +388,9 @@ class ServerBook:
         jobs run: a backend may have more fixed hosts than the run's concurrency."""
         if not self._idle or not self._waiting:
             return
-        idle = sorted(self._idle.values(), key=_by_id)
+        idle = list(self._idle.values())
         if len(idle) > 1:
+            idle.sort(key=_by_id)
             idle.sort(key=self._no_warm_job)  # stable: by id within each
         for server in idle:
             if not self._waiting or len(self._on) >= self.cap:
@@ -397,7 +409,8 @@ class ServerBook:
         if server.kept_for is not None:  # won back for one job's retry: that one only
             return server.kept_for in self._waiting and self._start(server.kept_for, server, now)
         warm = self._warm_waiting(server)
-        queue, seen = self._queue, list[tuple[Key, int, str]]()
+        queue = self._queue
+        seen: list[tuple[Key, int, str]] = []
         placed = False
         while queue and not placed and len(seen) <= 4 * self.cap + 16:
             entry = heapq.heappop(queue)
@@ -459,7 +472,8 @@ class ServerBook:
     # -- renting for jobs that are ready ---------------------------------------------------
 
     def _rent_for_waiting(self, now: float) -> None:
-        queue, seen = self._queue, list[tuple[Key, int, str]]()
+        queue = self._queue
+        seen: list[tuple[Key, int, str]] = []
         soon_free = self._soon_free(now)  # promised to the first waiting jobs they fit
         while queue and len(seen) <= 4 * self.cap + 16:
             entry = heapq.heappop(queue)
@@ -720,6 +734,11 @@ class ServerBook:
     # -- giving back -----------------------------------------------------------------------
 
     def _give_back(self, now: float) -> None:
+        if not self._look:
+            return
+        if not self._renting and not self._cancelled:
+            self._look.clear()  # fixed hosts are kept to the end
+            return
         look, self._look = self._look, set()
         for server_id in sorted(look):
             server = self._servers.get(server_id)

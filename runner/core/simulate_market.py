@@ -16,7 +16,16 @@ import random
 from collections.abc import Callable, Sequence, Set
 from dataclasses import dataclass, field
 
-from runner.core.events import AttemptEnded, AttemptPlaced, KillAttempt, SetTimer, TimerFired
+from runner.core.events import (
+    AttemptEnded,
+    AttemptPlaced,
+    AttemptRecorded,
+    KillAttempt,
+    Requeued,
+    SetTimer,
+    Settled,
+    TimerFired,
+)
 from runner.core.model import Attempt, FailureKind, GpuAsk, Job, JobResult, RunStatus
 from runner.core.placing import CoreEvent, PlacingCore
 from runner.core.rentals import (
@@ -111,15 +120,15 @@ class _ServersSim:
         self.result = ServersResult(0.0, 0.0, 0.0, (), RunStatus.PASSED, 0, 0)
 
     def push(self, at: float, event: CoreEvent) -> None:
-        heapq.heappush(self.queue, (max(at, self.now), next(self.seq), event))
+        heapq.heappush(self.queue, (at if at > self.now else self.now, next(self.seq), event))
 
     def run(self) -> ServersResult:
         self.apply(self.core.start(self.now))
-        while self.queue and not (self.core.done and not self.held):
-            self.now, _, event = heapq.heappop(self.queue)
-            if self.stale(event):
-                continue
-            self.apply(self.core.handle(event, self.now))
+        queue, core, stale, apply = self.queue, self.core, self.stale, self.apply
+        while queue and not (core.done and not self.held):
+            self.now, _, event = heapq.heappop(queue)
+            if not stale(event):
+                apply(core.handle(event, self.now))
         r = self.result
         r.makespan_s, r.results = self.now, self.core.results()
         r.status, r.cost_usd = self.core.status(), self.core.book.cost_usd(self.now)
@@ -135,13 +144,15 @@ class _ServersSim:
                 current = self.running.get(token[1])
                 return current is None or current[0] != token[2]
             return False
-        if isinstance(event, (AttemptEnded, AttemptPlaced)):
-            number = event.attempt.number if isinstance(event, AttemptEnded) else event.attempt
+        if isinstance(event, AttemptEnded):
             current = self.running.get(event.job_id)
-            if current is None or current[0] != number:
+            if current is None or current[0] != event.attempt.number:
                 return True
-            if isinstance(event, AttemptEnded):
-                self._free(event.job_id)
+            self._free(event.job_id)
+            return False
+        if isinstance(event, AttemptPlaced):
+            current = self.running.get(event.job_id)
+            return current is None or current[0] != event.attempt
         if isinstance(event, (ServerReady, ServerLost, RentFailed)):
             held = self.held.get(event.server)
             if held is None:
@@ -151,20 +162,23 @@ class _ServersSim:
         return False
 
     def apply(self, commands: list[CoreCommand]) -> None:
+        if not commands:  # nothing done, nothing changed: the checks would find what they found
+            return
         for cmd in commands:
-            if isinstance(cmd, RentServer):
-                self._rent(cmd)
-            elif isinstance(cmd, StartOn):
+            if type(cmd) in _NOTHING_TO_DO:
+                continue
+            if isinstance(cmd, StartOn):
                 self._start(cmd)
+            elif isinstance(cmd, SetTimer):
+                self.push(cmd.at, TimerFired(cmd.token))
+            elif isinstance(cmd, RentServer):
+                self._rent(cmd)
             elif isinstance(cmd, ReleaseServer):
                 self._release(cmd.server)
             elif isinstance(cmd, KillAttempt) and cmd.job_id in self.running:
                 number, _, began = self.running[cmd.job_id]
                 self.push(self.now, _finish(cmd.job_id, number, began, self.now, cmd.reason))
-            elif isinstance(cmd, SetTimer):
-                self.push(cmd.at, TimerFired(cmd.token))
-        if commands:  # nothing done, nothing changed: the checks would find what they found
-            self._check()
+        self._check()
 
     def _rent(self, cmd: RentServer) -> None:
         self.result.rents += 1
@@ -217,20 +231,30 @@ class _ServersSim:
         )
 
     def _check(self) -> None:
-        """The rules the core promises, checked after every step."""
-        book, r = self.core.book, self.result
-        r.max_servers = max(r.max_servers, book.held)
-        if book.held > book.cap:
-            r.broken.append(f"{self.now:.1f}: {book.held} servers held, cap {book.cap}")
-        committed = book.committed_usd(self.now)
-        r.max_committed_usd = max(r.max_committed_usd, committed)
+        """The rules the core promises, checked after every step. Fixed hosts may outnumber
+        the cap (it bounds the jobs running on them, not the hosts)."""
+        book, r, now = self.core.book, self.result, self.now
+        held = book.held
+        if held > r.max_servers:
+            r.max_servers = held
+        if held > book.cap and book.renting:
+            r.broken.append(f"{now:.1f}: {held} servers held, cap {book.cap}")
+        committed = book.committed_usd(now)
+        if committed > r.max_committed_usd:
+            r.max_committed_usd = committed
         if book.budget_usd is not None and committed > book.budget_usd + 1e-6:
-            r.broken.append(f"{self.now:.1f}: committed ${committed:.4f} > ${book.budget_usd}")
-        idle = book.idle_servers() if book.waiting_count and book.idle_count else []
-        for job_id in book.waiting() if idle else ():
+            r.broken.append(f"{now:.1f}: committed ${committed:.4f} > ${book.budget_usd}")
+        if not (book.waiting_count and book.idle_count) or book.running_count >= book.cap:
+            return
+        idle = book.idle_servers()
+        for job_id in book.waiting():
             short_of_money = book.budget_usd is not None and book.wait_reason(job_id) == "budget"
             if not short_of_money and any(book.fits(v.quote, job_id) for v in idle):
-                r.broken.append(f"{self.now:.1f}: {job_id} waits beside an idle server")
+                r.broken.append(f"{now:.1f}: {job_id} waits beside an idle server")
+
+
+# Commands that change nothing in the simulated market: most of them.
+_NOTHING_TO_DO = frozenset({AttemptRecorded, Settled, Requeued})
 
 
 def simulate_servers(
