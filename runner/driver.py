@@ -604,8 +604,8 @@ class Driver(Generic[C]):
     def _release(self, cmd: ReleaseServer) -> None:
         """Give a server back off the loop; at the end of a run, or once it is cancelled, the
         backend's shutdown gives back everything left in one sweep instead."""
-        assert self.servers is not None
-        if not cmd.rented or self.core.idle or self._cancel_at is not None:
+        assert self.servers is not None and self._placing is not None
+        if not cmd.rented or self._placing.over or self._cancel_at is not None:
             return
         self._releasing = self._off_loop(self._releasing, self._release_off_loop, self.servers, cmd)
 

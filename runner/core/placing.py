@@ -7,10 +7,16 @@ the cap and the budget. An attempt the book cannot place ends as a failure of it
 (no offer, over budget, every host failed), so the retry table applies as to any other.
 
 Events in, commands out, time passed in: the driver and the simulator drive it alike.
+
+`clore-run run` makes one with the run's jobs and ends it when they are settled (every server
+is given back). `clore-run serve` makes an ongoing one: jobs are added as they are submitted,
+the servers outlive each job and are given back by the book's own rules, and a rent that no
+rent could pass (a refused key) holds starts for a while instead of cancelling everything.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 
 from runner.core.events import (
@@ -19,6 +25,7 @@ from runner.core.events import (
     CancelAll,
     Command,
     Event,
+    HoldStarts,
     KillAttempt,
     Requeued,
     SetTimer,
@@ -38,7 +45,7 @@ from runner.core.rentals import (
     ServerReleased,
 )
 from runner.core.retry import backoff_s
-from runner.core.scheduler import Entry, JobState, Scheduler
+from runner.core.scheduler import Entry, JobState, Phase, Scheduler
 from runner.core.servers import TIMER, ServerBook
 
 CoreEvent = Event | ServerEvent
@@ -53,13 +60,20 @@ class PlacingCore:
         book: ServerBook,
         run_timeout_s: float | None = None,
         backoff: Callable[[int], float] = backoff_s,
+        *,
+        ongoing: bool = False,
+        on_fatal: Callable[[str, float], Event] | None = None,
     ) -> None:
         self.book = book
         self._jobs = jobs
         self._by_id = {j.id: j for j in jobs}
         self._run_timeout_s = run_timeout_s
+        self._ongoing = ongoing
+        # What a rent no rent could pass becomes: a cancel of the run, or (serve) a hold.
+        self._on_fatal = on_fatal or _cancel_all
+        book.stop_on_fatal = not ongoing
         # Unbounded: the cap is on servers, which the book keeps.
-        self._scheduler = Scheduler(max(1, len(jobs)), backoff)
+        self._scheduler = Scheduler(_UNBOUNDED if ongoing else max(1, len(jobs)), backoff)
         self._results: list[JobResult] = []
         self._out: list[CoreCommand] = []
         self._finished = False
@@ -69,6 +83,18 @@ class PlacingCore:
     @property
     def done(self) -> bool:
         return self._scheduler.idle
+
+    @property
+    def over(self) -> bool:
+        """The run is over and its servers go back in one sweep (never, for an ongoing core)."""
+        return not self._ongoing and self._scheduler.idle
+
+    def __len__(self) -> int:
+        """Jobs not settled yet."""
+        return len(self._scheduler)
+
+    def __contains__(self, job_id: object) -> bool:
+        return job_id in self._scheduler
 
     @property
     def cancel_reason(self) -> str | None:
@@ -101,7 +127,11 @@ class PlacingCore:
         return self._scheduler.stop_cause
 
     def state(self, job_id: str) -> JobState | None:
-        return self._scheduler.state(job_id)
+        """The scheduler's answer, and for a job waiting for a server, what that server does."""
+        state = self._scheduler.state(job_id)
+        if state is None or state.phase is not Phase.PLACING:
+            return state
+        return dataclasses.replace(state, server=self.book.server_wait(job_id))
 
     def unplaced_jobs(self) -> list[Job]:
         """Nothing for a backend to keep servers for: the book decides what is kept."""
@@ -110,10 +140,15 @@ class PlacingCore:
     def add(
         self, jobs: Sequence[Job | Entry], settled: Mapping[str, NeedOutcome], now: float
     ) -> list[CoreCommand]:
-        """The driver's one `add` of a run: the jobs are the ones the book was made for."""
-        if self._started or settled or len(jobs) != len(self._jobs):
-            raise ValueError("a core with servers takes its jobs once, when the run starts")
-        return self.start(now)
+        """A run's one `add` (the jobs the book was made for), or an ongoing core's jobs as
+        they come, with the outcomes of the settled jobs they need."""
+        if not self._ongoing:
+            if self._started or settled or len(jobs) != len(self._jobs):
+                raise ValueError("a run's core takes its jobs once, when the run starts")
+            return self.start(now)
+        self.book.add_jobs([item.job if isinstance(item, Entry) else item for item in jobs], now)
+        self._take(self._scheduler.add(jobs, settled, now), now)
+        return self._settle(now)
 
     def start(self, now: float) -> list[CoreCommand]:
         self._started = True
@@ -145,6 +180,8 @@ class PlacingCore:
             if event.token == _RUN_TIMEOUT:
                 reason = f"the run timed out after {self._run_timeout_s or 0:g} s"
                 event = CancelAll(reason, StopCause.TIMED_OUT)
+        elif isinstance(event, HoldStarts):
+            self.book.hold(event.until)
         self._take(self._scheduler.handle(event, now), now)  # type: ignore[arg-type]
         if self._scheduler.stop_reason is not None and not self._cancelled:
             self._cancelled = True
@@ -172,7 +209,8 @@ class PlacingCore:
                     book.requeued(cmd.job_id, cmd.at)
                 elif isinstance(cmd, Settled):
                     book.settled(cmd.result.job_id, now)
-                    self._results.append(cmd.result)
+                    if not self._ongoing:  # a queue keeps its results in its store
+                        self._results.append(cmd.result)
                 out.append(cmd)
 
     def _settle(self, now: float) -> list[CoreCommand]:
@@ -185,11 +223,11 @@ class PlacingCore:
             failed, book.unplaceable = book.unplaceable, []
             stop, book.stop_reason = book.stop_reason, None
             if stop is not None:
-                self._feed(CancelAll(stop, StopCause.INFRASTRUCTURE), now)
+                self._feed(self._on_fatal(stop, now), now)
             for item in failed:
                 attempt = Attempt(item.attempt, now, now, None, item.failure, item.message)
                 self._feed(AttemptEnded(item.job_id, attempt), now)
-        if self._scheduler.idle and not self._finished:
+        if self.over and not self._finished:
             self._finished = True
             self._out.extend(self.book.finish(now))
         out, self._out = self._out, []
@@ -197,6 +235,13 @@ class PlacingCore:
 
 
 _RUN_TIMEOUT = ("run_timeout",)
+_UNBOUNDED = 1 << 62  # the scheduler's cap on attempts out, when the book caps servers
+
+
+def _cancel_all(reason: str, _now: float) -> Event:
+    return CancelAll(reason, StopCause.INFRASTRUCTURE)
+
+
 # An attempt that ended so: its server failed under it (the book keeps a rented one that was
 # not reported lost, won back, for the retry).
 _SERVER_FAILURES = (FailureKind.SERVER_LOST, FailureKind.SSH_FAILED)

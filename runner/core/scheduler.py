@@ -76,6 +76,8 @@ class JobState:
     needs: tuple[str, ...] = ()  # the needs not settled yet (WAITING)
     until: float | None = None  # when the timer ends (TIMER)
     attempts: int = 0  # attempts made, the one out included
+    # PLACING, with a core that holds servers: what its server is doing (None: it has one)
+    server: str | None = None
 
 
 @dataclass(frozen=True)

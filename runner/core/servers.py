@@ -135,17 +135,14 @@ class ServerBook:
         self.boot = boot or BootTimes()
         self._market: Market = market or NoMarket()
         self._renting = market is not None
-        self._jobs = {j.id: j for j in jobs}
-        needs = {j.id: j.needs for j in jobs}
-        self._dependents = graph.dependents_of(needs)
-        order = graph.topological_order(needs, self._dependents)
-        hint = {j.id: j.duration_hint_s for j in jobs}
+        self._jobs: dict[str, Job] = {}
+        self._needs: dict[str, tuple[str, ...]] = {}  # each job's needs the book holds
+        self._dependents: dict[str, dict[str, None]] = {}  # in the order they were added
+        self._key: dict[str, Key] = {}
+        self._known_s = dict(durations_s or {})
+        self._expected_s: dict[str, float | None] = {}
         # The scheduler of the same run orders its ready jobs by these: it takes them from here.
-        self.ranks = graph.upward_ranks(needs, hint.__getitem__, order, self._dependents)
-        rank = self.ranks
-        self._key: dict[str, Key] = {j.id: (-int(j.priority), -rank[j.id], j.index) for j in jobs}
-        known = durations_s or {}
-        self._expected_s = {j.id: known.get(j.id, j.estimate_s) for j in jobs}
+        self.ranks: dict[str, float] = {}
         self._waiting: dict[str, _Want] = {}
         self._queue: list[tuple[Key, int, str]] = []
         self._seq = itertools.count()
@@ -159,7 +156,7 @@ class ServerBook:
         self._claims: dict[str, int] = {}  # job -> server meant for it
         self._end: dict[str, float] = {}  # expected (or actual) end of a job
         self._worst_end: dict[str, float] = {}
-        self._ends_known = dict.fromkeys(self._jobs, 0)
+        self._ends_known: dict[str, int] = {}
         self._eta: dict[str, float] = {}  # unready jobs: when all their needs should be done
         self._due: dict[str, None] = {}  # jobs whose server should be rented ahead now
         self._starved: dict[str, None] = {}  # due, but at the cap: due again when a slot opens
@@ -180,15 +177,61 @@ class ServerBook:
         self._dirty = True
         self.unplaceable: list[Unplaceable] = []
         self.stop_reason: str | None = None
+        # A budget that renews each UTC day (serve's daily limit): a job over what is left
+        # waits for the next day instead of failing, unless it is over a whole day's.
+        self._day: int | None = None
+        self._day_timer: int | None = None  # the day the book last asked to be woken on
+        self._hold_until = -math.inf  # place and rent nothing before this (serve's holds)
+        # A fatal rent failure cancels the run; a queue server holds its starts instead.
+        self.stop_on_fatal = True
         for quote in fixed_hosts:
             server = _Server(next(self._next_server), quote, False, now, ready_at=now)
             self._servers[server.id] = server
             self._idle[server.id] = server
-        for job in jobs:
-            if not job.needs:
-                self._needs_known(job.id, now)
+        self.add_jobs(jobs, now)
 
     # -- what the book is told -------------------------------------------------------------
+
+    def add_jobs(self, jobs: Sequence[Job], now: float) -> None:
+        """Jobs that may want a server from now on (serve adds them as they are submitted).
+        A need the book does not hold is settled already. Their ranks count the batch's own
+        dependents: a later batch does not raise them."""
+        self._dirty = True
+        fresh = {j.id: j for j in jobs}
+        needs = {j.id: tuple(n for n in j.needs if n in fresh or n in self._jobs) for j in jobs}
+        inside = {i: [n for n in ns if n in fresh] for i, ns in needs.items()}
+        below = graph.dependents_of(inside)
+        order = graph.topological_order(inside, below)
+        hint = {j.id: j.duration_hint_s for j in jobs}
+        self.ranks = rank = graph.upward_ranks(inside, hint.__getitem__, order, below)
+        for job in jobs:
+            self._jobs[job.id] = job
+            self._needs[job.id] = needs[job.id]
+            self._dependents[job.id] = {}
+            self._key[job.id] = (-int(job.priority), -rank[job.id], job.index)
+            self._expected_s[job.id] = self._known_s.get(job.id, job.estimate_s)
+        for job in jobs:
+            for need in needs[job.id]:
+                self._dependents[need][job.id] = None
+            self._ends_known[job.id] = sum(n in self._end for n in needs[job.id])
+        for job in jobs:
+            if self._ends_known[job.id] == len(needs[job.id]):
+                self._needs_known(job.id, now)
+
+    def budget_per_day(self, limit_usd: float, spent_today_usd: float, now: float) -> None:
+        """The budget renews each UTC day: `limit_usd` a day, `spent_today_usd` of it gone.
+        A server held across midnight counts whole against the new day (a worst case)."""
+        self.budget_usd = limit_usd
+        self._day = _day_of(now)
+        self._spent_usd = spent_today_usd
+        self._dirty = True
+
+    def hold(self, until: float) -> None:
+        """Start and rent nothing before `until` (serve's holds: its shutdown, a refused key)."""
+        self._hold_until = until
+        self._dirty = True
+        if until < math.inf:
+            self._out.append(SetTimer(until, (TIMER, "hold", 0)))
 
     def want(self, job_id: str, attempt: int, timeout_s: float, now: float) -> None:
         """The job is ready for attempt `attempt` and needs a server."""
@@ -243,8 +286,28 @@ class ServerBook:
         self._waiting.pop(job_id, None)
         self._eta.pop(job_id, None)
         self._due.pop(job_id, None)
+        self._starved.pop(job_id, None)
         self._unclaim(job_id)
         self._set_end(job_id, now, now, now)
+        for done in (job_id, *self._needs.get(job_id, ())):
+            self._forget_job(done)
+
+    def _forget_job(self, job_id: str) -> None:
+        """A settled job none of whose dependents wants anything more is forgotten: a queue
+        that runs for months holds only what may still ask for a server."""
+        if job_id not in self._settled:
+            return
+        if any(d not in self._settled for d in self._dependents.get(job_id, ())):
+            return
+        for need in self._needs[job_id]:  # settled, and now no dependent of anything
+            if need in self._dependents:
+                del self._dependents[need][job_id]
+        del self._jobs[job_id], self._needs[job_id], self._dependents[job_id]
+        del self._key[job_id], self._expected_s[job_id], self._ends_known[job_id]
+        self._end.pop(job_id, None)
+        self._worst_end.pop(job_id, None)
+        self._rent_failures.pop(job_id, None)
+        self._settled.discard(job_id)
 
     def cancel(self, now: float) -> None:
         """Rent nothing more; give back every server no job runs on."""
@@ -326,6 +389,11 @@ class ServerBook:
         return len(self._idle)
 
     @property
+    def jobs_known(self) -> int:
+        """Jobs the book holds: unsettled ones, and settled ones a dependent still needs."""
+        return len(self._jobs)
+
+    @property
     def running_count(self) -> int:
         """Jobs running on a server now (at most the cap)."""
         return len(self._on)
@@ -341,6 +409,25 @@ class ServerBook:
     def wait_reason(self, job_id: str) -> str | None:
         """What a waiting job waits for ("budget", "cap", "boot", "reuse"), if decided."""
         return self._why.get(job_id) if job_id in self._waiting else None
+
+    def server_wait(self, job_id: str) -> str | None:
+        """What a waiting job's server is doing, for a person (None: the job is not waiting)."""
+        if job_id not in self._waiting:
+            return None
+        server = self._servers.get(self._claims.get(job_id, -1))
+        if server is not None and server.ready_at is None:
+            return f"renting a server for it ({_label(server.quote)}), booting"
+        why = self._why.get(job_id)
+        if why == "cap":
+            return f"waiting for a server: {len(self._servers)} of {self.cap} held (the cap)"
+        if why == "budget":
+            daily = " today" if self._day is not None else ""
+            return f"waiting for a server: the budget{daily} cannot hold its worst case yet"
+        if why == "reuse" or server is not None:
+            return "waiting for a server to come free"
+        if not self._renting:  # hosts that already exist: one must come free
+            return "a free slot"
+        return "waiting for a server"
 
     def fits(self, quote: Quote, job_id: str) -> bool:
         return self._market.fits(quote, self._jobs[job_id].gpu)
@@ -361,9 +448,13 @@ class ServerBook:
         if not self._dirty:
             return self._flush()
         self._why.clear()  # each decision says afresh what a job waits for
+        if self._day is not None and _day_of(now) > self._day:
+            self._new_day(now)
+        held_back = now < self._hold_until
         while True:
-            self._place_on_ready_servers(now)
-            if not self._cancelled and self._renting:
+            if not held_back:
+                self._place_on_ready_servers(now)
+            if not self._cancelled and self._renting and not held_back:
                 self._rent_for_waiting(now)
                 # Each pass can give jobs an expected end, making their dependents due.
                 while self._due:
@@ -440,7 +531,7 @@ class ServerBook:
     def _warm_waiting(self, server: _Server) -> str | None:
         if server.last_job is None:
             return None
-        warm = [d for d in self._dependents[server.last_job] if self._usable(server, d)]
+        warm = [d for d in self._dependents.get(server.last_job, ()) if self._usable(server, d)]
         return min(warm, key=self._key.__getitem__, default=None)
 
     def _usable(self, server: _Server, job_id: str) -> bool:
@@ -545,12 +636,35 @@ class ServerBook:
             over = self._over_budget(cost, now)
         if over > 0:
             self._why[job_id] = "budget"
-            if not any(s.rented for s in self._servers.values()):
+            if self._day is not None:
+                self._wait_for_next_day(job_id, want, quote, hold_s, cost, now)
+            elif not any(s.rented for s in self._servers.values()):
                 text = self._budget_text(quote, hold_s, cost, over, now)
                 self._fail(job_id, want, FailureKind.UNAVAILABLE, text)
             return
         self._rent(job_id, quote, now + hold_s, cost, now, ahead=False)
         self._plan_end(job_id, now + self.boot.expected_s, now + self.boot.allowance_s, now)
+
+    def _wait_for_next_day(
+        self, job_id: str, want: _Want, quote: Quote, hold_s: float, cost: float, now: float
+    ) -> None:
+        """A daily budget: the job waits for the next day's, unless a whole day's is short."""
+        assert self._day is not None and self.budget_usd is not None
+        if cost > self.budget_usd + 1e-9:
+            over = cost - self.budget_usd
+            text = self._budget_text(quote, hold_s, cost, over, now)
+            self._fail(job_id, want, FailureKind.UNAVAILABLE, f"a day's {text}")
+            return
+        if self._day_timer != self._day + 1:  # once a day, for every job waiting so
+            self._day_timer = self._day + 1
+            self._out.append(SetTimer(self._day_timer * _DAY_S, (TIMER, "day", self._day_timer)))
+
+    def _new_day(self, now: float) -> None:
+        """The daily budget renews: what was spent on earlier days no longer counts (what
+        the servers still held cost counts whole, from their create)."""
+        self._day = _day_of(now)
+        self._spent_usd = 0.0
+        self._booked.clear()  # a late figure for an earlier day's order does not count either
 
     def _none_left(self, job_id: str, want: _Want) -> None:
         """No offer fits the job (any more): say why, and which hosts failed it before."""
@@ -600,7 +714,7 @@ class ServerBook:
             del self._due[job_id]
             if job_id not in self._eta or job_id in self._claims:
                 continue
-            eta = max(self._end[n] for n in self._jobs[job_id].needs)
+            eta = max((self._end[n] for n in self._needs[job_id]), default=now)
             self._eta[job_id] = eta
             start_at = eta - self.boot.expected_s
             if start_at > now + _EPS_S:  # its needs are later than first thought
@@ -648,7 +762,7 @@ class ServerBook:
     def _plan_end(self, job_id: str, start: float, worst_start: float, now: float) -> None:
         """The job should start at `start` (at worst `worst_start`): record its end."""
         job = self._jobs[job_id]
-        worst_ready = max((self._worst_end[n] for n in job.needs), default=now)
+        worst_ready = max((self._worst_end[n] for n in self._needs[job_id]), default=now)
         worst = max(worst_ready, worst_start) + job.timeout_s + AFTER_SCRIPT_S
         expected = self._expected_s[job_id]
         self._set_end(job_id, start + expected if expected is not None else None, worst, now)
@@ -658,7 +772,7 @@ class ServerBook:
         quote = self._market.best(job.gpu, self._excluded | self._hosts_held())
         if quote is None:
             return  # it rents (or fails) when it is ready
-        worst_ready = max((self._worst_end[n] for n in job.needs), default=now)
+        worst_ready = max((self._worst_end[n] for n in self._needs[job_id]), default=now)
         wait_s = max(self.boot.allowance_s, worst_ready - now)
         hold_s = wait_s + job.timeout_s + AFTER_SCRIPT_S
         cost = rental_cost_usd(quote.usd_per_hour, hold_s, quote.creation_fee_usd)
@@ -686,14 +800,14 @@ class ServerBook:
             return
         for child in self._dependents[job_id]:
             self._ends_known[child] += 1
-            if self._ends_known[child] == len(self._jobs[child].needs):
+            if self._ends_known[child] == len(self._needs[child]):
                 self._needs_known(child, now)
 
     def _needs_known(self, job_id: str, now: float) -> None:
         """Every need has an expected end: the job can be planned for."""
         if job_id in self._settled or job_id in self._waiting or job_id in self._on:
             return
-        needs = self._jobs[job_id].needs
+        needs = self._needs[job_id]
         eta = max((self._end[n] for n in needs), default=now)
         self._eta[job_id] = eta
         if self.provisioning is not Provisioning.AHEAD or not self._renting or not needs:
@@ -843,7 +957,7 @@ class ServerBook:
 
     def _rent_failed(self, server: _Server, event: RentFailed) -> None:
         self._forget(server)
-        if not event.job_cannot_run:
+        if not event.job_cannot_run and not event.fatal:  # the host is not to blame for those
             self._excluded.add(server.quote.host)
         self._spent_usd += event.cost_usd
         self._booked[server.id] = (server.quote, event.cost_usd)
@@ -853,8 +967,11 @@ class ServerBook:
                 self._claims.pop(meant, None)
         if event.fatal:  # every rent would fail the same way: rent nothing more, now
             self.stop_reason = event.reason
-            self._cancelled = True
-            self._look.update(self._servers)
+            if self.stop_on_fatal:
+                self._cancelled = True
+                self._look.update(self._servers)
+            else:  # rent nothing in this decision: the caller's hold says until when
+                self._hold_until = math.inf
             return
         want = self._waiting.get(job_id) if job_id is not None else None
         if job_id is None or want is None:
@@ -913,3 +1030,16 @@ class ServerBook:
 
 def _by_id(server: _Server) -> int:
     return server.id
+
+
+_DAY_S = 86_400
+
+
+def _label(quote: Quote) -> str:
+    gpus = quote.gpu_model if quote.gpu_count <= 1 else f"{quote.gpu_count}x {quote.gpu_model}"
+    return f"{gpus or 'server'} #{quote.host}"
+
+
+def _day_of(now: float) -> int:
+    """The UTC day `now` falls in (days since 1970-01-01; Unix time has no leap seconds)."""
+    return int(now // _DAY_S)

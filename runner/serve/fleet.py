@@ -175,7 +175,11 @@ class Fleet:
                 taken.token,
                 len(taken.running),
             )
-            if taken.running:
+            for job_id in taken.cancelled:
+                log.warning(
+                    "job %s: cancelled by request (its server %s is gone)", job_id, taken.token
+                )
+            if taken.running or taken.cancelled:  # what those ran on is reconciled too
                 self.hooks.recover(taken.token, taken.running, taken.open_attempts)
 
     def _pass_cancels(self) -> None:

@@ -6,6 +6,11 @@ never disagree. What is its own here: the daily spend hold, recovery after a res
 hand-over of running jobs at shutdown. Timers run on the injected clock; a fake clock is moved
 by a test, which then calls `wake()`.
 
+On a backend whose servers the core decides (clore), the core is an ongoing `PlacingCore`: it
+rents, reuses and gives back servers for jobs as they arrive, within the cap and a budget of
+the daily spend limit that it reserves each rental's worst case against. The spend hold stays
+beside it: it counts what every instance of a shared queue spent.
+
 Start-up recovers what the last server left: attempts whose rows were never completed were
 interrupted. The backend is reconciled first (local orphans killed, clore rentals cancelled per
 the ledger), then each attempt is recorded as `server_lost` with what was done, and the job is
@@ -35,13 +40,14 @@ from pathlib import Path
 from typing import TypeVar
 
 from runner.attempt import AttemptRunner
-from runner.backends.base import Backend, Place
+from runner.backends.base import Backend, Place, ServerAdapter
 from runner.clock import SYSTEM_CLOCK, Clock
 from runner.core.events import AttemptEnded, CancelJob, Event, HoldStarts
-from runner.core.model import Attempt, FailureKind, Job, JobResult
+from runner.core.model import Attempt, FailureKind, Job, JobResult, Provisioning
 from runner.core.outcome import NeedOutcome, need_outcome
+from runner.core.placing import PlacingCore
 from runner.core.retry import backoff_s
-from runner.core.scheduler import OUT, Entry, Scheduler
+from runner.core.scheduler import OUT, Entry, Phase, Scheduler
 from runner.driver import Driver, DriverOptions
 from runner.errors import InfrastructureError
 from runner.serve import views
@@ -161,8 +167,13 @@ class Service:
             inner = FencedJournal(self.shared, options.instance, self.fleet.nudge)
         self.journal = KeptJournal(inner, self._unrecorded_start)
         journal = self.journal
-        self.driver = Driver(
-            Scheduler(options.capacity, options.backoff),
+        servers = backend if isinstance(backend, ServerAdapter) else None
+        self.placing = self._placing_core(servers) if servers is not None else None
+        core: Scheduler | PlacingCore = Scheduler(options.capacity, options.backoff)
+        if self.placing is not None:  # (not `or`: a core with no jobs has length 0)
+            core = self.placing
+        self.driver: Driver[Scheduler | PlacingCore] = Driver(
+            core,
             backend,
             runner,
             journal,
@@ -173,15 +184,30 @@ class Service:
                 notice=log.warning,
                 tick_s=MAX_WAIT_S,
             ),
+            servers=servers,
         )
         self._submit_lock = threading.Lock()
         self._thread = threading.Thread(target=self._loop, name="serve-loop", daemon=True)
         self.held_until: float | None = None  # the daily spend limit holds starts until then
 
+    def _placing_core(self, servers: ServerAdapter) -> PlacingCore | None:
+        """The core with servers, for jobs that come over time (None: the backend rents
+        nothing, and the plain scheduler runs on its places)."""
+        cap = self.options.capacity
+        book = servers.server_book((), cap, None, Provisioning.AHEAD, {})
+        if book is None:
+            return None
+        return PlacingCore(
+            (), book, backoff=self.options.backoff, ongoing=True, on_fatal=self._must_stop
+        )
+
     # -- lifecycle -------------------------------------------------------------------------
 
     def start(self) -> None:
         now = self.clock.time()
+        limit = self.options.daily_spend_limit_usd
+        if self.placing is not None and limit is not None:  # before the loop runs
+            self.placing.book.budget_per_day(limit, self.spent_today(now), now)
         if self.shared is not None and self.fleet is not None:
             ttl_s = self.options.fleet.ttl_s
             self.shared.join(self.options.instance, os.getpid(), self.backend.name, now, ttl_s)
@@ -219,16 +245,21 @@ class Service:
         if self.fleet is not None:  # whichever instance has room claims them
             return self._submit_shared(prepared, kind, self.fleet)
         with self._submit_lock:
-            check_known(prepared, self.store.known(list(prepared.external)))
-            stored = self.store.submit(
-                kind,
-                prepared.label,
-                lambda number: with_server_ids(prepared.jobs, number),
-                self.clock.time(),
-            )
+            stored = self._store(prepared, kind)
             entries = tuple(Entry(job, seq) for seq, job in stored)
             self.driver.call(lambda now: self._add(entries, now))
         return Submitted(tuple(e.job.id for e in entries), prepared.warnings)
+
+    def _store(self, prepared: Prepared, kind: str) -> list[tuple[int, Job]]:
+        """The submission in the store, once every job it needs from earlier ones is known
+        (SubmissionError otherwise); its jobs' server ids carry its number."""
+        check_known(prepared, self.store.known(list(prepared.external)))
+        return self.store.submit(
+            kind,
+            prepared.label,
+            lambda number: with_server_ids(prepared.jobs, number),
+            self.clock.time(),
+        )
 
     def cancel(self, job_id: str) -> str:
         """'cancelled', 'cancelling' (it was running: killed), 'unknown', or 'final:<status>'."""
@@ -295,14 +326,16 @@ class Service:
             found = self.store.job(job_id)
             return "unknown" if found is None else f"final:{found[0].status}"
         self.driver.feed(CancelJob(job_id, "cancelled by request"), now)
-        return "cancelling" if state.phase in OUT else "cancelled"
+        # A job the core still finds a server for has nothing to kill: it ends at once.
+        out = state.phase is Phase.RUNNING or (state.phase is Phase.PLACING and not state.server)
+        return "cancelling" if out else "cancelled"
 
     def _why_waiting(self, job_id: str, now: float) -> str | None:
         core = self.driver.core
         state = core.state(job_id)
         if state is None and self.shared is not None:
             return waiting_elsewhere(self.shared, job_id, now)
-        if state is None or state.phase in OUT:
+        if state is None or (state.phase in OUT and state.server is None):
             return None
         need = core.state(state.needs[0]) if state.needs else None
         need_out = need is not None and need.phase in OUT
@@ -381,13 +414,7 @@ class Service:
     # -- one instance among N on a shared store (the fleet thread calls these) ------------
 
     def _submit_shared(self, prepared: Prepared, kind: str, fleet: Fleet) -> Submitted:
-        check_known(prepared, self.store.known(list(prepared.external)))
-        stored = self.store.submit(
-            kind,
-            prepared.label,
-            lambda number: with_server_ids(prepared.jobs, number),
-            self.clock.time(),
-        )
+        stored = self._store(prepared, kind)
         fleet.nudge()
         return Submitted(tuple(job.id for _, job in stored), prepared.warnings)
 

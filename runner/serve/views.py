@@ -44,6 +44,8 @@ def detail(
 def waiting_for(state: JobState, need_out: bool, now: float, held_until: float | None) -> str:
     """Why a job the scheduler holds has not started. `need_out`: the first need it waits for
     has an attempt out."""
+    if state.server is not None:  # ready, and the core finds it a server
+        return state.server
     if state.phase is Phase.WAITING and state.needs:
         return f"needs '{state.needs[0]}' ({'running' if need_out else 'queued'})"
     if state.phase is Phase.TIMER and state.until is not None:

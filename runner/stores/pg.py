@@ -52,6 +52,14 @@ class NewerSchema(Exception):
     pass
 
 
+class _TryAgain(Exception):
+    """One try of a transaction failed in a way another may not; `error` if none is left."""
+
+    def __init__(self, error: InfrastructureError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 class PgDatabase:
     """One connection to `url`, shared by threads behind a lock."""
 
@@ -92,26 +100,32 @@ class PgDatabase:
         with self._lock:
             while True:
                 try:
-                    conn = self._connection(doing)
-                except self._error:  # cannot connect (yet): the server may be restarting
+                    return self._try(doing, work, one_statement)
+                except _TryAgain as again:
                     if self._clock.now() >= deadline:
-                        raise
-                    self._clock.sleep(delay)
-                    delay = min(delay * 2, 1.0)
-                    continue
-                # Only the database's own errors are tried again: an error `work` raises
-                # itself is an answer (a fenced write refused), and repeating it until the
-                # deadline only delays it.
-                try:
-                    if one_statement:
-                        return work(conn)
-                    with conn.transaction():
-                        return work(conn)
-                except psycopg.Error as exc:
-                    if not self._retryable(exc) or self._clock.now() >= deadline:
-                        raise self._fail(doing, exc) from None
+                        raise again.error from None
                 self._clock.sleep(delay)
                 delay = min(delay * 2, 1.0)
+
+    def _try(self, doing: str, work: Callable[[Conn], T], one_statement: bool) -> T:
+        """`work` once. _TryAgain when the connection failed, or the database failed in a way
+        that running it again may cure; any other error is the answer."""
+        try:
+            conn = self._connection(doing)
+        except self._error as exc:  # cannot connect (yet): the server may be restarting
+            raise _TryAgain(exc) from None
+        # Only the database's own errors are tried again: an error `work` raises itself is an
+        # answer (a fenced write refused), and repeating it until the deadline only delays it.
+        try:
+            if one_statement:
+                return work(conn)
+            with conn.transaction():
+                return work(conn)
+        except psycopg.Error as exc:
+            error = self._fail(doing, exc)
+            if self._retryable(exc):
+                raise _TryAgain(error) from None
+            raise error from None
 
     @contextmanager
     def transaction(self, doing: str) -> Iterator[Conn]:

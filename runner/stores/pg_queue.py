@@ -25,7 +25,7 @@ import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from runner.core.model import Attempt, Job, JobResult
@@ -133,6 +133,9 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (  # MIGRATIONS[n]: version n -> n + 1
     # The server slot (a reservation in the budget pool, runner/stores/pg_pools.py) the job's
     # claim holds for it, to give back when the job settles or is requeued.
     ("ALTER TABLE queue_jobs ADD COLUMN pool_slot BIGINT",),
+    # A cancel request stays until the job settles; `cancel_seen_by` is the owner that took it
+    # (so it is passed on once per owner, and a taker carries out what a dead owner took).
+    ("ALTER TABLE queue_jobs ADD COLUMN cancel_seen_by TEXT",),
 )
 
 # The claimer's lease runs: one woken from a freeze past its ttl claims nothing (in the moment
@@ -155,6 +158,7 @@ class Taken:
     token: str
     running: list[Unsettled]
     open_attempts: dict[str, OpenAttempt]
+    cancelled: list[str] = field(default_factory=list)  # its jobs a cancel was asked for
 
 
 @dataclass(frozen=True)
@@ -287,6 +291,7 @@ class PostgresQueue(QueueReads):
             "stopped_at = coalesce(stopped_at, extract(epoch FROM now())) WHERE token = %s",
             (taker, key, token),
         )
+        cancelled = _cancel_held(conn, token, taker)
         given = conn.execute(
             "UPDATE queue_jobs SET owner = NULL, claim = NULL "
             "WHERE owner = %s AND status = 'queued' RETURNING pool_slot",
@@ -300,7 +305,8 @@ class PostgresQueue(QueueReads):
         ).fetchall()
         # Every slot the dead instance's claims held goes back: its running attempts are lost,
         # and their retries reserve anew when they rent.
-        _release(conn, [r[0] for r in given] + [r[-1] for r in rows], f"take-over of {token}")
+        slots = [r[0] for r in given] + [r[-1] for r in rows] + [r[1] for r in cancelled]
+        _release(conn, slots, f"take-over of {token}")
         running = sorted((unsettled_from(r[:-1]) for r in rows), key=lambda u: u.row.seq)
         ids = [u.row.id for u in running]
         opened = conn.execute(
@@ -308,9 +314,10 @@ class PostgresQueue(QueueReads):
             "WHERE finished_at IS NULL AND job_id = ANY(%s)",
             (ids,),
         ).fetchall()
-        if rows:
+        if rows or cancelled:
             conn.execute(f"NOTIFY {CHANNEL}")
-        return Taken(token, running, {r[0]: OpenAttempt(*r) for r in opened})
+        attempts = {r[0]: OpenAttempt(*r) for r in opened}
+        return Taken(token, running, attempts, [str(r[0]) for r in cancelled])
 
     def live_instances(self) -> list[tuple[str, str]]:
         """(token, url) of the instances whose lease runs."""
@@ -401,13 +408,16 @@ class PostgresQueue(QueueReads):
         return self.db.run("hold server slots", hold)
 
     def cancel_requests(self, token: str) -> list[str]:
-        """Jobs this instance holds that another instance was asked to cancel (taken once)."""
+        """Jobs this instance holds that another instance was asked to cancel (each passed on
+        once). The request stays on the row until the job settles: if this instance dies
+        before it carries it out, the instance that takes its work does (take_dead)."""
 
         def take(conn: Conn) -> list[str]:
             rows = conn.execute(
-                "UPDATE queue_jobs SET cancel_requested = false WHERE owner = %s "
-                "AND cancel_requested AND status IN ('queued', 'running') RETURNING id",
-                (token,),
+                "UPDATE queue_jobs SET cancel_seen_by = %s WHERE owner = %s "
+                "AND cancel_requested AND cancel_seen_by IS DISTINCT FROM %s "
+                "AND status IN ('queued', 'running') RETURNING id",
+                (token, token, token),
             ).fetchall()
             return [str(r[0]) for r in rows]
 
@@ -718,6 +728,27 @@ def _hold(conn: Conn, seat: PoolSeat, key: str, ids: list[str]) -> dict[str, int
         (seat.holder, seat.pool, key, ids),
     ).fetchall()
     return {str(job): int(slot) for job, slot in rows}
+
+
+def _cancel_held(conn: Conn, dead: str, taker: str) -> list[tuple[str, int | None]]:
+    """A dead instance's jobs with a cancel request are cancelled by its taker, in the
+    take-over's transaction: retried (running) or given to everyone (queued), a job asked to
+    be cancelled would run again. Their open attempts end `server_lost` (their server went with
+    the instance; the taker's recovery kills or cancels what is left of it)."""
+    rows = conn.execute(
+        "UPDATE queue_jobs SET status = 'cancelled', reason = 'cancelled by request', "
+        "finished_at = extract(epoch FROM now()), retry_at = NULL, failure_origin = id, "
+        "owner = %s WHERE owner = %s AND cancel_requested AND status IN ('queued', 'running') "
+        "RETURNING id, pool_slot",
+        (taker, dead),
+    ).fetchall()
+    if rows:
+        conn.execute(
+            "UPDATE queue_attempts SET finished_at = extract(epoch FROM now()), "
+            "failure = 'server_lost', message = %s WHERE job_id = ANY(%s) AND finished_at IS NULL",
+            (f"lost with server {dead}; cancelled by request", [r[0] for r in rows]),
+        )
+    return [(str(job), slot) for job, slot in rows]
 
 
 def _release(conn: Conn, slots: Sequence[int | None], by: str) -> None:

@@ -252,3 +252,48 @@ def test_a_log_another_server_holds_is_said_to_be_there(pg_url: str) -> None:
         )
     finally:
         store.close()
+
+
+def test_a_cancel_the_dead_server_took_is_carried_out_by_its_taker(
+    tmp_path: Path, pg_url: str
+) -> None:
+    """A cancel asked through one server for a job another one runs; the holder takes the
+    request and is killed (-9) before it acts. The taker cancels the job: it does not retry it,
+    its orphaned process is killed, and it ran once. (With the request cleared when taken, as
+    it was, the taker retries the job and the cancel is lost: this test then fails.)"""
+    from runner.stores.pg_queue import PostgresQueue
+
+    common = ("--concurrency", "1", "--lease-ttl", LEASE_TTL_S, "--data-dir", str(tmp_path / "d"))
+    long_job = f"""
+jobs:
+  long:
+    run: |
+      echo $$ >> {tmp_path}/long.starts
+      while [ ! -e {tmp_path}/gate ]; do sleep 0.02; done
+"""
+    servers = start_serves(2, pg_url, *common)
+    queue = PostgresQueue(pg_url)
+    try:
+        (job_id,) = servers[0].api.submit(long_job)
+        holder = servers[0].api.wait_status(job_id, {"running"}, 30)["attempt_list"][0]["instance"]
+        victim = next(s for s in servers if s.instance == holder)
+        other = next(s for s in servers if s is not victim)
+        (orphan,) = wait_until(lambda: lines(tmp_path / "long.starts"), what="long to start")
+        victim.proc.send_signal(signal.SIGSTOP)  # it answers nothing from here on
+        asked = other.api.request("DELETE", f"/jobs/{job_id}")
+        assert asked.status_code == 202 and asked.json()["status"] == "cancelling"
+        assert queue.cancel_requests(victim.instance) == [job_id]  # taken, as its fleet does
+        victim.kill()  # ... and it died before it acted on it
+        done = other.api.wait_status(job_id, FINAL, 30)
+        assert (done["status"], done["reason"]) == ("cancelled", "cancelled by request")
+        (attempt,) = done["attempt_list"]  # not retried
+        assert (attempt["instance"], attempt["failure"]) == (victim.instance, "server_lost")
+        wait_until(lambda: not alive(int(orphan)), what="the orphan to be killed")
+        assert len(lines(tmp_path / "long.starts")) == 1
+    finally:
+        queue.close()
+        (tmp_path / "gate").touch()
+        for server in servers:
+            if server.proc.poll() is None:
+                server.terminate()
+    assert marked({s.instance for s in servers}) == []

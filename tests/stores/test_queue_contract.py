@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -25,11 +26,8 @@ def queue_target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 @pytest.fixture
 def store(queue_target: str) -> Iterator[QueueStore]:
-    opened = open_queue(queue_target)
-    try:
+    with closing(open_queue(queue_target)) as opened:
         yield opened
-    finally:
-        opened.close()
 
 
 def jobs(number: int, *names: str, needs: dict[str, str] | None = None) -> list[Job]:
@@ -120,11 +118,8 @@ def test_a_batch_lands_whole_or_not_at_all(store: QueueStore) -> None:
 
 @pytest.fixture
 def pg_store(pg_url: str) -> Iterator[QueueStore]:
-    opened = open_queue(pg_url)
-    try:
+    with closing(open_queue(pg_url)) as opened:
         yield opened
-    finally:
-        opened.close()
 
 
 def test_claims_take_runnable_jobs_by_priority_and_never_twice(pg_store: QueueStore) -> None:
@@ -191,6 +186,31 @@ def test_an_instance_whose_lease_expired_claims_nothing(pg_store: QueueStore, pg
     assert queue.claim("never-joined", 5, 3.0) == []
     queue.join("live", 2, "local", 1.0, 60.0)
     assert [u.job.id for u in queue.claim("live", 5, 3.0)] == ["s1.b"]
+
+
+def test_a_cancel_its_owner_took_and_died_on_is_carried_out_by_the_taker(
+    pg_store: QueueStore, pg_url: str
+) -> None:
+    queue = shared(pg_store)
+    assert queue is not None
+    queue.submit("p", "p", lambda n: jobs(n, "a", "b", "c"), 1.0)
+    queue.join("dead", 1, "local", 1.0, 60.0)
+    queue.claim("dead", 3, 2.0)
+    queue.fenced_start_attempt("s1.a", 1, "dead", 3.0)
+    assert queue.cancel_elsewhere("s1.a", 4.0) == "cancelling"
+    assert queue.cancel_elsewhere("s1.b", 4.0) == "cancelling"  # queued, but held
+    assert sorted(queue.cancel_requests("dead")) == ["s1.a", "s1.b"]  # taken ...
+    expire(pg_url, "dead")  # ... and then it died before cancelling them
+    queue.join("taker", 2, "local", 5.0, 60.0)
+    (taken,) = queue.take_dead("taker")
+    assert sorted(taken.cancelled) == ["s1.a", "s1.b"]
+    assert taken.running == []  # not to retry: cancelled
+    assert {r.id: r.status for r in queue.jobs(None, 0, 10)} == {
+        "s1.a": "cancelled", "s1.b": "cancelled", "s1.c": "queued",
+    }  # fmt: skip
+    (attempt,) = queue.attempts("s1.a")
+    assert attempt["failure"] == "server_lost" and attempt["finished_at"] is not None
+    assert [u.job.id for u in queue.claim("taker", 5, 6.0)] == ["s1.c"]
 
 
 def test_a_cancel_from_any_instance(pg_store: QueueStore) -> None:
@@ -262,7 +282,7 @@ def test_five_processes_opening_an_empty_queue_database_at_once(pg_url: str) -> 
     assert [p.returncode for p in procs] == [0] * 5, errors
     with psycopg.connect(pg_url) as conn:
         rows = conn.execute("SELECT component, version FROM clore_run_schema ORDER BY 1")
-        assert rows.fetchall() == [("queue", 2)]
+        assert rows.fetchall() == [("queue", 3)]
 
 
 def test_a_database_crash_mid_queue_loses_nothing_and_counts_nothing_twice(
