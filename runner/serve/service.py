@@ -245,16 +245,21 @@ class Service:
         if self.fleet is not None:  # whichever instance has room claims them
             return self._submit_shared(prepared, kind, self.fleet)
         with self._submit_lock:
-            check_known(prepared, self.store.known(list(prepared.external)))
-            stored = self.store.submit(
-                kind,
-                prepared.label,
-                lambda number: with_server_ids(prepared.jobs, number),
-                self.clock.time(),
-            )
+            stored = self._store(prepared, kind)
             entries = tuple(Entry(job, seq) for seq, job in stored)
             self.driver.call(lambda now: self._add(entries, now))
         return Submitted(tuple(e.job.id for e in entries), prepared.warnings)
+
+    def _store(self, prepared: Prepared, kind: str) -> list[tuple[int, Job]]:
+        """The submission in the store, once every job it needs from earlier ones is known
+        (SubmissionError otherwise); its jobs' server ids carry its number."""
+        check_known(prepared, self.store.known(list(prepared.external)))
+        return self.store.submit(
+            kind,
+            prepared.label,
+            lambda number: with_server_ids(prepared.jobs, number),
+            self.clock.time(),
+        )
 
     def cancel(self, job_id: str) -> str:
         """'cancelled', 'cancelling' (it was running: killed), 'unknown', or 'final:<status>'."""
@@ -409,13 +414,7 @@ class Service:
     # -- one instance among N on a shared store (the fleet thread calls these) ------------
 
     def _submit_shared(self, prepared: Prepared, kind: str, fleet: Fleet) -> Submitted:
-        check_known(prepared, self.store.known(list(prepared.external)))
-        stored = self.store.submit(
-            kind,
-            prepared.label,
-            lambda number: with_server_ids(prepared.jobs, number),
-            self.clock.time(),
-        )
+        stored = self._store(prepared, kind)
         fleet.nudge()
         return Submitted(tuple(job.id for _, job in stored), prepared.warnings)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -25,11 +26,8 @@ def queue_target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 @pytest.fixture
 def store(queue_target: str) -> Iterator[QueueStore]:
-    opened = open_queue(queue_target)
-    try:
+    with closing(open_queue(queue_target)) as opened:
         yield opened
-    finally:
-        opened.close()
 
 
 def jobs(number: int, *names: str, needs: dict[str, str] | None = None) -> list[Job]:
@@ -120,11 +118,8 @@ def test_a_batch_lands_whole_or_not_at_all(store: QueueStore) -> None:
 
 @pytest.fixture
 def pg_store(pg_url: str) -> Iterator[QueueStore]:
-    opened = open_queue(pg_url)
-    try:
+    with closing(open_queue(pg_url)) as opened:
         yield opened
-    finally:
-        opened.close()
 
 
 def test_claims_take_runnable_jobs_by_priority_and_never_twice(pg_store: QueueStore) -> None:
