@@ -14,6 +14,7 @@ from runner.core.model import Attempt, FailureKind, Job, JobResult, JobStatus, P
 from runner.serve.queue_reads import JobMatch
 from runner.serve.queue_store import QueueStore, open_queue, shared
 from tests.pg_fixture import PgCluster
+from tests.stores.pg_helpers import open_at_once
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -264,25 +265,8 @@ def test_instances_claiming_at_once_take_each_job_once(pg_url: str, skip_locked:
 
 
 def test_five_processes_opening_an_empty_queue_database_at_once(pg_url: str) -> None:
-    import subprocess
-    import sys
-
-    import psycopg
-
-    code = (
-        "import sys\n"
-        "from runner.stores.pg_queue import PostgresQueue\n"
-        "PostgresQueue(sys.argv[1]).close()\n"
-    )
-    procs = [
-        subprocess.Popen([sys.executable, "-c", code, pg_url], stderr=subprocess.PIPE)
-        for _ in range(5)
-    ]
-    errors = [p.communicate(timeout=60)[1].decode() for p in procs]
-    assert [p.returncode for p in procs] == [0] * 5, errors
-    with psycopg.connect(pg_url) as conn:
-        rows = conn.execute("SELECT component, version FROM clore_run_schema ORDER BY 1")
-        assert rows.fetchall() == [("queue", 3)]
+    opens = "from runner.stores.pg_queue import PostgresQueue\nPostgresQueue(url).close()"
+    assert open_at_once(pg_url, opens) == [("queue", 3)]
 
 
 def test_a_database_crash_mid_queue_loses_nothing_and_counts_nothing_twice(
