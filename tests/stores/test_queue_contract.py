@@ -6,7 +6,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import closing
-from pathlib import Path
 
 import pytest
 
@@ -17,17 +16,9 @@ from tests.pg_fixture import PgCluster
 from tests.stores.pg_helpers import open_at_once
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def queue_target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return str(tmp_path / "queue.db")
-    cluster: PgCluster = request.getfixturevalue("pg_cluster")
-    return cluster.new_database()
-
-
 @pytest.fixture
-def store(queue_target: str) -> Iterator[QueueStore]:
-    with closing(open_queue(queue_target)) as opened:
+def store(store_target: str) -> Iterator[QueueStore]:
+    with closing(open_queue(store_target)) as opened:
         yield opened
 
 
