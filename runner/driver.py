@@ -474,8 +474,6 @@ class Driver(Generic[C]):
             return
         with self.journal.batch():
             starts = [self._record(cmd, now) for cmd in commands]
-        if self._renting is not None:  # before any start: it may take a server from the idle
-            self._renting.set_pending(self.core.unplaced_jobs())
         for work in starts:
             if work is not None:
                 self._futures.append(self._pool.submit(work))
