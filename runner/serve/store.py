@@ -5,6 +5,9 @@ As the rental ledger does (runner/ledger.py): WAL with `synchronous=FULL` (a rep
 connection behind a lock shared by the API threads and the scheduling loop. Every SQLite
 failure becomes a StoreError (exit 3), never a traceback.
 
+The reads are written once for this file and the shared PostgreSQL queue alike
+(runner/serve/queue_reads.py); this store gives its table names and SQLite's words for them.
+
 An attempt row is written when the attempt starts and completed when it ends: a row left open
 by a dead server is how the next one knows what was interrupted.
 """

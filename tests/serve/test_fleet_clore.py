@@ -10,10 +10,12 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
 from pytest_httpserver import HTTPServer
 
 from runner.ledger import Rental
 from runner.stores.pg_ledger import PostgresLedger
+from runner.stores.pg_pools import PostgresPools
 from tests.fakes.clore_api import API_KEY, FakeClore, FakeOrder
 from tests.serve.harness import _ENTRY, FINAL, ServeProcess, start_serves, wait_until
 from tests.sshd_fixture import SshServer
@@ -44,9 +46,12 @@ class RealClock:
         raise AssertionError("real time does not jump")
 
 
+@pytest.mark.parametrize("pool", [None, "gpu"], ids=["no-pool", "pool"])
 def test_a_serve_killed_holding_a_clore_rental_is_taken_over_and_its_order_cancelled_once(
-    tmp_path: Path, pg_url: str, httpserver: HTTPServer, sshd_killable: SshServer
+    tmp_path: Path, pg_url: str, httpserver: HTTPServer, sshd_killable: SshServer, pool: str | None
 ) -> None:
+    """With a pool too: the job is claimed with a server slot, its rental takes the slot over,
+    and the taker reaps the dead instance's pool lease at once (its servers and money back)."""
     fake = FakeClore(httpserver, RealClock()).install()  # type: ignore[arg-type]
     fake.enforce_rate_limits = False
     fake.appear_after_s = fake.online_after_s = 0.0
@@ -71,6 +76,10 @@ jobs:
       echo $$ >> {tmp_path}/long.starts
       while [ ! -e {tmp_path}/gate ]; do sleep 0.02; done
 """
+    if pool is not None:
+        with PostgresPools(pg_url) as admin:
+            admin.create(pool, 50.0, per_day=False, max_servers=2)
+        common = (*common, "--pool", pool)
     servers: list[ServeProcess] = []
     try:
         servers = start_serves(3, pg_url, *common, entry=_UNPACED + _ENTRY, env=env)
@@ -113,6 +122,25 @@ jobs:
     rentals = _rentals(pg_url, victim.instance)
     assert [(r.order_id, r.state) for r in rentals if r.order_id] == [(first_order, "released")]
     assert fake.violations == []
+    if pool is not None:
+        _pool_is_empty(pg_url, pool, victim.instance)
+
+
+def _pool_is_empty(url: str, pool: str, dead: str) -> None:
+    """Every slot and reservation settled, the dead one's by the taker, and never more than
+    the pool's two servers at once (replayed from the events numbered under its lock)."""
+    with PostgresPools(url) as pools:
+        usage = pools.usage(pool)
+        assert (usage.servers, usage.reserved_usd, usage.holders) == (0, 0.0, 0)
+        held = pools.reservations(dead, unsettled=False)
+        assert held and all(r.settled for r in held)
+        rental = [r for r in held if r.rental_id is not None]
+        assert rental and all(r.billed_usd and r.billed_usd > 0 for r in rental)
+        servers = peak = 0
+        for event in pools.events(pool):
+            servers += {"reserve": 1, "grow": 0, "settle": -1}[event.kind]
+            peak = max(peak, servers)
+        assert peak <= 2 and servers == 0
 
 
 def _lines(path: Path) -> list[str]:
