@@ -25,8 +25,11 @@ class JobLog:
         self.attempt = attempt
         self.console = console
         path = out_dir / "logs" / f"{job.id}.log"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._file: BinaryIO = path.open("ab")
+        try:
+            self._file: BinaryIO = path.open("ab")
+        except FileNotFoundError:  # the run's first log: the folder is made once, not per job
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = path.open("ab")
         self._redacted: dict[Stream, redact.Stream] = {
             "stdout": redact.Stream(),
             "stderr": redact.Stream(),

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol, TypeVar, get_args
@@ -364,27 +364,18 @@ class Ledger(RentalLedger):
         return db
 
     def _setup(self) -> None:
-        try:
-            sqlite_files.prepare(self._db, MIGRATIONS, SCHEMA_VERSION)
-        except sqlite_files.NewerSchema as exc:
-            raise LedgerError(
-                f"ledger {self.path} has {exc}", hint="upgrade clore-run to read it"
-            ) from None
-        except sqlite_files.WalRefused as exc:
-            raise LedgerError(f"ledger {self.path}: {exc}") from None
+        sqlite_files.prepare(
+            self._db, MIGRATIONS, SCHEMA_VERSION, error=LedgerError, name=f"ledger {self.path}"
+        )
 
-    @contextmanager
-    def _guard(self, doing: str) -> Iterator[None]:
-        try:
-            yield
-        except sqlite3.Error as exc:
-            raise LedgerError(
-                f"ledger {self.path}: cannot {doing}: {exc}",
-                hint="if the file is damaged, move it aside; the rentals it lists may still be "
-                "billed: check your orders on clore.ai",
-            ) from None
-        except OSError as exc:
-            raise LedgerError(f"ledger {self.path}: cannot {doing}: {exc.strerror}") from None
+    def _guard(self, doing: str) -> AbstractContextManager[None]:
+        return sqlite_files.failures_as(
+            LedgerError,
+            f"ledger {self.path}",
+            doing,
+            "if the file is damaged, move it aside; the rentals it lists may still be "
+            "billed: check your orders on clore.ai",
+        )
 
 
 def insert_statement(values: dict[str, Any]) -> str:

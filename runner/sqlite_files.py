@@ -2,14 +2,18 @@
 
 Both must be on disk before they answer (a rental intent before `create_order`; "queued" only
 once stored), both are shared by threads and by a second process (`cleanup` beside a run), and
-both must refuse a file from a newer clore-run rather than misread it.
+both must refuse a file from a newer clore-run rather than misread it. Their failures read
+alike too: the store's own error (exit 3) naming the file, never a traceback.
 """
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
+
+from runner.errors import InfrastructureError
 
 
 class NewerSchema(Exception):
@@ -33,9 +37,40 @@ def connect(path: Path, busy_timeout_s: float) -> sqlite3.Connection:
     )
 
 
-def prepare(db: sqlite3.Connection, migrations: Sequence[Sequence[str]], version: int) -> None:
+@contextmanager
+def failures_as(
+    error: type[InfrastructureError], name: str, doing: str, damaged: str
+) -> Iterator[None]:
+    """SQLite's and the OS's errors inside as `error`: "`name`: cannot `doing`: why", with the
+    hint `damaged` where the file itself may be at fault."""
+    try:
+        yield
+    except sqlite3.Error as exc:
+        raise error(f"{name}: cannot {doing}: {exc}", hint=damaged) from None
+    except OSError as exc:
+        raise error(f"{name}: cannot {doing}: {exc}") from None
+
+
+def prepare(
+    db: sqlite3.Connection,
+    migrations: Sequence[Sequence[str]],
+    version: int,
+    *,
+    error: type[InfrastructureError],
+    name: str,
+) -> None:
     """WAL and full sync on, and the schema brought to `version`: `migrations[n]` takes a file
-    from version n to n + 1. The first read of the file is here, so a corrupt one fails here."""
+    from version n to n + 1. The first read of the file is here, so a corrupt one fails here.
+    A file of a newer clore-run, or one that refuses WAL, is an `error` naming `name`."""
+    try:
+        _prepare(db, migrations, version)
+    except NewerSchema as exc:
+        raise error(f"{name} has {exc}", hint="upgrade clore-run to read it") from None
+    except WalRefused as exc:
+        raise error(f"{name}: {exc}") from None
+
+
+def _prepare(db: sqlite3.Connection, migrations: Sequence[Sequence[str]], version: int) -> None:
     found = _version(db)
     if found > version:
         raise NewerSchema(found, version)

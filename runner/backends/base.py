@@ -152,9 +152,8 @@ class ServerAdapter(Protocol):
         budget_usd: float | None,
         provisioning: Provisioning,
         durations_s: Mapping[str, float],
-    ) -> ServerBook | None:
-        """The book for a run of `jobs` on this backend's market; None: this backend rents
-        nothing, and the run goes the way of fixed places."""
+    ) -> ServerBook:
+        """The book for a run of `jobs`: this backend's market, or its fixed servers."""
         ...
 
     def rent(

@@ -15,7 +15,6 @@ import signal
 import subprocess
 import tempfile
 import threading
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -33,6 +32,7 @@ from runner.backends.base import (
 )
 from runner.backends.fixed import FixedServers
 from runner.backends.local_files import collect_artifacts, copy_workspace
+from runner.clock import SYSTEM_CLOCK, Clock
 from runner.core.model import FailureKind, Job
 
 KILL_GRACE_S = 2.0  # SIGTERM first, SIGKILL after this
@@ -49,8 +49,9 @@ class LocalBackend(FixedServers):
 
     name = "local"
 
-    def __init__(self, root: Path | None = None) -> None:
+    def __init__(self, root: Path | None = None, clock: Clock = SYSTEM_CLOCK) -> None:
         self._parent = root
+        self._clock = clock  # what a job's timeout reads
         self._folders: tuple[Path, Path] | None = None  # made at the first job, not before
         self._lock = threading.Lock()
         self._serial = 0
@@ -94,6 +95,7 @@ class LocalBackend(FixedServers):
             sink,
             cancel,
             request.timeout_s,
+            self._clock,
         )
         if request.job.artifacts or request.job.junit:
             stages.stage("fetching")
@@ -159,6 +161,7 @@ def _run_process(
     sink: OutputSink,
     cancel: threading.Event,
     timeout_s: float,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> RunOutcome:
     try:
         proc = subprocess.Popen(
@@ -174,14 +177,14 @@ def _run_process(
         return RunOutcome(None, FailureKind.PROVISIONING_FAILED, f"cannot start bash: {exc}")
     assert proc.stdout is not None and proc.stderr is not None
     try:
-        deadline = time.monotonic() + timeout_s
+        deadline = clock.now() + timeout_s
         killed: FailureKind | None = None
         with selectors.DefaultSelector() as sel:
             sel.register(proc.stdout, selectors.EVENT_READ, "stdout")
             sel.register(proc.stderr, selectors.EVENT_READ, "stderr")
             exited_at: float | None = None
             while sel.get_map():
-                now = time.monotonic()
+                now = clock.now()
                 # Once the script has ended, its exit code is the verdict: draining the pipes
                 # a detached child still holds is not the job running past its timeout.
                 if killed is None and exited_at is None and cancel.is_set():
@@ -190,7 +193,7 @@ def _run_process(
                     killed = FailureKind.TIMEOUT
                 if killed is not None and exited_at is None:
                     _kill_group(proc)
-                    exited_at = time.monotonic()
+                    exited_at = clock.now()
                 if exited_at is None and proc.poll() is not None:
                     # The script ended; children it left behind must not outlive it or hold the
                     # pipes open forever.

@@ -49,8 +49,8 @@ def run_with(flags: RunFlags, echo: Echo) -> int:
     from runner.cli.quick import show_warnings
     from runner.plan import build_plan, render_plan
     from runner.run_command import RunOptions, execute, select_jobs
+    from runner.spec.limits import MAX_CONCURRENCY
     from runner.spec.loader import load_pipeline
-    from runner.spec.models import MAX_CONCURRENCY
     from runner.stores.target import coordinator_from, ledger_target
 
     loaded = load_pipeline(flags.pipeline)

@@ -60,7 +60,7 @@ TIMER = "servers"  # the first element of every timer token the book asks for
 Key = tuple[int, float, int]
 
 
-@dataclass
+@dataclass(slots=True)  # slots: its fields are read on every decision
 class _Server:
     id: int
     quote: Quote
@@ -104,7 +104,7 @@ class Unplaceable:
     message: str
 
 
-@dataclass
+@dataclass(slots=True)
 class _Want:
     attempt: int
     timeout_s: float
@@ -138,6 +138,7 @@ class ServerBook:
         self._jobs: dict[str, Job] = {}
         self._needs: dict[str, tuple[str, ...]] = {}  # each job's needs the book holds
         self._dependents: dict[str, dict[str, None]] = {}  # in the order they were added
+        self._open_dependents: dict[str, int] = {}  # how many of those are not settled yet
         self._key: dict[str, Key] = {}
         self._known_s = dict(durations_s or {})
         self._expected_s: dict[str, float | None] = {}
@@ -208,11 +209,13 @@ class ServerBook:
             self._jobs[job.id] = job
             self._needs[job.id] = needs[job.id]
             self._dependents[job.id] = {}
+            self._open_dependents[job.id] = 0
             self._key[job.id] = (-int(job.priority), -rank[job.id], job.index)
             self._expected_s[job.id] = self._known_s.get(job.id, job.estimate_s)
         for job in jobs:
             for need in needs[job.id]:
                 self._dependents[need][job.id] = None
+                self._open_dependents[need] += 1
             self._ends_known[job.id] = sum(n in self._end for n in needs[job.id])
         for job in jobs:
             if self._ends_known[job.id] == len(needs[job.id]):
@@ -280,6 +283,9 @@ class ServerBook:
     def settled(self, job_id: str, now: float) -> None:
         """The job is final: it wants nothing more."""
         self._dirty = True
+        if job_id not in self._settled and job_id in self._needs:
+            for need in self._needs[job_id]:
+                self._open_dependents[need] -= 1
         self._settled.add(job_id)
         self._retrying.discard(job_id)
         self._retry_at.pop(job_id, None)
@@ -289,20 +295,21 @@ class ServerBook:
         self._starved.pop(job_id, None)
         self._unclaim(job_id)
         self._set_end(job_id, now, now, now)
+        settled, open_dependents = self._settled, self._open_dependents
         for done in (job_id, *self._needs.get(job_id, ())):
-            self._forget_job(done)
+            if done in settled and not open_dependents.get(done, 0):
+                self._forget_job(done)
 
     def _forget_job(self, job_id: str) -> None:
         """A settled job none of whose dependents wants anything more is forgotten: a queue
         that runs for months holds only what may still ask for a server."""
-        if job_id not in self._settled:
-            return
-        if any(d not in self._settled for d in self._dependents.get(job_id, ())):
+        if job_id not in self._settled or self._open_dependents.get(job_id, 0):
             return
         for need in self._needs[job_id]:  # settled, and now no dependent of anything
             if need in self._dependents:
                 del self._dependents[need][job_id]
         del self._jobs[job_id], self._needs[job_id], self._dependents[job_id]
+        del self._open_dependents[job_id]
         del self._key[job_id], self._expected_s[job_id], self._ends_known[job_id]
         self._end.pop(job_id, None)
         self._worst_end.pop(job_id, None)
@@ -531,7 +538,12 @@ class ServerBook:
     def _warm_waiting(self, server: _Server) -> str | None:
         if server.last_job is None:
             return None
-        warm = [d for d in self._dependents.get(server.last_job, ()) if self._usable(server, d)]
+        waiting, quote = self._waiting, server.quote
+        warm = [
+            d
+            for d in self._dependents.get(server.last_job, ())
+            if d in waiting and self.fits(quote, d)
+        ]
         return min(warm, key=self._key.__getitem__, default=None)
 
     def _usable(self, server: _Server, job_id: str) -> bool:
@@ -547,16 +559,18 @@ class ServerBook:
         del self._waiting[job_id]
         self._why.pop(job_id, None)
         was_meant = server.claim == job_id
-        self._unclaim(job_id)
+        if job_id in self._claims:
+            self._unclaim(job_id)
         if not was_meant and server.claim is not None:
             self._unclaim(server.claim)  # a better job took it: that one rents again
         server.job = job_id
         self._idle.pop(server.id, None)
         self._on[job_id] = server.id
         self._look.discard(server.id)
-        expected = self._expected_s[job_id]
-        end = now + expected if expected is not None else None
-        self._set_end(job_id, end, until, now)
+        if self._renting:  # only renting plans with expected ends
+            expected = self._expected_s[job_id]
+            end = now + expected if expected is not None else None
+            self._set_end(job_id, end, until, now)
         self._out.append(StartOn(job_id, want.attempt, server.id, want.timeout_s))
         return True
 

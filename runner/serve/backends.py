@@ -23,7 +23,7 @@ from runner.core.model import Pipeline
 from runner.errors import UsageError
 from runner.serve.orphans import kill_orphans
 from runner.serve.service import Reconcile
-from runner.stores.ledger import open_ledger
+from runner.stores.ledger import RentalLedger, open_ledger
 
 if TYPE_CHECKING:
     from runner.stores.pool_seat import PoolSeat
@@ -72,6 +72,9 @@ def _clore(choice: BackendChoice, capacity: int, instance: str) -> tuple[Backend
         failed = 0
         with open_ledger(choice.ledger) as ledger:
             for token in sorted(tokens):
+                if choice.pool is not None and choice.coordinator is not None:
+                    failed += _reap_pool_holder(choice.coordinator, ledger, client, token, instance)
+                    continue
                 actions = reconcile(ledger, client, dry_run=False, run_id=token)
                 failed += sum(not a.resolved for a in actions)
         if failed:
@@ -79,6 +82,24 @@ def _clore(choice: BackendChoice, capacity: int, instance: str) -> tuple[Backend
         return "its rental was reconciled with the ledger and cancelled"
 
     return backend, cancel_rentals
+
+
+def _reap_pool_holder(
+    coordinator: str, ledger: RentalLedger, client: CloreClient, token: str, instance: str
+) -> int:
+    """A dead instance's pool lease, taken now (its queue lease was): its rentals cancelled
+    through the ledger and its reservations settled at what they were billed, so its servers
+    and money go back to the pool at once, not when its pool lease runs out and a
+    `clore-run cleanup --coordinator` reaps it. How many rentals could not be cancelled."""
+    from runner.stores.pg_pools import PostgresPools
+    from runner.stores.reaper import reap_holder
+
+    with PostgresPools(coordinator) as pools:
+        reaped = reap_holder(pools, ledger, client, token, f"serve {instance}")
+    if reaped is None:  # it held no pool lease: its rentals, as without a pool
+        actions = reconcile(ledger, client, dry_run=False, run_id=token)
+        return sum(not a.resolved for a in actions)
+    return sum(not a.resolved for a in reaped.actions)
 
 
 def pool_seat(backend: Backend) -> PoolSeat | None:

@@ -3,9 +3,11 @@
 The SQLite file (runner/serve/store.py) and the shared PostgreSQL database
 (runner/stores/pg_queue.py) keep the same rows under other table names, so every read is the
 same statement but for a few words. `QueueReads` holds those statements; a store gives only
-how it runs a read (`_select`, statements with `?` placeholders) and its `QueueDialect`: its
-table names and the few SQL functions the two databases spell differently. What sharing adds
-(owners, claims, leases) stays in the PostgreSQL store.
+how it runs a read (`_select`, statements with `?` placeholders, which PostgreSQL's store
+turns into psycopg's `%s`: so no statement here holds a literal `?` or `%`) and its
+`QueueDialect`: its table names and the few SQL functions the two databases spell
+differently. The writes stay in each store (SQLite's are one server's; PostgreSQL's are fenced
+by an owner), and so does what sharing adds (claims, leases, take-overs).
 """
 
 from __future__ import annotations

@@ -41,6 +41,7 @@ from typing import TypeVar
 
 from runner.attempt import AttemptRunner
 from runner.backends.base import Backend, Place, ServerAdapter
+from runner.backends.fixed import as_adapter
 from runner.clock import SYSTEM_CLOCK, Clock
 from runner.core.events import AttemptEnded, CancelJob, Event, HoldStarts
 from runner.core.model import Attempt, FailureKind, Job, JobResult, Provisioning
@@ -167,8 +168,8 @@ class Service:
             inner = FencedJournal(self.shared, options.instance, self.fleet.nudge)
         self.journal = KeptJournal(inner, self._unrecorded_start)
         journal = self.journal
-        servers = backend if isinstance(backend, ServerAdapter) else None
-        self.placing = self._placing_core(servers) if servers is not None else None
+        servers = as_adapter(backend)  # a backend of places only: its places as slots
+        self.placing = self._placing_core(servers)
         core: Scheduler | PlacingCore = Scheduler(options.capacity, options.backoff)
         if self.placing is not None:  # (not `or`: a core with no jobs has length 0)
             core = self.placing
@@ -245,16 +246,21 @@ class Service:
         if self.fleet is not None:  # whichever instance has room claims them
             return self._submit_shared(prepared, kind, self.fleet)
         with self._submit_lock:
-            check_known(prepared, self.store.known(list(prepared.external)))
-            stored = self.store.submit(
-                kind,
-                prepared.label,
-                lambda number: with_server_ids(prepared.jobs, number),
-                self.clock.time(),
-            )
+            stored = self._store(prepared, kind)
             entries = tuple(Entry(job, seq) for seq, job in stored)
             self.driver.call(lambda now: self._add(entries, now))
         return Submitted(tuple(e.job.id for e in entries), prepared.warnings)
+
+    def _store(self, prepared: Prepared, kind: str) -> list[tuple[int, Job]]:
+        """The submission in the store, once every job it needs from earlier ones is known
+        (SubmissionError otherwise); its jobs' server ids carry its number."""
+        check_known(prepared, self.store.known(list(prepared.external)))
+        return self.store.submit(
+            kind,
+            prepared.label,
+            lambda number: with_server_ids(prepared.jobs, number),
+            self.clock.time(),
+        )
 
     def cancel(self, job_id: str) -> str:
         """'cancelled', 'cancelling' (it was running: killed), 'unknown', or 'final:<status>'."""
@@ -409,13 +415,7 @@ class Service:
     # -- one instance among N on a shared store (the fleet thread calls these) ------------
 
     def _submit_shared(self, prepared: Prepared, kind: str, fleet: Fleet) -> Submitted:
-        check_known(prepared, self.store.known(list(prepared.external)))
-        stored = self.store.submit(
-            kind,
-            prepared.label,
-            lambda number: with_server_ids(prepared.jobs, number),
-            self.clock.time(),
-        )
+        stored = self._store(prepared, kind)
         fleet.nudge()
         return Submitted(tuple(job.id for _, job in stored), prepared.warnings)
 

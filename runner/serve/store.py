@@ -5,6 +5,9 @@ As the rental ledger does (runner/ledger.py): WAL with `synchronous=FULL` (a rep
 connection behind a lock shared by the API threads and the scheduling loop. Every SQLite
 failure becomes a StoreError (exit 3), never a traceback.
 
+The reads are written once for this file and the shared PostgreSQL queue alike
+(runner/serve/queue_reads.py); this store gives its table names and SQLite's words for them.
+
 An attempt row is written when the attempt starts and completed when it ends: a row left open
 by a dead server is how the next one knows what was interrupted.
 """
@@ -14,7 +17,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -240,26 +243,21 @@ class Store(QueueReads):
     # -- plumbing --------------------------------------------------------------------------
 
     def _setup(self) -> None:
-        try:
-            sqlite_files.prepare(self._db, MIGRATIONS, SCHEMA_VERSION)
-        except sqlite_files.NewerSchema as exc:
-            raise StoreError(
-                f"queue database {self.path} has {exc}", hint="upgrade clore-run to read it"
-            ) from None
-        except sqlite_files.WalRefused as exc:
-            raise StoreError(f"queue database {self.path}: {exc}") from None
+        sqlite_files.prepare(
+            self._db,
+            MIGRATIONS,
+            SCHEMA_VERSION,
+            error=StoreError,
+            name=f"queue database {self.path}",
+        )
 
-    @contextmanager
-    def _guard(self, doing: str) -> Iterator[None]:
-        try:
-            yield
-        except sqlite3.Error as exc:
-            raise StoreError(
-                f"queue database {self.path}: cannot {doing}: {exc}",
-                hint="if the file is damaged, move it aside (queued jobs in it are lost)",
-            ) from None
-        except OSError as exc:
-            raise StoreError(f"queue database {self.path}: cannot {doing}: {exc}") from None
+    def _guard(self, doing: str) -> AbstractContextManager[None]:
+        return sqlite_files.failures_as(
+            StoreError,
+            f"queue database {self.path}",
+            doing,
+            "if the file is damaged, move it aside (queued jobs in it are lost)",
+        )
 
     @contextmanager
     def batch(self) -> Iterator[None]:

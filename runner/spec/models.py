@@ -15,12 +15,11 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from runner.spec.coercions import iso_time, one_or_many, scalar_strings
+from runner.spec.limits import MAX_CONCURRENCY, MAX_MINUTES
 
 PriorityName = Literal["low", "normal", "high", "urgent"]
 CurrencyName = Literal["bitcoin", "CLORE-Blockchain", "USD-Blockchain"]
 ProvisionName = Literal["ahead", "on-demand"]
-MAX_MINUTES = 10_000_000  # about 19 years: any real duration, and finite once in seconds
-MAX_CONCURRENCY = 1000  # servers (or jobs) at once; --concurrency is held to it as well
 
 
 NameList = Annotated[

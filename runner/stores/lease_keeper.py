@@ -9,9 +9,9 @@ holder must assume the same: a reaper may already be cancelling its servers.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 
+from runner.clock import SYSTEM_CLOCK, Clock
 from runner.errors import InfrastructureError
 from runner.stores.pg_pools import PostgresPools
 from runner.stores.pools import Lease
@@ -24,14 +24,14 @@ class LeaseKeeper:
         lease: Lease,
         *,
         on_lost: Callable[[str], None] | None = None,
-        monotonic: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.pools = pools
         self.lease = lease
         self.lost = threading.Event()
         self.why = ""
         self._on_lost = on_lost
-        self._monotonic = monotonic
+        self._clock = clock
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, name="lease-heartbeat", daemon=True)
 
@@ -45,15 +45,15 @@ class LeaseKeeper:
             self._thread.join(timeout=self.lease.ttl_s)
 
     def _beat(self) -> None:
-        last_ok = self._monotonic()
+        last_ok = self._clock.now()
         while not self._stop.wait(self.lease.ttl_s / 3):
             try:
                 if self.pools.heartbeat(self.lease):
-                    last_ok = self._monotonic()
+                    last_ok = self._clock.now()
                     continue
                 why = "its lease was taken over by a reaper"
             except InfrastructureError as exc:
-                if self._monotonic() - last_ok < self.lease.ttl_s:
+                if self._clock.now() - last_ok < self.lease.ttl_s:
                     continue  # the next beat may get through
                 why = f"no heartbeat got through for {self.lease.ttl_s:g} s ({exc})"
             self._lose(why)

@@ -19,7 +19,6 @@ Every failure becomes the store's own error naming the database (password left o
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg import errors as pg_errors
 
+from runner.clock import SYSTEM_CLOCK, Clock
 from runner.errors import InfrastructureError
 from runner.stores.target import redact_url
 
@@ -70,13 +70,13 @@ class PgDatabase:
         what: str,
         error: type[InfrastructureError],
         timeouts: Timeouts | None = None,
-        sleep: Callable[[float], None] = time.sleep,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.url = url
         self.where = f"{what} {redact_url(url)}"
         self._error = error
         self.timeouts = timeouts or Timeouts()
-        self._sleep = sleep
+        self._clock = clock
         self._lock = threading.RLock()
         self._conn: Conn | None = None
         self.reconnects = 0
@@ -95,16 +95,16 @@ class PgDatabase:
         `one_statement`: `work` sends a single statement, which autocommit makes a transaction
         of its own, so no BEGIN and COMMIT go to the server: one round trip instead of three
         (a reservation is a hot path that many holders contend on)."""
-        deadline = time.monotonic() + self.timeouts.reconnect_s
+        deadline = self._clock.now() + self.timeouts.reconnect_s
         delay = 0.05
         with self._lock:
             while True:
                 try:
                     return self._try(doing, work, one_statement)
                 except _TryAgain as again:
-                    if time.monotonic() >= deadline:
+                    if self._clock.now() >= deadline:
                         raise again.error from None
-                self._sleep(delay)
+                self._clock.sleep(delay)
                 delay = min(delay * 2, 1.0)
 
     def _try(self, doing: str, work: Callable[[Conn], T], one_statement: bool) -> T:

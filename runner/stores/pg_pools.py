@@ -716,6 +716,22 @@ class PostgresPools:
 
         return self.db.run("take expired leases", take)
 
+    def take_holder(self, holder: str, reaper: str, ttl_s: float) -> Lease | None:
+        """Take `holder`'s lease now, expired or not, with a new fencing token (None: it has
+        none left). For a holder known dead by other means: a serve instance whose queue lease
+        another instance took (its late reservations and settles are refused from here on)."""
+
+        def take(conn: Conn) -> Lease | None:
+            row = conn.execute(
+                "UPDATE leases SET token = nextval('clore_run_fencing'), reaped_by = %s, "
+                "ttl_s = %s, expires_at = clore_run_now() + %s * interval '1 second' "
+                "WHERE holder = %s AND done_at IS NULL RETURNING pool, token",
+                (reaper, ttl_s, ttl_s, holder),
+            ).fetchone()
+            return None if row is None else Lease(holder, str(row[0]), int(row[1]), ttl_s)
+
+        return self.db.run("take a dead holder's lease", take)
+
     def finish(self, lease: Lease) -> bool:
         """End a lease whose reservations are all settled. False if some are not (it stays,
         and expires again for the next reaper) or the lease was taken from us."""

@@ -1,7 +1,9 @@
 """The queue's PostgreSQL store: what runner/serve/store.py keeps in SQLite, shared by N `serve`
 instances on one database.
 
-The rows and reads are the SQLite store's. What sharing adds:
+The rows are the SQLite store's, and so are the reads, written once for both
+(runner/serve/queue_reads.py; this store gives its table names and SQL words). What sharing
+adds:
 - every job has an `owner` (the instance whose scheduling core holds it, None while nobody
   does). An instance claims runnable jobs (queued, unowned, due, every need settled) with
   `FOR UPDATE SKIP LOCKED`: two instances claiming at once take different rows, neither waits.

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from runner.clock import SYSTEM_CLOCK, Clock
 from runner.errors import InfrastructureError, JobCannotRun
 from runner.stores.lease_keeper import LeaseKeeper
 from runner.stores.pg_pools import PostgresPools
@@ -41,14 +41,14 @@ class PoolSeat:
     holder: str
     ttl_s: float = DEFAULT_TTL_S
     max_wait_s: float = MAX_WAIT_S
-    monotonic: Callable[[], float] = time.monotonic
+    clock: Clock = SYSTEM_CLOCK
     keeper: LeaseKeeper = field(init=False)
     _slots: dict[str, int] = field(default_factory=dict, init=False)  # job id -> its claim's
     _slots_lock: threading.Lock = field(default_factory=threading.Lock, init=False)
 
     def __post_init__(self) -> None:
         lease = self.pools.join(self.pool, self.holder, self.ttl_s)
-        self.keeper = LeaseKeeper(self.pools, lease).start()
+        self.keeper = LeaseKeeper(self.pools, lease, clock=self.clock).start()
 
     @property
     def lease_lost(self) -> bool:
@@ -66,7 +66,7 @@ class PoolSeat:
         `make_room()` gives back one of the holder's own idle servers (True if it did): a run
         must not wait for a slot that its own idle server takes. The slot `job_id`'s claim
         holds, if any, becomes this rental's server."""
-        deadline = self.monotonic() + self.max_wait_s
+        deadline = self.clock.now() + self.max_wait_s
         pause = 0.5
         slot = self._take_slot(job_id)
         while True:
@@ -74,7 +74,7 @@ class PoolSeat:
             made = self.pools.reserve(self.keeper.lease, amount_usd, label, slot=slot)
             if isinstance(made, Reservation):
                 return made
-            if made.ever or self.monotonic() >= deadline:
+            if made.ever or self.clock.now() >= deadline:
                 raise JobCannotRun(self._refused(made))
             if make_room():
                 continue

@@ -60,6 +60,19 @@ def reap(
     return out
 
 
+def reap_holder(
+    pools: PostgresPools, ledger: RentalLedger, client: CloreClient, holder: str, reaper: str
+) -> Reaped | None:
+    """Reap `holder` now, its lease expired or not (it is known dead: a serve instance whose
+    queue lease was taken). None: it held no lease. A lease taken twice (a rerun) is harmless:
+    each take fences the one before, and a settle only touches what is unsettled."""
+    lease = pools.take_holder(holder, reaper, REAPER_TTL_S)
+    if lease is None:
+        return None
+    actions = reconcile(ledger, client, dry_run=False, run_id=holder)
+    return _settle(pools, ledger, client, lease, actions)
+
+
 def _settle(
     pools: PostgresPools,
     ledger: RentalLedger,

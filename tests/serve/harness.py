@@ -208,15 +208,23 @@ def start_serve(db: Path | str, *extra: str, token: str = TOKEN) -> ServeProcess
     return server
 
 
-def start_serves(count: int, db: Path | str, *extra: str, token: str = TOKEN) -> list[ServeProcess]:
-    """`count` servers on one --db, started side by side (each waits for its own import)."""
+def start_serves(
+    count: int,
+    db: Path | str,
+    *extra: str,
+    token: str = TOKEN,
+    entry: str = _ENTRY,
+    env: dict[str, str] | None = None,
+) -> list[ServeProcess]:
+    """`count` servers on one --db, started side by side (each waits for its own import).
+    `entry`: the Python that starts the command line (a test may patch something first)."""
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", _ENTRY, "serve", "--port", "0", "--db", str(db), *extra],
+            [sys.executable, "-c", entry, "serve", "--port", "0", "--db", str(db), *extra],
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,
-            env={**os.environ, "CLORE_RUN_TOKEN": token},
+            env={**os.environ, **(env or {}), "CLORE_RUN_TOKEN": token},
         )
         for _ in range(count)
     ]

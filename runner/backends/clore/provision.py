@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import math
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
@@ -518,16 +517,16 @@ class Provisioner:
         endpoint = order.ssh_endpoint
         assert endpoint is not None  # order.ready guarantees it
         host, port = endpoint
-        # connect() waits in real time between its tries, so its length is measured so too.
-        started = time.monotonic()
+        # connect() waits in real time, on its options' clock (not this one, which tests speed
+        # up: the server's sshd does not), so its length is measured on that clock too.
+        ssh = self.options.ssh
+        started = ssh.clock.now()
         try:
-            return connect(
-                Endpoint(host, port, "root"), self.key, self.host_keys, self.options.ssh, cancel
-            )
+            return connect(Endpoint(host, port, "root"), self.key, self.host_keys, ssh, cancel)
         except InfrastructureError as exc:
             if cancel.is_set():
                 raise ProvisionCancelled(str(exc)) from None
-            waited_s = time.monotonic() - started
+            waited_s = ssh.clock.now() - started
             raise SkipOffer(
                 f"sshd never answered on {host}:{port} after {waited_s:.0f} s "
                 f"(order {order.id} on server {order.si}; {exc.message})"

@@ -12,7 +12,6 @@ import contextlib
 import queue
 import re
 import threading
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -223,10 +222,10 @@ class SshBackend(FixedServers):
     def shutdown(self) -> None:
         """Kill running jobs' process groups (briefly waited for), then close every connection."""
         self._closing.set()
-        deadline = time.monotonic() + _SHUTDOWN_WAIT_S
+        deadline = self._exec_options.clock.now() + _SHUTDOWN_WAIT_S
         with self._lock:
-            while self._running and time.monotonic() < deadline:
-                self._idle.wait(max(0.0, deadline - time.monotonic()))
+            while self._running and self._exec_options.clock.now() < deadline:
+                self._idle.wait(max(0.0, deadline - self._exec_options.clock.now()))
             conns = list(self._conns.values())
             self._conns.clear()
         for conn in conns:

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import io
 import select
-import time
 from collections.abc import Callable
 
 import paramiko
+
+from runner.clock import SYSTEM_CLOCK, Clock
 
 CHUNK = 1 << 20  # read what is buffered, up to this much, per call
 STDERR_TAIL = 64 * 1024  # what a reader keeps of stderr for error messages
@@ -93,7 +94,7 @@ class ReadStopped(Exception):
 class ChannelReader(io.RawIOBase):
     """A channel's stdout as a file, for tarfile; stderr is kept (its tail) on the side.
 
-    The server on the other end may trickle data forever: past `deadline` (time.monotonic) or
+    The server on the other end may trickle data forever: past `deadline` (`clock.now()`) or
     once `stop()` says so, a read raises ReadStopped.
     """
 
@@ -103,9 +104,11 @@ class ChannelReader(io.RawIOBase):
         poll_s: float = 0.2,
         deadline: float | None = None,
         stop: Callable[[], bool] | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         super().__init__()
         self._chan = chan
+        self._clock = clock
         self._poll_s = poll_s
         self._deadline = deadline
         self._stop = stop
@@ -119,7 +122,7 @@ class ChannelReader(io.RawIOBase):
         while not self._pending:
             if self._stop is not None and self._stop():
                 raise ReadStopped("stopped")
-            if self._deadline is not None and time.monotonic() >= self._deadline:
+            if self._deadline is not None and self._clock.now() >= self._deadline:
                 raise ReadStopped("out of time")
             chunk = read_some(self._chan, self._poll_s)
             if chunk is None:

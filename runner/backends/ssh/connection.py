@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import socket
 import threading
-import time
 from dataclasses import dataclass
 
 import paramiko
 
 from runner.backends.ssh.channel import Capped, pump
 from runner.backends.ssh.keys import ClientKey, HostKeyStore, HostRefused
+from runner.clock import SYSTEM_CLOCK, Clock
 from runner.errors import InfrastructureError
 
 RUN_OUTPUT_LIMIT = 1 << 20  # what `run` keeps of each stream (stdout's head, stderr's tail)
@@ -49,6 +49,7 @@ class ConnectOptions:
     max_backoff_s: float = 8.0
     keepalive_s: float = 2.0  # probe the server this often...
     keepalive_count: int = 3  # ...and give up on it after this many probe intervals unanswered
+    clock: Clock = SYSTEM_CLOCK  # what the deadlines and the pauses between tries read
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,7 @@ class SshConnection:
         self.endpoint = endpoint
         self.transport = transport
         self.host_key_fingerprint = host_key_fingerprint
+        self._clock = options.clock
         self._monitor = _Liveness(transport, options.keepalive_s, options.keepalive_count)
         self._monitor.start()
 
@@ -112,8 +114,8 @@ class SshConnection:
         err = Capped(RUN_OUTPUT_LIMIT, tail=True)
         try:
             _send_all(self, chan, stdin)
-            deadline = time.monotonic() + timeout_s
-            finished = pump(chan, out.add, err.add, lambda: time.monotonic() > deadline)
+            deadline = self._clock.now() + timeout_s
+            finished = pump(chan, out.add, err.add, lambda: self._clock.now() > deadline)
             if not finished:
                 raise InfrastructureError(f"{self.endpoint}: {command!r} took over {timeout_s} s")
             code = exit_status(chan, wait_s=self._monitor.dead_after_s)
@@ -164,7 +166,7 @@ def connect(
     """
     delay = options.backoff_s
     tries = max(1, options.tries)
-    began = time.monotonic()
+    began = options.clock.now()
     for attempt in range(1, tries + 1):
         try:
             return _connect_once(endpoint, key, host_keys, options)
@@ -177,11 +179,11 @@ def connect(
         if cancel is not None and cancel.wait(delay):
             raise InfrastructureError(f"{endpoint}: connecting was cancelled")
         if cancel is None:
-            time.sleep(delay)
+            options.clock.sleep(delay)
         delay = min(delay * 2, options.max_backoff_s)
     raise InfrastructureError(
         f"{endpoint}: no SSH connection after {tries} {'try' if tries == 1 else 'tries'} in "
-        f"{time.monotonic() - began:.1f} s: {_describe(last)}",
+        f"{options.clock.now() - began:.1f} s: {_describe(last)}",
         hint="check the host and port, and that sshd runs there",
     )
 

@@ -22,7 +22,6 @@ import contextlib
 import re
 import shlex
 import tarfile
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from signal import Signals
@@ -35,6 +34,7 @@ from runner.backends.safe_extract import ExtractReport, safe_extract
 from runner.backends.ssh.channel import STDERR_TAIL, Capped, ChannelReader, ReadStopped, pump
 from runner.backends.ssh.connection import ConnectionLost, SshConnection, exit_status
 from runner.backends.ssh.tar import Entry, file_entry, write_tar
+from runner.clock import SYSTEM_CLOCK, Clock
 from runner.core.model import FailureKind
 from runner.errors import InfrastructureError, LocalFault
 
@@ -103,6 +103,7 @@ class ExecOptions:
     upload_timeout_s: float = 1800.0
     # Bringing the artifacts back: a server could trickle them forever, while billing.
     artifact_timeout_s: float = 1800.0
+    clock: Clock = SYSTEM_CLOCK  # what the job's deadlines read
 
 
 class CancelFlag(Protocol):
@@ -196,19 +197,19 @@ class RemoteJob:
         within `upload_timeout_s` and until a cancel."""
         name = re.sub(r"[^A-Za-z0-9_.-]", "_", self.request.job.id)[:60] or "job"
         limit_s = self.options.upload_timeout_s
-        deadline = time.monotonic() + limit_s
+        deadline = self.options.clock.now() + limit_s
 
         def why_stop() -> str:
             if cancel.is_set():
                 return "cancelled"
-            return f"not done within {limit_s:g} s" if time.monotonic() >= deadline else ""
+            return f"not done within {limit_s:g} s" if self.options.clock.now() >= deadline else ""
 
         chan = self.conn.exec(_PREPARE.format(name=name))
         out = Capped(4096)
         err = Capped(STDERR_TAIL, tail=True)
         try:
             try:
-                send = _bounded_send(chan, why_stop, deadline)
+                send = _bounded_send(chan, why_stop, deadline, self.options.clock)
                 _stream_in(chan, lambda _: write_tar(send, self._entries()))
             except OSError as exc:
                 raise InfrastructureError(f"workspace upload stopped: {exc}") from exc
@@ -244,12 +245,12 @@ class RemoteJob:
         return entries
 
     def _follow(self, chan: paramiko.Channel, sink: OutputSink, cancel: CancelFlag) -> RunOutcome:
-        deadline = time.monotonic() + self.request.timeout_s
+        deadline = self.options.clock.now() + self.request.timeout_s
 
         def stopped() -> _Stopped | None:
             if cancel.is_set():
                 return _Stopped(FailureKind.CANCELLED, "cancelled; process group killed")
-            if time.monotonic() >= deadline:
+            if self.options.clock.now() >= deadline:
                 limit = f"{self.request.timeout_s:g}"
                 return _Stopped(FailureKind.TIMEOUT, f"timed out after {limit} s; killed")
             return None
@@ -289,8 +290,8 @@ class RemoteJob:
         err: Callable[[bytes], None],
         within_s: float,
     ) -> None:
-        until = time.monotonic() + within_s
-        pump(chan, out, err, lambda: time.monotonic() >= until)
+        until = self.options.clock.now() + within_s
+        pump(chan, out, err, lambda: self.options.clock.now() >= until)
 
     def _verdict(self, chan: paramiko.Channel) -> RunOutcome:
         code = exit_status(chan, wait_s=self.options.drain_s)
@@ -326,7 +327,10 @@ class RemoteJob:
         limit = self.options.artifact_timeout_s
         chan = self.conn.exec(f"{command} clore-run-artifacts {args}")
         try:
-            reader = ChannelReader(chan, deadline=time.monotonic() + limit, stop=cancel.is_set)
+            clock = self.options.clock
+            reader = ChannelReader(
+                chan, deadline=clock.now() + limit, stop=cancel.is_set, clock=clock
+            )
             report = _extract(reader, self.request, limit)
             if not isinstance(report, str):  # else the remote tar may be stuck: do not wait
                 exit_status(chan, wait_s=self.options.drain_s)
@@ -363,7 +367,7 @@ def one_line(text: str) -> str:
 
 
 def _bounded_send(
-    chan: paramiko.Channel, why_stop: Callable[[], str], deadline: float
+    chan: paramiko.Channel, why_stop: Callable[[], str], deadline: float, clock: Clock
 ) -> Callable[[bytes], None]:
     """`chan.sendall` that gives up at `deadline` (a server may stop reading) or a cancel.
 
@@ -376,7 +380,7 @@ def _bounded_send(
             why = why_stop()
             if why:
                 raise UploadStopped(why)
-            chan.settimeout(min(_SEND_POLL_S, max(0.01, deadline - time.monotonic())))
+            chan.settimeout(min(_SEND_POLL_S, max(0.01, deadline - clock.now())))
             try:
                 sent = chan.send(left)  # type: ignore[arg-type]  # any buffer will do
                 left = left[sent:]

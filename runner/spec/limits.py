@@ -1,0 +1,7 @@
+"""Bounds of the pipeline format that code outside the models checks as well (`--concurrency`),
+kept apart from runner.spec.models so that checking them loads no pydantic."""
+
+from __future__ import annotations
+
+MAX_MINUTES = 10_000_000  # about 19 years: any real duration, and finite once in seconds
+MAX_CONCURRENCY = 1000  # servers (or jobs) at once; --concurrency is held to it as well
