@@ -440,6 +440,11 @@ class ServerBook:
         return self._market.fits(quote, self._jobs[job_id].gpu)
 
     @property
+    def dirty(self) -> bool:
+        """Told something since its last decision (else a decision would decide nothing)."""
+        return self._dirty
+
+    @property
     def renting(self) -> bool:
         """Does this book rent (a market), or hold only servers that already exist?"""
         return self._renting
