@@ -3,8 +3,6 @@ bounded waits, concurrent migrations."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import threading
 import time
 
@@ -15,7 +13,7 @@ from runner.errors import UsageError
 from runner.stores.pg import Timeouts
 from runner.stores.pg_pools import PostgresPools
 from runner.stores.pools import LeaseLost, PoolError, Refusal, Reservation, UnknownPool
-from tests.stores.pg_helpers import at
+from tests.stores.pg_helpers import at, open_at_once
 
 T0 = "2026-12-31T12:00:00Z"
 
@@ -183,21 +181,12 @@ def _wait_gone(url: str, pid: int) -> None:
 
 
 def test_five_processes_migrating_an_empty_database_at_once(pg_url: str) -> None:
-    code = (
-        "import sys\n"
+    opens = (
         "from runner.stores.pg_pools import PostgresPools\n"
         "from runner.stores.pg_ledger import PostgresLedger\n"
-        "PostgresPools(sys.argv[1]).close(); PostgresLedger(sys.argv[1]).close()\n"
+        "PostgresPools(url).close(); PostgresLedger(url).close()"
     )
-    procs = [
-        subprocess.Popen([sys.executable, "-c", code, pg_url], stderr=subprocess.PIPE)
-        for _ in range(5)
-    ]
-    errors = [p.communicate(timeout=60)[1].decode() for p in procs]
-    assert [p.returncode for p in procs] == [0] * 5, errors
-    with psycopg.connect(pg_url) as conn:
-        rows = conn.execute("SELECT component, version FROM clore_run_schema ORDER BY 1")
-        assert rows.fetchall() == [("ledger", 1), ("pools", 3)]
+    assert open_at_once(pg_url, opens) == [("ledger", 1), ("pools", 3)]
 
 
 def test_a_kept_server_grows_its_reservation_only_if_the_money_is_there(
