@@ -33,12 +33,12 @@ from runner.backends.base import (
     Backend,
     OutputSink,
     Place,
-    RentingBackend,
     RunOutcome,
     RunRequest,
     ServerAdapter,
     StageSink,
 )
+from runner.backends.fixed import as_adapter
 from runner.clock import Clock
 from runner.core.events import (
     AttemptEnded,
@@ -50,7 +50,6 @@ from runner.core.events import (
     Requeued,
     SetTimer,
     Settled,
-    StartAttempt,
     StopCause,
     TimerFired,
 )
@@ -95,8 +94,6 @@ class Core(Protocol):
     def handle(self, event: Event, now: float) -> Sequence[CoreCommand]: ...
 
     def state(self, job_id: str) -> JobState | None: ...
-
-    def unplaced_jobs(self) -> list[Job]: ...
 
 
 C = TypeVar("C", bound=Core)
@@ -257,12 +254,12 @@ class Driver(Generic[C]):
         options: DriverOptions,
         servers: ServerAdapter | None = None,
     ) -> None:
+        if not isinstance(core, PlacingCore):
+            raise TypeError("the driver runs a core that places jobs on servers (PlacingCore)")
         self.core = core
-        # The core decides servers: the adapter carries its rents and releases out.
-        self.servers = servers if isinstance(core, PlacingCore) else None
-        self._placing: PlacingCore | None = None
-        if isinstance(core, PlacingCore):
-            self._placing = core
+        self._placing: PlacingCore = core
+        # The core decides servers: the adapter carries its rents, starts and releases out.
+        self.servers = servers if servers is not None else as_adapter(backend)
         self._releasing: list[threading.Thread] = []  # servers being given back
         self.backend = backend
         self.runner = runner
@@ -276,15 +273,9 @@ class Driver(Generic[C]):
         self._out: dict[str, _Out] = {}
         self._pool = _Workers(max(1, core.capacity))
         self._futures: list[Future[None]] = []
-        # Checked once: isinstance on a runtime Protocol is slow, and this is per event. With
-        # the core deciding servers, nobody tells the backend which jobs are pending.
-        self._renting: RentingBackend | None = None
-        if self.servers is None and isinstance(backend, RentingBackend):
-            self._renting = backend
         # Servers that already exist (SSH hosts, local slots) are let go only after their
         # attempts have stopped: their files are fetched on the way out.
-        rents = self._placing is not None and self._placing.book.renting
-        self._gives_back_early = self._renting is not None or (self.servers is not None and rents)
+        self._gives_back_early = core.book.renting
         self._places_held = 0
         self._cancel_at: float | None = None
         self._early: threading.Thread | None = None
@@ -428,8 +419,7 @@ class Driver(Generic[C]):
         elif isinstance(posted, _Placed):
             self._placed(posted.event, posted.place, now)
         elif isinstance(posted, _FromServer):
-            if self._placing is not None:
-                self._apply(self._placing.handle(posted.event, now), now)
+            self._apply(self._placing.handle(posted.event, now), now)
         elif posted is not None and not isinstance(posted, _Quit):
             self.feed(posted, now)
 
@@ -474,8 +464,6 @@ class Driver(Generic[C]):
             return
         with self.journal.batch():
             starts = [self._record(cmd, now) for cmd in commands]
-        if self._renting is not None:  # before any start: it may take a server from the idle
-            self._renting.set_pending(self.core.unplaced_jobs())
         for work in starts:
             if work is not None:
                 self._futures.append(self._pool.submit(work))
@@ -485,8 +473,6 @@ class Driver(Generic[C]):
     def _record(self, cmd: CoreCommand, now: float) -> Callable[[], None] | None:
         """Carry one command out; a start answers the work to hand to a worker once the
         journal has recorded the batch."""
-        if isinstance(cmd, StartAttempt):
-            return self._start(cmd, now)
         if isinstance(cmd, StartOn):
             return self._start_on(cmd, now)
         if isinstance(cmd, RentServer):
@@ -547,28 +533,20 @@ class Driver(Generic[C]):
 
     # -- workers ---------------------------------------------------------------------------
 
-    def _start(self, cmd: StartAttempt, now: float) -> Callable[[], None]:
-        job = self._jobs[cmd.job_id]
-        out = _Out(cmd.attempt, now)
-        self._out[job.id] = out
-        self.journal.attempt_started(job, cmd.attempt, now)
-        self._futures = [f for f in self._futures if not f.done()]
-        return functools.partial(self._work, job, cmd.attempt, cmd.timeout_s, out.kill)
-
     def _work(
         self,
         job: Job,
         number: int,
         timeout_s: float,
         kill: Kill,
-        runner: AttemptRunner | None = None,
-        server: int | None = None,
+        runner: AttemptRunner,
+        server: int,
     ) -> None:
         def placed(place: Place) -> None:
             self._events.put(_Placed(AttemptPlaced(job.id, number), place))
 
-        ran = (runner or self.runner).run(job, number, timeout_s, kill, placed)  # never raises
-        if server is not None and self.servers is not None and self.servers.lost(server):
+        ran = runner.run(job, number, timeout_s, kill, placed)  # never raises
+        if self.servers.lost(server):
             # Before the end: the core must not place the retry on the server it lost.
             self._events.put(_FromServer(ServerLost(server, ran.attempt.message)))
         self._events.put(AttemptEnded(job.id, ran.attempt))
@@ -579,7 +557,6 @@ class Driver(Generic[C]):
 
     def _start_on(self, cmd: StartOn, now: float) -> Callable[[], None]:
         """An attempt on the server the core chose: the attempt runner gets it as its place."""
-        assert self.servers is not None
         job = self._jobs[cmd.job_id]
         out = _Out(cmd.attempt, now)
         self._out[job.id] = out
@@ -592,7 +569,6 @@ class Driver(Generic[C]):
         )
 
     def _rent(self, cmd: RentServer) -> None:
-        assert self.servers is not None
         ahead = " ahead of its needs" if cmd.ahead else ""
         self.options.notice(
             f"{cmd.for_job}: renting {cmd.quote.gpu_model or 'a server'} #{cmd.quote.host}"
@@ -604,7 +580,6 @@ class Driver(Generic[C]):
     def _release(self, cmd: ReleaseServer) -> None:
         """Give a server back off the loop; at the end of a run, or once it is cancelled, the
         backend's shutdown gives back everything left in one sweep instead."""
-        assert self.servers is not None and self._placing is not None
         if not cmd.rented or self._placing.over or self._cancel_at is not None:
             return
         self._releasing = self._off_loop(self._releasing, self._release_off_loop, self.servers, cmd)

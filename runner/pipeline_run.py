@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from runner.attempt import AttemptRunner
-from runner.backends.base import Backend, BackendStage, Place, RentingBackend, ServerAdapter
+from runner.backends.base import Backend, BackendStage, Place, RentingBackend
+from runner.backends.fixed import as_adapter
 from runner.clock import SYSTEM_CLOCK, Clock
 from runner.console import Console
 from runner.core.events import CancelAll, Event, StopCause
@@ -22,7 +23,6 @@ from runner.core.model import Attempt, Job, JobResult, Pipeline, RunRecord
 from runner.core.outcome import ordered, run_status
 from runner.core.placing import PlacingCore
 from runner.core.retry import backoff_s
-from runner.core.scheduler import Scheduler
 from runner.driver import Driver, DriverOptions, Journal, Journals
 
 
@@ -101,21 +101,17 @@ class PipelineRun:
             settings.workspace_root,
             settings.workspace_files,
         )
-        # A backend that is the core's adapter (Clore, SSH, local): the core decides which
-        # of its servers runs which job (and, on Clore, which to rent and give back).
-        servers = backend if isinstance(backend, ServerAdapter) else None
-        book = None
-        if servers is not None:
-            book = servers.server_book(
-                pipeline.jobs,
-                settings.capacity,
-                pipeline.budget_usd,
-                pipeline.provisioning,
-                settings.durations_s,
-            )
-        core: Scheduler | PlacingCore = Scheduler(settings.capacity, settings.backoff)
-        if book is not None:
-            core = PlacingCore(pipeline.jobs, book, backoff=settings.backoff)
+        # The core decides which server runs which job (and, on Clore, which to rent and
+        # give back); the backend is its adapter (a backend of places only: its slots).
+        servers = as_adapter(backend)
+        book = servers.server_book(
+            pipeline.jobs,
+            settings.capacity,
+            pipeline.budget_usd,
+            pipeline.provisioning,
+            settings.durations_s,
+        )
+        core = PlacingCore(pipeline.jobs, book, backoff=settings.backoff)
         self.driver = Driver(
             core,
             backend,

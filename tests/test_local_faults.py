@@ -17,6 +17,7 @@ from runner.console import Console
 from runner.core.model import FailureKind, Job, JobStatus
 from runner.run_command import RunOptions, execute
 from runner.spec.loader import parse_pipeline
+from tests.fakes.passing_backend import PassingBackend
 
 
 def test_a_workspace_file_gone_before_the_copy_is_ours(tmp_path: Path) -> None:
@@ -35,16 +36,13 @@ def test_a_workspace_file_gone_before_the_copy_is_ours(tmp_path: Path) -> None:
     assert "gone.txt" in ran.attempt.message
 
 
-class FullDisk:
+class FullDisk(PassingBackend):
     """Every attempt fails writing to the output folder, as on a full disk."""
 
     name = "fulldisk"
 
     def __init__(self) -> None:
         self.acquired = 0
-
-    def capacity(self) -> int | None:
-        return None
 
     def acquire(self, job: Job, cancel: threading.Event, stages: StageSink = NO_STAGES) -> Place:
         self.acquired += 1
@@ -60,12 +58,6 @@ class FullDisk:
     ) -> RunOutcome:
         path = request.artifacts_dir / "big.bin"
         raise OSError(errno.ENOSPC, "No space left on device", str(path))
-
-    def release(self, place: Place) -> None:
-        return None
-
-    def shutdown(self) -> None:
-        return None
 
 
 def test_a_full_output_disk_fails_the_job_once_with_the_cause(tmp_path: Path) -> None:

@@ -8,50 +8,31 @@ from __future__ import annotations
 
 import io
 import json
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from runner.backends.base import NO_STAGES, OutputSink, Place, RunOutcome, RunRequest, StageSink
 from runner.core.model import Job
 from runner.run_command import RunOptions, execute
 from runner.spec.loader import parse_pipeline
+from tests.fakes.passing_backend import PassingBackend
 
 
-class SlowGiveBack:
+class SlowGiveBack(PassingBackend):
     """A renting backend: every job passes; `shutdown` (giving servers back) notes which
     reports exist when it starts."""
 
     name = "slowrent"
+    where = "rented"  # free: the idle cost alone is the total
 
     def __init__(self, out: Path) -> None:
         self.out = out
         self.seen_at_shutdown: dict[str, str] = {}
-
-    def capacity(self) -> int | None:
-        return None
 
     def set_pending(self, jobs: Sequence[Job]) -> None:
         return None
 
     def idle_cost_usd(self) -> float:
         return 0.25 if self.seen_at_shutdown else 0.0  # known once the servers are back
-
-    def acquire(self, job: Job, cancel: threading.Event, stages: StageSink = NO_STAGES) -> Place:
-        return Place("rented", usd_per_hour=0.0)  # the idle cost alone is the total
-
-    def run(
-        self,
-        place: Place,
-        request: RunRequest,
-        sink: OutputSink,
-        cancel: threading.Event,
-        stages: StageSink = NO_STAGES,
-    ) -> RunOutcome:
-        return RunOutcome(0, None)
-
-    def release(self, place: Place) -> None:
-        return None
 
     def shutdown(self) -> None:
         if self.seen_at_shutdown:

@@ -125,11 +125,8 @@ class Backend(Protocol):
 
 @runtime_checkable
 class RentingBackend(Protocol):
-    """A backend that holds places between jobs (rented servers). It needs to know which jobs
-    may still ask for one, so it can give back what none of them can use, and it reports the
-    cost of servers held with no job on them."""
-
-    def set_pending(self, jobs: Sequence[Job]) -> None: ...
+    """A backend that holds rented servers between jobs: it reports what they cost with no
+    job on them (the core decides which are kept)."""
 
     def idle_cost_usd(self) -> float: ...
 
@@ -155,9 +152,8 @@ class ServerAdapter(Protocol):
         budget_usd: float | None,
         provisioning: Provisioning,
         durations_s: Mapping[str, float],
-    ) -> ServerBook | None:
-        """The book for a run of `jobs` on this backend's market; None: this backend rents
-        nothing, and the run goes the way of fixed places."""
+    ) -> ServerBook:
+        """The book for a run of `jobs`: this backend's market, or its fixed servers."""
         ...
 
     def rent(

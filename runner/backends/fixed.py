@@ -9,9 +9,21 @@ it keeps `place`, `run`, `attempt_done` and `lost` for itself.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
-from runner.backends.base import NO_STAGES, ServerReport, StageSink
+from runner.backends.base import (
+    NO_STAGES,
+    Backend,
+    OutputSink,
+    Place,
+    RunOutcome,
+    RunRequest,
+    ServerAdapter,
+    ServerReport,
+    StageSink,
+)
 from runner.core.model import Job, Provisioning
 from runner.core.rentals import Quote, RentFailed, RentServer, ServerReleased
 from runner.core.servers import ServerBook
@@ -56,3 +68,48 @@ class FixedServers:
     def release_server(self, server: int, reason: str, report: ServerReport) -> None:
         """A fixed server is let go, not given back: the backend's shutdown closes it."""
         report(ServerReleased(server, 0.0))
+
+
+class FixedSlots(FixedServers):
+    """Any backend that hands out places (`acquire`/`release`) as the core's adapter: `cap`
+    slots that already exist, each a place acquired for one attempt and released after it.
+    The driver runs every backend through the core this way; a backend that knows its
+    servers (Clore, SSH, local) is an adapter of its own."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+
+    def fixed_servers(self, cap: int) -> Sequence[str]:
+        return [f"slot-{n}" for n in range(1, cap + 1)]
+
+    def place(
+        self, server: int, job: Job, cancel: threading.Event, stages: StageSink = NO_STAGES
+    ) -> Place:
+        return self.backend.acquire(job, cancel, stages)
+
+    def run(
+        self,
+        place: Place,
+        request: RunRequest,
+        sink: OutputSink,
+        cancel: threading.Event,
+        stages: StageSink = NO_STAGES,
+    ) -> RunOutcome:
+        return self.backend.run(place, request, sink, cancel, stages)
+
+    def attempt_done(self, place: Place) -> None:
+        self.backend.release(place)
+
+    def lost(self, server: int) -> bool:
+        return False
+
+
+def as_adapter(backend: Backend) -> ServerAdapter:
+    """`backend` as the core's adapter: itself when it is one, else its places as slots."""
+    return backend if isinstance(backend, ServerAdapter) else FixedSlots(backend)
+
+
+if TYPE_CHECKING:  # let mypy hold FixedSlots to the ServerAdapter Protocol
+
+    def _is_an_adapter(slots: FixedSlots) -> ServerAdapter:
+        return slots

@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from runner.core.events import (
     AttemptEnded,
+    AttemptPlaced,
     AttemptRecorded,
     CancelAll,
     Command,
@@ -161,6 +162,14 @@ class PlacingCore:
         return self._settle(now)
 
     def handle(self, event: CoreEvent, now: float) -> list[CoreCommand]:
+        if type(event) is AttemptPlaced and not self.book.dirty:
+            # Half of all events: the scheduler only starts the attempt's timeout, and the
+            # book, told nothing since its last decision, has nothing to decide.
+            out = self._scheduler.handle(event, now)
+            if all(type(cmd) in _PASSED_ON for cmd in out):
+                return out  # type: ignore[return-value]
+            self._take(out, now)
+            return self._settle(now)
         self._feed(event, now)
         return self._settle(now)
 

@@ -158,6 +158,9 @@ class RentFailed:
     # The job it was for cannot run on any offer (a budget pool's limit): it fails as
     # unavailable with `reason`, and the host is not blamed.
     job_cannot_run: bool = False
+    # The price moved since the quote (a spot book read afresh): the market has the new one,
+    # the host is not blamed, and the job rents again at the new price if the budget allows.
+    requote: bool = False
 
 
 @dataclass(frozen=True)

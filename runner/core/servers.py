@@ -440,6 +440,11 @@ class ServerBook:
         return self._market.fits(quote, self._jobs[job_id].gpu)
 
     @property
+    def dirty(self) -> bool:
+        """Told something since its last decision (else a decision would decide nothing)."""
+        return self._dirty
+
+    @property
     def renting(self) -> bool:
         """Does this book rent (a market), or hold only servers that already exist?"""
         return self._renting
@@ -971,7 +976,7 @@ class ServerBook:
 
     def _rent_failed(self, server: _Server, event: RentFailed) -> None:
         self._forget(server)
-        if not event.job_cannot_run and not event.fatal:  # the host is not to blame for those
+        if not (event.job_cannot_run or event.fatal or event.requote):  # the host's own fault
             self._excluded.add(server.quote.host)
         self._spent_usd += event.cost_usd
         self._booked[server.id] = (server.quote, event.cost_usd)

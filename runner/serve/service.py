@@ -41,6 +41,7 @@ from typing import TypeVar
 
 from runner.attempt import AttemptRunner
 from runner.backends.base import Backend, Place, ServerAdapter
+from runner.backends.fixed import as_adapter
 from runner.clock import SYSTEM_CLOCK, Clock
 from runner.core.events import AttemptEnded, CancelJob, Event, HoldStarts
 from runner.core.model import Attempt, FailureKind, Job, JobResult, Provisioning
@@ -167,8 +168,8 @@ class Service:
             inner = FencedJournal(self.shared, options.instance, self.fleet.nudge)
         self.journal = KeptJournal(inner, self._unrecorded_start)
         journal = self.journal
-        servers = backend if isinstance(backend, ServerAdapter) else None
-        self.placing = self._placing_core(servers) if servers is not None else None
+        servers = as_adapter(backend)  # a backend of places only: its places as slots
+        self.placing = self._placing_core(servers)
         core: Scheduler | PlacingCore = Scheduler(options.capacity, options.backoff)
         if self.placing is not None:  # (not `or`: a core with no jobs has length 0)
             core = self.placing

@@ -5,6 +5,9 @@ As the rental ledger does (runner/ledger.py): WAL with `synchronous=FULL` (a rep
 connection behind a lock shared by the API threads and the scheduling loop. Every SQLite
 failure becomes a StoreError (exit 3), never a traceback.
 
+The reads are written once for this file and the shared PostgreSQL queue alike
+(runner/serve/queue_reads.py); this store gives its table names and SQLite's words for them.
+
 An attempt row is written when the attempt starts and completed when it ends: a row left open
 by a dead server is how the next one knows what was interrupted.
 """
@@ -27,6 +30,7 @@ from runner.serve.queue_reads import (
     STATUSES,
     QueueDialect,
     QueueReads,
+    placed_facts,
 )
 
 BUSY_TIMEOUT_S = 10.0
@@ -185,13 +189,11 @@ class Store(QueueReads):
         self, job_id: str, number: int, server: str, facts: Mapping[str, str], usd_per_hour: float
     ) -> None:
         """Where a running attempt runs and at what price, until its end records the rest."""
-        shown = {k: v for k, v in facts.items() if k != "workdir"}  # a local path: not a fact
-        shown.setdefault("usd_per_hour", f"{usd_per_hour:.4f}")
         with self._tx("record where an attempt runs") as db:
             db.execute(
                 "UPDATE attempts SET server = ?, facts = ? WHERE job_id = ? AND number = ? "
                 "AND finished_at IS NULL",
-                (server, dumps(shown), job_id, number),
+                (server, placed_facts(facts, usd_per_hour), job_id, number),
             )
 
     def end_attempt(self, job_id: str, attempt: Attempt, *, requeue: bool = False) -> None:

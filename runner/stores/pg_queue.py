@@ -1,7 +1,9 @@
 """The queue's PostgreSQL store: what runner/serve/store.py keeps in SQLite, shared by N `serve`
 instances on one database.
 
-The rows and reads are the SQLite store's. What sharing adds:
+The rows are the SQLite store's, and so are the reads, written once for both
+(runner/serve/queue_reads.py; this store gives its table names and SQL words). What sharing
+adds:
 - every job has an `owner` (the instance whose scheduling core holds it, None while nobody
   does). An instance claims runnable jobs (queued, unowned, due, every need settled) with
   `FOR UPDATE SKIP LOCKED`: two instances claiming at once take different rows, neither waits.
@@ -38,6 +40,7 @@ from runner.serve.queue_reads import (
     QueueDialect,
     QueueReads,
     Unsettled,
+    placed_facts,
     unsettled_from,
 )
 from runner.serve.store import StoreError
@@ -554,13 +557,11 @@ class PostgresQueue(QueueReads):
     def place_attempt(
         self, job_id: str, number: int, server: str, facts: Mapping[str, str], usd_per_hour: float
     ) -> None:
-        shown = {k: v for k, v in facts.items() if k != "workdir"}
-        shown.setdefault("usd_per_hour", f"{usd_per_hour:.4f}")
         self._write(
             "record where an attempt runs",
             "UPDATE queue_attempts SET server = %s, facts = %s WHERE job_id = %s AND number = %s "
             "AND finished_at IS NULL",
-            (server, dumps(shown), job_id, number),
+            (server, placed_facts(facts, usd_per_hour), job_id, number),
         )
 
     def end_attempt(self, job_id: str, attempt: Attempt, *, requeue: bool = False) -> None:

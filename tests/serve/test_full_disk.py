@@ -13,6 +13,7 @@ from pathlib import Path
 from runner.backends.base import NO_STAGES, OutputSink, Place, RunOutcome, RunRequest, StageSink
 from runner.core.model import Job
 from runner.serve.store import Store
+from tests.fakes.passing_backend import PassingBackend
 from tests.serve.harness import FINAL, thread_server, wait_until
 
 
@@ -30,7 +31,7 @@ class FullDiskStore(Store):
             yield db
 
 
-class GatedBackend:
+class GatedBackend(PassingBackend):
     """Attempts of job `hold` pass once `gate` is set; every other attempt passes at once."""
 
     name = "gated"
@@ -38,9 +39,6 @@ class GatedBackend:
     def __init__(self) -> None:
         self.gate = threading.Event()
         self.running = threading.Event()
-
-    def capacity(self) -> int | None:
-        return None
 
     def acquire(self, job: Job, cancel: threading.Event, stages: StageSink = NO_STAGES) -> Place:
         if cancel.is_set():
@@ -59,12 +57,6 @@ class GatedBackend:
             self.running.set()
             self.gate.wait(30)
         return RunOutcome(0, None)
-
-    def release(self, place: Place) -> None:
-        return None
-
-    def shutdown(self) -> None:
-        return None
 
 
 def raise_cancelled() -> None:

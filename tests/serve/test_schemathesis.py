@@ -10,13 +10,11 @@ import importlib.util
 import re
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
 
-from runner.backends.base import NO_STAGES, OutputSink, Place, RunOutcome, RunRequest, StageSink
-from runner.core.model import Job
+from tests.fakes.passing_backend import PassingBackend
 from tests.serve.harness import TOKEN, thread_server
 
 pytestmark = pytest.mark.skipif(
@@ -27,36 +25,8 @@ pytestmark = pytest.mark.skipif(
 _CLI = "import sys; from schemathesis.cli import schemathesis; sys.exit(schemathesis())"
 
 
-class NothingBackend:
-    """Every attempt passes at once, running nothing."""
-
-    name = "nothing"
-
-    def capacity(self) -> int | None:
-        return None
-
-    def acquire(self, job: Job, cancel: threading.Event, stages: StageSink = NO_STAGES) -> Place:
-        return Place("nowhere")
-
-    def run(
-        self,
-        place: Place,
-        request: RunRequest,
-        sink: OutputSink,
-        cancel: threading.Event,
-        stages: StageSink = NO_STAGES,
-    ) -> RunOutcome:
-        return RunOutcome(0, None)
-
-    def release(self, place: Place) -> None:
-        return None
-
-    def shutdown(self) -> None:
-        return None
-
-
 def test_no_generated_request_gets_a_server_error(tmp_path: Path) -> None:
-    with thread_server(tmp_path, backend=NothingBackend()) as srv:
+    with thread_server(tmp_path, backend=PassingBackend()) as srv:
         result = subprocess.run(
             [
                 sys.executable,

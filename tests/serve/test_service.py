@@ -9,37 +9,19 @@ from pathlib import Path
 import requests
 
 from runner.backends.base import NO_STAGES, OutputSink, Place, RunOutcome, RunRequest, StageSink
-from runner.core.model import FailureKind, Job
+from runner.core.model import FailureKind
 from runner.serve.service import Service
+from tests.fakes.passing_backend import PassingBackend
 from tests.serve.harness import FINAL, FakeClock, ThreadServer, thread_server, wait_until
 
 
-class BilledBackend:
+class BilledBackend(PassingBackend):
     """Every attempt passes at once and costs $2.50."""
 
     name = "billed"
-
-    def capacity(self) -> int | None:
-        return None
-
-    def acquire(self, job: Job, cancel: threading.Event, stages: StageSink = NO_STAGES) -> Place:
-        return Place("rented-1", usd_per_hour=1.0)
-
-    def run(
-        self,
-        place: Place,
-        request: RunRequest,
-        sink: OutputSink,
-        cancel: threading.Event,
-        stages: StageSink = NO_STAGES,
-    ) -> RunOutcome:
-        return RunOutcome(0, None, facts={"cost_usd": "2.5"})
-
-    def release(self, place: Place) -> None:
-        return None
-
-    def shutdown(self) -> None:
-        return None
+    where = "rented-1"
+    usd_per_hour = 1.0
+    outcome = RunOutcome(0, None, facts={"cost_usd": "2.5"})
 
 
 def test_the_daily_spend_limit_holds_starts_until_the_next_utc_day(tmp_path: Path) -> None:
@@ -152,20 +134,15 @@ def test_followers_of_a_waiting_job_do_not_starve_the_api(tmp_path: Path) -> Non
             assert reply.status_code == 200 and reply.json()["counts"]["queued"] == 1
 
 
-class SlowToDie:
+class SlowToDie(PassingBackend):
     """Runs until killed, and is still dying when the server's loop stops (a process in its
     kill grace, a rental being cancelled)."""
 
     name = "slow"
+    where = "slow-1"
 
     def __init__(self) -> None:
         self.service: Service | None = None
-
-    def capacity(self) -> int | None:
-        return None
-
-    def acquire(self, job: Job, cancel: threading.Event, stages: StageSink = NO_STAGES) -> Place:
-        return Place("slow-1")
 
     def run(
         self,
@@ -178,12 +155,6 @@ class SlowToDie:
         assert cancel.wait(timeout=30)
         wait_until(lambda: self.service is not None and not self.service.alive, what="the stop")
         return RunOutcome(-15, FailureKind.TEST_FAILURE, "killed by signal SIGTERM")
-
-    def release(self, place: Place) -> None:
-        return None
-
-    def shutdown(self) -> None:
-        return None
 
 
 def test_a_job_cancelled_just_before_a_shutdown_is_not_run_again(tmp_path: Path) -> None:

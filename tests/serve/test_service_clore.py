@@ -7,8 +7,10 @@ ledger.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -48,3 +50,42 @@ def test_jobs_submitted_over_time_run_on_servers_the_core_rents_and_reuses(setup
         assert len(servers) == 1  # the chain ran on one server: b reused a's
     assert ledger.unreleased("inst-1") == []
     assert len(setup.fake.orders) <= 2
+
+
+def test_why_a_job_waits_says_its_server_is_being_rented(setup: Setup) -> None:
+    backend, _ = setup.backend(Pipeline(name="serve", jobs=(), concurrency=1), "inst-2")
+    gate = threading.Event()
+    rent = backend.provisioner.rent
+
+    def rent_after_the_gate(*args: Any) -> Any:
+        gate.wait(30)
+        return rent(*args)
+
+    backend.provisioner.rent = rent_after_the_gate  # type: ignore[method-assign]
+    with thread_server(setup.tmp, capacity=1, clock=setup.clock, backend=backend) as srv:
+        srv.api.submit("jobs:\n  a:\n    run: echo a\n  b:\n    run: echo b\n")
+        try:
+            wait_until(
+                lambda: "renting a server for it" in (srv.api.job("s1.a")["waiting_for"] or ""),
+                10,
+                "a's wait to name its rent",
+            )
+            assert srv.api.job("s1.b")["waiting_for"] == (
+                "waiting for a server: 1 of 1 held (the cap)"
+            )
+        finally:
+            gate.set()
+        assert srv.api.wait_status("s1.b", FINAL, timeout=60)["status"] == "passed"
+
+
+def test_the_daily_spend_limit_is_a_budget_no_rental_may_pass(setup: Setup) -> None:
+    # The cheapest server's worst case (start-up allowance, the hour's timeout, fetching its
+    # files) is more than $0.01: nothing is rented, and the job says why it waits.
+    backend, _ = setup.backend(Pipeline(name="serve", jobs=(), concurrency=1), "inst-3")
+    with thread_server(
+        setup.tmp, capacity=1, clock=setup.clock, backend=backend, daily_spend_limit=0.01
+    ) as srv:
+        (job_id,) = srv.api.submit("jobs:\n  a:\n    run: echo a\n")
+        job = srv.api.wait_status(job_id, FINAL, timeout=30)
+        assert job["status"] == "error" and "a day's budget $0.01" in job["reason"], job
+    assert setup.fake.calls("create_order") == []

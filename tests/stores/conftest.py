@@ -29,16 +29,17 @@ class Tick:
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
-def ledger_target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """Where a ledger lives: a SQLite file, or a fresh PostgreSQL database."""
+def store_target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where a store (a ledger, a queue) lives: a SQLite file, or a fresh PostgreSQL database;
+    a test taking it runs on both."""
     if request.param == "sqlite":
-        return str(tmp_path / "ledger.db")
+        return str(tmp_path / "store.db")
     cluster: PgCluster = request.getfixturevalue("pg_cluster")
     return cluster.new_database()
 
 
 @pytest.fixture
-def any_ledger(ledger_target: str) -> Iterator[RentalLedger]:
-    target = ledger_target if ledger_target.startswith("postgresql:") else Path(ledger_target)
+def any_ledger(store_target: str) -> Iterator[RentalLedger]:
+    target = store_target if store_target.startswith("postgresql:") else Path(store_target)
     with open_ledger(target, clock=Tick()) as ledger:
         yield ledger

@@ -16,8 +16,8 @@ def _open(target: str) -> RentalLedger:
     return open_ledger(target if target.startswith("postgresql:") else Path(target), clock=Tick())
 
 
-def test_round_trip_through_every_state_survives_a_reopen(ledger_target: str) -> None:
-    with _open(ledger_target) as ledger:
+def test_round_trip_through_every_state_survives_a_reopen(store_target: str) -> None:
+    with _open(store_target) as ledger:
         rid = ledger.record_intent("run-1", "train", 88028, 2.0, "USD-Blockchain", 2 / 24)
         [intent] = ledger.rentals("run-1")
         assert intent == Rental(
@@ -31,7 +31,7 @@ def test_round_trip_through_every_state_survives_a_reopen(ledger_target: str) ->
             ledger.set_state(rid, state)
             assert ledger.unreleased("run-1")[0].state == state
         ledger.set_state(rid, "released", note="cancelled, gone from my_orders")
-    with _open(ledger_target) as again:
+    with _open(store_target) as again:
         [done] = again.rentals("run-1")
         assert (done.order_id, done.state, done.note) == (
             1939941,

@@ -96,7 +96,6 @@ class Rental:
     creation_fee_usd: float = 0.0
     fee_billed: bool = False
     lost: bool = False  # the server dropped us (spot outbid, gone): never reuse
-    won_back: bool = False  # outbid and re-bid: kept for the retry of the job that ran on it
     spot: bool = False  # a spot order: it can be outbid
     reservation: Reservation | None = None  # its share of a budget pool, when the run joined one
     facts: dict[str, str] = field(default_factory=dict)
@@ -263,9 +262,12 @@ class Provisioner:
     def creation_fee_usd(self, offer: Offer, spot: bool) -> float:
         return self.fees().creation_fee_usd(spot, offer.usd_per_unit)
 
-    def rival_bids(self, server_id: int) -> tuple[float, ...]:
-        """The active bids of others on `server_id` (a cached read of its spot book)."""
-        return self._rival_bids(server_id)
+    def known_rival_bids(self, server_id: int) -> tuple[float, ...]:
+        """The active bids of others on `server_id` as last read from its spot book, however
+        old; none if it was never read. Never calls the API (the core's loop prices with it)."""
+        with self._lock:
+            cached = self._books.get(server_id)
+        return cached[1] if cached is not None else ()
 
     def _rival_bids(self, server_id: int, fresh: bool = False) -> tuple[float, ...]:
         """The active bids of others on `server_id` in our currency, per day. A book that

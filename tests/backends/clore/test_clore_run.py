@@ -20,8 +20,21 @@ from runner.backends.clore.backend import Budget, CloreBackend
 from runner.backends.clore.provision import Provisioner, ProvisionOptions
 from runner.backends.ssh.connection import ConnectOptions
 from runner.backends.ssh.keys import ClientKey, HostKeyStore
-from runner.core.model import Job, JobStatus, Pipeline, RunRecord
-from runner.errors import InfrastructureError, JobCannotRun
+from runner.core.events import AttemptEnded
+from runner.core.model import Attempt, JobStatus, Pipeline, RunRecord
+from runner.core.placing import PlacingCore
+from runner.core.rentals import (
+    CoreCommand,
+    Provisioning,
+    ReleaseServer,
+    RentFailed,
+    RentServer,
+    ServerEvent,
+    ServerReady,
+    ServerReleased,
+    StartOn,
+)
+from runner.errors import InfrastructureError
 from runner.ledger import Ledger
 from runner.run_command import RunOptions, execute
 from runner.spec.loader import load_pipeline, parse_pipeline
@@ -81,6 +94,67 @@ def setup(
     yield Setup(fake_clore, fake_clock, sshd_server, tmp_path)
     assert fake_clore.live_orders() == [], "a server was leaked"
     assert fake_clore.violations == [], "the rate limits were exceeded"
+
+
+class ByHand:
+    """The backend as the core's adapter, its commands carried out by hand on the test's
+    thread (the driver would run each rent and release on a thread of its own)."""
+
+    def __init__(self, setup: Setup, pipeline: Pipeline, run_id: str = "run-1") -> None:
+        self.backend, self.ledger = setup.backend(pipeline, run_id)
+        self.clock = setup.clock
+        self.jobs = {j.id: j for j in pipeline.jobs}
+        book = self.backend.server_book(
+            pipeline.jobs, pipeline.concurrency, pipeline.budget_usd, Provisioning.ON_DEMAND, {}
+        )
+        self.core = PlacingCore(pipeline.jobs, book)
+        self.todo: list[CoreCommand] = list(self.core.start(self.clock.time()))
+        self.heard: list[ServerEvent] = []
+
+    def tell(self, event: ServerEvent) -> None:
+        self.heard.append(event)
+        self.todo += self.core.handle(event, self.clock.time())
+
+    def rent(self) -> ServerEvent:
+        """Carry out the core's next rent: what the adapter reported (the core hears it)."""
+        cmd = next(c for c in self.todo if isinstance(c, RentServer))
+        self.todo.remove(cmd)
+        reports: list[ServerEvent] = []
+        self.backend.rent(cmd, self.jobs[cmd.for_job], reports.append)
+        (event,) = reports
+        self.tell(event)
+        return event
+
+    def rent_until_ready(self) -> None:
+        while not any(isinstance(e, ServerReady) for e in self.heard):
+            self.rent()
+
+    def place(self, job_id: str) -> Place:
+        start = next(c for c in self.todo if isinstance(c, StartOn) and c.job_id == job_id)
+        self.todo.remove(start)
+        return self.backend.place(start.server, self.jobs[job_id], threading.Event())
+
+    def ended(self, job_id: str, place: Place) -> None:
+        """The attempt on `place` passed: the adapter settles its cost, the core hears it."""
+        self.backend.attempt_done(place)
+        now = self.clock.time()
+        self.todo += self.core.handle(AttemptEnded(job_id, Attempt(1, now, now, 0, None)), now)
+
+    def release(self) -> ServerReleased:
+        """Carry out the core's next give-back."""
+        cmd = next(c for c in self.todo if isinstance(c, ReleaseServer))
+        self.todo.remove(cmd)
+        reports: list[ServerEvent] = []
+        self.backend.release_server(cmd.server, cmd.reason, reports.append)
+        (event,) = reports
+        assert isinstance(event, ServerReleased)
+        self.tell(event)
+        return event
+
+    @property
+    def spent_usd(self) -> float:
+        """What the core counts as spent: its estimates, replaced by the API's figures."""
+        return self.core.book.spent_usd
 
 
 def statuses(record: RunRecord) -> dict[str, JobStatus]:
@@ -201,14 +275,13 @@ def test_budget_too_small_for_the_second_job(setup: Setup) -> None:
 def test_order_that_never_goes_online_moves_to_the_next_offer(setup: Setup) -> None:
     setup.fake.online_after_s = 10_000.0  # nothing ever comes up within the timeout
     pipeline = parse_pipeline("jobs:\n  a: {run: echo hi, gpu: {type: RTX}}\n", "p.yml", {})
-    backend, _ = setup.backend(pipeline)
-    cancel = threading.Event()
-    from runner.errors import InfrastructureError
-
-    with pytest.raises(InfrastructureError, match="not online"):
-        backend.acquire(pipeline.jobs[0], cancel)
-    backend.shutdown()
-    assert len(setup.fake.orders) >= 2  # tried more than one host, cancelled each
+    hand = ByHand(setup, pipeline)
+    for _ in range(2):
+        failed = hand.rent()
+        assert isinstance(failed, RentFailed) and "not online" in failed.reason
+    hand.backend.shutdown()
+    assert len(setup.fake.orders) == 2  # the core rented another host, each was cancelled
+    assert len({o.server_id for o in setup.fake.orders.values()}) == 2
 
 
 def test_429_bursts_on_reads_are_ridden_out(setup: Setup) -> None:
@@ -413,6 +486,10 @@ def test_sigterm_mid_run_cancels_everything_fast(setup: Setup) -> None:
     assert all(r.state == "released" for r in ledger.rentals("run-1"))
 
 
+_ONE_3090 = "currency: USD-Blockchain\njobs:\n  a: {run: echo hi, gpu: {type: '3090'}}\n"
+_ONE_AT_A_TIME = "concurrency: 1\n"
+
+
 def _two_jobs(extra_a: str = "", extra_b: str = "", head: str = "") -> Pipeline:
     return parse_pipeline(
         f"{head}currency: USD-Blockchain\njobs:\n"
@@ -441,19 +518,17 @@ def _close(ours: float, theirs: float) -> bool:
 
 def test_idle_server_given_back_counts_in_spent_without_api_spend(setup: Setup) -> None:
     _without_spend(setup.fake)
-    pipeline = _two_jobs()
-    a, b = pipeline.jobs
-    backend, _ = setup.backend(pipeline)
-    backend.set_pending([b])
-    place = backend.acquire(a, threading.Event())
+    hand = ByHand(setup, parse_pipeline(_ONE_3090, "p.yml", {}))
+    assert hand.rent() == ServerReady(1)
+    place = hand.place("a")
     setup.clock.advance(600)
-    backend.release(place)  # b could use it: kept, idle
-    setup.clock.advance(3600)  # an hour with nothing on it
-    backend.set_pending([])  # nobody needs it any more: given back
-    backend.shutdown()  # waits for the give-back
+    hand.ended("a", place)  # the core gives the server back...
+    setup.clock.advance(3600)  # ...and the give-back takes an hour to be carried out
+    hand.release()
+    hand.backend.shutdown()
     theirs = fake_cost_usd(setup.fake)
-    assert _close(backend.budget.spent_usd, theirs), (backend.budget.spent_usd, theirs)
-    ours = float(place.facts["cost_usd"]) + backend.idle_cost_usd()
+    assert _close(hand.spent_usd, theirs), (hand.spent_usd, theirs)
+    ours = float(place.facts["cost_usd"]) + hand.backend.idle_cost_usd()
     assert _close(ours, theirs), (ours, theirs)
 
 
@@ -463,103 +538,43 @@ def test_an_order_that_never_served_a_job_is_still_counted(setup: Setup) -> None
     pipeline = parse_pipeline(
         "currency: USD-Blockchain\njobs:\n  a: {run: echo hi, gpu: {type: RTX}}\n", "p.yml", {}
     )
-    backend, _ = setup.backend(pipeline)
+    hand = ByHand(setup, pipeline)
     try:
-        place = backend.acquire(pipeline.jobs[0], threading.Event())
+        hand.rent_until_ready()
     finally:
         gate.close()
-    backend.release(place)
-    backend.shutdown()
+    *failed, ready = hand.heard
+    assert all(isinstance(f, RentFailed) for f in failed), hand.heard
+    assert sum(f.cost_usd for f in failed if isinstance(f, RentFailed)) > 0  # the core heard it
+    place = hand.place("a")
+    hand.ended("a", place)
+    assert hand.release().server == ready.server
+    hand.backend.shutdown()
     assert len(setup.fake.orders) == 2  # the first was cancelled: it cost its fee and minutes
     theirs = fake_cost_usd(setup.fake)
-    assert _close(backend.budget.spent_usd, theirs), (backend.budget.spent_usd, theirs)
-    ours = float(place.facts["cost_usd"]) + backend.idle_cost_usd()
+    assert _close(hand.spent_usd, theirs), (hand.spent_usd, theirs)
+    ours = float(place.facts["cost_usd"]) + hand.backend.idle_cost_usd()
     assert _close(ours, theirs), (ours, theirs)
 
 
 def test_a_rental_that_arrives_after_shutdown_is_still_counted(setup: Setup) -> None:
-    pipeline = parse_pipeline(
-        "currency: USD-Blockchain\njobs:\n  a: {run: echo hi, gpu: {type: '3090'}}\n", "p.yml", {}
-    )
-    backend, _ = setup.backend(pipeline)
-    rent = backend.provisioner.rent
+    hand = ByHand(setup, parse_pipeline(_ONE_3090, "p.yml", {}))
+    rent = hand.backend.provisioner.rent
 
-    def rent_while_shutting_down(*args: object) -> object:
-        backend.shutdown()  # the run is cancelled while this rental is being set up
-        return rent(*args)  # type: ignore[arg-type]
+    def rent_while_shutting_down(
+        job: object, offer: object, cancel: object, *rest: object
+    ) -> object:
+        hand.backend.shutdown()  # the run is cancelled while this rental is being set up...
+        never = threading.Event()  # ...past the rental's last look at its cancel
+        return rent(job, offer, never, *rest)  # type: ignore[arg-type]
 
-    backend.provisioner.rent = rent_while_shutting_down  # type: ignore[method-assign]
-    from runner.errors import InfrastructureError
-
-    with pytest.raises(InfrastructureError, match="shutting down"):
-        backend.acquire(pipeline.jobs[0], threading.Event())
+    hand.backend.provisioner.rent = rent_while_shutting_down  # type: ignore[method-assign]
+    failed = hand.rent()
+    assert isinstance(failed, RentFailed) and "shutting down" in failed.reason
     theirs = fake_cost_usd(setup.fake)
-    assert _close(backend.idle_cost_usd(), theirs), (backend.idle_cost_usd(), theirs)
-    assert _close(backend.budget.spent_usd, theirs), (backend.budget.spent_usd, theirs)
-
-
-class _WatchedCondition(threading.Condition):
-    """Sets `waiting` whenever someone waits on it (a worker waiting for money)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.waiting = threading.Event()
-
-    def wait(self, timeout: float | None = None) -> bool:
-        self.waiting.set()
-        return super().wait(timeout)
-
-
-def test_two_acquires_at_once_cannot_both_pass_the_budget(setup: Setup) -> None:
-    # A 3090 (worst case $0.209) and a 4090 ($0.264): either fits $0.30, both do not.
-    pipeline = parse_pipeline(
-        "budget: 0.30\nconcurrency: 2\ncurrency: USD-Blockchain\njobs:\n"
-        "  a: {run: echo a, gpu: {type: '3090'}}\n  b: {run: echo b, gpu: {type: '4090'}}\n",
-        "p.yml",
-        {},
-    )
-    a, b = pipeline.jobs
-    backend, _ = setup.backend(pipeline)
-    watched = _WatchedCondition()
-    backend._cond = watched
-    rent = backend.provisioner.rent
-    a_renting, go_on, a_released = threading.Event(), threading.Event(), threading.Event()
-    b_rented_early: list[bool] = []
-
-    def rent_slowly(job: Job, offer: object, cancel: threading.Event, stages: object) -> object:
-        if job is a:
-            a_renting.set()
-            go_on.wait(10)  # a stays in setup until the test has seen what b does
-        else:
-            b_rented_early.append(not a_released.is_set())
-            watched.waiting.set()  # b decided: it rents
-        return rent(job, offer, cancel, stages)  # type: ignore[arg-type]
-
-    backend.provisioner.rent = rent_slowly  # type: ignore[method-assign]
-    places: dict[str, Place] = {}
-
-    def work(job: Job) -> None:
-        with contextlib.suppress(Exception):
-            places[job.id] = backend.acquire(job, threading.Event())
-
-    worker_a = threading.Thread(target=work, args=(a,))
-    worker_b = threading.Thread(target=work, args=(b,))
-    try:
-        worker_a.start()
-        assert a_renting.wait(10)
-        worker_b.start()
-        assert watched.waiting.wait(10)  # b waits for money, or rents
-    finally:
-        go_on.set()
-        worker_a.join(10)
-        if "a" in places:
-            backend.release(places["a"])
-        a_released.set()
-        worker_b.join(10)
-        if "b" in places:
-            backend.release(places["b"])
-        backend.shutdown()
-    assert b_rented_early in ([], [False]), "b rented while a was being set up"
+    assert _close(hand.backend.idle_cost_usd(), theirs), (hand.backend.idle_cost_usd(), theirs)
+    assert _close(failed.cost_usd, theirs), (failed.cost_usd, theirs)  # the core counts it
+    assert _close(hand.spent_usd, theirs)
 
 
 def test_a_spot_rental_is_budgeted_at_its_bid_not_the_spot_minimum(setup: Setup) -> None:
@@ -572,74 +587,58 @@ def test_a_spot_rental_is_budgeted_at_its_bid_not_the_spot_minimum(setup: Setup)
         "p.yml",
         {},
     )
-    backend, _ = setup.backend(pipeline)
-    try:
-        with pytest.raises(JobCannotRun, match="budget"):
-            backend.acquire(pipeline.jobs[0], threading.Event())
-    finally:
-        backend.shutdown()
+    record, code, _ = setup.run(pipeline)
+    assert code == 3
+    assert "budget $0.181 would be exceeded" in record.results[0].reason, record.results[0]
     assert setup.fake.orders == {}
 
 
 def test_a_job_running_at_shutdown_is_billed_once(setup: Setup) -> None:
-    pipeline = _two_jobs()
-    backend, _ = setup.backend(pipeline)
-    place = backend.acquire(pipeline.jobs[0], threading.Event())
+    hand = ByHand(setup, parse_pipeline(_ONE_3090, "p.yml", {}))
+    hand.rent()
+    place = hand.place("a")
     setup.clock.advance(3600)  # an hour into the job
-    backend.shutdown()  # the run is cancelled: every server is given back at once
-    backend.release(place)  # ...and the job's worker ends after that
+    hand.backend.shutdown()  # the run is cancelled: every server is given back at once
+    hand.backend.attempt_done(place)  # ...and the job's attempt ends after that
     theirs = fake_cost_usd(setup.fake)
     # Without cost_usd the engine prices the attempt again from its hourly rate, on top of
     # the idle cost that already holds the same hour.
     assert "cost_usd" in place.facts, place.facts
     job_usd = float(place.facts["cost_usd"])
-    assert _close(job_usd + backend.idle_cost_usd(), theirs), (job_usd, theirs)
+    assert _close(job_usd + hand.backend.idle_cost_usd(), theirs), (job_usd, theirs)
     assert job_usd > 0.9 * theirs  # the hour was the job's, not idle time
 
 
-def _reuse(setup: Setup, pipeline: Pipeline) -> Place:
-    """a runs and ends while b waits; b's place."""
-    a, b = pipeline.jobs
-    backend, _ = setup.backend(pipeline)
-    backend.set_pending([b])
-    try:
-        backend.release(backend.acquire(a, threading.Event()))
-        place = backend.acquire(b, threading.Event())
-        backend.release(place)
-    finally:
-        backend.shutdown()
-    return place
+def _reuse(setup: Setup, pipeline: Pipeline) -> RunRecord:
+    """a runs, then b (one server at a time): b reuses a's server only if it fits."""
+    record, code, _ = setup.run(pipeline)
+    assert code == 0, record.results
+    return record
 
 
 def test_reuse_respects_the_price_the_server_is_rented_at(setup: Setup) -> None:
     # a bids 5 % over the 3090's spot minimum (0.0656 $/h); b takes at most 0.064 $/h, which
     # the minimum (0.0625 $/h) fits but a's server does not.
-    place = _reuse(
-        setup, _two_jobs(", spot: true, max-price: 0.5", ", spot: true, max-price: 0.064")
+    record = _reuse(
+        setup,
+        _two_jobs(", spot: true, max-price: 0.5", ", spot: true, max-price: 0.064", _ONE_AT_A_TIME),
     )
-    assert place.usd_per_hour <= 0.064 + 1e-9, place.facts
+    b = record.results[1].attempts[-1]
+    assert float(b.facts["usd_per_hour"]) <= 0.064 + 1e-9, b.facts
+    assert len(setup.fake.orders) == 2
 
 
 def test_reuse_gives_an_on_demand_job_no_spot_server(setup: Setup) -> None:
-    place = _reuse(setup, _two_jobs(", spot: true, max-price: 0.5"))
-    assert not setup.fake.orders[int(place.facts["order_id"])].spot  # b cannot be outbid
+    record = _reuse(setup, _two_jobs(", spot: true, max-price: 0.5", "", _ONE_AT_A_TIME))
+    b = record.results[1].attempts[-1]
+    assert not setup.fake.orders[int(b.facts["order_id"])].spot  # b cannot be outbid
 
 
-def test_nothing_is_rented_once_the_attempt_is_cancelled_or_the_run_shuts_down(
-    setup: Setup,
-) -> None:
-    from runner.errors import InfrastructureError
-
-    pipeline = _two_jobs()
-    a, b = pipeline.jobs
-    backend, _ = setup.backend(pipeline)
-    cancelled = threading.Event()
-    cancelled.set()
-    with pytest.raises(InfrastructureError):
-        backend.acquire(a, cancelled)
-    backend.shutdown()
-    with pytest.raises(InfrastructureError):
-        backend.acquire(b, threading.Event())
+def test_nothing_is_rented_once_the_run_shuts_down(setup: Setup) -> None:
+    hand = ByHand(setup, _two_jobs())
+    hand.backend.shutdown()
+    failed = hand.rent()
+    assert isinstance(failed, RentFailed) and "shutting down" in failed.reason
     # A create now costs a creation fee, and holds the API for 5.5 s of GitHub's 7.5 s.
     assert setup.fake.calls("create_order") == []
 
@@ -647,40 +646,23 @@ def test_nothing_is_rented_once_the_attempt_is_cancelled_or_the_run_shuts_down(
 def test_a_server_this_run_holds_is_not_ordered_again(setup: Setup) -> None:
     setup.fake.online_after_s = 5.0  # b still chooses from the marketplace read a chose from
     pipeline = parse_pipeline(
-        "currency: CLORE-Blockchain\n"
+        "concurrency: 2\ncurrency: CLORE-Blockchain\n"
         "jobs:\n  a: {run: echo a, gpu: {type: RTX}}\n  b: {run: echo b, gpu: {type: RTX}}\n",
         "p.yml",
         {},
     )
-    a, b = pipeline.jobs
-    backend, _ = setup.backend(pipeline)
-    try:
-        first = backend.acquire(a, threading.Event())
-        second = backend.acquire(b, threading.Event())  # a still runs on its server
-        backend.release(first)
-        backend.release(second)
-    finally:
-        backend.shutdown()
-    assert first.facts["server_id"] != second.facts["server_id"]
+    record, code, _ = setup.run(pipeline)
+    assert code == 0, record.results
+    assert record.results[0].server != record.results[1].server
     refused = [(c.body, c.status) for c in setup.fake.calls("create_order") if c.code != 0]
     assert refused == []  # no create wasted on our own server (and the host not excluded)
 
 
-def test_when_only_servers_this_run_holds_fit_the_attempt_fails_retryably(setup: Setup) -> None:
-    from runner.errors import InfrastructureError
-
+def test_when_only_a_server_this_run_holds_fits_the_next_job_waits_for_it(setup: Setup) -> None:
     setup.fake.online_after_s = 5.0
-    pipeline = _two_jobs()  # one USD 3090 on the market
-    a, b = pipeline.jobs
-    backend, _ = setup.backend(pipeline)
-    try:
-        first = backend.acquire(a, threading.Event())
-        with pytest.raises(InfrastructureError, match="in use by this run") as raised:
-            backend.acquire(b, threading.Event())
-        assert not isinstance(raised.value, JobCannotRun)  # a retry may find it free
-        backend.release(first)
-    finally:
-        backend.shutdown()
+    record, code, _ = setup.run(_two_jobs(head="concurrency: 2\n"))  # one USD 3090 for sale
+    assert code == 0, record.results
+    assert record.results[0].server == record.results[1].server
     assert len(setup.fake.calls("create_order")) == 1
 
 
@@ -689,8 +671,8 @@ def test_a_ledger_failing_after_the_create_does_not_leave_the_order_running(
 ) -> None:
     from runner.ledger import LedgerError
 
-    pipeline = _two_jobs()
-    backend, ledger = setup.backend(pipeline)
+    hand = ByHand(setup, _two_jobs())
+    ledger = hand.ledger
     record_intent = ledger.record_intent
 
     def intent_then_disk_full(*args: object, **kwargs: object) -> int:
@@ -705,39 +687,14 @@ def test_a_ledger_failing_after_the_create_does_not_leave_the_order_running(
 
     ledger.record_intent = intent_then_disk_full  # type: ignore[method-assign]
     try:
-        with pytest.raises(LedgerError):
-            backend.acquire(pipeline.jobs[0], threading.Event())
+        failed = hand.rent()
+        assert isinstance(failed, RentFailed) and "disk I/O error" in failed.reason
     finally:
         # The ledger could not record the release either, so the run says so.
         with pytest.raises(InfrastructureError, match="not confirmed released"):
-            backend.shutdown()
+            hand.backend.shutdown()
     assert len(setup.fake.orders) == 1
     assert setup.fake.live_orders() == []  # cancelled at once, not left for `cleanup`
-
-
-def test_concurrency_caps_the_servers_held_idle_ones_included(setup: Setup) -> None:
-    pipeline = parse_pipeline(
-        "concurrency: 2\ncurrency: CLORE-Blockchain\njobs:\n"
-        "  a: {run: echo a, gpu: {type: '3090'}}\n"
-        "  b: {run: echo b, gpu: {type: '4090'}}\n"
-        "  c: {run: echo c, gpu: {type: '3090'}}\n"
-        "  d: {run: echo d, gpu: {type: '3060'}}\n",
-        "p.yml",
-        {},
-    )
-    a, b, c, d = pipeline.jobs
-    backend, _ = setup.backend(pipeline)
-    backend.set_pending([c])
-    try:
-        backend.release(backend.acquire(a, threading.Event()))  # kept: c could use it
-        running_b = backend.acquire(b, threading.Event())
-        running_d = backend.acquire(d, threading.Event())  # b runs: two jobs, as allowed
-        held = len(setup.fake.live_orders())
-        backend.release(running_b)
-        backend.release(running_d)
-    finally:
-        backend.shutdown()
-    assert held <= 2, f"{held} servers held with concurrency 2"
 
 
 def test_a_chain_runs_on_one_server(setup: Setup) -> None:
@@ -776,7 +733,7 @@ def test_a_create_still_waiting_for_its_slot_gives_up_on_cancel(setup: Setup) ->
 
     pipeline = parse_pipeline("jobs:\n  a: {run: echo a, gpu: {type: '3090'}}\n", "p.yml", {})
     backend, ledger = setup.backend(pipeline)
-    offer = backend._choose(pipeline.jobs[0])
+    offer = backend._offers()[0]
     cancel = threading.Event()
     cancel.set()
     with pytest.raises(ProvisionCancelled):
@@ -813,7 +770,8 @@ def test_the_boot_wait_has_its_own_bound_counted_in_the_worst_case(setup: Setup)
     )
     job = pipeline.jobs[0]
     assert job.boot_timeout_s == 120.0
-    backend, _ = setup.backend(pipeline)
+    hand = ByHand(setup, pipeline)
+    backend = hand.backend
     offer = backend._offers()[0]
     hourly = backend._hourly(job, offer)
     fee_usd = backend.provisioner.creation_fee_usd(offer, False)
@@ -826,10 +784,8 @@ def test_the_boot_wait_has_its_own_bound_counted_in_the_worst_case(setup: Setup)
     assert backend.provisioner.worst_case_usd(unbounded, offer) == pytest.approx(
         money.worst_case_usd(hourly, 900.0 + 180.0, fee_usd)
     )
-    from runner.errors import InfrastructureError
-
-    with pytest.raises(InfrastructureError, match="not online after 120 s"):
-        backend.acquire(job, threading.Event())
+    failed = hand.rent()
+    assert isinstance(failed, RentFailed) and "not online after 120 s" in failed.reason
     backend.shutdown()
     lived = [o.ended_unix - o.created_unix for o in setup.fake.orders.values() if o.ended_unix]
     assert lived and max(lived) < 120.0 + 31.0  # one poll past the bound at most

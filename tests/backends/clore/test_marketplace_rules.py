@@ -319,21 +319,23 @@ def test_renter_fees_unreadable_falls_back_to_the_documented_rates_and_says_so(
 
 
 def test_a_short_balance_stops_every_later_rental_too(setup: Setup) -> None:
-    """Workers that ask after the wallet was found short get the same answer, not a create."""
-    from runner.errors import RunMustStop
+    """Rents under way after the wallet was found short get the same answer, not a create."""
+    from runner.core.rentals import RentFailed
+    from tests.backends.clore.test_clore_run import ByHand
 
     setup.fake.balances["USD-Blockchain"] = 0.2  # the 3090's worst case is 0.209
     pipeline = pipeline_of(
-        "currency: USD-Blockchain\njobs:\n  a: {run: echo a, gpu: {type: '3090'}}\n"
-        "  b: {run: echo b, gpu: {type: '3090'}}\n"
+        "concurrency: 2\ncurrency: USD-Blockchain\njobs:\n"
+        "  a: {run: echo a, gpu: {type: '3090'}}\n  b: {run: echo b, gpu: {type: RTX}}\n"
     )
-    backend, _ = setup.backend(pipeline)
+    hand = ByHand(setup, pipeline)  # the core rents for both at once
     try:
-        for job in pipeline.jobs:
-            with pytest.raises(RunMustStop, match=r"wallet holds 0\.2,"):
-                backend.acquire(job, threading.Event())
+        for _ in pipeline.jobs:
+            failed = hand.rent()
+            assert isinstance(failed, RentFailed) and failed.fatal, failed
+            assert "wallet holds 0.2," in failed.reason
     finally:
-        backend.shutdown()
+        hand.backend.shutdown()
     assert setup.fake.calls("create_order") == []
     assert len(setup.fake.calls("wallets")) == 1
 
