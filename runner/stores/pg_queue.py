@@ -294,7 +294,7 @@ class PostgresQueue(QueueReads):
             "stopped_at = coalesce(stopped_at, extract(epoch FROM now())) WHERE token = %s",
             (taker, key, token),
         )
-        cancelled = _cancel_held(conn, token, taker)
+        cancelled = _cancel_held(conn, token, taker, key)
         given = conn.execute(
             "UPDATE queue_jobs SET owner = NULL, claim = NULL "
             "WHERE owner = %s AND status = 'queued' RETURNING pool_slot",
@@ -731,17 +731,22 @@ def _hold(conn: Conn, seat: PoolSeat, key: str, ids: list[str]) -> dict[str, int
     return {str(job): int(slot) for job, slot in rows}
 
 
-def _cancel_held(conn: Conn, dead: str, taker: str) -> list[tuple[str, int | None]]:
+def _cancel_held(conn: Conn, dead: str, taker: str, key: str) -> list[tuple[str, int | None]]:
     """A dead instance's jobs with a cancel request are cancelled by its taker, in the
     take-over's transaction: retried (running) or given to everyone (queued), a job asked to
     be cancelled would run again. Their open attempts end `server_lost` (their server went with
     the instance; the taker's recovery kills or cancels what is left of it)."""
-    rows = conn.execute(
+    conn.execute(
         "UPDATE queue_jobs SET status = 'cancelled', reason = 'cancelled by request', "
         "finished_at = extract(epoch FROM now()), retry_at = NULL, failure_origin = id, "
-        "owner = %s WHERE owner = %s AND cancel_requested AND status IN ('queued', 'running') "
-        "RETURNING id, pool_slot",
-        (taker, dead),
+        "owner = %s, claim = %s WHERE owner = %s AND cancel_requested "
+        "AND status IN ('queued', 'running')",
+        (taker, key, dead),
+    )
+    rows = conn.execute(  # these, or the first try's when its reply was lost (`key`)
+        "SELECT id, pool_slot FROM queue_jobs WHERE owner = %s AND claim = %s "
+        "AND status = 'cancelled'",
+        (taker, key),
     ).fetchall()
     if rows:
         conn.execute(

@@ -217,6 +217,29 @@ def test_a_cancel_its_owner_took_and_died_on_is_carried_out_by_the_taker(
     assert [u.job.id for u in queue.claim("taker", 5, 6.0)] == ["s1.c"]
 
 
+def test_a_take_over_run_again_after_a_lost_reply_still_names_what_it_cancelled(
+    pg_store: QueueStore, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first try committed but its reply was lost: the rerun (same key) must still say
+    which jobs it cancelled, or the dead instance's rentals would not be reconciled."""
+    import uuid
+
+    queue = shared(pg_store)
+    assert queue is not None
+    queue.submit("p", "p", lambda n: jobs(n, "a"), 1.0)
+    queue.join("dead", 1, "local", 1.0, 60.0)
+    queue.claim("dead", 1, 2.0)
+    queue.fenced_start_attempt("s1.a", 1, "dead", 3.0)
+    queue.cancel_elsewhere("s1.a", 4.0)
+    expire(pg_url, "dead")
+    queue.join("taker", 2, "local", 5.0, 60.0)
+    same = uuid.uuid4()
+    monkeypatch.setattr(uuid, "uuid4", lambda: same)  # both tries carry one key
+    (first,) = queue.take_dead("taker")
+    (again,) = queue.take_dead("taker")
+    assert first.cancelled == again.cancelled == ["s1.a"]
+
+
 def test_a_cancel_from_any_instance(pg_store: QueueStore) -> None:
     queue = shared(pg_store)
     assert queue is not None
