@@ -167,7 +167,9 @@ class ServerBook:
         self._excluded: set[str] = set()
         self._rent_failures: dict[str, list[str]] = {}  # this attempt's failed rents: why
         self._why: dict[str, str] = {}  # waiting jobs: what they wait for, when known
-        self._booked: dict[int, tuple[Quote, float]] = {}  # given back: quote, cost
+        # Given back, its final figure not heard yet: quote, cost counted (a queue server runs
+        # for months: each goes once its ServerReleased settles it).
+        self._booked: dict[int, tuple[Quote, float]] = {}
         self._spent_usd = 0.0
         self._cancelled = False
         self._look: set[int] = set()  # servers whose keep-or-give-back is to be decided
@@ -978,8 +980,7 @@ class ServerBook:
         self._forget(server)
         if not (event.job_cannot_run or event.fatal or event.requote):  # the host's own fault
             self._excluded.add(server.quote.host)
-        self._spent_usd += event.cost_usd
-        self._booked[server.id] = (server.quote, event.cost_usd)
+        self._spent_usd += event.cost_usd  # the adapter's own figure: nothing to settle later
         job_id = server.claim
         for meant in (server.claim, server.after):
             if meant is not None:
@@ -1004,11 +1005,10 @@ class ServerBook:
             self._fail(job_id, want, FailureKind.PROVISIONING_FAILED, message)
 
     def _settle_cost(self, event: ServerReleased) -> None:
-        booked = self._booked.get(event.server)
+        booked = self._booked.pop(event.server, None)
         if booked is None or event.cost_usd is None:
-            return
+            return  # (no figure: the estimate counted stays)
         self._spent_usd += event.cost_usd - booked[1]
-        self._booked[event.server] = (booked[0], event.cost_usd)
 
     def _fail(self, job_id: str, want: _Want, kind: FailureKind, message: str) -> None:
         del self._waiting[job_id]
