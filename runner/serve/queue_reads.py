@@ -7,19 +7,20 @@ how it runs a read (`_select`, statements with `?` placeholders, which PostgreSQ
 turns into psycopg's `%s`: so no statement here holds a literal `?` or `%`) and its
 `QueueDialect`: its table names and the few SQL functions the two databases spell
 differently. The writes stay in each store (SQLite's are one server's; PostgreSQL's are fenced
-by an owner), and so does what sharing adds (claims, leases, take-overs).
+by an owner), and so does what sharing adds (claims, leases, take-overs); only the facts a
+placed attempt records are encoded here (`placed_facts`), so both stores record the same.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
 from runner.core.model import Attempt, Job, JobResult, JobStatus
-from runner.serve.codec import failure_from, job_from_json
+from runner.serve.codec import dumps, failure_from, job_from_json
 
 QUEUED, RUNNING = "queued", "running"
 STATUSES = (QUEUED, RUNNING, *(s.value for s in JobStatus))
@@ -312,6 +313,14 @@ class QueueReads:
             where.append(f"({find}(lower(name), lower(?)) > 0 OR {find}(lower(id), lower(?)) > 0)")
             args += [match.name, match.name]
         return where, args
+
+
+def placed_facts(facts: Mapping[str, str], usd_per_hour: float) -> str:
+    """The facts column of an attempt where it was placed: what the backend said, but the
+    workdir (a path on the instance's host, not a fact of the attempt), with the price."""
+    shown = {k: v for k, v in facts.items() if k != "workdir"}
+    shown.setdefault("usd_per_hour", f"{usd_per_hour:.4f}")
+    return dumps(shown)
 
 
 def unsettled_from(row: Sequence[Any]) -> Unsettled:

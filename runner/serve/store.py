@@ -30,6 +30,7 @@ from runner.serve.queue_reads import (
     STATUSES,
     QueueDialect,
     QueueReads,
+    placed_facts,
 )
 
 BUSY_TIMEOUT_S = 10.0
@@ -188,13 +189,11 @@ class Store(QueueReads):
         self, job_id: str, number: int, server: str, facts: Mapping[str, str], usd_per_hour: float
     ) -> None:
         """Where a running attempt runs and at what price, until its end records the rest."""
-        shown = {k: v for k, v in facts.items() if k != "workdir"}  # a local path: not a fact
-        shown.setdefault("usd_per_hour", f"{usd_per_hour:.4f}")
         with self._tx("record where an attempt runs") as db:
             db.execute(
                 "UPDATE attempts SET server = ?, facts = ? WHERE job_id = ? AND number = ? "
                 "AND finished_at IS NULL",
-                (server, dumps(shown), job_id, number),
+                (server, placed_facts(facts, usd_per_hour), job_id, number),
             )
 
     def end_attempt(self, job_id: str, attempt: Attempt, *, requeue: bool = False) -> None:

@@ -40,6 +40,7 @@ from runner.serve.queue_reads import (
     QueueDialect,
     QueueReads,
     Unsettled,
+    placed_facts,
     unsettled_from,
 )
 from runner.serve.store import StoreError
@@ -556,13 +557,11 @@ class PostgresQueue(QueueReads):
     def place_attempt(
         self, job_id: str, number: int, server: str, facts: Mapping[str, str], usd_per_hour: float
     ) -> None:
-        shown = {k: v for k, v in facts.items() if k != "workdir"}
-        shown.setdefault("usd_per_hour", f"{usd_per_hour:.4f}")
         self._write(
             "record where an attempt runs",
             "UPDATE queue_attempts SET server = %s, facts = %s WHERE job_id = %s AND number = %s "
             "AND finished_at IS NULL",
-            (server, dumps(shown), job_id, number),
+            (server, placed_facts(facts, usd_per_hour), job_id, number),
         )
 
     def end_attempt(self, job_id: str, attempt: Attempt, *, requeue: bool = False) -> None:
