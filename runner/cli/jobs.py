@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import collections
 import sys
-import time
 from collections.abc import Iterable, Iterator
 from typing import Annotated, Any, BinaryIO
 
 import typer
 
 from runner.cli.serve import Server
+from runner.clock import SYSTEM_CLOCK
 from runner.serve import DEFAULT_SERVER
 from runner.untrusted import console_line
 
@@ -50,7 +50,7 @@ def jobs(
     if not shown:
         typer.echo(f"no {status + ' ' if status else ''}jobs on {server}", err=True)
         return
-    typer.echo(render_jobs(list(shown), time.time()))
+    typer.echo(render_jobs(list(shown), SYSTEM_CLOCK.time()))
 
 
 def _all_jobs(client: Any, status: str | None) -> Iterator[dict[str, Any]]:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
+from runner.clock import SYSTEM_CLOCK
 from runner.core.model import GpuAsk
 
 if TYPE_CHECKING:  # the Clore client and models load only when `offers` runs
@@ -68,7 +68,7 @@ def _fetch_offers(make_client: ClientFactory, currency: str) -> list[Offer]:
     from runner.backends.clore.fees import read_fee_schedule
     from runner.backends.clore.market import offers_from_servers
 
-    started = time.monotonic()
+    started = SYSTEM_CLOCK.now()
     try:
         client = make_client()
         client.on_retry = _say_retrying(client.retry.max_attempts)
@@ -84,7 +84,7 @@ def _fetch_offers(make_client: ClientFactory, currency: str) -> list[Offer]:
     except e.TransportError as exc:
         _fail(
             f"cannot reach the Clore API at {client.base_url}: {short_cause(exc.message)}; "
-            f"gave up after {time.monotonic() - started:.0f} s (check the network, or "
+            f"gave up after {SYSTEM_CLOCK.now() - started:.0f} s (check the network, or "
             "CLORE_API_URL)"
         )
     except e.CloreApiError as exc:

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from runner.serve.http_limits import uvicorn_limits
+from tests.fakes.passing_backend import PassingBackend
 from tests.serve.harness import TOKEN, ThreadServer, thread_server
-from tests.serve.test_schemathesis import NothingBackend
 
 NON_FINITE = ("NaN", "Infinity", "-Infinity", "1e999", "-1e999")
 
@@ -22,7 +22,7 @@ NON_FINITE = ("NaN", "Infinity", "-Infinity", "1e999", "-1e999")
 def srv(tmp_path: Path) -> Iterator[ThreadServer]:
     with thread_server(
         tmp_path,
-        backend=NothingBackend(),
+        backend=PassingBackend(),
         app_options={"body_timeout_s": 0.5},
         uvicorn_options=uvicorn_limits(header_timeout_s=0.5),
     ) as server:
