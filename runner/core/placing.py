@@ -73,6 +73,8 @@ class PlacingCore:
         # What a rent no rent could pass becomes: a cancel of the run, or (serve) a hold.
         self._on_fatal = on_fatal or _cancel_all
         book.stop_on_fatal = not ongoing
+        if ongoing:  # a queue runs for days: a host that failed is tried again after an hour
+            book.forgive_after_s = FORGIVE_HOST_AFTER_S
         # Unbounded: the cap is on servers, which the book keeps.
         self._scheduler = Scheduler(_UNBOUNDED if ongoing else max(1, len(jobs)), backoff)
         self._results: list[JobResult] = []
@@ -244,6 +246,7 @@ class PlacingCore:
 
 
 _RUN_TIMEOUT = ("run_timeout",)
+FORGIVE_HOST_AFTER_S = 3600.0
 _UNBOUNDED = 1 << 62  # the scheduler's cap on attempts out, when the book caps servers
 
 

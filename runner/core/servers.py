@@ -165,9 +165,15 @@ class ServerBook:
         self._retry_at: dict[str, float] = {}  # retrying jobs: when the retry is due
         self._settled: set[str] = set()
         self._excluded: set[str] = set()
+        # A queue server tries a failed host again after this long (None: never, in a run):
+        # a host that failed once (rented away, a slow sshd) may be fine an hour later.
+        self.forgive_after_s: float | None = None
+        self._excluded_at: dict[str, float] = {}  # in the order they were excluded
         self._rent_failures: dict[str, list[str]] = {}  # this attempt's failed rents: why
         self._why: dict[str, str] = {}  # waiting jobs: what they wait for, when known
-        self._booked: dict[int, tuple[Quote, float]] = {}  # given back: quote, cost
+        # Given back, its final figure not heard yet: quote, cost counted (a queue server runs
+        # for months: each goes once its ServerReleased settles it).
+        self._booked: dict[int, tuple[Quote, float]] = {}
         self._spent_usd = 0.0
         self._cancelled = False
         self._look: set[int] = set()  # servers whose keep-or-give-back is to be decided
@@ -338,10 +344,26 @@ class ServerBook:
         elif isinstance(event, ServerReady):
             self._ready(server, now)
         elif isinstance(event, ServerLost):
-            self._excluded.add(server.quote.host)
+            self._exclude(server.quote.host, now)
             self._release(server, now, f"lost: {event.reason}")
         elif isinstance(event, RentFailed):
-            self._rent_failed(server, event)
+            self._rent_failed(server, event, now)
+
+    def _exclude(self, host: str, now: float) -> None:
+        self._excluded.add(host)
+        if self.forgive_after_s is not None:
+            self._excluded_at.pop(host, None)
+            self._excluded_at[host] = now
+
+    def _forgive(self, now: float) -> None:
+        """Hosts excluded long enough ago may be rented again (oldest first)."""
+        assert self.forgive_after_s is not None
+        while self._excluded_at:
+            host, at = next(iter(self._excluded_at.items()))
+            if at + self.forgive_after_s > now:
+                return
+            del self._excluded_at[host]
+            self._excluded.discard(host)
 
     def timer(self, token: Hashable, now: float) -> None:
         """A timer this book asked for came due."""
@@ -462,6 +484,8 @@ class ServerBook:
         self._why.clear()  # each decision says afresh what a job waits for
         if self._day is not None and _day_of(now) > self._day:
             self._new_day(now)
+        if self._excluded_at:
+            self._forgive(now)
         held_back = now < self._hold_until
         while True:
             if not held_back:
@@ -974,12 +998,11 @@ class ServerBook:
         self.boot = self.boot.with_sample(now - server.since)
         self._look.add(server.id)
 
-    def _rent_failed(self, server: _Server, event: RentFailed) -> None:
+    def _rent_failed(self, server: _Server, event: RentFailed, now: float) -> None:
         self._forget(server)
         if not (event.job_cannot_run or event.fatal or event.requote):  # the host's own fault
-            self._excluded.add(server.quote.host)
-        self._spent_usd += event.cost_usd
-        self._booked[server.id] = (server.quote, event.cost_usd)
+            self._exclude(server.quote.host, now)
+        self._spent_usd += event.cost_usd  # the adapter's own figure: nothing to settle later
         job_id = server.claim
         for meant in (server.claim, server.after):
             if meant is not None:
@@ -1004,11 +1027,10 @@ class ServerBook:
             self._fail(job_id, want, FailureKind.PROVISIONING_FAILED, message)
 
     def _settle_cost(self, event: ServerReleased) -> None:
-        booked = self._booked.get(event.server)
+        booked = self._booked.pop(event.server, None)
         if booked is None or event.cost_usd is None:
-            return
+            return  # (no figure: the estimate counted stays)
         self._spent_usd += event.cost_usd - booked[1]
-        self._booked[event.server] = (booked[0], event.cost_usd)
 
     def _fail(self, job_id: str, want: _Want, kind: FailureKind, message: str) -> None:
         del self._waiting[job_id]

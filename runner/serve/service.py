@@ -48,7 +48,7 @@ from runner.core.model import Attempt, FailureKind, Job, JobResult, Provisioning
 from runner.core.outcome import NeedOutcome, need_outcome
 from runner.core.placing import PlacingCore
 from runner.core.retry import backoff_s
-from runner.core.scheduler import OUT, Entry, Phase, Scheduler
+from runner.core.scheduler import OUT, Entry, Phase
 from runner.driver import Driver, DriverOptions
 from runner.errors import InfrastructureError
 from runner.serve import views
@@ -170,11 +170,8 @@ class Service:
         journal = self.journal
         servers = as_adapter(backend)  # a backend of places only: its places as slots
         self.placing = self._placing_core(servers)
-        core: Scheduler | PlacingCore = Scheduler(options.capacity, options.backoff)
-        if self.placing is not None:  # (not `or`: a core with no jobs has length 0)
-            core = self.placing
-        self.driver: Driver[Scheduler | PlacingCore] = Driver(
-            core,
+        self.driver: Driver[PlacingCore] = Driver(
+            self.placing,
             backend,
             runner,
             journal,
@@ -191,13 +188,13 @@ class Service:
         self._thread = threading.Thread(target=self._loop, name="serve-loop", daemon=True)
         self.held_until: float | None = None  # the daily spend limit holds starts until then
 
-    def _placing_core(self, servers: ServerAdapter) -> PlacingCore | None:
-        """The core with servers, for jobs that come over time (None: the backend rents
-        nothing, and the plain scheduler runs on its places)."""
+    def _placing_core(self, servers: ServerAdapter) -> PlacingCore:
+        """The core with servers, for jobs that come over time: rented ones (clore), or the
+        backend's hosts or slots."""
         cap = self.options.capacity
         book = servers.server_book((), cap, None, Provisioning.AHEAD, {})
         if book is None:
-            return None
+            raise ValueError(f"the {self.backend.name} backend gives the core no servers")
         return PlacingCore(
             (), book, backoff=self.options.backoff, ongoing=True, on_fatal=self._must_stop
         )
@@ -207,7 +204,7 @@ class Service:
     def start(self) -> None:
         now = self.clock.time()
         limit = self.options.daily_spend_limit_usd
-        if self.placing is not None and limit is not None:  # before the loop runs
+        if limit is not None:  # before the loop runs
             self.placing.book.budget_per_day(limit, self.spent_today(now), now)
         if self.shared is not None and self.fleet is not None:
             ttl_s = self.options.fleet.ttl_s

@@ -140,7 +140,9 @@ class PgDatabase:
                 raise self._fail(doing, exc) from None
 
     def migrate(self, component: str, migrations: Sequence[Sequence[str]]) -> None:
-        """Bring `component`'s tables to version len(migrations), one step per transaction."""
+        """Bring `component`'s tables to version len(migrations), one step per transaction.
+        If that fails the connection is closed: a store whose tables are not up to date is not
+        used, so its constructor has nothing to give back."""
 
         def step(conn: Conn) -> bool:
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
@@ -172,7 +174,11 @@ class PgDatabase:
             while not self.run(f"migrate the {component} tables", step):
                 pass
         except NewerSchema as exc:
+            self.close()
             raise self._error(f"{self.where}: {exc}", hint="upgrade clore-run to use it") from None
+        except BaseException:
+            self.close()
+            raise
 
     # -- plumbing ----------------------------------------------------------------------------
 

@@ -62,11 +62,7 @@ class PostgresLedger(RentalLedger):
     ) -> None:
         self._clock = clock
         self.db = PgDatabase(url, what="ledger", error=LedgerError, timeouts=timeouts)
-        try:
-            self.db.migrate("ledger", MIGRATIONS)
-        except LedgerError:
-            self.db.close()
-            raise
+        self.db.migrate("ledger", MIGRATIONS)
 
     @property
     def where(self) -> str:

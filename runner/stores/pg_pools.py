@@ -444,17 +444,13 @@ class PostgresPools:
         self, url: str, *, timeouts: Timeouts | None = None, lock_pool_row: bool = True
     ) -> None:
         self.db = PgDatabase(url, what="pool database", error=PoolError, timeouts=timeouts)
-        try:
-            self.db.migrate("pools", MIGRATIONS)
-            # `lock_pool_row=False` exists for one test only: it shows that, without the lock,
-            # concurrent reservations overrun the pool (the test must be able to fail).
-            self._reserve_fn = "clore_run_reserve"
-            if not lock_pool_row:
-                self.db.migrate("pools-unlocked-test", ((_unlocked(_RESERVE_SLOT),),))
-                self._reserve_fn = "clore_run_reserve_unlocked"
-        except PoolError:
-            self.db.close()
-            raise
+        self.db.migrate("pools", MIGRATIONS)
+        # `lock_pool_row=False` exists for one test only: it shows that, without the lock,
+        # concurrent reservations overrun the pool (the test must be able to fail).
+        self._reserve_fn = "clore_run_reserve"
+        if not lock_pool_row:
+            self.db.migrate("pools-unlocked-test", ((_unlocked(_RESERVE_SLOT),),))
+            self._reserve_fn = "clore_run_reserve_unlocked"
 
     def close(self) -> None:
         self.db.close()

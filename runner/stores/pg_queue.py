@@ -192,11 +192,7 @@ class PostgresQueue(QueueReads):
         self._batch = threading.local()
         self._seat: PoolSeat | None = None
         self._slots_in_claim = True
-        try:
-            self.db.migrate("queue", MIGRATIONS)
-        except StoreError:
-            self.db.close()
-            raise
+        self.db.migrate("queue", MIGRATIONS)
 
     def close(self) -> None:
         self.db.close()

@@ -162,3 +162,15 @@ def test_why_a_job_waits_says_what_its_server_does() -> None:
     q.at(T0 + 100, ServerReady(q.rents()[0].server))
     running = q.core.state("a")
     assert running is not None and running.server is None  # it has its server
+
+
+def test_a_queue_tries_a_host_that_failed_again_an_hour_later() -> None:
+    q = Queue(cap=3)
+    q.submit(T0, job("a"))
+    first = q.rents()[0]
+    q.at(T0 + 10, RentFailed(first.server, "sshd never answered"))
+    assert [r.quote.host for r in q.rents()] == ["a1", "a2"]
+    q.submit(T0 + 300, job("b"))
+    assert q.rents()[-1].quote.host == "a3"  # a1 is still excluded, a2 is a's
+    q.submit(T0 + 3700, job("c"))  # an hour after a1 failed: the cheapest again
+    assert q.rents()[-1].quote.host == "a1"

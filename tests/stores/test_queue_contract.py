@@ -8,12 +8,15 @@ import threading
 from collections.abc import Iterator
 from contextlib import closing
 
+import psycopg
 import pytest
 
 from runner.core.model import Attempt, FailureKind, Job, JobResult, JobStatus, Priority
 from runner.serve.queue_reads import JobMatch
 from runner.serve.queue_store import QueueStore, open_queue, shared
-from runner.serve.store import Store
+from runner.serve.store import Store, StoreError
+from runner.stores.pg import PgDatabase
+from runner.stores.pg_queue import MIGRATIONS
 from tests.pg_fixture import PgCluster
 from tests.stores.pg_helpers import open_at_once
 
@@ -288,6 +291,17 @@ def test_instances_claiming_at_once_take_each_job_once(pg_url: str, skip_locked:
         assert len(owners) > 1  # they did race
     else:
         assert len(every) > len(set(every))  # the bug the locks prevent: claimed twice
+
+
+def test_a_queue_database_of_a_newer_clore_run_is_refused_and_let_go(pg_url: str) -> None:
+    open_queue(pg_url).close()
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("UPDATE clore_run_schema SET version = 99 WHERE component = 'queue'")
+    db = PgDatabase(pg_url, what="queue database", error=StoreError)
+    with pytest.raises(StoreError, match="queue schema version 99") as caught:
+        db.migrate("queue", MIGRATIONS)
+    assert "upgrade clore-run" in str(caught.value.hint)
+    assert db._conn is None  # closed: its constructor has nothing to close it with
 
 
 def test_five_processes_opening_an_empty_queue_database_at_once(pg_url: str) -> None:
