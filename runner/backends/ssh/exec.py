@@ -210,7 +210,7 @@ class RemoteJob:
         try:
             try:
                 send = _bounded_send(chan, why_stop, deadline, self.options.clock)
-                _stream_in(chan, lambda _: write_tar(send, self._entries()))
+                _stream_in(chan, lambda _: write_tar(send, self._entries(), self.options.clock))
             except OSError as exc:
                 raise InfrastructureError(f"workspace upload stopped: {exc}") from exc
             if not pump(chan, out.add, err.add, lambda: bool(why_stop())):

@@ -11,11 +11,11 @@ from __future__ import annotations
 import os
 import stat
 import tarfile
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from runner.clock import SYSTEM_CLOCK, Clock
 from runner.errors import local_fault_from
 
 BLOCK = tarfile.BLOCKSIZE
@@ -33,10 +33,13 @@ class Entry:
     mode: int = 0o644
 
 
-def write_tar(send: Callable[[bytes], None], entries: Iterable[Entry]) -> int:
-    """Send an uncompressed tar of `entries` through `send`; returns the bytes sent."""
+def write_tar(
+    send: Callable[[bytes], None], entries: Iterable[Entry], clock: Clock = SYSTEM_CLOCK
+) -> int:
+    """Send an uncompressed tar of `entries` through `send`; returns the bytes sent. Every
+    entry is stamped with the clock's time."""
     sent = 0
-    now = int(time.time())
+    now = int(clock.time())
     for entry in entries:
         sent += _write_entry(send, entry, now)
     trailer = bytes(2 * BLOCK)
