@@ -201,9 +201,10 @@ class ServerBook:
 
     def add_jobs(self, jobs: Sequence[Job], now: float) -> None:
         """Jobs that may want a server from now on (serve adds them as they are submitted).
-        A need the book does not hold is settled already. Their ranks count the batch's own
-        dependents: a later batch does not raise them."""
+        A need the book does not hold is settled already. A job's rank counts its dependents
+        in the book: a later batch raises the ranks of the jobs it needs."""
         self._dirty = True
+        older = bool(self._jobs)  # jobs from earlier batches, whose ranks these may raise
         fresh = {j.id: j for j in jobs}
         needs = {j.id: tuple(n for n in j.needs if n in fresh or n in self._jobs) for j in jobs}
         inside = {i: [n for n in ns if n in fresh] for i, ns in needs.items()}
@@ -223,9 +224,33 @@ class ServerBook:
                 self._dependents[need][job.id] = None
                 self._open_dependents[need] += 1
             self._ends_known[job.id] = sum(n in self._end for n in needs[job.id])
+        if older:
+            self._raise_ancestors(jobs, fresh, rank)
         for job in jobs:
             if self._ends_known[job.id] == len(needs[job.id]):
                 self._needs_known(job.id, now)
+
+    def _raise_ancestors(
+        self, jobs: Sequence[Job], fresh: Mapping[str, Job], rank: Mapping[str, float]
+    ) -> None:
+        """New dependents lengthen the remaining paths of older jobs they need: raise those
+        ranks in place, and up through their needs (a work list). A waiting job is queued
+        again under its new key, its old entry made stale by a new sequence number."""
+        stack = [(n, rank[j.id]) for j in jobs for n in self._needs[j.id] if n not in fresh]
+        while stack:
+            job_id, below = stack.pop()
+            if job_id in self._settled:
+                continue  # it wants no server: its rank orders nothing
+            key = self._key[job_id]
+            rank_here = self._jobs[job_id].duration_hint_s + below
+            if rank_here <= -key[1]:
+                continue
+            self._key[job_id] = key = (key[0], -rank_here, key[2])
+            want = self._waiting.get(job_id)
+            if want is not None:
+                want.seq = next(self._seq)
+                heapq.heappush(self._queue, (key, want.seq, job_id))
+            stack.extend((n, rank_here) for n in self._needs[job_id])
 
     def budget_per_day(self, limit_usd: float, spent_today_usd: float, now: float) -> None:
         """The budget renews each UTC day: `limit_usd` a day, `spent_today_usd` of it gone.
