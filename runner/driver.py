@@ -1,16 +1,17 @@
 """The one imperative shell: feeds events to the pure core, carries out its commands, and
 reports what happened to journals.
 
-It owns what the core must not: the event queue (worker threads, signal handlers and API threads
-post to it; only the loop thread touches the core), timers on the injected clock, a kill flag per
-attempt, the worker pool, the attempt runner, and the one computation of which jobs still wait
-for a place (a renting backend gives back the servers none of them can use). `clore-run run`
-drives it until idle with the console and reports as its journal; `clore-run serve` drives it
-for as long as it runs with the queue store as its journal.
+It owns what the core must not: the event queue (worker threads, signal handlers, API threads
+and the adapter's rent and release threads post to it; only the loop thread touches the core),
+timers on the injected clock, a kill flag per attempt, the worker pool and the attempt runner.
+`clore-run run` drives it until idle with the console and reports as its journal; `clore-run
+serve` drives it for as long as it runs with the queue store as its journal.
 
-With a core that holds servers (`PlacingCore`) and a `ServerAdapter`, the core decides rents,
-reuse and give-backs: the driver carries each rent and release out on a thread of its own
-and posts what the adapter reports back; it runs each attempt on the server the core chose.
+The core is always the one that holds servers (`PlacingCore`), whatever the backend: it decides
+which server runs which job, and on Clore which to rent and give back. The backend's
+`ServerAdapter` (a backend of places only: its places as slots, `FixedSlots`) carries that out:
+each rent and release on a thread of its own, what it reports posted back to the loop, each
+attempt on the server the core chose.
 """
 
 from __future__ import annotations

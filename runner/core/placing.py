@@ -136,10 +136,6 @@ class PlacingCore:
             return state
         return dataclasses.replace(state, server=self.book.server_wait(job_id))
 
-    def unplaced_jobs(self) -> list[Job]:
-        """Nothing for a backend to keep servers for: the book decides what is kept."""
-        return []
-
     def add(
         self, jobs: Sequence[Job | Entry], settled: Mapping[str, NeedOutcome], now: float
     ) -> list[CoreCommand]:

@@ -169,12 +169,6 @@ class Scheduler:
         """The unsettled jobs, in the order they were added."""
         return (slot.job for slot in self._slots.values())
 
-    def unplaced_jobs(self) -> list[Job]:
-        """Jobs that may still ask for a place: unsettled and not on one. A job whose attempt is
-        still getting its place counts: the idle server it is about to take must not be given
-        back under it."""
-        return [s.job for s in self._slots.values() if s.phase is not Phase.RUNNING]
-
     def state(self, job_id: str) -> JobState | None:
         slot = self._slots.get(job_id)
         if slot is None:
