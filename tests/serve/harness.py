@@ -10,13 +10,14 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import requests
 import uvicorn
@@ -174,6 +175,15 @@ class ServeProcess:
     proc: subprocess.Popen[str]
     api: Api
     instance: str = ""  # the token it printed (its lease's, on a shared queue)
+    # What it wrote to stderr, kept in an unnamed file: a test that fails shows why a server
+    # ended (a pipe nobody reads could fill and stall the server instead).
+    errors: IO[str] | None = None
+
+    def stderr_text(self) -> str:
+        if self.errors is None or self.errors.closed:
+            return ""
+        self.errors.seek(0)
+        return self.errors.read()
 
     def kill(self) -> None:
         self.proc.kill()
@@ -218,25 +228,28 @@ def start_serves(
 ) -> list[ServeProcess]:
     """`count` servers on one --db, started side by side (each waits for its own import).
     `entry`: the Python that starts the command line (a test may patch something first)."""
+    # Kept open past the server, so a failing test can still read it; unnamed, so nothing stays.
+    errors = [tempfile.TemporaryFile("w+") for _ in range(count)]  # noqa: SIM115
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", entry, "serve", "--port", "0", "--db", str(db), *extra],
             stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
+            stderr=err,
             text=True,
             env={**os.environ, **(env or {}), "CLORE_RUN_TOKEN": token},
         )
-        for _ in range(count)
+        for err in errors
     ]
     servers = []
-    for proc in procs:
+    for proc, err in zip(procs, errors, strict=True):
         assert proc.stdout is not None
         line = proc.stdout.readline()  # blocks until the server prints, or exits
         match = re.search(r"listening on (http://\S+)", line)
         if match is None:
             for other in procs:
                 other.kill()
-            raise AssertionError(f"serve did not start: {line!r}")
+            err.seek(0)
+            raise AssertionError(f"serve did not start: {line!r}\n{err.read()}")
         said = re.search(r"instance (\w+)\)", line)
-        servers.append(ServeProcess(proc, Api(match.group(1)), said.group(1) if said else ""))
+        servers.append(ServeProcess(proc, Api(match.group(1)), said.group(1) if said else "", err))
     return servers

@@ -20,7 +20,9 @@ from runner.serve.queue_store import open_queue, shared
 from tests.processes import alive
 from tests.serve.harness import FINAL, TOKEN, ServeProcess, cli, start_serves, wait_until
 
-LEASE_TTL_S = "2"
+# Long enough that a survivor starved of CPU by a loaded 2-core CI machine still renews in time
+# (at 2 s one lost its lease and ended itself), short enough that a take-over stays quick.
+LEASE_TTL_S = "5"
 
 
 def pipeline(tmp: Path) -> str:
@@ -158,6 +160,8 @@ jobs:
         for server in servers:
             if server.proc.poll() is None:
                 server.terminate()
+            print(f"--- serve {server.instance} (exit {server.proc.returncode}) said:")
+            print(server.stderr_text())
     assert marked({s.instance for s in servers}) == []
 
 
