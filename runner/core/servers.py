@@ -152,6 +152,7 @@ class ServerBook:
         # at these few, not at every server held: a decision is made after every event.
         self._idle: dict[int, _Server] = {}
         self._rented: dict[int, _Server] = {}
+        self._fixed_busy = 0  # servers that already exist, running a job
         self._next_server = itertools.count(1)
         self._on: dict[str, int] = {}  # job -> server it runs on
         self._claims: dict[str, int] = {}  # job -> server meant for it
@@ -299,6 +300,8 @@ class ServerBook:
         if server is None:
             return
         server.job, server.last_job, server.idle_since = None, job_id, now
+        if not server.rented:
+            self._fixed_busy -= 1
         if server_failed and server.rented:
             self._keep_for(job_id, server)
         if server.ready_at is not None:
@@ -429,6 +432,13 @@ class ServerBook:
     def held(self) -> int:
         """Servers held (booting, idle or busy)."""
         return len(self._servers)
+
+    @property
+    def in_use(self) -> int:
+        """Servers that count as held for a person: every rented one (booting, idle or busy:
+        each is billed) and each that already exists while a job runs on it (an idle one
+        costs nothing and is no one's). Two ints, so another thread may read it."""
+        return len(self._rented) + self._fixed_busy
 
     def idle_servers(self) -> list[ServerView]:
         """The servers up and running nothing."""
@@ -618,6 +628,8 @@ class ServerBook:
         if not was_meant and server.claim is not None:
             self._unclaim(server.claim)  # a better job took it: that one rents again
         server.job = job_id
+        if not server.rented:
+            self._fixed_busy += 1
         self._idle.pop(server.id, None)
         self._on[job_id] = server.id
         self._look.discard(server.id)
@@ -992,6 +1004,8 @@ class ServerBook:
         return False
 
     def _forget(self, server: _Server) -> None:
+        if not server.rented and server.job is not None:
+            self._fixed_busy -= 1
         del self._servers[server.id]
         self._idle.pop(server.id, None)
         self._rented.pop(server.id, None)
