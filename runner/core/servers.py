@@ -237,21 +237,24 @@ class ServerBook:
         """New dependents lengthen the remaining paths of older jobs they need: raise those
         ranks in place, and up through their needs (a work list). A waiting job is queued
         again under its new key, its old entry made stale by a new sequence number."""
-        stack = [(n, rank[j.id]) for j in jobs for n in self._needs[j.id] if n not in fresh]
-        while stack:
+        needs_of, keys, settled, waiting = self._needs, self._key, self._settled, self._waiting
+        stack = [(n, rank[j.id]) for j in jobs for n in needs_of[j.id] if n not in fresh]
+        push = stack.append
+        while stack:  # a chain submitted a job at a time walks it each time: keep this lean
             job_id, below = stack.pop()
-            if job_id in self._settled:
+            if job_id in settled:
                 continue  # it wants no server: its rank orders nothing
-            key = self._key[job_id]
+            key = keys[job_id]
             rank_here = self._jobs[job_id].duration_hint_s + below
             if rank_here <= -key[1]:
                 continue
-            self._key[job_id] = key = (key[0], -rank_here, key[2])
-            want = self._waiting.get(job_id)
+            keys[job_id] = key = (key[0], -rank_here, key[2])
+            want = waiting.get(job_id)
             if want is not None:
                 want.seq = next(self._seq)
                 heapq.heappush(self._queue, (key, want.seq, job_id))
-            stack.extend((n, rank_here) for n in self._needs[job_id])
+            for need in needs_of[job_id]:
+                push((need, rank_here))
 
     def budget_per_day(self, limit_usd: float, spent_today_usd: float, now: float) -> None:
         """The budget renews each UTC day: `limit_usd` a day, `spent_today_usd` of it gone.
