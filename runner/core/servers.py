@@ -152,6 +152,7 @@ class ServerBook:
         # at these few, not at every server held: a decision is made after every event.
         self._idle: dict[int, _Server] = {}
         self._rented: dict[int, _Server] = {}
+        self._fixed_busy = 0  # servers that already exist, running a job
         self._next_server = itertools.count(1)
         self._on: dict[str, int] = {}  # job -> server it runs on
         self._claims: dict[str, int] = {}  # job -> server meant for it
@@ -201,9 +202,10 @@ class ServerBook:
 
     def add_jobs(self, jobs: Sequence[Job], now: float) -> None:
         """Jobs that may want a server from now on (serve adds them as they are submitted).
-        A need the book does not hold is settled already. Their ranks count the batch's own
-        dependents: a later batch does not raise them."""
+        A need the book does not hold is settled already. A job's rank counts its dependents
+        in the book: a later batch raises the ranks of the jobs it needs."""
         self._dirty = True
+        older = bool(self._jobs)  # jobs from earlier batches, whose ranks these may raise
         fresh = {j.id: j for j in jobs}
         needs = {j.id: tuple(n for n in j.needs if n in fresh or n in self._jobs) for j in jobs}
         inside = {i: [n for n in ns if n in fresh] for i, ns in needs.items()}
@@ -223,9 +225,33 @@ class ServerBook:
                 self._dependents[need][job.id] = None
                 self._open_dependents[need] += 1
             self._ends_known[job.id] = sum(n in self._end for n in needs[job.id])
+        if older:
+            self._raise_ancestors(jobs, fresh, rank)
         for job in jobs:
             if self._ends_known[job.id] == len(needs[job.id]):
                 self._needs_known(job.id, now)
+
+    def _raise_ancestors(
+        self, jobs: Sequence[Job], fresh: Mapping[str, Job], rank: Mapping[str, float]
+    ) -> None:
+        """New dependents lengthen the remaining paths of older jobs they need: raise those
+        ranks in place, and up through their needs (a work list). A waiting job is queued
+        again under its new key, its old entry made stale by a new sequence number."""
+        stack = [(n, rank[j.id]) for j in jobs for n in self._needs[j.id] if n not in fresh]
+        while stack:
+            job_id, below = stack.pop()
+            if job_id in self._settled:
+                continue  # it wants no server: its rank orders nothing
+            key = self._key[job_id]
+            rank_here = self._jobs[job_id].duration_hint_s + below
+            if rank_here <= -key[1]:
+                continue
+            self._key[job_id] = key = (key[0], -rank_here, key[2])
+            want = self._waiting.get(job_id)
+            if want is not None:
+                want.seq = next(self._seq)
+                heapq.heappush(self._queue, (key, want.seq, job_id))
+            stack.extend((n, rank_here) for n in self._needs[job_id])
 
     def budget_per_day(self, limit_usd: float, spent_today_usd: float, now: float) -> None:
         """The budget renews each UTC day: `limit_usd` a day, `spent_today_usd` of it gone.
@@ -274,6 +300,8 @@ class ServerBook:
         if server is None:
             return
         server.job, server.last_job, server.idle_since = None, job_id, now
+        if not server.rented:
+            self._fixed_busy -= 1
         if server_failed and server.rented:
             self._keep_for(job_id, server)
         if server.ready_at is not None:
@@ -406,6 +434,13 @@ class ServerBook:
     def held(self) -> int:
         """Servers held (booting, idle or busy)."""
         return len(self._servers)
+
+    @property
+    def in_use(self) -> int:
+        """Servers that count as held for a person: every rented one (booting, idle or busy:
+        each is billed) and each that already exists while a job runs on it (an idle one
+        costs nothing and is no one's). Two ints, so another thread may read it."""
+        return len(self._rented) + self._fixed_busy
 
     def idle_servers(self) -> list[ServerView]:
         """The servers up and running nothing."""
@@ -594,6 +629,8 @@ class ServerBook:
         if not was_meant and server.claim is not None:
             self._unclaim(server.claim)  # a better job took it: that one rents again
         server.job = job_id
+        if not server.rented:
+            self._fixed_busy += 1
         self._idle.pop(server.id, None)
         self._on[job_id] = server.id
         self._look.discard(server.id)
@@ -968,6 +1005,8 @@ class ServerBook:
         return False
 
     def _forget(self, server: _Server) -> None:
+        if not server.rented and server.job is not None:
+            self._fixed_busy -= 1
         del self._servers[server.id]
         self._idle.pop(server.id, None)
         self._rented.pop(server.id, None)

@@ -11,6 +11,7 @@ from runner.core.outcome import NeedOutcome
 from runner.core.placing import CoreEvent, PlacingCore
 from runner.core.rentals import (
     CoreCommand,
+    Quote,
     ReleaseServer,
     RentFailed,
     RentServer,
@@ -174,3 +175,35 @@ def test_a_queue_tries_a_host_that_failed_again_an_hour_later() -> None:
     assert q.rents()[-1].quote.host == "a3"  # a1 is still excluded, a2 is a's
     q.submit(T0 + 3700, job("c"))  # an hour after a1 failed: the cheapest again
     assert q.rents()[-1].quote.host == "a1"
+
+
+def test_dependents_submitted_later_raise_the_rank_of_a_waiting_job_they_need() -> None:
+    q = Queue(cap=1)
+    q.submit(T0, job("a"))
+    (rent,) = q.rents()
+    q.at(T0 + 100, ServerReady(rent.server))
+    # p's remaining path is 12 minutes, q's 5: p goes first.
+    q.submit(T0 + 110, job("p", minutes=12.0, index=1), job("q", index=2))
+    q.submit(T0 + 120, job("r", "q"))  # q heads 10 minutes now: still behind p
+    q.submit(T0 + 130, job("s", "r"))  # through r, 15 minutes: ahead of p
+    out = q.passes(T0 + 200, "a")  # the one server held comes free: q takes it
+    assert [c.job_id for c in out if isinstance(c, StartOn)] == ["q"]
+
+
+def test_servers_in_use_count_a_rented_one_from_its_create_and_a_fixed_one_while_busy() -> None:
+    q = Queue(cap=2)
+    q.submit(T0, job("a"))
+    (rent,) = q.rents()
+    assert q.book.in_use == 1  # booting, nothing on it: billed all the same
+    q.at(T0 + 100, ServerReady(rent.server))
+    assert q.book.in_use == 1
+    q.passes(T0 + 200, "a")  # nothing waits that could use it: given back
+    assert q.book.in_use == 0
+    fixed = ServerBook((), 2, fixed_hosts=[Quote("h1"), Quote("h2")], now=T0)
+    core = PlacingCore((), fixed, ongoing=True)
+    assert fixed.in_use == 0  # hosts that already exist, idle: no one's
+    out = core.add([Entry(job("b"), 1)], {}, T0)
+    (start,) = [c for c in out if isinstance(c, StartOn)]
+    assert fixed.in_use == 1
+    core.handle(AttemptEnded("b", Attempt(start.attempt, T0, T0 + 5, 0, None)), T0 + 5)
+    assert fixed.in_use == 0
