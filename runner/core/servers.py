@@ -330,8 +330,10 @@ class ServerBook:
         self._eta.pop(job_id, None)
         self._due.pop(job_id, None)
         self._starved.pop(job_id, None)
-        self._unclaim(job_id)
-        self._set_end(job_id, now, now, now)
+        if job_id in self._claims:
+            self._unclaim(job_id)
+        if self._renting:  # only renting plans with expected ends
+            self._set_end(job_id, now, now, now)
         settled, open_dependents = self._settled, self._open_dependents
         for done in (job_id, *self._needs.get(job_id, ())):
             if done in settled and not open_dependents.get(done, 0):
@@ -605,12 +607,11 @@ class ServerBook:
     def _warm_waiting(self, server: _Server) -> str | None:
         if server.last_job is None:
             return None
+        dependents = self._dependents.get(server.last_job)
+        if not dependents:
+            return None
         waiting, quote = self._waiting, server.quote
-        warm = [
-            d
-            for d in self._dependents.get(server.last_job, ())
-            if d in waiting and self.fits(quote, d)
-        ]
+        warm = [d for d in dependents if d in waiting and self.fits(quote, d)]
         return min(warm, key=self._key.__getitem__, default=None)
 
     def _usable(self, server: _Server, job_id: str) -> bool:
