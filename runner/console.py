@@ -8,35 +8,38 @@ always has everything, raw. Text from servers is escaped before it reaches the t
 
 from __future__ import annotations
 
+import builtins
+import os
 import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TextIO
-
-from rich.console import Console as RichConsole
-from rich.console import Group, RenderableType
-from rich.live import Live
-from rich.text import Text
+from typing import TYPE_CHECKING, Any, TextIO
 
 from runner import redact
 from runner.backends.base import BackendStage, Place, Stream
 from runner.clock import SYSTEM_CLOCK, Clock
 from runner.core.model import Attempt, Job, JobResult
 from runner.live import board as B
-from runner.live.final import render_final
+from runner.live.final_plain import plain_final
 from runner.live.lines import LineBuffer
-from runner.live.render import render_board
 from runner.live.words import clock_time, retry_line, seconds, status_text
 from runner.report.github_actions import print_log_group
 from runner.report.markdown import money
 from runner.untrusted import console_line
+
+if TYPE_CHECKING:  # rich is imported for a terminal, or for text the plain writer leaves to it
+    from rich.console import Console as RichConsole
+    from rich.console import RenderableType
+    from rich.live import Live
+    from rich.text import Text
 
 CONSOLE_CAP_BYTES = 1 << 20  # per job; the rest is in logs/<job>.log
 HEARTBEAT_S = 180.0  # plain lines: a job quiet this long gets a line saying it is alive
 TICK_S = 0.25  # how often the live table is redrawn
 _BAD_STYLE = "bold red"
 PLAIN_WIDTH = 120  # not a terminal (a CI log): the width the final table is laid out for
+_RICH_STRIPS = dict.fromkeys((7, 8, 11, 12, 13))  # the control characters rich's Text drops
 
 
 def _one_line(text: str) -> str:
@@ -73,17 +76,12 @@ class Console:
         self.clock = clock
         self.heartbeat_s = heartbeat_s
         self.board = B.Board(jobs, budget_usd, name)
-        self.out = RichConsole(
-            file=self.stream,
-            width=width or (None if self.live else PLAIN_WIDTH),
-            height=height,
-            highlight=False,
-            markup=False,
-            emoji=False,
-            soft_wrap=not self.live,  # plain lines are never cut or wrapped by us
-            force_interactive=self.live,
-            _environ=dict(env) if env is not None else None,
-        )
+        self._width, self._height = width, height
+        self._environ = dict(env) if env is not None else None
+        # Not a terminal and nothing forcing colour: lines and the final table are written as
+        # text, and rich (a tenth of a short run's cost to import) is not imported at all.
+        self._plain = not self.live and _plain_stream(self.stream, env)
+        self._rich: RichConsole | None = None
         self._lock = threading.RLock()
         self._buffers: dict[tuple[str, Stream], LineBuffer] = {}
         self._printed: dict[str, int] = {}
@@ -93,6 +91,8 @@ class Console:
         self._pending: list[Text] = []
         self._stop = threading.Event()
         if self.live:
+            from rich.live import Live
+
             self._screen = Live(
                 console=self.out,
                 get_renderable=self._renderable,
@@ -105,6 +105,25 @@ class Console:
         if tick_s > 0 and (self.live or heartbeat_s > 0):
             ticker = threading.Thread(target=self._tick_loop, args=(tick_s,), daemon=True)
             ticker.start()
+
+    @property
+    def out(self) -> RichConsole:
+        """The rich console, made when first drawn with."""
+        if self._rich is None:
+            from rich.console import Console as RichConsole
+
+            self._rich = RichConsole(
+                file=self.stream,
+                width=self._width or (None if self.live else PLAIN_WIDTH),
+                height=self._height,
+                highlight=False,
+                markup=False,
+                emoji=False,
+                soft_wrap=not self.live,  # plain lines are never cut or wrapped by us
+                force_interactive=self.live,
+                _environ=self._environ,
+            )
+        return self._rich
 
     # -- events ----------------------------------------------------------------------------
 
@@ -177,7 +196,7 @@ class Console:
 
     def notice(self, text: str) -> None:
         with self._lock:
-            self._print(Text(f"clore-run: {_one_line(text)}"))
+            self._emit("", f"clore-run: {_one_line(text)}")
 
     def idle_cost(self, usd: float) -> None:
         """Cost of servers held with no job on them, for the header's spend."""
@@ -241,6 +260,8 @@ class Console:
     ) -> RenderableType:
         """The live table at `now` (what the screen shows between lines of output), for this
         terminal's size or the one given."""
+        from runner.live.render import render_board
+
         with self._lock:
             size = self.out.size
             width, height = width or size.width, height or size.height
@@ -263,15 +284,36 @@ class Console:
         """The run's summary on screen: the table of summary.md, the failed jobs' last lines,
         totals, budget and baseline, and where the reports are."""
         with self._lock:
-            if not self._broken:
-                self._guard(lambda: self.out.print(render_final(summary, out_dir)))
+            if self._broken:
+                return
+            if self._plain:
+                text = plain_final(summary, out_dir, self._width or PLAIN_WIDTH)
+                if text is not None:
+                    self._guard(lambda: self._write(text))
+                    return
+            from runner.live.final import render_final
+
+            self._guard(lambda: self.out.print(render_final(summary, out_dir)))
 
     # -- drawing (called with the lock held) -----------------------------------------------
 
     def _line(self, job: Job, text: str, style: str = "") -> None:
-        line = Text(f"[{job.id}] ", style="dim" if self.live else "")
-        line.append(text, style=style)
         self.board.row(job).heartbeat_at = self.clock.time()
+        self._emit(f"[{job.id}] ", text, "dim" if self.live else "", style)
+
+    def _emit(self, head: str, body: str, head_style: str = "", body_style: str = "") -> None:
+        if self._plain and "\t" not in head and "\t" not in body:
+            # What rich prints for one soft-wrapped line without colour (a CI log, a pipe),
+            # at a fraction of the cost: rich lays out every line, and a run of many short
+            # jobs spent its loop there, holding the lock the jobs' output waits for.
+            plain = (head + body).translate(_RICH_STRIPS)
+            text = redact.text(plain).translate(_RICH_STRIPS) + "\n"
+            self._guard(lambda: self._write(text))
+            return
+        from rich.text import Text
+
+        line = Text(head, style=head_style)
+        line.append(body, style=body_style)
         self._print(line)
 
     def _print(self, text: Text) -> None:
@@ -288,15 +330,13 @@ class Console:
         self._guard(lambda: self.out.print(text, soft_wrap=True))
 
     def _write_plain(self, text: Text) -> None:
-        """What rich prints for one soft-wrapped line without colour (a CI log, a pipe), written
-        at a fraction of the cost: rich lays out every line, and a run of many short jobs
-        spent its loop there, holding the lock the jobs' output waits for. Tabs are expanded
-        as rich expands them."""
-        if "\t" in text.plain:
-            text.expand_tabs(self.out.tab_size)
-        file = self.out.file
-        file.write(text.plain + "\n")
-        file.flush()
+        """A line with tabs and no colour, its tabs expanded as rich expands them."""
+        text.expand_tabs(self.out.tab_size)
+        self._write(text.plain + "\n")
+
+    def _write(self, text: str) -> None:
+        self.stream.write(text)
+        self.stream.flush()
 
     def _draw(self) -> None:
         """The lines that came since the last redraw above the table, and the table."""
@@ -305,6 +345,8 @@ class Console:
             return
         lines, self._pending = self._pending, []
         if lines:  # printing above the table redraws it too
+            from rich.console import Group
+
             self._guard(lambda: self.out.print(Group(*lines), overflow="fold"))
         else:
             self._guard(screen.refresh)
@@ -330,3 +372,15 @@ def _isatty(stream: TextIO) -> bool:
         return stream.isatty()
     except (OSError, ValueError):
         return False
+
+
+def _plain_stream(stream: TextIO, env: Mapping[str, str] | None) -> bool:
+    """Whether rich would write to `stream` without colour or terminal codes, in UTF-8, and
+    its default box: the cases the plain writers reproduce. Anything in doubt is left to rich."""
+    environ = os.environ if env is None else env
+    if "FORCE_COLOR" in environ or "TTY_COMPATIBLE" in environ or sys.platform == "win32":
+        return False
+    if hasattr(builtins, "get_ipython"):
+        return False  # rich draws for Jupyter
+    encoding = (getattr(stream, "encoding", "utf-8") or "utf-8").lower()
+    return encoding.startswith("utf") and not _isatty(stream)

@@ -67,7 +67,11 @@ def text(value: str, env: Mapping[str, str] | None = None) -> str:
 
 def data(value: bytes, env: Mapping[str, str] | None = None) -> bytes:
     """Raw bytes (job output need not be UTF-8) with every known secret replaced."""
-    for secret in _known_bytes(env):
+    return _replace_all(value, _known_bytes(env))
+
+
+def _replace_all(value: bytes, known: tuple[bytes, ...]) -> bytes:
+    for secret in known:
         if secret in value:
             value = value.replace(secret, _MASK_BYTES)
     return value
@@ -77,28 +81,45 @@ _MASK_BYTES = MASK.encode()
 
 
 # Every line written anywhere passes here, so the list is not rebuilt per call: the variables
-# are still read at every call (a caller's or a test's environment counts as it is), and the
-# sorted list is cached by what was read and by the registered set's generation.
+# are still read at every call (a caller's or a test's environment counts as it is), once per
+# call, and the sorted list is cached by what was read and by the registered set's generation.
 def _known(env: Mapping[str, str] | None) -> tuple[str, ...]:
-    env = os.environ if env is None else env
-    return _sorted_secrets(tuple(env.get(name, "") for name in SECRET_ENV_VARS), _generation)
+    return _sorted_secrets(_read(env), _generation)
 
 
 def _known_bytes(env: Mapping[str, str] | None) -> tuple[bytes, ...]:
+    return _encoded(_read(env), _generation)
+
+
+_ENCODED_NAMES = tuple(os.fsencode(name) for name in SECRET_ENV_VARS)
+
+
+def _read(env: Mapping[str, str] | None) -> tuple[str | bytes, ...]:
+    """The secret variables' values in `env` (this process's environment when None). On POSIX
+    os.environ keeps its variables in a dict of bytes: looking them up there costs a tenth of
+    `os.environ.get`, which encodes the name and, for a variable not set, raises and catches a
+    KeyError, and this is read for every line a run writes."""
     env = os.environ if env is None else env
-    return _encoded(tuple(env.get(name, "") for name in SECRET_ENV_VARS), _generation)
+    raw = getattr(env, "_data", None) if _POSIX else None
+    if type(raw) is dict:
+        return tuple(raw.get(name, b"") for name in _ENCODED_NAMES)
+    return tuple(env.get(name, "") for name in SECRET_ENV_VARS)
+
+
+_POSIX = os.name == "posix"  # elsewhere os.environ's own dict is keyed by upper-case str
 
 
 @functools.lru_cache(maxsize=32)
-def _sorted_secrets(from_env: tuple[str, ...], generation: int) -> tuple[str, ...]:
+def _sorted_secrets(from_env: tuple[str | bytes, ...], generation: int) -> tuple[str, ...]:
     # Read after `generation` was: the registered set is at least that generation's.
+    values = {os.fsdecode(v).strip() for v in from_env}  # decoded as os.environ decodes
     with _lock:
-        found = {v.strip() for v in from_env} | _registered
+        found = values | _registered
     return tuple(sorted((s for s in found if len(s) >= MIN_SECRET_CHARS), key=len, reverse=True))
 
 
 @functools.lru_cache(maxsize=32)
-def _encoded(from_env: tuple[str, ...], generation: int) -> tuple[bytes, ...]:
+def _encoded(from_env: tuple[str | bytes, ...], generation: int) -> tuple[bytes, ...]:
     return tuple(
         v.encode("utf-8", "surrogateescape") for v in _sorted_secrets(from_env, generation)
     )
@@ -115,8 +136,8 @@ class Stream:
 
     def feed(self, chunk: bytes) -> bytes:
         """The part of the stream so far that can be written safely."""
-        known = _known_bytes(self._env)
-        buffered = data(self._held + chunk, self._env)
+        known = _known_bytes(self._env)  # read once: `data` would read the environment again
+        buffered = _replace_all(self._held + chunk, known)
         keep = max((len(s) for s in known), default=1) - 1
         cut = max(0, len(buffered) - keep)  # nothing before `cut` can begin an unseen secret
         # Hold back only what could still be the head of a secret: a newline ends that chance

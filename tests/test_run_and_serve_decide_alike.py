@@ -127,7 +127,7 @@ def test_serve_still_times_a_placed_job_out(tmp_path: Path) -> None:
     with thread_server(tmp_path, clock=clock) as srv:
         script = f"while [ ! -e {gate} ]; do sleep 0.02; done"
         (job_id,) = srv.api.submit(f"jobs:\n  a:\n    timeout-minutes: 1\n    run: {script}\n")
-        wait_until(lambda: srv.service.servers_held == 1, what="the job placed")
+        wait_until(lambda: srv.service.driver.places_held == 1, what="the job placed")
         srv.service.driver.call(lambda now: None).result(10)  # the placement is in the core
         clock.unix += 61
         srv.service.wake()

@@ -152,6 +152,7 @@ class ServerBook:
         # at these few, not at every server held: a decision is made after every event.
         self._idle: dict[int, _Server] = {}
         self._rented: dict[int, _Server] = {}
+        self._fixed_busy = 0  # servers that already exist, running a job
         self._next_server = itertools.count(1)
         self._on: dict[str, int] = {}  # job -> server it runs on
         self._claims: dict[str, int] = {}  # job -> server meant for it
@@ -236,21 +237,24 @@ class ServerBook:
         """New dependents lengthen the remaining paths of older jobs they need: raise those
         ranks in place, and up through their needs (a work list). A waiting job is queued
         again under its new key, its old entry made stale by a new sequence number."""
-        stack = [(n, rank[j.id]) for j in jobs for n in self._needs[j.id] if n not in fresh]
-        while stack:
+        needs_of, keys, settled, waiting = self._needs, self._key, self._settled, self._waiting
+        stack = [(n, rank[j.id]) for j in jobs for n in needs_of[j.id] if n not in fresh]
+        push = stack.append
+        while stack:  # a chain submitted a job at a time walks it each time: keep this lean
             job_id, below = stack.pop()
-            if job_id in self._settled:
+            if job_id in settled:
                 continue  # it wants no server: its rank orders nothing
-            key = self._key[job_id]
+            key = keys[job_id]
             rank_here = self._jobs[job_id].duration_hint_s + below
             if rank_here <= -key[1]:
                 continue
-            self._key[job_id] = key = (key[0], -rank_here, key[2])
-            want = self._waiting.get(job_id)
+            keys[job_id] = key = (key[0], -rank_here, key[2])
+            want = waiting.get(job_id)
             if want is not None:
                 want.seq = next(self._seq)
                 heapq.heappush(self._queue, (key, want.seq, job_id))
-            stack.extend((n, rank_here) for n in self._needs[job_id])
+            for need in needs_of[job_id]:
+                push((need, rank_here))
 
     def budget_per_day(self, limit_usd: float, spent_today_usd: float, now: float) -> None:
         """The budget renews each UTC day: `limit_usd` a day, `spent_today_usd` of it gone.
@@ -299,6 +303,8 @@ class ServerBook:
         if server is None:
             return
         server.job, server.last_job, server.idle_since = None, job_id, now
+        if not server.rented:
+            self._fixed_busy -= 1
         if server_failed and server.rented:
             self._keep_for(job_id, server)
         if server.ready_at is not None:
@@ -324,8 +330,10 @@ class ServerBook:
         self._eta.pop(job_id, None)
         self._due.pop(job_id, None)
         self._starved.pop(job_id, None)
-        self._unclaim(job_id)
-        self._set_end(job_id, now, now, now)
+        if job_id in self._claims:
+            self._unclaim(job_id)
+        if self._renting:  # only renting plans with expected ends
+            self._set_end(job_id, now, now, now)
         settled, open_dependents = self._settled, self._open_dependents
         for done in (job_id, *self._needs.get(job_id, ())):
             if done in settled and not open_dependents.get(done, 0):
@@ -429,6 +437,13 @@ class ServerBook:
     def held(self) -> int:
         """Servers held (booting, idle or busy)."""
         return len(self._servers)
+
+    @property
+    def in_use(self) -> int:
+        """Servers that count as held for a person: every rented one (booting, idle or busy:
+        each is billed) and each that already exists while a job runs on it (an idle one
+        costs nothing and is no one's). Two ints, so another thread may read it."""
+        return len(self._rented) + self._fixed_busy
 
     def idle_servers(self) -> list[ServerView]:
         """The servers up and running nothing."""
@@ -592,12 +607,11 @@ class ServerBook:
     def _warm_waiting(self, server: _Server) -> str | None:
         if server.last_job is None:
             return None
+        dependents = self._dependents.get(server.last_job)
+        if not dependents:
+            return None
         waiting, quote = self._waiting, server.quote
-        warm = [
-            d
-            for d in self._dependents.get(server.last_job, ())
-            if d in waiting and self.fits(quote, d)
-        ]
+        warm = [d for d in dependents if d in waiting and self.fits(quote, d)]
         return min(warm, key=self._key.__getitem__, default=None)
 
     def _usable(self, server: _Server, job_id: str) -> bool:
@@ -618,6 +632,8 @@ class ServerBook:
         if not was_meant and server.claim is not None:
             self._unclaim(server.claim)  # a better job took it: that one rents again
         server.job = job_id
+        if not server.rented:
+            self._fixed_busy += 1
         self._idle.pop(server.id, None)
         self._on[job_id] = server.id
         self._look.discard(server.id)
@@ -992,6 +1008,8 @@ class ServerBook:
         return False
 
     def _forget(self, server: _Server) -> None:
+        if not server.rented and server.job is not None:
+            self._fixed_busy -= 1
         del self._servers[server.id]
         self._idle.pop(server.id, None)
         self._rented.pop(server.id, None)

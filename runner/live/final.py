@@ -8,12 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
-
-from rich import box
-from rich.console import Group, RenderableType
-from rich.table import Table
-from rich.text import Text
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from runner.report.markdown import duration, human, money, pct, rate
 from runner.untrusted import console_line
@@ -27,6 +22,25 @@ MAX_TABLE_ROWS = 40
 _BAD = ("failed", "timed_out", "error")
 _STYLE = {"passed": "green", "skipped": "dim", "cancelled": "yellow", "interrupted": "yellow"}
 
+if TYPE_CHECKING:  # rich is imported when a table is drawn with it, not for a plain one
+    from rich.console import RenderableType
+    from rich.table import Table
+    from rich.text import Text
+
+
+class Column(NamedTuple):
+    """One column of the jobs table, as rich's Table takes it (runner/live/final_plain.py lays
+    it out the same way without rich). Every column is `no_wrap`."""
+
+    header: str
+    justify: str = "left"
+    min_width: int | None = None
+    max_width: int | None = None
+    ratio: int | None = None
+
+
+Cell = tuple[str, str]  # (text, style)
+
 
 def status_word(job: Mapping[str, Any]) -> str:
     """A job's status as summary.md words it: `failed (allowed)`, `passed (flaky)`."""
@@ -39,6 +53,9 @@ def status_word(job: Mapping[str, Any]) -> str:
 
 
 def render_final(summary: Mapping[str, Any], out_dir: Path) -> RenderableType:
+    from rich.console import Group
+    from rich.text import Text
+
     shown = shown_jobs(summary["jobs"])
     parts: list[RenderableType] = [Text(""), jobs_table(summary, shown)]
     left_out = len(summary["jobs"]) - len(shown)
@@ -49,8 +66,7 @@ def render_final(summary: Mapping[str, Any], out_dir: Path) -> RenderableType:
     comparison = summary.get("comparison")
     if comparison:
         parts.append(_baseline(comparison))
-    where = console_line(str(out_dir).rstrip("/") + "/")
-    parts.append(Text(f"reports: {where} (summary.md, junit.xml, logs/)", style="dim"))
+    parts.append(Text(reports_line(out_dir), style="dim"))
     return Group(*parts)
 
 
@@ -75,79 +91,137 @@ def _left_out(jobs: list[Mapping[str, Any]], shown: list[Mapping[str, Any]]) -> 
 
 
 def jobs_table(summary: Mapping[str, Any], shown: list[Mapping[str, Any]] | None = None) -> Table:
-    compare = {j["id"]: j for j in (summary.get("comparison") or {}).get("jobs", [])}
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    columns, rows = table_cells(summary, shown)
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    for column in columns:
+        table.add_column(
+            column.header,
+            justify="right" if column.justify == "right" else "left",
+            no_wrap=True,
+            overflow="ellipsis",
+            min_width=column.min_width,
+            max_width=column.max_width,
+            ratio=column.ratio,
+        )
+    for row in rows:
+        table.add_row(*(Text(text, style=style) for text, style in row))
+    return table
+
+
+def table_cells(
+    summary: Mapping[str, Any], shown: list[Mapping[str, Any]] | None = None
+) -> tuple[list[Column], list[list[Cell]]]:
+    """The jobs table's columns and rows (each cell its text and style)."""
+    compare = {j["id"]: j for j in (summary.get("comparison") or {}).get("jobs", [])}
     # Numbers are never cut; names, GPU and the note give way on a narrow terminal.
     jobs = summary["jobs"]
     # A column nobody has a value in (GPU and $/h on the local backend) is left out.
     gpus = any(j.get("gpu") for j in jobs)
     rates = any(j.get("usd_per_hour") is not None for j in jobs)
-    table.add_column("job", no_wrap=True, overflow="ellipsis", max_width=32)
-    table.add_column("status", no_wrap=True, overflow="ellipsis", min_width=8)
+    columns = [Column("job", max_width=32), Column("status", min_width=8)]
     if gpus:
-        table.add_column("gpu", no_wrap=True, overflow="ellipsis", max_width=20)
-    table.add_column("time", justify="right", no_wrap=True, min_width=6)
+        columns.append(Column("gpu", max_width=20))
+    columns.append(Column("time", "right", min_width=6))
     if rates:
-        table.add_column("$/h", justify="right", no_wrap=True, min_width=5)
-    for name, width in (("cost", 7), ("tries", 5)):
-        table.add_column(name, justify="right", no_wrap=True, min_width=width)
+        columns.append(Column("$/h", "right", min_width=5))
+    columns += [Column("cost", "right", min_width=7), Column("tries", "right", min_width=5)]
     if compare:
-        table.add_column("Δ cost", justify="right", no_wrap=True)
-        table.add_column("Δ time", justify="right", no_wrap=True)
-    table.add_column("note", no_wrap=True, overflow="ellipsis", ratio=1)
+        columns += [Column("Δ cost", "right"), Column("Δ time", "right")]
+    columns.append(Column("note", ratio=1))
+    rows: list[list[Cell]] = []
     for job in jobs if shown is None else shown:
         word = status_word(job)
         style = _STYLE.get(job["status"], "bold red" if job["status"] in _BAD else "")
         if job.get("allowed_failure"):
             style = "yellow"
-        cells = [Text(console_line(job["name"])), Text(word, style=style)]
+        cells = [(console_line(job["name"]), ""), (word, style)]
         if gpus:
-            cells.append(Text(console_line(job.get("gpu") or "–")))
-        cells.append(Text(duration(job["duration_s"])))
+            cells.append((console_line(job.get("gpu") or "–"), ""))
+        cells.append((duration(job["duration_s"]), ""))
         if rates:
-            cells.append(Text(rate(job.get("usd_per_hour"))))
-        cells += [Text(money(job["cost_usd"])), Text(str(job["attempts"]))]
+            cells.append((rate(job.get("usd_per_hour")), ""))
+        cells += [(money(job["cost_usd"]), ""), (str(job["attempts"]), "")]
         if compare:
             delta = compare.get(job["id"], {})
             cells += [
-                Text(pct(delta.get("cost_delta_pct"))),
-                Text(pct(delta.get("duration_delta_pct"))),
+                (pct(delta.get("cost_delta_pct")), ""),
+                (pct(delta.get("duration_delta_pct")), ""),
             ]
-        cells.append(Text(console_line(" ".join(str(job.get("reason") or "").split()))))
-        table.add_row(*cells)
-    return table
+        cells.append((console_line(" ".join(str(job.get("reason") or "").split())), ""))
+        rows.append(cells)
+    return columns, rows
 
 
 def _failed_logs(summary: Mapping[str, Any]) -> list[RenderableType]:
+    from rich.text import Text
+
     out: list[RenderableType] = []
+    for kind, line in failed_log_lines(summary):
+        if kind == "title":
+            title = Text(line)
+            title.stylize("bold")
+            out.append(title)
+        elif kind == "line":
+            out.append(Text(line, no_wrap=True, overflow="ellipsis"))
+        else:
+            out.append(Text(line))
+    return out
+
+
+def failed_log_lines(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(kind, text): a failed job's "title", its last log lines ("line", cut to the width with an
+    ellipsis), and a last line counting the failed jobs left out ("more")."""
+    out: list[tuple[str, str]] = []
     failed = [j for j in summary["jobs"] if j.get("log_tail")]
     for job in failed[:MAX_FAILED_LOGS]:
-        title = Text(f"{console_line(job['name'])}: last lines of logs/{job['id']}.log")
-        title.stylize("bold")
-        out.append(title)
+        out.append(("title", f"{console_line(job['name'])}: last lines of logs/{job['id']}.log"))
         for line in job["log_tail"][-FAILED_LOG_LINES:]:
-            out.append(Text("  " + console_line(line), no_wrap=True, overflow="ellipsis"))
+            out.append(("line", "  " + console_line(line)))
     if len(failed) > MAX_FAILED_LOGS:
-        out.append(Text(f"… and {len(failed) - MAX_FAILED_LOGS} more failed jobs in logs/"))
+        out.append(("more", f"… and {len(failed) - MAX_FAILED_LOGS} more failed jobs in logs/"))
     return out
 
 
 def _totals(summary: Mapping[str, Any]) -> Text:
-    by = summary.get("jobs_by_status", {})
-    counts = ", ".join(f"{n} {human(status)}" for status, n in by.items())
-    status = summary["status"]
+    from rich.text import Text
+
     text = Text(no_wrap=False)
-    text.append(status, style=_STYLE.get(status, "bold red"))
-    text.append(f": {counts} · {money(summary['total_cost_usd'])}")
-    if summary.get("budget_usd"):
-        text.append(f" ({summary['budget_used_pct']:g}% of {rate(summary['budget_usd'])})")
-    text.append(f" · {duration(summary['duration_s'])}")
+    for part, style in totals_parts(summary):
+        text.append(part, style=style)
     return text
 
 
+def totals_parts(summary: Mapping[str, Any]) -> list[Cell]:
+    """The totals line, (text, style) by part; it wraps at the width."""
+    by = summary.get("jobs_by_status", {})
+    counts = ", ".join(f"{n} {human(status)}" for status, n in by.items())
+    status = summary["status"]
+    parts = [(status, _STYLE.get(status, "bold red"))]
+    parts.append((f": {counts} · {money(summary['total_cost_usd'])}", ""))
+    if summary.get("budget_usd"):
+        parts.append((f" ({summary['budget_used_pct']:g}% of {rate(summary['budget_usd'])})", ""))
+    parts.append((f" · {duration(summary['duration_s'])}", ""))
+    return parts
+
+
+def reports_line(out_dir: Path) -> str:
+    where = console_line(str(out_dir).rstrip("/") + "/")
+    return f"reports: {where} (summary.md, junit.xml, logs/)"
+
+
 def _baseline(comparison: Mapping[str, Any]) -> Text:
+    from rich.text import Text
+
+    return Text(baseline_line(comparison))
+
+
+def baseline_line(comparison: Mapping[str, Any]) -> str:
     total = comparison["total"]
-    return Text(
+    return (
         f"{pct(total['cost_delta_pct'])} cost, {pct(total['duration_delta_pct'])} time vs "
         f"{console_line(str(comparison.get('label', 'the baseline')))} "
         f"({money(total['cost_usd'])} vs {money(total['baseline_cost_usd'])})"

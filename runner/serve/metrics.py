@@ -32,7 +32,7 @@ def render(
     out.append(f"clore_run_spend_usd_total {timing['spend']:.6f}")
     _family(out, "clore_run_spend_today_usd", "gauge", "USD spent since 00:00 UTC.")
     out.append(f"clore_run_spend_today_usd {spend_today:.6f}")
-    _family(out, "clore_run_servers_held", "gauge", "Places (servers) held by running jobs.")
+    _family(out, "clore_run_servers_held", "gauge", "Servers rented, or running a job.")
     out.append(f"clore_run_servers_held {servers_held}")
     _family(out, "clore_run_api_errors_total", "counter", "API replies with status >= 400.")
     out += [f'clore_run_api_errors_total{{code="{c}"}} {n}' for c, n in sorted(api_errors.items())]

@@ -282,7 +282,9 @@ class Service:
 
     @property
     def servers_held(self) -> int:
-        return self.driver.places_held
+        """What the core's book holds: rented servers booting, idle or busy (each is billed),
+        and servers that already exist while a job runs on them."""
+        return self.placing.book.in_use
 
     @property
     def alive(self) -> bool:

@@ -11,6 +11,7 @@ from runner.core.outcome import NeedOutcome
 from runner.core.placing import CoreEvent, PlacingCore
 from runner.core.rentals import (
     CoreCommand,
+    Quote,
     ReleaseServer,
     RentFailed,
     RentServer,
@@ -187,3 +188,22 @@ def test_dependents_submitted_later_raise_the_rank_of_a_waiting_job_they_need() 
     q.submit(T0 + 130, job("s", "r"))  # through r, 15 minutes: ahead of p
     out = q.passes(T0 + 200, "a")  # the one server held comes free: q takes it
     assert [c.job_id for c in out if isinstance(c, StartOn)] == ["q"]
+
+
+def test_servers_in_use_count_a_rented_one_from_its_create_and_a_fixed_one_while_busy() -> None:
+    q = Queue(cap=2)
+    q.submit(T0, job("a"))
+    (rent,) = q.rents()
+    assert q.book.in_use == 1  # booting, nothing on it: billed all the same
+    q.at(T0 + 100, ServerReady(rent.server))
+    assert q.book.in_use == 1
+    q.passes(T0 + 200, "a")  # nothing waits that could use it: given back
+    assert q.book.in_use == 0
+    fixed = ServerBook((), 2, fixed_hosts=[Quote("h1"), Quote("h2")], now=T0)
+    core = PlacingCore((), fixed, ongoing=True)
+    assert fixed.in_use == 0  # hosts that already exist, idle: no one's
+    out = core.add([Entry(job("b"), 1)], {}, T0)
+    (start,) = [c for c in out if isinstance(c, StartOn)]
+    assert fixed.in_use == 1
+    core.handle(AttemptEnded("b", Attempt(start.attempt, T0, T0 + 5, 0, None)), T0 + 5)
+    assert fixed.in_use == 0

@@ -23,6 +23,7 @@ from runner.core.model import (
 )
 from runner.report import write_reports
 from runner.report.junit import build_junit
+from runner.report.text import xml_safe
 from tests.report.records import mixed_record, write_outputs
 
 XSD = Path(__file__).parent / "junit-10.xsd"
@@ -216,3 +217,16 @@ def test_read_by_junitparser_xunit2_retries(junit_path: Path) -> None:
     assert cases["unit"].is_flaky and not cases["unit"].is_rerun
     assert cases["test-4090"].is_rerun and len(cases["test-4090"].rerun_failures()) == 1
     assert len(cases["train"].rerun_errors()) == 1
+
+
+def test_xml_safe_drops_exactly_the_characters_xml_forbids() -> None:
+    """Every code point at or beside a boundary of XML 1.0's `Char` production is kept or
+    dropped as the production says."""
+
+    def allowed(c: int) -> bool:
+        return c in (0x9, 0xA, 0xD) or 0x20 <= c <= 0xD7FF or 0xE000 <= c <= 0xFFFD or c >= 0x10000
+
+    edges = {0x0, 0x8, 0x9, 0xA, 0xB, 0xC, 0xD, 0xE, 0x1F, 0x20, 0x7F, 0xD7FF, 0xD800, 0xDFFF}
+    edges |= {0xE000, 0xFFFD, 0xFFFE, 0xFFFF, 0x10000, 0x10FFFF}
+    for c in sorted(edges | set(range(0x40))):
+        assert (xml_safe(chr(c)) == chr(c)) is allowed(c), hex(c)

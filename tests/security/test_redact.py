@@ -31,6 +31,23 @@ def test_a_registered_secret_stays_known_after_it_left_the_environment() -> None
     assert redact.text("Bearer serve-token-abcdef", {}) == "Bearer ***"
 
 
+def test_the_process_environment_counts_as_it_is_at_each_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The variables are read from os.environ's own dict: a change made after a first call
+    (set, changed, removed) is seen by the next, for text, bytes and streams alike."""
+    monkeypatch.delenv("CLORE_API_KEY", raising=False)
+    assert redact.text(f"k={KEY}") == f"k={KEY}"
+    monkeypatch.setenv("CLORE_API_KEY", KEY)
+    assert redact.text(f"k={KEY}") == "k=***"
+    assert redact.data(f"k={KEY}\n".encode()) == b"k=***\n"
+    assert redact.Stream().feed(f"k={KEY}\n".encode()) == b"k=***\n"
+    monkeypatch.setenv("CLORE_API_KEY", "another-key-9876")
+    assert redact.text(f"k={KEY} another-key-9876") == f"k={KEY} ***"
+    monkeypatch.delenv("CLORE_API_KEY")
+    assert redact.text("another-key-9876") == "another-key-9876"
+
+
 def test_short_values_are_not_secrets() -> None:
     redact.register("abc")
     assert redact.text("abc abc", {"CLORE_API_KEY": "x"}) == "abc abc"

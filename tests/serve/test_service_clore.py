@@ -73,9 +73,14 @@ def test_why_a_job_waits_says_its_server_is_being_rented(setup: Setup) -> None:
             assert srv.api.job("s1.b")["waiting_for"] == (
                 "waiting for a server: 1 of 1 held (the cap)"
             )
+            # Booting, no job on it yet: held all the same (it is billed from the create).
+            assert srv.service.servers_held == 1
+            assert srv.api.get("/stats").json()["servers_held"] == 1
         finally:
             gate.set()
         assert srv.api.wait_status("s1.b", FINAL, timeout=60)["status"] == "passed"
+        # Nothing waits that could use it: the book gives it back, and it is held no more.
+        wait_until(lambda: srv.service.servers_held == 0, 10, "the server given back")
 
 
 def test_the_daily_spend_limit_is_a_budget_no_rental_may_pass(setup: Setup) -> None:

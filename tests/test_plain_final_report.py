@@ -1,0 +1,163 @@
+"""The end-of-run report written as plain text (runner/live/final_plain.py) is byte for byte
+what rich prints for it without colour, and the plain console does not import rich."""
+
+from __future__ import annotations
+
+import io
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from rich.console import Console as RichConsole
+
+from runner.console import Console
+from runner.live.final import MAX_TABLE_ROWS, render_final
+from runner.live.final_plain import plain_final
+
+OUT = Path("out")
+STATUSES = ("passed", "failed", "timed_out", "error", "skipped", "cancelled", "interrupted")
+
+
+def rich_text(summary: dict[str, Any], width: int = 120) -> str:
+    """What the console printed with rich before: its console as made for a pipe."""
+    buffer = io.StringIO()
+    console = RichConsole(
+        file=buffer, width=width, highlight=False, markup=False, emoji=False, soft_wrap=True,
+        _environ={},
+    )  # fmt: skip
+    console.print(render_final(summary, OUT))
+    return buffer.getvalue()
+
+
+def job(
+    i: int, status: str = "passed", name: str = "", reason: str = "", **extra: Any
+) -> dict[str, Any]:
+    return {
+        "id": f"j{i}", "name": name or f"j{i}", "status": status, "duration_s": 1.5 * i,
+        "cost_usd": 0.01 * i, "attempts": 1 + i % 3, "reason": reason, **extra,
+    }  # fmt: skip
+
+
+def summary_of(jobs: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+    by: dict[str, int] = {}
+    for j in jobs:
+        by[j["status"]] = by.get(j["status"], 0) + 1
+    return {
+        "jobs": jobs, "status": "failed" if by.keys() - {"passed"} else "passed",
+        "jobs_by_status": by, "total_cost_usd": sum(j["cost_usd"] for j in jobs),
+        "duration_s": 61.0, **extra,
+    }  # fmt: skip
+
+
+CASES = {
+    "one passed job": summary_of([job(1)]),
+    "200 short jobs, past the row cap": summary_of([job(i) for i in range(200)]),
+    "cap with failures beyond row 40": summary_of(
+        [job(i, "failed" if i in (3, 57) else "passed", reason="exit code 1") for i in range(60)]
+    ),
+    "wide names": summary_of(
+        [job(1, name="n" * 31), job(2, name="m" * 32), job(3, name="w" * 33), job(4, name="x" * 90)]
+    ),
+    "a note wider than the terminal": summary_of(
+        [job(1, "failed", reason="exit code 1 " * 6), job(2, name="a-long-name-" * 4)]
+    ),
+    "gpu, rates, flaky, allowed failure, budget": summary_of(
+        [
+            job(1, gpu="RTX 4090", usd_per_hour=0.42, flaky=True),
+            job(2, "failed", reason="boom", gpu="A100 80GB PCIe long name", allowed_failure=True),
+            job(3, "timed_out", reason="timed out after 6 s", usd_per_hour=1.5),
+        ],
+        budget_usd=10.0, budget_used_pct=12.5,
+    ),
+    "failed logs": summary_of(
+        [job(i, "failed", reason="exit code 2", log_tail=[f"line {k} " * (k * 7) for k in range(8)])
+         for i in range(7)]
+    ),
+    "baseline comparison": summary_of(
+        [job(1), job(2, "error", reason="sshd never answered")],
+        comparison={
+            "label": "main",
+            "jobs": [{"id": "j1", "cost_delta_pct": 12.0, "duration_delta_pct": -3.5}],
+            "total": {"cost_delta_pct": 5.0, "duration_delta_pct": -1.0, "cost_usd": 0.03,
+                      "baseline_cost_usd": 0.02},
+        },
+    ),
+}  # fmt: skip
+
+
+def test_the_plain_report_is_what_rich_prints_for_every_case() -> None:
+    for name, summary in CASES.items():
+        plain = plain_final(summary, OUT, 120)
+        assert plain is not None, name  # these are all laid out without rich
+        assert plain == rich_text(summary), name
+
+
+def test_what_it_cannot_lay_out_exactly_is_left_to_rich() -> None:
+    """Wide characters, tabs, and a note so long that rich gives the other columns no room
+    (it drops them)."""
+    for summary in (
+        summary_of([job(1, name="名前" * 20)]),
+        summary_of([job(1, name="tab\there")]),
+        summary_of([job(1, "failed", reason="exit code 1 " * 20), job(2, name="n" * 40)]),
+    ):
+        assert plain_final(summary, OUT, 120) is None
+        buffer = io.StringIO()
+        Console(buffer, live=False, tick_s=0, env={}).final_report(summary, OUT)
+        assert buffer.getvalue() == rich_text(summary)
+
+
+names = st.text(st.sampled_from("abcxyz-_. 0189…Δ–·"), min_size=1, max_size=60)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(names, st.sampled_from(STATUSES), st.text(st.sampled_from("ab ·x"), max_size=150),
+                  st.booleans()),
+        min_size=1, max_size=45,
+    ),
+    st.integers(min_value=40, max_value=160),
+)  # fmt: skip
+def test_random_result_sets_come_out_as_rich_lays_them_out(
+    rows: list[tuple[str, str, str, bool]], width: int
+) -> None:
+    jobs = [
+        job(i, status, name=name, reason=reason, **({"gpu": "T4"} if gpu else {}))
+        for i, (name, status, reason, gpu) in enumerate(rows)
+    ]
+    summary = summary_of(jobs)
+    plain = plain_final(summary, OUT, width)
+    if plain is not None:
+        assert plain == rich_text(summary, width)
+
+
+def test_the_console_writes_the_plain_report_without_importing_rich() -> None:
+    code = (
+        "import io, sys\n"
+        "from pathlib import Path\n"
+        "from runner.console import Console\n"
+        "summary = {'jobs': [{'id': 'a', 'name': 'a', 'status': 'passed', 'duration_s': 1.0,"
+        " 'cost_usd': 0.0, 'attempts': 1, 'reason': ''}], 'jobs_by_status': {'passed': 1},"
+        " 'status': 'passed', 'total_cost_usd': 0.0, 'duration_s': 1.0}\n"
+        "buffer = io.StringIO()\n"
+        "console = Console(buffer, live=False, tick_s=0, env={})\n"
+        "console.notice('hello')\n"
+        "console.final_report(summary, Path('out'))\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'rich'))\n"
+        "print(repr(buffer.getvalue()))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    loaded, written = out.stdout.splitlines()
+    assert loaded == "[]"
+    assert "clore-run: hello\\n" in written and "reports: out/" in written
+
+
+def test_the_row_cap_holds_in_the_plain_report() -> None:
+    plain = plain_final(CASES["200 short jobs, past the row cap"], OUT, 120)
+    assert plain is not None
+    rows = [line for line in plain.splitlines() if re.match(r"j\d+ ", line)]
+    assert len(rows) == MAX_TABLE_ROWS
