@@ -12,50 +12,19 @@ processes, logs, scheduling; target <= 1.5x) and then writing the reports; and `
 from __future__ import annotations
 
 import argparse
-import atexit
 import io
-import os
-import shutil
-import subprocess
-import sys
 import tempfile
 import time
-from collections.abc import Sequence
 from pathlib import Path
 
+from benchmarks.whole_process import clore_run, timed
 from runner.backends.local import LocalBackend
 from runner.console import Console
 from runner.pipeline_run import PipelineRun, RunSettings
 from runner.report import write_reports
 from runner.spec.loader import parse_pipeline
 
-PYCACHE = tempfile.mkdtemp(prefix="bench-local-pyc-")
-atexit.register(shutil.rmtree, PYCACHE, True)
 XARGS = ["xargs", "-P", "{cap}", "-I{}", "bash", "--noprofile", "--norc", "-eo", "pipefail"]
-
-
-def timed(argv: Sequence[str], cwd: str | None = None, stdin: bytes = b"") -> tuple[float, float]:
-    """(wall seconds, CPU seconds of the process and the children it waited for) of one run,
-    which must succeed."""
-    env = {k: v for k, v in os.environ.items() if k not in ("CLORE_API_KEY", "GITHUB_ACTIONS")}
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
-    env["PYTHONPYCACHEPREFIX"] = PYCACHE
-    start = time.perf_counter()
-    proc = subprocess.Popen(
-        argv, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )  # fmt: skip
-    assert proc.stdin is not None and proc.stderr is not None
-    proc.stdin.write(stdin)
-    proc.stdin.close()
-    err = proc.stderr.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    took = time.perf_counter() - start
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    proc.stderr.close()
-    if proc.returncode != 0:
-        raise SystemExit(f"{argv[0]} exited {proc.returncode}: {err.decode()[-2000:]}")
-    return took, usage.ru_utime + usage.ru_stime
 
 
 def xargs_time(jobs: int, cap: int) -> tuple[float, float]:
@@ -89,8 +58,7 @@ def clore_run_time(jobs: int, cap: int) -> tuple[float, float]:
 def whole_process_time(jobs: int, cap: int) -> tuple[float, float]:
     """(wall, CPU) seconds of `clore-run run bench.yml --backend local --out OUT`, output to a
     pipe."""
-    script = shutil.which("clore-run", path=str(Path(sys.executable).parent))
-    cli = [sys.executable, script] if script else [sys.executable, "-m", "runner"]
+    cli = clore_run()
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "bench.yml").write_text(pipeline_text(jobs, cap))
         return timed([*cli, "run", "bench.yml", "--backend", "local", "--out", "out"], cwd=tmp)

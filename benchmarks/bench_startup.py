@@ -19,56 +19,16 @@ the time goes.
 from __future__ import annotations
 
 import argparse
-import atexit
-import os
-import shutil
 import subprocess
 import sys
-import tempfile
-import time
 from collections.abc import Sequence
 from pathlib import Path
+
+from benchmarks.whole_process import clore_run, quiet_env, timed
 
 REPO = Path(__file__).resolve().parents[1]
 HELLO = REPO / "examples" / "hello.yml"
 TARGETS = {"--version": 0.1, "validate": 0.2}
-
-
-def clore_run() -> list[str]:
-    """The console script beside this interpreter, else the same entry point by -c."""
-    script = shutil.which("clore-run", path=str(Path(sys.executable).parent))
-    if script:
-        return [sys.executable, script]
-    return [sys.executable, "-c", "from runner.launch import main; main()"]
-
-
-PYCACHE = tempfile.mkdtemp(prefix="bench-startup-pyc-")
-atexit.register(shutil.rmtree, PYCACHE, True)
-
-
-def quiet_env(**extra: str) -> dict[str, str]:
-    drop = ("CLORE_API_KEY", "CLORE_RUN_TOKEN", "GITHUB_TOKEN", "CLORE_GITHUB_TOKEN")
-    env = {k: v for k, v in os.environ.items() if k not in drop and k != "GITHUB_ACTIONS"}
-    for name in ("PYTHONPROFILEIMPORTTIME", "PYTHONDONTWRITEBYTECODE"):
-        env.pop(name, None)
-    return {**env, "PYTHONPYCACHEPREFIX": PYCACHE, **extra}
-
-
-def timed(argv: Sequence[str], env: dict[str, str]) -> tuple[float, float]:
-    """(wall seconds, CPU seconds) of one run, which must succeed."""
-    start = time.perf_counter()
-    proc = subprocess.Popen(
-        argv, env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-    )
-    assert proc.stderr is not None
-    err = proc.stderr.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    took = time.perf_counter() - start
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    proc.stderr.close()
-    if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(argv)} exited {proc.returncode}: {err.decode()}")
-    return took, usage.ru_utime + usage.ru_stime
 
 
 def slowest_imports(argv: Sequence[str], top: int) -> list[tuple[int, str]]:
@@ -102,12 +62,12 @@ def main() -> None:
         "clore-run --help": ([*cli, "--help"], quiet_env()),
     }
     for argv, env in cases.values():
-        timed(argv, env)  # fills the bytecode cache
+        timed(argv, env=env, cwd=REPO)  # fills the bytecode cache
     wall = dict.fromkeys(cases, float("inf"))
     cpu = dict.fromkeys(cases, float("inf"))
     for _ in range(args.repeat):  # interleaved: a burst of other load hits every case alike
         for name, (argv, env) in cases.items():
-            took, used = timed(argv, env)
+            took, used = timed(argv, env=env, cwd=REPO)
             wall[name], cpu[name] = min(wall[name], took), min(cpu[name], used)
     bound = "python -c pass (lower bound)"
     print(f"python {sys.version.split()[0]}, whole processes, best of {args.repeat}:")
