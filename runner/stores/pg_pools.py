@@ -437,6 +437,14 @@ _SETTINGS = "name, budget_usd, per_day, max_servers"
 _RESERVATION = "id, pool, holder, amount_usd, rental_id, label, settled_at IS NOT NULL, billed_usd"
 
 
+# A reaper takes a lease: a new fencing token (the old holder's late writes are refused from
+# then on), who took it, and `ttl_s` to finish in. Parameters: reaper, ttl_s, ttl_s.
+_TAKE_LEASES = (
+    "UPDATE leases SET token = nextval('clore_run_fencing'), reaped_by = %s, "
+    "ttl_s = %s, expires_at = clore_run_now() + %s * interval '1 second' "
+)
+
+
 class PostgresPools:
     """The pools in the database at `url`. Thread-safe."""
 
@@ -703,9 +711,7 @@ class PostgresPools:
             if not holders:
                 return []
             rows = conn.execute(
-                "UPDATE leases SET token = nextval('clore_run_fencing'), reaped_by = %s, "
-                "ttl_s = %s, expires_at = clore_run_now() + %s * interval '1 second' "
-                "WHERE holder = ANY(%s) RETURNING holder, pool, token",
+                _TAKE_LEASES + "WHERE holder = ANY(%s) RETURNING holder, pool, token",
                 (reaper, ttl_s, ttl_s, holders),
             ).fetchall()
             return [Lease(h, p, int(t), ttl_s) for h, p, t in rows]
@@ -719,9 +725,7 @@ class PostgresPools:
 
         def take(conn: Conn) -> Lease | None:
             row = conn.execute(
-                "UPDATE leases SET token = nextval('clore_run_fencing'), reaped_by = %s, "
-                "ttl_s = %s, expires_at = clore_run_now() + %s * interval '1 second' "
-                "WHERE holder = %s AND done_at IS NULL RETURNING pool, token",
+                _TAKE_LEASES + "WHERE holder = %s AND done_at IS NULL RETURNING pool, token",
                 (reaper, ttl_s, ttl_s, holder),
             ).fetchone()
             return None if row is None else Lease(holder, str(row[0]), int(row[1]), ttl_s)
