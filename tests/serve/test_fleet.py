@@ -47,6 +47,22 @@ jobs:
 """
 
 
+def serve_options(tmp: Path) -> tuple[str, ...]:
+    """One job at a time per instance, the short lease, and one data folder for all."""
+    return ("--concurrency", "1", "--lease-ttl", LEASE_TTL_S, "--data-dir", str(tmp / "d"))
+
+
+def gated_job(tmp: Path) -> str:
+    """One job `long` that notes each start and runs until `tmp/gate` exists."""
+    return f"""
+jobs:
+  long:
+    run: |
+      echo $$ >> {tmp}/long.starts
+      while [ ! -e {tmp}/gate ]; do sleep 0.02; done
+"""
+
+
 def lines(path: Path) -> list[str]:
     return path.read_text().split() if path.exists() else []
 
@@ -64,10 +80,9 @@ def marked(tokens: set[str]) -> list[int]:
 
 
 def test_three_servers_one_killed_mid_job_the_others_take_over(tmp_path: Path, pg_url: str) -> None:
-    common = ("--concurrency", "1", "--lease-ttl", LEASE_TTL_S, "--data-dir", str(tmp_path / "d"))
     servers: list[ServeProcess] = []
     try:
-        servers = start_serves(3, pg_url, *common)
+        servers = start_serves(3, pg_url, *serve_options(tmp_path))
         first = servers[0].api
         ids = first.submit(pipeline(tmp_path))
         running = {
@@ -127,15 +142,8 @@ def test_a_server_frozen_past_its_lease_is_taken_over_and_stops_when_it_wakes(
 ) -> None:
     """SIGSTOP past the ttl: the other server takes the job; after SIGCONT the frozen one's
     heartbeat is refused, none of its late writes lands, and it exits (3) instead of going on."""
-    common = ("--concurrency", "1", "--lease-ttl", LEASE_TTL_S, "--data-dir", str(tmp_path / "d"))
-    long_job = f"""
-jobs:
-  long:
-    run: |
-      echo $$ >> {tmp_path}/long.starts
-      while [ ! -e {tmp_path}/gate ]; do sleep 0.02; done
-"""
-    servers = start_serves(2, pg_url, *common)
+    long_job = gated_job(tmp_path)
+    servers = start_serves(2, pg_url, *serve_options(tmp_path))
     try:
         (job_id,) = servers[0].api.submit(long_job)
         holder_token = servers[0].api.wait_status(job_id, {"running"}, 30)["attempt_list"][0][
@@ -267,15 +275,8 @@ def test_a_cancel_the_dead_server_took_is_carried_out_by_its_taker(
     it was, the taker retries the job and the cancel is lost: this test then fails.)"""
     from runner.stores.pg_queue import PostgresQueue
 
-    common = ("--concurrency", "1", "--lease-ttl", LEASE_TTL_S, "--data-dir", str(tmp_path / "d"))
-    long_job = f"""
-jobs:
-  long:
-    run: |
-      echo $$ >> {tmp_path}/long.starts
-      while [ ! -e {tmp_path}/gate ]; do sleep 0.02; done
-"""
-    servers = start_serves(2, pg_url, *common)
+    long_job = gated_job(tmp_path)
+    servers = start_serves(2, pg_url, *serve_options(tmp_path))
     queue = PostgresQueue(pg_url)
     try:
         (job_id,) = servers[0].api.submit(long_job)
