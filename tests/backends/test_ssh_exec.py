@@ -295,6 +295,22 @@ def test_channel_reader_gives_up_on_a_silent_server(ssh_conn: SshConnection, how
         chan.close()
 
 
+def test_channel_reader_drain_keeps_stderr_that_comes_after_stdout_ends(
+    ssh_conn: SshConnection,
+) -> None:
+    """stderr is a stream of its own: the artifact collector's "matched no file" notes can
+    reach us after tarfile has read the archive's end (the SSH artifact test then saw no
+    warning, now and then). The remote command writes its stderr late on purpose."""
+    chan = ssh_conn.exec("printf x; sleep 0.3; printf 'late\\n' >&2")
+    try:
+        reader = ChannelReader(chan)
+        assert reader.read(1) == b"x"
+        reader.drain(10)
+        assert reader.stderr == b"late\n"
+    finally:
+        chan.close()
+
+
 def test_server_text_in_a_failure_message_stays_on_one_line(
     own_conn: SshConnection, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -118,6 +118,19 @@ class ChannelReader(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
+    def drain(self, wait_s: float) -> None:
+        """Read on to the channel's end, or for `wait_s` at most, keeping stderr's tail.
+
+        A reader of stdout (tarfile) stops where its data ends; what the command wrote to
+        stderr comes on a stream of its own and may arrive after that point."""
+        end = self._clock.now() + wait_s
+        while self._clock.now() < end and not (self._stop is not None and self._stop()):
+            chunk = read_some(self._chan, min(self._poll_s, wait_s))
+            if chunk is None:
+                return
+            if chunk[1]:
+                self.stderr = (self.stderr + chunk[1])[-STDERR_TAIL:]
+
     def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
         while not self._pending:
             if self._stop is not None and self._stop():

@@ -333,6 +333,7 @@ class RemoteJob:
             )
             report = _extract(reader, self.request, limit)
             if not isinstance(report, str):  # else the remote tar may be stuck: do not wait
+                reader.drain(self.options.drain_s)  # the collector's notes on unmatched globs
                 exit_status(chan, wait_s=self.options.drain_s)
         finally:
             chan.close()
