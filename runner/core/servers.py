@@ -110,8 +110,8 @@ class _Known:
     not one in each of eight."""
 
     __slots__ = (
-        "dependents", "end", "ends_known", "expected_s", "job", "key", "needs", "open",
-        "rent_failures", "settled", "worst_end",
+        "attempt", "dependents", "end", "ends_known", "expected_s", "job", "key", "needs",
+        "open", "rent_failures", "seq", "settled", "timeout_s", "worst_end",
     )  # fmt: skip
 
     def __init__(
@@ -128,13 +128,11 @@ class _Known:
         self.worst_end: float | None = None  # and at the latest
         self.settled = False
         self.rent_failures: list[str] = []  # this attempt's failed rents: why
-
-
-@dataclass(slots=True)
-class _Want:
-    attempt: int
-    timeout_s: float
-    seq: int
+        # While it waits for a server (in `ServerBook._waiting`): the attempt that waits, its
+        # timeout, and the sequence number of its live entry in the book's queue.
+        self.attempt = 0
+        self.timeout_s = 0.0
+        self.seq = 0
 
 
 class ServerBook:
@@ -167,7 +165,7 @@ class ServerBook:
         self._known_s = dict(durations_s or {})
         # The scheduler of the same run orders its ready jobs by these: it takes them from here.
         self.ranks: dict[str, float] = {}
-        self._waiting: dict[str, _Want] = {}
+        self._waiting: dict[str, _Known] = {}  # ready jobs with no server yet
         self._queue: list[tuple[Key, int, str]] = []
         self._seq = itertools.count()
         self._servers: dict[int, _Server] = {}
@@ -306,15 +304,23 @@ class ServerBook:
     def want(self, job_id: str, attempt: int, timeout_s: float, now: float) -> None:
         """The job is ready for attempt `attempt` and needs a server."""
         self._dirty = True
-        seq = next(self._seq)
-        self._waiting[job_id] = _Want(attempt, timeout_s, seq)
         record = self._jobs[job_id]
+        record.attempt, record.timeout_s = attempt, timeout_s
+        record.seq = seq = next(self._seq)
+        self._waiting[job_id] = record
         heapq.heappush(self._queue, (record.key, seq, job_id))
-        self._retrying.discard(job_id)
-        self._retry_at.pop(job_id, None)
-        self._eta.pop(job_id, None)
-        self._due.pop(job_id, None)
-        record.rent_failures = []
+        # Membership tests before removals: most of these hold nothing for this job, and a
+        # test is cheaper than a call.
+        if job_id in self._retrying:
+            self._retrying.discard(job_id)
+        if job_id in self._retry_at:
+            del self._retry_at[job_id]
+        if job_id in self._eta:
+            del self._eta[job_id]
+        if job_id in self._due:
+            del self._due[job_id]
+        if record.rent_failures:
+            record.rent_failures = []
 
     def drop(self, job_id: str) -> int | None:
         """The job no longer wants a server (killed while waiting): the number of the attempt
@@ -343,8 +349,9 @@ class ServerBook:
         if server.ready_at is not None:
             self._idle[server.id] = server
         self._look.add(server.id)
-        self._due.update(self._starved)
-        self._starved.clear()
+        if self._starved:
+            self._due.update(self._starved)
+            self._starved.clear()
 
     def requeued(self, job_id: str, at: float) -> None:
         """The job's next attempt is due at `at` (a retry's backoff)."""
@@ -359,12 +366,12 @@ class ServerBook:
             record.settled = True
             for need in record.needs:
                 known[need].open -= 1
-        self._retrying.discard(job_id)
-        self._retry_at.pop(job_id, None)
-        self._waiting.pop(job_id, None)
-        self._eta.pop(job_id, None)
-        self._due.pop(job_id, None)
-        self._starved.pop(job_id, None)
+        # Tests before removals, as in `want`: most of these do not hold the job.
+        if job_id in self._retrying:
+            self._retrying.discard(job_id)
+        for pending in (self._retry_at, self._waiting, self._eta, self._due, self._starved):
+            if job_id in pending:
+                del pending[job_id]
         if job_id in self._claims:
             self._unclaim(job_id)
         if self._renting:  # only renting plans with expected ends
@@ -554,7 +561,8 @@ class ServerBook:
         """Everything to do now, after the events so far."""
         if not self._dirty:
             return self._flush()
-        self._why.clear()  # each decision says afresh what a job waits for
+        if self._why:
+            self._why.clear()  # each decision says afresh what a job waits for
         if self._day is not None and _day_of(now) > self._day:
             self._new_day(now)
         if self._excluded_at:
@@ -661,7 +669,8 @@ class ServerBook:
             self._why[job_id] = "budget"
             return False
         del self._waiting[job_id]
-        self._why.pop(job_id, None)
+        if job_id in self._why:
+            del self._why[job_id]
         was_meant = server.claim == job_id
         if job_id in self._claims:
             self._unclaim(job_id)
@@ -672,7 +681,8 @@ class ServerBook:
             self._fixed_busy += 1
         self._idle.pop(server.id, None)
         self._on[job_id] = server.id
-        self._look.discard(server.id)
+        if self._look:
+            self._look.discard(server.id)
         if self._renting:  # only renting plans with expected ends
             expected = self._jobs[job_id].expected_s
             end = now + expected if expected is not None else None
@@ -747,7 +757,7 @@ class ServerBook:
         self._release(spare[0], now, "making room for a job that fits no server held")
         return True
 
-    def _rent_now(self, job_id: str, want: _Want, now: float) -> None:
+    def _rent_now(self, job_id: str, want: _Known, now: float) -> None:
         job = self._jobs[job_id].job
         quote = self._market.best(job.gpu, self._excluded | self._hosts_held())
         if quote is None:
@@ -772,7 +782,7 @@ class ServerBook:
         self._plan_end(job_id, now + self.boot.expected_s, now + self.boot.allowance_s, now)
 
     def _wait_for_next_day(
-        self, job_id: str, want: _Want, quote: Quote, hold_s: float, cost: float, now: float
+        self, job_id: str, want: _Known, quote: Quote, hold_s: float, cost: float, now: float
     ) -> None:
         """A daily budget: the job waits for the next day's, unless a whole day's is short."""
         assert self._day is not None and self.budget_usd is not None
@@ -792,7 +802,7 @@ class ServerBook:
         self._spent_usd = 0.0
         self._booked.clear()  # a late figure for an earlier day's order does not count either
 
-    def _none_left(self, job_id: str, want: _Want) -> None:
+    def _none_left(self, job_id: str, want: _Known) -> None:
         """No offer fits the job (any more): say why, and which hosts failed it before."""
         record = self._jobs[job_id]
         why = self._market.why_none(record.job.gpu, self._excluded)
@@ -1140,7 +1150,7 @@ class ServerBook:
             return  # (no figure: the estimate counted stays)
         self._spent_usd += event.cost_usd - booked[1]
 
-    def _fail(self, job_id: str, want: _Want, kind: FailureKind, message: str) -> None:
+    def _fail(self, job_id: str, want: _Known, kind: FailureKind, message: str) -> None:
         del self._waiting[job_id]
         self._unclaim(job_id)
         self.unplaceable.append(Unplaceable(job_id, want.attempt, kind, message))
