@@ -46,8 +46,9 @@ from runner.core.events import (
     StopCause,
     TimerFired,
 )
-from runner.core.model import Attempt, FailureKind, Job, JobResult, JobStatus
+from runner.core.model import Attempt, Condition, FailureKind, Job, JobResult, JobStatus
 from runner.core.outcome import (
+    PASSED_CLEAN,
     NeedOutcome,
     counts_as_failure,
     inherited_origin,
@@ -406,11 +407,21 @@ class Scheduler:
     def _decide(self, slot: _Slot, now: float) -> None:
         """Every need is settled: settle the job as skipped, or wait for a time, or queue it."""
         job = slot.job
-        slot.origin = inherited_origin(job, slot.outcomes)
+        outcomes = slot.outcomes
+        for outcome in outcomes.values():
+            if outcome is not PASSED_CLEAN:
+                clean = False
+                break
+        else:  # every need passed, nothing failed above: no origin, and only failure() skips
+            clean = True
+        slot.origin = "" if clean else inherited_origin(job, outcomes)
         if self._stop is not None:
             self._work.append((job.id, JobStatus.CANCELLED, self._stop[1]))
             return
-        skipped = skip_reason(job, slot.outcomes, slot.origin)
+        if clean and job.condition is not Condition.FAILURE:
+            skipped = None
+        else:
+            skipped = skip_reason(job, outcomes, slot.origin)
         if skipped is not None:
             self._work.append((job.id, JobStatus.SKIPPED, skipped))
             return
@@ -441,15 +452,17 @@ class Scheduler:
         origin = job.id if failed else slot.origin
         result = JobResult(job.id, status, reason, tuple(slot.history), origin)
         self._out.append(Settled(result))
-        outcome = need_outcome(job, result)
-        for child_id in slot.dependents:
-            child = self._slots.get(child_id)
-            if child is None:
-                continue
-            child.outcomes[job.id] = outcome
-            child.pending -= 1
-            if child.pending == 0:
-                self._work.append((child_id, None, ""))
+        if slot.dependents:
+            outcome = need_outcome(job, result)
+            slots, work = self._slots, self._work
+            for child_id in slot.dependents:
+                child = slots.get(child_id)
+                if child is None:
+                    continue
+                child.outcomes[job.id] = outcome
+                child.pending -= 1
+                if child.pending == 0:
+                    work.append((child_id, None, ""))
         if failed and status is not JobStatus.CANCELLED and job.fail_fast and job.matrix:
             self._fail_fast(job, group_key)
 
