@@ -27,6 +27,7 @@ import heapq
 from collections import deque
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 from runner.core import graph
 from runner.core.events import (
@@ -135,14 +136,43 @@ class _Slot:
         self.history: list[Attempt] = []
 
 
+class Placer(Protocol):
+    """Who gets a place for each attempt, told at once instead of through commands: the
+    server book of a core with servers (`placing.PlacingCore`). With one, the scheduler
+    emits no StartAttempt (the attempt is handed to `want`), and it tells `settled` and
+    `requeued` of the Settled and Requeued it emits, each as it makes it, so the placer
+    hears of them in the order a reader of the commands would; the commands themselves are
+    still emitted."""
+
+    def want(self, job_id: str, attempt: int, timeout_s: float, now: float) -> None:
+        """Attempt `attempt` may start: get it a place."""
+
+    def requeued(self, job_id: str, at: float) -> None:
+        """The job's next attempt is due at `at`."""
+
+    def settled(self, result: JobResult, now: float) -> None:
+        """The job is final."""
+
+    def kill(self, job_id: str, reason: FailureKind) -> bool:
+        """The attempt out is to be killed: True to emit the KillAttempt (it runs
+        somewhere); False when the placer ended it itself (it had no place yet) and
+        reports its end to the scheduler once the scheduler's current call returns."""
+
+
 class Scheduler:
     """Schedules jobs under one concurrency cap. Not thread-safe: one caller feeds it."""
 
-    def __init__(self, capacity: int, backoff: Callable[[int], float] = backoff_s) -> None:
+    def __init__(
+        self,
+        capacity: int,
+        backoff: Callable[[int], float] = backoff_s,
+        placer: Placer | None = None,
+    ) -> None:
         if capacity < 1:
             raise ValueError("capacity must be at least 1")
         self.capacity = capacity
         self._backoff = backoff
+        self._placer = placer
         self._slots: dict[str, _Slot] = {}
         self._groups: dict[str, dict[str, None]] = {}  # matrix group -> its unsettled jobs
         self._ready: list[tuple[Key, str]] = []
@@ -329,6 +359,8 @@ class Scheduler:
                 slot.infra_used += 1
             at = now + self._backoff(slot.attempts)
             self._out.append(Requeued(job_id, at, slot.retries_used, slot.infra_used))
+            if self._placer is not None:
+                self._placer.requeued(job_id, at)
             self._wait(slot, at)
             return
         self._work.append((job_id, rule.final_status, attempt.message or kind.value))
@@ -386,7 +418,8 @@ class Scheduler:
     def _kill(self, slot: _Slot, kind: FailureKind, message: str) -> None:
         if slot.kill is None:
             slot.kill = (kind, message)
-            self._out.append(KillAttempt(slot.job.id, kind))
+            if self._placer is None or self._placer.kill(slot.job.id, kind):
+                self._out.append(KillAttempt(slot.job.id, kind))
         elif kind is FailureKind.CANCELLED and slot.kill[0] is not FailureKind.CANCELLED:
             slot.kill = (kind, message)  # a timeout's kill under way: now it must not retry
 
@@ -399,7 +432,7 @@ class Scheduler:
             if slot is None:
                 continue  # settled already (cancelled, then reached again)
             if status is not None:
-                self._finalize(slot, status, reason)
+                self._finalize(slot, status, reason, now)
             elif slot.phase is Phase.WAITING:
                 self._decide(slot, now)
         return self._start_ready(now)
@@ -440,7 +473,7 @@ class Scheduler:
         slot.phase = Phase.READY
         heapq.heappush(self._ready, (slot.key, slot.job.id))
 
-    def _finalize(self, slot: _Slot, status: JobStatus, reason: str) -> None:
+    def _finalize(self, slot: _Slot, status: JobStatus, reason: str, now: float) -> None:
         job = slot.job
         del self._slots[job.id]
         group_key = job.group or job.id
@@ -452,6 +485,8 @@ class Scheduler:
         origin = job.id if failed else slot.origin
         result = JobResult(job.id, status, reason, tuple(slot.history), origin)
         self._out.append(Settled(result))
+        if self._placer is not None:
+            self._placer.settled(result, now)
         if slot.dependents:
             outcome = need_outcome(job, result)
             slots, work = self._slots, self._work
@@ -477,6 +512,7 @@ class Scheduler:
 
     def _start_ready(self, now: float) -> list[Command]:
         """Start ready jobs while there is capacity; hand back the commands gathered."""
+        placer = self._placer
         while self._ready and self._out_count < self.capacity and now >= self._hold_until:
             key, job_id = heapq.heappop(self._ready)
             slot = self._slots.get(job_id)
@@ -485,6 +521,9 @@ class Scheduler:
             slot.phase = Phase.PLACING
             slot.attempts += 1
             self._out_count += 1
-            self._out.append(StartAttempt(job_id, slot.attempts, slot.job.timeout_s))
+            if placer is None:
+                self._out.append(StartAttempt(job_id, slot.attempts, slot.job.timeout_s))
+            else:
+                placer.want(job_id, slot.attempts, slot.job.timeout_s, now)
         out, self._out = self._out, []
         return out
