@@ -27,6 +27,7 @@ import heapq
 from collections import deque
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
+from types import MappingProxyType
 from typing import Protocol
 
 from runner.core import graph
@@ -100,12 +101,16 @@ class Entry:
 
 
 Key = tuple[int, float, int]
+_NO_OUTCOMES: Mapping[str, NeedOutcome] = MappingProxyType({})  # a job without needs hears none
 _Work = tuple[str, JobStatus | None, str]  # (job, status to settle with or None: decide, reason)
 
 
 class _Slot:
     """An unsettled job as the scheduler holds it. A plain class with slots and positional
-    arguments: one is made for every job added, and read on every event about it."""
+    arguments: one is made for every job added, and read on every event about it. What a
+    job may not need is not made for it (a leaf's dependents, a root's outcomes, a list of
+    attempts): at 10,000 jobs each container is 10,000 more objects for the garbage
+    collector to walk."""
 
     __slots__ = (
         "attempts", "dependents", "history", "infra_used", "job", "key", "kill", "origin",
@@ -130,10 +135,11 @@ class _Slot:
         self.infra_used = infra_used
         self.wake_at = wake_at
         self.origin = ""  # the first failure above it, once its needs settled
-        self.dependents: list[str] = []
-        self.outcomes: dict[str, NeedOutcome] = {}
+        self.dependents: list[str] | None = None  # the jobs added that need it
+        # Its settled needs' outcomes (None: it has no needs), until it is decided.
+        self.outcomes: dict[str, NeedOutcome] | None = {} if job.needs else None
         self.kill: tuple[FailureKind, str] | None = None
-        self.history: list[Attempt] = []
+        self.history: tuple[Attempt, ...] = ()
 
 
 class Placer(Protocol):
@@ -237,14 +243,22 @@ class Scheduler:
         `ranks`: the batch's upward ranks (by `duration_hint_s`), when the caller has them."""
         # Plain jobs (a run's whole pipeline) are taken as they are: an Entry each would be
         # one more object per job for defaults.
-        pairs = [(i.job, i) if isinstance(i, Entry) else (i, None) for i in jobs]
-        fresh = {job.id: job for job, _ in pairs}
-        self._check_new(pairs, fresh, settled_needs)
+        entries: dict[str, Entry] = {}
+        fresh: dict[str, Job] = {}
+        for item in jobs:
+            if isinstance(item, Entry):
+                entries[item.job.id] = item
+                item = item.job
+            fresh[item.id] = item
+        if len(fresh) != len(jobs):
+            raise ValueError("a job id appears twice in one add()")
+        self._check_new(fresh, settled_needs)
         if ranks is None:
             ranks = self._batch_ranks(fresh)
         older = bool(self._slots)  # jobs from earlier adds, whose ranks the new ones may raise
         slots, groups = self._slots, self._groups
-        for job, e in pairs:
+        for job in fresh.values():
+            e = entries.get(job.id) if entries else None
             key = (-int(job.priority), -ranks[job.id], job.index if e is None else e.seq)
             if e is None:
                 slots[job.id] = _Slot(job, key)
@@ -256,11 +270,12 @@ class Scheduler:
             else:
                 group[job.id] = None
         work = self._work
-        for job, e in pairs:
+        for job in fresh.values():
             slot = self._link(job, settled_needs)
             if older:
                 self._raise_ancestors(job, ranks[job.id], fresh)
             # Its pending count is final once its own needs are linked: it can be queued now.
+            e = entries.get(job.id) if entries else None
             if e is not None and e.running:
                 slot.phase = Phase.RUNNING
                 self._out_count += 1
@@ -285,16 +300,9 @@ class Scheduler:
 
     # -- adding ----------------------------------------------------------------------------
 
-    def _check_new(
-        self,
-        pairs: Sequence[tuple[Job, Entry | None]],
-        fresh: Mapping[str, Job],
-        settled: Mapping[str, object],
-    ) -> None:
-        if len(fresh) != len(pairs):
-            raise ValueError("a job id appears twice in one add()")
+    def _check_new(self, fresh: Mapping[str, Job], settled: Mapping[str, object]) -> None:
         slots = self._slots
-        for job, _ in pairs:
+        for job in fresh.values():
             if job.id in slots:
                 raise ValueError(f"{job.id}: already queued")
             for need in job.needs:
@@ -312,9 +320,13 @@ class Scheduler:
         for need in job.needs:
             held = slots.get(need)
             if held is not None:
-                held.dependents.append(job.id)
+                if held.dependents is None:
+                    held.dependents = [job.id]
+                else:
+                    held.dependents.append(job.id)
                 slot.pending += 1
             else:
+                assert slot.outcomes is not None  # it has needs
                 slot.outcomes[need] = settled[need]
         return slot
 
@@ -343,7 +355,7 @@ class Scheduler:
         if attempt.failure is not None and slot.kill is not None:
             attempt = replace(attempt, failure=slot.kill[0], message=slot.kill[1])
         slot.kill = None
-        slot.history.append(attempt)
+        slot.history = (*slot.history, attempt)
         self._out.append(AttemptRecorded(job_id, attempt))
         kind = attempt.failure
         if kind is None:
@@ -440,7 +452,7 @@ class Scheduler:
     def _decide(self, slot: _Slot, now: float) -> None:
         """Every need is settled: settle the job as skipped, or wait for a time, or queue it."""
         job = slot.job
-        outcomes = slot.outcomes
+        outcomes = slot.outcomes or _NO_OUTCOMES
         for outcome in outcomes.values():
             if outcome is not PASSED_CLEAN:
                 clean = False
@@ -458,7 +470,7 @@ class Scheduler:
         if skipped is not None:
             self._work.append((job.id, JobStatus.SKIPPED, skipped))
             return
-        slot.outcomes.clear()
+        slot.outcomes = None  # read once: a job runs on without them
         wake = max(job.not_before or now, slot.wake_at or now)
         if wake > now:
             self._wait(slot, wake)
@@ -483,7 +495,7 @@ class Scheduler:
             del self._groups[group_key]
         failed = counts_as_failure(job, status)
         origin = job.id if failed else slot.origin
-        result = JobResult(job.id, status, reason, tuple(slot.history), origin)
+        result = JobResult(job.id, status, reason, slot.history, origin)
         self._out.append(Settled(result))
         if self._placer is not None:
             self._placer.settled(result, now)
@@ -494,6 +506,7 @@ class Scheduler:
                 child = slots.get(child_id)
                 if child is None:
                     continue
+                assert child.outcomes is not None  # it has needs, one of them unsettled
                 child.outcomes[job.id] = outcome
                 child.pending -= 1
                 if child.pending == 0:

@@ -121,13 +121,15 @@ class _Known:
         self.needs = needs  # its needs the book holds
         self.key = key
         self.expected_s = expected_s  # how long it should run (None: unknown)
-        self.dependents: dict[str, None] = {}  # the jobs needing it, in the order added
+        # The jobs needing it, in the order added (None: none yet; most jobs are leaves, and
+        # an empty dict each is 10,000 more objects for the garbage collector to walk).
+        self.dependents: dict[str, None] | None = None
         self.open = 0  # how many of those are not settled yet
         self.ends_known = 0  # how many of its needs have an expected end
         self.end: float | None = None  # its expected (or actual) end, once known
         self.worst_end: float | None = None  # and at the latest
         self.settled = False
-        self.rent_failures: list[str] = []  # this attempt's failed rents: why
+        self.rent_failures: tuple[str, ...] = ()  # this attempt's failed rents: why
         # While it waits for a server (in `ServerBook._waiting`): the attempt that waits, its
         # timeout, and the sequence number of its live entry in the book's queue.
         self.attempt = 0
@@ -230,7 +232,7 @@ class ServerBook:
                 i: [n for n in ns if n in fresh] for i, ns in needs.items()
             }
         else:  # every need the book will hold is in this batch
-            needs = {j.id: tuple(n for n in j.needs if n in fresh) if j.needs else () for j in jobs}
+            needs = {j.id: _held_needs(j, fresh) for j in jobs}
             inside = needs
         below = graph.dependents_of(inside)
         order = graph.topological_order(inside, below)
@@ -245,6 +247,8 @@ class ServerBook:
                 record = known[job.id]
                 for need in record.needs:
                     held = known[need]
+                    if held.dependents is None:
+                        held.dependents = {}
                     held.dependents[job.id] = None
                     held.open += 1
                 record.ends_known = sum(known[n].end is not None for n in record.needs)
@@ -320,7 +324,7 @@ class ServerBook:
         if job_id in self._due:
             del self._due[job_id]
         if record.rent_failures:
-            record.rent_failures = []
+            record.rent_failures = ()
 
     def drop(self, job_id: str) -> int | None:
         """The job no longer wants a server (killed while waiting): the number of the attempt
@@ -391,7 +395,7 @@ class ServerBook:
         known = self._jobs
         for need in record.needs:  # settled, and now no dependent of anything
             held = known.get(need)
-            if held is not None:
+            if held is not None and held.dependents is not None:
                 held.dependents.pop(job_id, None)
         del known[job_id]
 
@@ -936,7 +940,7 @@ class ServerBook:
         record.end = end
         if not first:
             return
-        for child in record.dependents:
+        for child in record.dependents or ():
             held = known[child]
             held.ends_known += 1
             if held.ends_known == len(held.needs):
@@ -1138,8 +1142,8 @@ class ServerBook:
         if event.job_cannot_run:
             self._fail(job_id, want, FailureKind.UNAVAILABLE, event.reason)
             return
-        tried = self._jobs[job_id].rent_failures
-        tried.append(event.reason)
+        record = self._jobs[job_id]
+        record.rent_failures = tried = (*record.rent_failures, event.reason)
         if len(tried) >= MAX_OFFERS_PER_ATTEMPT:
             message = f"{MAX_OFFERS_PER_ATTEMPT} offers failed to start; last: {event.reason}"
             self._fail(job_id, want, FailureKind.PROVISIONING_FAILED, message)
@@ -1185,6 +1189,14 @@ class ServerBook:
             return False
         server.reserved_until = until
         return True
+
+
+def _held_needs(job: Job, fresh: Mapping[str, Job]) -> tuple[str, ...]:
+    """The job's needs among `fresh`: usually all of them, and then its own tuple."""
+    for need in job.needs:
+        if need not in fresh:
+            return tuple(n for n in job.needs if n in fresh)
+    return job.needs
 
 
 def _by_id(server: _Server) -> int:
