@@ -180,7 +180,10 @@ class Scheduler:
         self._backoff = backoff
         self._placer = placer
         self._slots: dict[str, _Slot] = {}
-        self._groups: dict[str, dict[str, None]] = {}  # matrix group -> its unsettled jobs
+        # Matrix group -> its unsettled jobs: the one job's id while it has one (most groups
+        # are a single job, and a dict each would be an object per job), else a dict of them
+        # in the order they were added.
+        self._groups: dict[str, str | dict[str, None]] = {}
         self._ready: list[tuple[Key, str]] = []
         self._out_count = 0  # attempts out (placing or running)
         self._hold_until = float("-inf")
@@ -264,9 +267,12 @@ class Scheduler:
                 slots[job.id] = _Slot(job, key)
             else:
                 slots[job.id] = _Slot(job, key, e.attempts, e.retries_used, e.infra_used, e.wake_at)
-            group = groups.get(job.group or job.id)
+            group_key = job.group or job.id
+            group = groups.get(group_key)
             if group is None:
-                groups[job.group or job.id] = {job.id: None}
+                groups[group_key] = job.id
+            elif isinstance(group, str):
+                groups[group_key] = {group: None, job.id: None}
             else:
                 group[job.id] = None
         work = self._work
@@ -490,9 +496,12 @@ class Scheduler:
         del self._slots[job.id]
         group_key = job.group or job.id
         group = self._groups[group_key]
-        del group[job.id]
-        if not group:
+        if isinstance(group, str):
             del self._groups[group_key]
+        else:
+            del group[job.id]
+            if not group:
+                del self._groups[group_key]
         failed = counts_as_failure(job, status)
         origin = job.id if failed else slot.origin
         result = JobResult(job.id, status, reason, slot.history, origin)
@@ -516,7 +525,8 @@ class Scheduler:
 
     def _fail_fast(self, failed: Job, group_key: str) -> None:
         reason = f"fail-fast: '{failed.id}' failed"
-        for sibling in self._groups.get(group_key, {}):
+        group = self._groups.get(group_key, ())
+        for sibling in (group,) if isinstance(group, str) else group:
             slot = self._slots[sibling]
             if slot.phase in OUT:
                 self._kill(slot, FailureKind.CANCELLED, reason)
