@@ -9,7 +9,8 @@ with `provision: ahead` and `provision: on-demand`, the bound max(critical path,
 Then the CPU time of a 10,000-job run through the core with servers (8 fixed hosts) against
 the plain scheduler on the same DAG in the same run (target: the same order of magnitude, and
 under 1 s), without the simulator's per-step checks (the plain simulation has none), and with
-them. Figures are reported, not asserted.
+them. Each timed run starts after a full garbage collection and keeps only its makespan, so no
+run pays for walking another's leftovers. Figures are reported, not asserted.
 """
 
 from __future__ import annotations
