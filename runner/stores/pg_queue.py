@@ -240,20 +240,18 @@ class PostgresQueue(QueueReads):
         return self._lease.run(ttl_s, "renew the server's lease", beat) == 1
 
     def end_instance(self, token: str, now: float) -> None:
-        """A clean stop: its queued jobs go back to everyone, its lease ends now (a running
-        job it could not hand over is recovered by whoever takes it next)."""
+        """A clean stop: its queued jobs go back to everyone (those a cancel was asked for
+        are cancelled), its lease ends now (a running job it could not hand over is recovered,
+        or cancelled as asked, by whoever takes it next)."""
 
         def end(conn: Conn) -> None:
-            given = conn.execute(
-                "UPDATE queue_jobs SET owner = NULL, claim = NULL "
-                "WHERE owner = %s AND status = 'queued' RETURNING pool_slot",
-                (token,),
-            ).fetchall()
+            args = {"me": token, "now": now}
+            given = _give_back(conn, "owner = %(me)s AND status = 'queued'", args, "%(now)s")
             _release(conn, [r[0] for r in given], f"stop of {token}")
             conn.execute(
-                "UPDATE queue_instances SET stopped_at = %s, expires_at = now() "
-                "WHERE token = %s AND taken_by IS NULL",
-                (now, token),
+                "UPDATE queue_instances SET stopped_at = %(now)s, expires_at = now() "
+                "WHERE token = %(me)s AND taken_by IS NULL",
+                args,
             )
             conn.execute(f"NOTIFY {CHANNEL}")
 
@@ -561,7 +559,8 @@ class PostgresQueue(QueueReads):
         self, job_id: str, attempt: Attempt, owner: str, *, requeue: bool = False
     ) -> None:
         """Complete the attempt row while `owner` holds the job, else raise LeaseLost.
-        `requeue`: the job goes back to everyone (a server handing over at shutdown)."""
+        `requeue`: the job goes back to everyone (a server handing over at shutdown), or is
+        cancelled if a cancel was asked for it meanwhile."""
         self._end_attempt(job_id, attempt, requeue, owner)
 
     def _end_attempt(self, job_id: str, attempt: Attempt, requeue: bool, owner: str | None) -> None:
@@ -584,14 +583,14 @@ class PostgresQueue(QueueReads):
             )
             if owner is not None:
                 self._owned(cursor.rowcount, job_id, owner)
-            status = ", status = 'queued', owner = NULL, claim = NULL" if requeue else ""
             given = conn.execute(
                 "UPDATE queue_jobs SET cost_usd = (SELECT coalesce(sum(cost_usd), 0) "
-                f"FROM queue_attempts WHERE job_id = %(job)s){status} WHERE id = %(job)s "
+                "FROM queue_attempts WHERE job_id = %(job)s) WHERE id = %(job)s "
                 "RETURNING pool_slot",
                 args,
             ).fetchall()
             if requeue:
+                given = _give_back(conn, "id = %(job)s", args, "%(end)s")
                 _release(conn, [r[0] for r in given], f"requeue of {job_id}")
 
         self._run("record an attempt end", end)
@@ -783,6 +782,30 @@ def _cancel_held(conn: Conn, dead: str, taker: str, key: str) -> list[tuple[str,
             (f"lost with server {dead}; cancelled by request", [r[0] for r in rows]),
         )
     return [(str(job), slot) for job, slot in rows]
+
+
+def _give_back(
+    conn: Conn, which: str, args: Mapping[str, Any], finished_at: str
+) -> list[tuple[Any, ...]]:
+    """A clean stop's jobs (`which`, of this instance) back to everyone, as queued: except
+    those a cancel was asked for, which are cancelled here (finished at `finished_at`).
+    Given back with the request on them, another instance would claim such a job and start it
+    again before its own pass of the requests cancelled it. Their pool slots, to release."""
+    cancelled = conn.execute(
+        "UPDATE queue_jobs SET status = 'cancelled', reason = 'cancelled by request', "
+        f"finished_at = {finished_at}, retry_at = NULL, failure_origin = id "
+        f"WHERE {which} AND cancel_requested AND status IN ('queued', 'running') "
+        "RETURNING pool_slot",
+        args,
+    ).fetchall()
+    given = conn.execute(
+        "UPDATE queue_jobs SET status = 'queued', owner = NULL, claim = NULL "
+        f"WHERE {which} AND status IN ('queued', 'running') RETURNING pool_slot",
+        args,
+    ).fetchall()
+    if cancelled:
+        conn.execute(f"NOTIFY {CHANNEL}")  # its dependents can be settled now
+    return cancelled + given
 
 
 def _release(conn: Conn, slots: Sequence[int | None], by: str) -> None:
