@@ -45,22 +45,6 @@ def wait_until(check: Callable[[], Any], timeout: float = 15.0, what: str = "") 
         time.sleep(0.01)
 
 
-class FakeClock:
-    """Unix time that moves only when a test sets `unix` (then calls the service's `wake()`)."""
-
-    def __init__(self, unix: float = 1_800_000_000.0) -> None:
-        self.unix = unix
-
-    def time(self) -> float:
-        return self.unix
-
-    def now(self) -> float:
-        return self.unix
-
-    def sleep(self, seconds: float) -> None:
-        self.unix += seconds
-
-
 @dataclass
 class Api:
     """A requests session on a server's URL, authenticated unless told otherwise."""

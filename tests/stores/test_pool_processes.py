@@ -24,7 +24,8 @@ from runner.stores.pg_ledger import PostgresLedger
 from runner.stores.pg_pools import PostgresPools
 from runner.stores.pools import PoolEvent
 from runner.stores.reaper import reap
-from tests.fakes.clore_api import START_UNIX, FakeClore
+from tests.fakes.clore_api import FakeClore
+from tests.fakes.fake_clock import START_UNIX
 from tests.pg_fixture import PgCluster
 from tests.stores.pg_helpers import at
 
