@@ -8,31 +8,15 @@ ledger.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
-
-import pytest
 
 from runner.core.model import Pipeline
 from runner.core.placing import PlacingCore
-from tests.backends.clore.test_clore_run import Setup
-from tests.fakes.clore_api import FakeClock, FakeClore
+from tests.fakes.clore_on_sshd import Setup
+from tests.fakes.clore_on_sshd import setup as setup  # the fixture
 from tests.serve.harness import FINAL, thread_server, wait_until
-from tests.sshd_fixture import SshServer
 
 CHAIN = "jobs:\n  a:\n    run: echo a\n  b:\n    needs: a\n    run: echo b\n"
-
-
-@pytest.fixture
-def setup(
-    fake_clore: FakeClore, fake_clock: FakeClock, sshd_server: SshServer, tmp_path: Path
-) -> Iterator[Setup]:
-    fake_clore.ssh_host = "127.0.0.1"
-    fake_clore.ssh_port = sshd_server.port
-    yield Setup(fake_clore, fake_clock, sshd_server, tmp_path)
-    assert fake_clore.live_orders() == [], "a server was leaked"
-    assert fake_clore.violations == [], "the rate limits were exceeded"
 
 
 def test_jobs_submitted_over_time_run_on_servers_the_core_rents_and_reuses(setup: Setup) -> None:

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
 from runner.core.model import JobStatus
@@ -12,20 +9,10 @@ from runner.spec.loader import load_pipeline, parse_pipeline
 from runner.stores.pg_ledger import PostgresLedger
 from runner.stores.pg_pools import PostgresPools
 from runner.stores.pool_seat import PoolSeat
-from tests.backends.clore.test_clore_run import EXAMPLES, Setup, fake_cost_usd
-from tests.fakes.clore_api import FakeClock, FakeClore
-from tests.sshd_fixture import SshServer
+from tests.backends.clore.test_clore_run import EXAMPLES
+from tests.fakes.clore_on_sshd import Setup, fake_cost_usd
+from tests.fakes.clore_on_sshd import setup as setup  # the fixture
 from tests.stores.test_pool_processes import replay
-
-
-@pytest.fixture
-def setup(
-    fake_clore: FakeClore, fake_clock: FakeClock, sshd_server: SshServer, tmp_path: Path
-) -> Iterator[Setup]:
-    fake_clore.ssh_host = "127.0.0.1"
-    fake_clore.ssh_port = sshd_server.port
-    yield Setup(fake_clore, fake_clock, sshd_server, tmp_path)
-    assert fake_clore.live_orders() == [], "a server was leaked"
 
 
 def _run(setup: Setup, pg_url: str, pipeline_text: str | None, **pool: object) -> object:

@@ -9,17 +9,12 @@ import contextlib
 import dataclasses
 import io
 import threading
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from runner.backends.base import NO_STAGES, Place
-from runner.backends.clore.backend import Budget, CloreBackend
-from runner.backends.clore.provision import Provisioner, ProvisionOptions
-from runner.backends.ssh.connection import ConnectOptions
-from runner.backends.ssh.keys import ClientKey, HostKeyStore
+from runner.backends.clore.backend import CloreBackend
 from runner.core.events import AttemptEnded
 from runner.core.model import Attempt, JobStatus, Pipeline, RunRecord
 from runner.core.placing import PlacingCore
@@ -35,65 +30,14 @@ from runner.core.rentals import (
     StartOn,
 )
 from runner.errors import InfrastructureError
-from runner.ledger import Ledger
 from runner.run_command import RunOptions, execute
 from runner.spec.loader import load_pipeline, parse_pipeline
-from tests.fakes.clore_api import FakeClock, FakeClore, Faults
+from tests.fakes.clore_api import FakeClore, Faults
+from tests.fakes.clore_on_sshd import Setup, fake_cost_usd
+from tests.fakes.clore_on_sshd import setup as setup  # the fixture
 from tests.sshd_fixture import SshServer
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
-
-
-@dataclass
-class Setup:
-    fake: FakeClore
-    clock: FakeClock
-    sshd: SshServer
-    tmp: Path
-
-    def backend(self, pipeline: Pipeline, run_id: str = "run-1") -> tuple[CloreBackend, Ledger]:
-        client = self.fake.client()
-        key = ClientKey.generate()
-        self.sshd.authorize(key.public_line)  # what Clore does with `ssh_key`
-        ledger = Ledger(self.tmp / "ledger.db")
-        options = ProvisionOptions(
-            pause=lambda seconds, _cancel: self.clock.sleep(seconds),
-            ssh=ConnectOptions(tries=3, backoff_s=0.05, max_backoff_s=0.2),
-        )
-        provisioner = Provisioner(
-            client, ledger, run_id, key, HostKeyStore(), self.clock, pipeline.currency, options
-        )
-        backend = CloreBackend(
-            client,
-            provisioner,
-            self.clock,
-            pipeline.concurrency,
-            Budget(pipeline.budget_usd),
-            pipeline.currency,
-        )
-        return backend, ledger
-
-    def run(self, pipeline: Pipeline, **opts: object) -> tuple[RunRecord, int, Ledger]:
-        backend, ledger = self.backend(pipeline)
-        (self.tmp / "ws").mkdir(exist_ok=True)
-        options = RunOptions(
-            out_dir=self.tmp / "out", workspace_root=self.tmp / "ws", backoff=lambda n: 0.01
-        )
-        for key, value in opts.items():
-            setattr(options, key, value)
-        record, code = execute(pipeline, backend, options, io.StringIO())
-        return record, code, ledger
-
-
-@pytest.fixture
-def setup(
-    fake_clore: FakeClore, fake_clock: FakeClock, sshd_server: SshServer, tmp_path: Path
-) -> Iterator[Setup]:
-    fake_clore.ssh_host = "127.0.0.1"
-    fake_clore.ssh_port = sshd_server.port
-    yield Setup(fake_clore, fake_clock, sshd_server, tmp_path)
-    assert fake_clore.live_orders() == [], "a server was leaked"
-    assert fake_clore.violations == [], "the rate limits were exceeded"
 
 
 class ByHand:
@@ -159,21 +103,6 @@ class ByHand:
 
 def statuses(record: RunRecord) -> dict[str, JobStatus]:
     return {r.job_id: r.status for r in record.results}
-
-
-def fake_cost_usd(fake: FakeClore) -> float:
-    """What the fake billed (the wallet's loss: fees included, the creation fee only past 10
-    minutes), converted with each server's own USD ratio."""
-    from runner.backends.clore.market import offer_from_server
-    from runner.backends.clore.models import MarketServer
-
-    total = 0.0
-    for order in fake.orders.values():
-        offer = offer_from_server(
-            MarketServer.model_validate(fake.servers[order.server_id]), order.currency
-        )
-        total += fake.billed(order.id) * (offer.usd_per_unit or 0.0)
-    return total
 
 
 def test_ml_example_passes_reuses_servers_and_costs_agree(setup: Setup) -> None:

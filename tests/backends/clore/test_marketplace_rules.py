@@ -19,9 +19,10 @@ from runner.backends.clore.backend import CloreBackend
 from runner.core.model import FailureKind, JobStatus, Pipeline, RunRecord
 from runner.run_command import RunOptions, execute
 from runner.spec.loader import parse_pipeline
-from tests.backends.clore.test_clore_run import PreemptingBackend, Setup, fake_cost_usd
-from tests.backends.clore.test_clore_run import setup as setup  # the fixture
+from tests.backends.clore.test_clore_run import PreemptingBackend
 from tests.fakes.clore_api import FakeOrder, Faults
+from tests.fakes.clore_on_sshd import Setup, fake_cost_usd
+from tests.fakes.clore_on_sshd import setup as setup  # the fixture
 from tests.sshd_fixture import SshServer
 
 _FIELDS = ("client", "provisioner", "clock", "concurrency", "budget", "currency")

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from runner.core.rentals import RentFailed, RentServer, ServerReady
 from runner.spec.loader import parse_pipeline
-from tests.backends.clore.test_clore_run import ByHand, Setup
-from tests.backends.clore.test_clore_run import setup as setup  # the fixture
+from tests.backends.clore.test_clore_run import ByHand
+from tests.fakes.clore_on_sshd import Setup
+from tests.fakes.clore_on_sshd import setup as setup  # the fixture
 
 SPOT = (
     "currency: USD-Blockchain\n"
