@@ -102,8 +102,14 @@ class SpecWarning:
         return f"{self.location}: warning: {self.text}"
 
 
-def _frozen_env(env: Mapping[str, str] | None = None) -> Mapping[str, str]:
-    return MappingProxyType(dict(env or {}))
+# One read-only empty mapping shared by every default: a proxy of a dict no one else holds
+# cannot change, and an attempt (one per job run, thousands in a simulation) need not build
+# a dict and a proxy of its own for facts it usually has none of.
+_NO_ENTRIES: Mapping[str, str] = MappingProxyType({})
+
+
+def _frozen_env() -> Mapping[str, str]:
+    return _NO_ENTRIES
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,14 @@ def need_outcome(job: Job, result: JobResult) -> NeedOutcome:
     succeeded = result.status is JobStatus.PASSED or (
         job.continue_on_error and result.status in BAD
     )
-    return NeedOutcome(result.status, succeeded, result.failure_origin)
+    if result.failure_origin:
+        return NeedOutcome(result.status, succeeded, result.failure_origin)
+    # Without a failure above it there are a dozen outcomes in all: one of each is shared
+    # (they are immutable) instead of one built per settled job.
+    return _CLEAN[result.status, succeeded]
+
+
+_CLEAN = {(s, ok): NeedOutcome(s, ok, "") for s in JobStatus for ok in (False, True)}
 
 
 def inherited_origin(job: Job, outcomes: Mapping[str, NeedOutcome]) -> str:

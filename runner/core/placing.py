@@ -164,7 +164,10 @@ class PlacingCore:
             # Half of all events: the scheduler only starts the attempt's timeout, and the
             # book, told nothing since its last decision, has nothing to decide.
             out = self._scheduler.handle(event, now)
-            if all(type(cmd) in _PASSED_ON for cmd in out):
+            for cmd in out:  # a loop, not all() over a generator: this runs for every job
+                if type(cmd) not in _PASSED_ON:
+                    break
+            else:
                 return out  # type: ignore[return-value]
             self._take(out, now)
             return self._settle(now)

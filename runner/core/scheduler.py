@@ -26,7 +26,7 @@ import enum
 import heapq
 from collections import deque
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from runner.core import graph
 from runner.core.events import (
@@ -101,21 +101,37 @@ Key = tuple[int, float, int]
 _Work = tuple[str, JobStatus | None, str]  # (job, status to settle with or None: decide, reason)
 
 
-@dataclass(slots=True)
 class _Slot:
-    job: Job
-    key: Key
-    phase: Phase = Phase.WAITING
-    pending: int = 0  # needs not settled yet
-    attempts: int = 0
-    retries_used: int = 0
-    infra_used: int = 0
-    wake_at: float | None = None
-    origin: str = ""  # the first failure above it, once its needs settled
-    dependents: list[str] = field(default_factory=list)
-    outcomes: dict[str, NeedOutcome] = field(default_factory=dict)
-    kill: tuple[FailureKind, str] | None = None
-    history: list[Attempt] = field(default_factory=list)
+    """An unsettled job as the scheduler holds it. A plain class with slots and positional
+    arguments: one is made for every job added, and read on every event about it."""
+
+    __slots__ = (
+        "attempts", "dependents", "history", "infra_used", "job", "key", "kill", "origin",
+        "outcomes", "pending", "phase", "retries_used", "wake_at",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        job: Job,
+        key: Key,
+        attempts: int = 0,
+        retries_used: int = 0,
+        infra_used: int = 0,
+        wake_at: float | None = None,
+    ) -> None:
+        self.job = job
+        self.key = key
+        self.phase = Phase.WAITING
+        self.pending = 0  # needs not settled yet
+        self.attempts = attempts
+        self.retries_used = retries_used
+        self.infra_used = infra_used
+        self.wake_at = wake_at
+        self.origin = ""  # the first failure above it, once its needs settled
+        self.dependents: list[str] = []
+        self.outcomes: dict[str, NeedOutcome] = {}
+        self.kill: tuple[FailureKind, str] | None = None
+        self.history: list[Attempt] = []
 
 
 class Scheduler:
@@ -188,29 +204,37 @@ class Scheduler:
     ) -> list[Command]:
         """Queue `jobs`. Every need must be in the core, in `jobs`, or in `settled_needs`.
         `ranks`: the batch's upward ranks (by `duration_hint_s`), when the caller has them."""
-        entries = [Entry.of(item) for item in jobs]
-        fresh = {e.job.id: e for e in entries}
-        self._check_new(entries, fresh, settled_needs)
+        # Plain jobs (a run's whole pipeline) are taken as they are: an Entry each would be
+        # one more object per job for defaults.
+        pairs = [(i.job, i) if isinstance(i, Entry) else (i, None) for i in jobs]
+        fresh = {job.id: job for job, _ in pairs}
+        self._check_new(pairs, fresh, settled_needs)
         if ranks is None:
             ranks = self._batch_ranks(fresh)
         older = bool(self._slots)  # jobs from earlier adds, whose ranks the new ones may raise
-        for e in entries:
-            key = (-int(e.job.priority), -ranks[e.job.id], e.seq)
-            self._slots[e.job.id] = _Slot(
-                e.job, key, attempts=e.attempts, retries_used=e.retries_used,
-                infra_used=e.infra_used, wake_at=e.wake_at,
-            )  # fmt: skip
-            self._groups.setdefault(e.job.group or e.job.id, {})[e.job.id] = None
-        for e in entries:
-            self._link(e.job, settled_needs)
+        slots, groups = self._slots, self._groups
+        for job, e in pairs:
+            key = (-int(job.priority), -ranks[job.id], job.index if e is None else e.seq)
+            if e is None:
+                slots[job.id] = _Slot(job, key)
+            else:
+                slots[job.id] = _Slot(job, key, e.attempts, e.retries_used, e.infra_used, e.wake_at)
+            group = groups.get(job.group or job.id)
+            if group is None:
+                groups[job.group or job.id] = {job.id: None}
+            else:
+                group[job.id] = None
+        work = self._work
+        for job, e in pairs:
+            slot = self._link(job, settled_needs)
             if older:
-                self._raise_ancestors(e.job, ranks[e.job.id], fresh)
-        for e in entries:
-            if e.running:
-                self._slots[e.job.id].phase = Phase.RUNNING
+                self._raise_ancestors(job, ranks[job.id], fresh)
+            # Its pending count is final once its own needs are linked: it can be queued now.
+            if e is not None and e.running:
+                slot.phase = Phase.RUNNING
                 self._out_count += 1
-            elif self._slots[e.job.id].pending == 0:
-                self._work.append((e.job.id, None, ""))
+            elif slot.pending == 0:
+                work.append((job.id, None, ""))
         return self._settle_and_start(now)
 
     def handle(self, event: Event, now: float) -> list[Command]:
@@ -231,32 +255,39 @@ class Scheduler:
     # -- adding ----------------------------------------------------------------------------
 
     def _check_new(
-        self, entries: Sequence[Entry], fresh: Mapping[str, Entry], settled: Mapping[str, object]
+        self,
+        pairs: Sequence[tuple[Job, Entry | None]],
+        fresh: Mapping[str, Job],
+        settled: Mapping[str, object],
     ) -> None:
-        if len(fresh) != len(entries):
+        if len(fresh) != len(pairs):
             raise ValueError("a job id appears twice in one add()")
-        for e in entries:
-            if e.job.id in self._slots:
-                raise ValueError(f"{e.job.id}: already queued")
-            for need in e.job.needs:
-                if need not in fresh and need not in self._slots and need not in settled:
-                    raise ValueError(f"{e.job.id}: need {need!r} is neither queued nor settled")
+        slots = self._slots
+        for job, _ in pairs:
+            if job.id in slots:
+                raise ValueError(f"{job.id}: already queued")
+            for need in job.needs:
+                if need not in fresh and need not in slots and need not in settled:
+                    raise ValueError(f"{job.id}: need {need!r} is neither queued nor settled")
 
-    def _batch_ranks(self, fresh: Mapping[str, Entry]) -> dict[str, float]:
+    def _batch_ranks(self, fresh: Mapping[str, Job]) -> dict[str, float]:
         """Upward ranks inside the batch: nothing outside it can need a job not yet added."""
-        needs = {i: [n for n in e.job.needs if n in fresh] for i, e in fresh.items()}
-        return graph.upward_ranks(needs, lambda i: fresh[i].job.duration_hint_s)
+        needs = {i: [n for n in job.needs if n in fresh] for i, job in fresh.items()}
+        return graph.upward_ranks(needs, lambda i: fresh[i].duration_hint_s)
 
-    def _link(self, job: Job, settled: Mapping[str, NeedOutcome]) -> None:
-        slot = self._slots[job.id]
+    def _link(self, job: Job, settled: Mapping[str, NeedOutcome]) -> _Slot:
+        slots = self._slots
+        slot = slots[job.id]
         for need in job.needs:
-            if need in self._slots:
-                self._slots[need].dependents.append(job.id)
+            held = slots.get(need)
+            if held is not None:
+                held.dependents.append(job.id)
                 slot.pending += 1
             else:
                 slot.outcomes[need] = settled[need]
+        return slot
 
-    def _raise_ancestors(self, job: Job, rank: float, fresh: Mapping[str, Entry]) -> None:
+    def _raise_ancestors(self, job: Job, rank: float, fresh: Mapping[str, Job]) -> None:
         """A new dependent may lengthen the critical path of older jobs it needs."""
         stack = [(n, rank) for n in job.needs if n in self._slots and n not in fresh]
         while stack:

@@ -104,6 +104,32 @@ class Unplaceable:
     message: str
 
 
+class _Known:
+    """A job the book holds, everything it keeps about it in one record: one is made for each
+    job added and dropped when the job is forgotten, so a job costs one entry of one dict,
+    not one in each of eight."""
+
+    __slots__ = (
+        "dependents", "end", "ends_known", "expected_s", "job", "key", "needs", "open",
+        "rent_failures", "settled", "worst_end",
+    )  # fmt: skip
+
+    def __init__(
+        self, job: Job, needs: tuple[str, ...], key: Key, expected_s: float | None
+    ) -> None:
+        self.job = job
+        self.needs = needs  # its needs the book holds
+        self.key = key
+        self.expected_s = expected_s  # how long it should run (None: unknown)
+        self.dependents: dict[str, None] = {}  # the jobs needing it, in the order added
+        self.open = 0  # how many of those are not settled yet
+        self.ends_known = 0  # how many of its needs have an expected end
+        self.end: float | None = None  # its expected (or actual) end, once known
+        self.worst_end: float | None = None  # and at the latest
+        self.settled = False
+        self.rent_failures: list[str] = []  # this attempt's failed rents: why
+
+
 @dataclass(slots=True)
 class _Want:
     attempt: int
@@ -135,13 +161,10 @@ class ServerBook:
         self.boot = boot or BootTimes()
         self._market: Market = market or NoMarket()
         self._renting = market is not None
-        self._jobs: dict[str, Job] = {}
-        self._needs: dict[str, tuple[str, ...]] = {}  # each job's needs the book holds
-        self._dependents: dict[str, dict[str, None]] = {}  # in the order they were added
-        self._open_dependents: dict[str, int] = {}  # how many of those are not settled yet
-        self._key: dict[str, Key] = {}
+        # Unsettled jobs, and settled ones a dependent still needs (for their ends and warm
+        # files): forgotten after that.
+        self._jobs: dict[str, _Known] = {}
         self._known_s = dict(durations_s or {})
-        self._expected_s: dict[str, float | None] = {}
         # The scheduler of the same run orders its ready jobs by these: it takes them from here.
         self.ranks: dict[str, float] = {}
         self._waiting: dict[str, _Want] = {}
@@ -156,21 +179,16 @@ class ServerBook:
         self._next_server = itertools.count(1)
         self._on: dict[str, int] = {}  # job -> server it runs on
         self._claims: dict[str, int] = {}  # job -> server meant for it
-        self._end: dict[str, float] = {}  # expected (or actual) end of a job
-        self._worst_end: dict[str, float] = {}
-        self._ends_known: dict[str, int] = {}
         self._eta: dict[str, float] = {}  # unready jobs: when all their needs should be done
         self._due: dict[str, None] = {}  # jobs whose server should be rented ahead now
         self._starved: dict[str, None] = {}  # due, but at the cap: due again when a slot opens
         self._retrying: set[str] = set()  # an attempt ended, the job is not final yet
         self._retry_at: dict[str, float] = {}  # retrying jobs: when the retry is due
-        self._settled: set[str] = set()
         self._excluded: set[str] = set()
         # A queue server tries a failed host again after this long (None: never, in a run):
         # a host that failed once (rented away, a slow sshd) may be fine an hour later.
         self.forgive_after_s: float | None = None
         self._excluded_at: dict[str, float] = {}  # in the order they were excluded
-        self._rent_failures: dict[str, list[str]] = {}  # this attempt's failed rents: why
         self._why: dict[str, str] = {}  # waiting jobs: what they wait for, when known
         # Given back, its final figure not heard yet: quote, cost counted (a queue server runs
         # for months: each goes once its ServerReleased settles it).
@@ -205,30 +223,43 @@ class ServerBook:
         A need the book does not hold is settled already. A job's rank counts its dependents
         in the book: a later batch raises the ranks of the jobs it needs."""
         self._dirty = True
-        older = bool(self._jobs)  # jobs from earlier batches, whose ranks these may raise
+        known = self._jobs
+        older = bool(known)  # jobs from earlier batches, whose ranks these may raise
         fresh = {j.id: j for j in jobs}
-        needs = {j.id: tuple(n for n in j.needs if n in fresh or n in self._jobs) for j in jobs}
-        inside = {i: [n for n in ns if n in fresh] for i, ns in needs.items()}
+        if older:
+            needs = {j.id: tuple(n for n in j.needs if n in fresh or n in known) for j in jobs}
+            inside: Mapping[str, Sequence[str]] = {
+                i: [n for n in ns if n in fresh] for i, ns in needs.items()
+            }
+        else:  # every need the book will hold is in this batch
+            needs = {j.id: tuple(n for n in j.needs if n in fresh) if j.needs else () for j in jobs}
+            inside = needs
         below = graph.dependents_of(inside)
         order = graph.topological_order(inside, below)
         hint = {j.id: j.duration_hint_s for j in jobs}
         self.ranks = rank = graph.upward_ranks(inside, hint.__getitem__, order, below)
+        known_s = self._known_s
         for job in jobs:
-            self._jobs[job.id] = job
-            self._needs[job.id] = needs[job.id]
-            self._dependents[job.id] = {}
-            self._open_dependents[job.id] = 0
-            self._key[job.id] = (-int(job.priority), -rank[job.id], job.index)
-            self._expected_s[job.id] = self._known_s.get(job.id, job.estimate_s)
-        for job in jobs:
-            for need in needs[job.id]:
-                self._dependents[need][job.id] = None
-                self._open_dependents[need] += 1
-            self._ends_known[job.id] = sum(n in self._end for n in needs[job.id])
+            key = (-int(job.priority), -rank[job.id], job.index)
+            known[job.id] = _Known(job, needs[job.id], key, known_s.get(job.id, job.estimate_s))
         if older:
+            for job in jobs:
+                record = known[job.id]
+                for need in record.needs:
+                    held = known[need]
+                    held.dependents[job.id] = None
+                    held.open += 1
+                record.ends_known = sum(known[n].end is not None for n in record.needs)
             self._raise_ancestors(jobs, fresh, rank)
+        else:  # the batch's own dependents, in the same order, and no end is known yet
+            for job_id, children in below.items():
+                if children:
+                    record = known[job_id]
+                    record.dependents = dict.fromkeys(children)
+                    record.open = len(children)
         for job in jobs:
-            if self._ends_known[job.id] == len(needs[job.id]):
+            record = known[job.id]
+            if record.ends_known == len(record.needs):
                 self._needs_known(job.id, now)
 
     def _raise_ancestors(
@@ -237,23 +268,24 @@ class ServerBook:
         """New dependents lengthen the remaining paths of older jobs they need: raise those
         ranks in place, and up through their needs (a work list). A waiting job is queued
         again under its new key, its old entry made stale by a new sequence number."""
-        needs_of, keys, settled, waiting = self._needs, self._key, self._settled, self._waiting
-        stack = [(n, rank[j.id]) for j in jobs for n in needs_of[j.id] if n not in fresh]
+        known, waiting = self._jobs, self._waiting
+        stack = [(n, rank[j.id]) for j in jobs for n in known[j.id].needs if n not in fresh]
         push = stack.append
         while stack:  # a chain submitted a job at a time walks it each time: keep this lean
             job_id, below = stack.pop()
-            if job_id in settled:
+            record = known[job_id]
+            if record.settled:
                 continue  # it wants no server: its rank orders nothing
-            key = keys[job_id]
-            rank_here = self._jobs[job_id].duration_hint_s + below
+            key = record.key
+            rank_here = record.job.duration_hint_s + below
             if rank_here <= -key[1]:
                 continue
-            keys[job_id] = key = (key[0], -rank_here, key[2])
+            record.key = key = (key[0], -rank_here, key[2])
             want = waiting.get(job_id)
             if want is not None:
                 want.seq = next(self._seq)
                 heapq.heappush(self._queue, (key, want.seq, job_id))
-            for need in needs_of[job_id]:
+            for need in record.needs:
                 push((need, rank_here))
 
     def budget_per_day(self, limit_usd: float, spent_today_usd: float, now: float) -> None:
@@ -276,12 +308,13 @@ class ServerBook:
         self._dirty = True
         seq = next(self._seq)
         self._waiting[job_id] = _Want(attempt, timeout_s, seq)
-        heapq.heappush(self._queue, (self._key[job_id], seq, job_id))
+        record = self._jobs[job_id]
+        heapq.heappush(self._queue, (record.key, seq, job_id))
         self._retrying.discard(job_id)
         self._retry_at.pop(job_id, None)
         self._eta.pop(job_id, None)
         self._due.pop(job_id, None)
-        self._rent_failures[job_id] = []
+        record.rent_failures = []
 
     def drop(self, job_id: str) -> int | None:
         """The job no longer wants a server (killed while waiting): the number of the attempt
@@ -320,10 +353,12 @@ class ServerBook:
     def settled(self, job_id: str, now: float) -> None:
         """The job is final: it wants nothing more."""
         self._dirty = True
-        if job_id not in self._settled and job_id in self._needs:
-            for need in self._needs[job_id]:
-                self._open_dependents[need] -= 1
-        self._settled.add(job_id)
+        known = self._jobs
+        record = known.get(job_id)
+        if record is not None and not record.settled:
+            record.settled = True
+            for need in record.needs:
+                known[need].open -= 1
         self._retrying.discard(job_id)
         self._retry_at.pop(job_id, None)
         self._waiting.pop(job_id, None)
@@ -334,26 +369,24 @@ class ServerBook:
             self._unclaim(job_id)
         if self._renting:  # only renting plans with expected ends
             self._set_end(job_id, now, now, now)
-        settled, open_dependents = self._settled, self._open_dependents
-        for done in (job_id, *self._needs.get(job_id, ())):
-            if done in settled and not open_dependents.get(done, 0):
-                self._forget_job(done)
+        if record is None:
+            return
+        if not record.open:
+            self._forget_job(job_id, record)
+        for need in record.needs:
+            held = known.get(need)
+            if held is not None and held.settled and not held.open:
+                self._forget_job(need, held)
 
-    def _forget_job(self, job_id: str) -> None:
+    def _forget_job(self, job_id: str, record: _Known) -> None:
         """A settled job none of whose dependents wants anything more is forgotten: a queue
         that runs for months holds only what may still ask for a server."""
-        if job_id not in self._settled or self._open_dependents.get(job_id, 0):
-            return
-        for need in self._needs[job_id]:  # settled, and now no dependent of anything
-            if need in self._dependents:
-                del self._dependents[need][job_id]
-        del self._jobs[job_id], self._needs[job_id], self._dependents[job_id]
-        del self._open_dependents[job_id]
-        del self._key[job_id], self._expected_s[job_id], self._ends_known[job_id]
-        self._end.pop(job_id, None)
-        self._worst_end.pop(job_id, None)
-        self._rent_failures.pop(job_id, None)
-        self._settled.discard(job_id)
+        known = self._jobs
+        for need in record.needs:  # settled, and now no dependent of anything
+            held = known.get(need)
+            if held is not None:
+                held.dependents.pop(job_id, None)
+        del known[job_id]
 
     def cancel(self, now: float) -> None:
         """Rent nothing more; give back every server no job runs on."""
@@ -499,7 +532,7 @@ class ServerBook:
         return "waiting for a server"
 
     def fits(self, quote: Quote, job_id: str) -> bool:
-        return self._market.fits(quote, self._jobs[job_id].gpu)
+        return self._market.fits(quote, self._jobs[job_id].job.gpu)
 
     @property
     def dirty(self) -> bool:
@@ -601,18 +634,21 @@ class ServerBook:
         """A warm job goes before a better-ranked one of the same user priority unless that
         one's remaining path is longer by more than a tenth of a boot: the files it saves
         copying are worth seconds, a delay on the critical path is not."""
-        priority, rank, _ = self._key[warm]
+        priority, rank, _ = self._jobs[warm].key
         return priority <= best[0] and rank <= best[1] + 0.1 * self.boot.expected_s
 
     def _warm_waiting(self, server: _Server) -> str | None:
         if server.last_job is None:
             return None
-        dependents = self._dependents.get(server.last_job)
-        if not dependents:
+        last = self._jobs.get(server.last_job)
+        if last is None or not last.dependents:
             return None
         waiting, quote = self._waiting, server.quote
-        warm = [d for d in dependents if d in waiting and self.fits(quote, d)]
-        return min(warm, key=self._key.__getitem__, default=None)
+        warm = [d for d in last.dependents if d in waiting and self.fits(quote, d)]
+        return min(warm, key=self._key_of, default=None)
+
+    def _key_of(self, job_id: str) -> Key:
+        return self._jobs[job_id].key
 
     def _usable(self, server: _Server, job_id: str) -> bool:
         """A waiting job fits: it takes this ready server even if another is booting for it."""
@@ -638,7 +674,7 @@ class ServerBook:
         self._on[job_id] = server.id
         self._look.discard(server.id)
         if self._renting:  # only renting plans with expected ends
-            expected = self._expected_s[job_id]
+            expected = self._jobs[job_id].expected_s
             end = now + expected if expected is not None else None
             self._set_end(job_id, end, until, now)
         self._out.append(StartOn(job_id, want.attempt, server.id, want.timeout_s))
@@ -682,8 +718,14 @@ class ServerBook:
         return [
             s
             for s in self._servers.values()
-            if s.job is not None and s.claim is None and self._end.get(s.job, math.inf) <= horizon
+            if s.job is not None and s.claim is None and self._end_of(s.job) <= horizon
         ]
+
+    def _end_of(self, job_id: str) -> float:
+        """When the job should end (infinity: not known)."""
+        record = self._jobs.get(job_id)
+        end = record.end if record is not None else None
+        return end if end is not None else math.inf
 
     def _claim_booting(self, job_id: str) -> bool:
         """Claim a booting server nobody is meant for (one rented ahead for a job that then
@@ -706,7 +748,7 @@ class ServerBook:
         return True
 
     def _rent_now(self, job_id: str, want: _Want, now: float) -> None:
-        job = self._jobs[job_id]
+        job = self._jobs[job_id].job
         quote = self._market.best(job.gpu, self._excluded | self._hosts_held())
         if quote is None:
             if not self._any_fitting_held(job_id):
@@ -752,8 +794,9 @@ class ServerBook:
 
     def _none_left(self, job_id: str, want: _Want) -> None:
         """No offer fits the job (any more): say why, and which hosts failed it before."""
-        why = self._market.why_none(self._jobs[job_id].gpu, self._excluded)
-        tried = self._rent_failures.get(job_id, [])
+        record = self._jobs[job_id]
+        why = self._market.why_none(record.job.gpu, self._excluded)
+        tried = record.rent_failures
         if not tried:
             self._fail(job_id, want, FailureKind.UNAVAILABLE, why)
             return
@@ -794,11 +837,11 @@ class ServerBook:
     def _rent_ahead(self, now: float) -> None:
         """Plan each due job onto a server that will be free for it, or rent one now. At the
         cap, a job that would need a new server waits for a slot to open."""
-        for job_id in sorted(self._due, key=self._key.__getitem__):
+        for job_id in sorted(self._due, key=self._key_of):
             del self._due[job_id]
             if job_id not in self._eta or job_id in self._claims:
                 continue
-            eta = max((self._end[n] for n in self._needs[job_id]), default=now)
+            eta = self._needs_end(job_id, now)
             self._eta[job_id] = eta
             start_at = eta - self.boot.expected_s
             if start_at > now + _EPS_S:  # its needs are later than first thought
@@ -818,15 +861,12 @@ class ServerBook:
                 continue
             if server.claim is None:
                 ahead_of_it = server.job
-            elif server.after is None and server.claim in self._end:
+            elif server.after is None and self._end_of(server.claim) < math.inf:
                 ahead_of_it = server.claim
             else:
                 continue
             if ahead_of_it is not None:
-                free_by, worst_free = (
-                    self._end.get(ahead_of_it, math.inf),
-                    self._worst_end[ahead_of_it],
-                )
+                free_by, worst_free = self._end_of(ahead_of_it), self._worst_of(ahead_of_it)
             elif server.ready_at is None:
                 free_by = server.since + self.boot.expected_s
                 worst_free = server.since + self.boot.allowance_s
@@ -845,18 +885,19 @@ class ServerBook:
 
     def _plan_end(self, job_id: str, start: float, worst_start: float, now: float) -> None:
         """The job should start at `start` (at worst `worst_start`): record its end."""
-        job = self._jobs[job_id]
-        worst_ready = max((self._worst_end[n] for n in self._needs[job_id]), default=now)
-        worst = max(worst_ready, worst_start) + job.timeout_s + AFTER_SCRIPT_S
-        expected = self._expected_s[job_id]
+        record = self._jobs[job_id]
+        worst_ready = max((self._worst_of(n) for n in record.needs), default=now)
+        worst = max(worst_ready, worst_start) + record.job.timeout_s + AFTER_SCRIPT_S
+        expected = record.expected_s
         self._set_end(job_id, start + expected if expected is not None else None, worst, now)
 
     def _rent_ahead_for(self, job_id: str, eta: float, now: float) -> None:
-        job = self._jobs[job_id]
+        record = self._jobs[job_id]
+        job = record.job
         quote = self._market.best(job.gpu, self._excluded | self._hosts_held())
         if quote is None:
             return  # it rents (or fails) when it is ready
-        worst_ready = max((self._worst_end[n] for n in self._needs[job_id]), default=now)
+        worst_ready = max((self._worst_of(n) for n in record.needs), default=now)
         wait_s = max(self.boot.allowance_s, worst_ready - now)
         hold_s = wait_s + job.timeout_s + AFTER_SCRIPT_S
         cost = rental_cost_usd(quote.usd_per_hour, hold_s, quote.creation_fee_usd)
@@ -875,24 +916,47 @@ class ServerBook:
         plans with them: a book of fixed hosts keeps none."""
         if not self._renting:
             return
-        self._worst_end[job_id] = max(worst, self._worst_end.get(job_id, worst))
+        known = self._jobs
+        record = known[job_id]
+        if record.worst_end is None or worst > record.worst_end:
+            record.worst_end = worst
         if end is None:
             return
-        first = job_id not in self._end
-        self._end[job_id] = end
+        first = record.end is None
+        record.end = end
         if not first:
             return
-        for child in self._dependents[job_id]:
-            self._ends_known[child] += 1
-            if self._ends_known[child] == len(self._needs[child]):
+        for child in record.dependents:
+            held = known[child]
+            held.ends_known += 1
+            if held.ends_known == len(held.needs):
                 self._needs_known(child, now)
+
+    def _worst_of(self, job_id: str) -> float:
+        worst = self._jobs[job_id].worst_end
+        if worst is None:  # every job planned with has one: its start recorded it
+            raise KeyError(job_id)
+        return worst
+
+    def _needs_end(self, job_id: str, now: float) -> float:
+        """When the job's needs should all be done (now, when it has none)."""
+        known = self._jobs
+        latest: float | None = None
+        for need in known[job_id].needs:
+            end = known[need].end
+            if end is None:  # every need has an end once this is asked: its start set it
+                raise KeyError(need)
+            if latest is None or end > latest:
+                latest = end
+        return now if latest is None else latest
 
     def _needs_known(self, job_id: str, now: float) -> None:
         """Every need has an expected end: the job can be planned for."""
-        if job_id in self._settled or job_id in self._waiting or job_id in self._on:
+        record = self._jobs[job_id]
+        if record.settled or job_id in self._waiting or job_id in self._on:
             return
-        needs = self._needs[job_id]
-        eta = max((self._end[n] for n in needs), default=now)
+        needs = record.needs
+        eta = self._needs_end(job_id, now)
         self._eta[job_id] = eta
         if self.provisioning is not Provisioning.AHEAD or not self._renting or not needs:
             return
@@ -1002,7 +1066,7 @@ class ServerBook:
         for other in self._servers.values():
             if other is besides or other.claim not in (None, job_id):
                 continue
-            free_by = self._end.get(other.job, math.inf) if other.job is not None else 0.0
+            free_by = self._end_of(other.job) if other.job is not None else 0.0
             if free_by <= eta + _EPS_S and self.fits(other.quote, job_id):
                 return True
         return False
@@ -1064,8 +1128,9 @@ class ServerBook:
         if event.job_cannot_run:
             self._fail(job_id, want, FailureKind.UNAVAILABLE, event.reason)
             return
-        self._rent_failures[job_id].append(event.reason)
-        if len(self._rent_failures[job_id]) >= MAX_OFFERS_PER_ATTEMPT:
+        tried = self._jobs[job_id].rent_failures
+        tried.append(event.reason)
+        if len(tried) >= MAX_OFFERS_PER_ATTEMPT:
             message = f"{MAX_OFFERS_PER_ATTEMPT} offers failed to start; last: {event.reason}"
             self._fail(job_id, want, FailureKind.PROVISIONING_FAILED, message)
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from runner import redact
 
-# The builders (jinja2, the XML writer) load when reports are written, not for every command
+# The builders (the XML writer, the timeline) load when reports are written, not for every command
 # that only needs a path or load_summary.
 if TYPE_CHECKING:
     from runner.core.model import RunRecord

@@ -3,7 +3,6 @@ backend) or as a `clore-run serve` subprocess (for restarts)."""
 
 from __future__ import annotations
 
-import os
 import re
 import secrets
 import signal
@@ -28,6 +27,7 @@ from runner.clock import SYSTEM_CLOCK, Clock
 from runner.serve.app import create_app
 from runner.serve.service import Service, ServiceOptions
 from runner.serve.store import Store
+from tests.processes import marked_env
 
 TOKEN = "t-" + secrets.token_urlsafe(24)
 FINAL = {"passed", "failed", "timed_out", "error", "skipped", "cancelled"}
@@ -191,7 +191,7 @@ def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
         [sys.executable, "-c", _ENTRY, *args],
         capture_output=True,
         text=True,
-        env={**os.environ, **(env or {})},
+        env=marked_env(env),
         timeout=60,
     )
 
@@ -220,7 +220,7 @@ def start_serves(
             stdout=subprocess.PIPE,
             stderr=err,
             text=True,
-            env={**os.environ, **(env or {}), "CLORE_RUN_TOKEN": token},
+            env=marked_env({**(env or {}), "CLORE_RUN_TOKEN": token}),
         )
         for err in errors
     ]
