@@ -57,7 +57,8 @@ from runner.core.simulate_market import MarketModel, ServersResult, simulate_ser
 from runner.ledger import Ledger
 from runner.run_command import RunOptions, execute
 from runner.spec.loader import load_pipeline, parse_pipeline
-from tests.fakes.clore_api import SAMPLE_SERVERS, FakeClock, FakeClore
+from tests.fakes.clore_api import SAMPLE_SERVERS, FakeClore
+from tests.fakes.fake_clock import FakeClock
 from tests.fakes.fast_clock import SPEED, FastClock
 from tests.sshd_fixture import start_sshd
 

@@ -31,7 +31,8 @@ from werkzeug.serving import WSGIRequestHandler
 from runner.stores.pg_ledger import PostgresLedger
 from runner.stores.pg_pools import PostgresPools
 from runner.stores.reaper import reap
-from tests.fakes.clore_api import START_UNIX, FakeClock, FakeClore
+from tests.fakes.clore_api import FakeClore
+from tests.fakes.fake_clock import START_UNIX, FakeClock
 from tests.pg_fixture import PgCluster, start_cluster
 from tests.stores.test_pool_processes import Worker
 

@@ -11,7 +11,6 @@ import os
 import shutil
 import signal
 import sys
-import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -24,10 +23,9 @@ from runner.clock import SYSTEM_CLOCK, Clock
 from runner.console import Console
 from runner.core import graph
 from runner.core.model import WORKSPACE_ALL, Job, Pipeline, RunRecord, RunStatus
-from runner.core.predict import past_durations
 from runner.core.retry import backoff_s
 from runner.errors import UsageError
-from runner.pipeline_run import PipelineRun, RunSettings
+from runner.pipeline_run import PipelineRun, RunSettings, new_run_id
 from runner.report import github_actions, load_summary, write_reports
 from runner.spec.diagnostics import Diagnostic, SpecError, did_you_mean
 from runner.workspace import Workspace, workspace_files
@@ -51,7 +49,7 @@ class RunOptions:
     workspace_root: Path | None = None  # default: the current directory
     baseline: dict[str, Any] | None = None
     backoff: Callable[[int], float] = backoff_s
-    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    run_id: str = field(default_factory=new_run_id)
     clock: Clock = SYSTEM_CLOCK  # the run's timers and times (tests: their backend's clock)
 
 
@@ -200,7 +198,7 @@ def execute(
                 run_id=options.run_id,
                 backoff=options.backoff,
                 # Rent-ahead plans with how long each job took in the baseline run, if any.
-                durations_s=past_durations(options.baseline) if options.baseline else {},
+                durations_s=_baseline_durations(options.baseline),
             ),
             console,
             options.clock,
@@ -218,6 +216,16 @@ def execute(
         console.notice(f"warning: {warning}")
     _final_report(console, paths.summary_json, options.out_dir)
     return record, EXIT_CODES[record.status]
+
+
+def _baseline_durations(baseline: dict[str, Any] | None) -> dict[str, float]:
+    """Seconds each job took in the baseline run. The predictor (and the market simulation it
+    imports) loads only when there is a baseline: without one, a run does not need it."""
+    if not baseline:
+        return {}
+    from runner.core.predict import past_durations
+
+    return past_durations(baseline)
 
 
 GIVING_BACK = (

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from runner import redact
+from tests.processes import LAUNCHES, kill_marked
 
 pytest_plugins: list[str] = ["tests.fakes.clore_api", "tests.sshd_fixture", "tests.pg_fixture"]
 
@@ -18,3 +19,20 @@ def _no_secrets_from_earlier_tests() -> Iterator[None]:
     redact.forget_all()
     yield
     redact.forget_all()
+
+
+@pytest.fixture(autouse=True)
+def _no_process_outlives_its_test() -> Iterator[None]:
+    """A serve, pool worker or helper a test started (with tests.processes.marked_env) and left
+    running is killed after the test (its other fixtures torn down first: this one is set up
+    before them), and the test fails naming it."""
+    LAUNCHES.begin()
+    yield
+    left = LAUNCHES.end()
+    if left:
+        pytest.fail("left running after the test (killed now):\n" + "\n".join(left))
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """What a module's or the session's fixtures started with the mark, when all is done."""
+    kill_marked(LAUNCHES.session)

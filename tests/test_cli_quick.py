@@ -165,6 +165,40 @@ def test_the_quick_commands_load_neither_typer_nor_a_backend(args: list[str], lo
         assert "importlib.metadata" not in modules
 
 
+RUN_PROBE = textwrap.dedent(
+    """
+    import sys
+    from runner.launch import main
+    try:
+        main()
+    except SystemExit as exit:
+        unused = ("typer", "rich", "click", "requests", "paramiko", "jinja2", "pydantic",
+                  "runner.core.simulate_market", "runner.core.predict", "runner.plan")
+        print(exit.code, *sorted(m for m in unused if m in sys.modules), file=sys.stderr)
+    """
+)
+
+
+def test_a_local_run_loads_no_module_it_does_not_use(tmp_path: Path) -> None:
+    """`run --backend local` of short jobs is mostly start-up: jinja2 (summary.md is written
+    without it), the rent-ahead predictor and its market simulation (only with a baseline),
+    the plan (only for --dry-run), Typer and the remote backends' libraries stay out."""
+    (tmp_path / "p.yml").write_text("jobs:\n  a: {run: 'true', workspace: false}\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("CLORE_API_KEY", "GITHUB_ACTIONS")}
+    done = subprocess.run(
+        [sys.executable, "-c", RUN_PROBE, "run", "p.yml", "--backend", "local", "--out", "out"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**env, "PYTHONPATH": str(ROOT)},
+        timeout=60,
+        check=False,
+    )
+    code, *loaded = done.stderr.split()
+    assert (code, loaded) == ("0", []), done.stderr
+    assert "passed" in (tmp_path / "out" / "summary.md").read_text(encoding="utf-8")
+
+
 def test_a_closed_pipe_exits_1_on_both_paths(tmp_path: Path) -> None:
     """`clore-run validate … | head -0`: Typer exits 1 on a broken pipe; so does the quick path."""
     codes = []

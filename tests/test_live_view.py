@@ -18,22 +18,7 @@ from runner.console import Console
 from runner.core.model import Attempt, FailureKind, Job, JobResult, JobStatus
 from runner.run_command import RunOptions, execute
 from runner.spec.loader import parse_pipeline
-
-
-class FakeClock:
-    """Unix time that moves only when a test moves `unix`."""
-
-    def __init__(self, unix: float = 1_000_000.0) -> None:
-        self.unix = unix
-
-    def time(self) -> float:
-        return self.unix
-
-    def now(self) -> float:
-        return self.unix
-
-    def sleep(self, seconds: float) -> None:
-        self.unix += seconds
+from tests.fakes.fake_clock import FakeClock
 
 
 class FakeTty(io.StringIO):

@@ -14,7 +14,8 @@ from runner.core.model import Job, JobStatus, Pipeline
 from runner.run_command import RunOptions, execute
 from runner.serve.submit import Prepared
 from runner.spec.loader import parse_pipeline
-from tests.serve.harness import FINAL, FakeClock, thread_server, wait_until
+from tests.fakes.fake_clock import FakeClock
+from tests.serve.harness import FINAL, thread_server, wait_until
 
 # R fails; A handles it (failure()); B needs A (success(): false, an ancestor failed); C is a
 # failure() job below B, and its ancestor R failed, so it runs. GitHub documents failure() as

@@ -407,3 +407,43 @@ def test_a_reason_with_line_breaks_prints_on_one_line() -> None:
     )
     zw = "\u200b"  # breaks `::` so that no reader takes it for a workflow command
     assert out.getvalue() == f"[a] error: ssh failed :{zw}:add-mask:{zw}:x :{zw}:error:{zw}:boom\n"
+
+
+def test_a_directory_is_handed_on_only_when_left_empty_and_as_made(tmp_path: Path) -> None:
+    """An empty job directory is renamed for the next job (removing one is slow on some
+    disks); one with files left, its mode changed or a link put in its place never is."""
+    backend = LocalBackend(root=tmp_path)
+    cancel = threading.Event()
+
+    def place(name: str) -> Path:
+        return Path(backend.acquire(Job(id=name, name=name, run=""), cancel).facts["workdir"])
+
+    def release(workdir: Path) -> None:
+        backend.release(Place(name="localhost", facts={"workdir": str(workdir)}))
+
+    try:
+        first = place("a")
+        inode = first.stat().st_ino
+        release(first)
+        second = place("b")
+        assert second.name.startswith("b-") and not first.exists()
+        assert second.stat().st_ino == inode and not any(second.iterdir())  # handed on, empty
+        (second / "left.txt").write_text("x")
+        release(second)
+        assert not second.exists()
+        third = place("c")
+        assert not any(third.iterdir())  # what was left went with its directory
+        mode = third.stat().st_mode
+        third.chmod(0o500)
+        release(third)
+        fourth = place("d")
+        assert fourth.stat().st_mode == mode  # a directory of another mode is not handed on
+        fourth.rmdir()
+        fourth.symlink_to(tmp_path)  # a link in its place: never handed on, never followed
+        release(fourth)
+        fifth = place("e")
+        assert fifth.is_dir() and not fifth.is_symlink() and not any(fifth.iterdir())
+        assert tmp_path.is_dir()
+    finally:
+        backend.shutdown()
+    assert [p.name for p in tmp_path.iterdir()] == []

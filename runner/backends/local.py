@@ -3,6 +3,13 @@
 Each attempt runs as `bash --noprofile --norc -eo pipefail SCRIPT` (the GitHub Actions default
 shell) in a fresh directory holding a copy of the workspace, in its own process group so that a
 timeout or cancel kills background children too. Both output streams are read concurrently.
+
+A job that leaves its directory empty, as it found it, hands the directory on to the next job
+(renamed): removing an empty directory costs milliseconds of waiting on some filesystems (ext4
+mounted with `discard`), more than running a short job, while a rename costs microseconds. Only
+the directory made for the job qualifies (same inode, mode and owner, not a link put in its
+place); its process group is killed before, so only a process that left the group on purpose
+(setsid) could still be in it.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ import os
 import selectors
 import shutil
 import signal
+import stat
 import subprocess
 import tempfile
 import threading
@@ -52,10 +60,17 @@ class LocalBackend(FixedServers):
     def __init__(self, root: Path | None = None, clock: Clock = SYSTEM_CLOCK) -> None:
         self._parent = root
         self._clock = clock  # what a job's timeout reads
-        self._folders: tuple[Path, Path] | None = None  # made at the first job, not before
+        # The job folders' root and the scripts' folder, made at the first job, not before.
+        # Paths are str on the way of every job: pathlib's objects cost more than the syscalls.
+        self._folders: tuple[str, str] | None = None
         self._env: dict[bytes, bytes] = {}  # taken with the folders, given back with them
         self._lock = threading.Lock()
         self._serial = 0
+        # Empty directories a finished job left as it found them, for the next jobs; and what
+        # each job directory was when it was made (device, inode, mode, owner), to tell.
+        self._spare: list[str] = []
+        self._made: dict[str, tuple[int, int, int, int, int]] = {}
+        self._bash: dict[bytes | None, str | None] = {}  # bash's path, by the jobs' PATH
 
     def capacity(self) -> int | None:
         return None
@@ -63,15 +78,31 @@ class LocalBackend(FixedServers):
     def acquire(self, job: Job, cancel: threading.Event, stages: StageSink = NO_STAGES) -> Place:
         with self._lock:
             if self._folders is None:
-                root = Path(tempfile.mkdtemp(prefix="clore-run-", dir=self._parent))
-                self._folders = (root, _scripts_folder(root))
+                root = tempfile.mkdtemp(prefix="clore-run-", dir=self._parent)
+                self._folders = (root, str(_scripts_folder(Path(root))))
                 self._env = _job_environment(os.environ)
             self._serial += 1
             serial = self._serial
             root = self._folders[0]
-        workdir = root / f"{job.id}-{serial}"
-        workdir.mkdir()
-        return Place(name="localhost", facts={"workdir": str(workdir)})
+            spare = self._spare.pop() if self._spare else None
+        workdir = os.path.join(root, f"{job.id}-{serial}")
+        self._make(workdir, spare)
+        return Place(name="localhost", facts={"workdir": workdir})
+
+    def _make(self, workdir: str, spare: str | None) -> None:
+        """`workdir`, empty: a spare renamed, or a new directory."""
+        if spare is not None:
+            renamed = _renamed(spare, workdir)
+            with self._lock:
+                made = self._made.pop(spare)
+                if renamed:
+                    self._made[workdir] = made
+                    return
+        # No spare, or it is gone (a process that outlived its job removed it): a new one.
+        os.mkdir(workdir)
+        made = _identity(os.lstat(workdir))
+        with self._lock:
+            self._made[workdir] = made
 
     def run(
         self,
@@ -81,30 +112,40 @@ class LocalBackend(FixedServers):
         cancel: threading.Event,
         stages: StageSink = NO_STAGES,
     ) -> RunOutcome:
-        workdir = Path(place.facts["workdir"])
+        workdir = place.facts["workdir"]
         if request.workspace_root is not None:
             stages.stage("uploading", "copying the workspace")
-            copy_workspace(request.workspace_root, request.workspace_files, workdir)
+            copy_workspace(request.workspace_root, request.workspace_files, Path(workdir))
             stages.stage("running")
         # Not in the workdir: the job's folder holds only the workspace and its output.
         script = self._script_path(workdir)
-        script.write_text(request.job.run, encoding="utf-8")
+        _write_new(script, request.job.run.encode("utf-8"))
         env = self._env | {os.fsencode(k): os.fsencode(v) for k, v in request.env.items()}
         outcome = _run_process(
-            ["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)],
+            ["bash", "--noprofile", "--norc", "-eo", "pipefail", script],
             workdir,
             env,
             sink,
             cancel,
             request.timeout_s,
             self._clock,
+            self._bash_for(env),
         )
         if request.job.artifacts or request.job.junit:
             stages.stage("fetching")
-        warnings = collect_artifacts(workdir, request.job, request.artifacts_dir)
-        for warning in warnings:
-            sink.write("stderr", f"clore-run: {warning}\n".encode())
+            warnings = collect_artifacts(Path(workdir), request.job, request.artifacts_dir)
+            for warning in warnings:
+                sink.write("stderr", f"clore-run: {warning}\n".encode())
         return outcome
+
+    def _bash_for(self, env: Mapping[bytes, bytes]) -> str | None:
+        """Where `bash` is on the job's PATH, looked up once per PATH: Popen searched every
+        directory of it for each job. None: not found (Popen's own search then says why)."""
+        path = env.get(b"PATH")
+        if path not in self._bash:
+            where = None if path is None else os.fsdecode(path)
+            self._bash[path] = shutil.which("bash", path=where or os.defpath)
+        return self._bash[path]
 
     # -- the core's adapter (`clore-run run`): `cap` slots on this machine --------------------
 
@@ -123,23 +164,31 @@ class LocalBackend(FixedServers):
         return False  # this machine is not lost while clore-run runs on it
 
     def release(self, place: Place) -> None:
-        workdir = Path(place.facts["workdir"])
-        try:
-            workdir.rmdir()  # most short jobs leave nothing: one syscall instead of a tree walk
-        except OSError:
-            shutil.rmtree(workdir, ignore_errors=True)
-        self._script_path(workdir).unlink(missing_ok=True)
+        workdir = place.facts["workdir"]
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self._script_path(workdir))
+        with self._lock:
+            made = self._made.pop(workdir, None)
+        parent, name = os.path.split(workdir)
+        spare = os.path.join(parent, f".spare-{name}")
+        if made is not None and _as_made(workdir, made) and _renamed(workdir, spare):
+            with self._lock:
+                self._made[spare] = made
+                self._spare.append(spare)
+            return
+        shutil.rmtree(workdir, ignore_errors=True)
 
     def shutdown(self) -> None:
         with self._lock:
             folders, self._folders = self._folders, None
             self._env = {}
+            self._spare, self._made = [], {}
         for folder in folders or ():
             shutil.rmtree(folder, ignore_errors=True)
 
-    def _script_path(self, workdir: Path) -> Path:
+    def _script_path(self, workdir: str) -> str:
         assert self._folders is not None  # made by the acquire that made `workdir`
-        return self._folders[1] / f"{workdir.name}.sh"
+        return os.path.join(self._folders[1], f"{os.path.basename(workdir)}.sh")
 
 
 def _job_environment(environ: Mapping[str, str]) -> dict[bytes, bytes]:
@@ -147,6 +196,41 @@ def _job_environment(environ: Mapping[str, str]) -> dict[bytes, bytes]:
     encoded as `Popen` would encode it: copying and encoding this process's environment for
     each job was a tenth of what a short job cost clore-run."""
     return {os.fsencode(k): os.fsencode(v) for k, v in environ.items() if k not in _NOT_FOR_JOBS}
+
+
+def _identity(st: os.stat_result) -> tuple[int, int, int, int, int]:
+    return (st.st_dev, st.st_ino, st.st_mode, st.st_uid, st.st_gid)
+
+
+def _as_made(workdir: str, made: tuple[int, int, int, int, int]) -> bool:
+    """`workdir` is the directory made for the job (not one put in its place, not a link),
+    with its mode and owner unchanged, and empty: the next job may have it as new."""
+    try:
+        if _identity(os.lstat(workdir)) != made or not stat.S_ISDIR(made[2]):
+            return False
+        with os.scandir(workdir) as entries:
+            return next(entries, None) is None
+    except OSError:
+        return False
+
+
+def _renamed(source: str, target: str) -> bool:
+    try:
+        os.rename(source, target)
+    except OSError:
+        return False
+    return True
+
+
+def _write_new(path: str, data: bytes) -> None:
+    """`data` in a new file at `path` (mode 0666 less the umask, as open() makes it)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
 
 
 def _scripts_folder(root: Path) -> Path:
@@ -166,16 +250,18 @@ def _scripts_folder(root: Path) -> Path:
 
 def _run_process(
     argv: list[str],
-    cwd: Path,
+    cwd: str | Path,
     env: Mapping[bytes, bytes],
     sink: OutputSink,
     cancel: threading.Event,
     timeout_s: float,
     clock: Clock = SYSTEM_CLOCK,
+    executable: str | None = None,
 ) -> RunOutcome:
     try:
         proc = subprocess.Popen(
             argv,
+            executable=executable,  # argv[0] stays what it was: `bash`
             cwd=cwd,
             env=env,
             stdin=subprocess.DEVNULL,

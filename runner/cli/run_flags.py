@@ -47,15 +47,15 @@ class RunFlags:
 def run_with(flags: RunFlags, echo: Echo) -> int:
     """Load, check the flags, run on the chosen backend: the exit code."""
     from runner.cli.quick import show_warnings
-    from runner.plan import build_plan, render_plan
     from runner.run_command import RunOptions, execute, select_jobs
     from runner.spec.limits import MAX_CONCURRENCY
     from runner.spec.loader import load_pipeline
-    from runner.stores.target import coordinator_from, ledger_target
 
     loaded = load_pipeline(flags.pipeline)
     show_warnings(loaded, echo)
     if flags.dry_run:
+        from runner.plan import build_plan, render_plan
+
         echo(render_plan(build_plan(select_jobs(loaded, flags.job))))
         return 0
     chosen = flags.backend or (BackendName.clore if os.environ.get("CLORE_API_KEY") else None)
@@ -92,6 +92,7 @@ def run_with(flags: RunFlags, echo: Echo) -> int:
     if chosen is BackendName.clore:
         from runner.backends.clore.factory import clore_backend
         from runner.ledger import DEFAULT_PATH as DEFAULT_LEDGER
+        from runner.stores.target import coordinator_from, ledger_target
 
         shared = coordinator_from(flags.coordinator)
         where = ledger_target(flags.ledger, shared, DEFAULT_LEDGER)

@@ -58,7 +58,11 @@ def serve(
     ] = 3,
     daily_spend_limit: Annotated[
         float | None,
-        typer.Option(min=0.0, help="USD per UTC day; no job starts once it is spent."),
+        typer.Option(
+            min=0.0,
+            help="USD per UTC day; no job starts once it is spent (a SQLite --db: N instances "
+            "on PostgreSQL share a per-day --pool instead).",
+        ),
     ] = None,
     ssh_host: Annotated[
         list[str] | None, typer.Option("--ssh-host", help="--backend ssh: USER@HOST[:PORT].")
@@ -109,6 +113,8 @@ def serve(
             f"--pool {pool}: the queue (--db) and the pool (--coordinator) must be one database",
             hint="leave --db out (the queue goes on the coordinator) or pass the same URL",
         )
+    if daily_spend_limit is not None and isinstance(where, str):
+        raise _per_instance_limit(daily_spend_limit, backend, pool)
     rentals = ledger_target(ledger, shared, Path(".clore-run/ledger.db"))
     choice = BackendChoice(
         backend.value, tuple(ssh_host or ()), identity, rentals, pool=pool, coordinator=shared
@@ -117,6 +123,30 @@ def serve(
         ServeOptions(
             host, port, where, choice, concurrency, daily_spend_limit, data_dir, lease_ttl
         ),
+    )
+
+
+def _per_instance_limit(limit_usd: float, backend: ServeBackend, pool: str | None) -> UsageError:
+    """A daily limit on a shared queue would be each instance's own: every one reserves its
+    rentals' worst cases against the whole limit, so N instances could commit N times it. The
+    day's budget that N instances share is a per-day pool's, reserved under the pool's lock."""
+    what = (
+        f"--daily-spend-limit {limit_usd:g}: on a shared (PostgreSQL) queue each instance "
+        f"would hold it for itself, so N instances could spend N times it in a day"
+    )
+    if backend is not ServeBackend.clore:
+        return UsageError(what, hint=f"{backend.value} jobs rent nothing: leave it out")
+    if pool is not None:
+        return UsageError(
+            what,
+            hint=f"leave it out: pool {pool}'s budget is what every instance shares (to make "
+            f"it a day's: clore-run pool set {pool} --budget {limit_usd:g} --per-day)",
+        )
+    return UsageError(
+        what,
+        hint=f"share a per-day budget pool instead: clore-run pool create NAME --budget "
+        f"{limit_usd:g} --per-day --max-servers N --coordinator URL, then start every instance "
+        "with --pool NAME and --coordinator set to the queue's URL, without --daily-spend-limit",
     )
 
 

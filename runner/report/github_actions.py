@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from runner import redact
+from runner.report.markdown import cut_markdown
 from runner.untrusted import console_line
 
 # Every command passes through mask_secrets and, on a bad pipeline, annotate_spec_error: what
@@ -253,8 +254,6 @@ def append_step_summary(path: Path, markdown: str, limit: int = STEP_SUMMARY_LIM
     room = max(0, limit - used - _SUMMARY_MARGIN)
     note = "\n_Cut to fit the 1 MiB step-summary limit: the full summary.md is in the output._\n"
     markdown = redact.text(markdown)
-    from runner.report.markdown import cut_markdown  # jinja2: only when a summary is cut
-
     text = cut_markdown(markdown, room, _utf8_len, note)
     if _utf8_len(text) > room:  # not even the note fits: write nothing rather than break it
         return True

@@ -1,24 +1,19 @@
-"""`summary.md`: the summary dict rendered with the package's jinja2 template, and a clean cut.
+"""`summary.md`: the summary dict rendered as Markdown, and a clean cut.
 
-The template only sees the summary dict, so `clore-run comment SUMMARY.json` renders the same
-Markdown later from the JSON file alone.
+It reads the summary dict alone, so `clore-run comment SUMMARY.json` renders the same Markdown
+later from the JSON file. Written in Python rather than as a jinja2 template: importing jinja2
+took longer than writing every other report of a run of 200 short jobs.
 """
 
 from __future__ import annotations
 
-import hashlib
 import html
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-import jinja2
-
 from runner import untrusted
-from runner.report.mermaid import gantt
-from runner.report.timeline import build_timeline, records_from_summary
 
 _ICONS = {
     "passed": "✅",
@@ -32,73 +27,152 @@ _ICONS = {
 _CELL_LIMIT = 200
 _BACKTICKS = re.compile(r"`{3,}")
 _FENCE = re.compile(r"^\s{0,3}(`{3,}|~{3,})")
+MAX_FAILED_TESTS = 100  # listed; the rest are in junit.xml
+MAX_FAILED_LOGS = 20
+_COUNTED = ("passed", "failed", "timed_out", "error", "skipped", "cancelled")
 
 
-TEMPLATES = Path(__file__).parent / "templates"
-# summary.md.j2 compiled to Python by jinja2 (`write_compiled_templates`), shipped beside it:
-# compiling it took longer than writing every other report of a 200-job run. Used only while
-# the stamp says it was made from this very template by this version of jinja2; otherwise the
-# template is compiled from its source, as before.
-COMPILED = TEMPLATES / "compiled"
-_STAMP = COMPILED / "stamp.txt"
-_TEMPLATE = "summary.md.j2"
+def render_markdown(s: Mapping[str, Any]) -> str:
+    """Render `summary.md` from a summary dict (schema 1). Every value from a job or a test
+    goes through `cell` (one line, `|` and `<` escaped), `remote` (text a server could have
+    written), or `html_text` inside an HTML element."""
+    cmp = s["comparison"]
+    parts = [_headline(s, cmp), _jobs_table(s, cmp), _failed_tests(s), _failed_logs(s)]
+    if s["warnings"]:
+        parts.append("\n### Warnings\n\n")
+        parts.extend(f"- {cell(w, 500)}\n" for w in s["warnings"])
+    chart = summary_gantt(s)
+    if chart:
+        parts.append(f"\n### Timeline\n\n```mermaid\n{chart}```\n")
+    parts.append(f"\n{_footer(s, cmp)}\n")
+    return "".join(parts)
 
 
-def render_markdown(summary: Mapping[str, Any]) -> str:
-    """Render `summary.md` from a summary dict (schema 1)."""
-    return _environment().get_template(_TEMPLATE).render(s=summary)
+def _headline(s: Mapping[str, Any], cmp: Any) -> str:
+    jobs, by, tests = len(s["jobs"]), s["jobs_by_status"], s["tests"]
+    counted = [status for status in _COUNTED if by.get(status)]
+    text = f"## {icon(s['status'])} {cell(s['pipeline']['name'])}: {s['status']}\n\n"
+    text += f"**{jobs} job{_plural(jobs)}**"
+    if counted:
+        text += ":" + ",".join(f" {by[status]} {human(status)}" for status in counted)
+    text += "\n"
+    if tests["total"]:
+        text += f" · **tests**: {tests['passed']} passed"
+        for key, word in (("failures", "failed"), ("errors", "errored"), ("skipped", "skipped")):
+            if tests[key]:
+                text += f", {tests[key]} {word}"
+        if tests["flaky_jobs"]:
+            text += f", {tests['flaky_jobs']} flaky job{_plural(tests['flaky_jobs'])}"
+        text += "\n"
+    text += f" · **cost**: {money(s['total_cost_usd'])}"
+    if s["budget_usd"]:
+        text += f" ({s['budget_used_pct']}% of the {rate(s['budget_usd'])} budget)"
+    text += f" · **time**: {duration(s['duration_s'])} · **backend**: {cell(s['backend'])}\n"
+    if cmp:
+        total = cmp["total"]
+        text += (
+            f"\n**{pct(total['cost_delta_pct'])} GPU cost vs {cell(cmp['label'])}** "
+            f"({money(total['cost_usd'])} vs {money(total['baseline_cost_usd'])}), "
+            f"**{pct(total['duration_delta_pct'])} time** ({duration(total['duration_s'])} vs "
+            f"{duration(total['baseline_duration_s'])})\n"
+        )
+    return text + "\n"
 
 
-def write_compiled_templates(target: Path = COMPILED) -> None:
-    """Compile the template into `target` with its stamp. Run after changing the template or
-    jinja2 (tests/report/test_summary.py says so when the shipped one is stale)."""
-    target.mkdir(parents=True, exist_ok=True)
-    for old in target.glob("tmpl_*.py"):
-        old.unlink()
-    _environment(compiled=False).compile_templates(
-        str(target), zip=None, filter_func=lambda name: name == _TEMPLATE, ignore_errors=False
-    )
-    (target / _STAMP.name).write_text(_stamp() + "\n", encoding="utf-8")
+def _plural(count: object) -> str:
+    return "s" if count != 1 else ""
 
 
-def compiled_is_current(target: Path = COMPILED) -> bool:
-    try:
-        return (target / _STAMP.name).read_text(encoding="utf-8").strip() == _stamp()
-    except OSError:
-        return False
+def _jobs_table(s: Mapping[str, Any], cmp: Any) -> str:
+    deltas = {j["id"]: j for j in cmp["jobs"]} if cmp else {}
+    rows = [
+        "| Job | Status | GPU | Server | Time | $/h | Cost | Attempts |"
+        + (" Δ cost | Δ time |" if cmp else "")
+        + " Note |\n",
+        "|---|---|---|---|--:|--:|--:|--:|" + ("--:|--:|" if cmp else "") + "---|\n",
+    ]
+    for j in s["jobs"]:
+        status = f"{icon(j['status'])} {human(j['status'])}"
+        if j["allowed_failure"]:
+            status += " (allowed)"
+        elif j["flaky"]:
+            status += " (flaky)"
+        server = remote(j["host"].get("server_id") or j["server"]) or "–"
+        row = (
+            f"| {cell(j['name'])} | {status} | {remote(j['gpu']) or '–'} | {server} | "
+            f"{duration(j['duration_s'])} | {rate(j['usd_per_hour'])} | {money(j['cost_usd'])} "
+            f"| {j['attempts']} |"
+        )
+        if cmp:
+            d = deltas.get(j["id"])
+            row += f" {pct(d['cost_delta_pct'] if d else None)} |"
+            row += f" {pct(d['duration_delta_pct'] if d else None)} |"
+        rows.append(f"{row} {remote(j['reason'])} |\n")
+    return "".join(rows)
 
 
-def _stamp() -> str:
-    digest = hashlib.sha256((TEMPLATES / _TEMPLATE).read_bytes()).hexdigest()
-    return f"{_TEMPLATE} sha256 {digest} jinja2 {jinja2.__version__}"
+def _failed_tests(s: Mapping[str, Any]) -> str:
+    failed = [(j, t) for j in s["jobs"] for t in j["failed_tests"]]
+    if not failed:
+        return ""
+    lines = ["\n### Failed tests\n\n"]
+    for j, t in failed[:MAX_FAILED_TESTS]:
+        mark = "💥" if t["kind"] == "error" else "❌"
+        if t["scope"] == "job":
+            what = "the job"
+        else:
+            what = remote((f"{t['classname']}." if t["classname"] else "") + str(t["name"]))
+        message = f": {remote(t['message'], 300)}" if t["message"] else ""
+        lines.append(f"- {mark} **{cell(j['name'])}** · {what}{message}\n")
+    if len(failed) > MAX_FAILED_TESTS:
+        lines.append(f"- … and {len(failed) - MAX_FAILED_TESTS} more in junit.xml\n")
+    return "".join(lines)
 
 
-def _environment(*, compiled: bool = True) -> jinja2.Environment:
-    loader: jinja2.BaseLoader = jinja2.PackageLoader("runner.report", "templates")
-    if compiled and compiled_is_current():
-        loader = jinja2.ChoiceLoader([jinja2.ModuleLoader(COMPILED), loader])
-    env = jinja2.Environment(
-        loader=loader,
-        autoescape=False,  # Markdown, not HTML: cells are escaped by the `cell` filter instead
-        undefined=jinja2.StrictUndefined,  # a typo in the template fails the tests, not silently
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=True,
-    )
-    env.filters.update(
-        cell=cell, money=money, rate=rate, duration=duration, pct=pct, icon=icon, fence=fence
-    )
-    env.filters["html_text"] = html_text
-    # Text a server could have written (GPU and host names, reasons, test names and messages):
-    # no link, image, HTML, mention or table break of its own; links only where we make them.
-    env.filters["remote"] = lambda value, limit=_CELL_LIMIT: untrusted.markdown(str(value), limit)
-    env.filters["human"] = human
-    env.filters["gantt"] = summary_gantt
-    return env
+def _failed_logs(s: Mapping[str, Any]) -> str:
+    logs = [j for j in s["jobs"] if j["log_tail"]]
+    if not logs:
+        return ""
+    parts = ["\n### Logs of failed jobs\n"]
+    for j in logs[:MAX_FAILED_LOGS]:
+        text = "\n".join(map(str, j["log_tail"]))
+        marker = fence(text)
+        parts.append(
+            f"\n<details><summary>{html_text(j['name'])}: last {len(j['log_tail'])} lines of "
+            f"logs/{html_text(j['id'])}.log</summary>\n\n{marker}text\n{text}\n{marker}\n\n"
+            "</details>\n"
+        )
+    if len(logs) > MAX_FAILED_LOGS:
+        more = len(logs) - MAX_FAILED_LOGS
+        parts.append(f"\n… and the logs of {more} more failed jobs in logs/\n")
+    return "".join(parts)
+
+
+def _footer(s: Mapping[str, Any], cmp: Any) -> str:
+    text = "<sub>"
+    ci = s["ci"]
+    if ci:
+        text += f"[CI run {cell(ci['run_id'])}]({ci['run_url']})"
+        if ci["sha"]:
+            text += f" · commit {cell(ci['sha'][:7])}"
+        text += " · "
+    if cmp and cmp["baseline_run_url"]:
+        text += f"[baseline run]({cmp['baseline_run_url']}) · "
+    return text + f"clore-run {s['tool']['version']} · started {s['started_at']}</sub>"
+
+
+def remote(value: object, limit: int = _CELL_LIMIT) -> str:
+    """Text a server could have written (GPU and host names, reasons, test names and
+    messages): no link, image, HTML, mention or table break of its own; links only where we
+    make them."""
+    return untrusted.markdown(str(value), limit)
 
 
 def summary_gantt(summary: Mapping[str, Any]) -> str:
     """The run's timeline as Mermaid source, "" when nothing ran."""
+    from runner.report.mermaid import gantt  # with the reports, not with the console
+    from runner.report.timeline import build_timeline, records_from_summary
+
     model = build_timeline(records_from_summary(summary))
     return gantt(model, str(summary.get("pipeline", {}).get("name", "")))
 

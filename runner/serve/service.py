@@ -9,7 +9,8 @@ by a test, which then calls `wake()`.
 On a backend whose servers the core decides (clore), the core is an ongoing `PlacingCore`: it
 rents, reuses and gives back servers for jobs as they arrive, within the cap and a budget of
 the daily spend limit that it reserves each rental's worst case against. The spend hold stays
-beside it: it counts what every instance of a shared queue spent.
+beside it. Both are this instance's own, so `serve` refuses the limit on a shared queue (N
+instances would commit N times it): there a per-day budget pool is the day's budget they share.
 
 Start-up recovers what the last server left: attempts whose rows were never completed were
 interrupted. The backend is reconciled first (local orphans killed, clore rentals cancelled per

@@ -18,6 +18,7 @@ Every failure becomes the store's own error naming the database (password left o
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -48,6 +49,20 @@ class Timeouts:
     reconnect_s: float = 60.0  # a restart with crash recovery takes seconds
 
 
+def lease_timeouts(ttl_s: float) -> Timeouts:
+    """A lease heartbeat's: every wait at most a third of the ttl (three beats fit in a lease),
+    so a beat held up by a lock or a lost connection gives up while later beats can still
+    renew the lease in time."""
+    third_ms = max(50, int(ttl_s * 1000 / 3))
+    return Timeouts(
+        connect_s=max(2, math.ceil(ttl_s / 3)),  # libpq rounds less than 2 s up to 2
+        lock_ms=third_ms,
+        statement_ms=third_ms,
+        idle_in_transaction_ms=third_ms,
+        reconnect_s=ttl_s / 3,
+    )
+
+
 class NewerSchema(Exception):
     pass
 
@@ -73,6 +88,7 @@ class PgDatabase:
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.url = url
+        self.what = what
         self.where = f"{what} {redact_url(url)}"
         self._error = error
         self.timeouts = timeouts or Timeouts()
@@ -88,6 +104,12 @@ class PgDatabase:
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
+
+    def beside(self, timeouts: Timeouts) -> PgDatabase:
+        """Another connection to the same database, with waits of its own."""
+        return PgDatabase(
+            self.url, what=self.what, error=self._error, timeouts=timeouts, clock=self._clock
+        )
 
     def run(self, doing: str, work: Callable[[Conn], T], *, one_statement: bool = False) -> T:
         """`work` in one transaction; run again on a fresh connection if the old one was lost
@@ -237,6 +259,40 @@ class PgDatabase:
                 hint="the database is overloaded or a lock is held; try again",
             )
         return self._error(f"{self.where}: cannot {doing}: {_first_line(exc)}")
+
+
+class LeaseLine:
+    """The connection a lease's heartbeats go over, apart from the store's other work.
+
+    A store's connection is shared by its threads behind one lock. A statement on it that
+    waits for another client's row lock (held by a client frozen inside a transaction until
+    the server ends that session) would hold every heartbeat back for as long, and a lease
+    shorter than that wait ran out while its holder was alive and well. Here each beat waits
+    at most a third of the ttl, for a lock or a connection."""
+
+    def __init__(self, db: PgDatabase) -> None:
+        self._db = db
+        self._line: PgDatabase | None = None
+        self._ttl_s = 0.0
+        self._lock = threading.Lock()
+
+    def run(self, ttl_s: float, doing: str, work: Callable[[Conn], T]) -> T:
+        """`work`, one statement, on the lease's own connection (opened at the first beat)."""
+        with self._lock:
+            if self._line is None or ttl_s != self._ttl_s:
+                self._close()
+                self._line = self._db.beside(lease_timeouts(ttl_s))
+                self._ttl_s = ttl_s
+            return self._line.run(doing, work, one_statement=True)
+
+    def close(self) -> None:
+        with self._lock:
+            self._close()
+
+    def _close(self) -> None:
+        if self._line is not None:
+            self._line.close()
+            self._line = None
 
 
 def _first_line(exc: BaseException) -> str:

@@ -28,7 +28,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from runner.stores.pg import Conn, PgDatabase, Timeouts
+from runner.stores.pg import Conn, LeaseLine, PgDatabase, Timeouts
 from runner.stores.pools import (
     Lease,
     LeaseLost,
@@ -453,6 +453,7 @@ class PostgresPools:
     ) -> None:
         self.db = PgDatabase(url, what="pool database", error=PoolError, timeouts=timeouts)
         self.db.migrate("pools", MIGRATIONS)
+        self._lease = LeaseLine(self.db)
         # `lock_pool_row=False` exists for one test only: it shows that, without the lock,
         # concurrent reservations overrun the pool (the test must be able to fail).
         self._reserve_fn = "clore_run_reserve"
@@ -461,6 +462,7 @@ class PostgresPools:
             self._reserve_fn = "clore_run_reserve_unlocked"
 
     def close(self) -> None:
+        self._lease.close()
         self.db.close()
 
     def __enter__(self) -> PostgresPools:
@@ -576,7 +578,7 @@ class PostgresPools:
                 (lease.holder, lease.token),
             ).rowcount
 
-        return self.db.run("heartbeat a lease", beat, one_statement=True) == 1
+        return self._lease.run(lease.ttl_s, "heartbeat a lease", beat) == 1
 
     def leave(self, lease: Lease) -> None:
         """The holder is done: with nothing unsettled the lease ends; otherwise it expires now,

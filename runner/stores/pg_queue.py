@@ -44,7 +44,7 @@ from runner.serve.queue_reads import (
     unsettled_from,
 )
 from runner.serve.store import StoreError
-from runner.stores.pg import Conn, PgDatabase, Timeouts
+from runner.stores.pg import Conn, LeaseLine, PgDatabase, Timeouts
 from runner.stores.target import redact_url
 
 if TYPE_CHECKING:
@@ -189,12 +189,14 @@ class PostgresQueue(QueueReads):
         self.url = url
         self.path = redact_url(url)  # what messages name (server_cmd prints it)
         self.db = PgDatabase(url, what="queue database", error=StoreError, timeouts=timeouts)
+        self._lease = LeaseLine(self.db)
         self._batch = threading.local()
         self._seat: PoolSeat | None = None
         self._slots_in_claim = True
         self.db.migrate("queue", MIGRATIONS)
 
     def close(self) -> None:
+        self._lease.close()
         self.db.close()
 
     # -- instances -------------------------------------------------------------------------
@@ -235,7 +237,7 @@ class PostgresQueue(QueueReads):
             )
             return cursor.rowcount
 
-        return self.db.run("renew the server's lease", beat) == 1
+        return self._lease.run(ttl_s, "renew the server's lease", beat) == 1
 
     def end_instance(self, token: str, now: float) -> None:
         """A clean stop: its queued jobs go back to everyone (those a cancel was asked for
@@ -268,15 +270,7 @@ class PostgresQueue(QueueReads):
                 ).fetchall()
             ]  # a landed first try, when the reply to its COMMIT was lost
             if not tokens:
-                tokens = [
-                    r[0]
-                    for r in conn.execute(
-                        "SELECT token FROM queue_instances WHERE taken_by IS NULL "
-                        "AND expires_at < now() AND token <> %s "
-                        "ORDER BY expires_at LIMIT %s FOR UPDATE SKIP LOCKED",
-                        (taker, limit),
-                    ).fetchall()
-                ]
+                tokens = _dead_to_take(conn, taker, limit)
             return [self._take_one(conn, taker, key, token) for token in tokens]
 
         taken = self.db.run("take the work of a dead server", take)
@@ -700,6 +694,44 @@ class PostgresQueue(QueueReads):
 
         conn: Conn | None = getattr(self._batch, "conn", None)
         return read(conn) if conn is not None else self.db.run("read the queue", read)
+
+
+def _dead_to_take(conn: Conn, taker: str, limit: int) -> list[str]:
+    """Instances whose lease expired that `taker` may take now, each locked for it.
+
+    Nothing while the taker's own lease has run out: an instance woken from a freeze past its
+    ttl must not take the instance that took its work (it would recover its own job twice) in
+    the moment before its refused heartbeat stops it.
+    Left for a later round: one with a job row still locked. Its client stopped (frozen,
+    killed) inside a transaction, which the database rolls back when it ends that session;
+    waiting for the lock here would hold this store's connection, and every write the
+    taker's scheduling loop makes, for as long."""
+    live = conn.execute(f"SELECT {_LIVE_LEASE}", {"me": taker}).fetchone()
+    if not (live and live[0]):
+        return []
+    expired = conn.execute(
+        "SELECT token FROM queue_instances WHERE taken_by IS NULL "
+        "AND expires_at < now() AND token <> %s "
+        "ORDER BY expires_at LIMIT %s FOR UPDATE SKIP LOCKED",
+        (taker, limit),
+    ).fetchall()
+    free = []
+    for (token,) in expired:
+        owned = _count(conn, "SELECT count(*) FROM queue_jobs WHERE owner = %s", token)
+        lockable = _count(
+            conn,
+            "SELECT count(*) FROM (SELECT 1 FROM queue_jobs WHERE owner = %s "
+            "FOR UPDATE SKIP LOCKED) AS rows_now_ours",
+            token,
+        )
+        if lockable == owned:
+            free.append(str(token))
+    return free
+
+
+def _count(conn: Conn, query: str, token: str) -> int:
+    row = conn.execute(query.encode(), (token,)).fetchone()
+    return int(row[0]) if row else 0
 
 
 def _room(conn: Conn, seat: PoolSeat, want: int) -> int:

@@ -25,7 +25,8 @@ What it models:
   in `violations`;
 - injected faults (`fail_next`), e.g. HTTP 500 + code 1 that still created the order.
 
-Time is a `FakeClock` shared with the client under test, so nothing waits real seconds.
+Time is a `FakeClock` (tests/fakes/fake_clock.py) shared with the client under test, so nothing
+waits real seconds.
 Every request is recorded with its fake time.
 """
 
@@ -50,36 +51,10 @@ from werkzeug.serving import WSGIRequestHandler
 
 from runner.backends.clore.api import CloreClient, RetryPolicy
 from runner.backends.clore.ratelimit import RateLimiter
+from tests.fakes.fake_clock import FakeClock
 
-START_UNIX = 1_783_700_000.0  # July 2026, when the reference's live captures were taken
 API_KEY = "fake-key-5f0c2e9a7b31d4e8"
 Json = dict[str, Any]
-
-
-class FakeClock:
-    """A clock that moves only when slept on or advanced. Thread-safe."""
-
-    def __init__(self, start_unix: float = START_UNIX) -> None:
-        self._t = 0.0
-        self._start_unix = start_unix
-        self._lock = threading.Lock()
-        self.slept: list[float] = []
-
-    def now(self) -> float:
-        with self._lock:
-            return self._t
-
-    def time(self) -> float:
-        return self._start_unix + self.now()
-
-    def sleep(self, seconds: float) -> None:
-        with self._lock:
-            self.slept.append(seconds)
-            self._t += max(0.0, seconds)
-
-    def advance(self, seconds: float) -> None:
-        with self._lock:
-            self._t += seconds
 
 
 @dataclass(frozen=True)

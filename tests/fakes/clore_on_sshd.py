@@ -24,7 +24,8 @@ from runner.backends.ssh.keys import ClientKey, HostKeyStore
 from runner.core.model import Pipeline, RunRecord
 from runner.ledger import Ledger
 from runner.run_command import RunOptions, execute
-from tests.fakes.clore_api import FakeClock, FakeClore
+from tests.fakes.clore_api import FakeClore
+from tests.fakes.fake_clock import FakeClock
 from tests.sshd_fixture import SshServer
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 
-from tests.fakes.clore_api import START_UNIX
+from tests.fakes.fake_clock import START_UNIX
 
 SPEED = 10.0
 

@@ -18,29 +18,12 @@ from runner.cli.comment import register
 from runner.report import write_reports
 from runner.report.comment import marker
 from runner.report.comment_post import Http, Outcome, post_comment
+from tests.fakes.fake_clock import START_UNIX, FakeClock
 from tests.report.fake_github import BOT, HUMAN, FakeGitHub, reply
 from tests.report.records import mixed_record, write_outputs
 
 REPO = "octo/gpu-lib"
 HEAD_SHA = "0123456789abcdef0123456789abcdef01234567"
-
-
-class FakeClock:
-    """Time that only moves when the code under test sleeps."""
-
-    def __init__(self) -> None:
-        self.unix = 1_780_000_000.0
-        self.sleeps: list[float] = []
-
-    def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        self.unix += seconds
-
-    def time(self) -> float:
-        return self.unix
-
-    def now(self) -> float:
-        return self.unix
 
 
 @pytest.fixture
@@ -225,7 +208,7 @@ def test_read_only_token_is_a_notice_and_the_step_summary(
     assert (outcome.exit_code, outcome.level) == (0, "notice")
     assert "read-only" in outcome.message and "the token" in outcome.message
     assert "gpu-tests: failed" in (tmp_path / "step-summary.md").read_text()
-    assert clock.sleeps == []  # a permission 403 is not a rate limit: no retrying
+    assert clock.slept == []  # a permission 403 is not a rate limit: no retrying
 
 
 def test_fork_pull_request_says_so(
@@ -257,7 +240,7 @@ def test_huge_report_is_cut_below_the_limit_instead_of_a_422(
 @pytest.mark.parametrize(
     ("status", "headers", "expected_sleep"),
     [
-        (403, {"x-ratelimit-remaining": "0", "x-ratelimit-reset": "1780000030"}, 31.0),
+        (403, {"x-ratelimit-remaining": "0", "x-ratelimit-reset": str(int(START_UNIX) + 30)}, 31.0),
         (429, {"retry-after": "5"}, 5.0),
     ],
     ids=["primary-403", "secondary-429"],
@@ -279,7 +262,7 @@ def test_rate_limit_reply_is_waited_out_then_retried(
     github = FakeGitHub(httpserver, REPO)
     outcome = _post(summary_path, _env(tmp_path, github), clock)
     assert outcome.message.startswith("created"), outcome.message
-    assert clock.sleeps == [expected_sleep]
+    assert clock.slept == [expected_sleep]
 
 
 def test_rate_limit_too_long_to_wait_is_a_notice(
@@ -295,7 +278,7 @@ def test_rate_limit_too_long_to_wait_is_a_notice(
     outcome = _post(summary_path, _env(tmp_path, FakeGitHub(httpserver, REPO)), clock)
     assert (outcome.exit_code, outcome.level) == (0, "notice")
     assert "rate limit" in outcome.message
-    assert clock.sleeps == []  # an hour is not worth blocking CI for
+    assert clock.slept == []  # an hour is not worth blocking CI for
 
 
 def test_pagination_never_follows_a_link_to_another_host(

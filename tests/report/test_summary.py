@@ -51,43 +51,63 @@ def test_summary_md_without_baseline_or_ci(
     golden("mixed-plain.summary.md", (tmp_path / "summary.md").read_text(encoding="utf-8"))
 
 
-def test_the_shipped_compiled_template_is_made_from_this_template(tmp_path: Path) -> None:
-    """runner/report/templates/compiled is summary.md.j2 compiled: after editing the template,
-    run `python -c "from runner.report.markdown import write_compiled_templates as w; w()"`."""
+REFERENCE = Path(__file__).parent / "reference"
+
+
+def _reference_markdown(summary: dict[str, Any]) -> str:
+    """summary.md as the jinja2 template it was written from renders it: the Python renderer
+    must write the same bytes."""
     import jinja2
 
-    from runner.report import markdown
+    from runner import untrusted
+    from runner.report import markdown as md
 
-    stamp = (markdown.COMPILED / "stamp.txt").read_text(encoding="utf-8")
-    if f"jinja2 {jinja2.__version__}" not in stamp:
-        pytest.skip(f"compiled with another jinja2 ({stamp.split()[-1]}): the source is used")
-    assert markdown.compiled_is_current(), "summary.md.j2 changed: compile it again (docstring)"
-    markdown.write_compiled_templates(tmp_path)
-    for made in tmp_path.iterdir():
-        assert made.read_bytes() == (markdown.COMPILED / made.name).read_bytes(), made.name
-    assert isinstance(markdown._environment().loader, jinja2.ChoiceLoader)  # and it is used
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(REFERENCE),
+        autoescape=False,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+    env.filters.update(
+        cell=md.cell, money=md.money, rate=md.rate, duration=md.duration, pct=md.pct,
+        icon=md.icon, fence=md.fence, html_text=md.html_text, human=md.human,
+        gantt=md.summary_gantt,
+        remote=lambda value, limit=200: untrusted.markdown(str(value), limit),
+    )  # fmt: skip
+    return env.get_template("summary.md.j2").render(s=summary)
 
 
-def test_the_compiled_template_renders_what_the_source_renders(
-    tmp_path: Path, ci_env: None
-) -> None:
-    from runner.report import markdown
+def _variants(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """The summary, and versions of it reaching every branch of summary.md."""
+    job = summary["jobs"][2]
+    many_failed = [dict(job["failed_tests"][0], name=f"t{i}") for i in range(105)]
+    with_log = [dict(j, log_tail=j["log_tail"] or ["x"], id=f"{j['id']}{i}") for i, j in
+                enumerate(summary["jobs"] * 4)]  # fmt: skip
+    changes: list[dict[str, Any]] = [
+        {},
+        {"jobs": [], "jobs_by_status": {}},
+        {"jobs": summary["jobs"][:1], "jobs_by_status": {"passed": 1}},
+        {"tests": dict(summary["tests"], total=0)},
+        {"tests": dict(summary["tests"], failures=0, errors=0, skipped=0, flaky_jobs=2)},
+        {"budget_usd": None, "warnings": ["a | b", "x" * 600]},
+        {"jobs": [dict(job, failed_tests=many_failed)]},
+        {"jobs": with_log},
+        {"ci": {"run_id": "7", "run_url": "https://x/7", "sha": ""}},
+        {"ci": None, "comparison": None},
+        {"jobs": [dict(j, attempt_details=[], attempts=0) for j in summary["jobs"]]},
+    ]
+    if summary["comparison"]:
+        cmp = summary["comparison"]
+        changes.append({"comparison": dict(cmp, baseline_run_url=None, jobs=cmp["jobs"][:2])})
+    return [{**summary, **change} for change in changes]
 
+
+def test_summary_md_is_what_its_jinja2_template_rendered(tmp_path: Path, ci_env: None) -> None:
     for i, baseline in enumerate((baseline_summary(), None)):
-        summary = _write(tmp_path / str(i), baseline)
-        compiled = markdown._environment().get_template("summary.md.j2")
-        source = markdown._environment(compiled=False).get_template("summary.md.j2")
-        assert compiled.render(s=summary) == source.render(s=summary)
-
-
-def test_a_stale_compiled_template_is_not_used(tmp_path: Path) -> None:
-    from runner.report import markdown
-
-    markdown.write_compiled_templates(tmp_path)
-    assert markdown.compiled_is_current(tmp_path)
-    (tmp_path / "stamp.txt").write_text("summary.md.j2 sha256 0 jinja2 0\n", encoding="utf-8")
-    assert not markdown.compiled_is_current(tmp_path)
-    assert not markdown.compiled_is_current(tmp_path / "missing")
+        for n, summary in enumerate(_variants(_write(tmp_path / str(i), baseline))):
+            assert render_markdown(summary) == _reference_markdown(summary), (i, n)
 
 
 def test_run_fields(tmp_path: Path) -> None:
@@ -366,3 +386,21 @@ def test_server_text_in_the_summary_makes_no_image_link_or_mention(tmp_path: Pat
     md = write_reports(tmp_path, record).summary_md.read_text()
     assert "![" not in md and "](http" not in md and "<img" not in md
     assert "@octocat" not in md and "https://evil" not in md
+
+
+def test_summary_json_has_a_field_per_line_and_a_job_per_line(tmp_path: Path) -> None:
+    """Laid out for grep and a person, and the same JSON as an indented dump."""
+    from runner.report import dump_summary
+
+    summary = _write(tmp_path, baseline_summary())
+    text = (tmp_path / "summary.json").read_text(encoding="utf-8")
+    assert json.loads(text) == summary
+    lines = text.splitlines()
+    assert lines[0] == "{" and lines[-1] == "}" and lines[1] == '  "schema": 1,'
+    job_lines = [line for line in lines if line.startswith('    {"id": ')]
+    assert [json.loads(line.rstrip(","))["id"] for line in job_lines] == [
+        j["id"] for j in summary["jobs"]
+    ]
+    assert len(lines) == len(summary) + 2 + len(summary["jobs"]) + 1  # + {, }, and ] of jobs
+    assert dump_summary({}) == b"{}\n"
+    assert json.loads(dump_summary({**summary, "jobs": []})) == {**summary, "jobs": []}

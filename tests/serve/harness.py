@@ -3,7 +3,6 @@ backend) or as a `clore-run serve` subprocess (for restarts)."""
 
 from __future__ import annotations
 
-import os
 import re
 import secrets
 import signal
@@ -28,6 +27,7 @@ from runner.clock import SYSTEM_CLOCK, Clock
 from runner.serve.app import create_app
 from runner.serve.service import Service, ServiceOptions
 from runner.serve.store import Store
+from tests.processes import marked_env
 
 TOKEN = "t-" + secrets.token_urlsafe(24)
 FINAL = {"passed", "failed", "timed_out", "error", "skipped", "cancelled"}
@@ -43,22 +43,6 @@ def wait_until(check: Callable[[], Any], timeout: float = 15.0, what: str = "") 
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what or check}")
         time.sleep(0.01)
-
-
-class FakeClock:
-    """Unix time that moves only when a test sets `unix` (then calls the service's `wake()`)."""
-
-    def __init__(self, unix: float = 1_800_000_000.0) -> None:
-        self.unix = unix
-
-    def time(self) -> float:
-        return self.unix
-
-    def now(self) -> float:
-        return self.unix
-
-    def sleep(self, seconds: float) -> None:
-        self.unix += seconds
 
 
 @dataclass
@@ -207,7 +191,7 @@ def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
         [sys.executable, "-c", _ENTRY, *args],
         capture_output=True,
         text=True,
-        env={**os.environ, **(env or {})},
+        env=marked_env(env),
         timeout=60,
     )
 
@@ -236,7 +220,7 @@ def start_serves(
             stdout=subprocess.PIPE,
             stderr=err,
             text=True,
-            env={**os.environ, **(env or {}), "CLORE_RUN_TOKEN": token},
+            env=marked_env({**(env or {}), "CLORE_RUN_TOKEN": token}),
         )
         for err in errors
     ]

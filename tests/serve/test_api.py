@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.serve.harness import FINAL, Api, FakeClock, thread_server
+from tests.fakes.fake_clock import FakeClock
+from tests.serve.harness import FINAL, Api, thread_server
 
 
 def gated(name: str, gate: Path, extra: str = "") -> str:

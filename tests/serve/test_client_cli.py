@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import sys
 from pathlib import Path
 
 from runner.serve.client import key_path
+from tests.processes import marked_env
 from tests.serve.harness import _ENTRY, FINAL, TOKEN, cli, thread_server
 
 AUTH = {"CLORE_RUN_TOKEN": TOKEN}
@@ -105,7 +105,7 @@ def test_jobs_lists_the_queue_and_logs_print_and_follow(tmp_path: Path) -> None:
             [sys.executable, "-c", _ENTRY, "logs", "s1.hold", "-f", "--server", url],
             stdout=subprocess.PIPE,
             text=True,
-            env={**os.environ, **AUTH},
+            env=marked_env(AUTH),
         )
         assert follower.stdout is not None
         try:

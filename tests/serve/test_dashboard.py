@@ -19,7 +19,8 @@ from runner.serve.dashboard.pictures import dag, timeline
 from runner.serve.dashboard.session import COOKIE, SESSION_S, Sessions
 from runner.serve.queue_reads import JobMatch
 from runner.serve.store import Store
-from tests.serve.harness import FINAL, TOKEN, FakeClock, thread_server, wait_until
+from tests.fakes.fake_clock import FakeClock
+from tests.serve.harness import FINAL, TOKEN, thread_server, wait_until
 
 PAGES = ("/", "/ui/jobs/s1.a", "/ui/submissions/1", "/ui/spend")
 FRAGMENTS = ("/ui/queue/rows", "/ui/jobs/s1.a/panel", "/ui/jobs/s1.a/log?tail=10")

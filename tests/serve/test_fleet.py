@@ -239,6 +239,25 @@ def test_serve_joins_a_pool_only_with_clore_and_a_coordinator() -> None:
     assert apart.returncode == 2 and "must be one database" in apart.stderr, apart.stderr
 
 
+def test_a_daily_spend_limit_on_a_shared_queue_is_refused_for_a_per_day_pool() -> None:
+    """Each instance would reserve against the whole limit for itself: N of them could commit
+    N times it. The error names the fix: a per-day pool that every instance shares."""
+    env = {"CLORE_RUN_TOKEN": TOKEN}
+    queue = ("--db", "postgresql://u@h/queue", "--daily-spend-limit", "50")
+    clore = cli("serve", "--backend", "clore", *queue, env=env)
+    assert clore.returncode == 2, clore.stderr
+    assert "each instance would hold it for itself" in clore.stderr
+    assert "pool create NAME --budget 50 --per-day" in clore.stderr
+    pooled = cli(
+        "serve", "--backend", "clore", "--pool", "gpu-ci", "--daily-spend-limit", "50",
+        "--coordinator", "postgresql://u@h/queue", env=env,
+    )  # fmt: skip
+    assert pooled.returncode == 2, pooled.stderr
+    assert "pool set gpu-ci --budget 50 --per-day" in pooled.stderr
+    local = cli("serve", *queue, env=env)
+    assert local.returncode == 2 and "local jobs rent nothing" in local.stderr, local.stderr
+
+
 def test_a_log_another_server_holds_is_said_to_be_there(pg_url: str) -> None:
     store = shared(open_queue(pg_url))
     assert store is not None

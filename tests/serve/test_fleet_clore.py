@@ -6,13 +6,13 @@ of its own, where it passes."""
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 from pytest_httpserver import HTTPServer
 
+from runner.clock import SystemClock
 from runner.ledger import Rental
 from runner.stores.pg_ledger import PostgresLedger
 from runner.stores.pg_pools import PostgresPools
@@ -30,17 +30,8 @@ _UNPACED = (
 )
 
 
-class RealClock:
+class RealClock(SystemClock):
     """The fake API on real time: the serve processes keep real time too."""
-
-    def now(self) -> float:
-        return time.monotonic()
-
-    def time(self) -> float:
-        return time.time()
-
-    def sleep(self, seconds: float) -> None:
-        time.sleep(seconds)
 
     def advance(self, seconds: float) -> None:
         raise AssertionError("real time does not jump")

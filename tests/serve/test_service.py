@@ -11,8 +11,9 @@ import requests
 from runner.backends.base import NO_STAGES, OutputSink, Place, RunOutcome, RunRequest, StageSink
 from runner.core.model import FailureKind
 from runner.serve.service import Service
+from tests.fakes.fake_clock import FakeClock
 from tests.fakes.passing_backend import PassingBackend
-from tests.serve.harness import FINAL, FakeClock, ThreadServer, thread_server, wait_until
+from tests.serve.harness import FINAL, ThreadServer, thread_server, wait_until
 
 
 class BilledBackend(PassingBackend):

@@ -8,6 +8,8 @@ from urllib.parse import quote
 
 import psycopg
 
+from tests.processes import marked_env
+
 
 def at(url: str, when: str) -> str:
     """`url` for sessions whose database clock (clore_run_now()) stands at `when` (ISO 8601)."""
@@ -20,7 +22,9 @@ def open_at_once(url: str, opens: str, processes: int = 5) -> list[tuple[str, in
     `processes` processes started together; each must succeed. The schema versions then."""
     code = f"import sys\nurl = sys.argv[1]\n{opens}\n"
     procs = [
-        subprocess.Popen([sys.executable, "-c", code, url], stderr=subprocess.PIPE)
+        subprocess.Popen(
+            [sys.executable, "-c", code, url], stderr=subprocess.PIPE, env=marked_env()
+        )
         for _ in range(processes)
     ]
     errors = [p.communicate(timeout=60)[1].decode() for p in procs]

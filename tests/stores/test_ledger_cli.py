@@ -17,7 +17,8 @@ from runner.cli import main
 from runner.cli.cleanup import register
 from runner.ledger import Rental
 from runner.stores.pg_ledger import PostgresLedger
-from tests.fakes.clore_api import FakeClock, FakeClore
+from tests.fakes.clore_api import FakeClore
+from tests.fakes.fake_clock import FakeClock
 from tests.sshd_fixture import SshServer
 
 

@@ -24,8 +24,10 @@ from runner.stores.pg_ledger import PostgresLedger
 from runner.stores.pg_pools import PostgresPools
 from runner.stores.pools import PoolEvent
 from runner.stores.reaper import reap
-from tests.fakes.clore_api import START_UNIX, FakeClore
+from tests.fakes.clore_api import FakeClore
+from tests.fakes.fake_clock import START_UNIX
 from tests.pg_fixture import PgCluster
+from tests.processes import marked_env
 from tests.stores.pg_helpers import at
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,6 +47,7 @@ class Worker:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            env=marked_env(),
         )
         self.lines: queue.Queue[str] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()

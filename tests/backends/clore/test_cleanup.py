@@ -20,7 +20,8 @@ from runner.backends.clore.cleanup import Action, reconcile
 from runner.backends.clore.models import Order
 from runner.cli.cleanup import register
 from runner.ledger import Ledger
-from tests.fakes.clore_api import API_KEY, FakeClock, FakeClore, Fault, Faults
+from tests.fakes.clore_api import API_KEY, FakeClore, Fault, Faults
+from tests.fakes.fake_clock import FakeClock
 
 REPO = Path(__file__).resolve().parents[3]
 CANCEL_OK_BUT_KEPT = Fault(200, {"code": 0})  # the API said OK and the order stayed (G-gv)

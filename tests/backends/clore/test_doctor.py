@@ -15,7 +15,8 @@ from runner.backends.ssh.connection import ConnectOptions
 from runner.backends.ssh.keys import ClientKey, HostKeyStore
 from runner.cli.doctor import register
 from runner.ledger import Ledger
-from tests.fakes.clore_api import API_KEY, FakeClock, FakeClore, Faults
+from tests.fakes.clore_api import API_KEY, FakeClore, Faults
+from tests.fakes.fake_clock import FakeClock
 from tests.sshd_fixture import SshServer
 
 runner = CliRunner()

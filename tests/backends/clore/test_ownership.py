@@ -22,7 +22,8 @@ from runner.backends.clore.ownership import (
     find_ours,
 )
 from runner.ledger import Ledger, LedgerError
-from tests.fakes.clore_api import FakeClock, FakeClore, Faults
+from tests.fakes.clore_api import FakeClore, Faults
+from tests.fakes.fake_clock import FakeClock
 
 IMAGE = "nvidia/cuda:12.8.0-base-ubuntu22.04"
 SERVER = 88028

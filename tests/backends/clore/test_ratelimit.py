@@ -12,7 +12,7 @@ import pytest
 
 from runner.backends.clore.ratelimit import DEFAULT_LIMITER, RateLimiter
 from runner.clock import SystemClock
-from tests.fakes.clore_api import FakeClock
+from tests.fakes.fake_clock import FakeClock
 
 
 def starts(limiter: RateLimiter, kinds: list[bool]) -> list[float]:

@@ -8,7 +8,7 @@ import pytest
 
 from runner.backends.clore.ratelimit import RateLimiter, RequestAborted
 from runner.clock import SystemClock
-from tests.fakes.clore_api import FakeClock
+from tests.fakes.fake_clock import FakeClock
 
 
 @pytest.mark.parametrize("clock", [SystemClock(), FakeClock()], ids=["real", "fake"])
