@@ -444,9 +444,10 @@ class Scheduler:
     # -- transitions -----------------------------------------------------------------------
 
     def _settle_and_start(self, now: float) -> list[Command]:
-        while self._work:
-            job_id, status, reason = self._work.popleft()
-            slot = self._slots.get(job_id)
+        work, slots = self._work, self._slots
+        while work:
+            job_id, status, reason = work.popleft()
+            slot = slots.get(job_id)
             if slot is None:
                 continue  # settled already (cancelled, then reached again)
             if status is not None:
