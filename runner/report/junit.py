@@ -16,6 +16,7 @@ Rules:
 
 from __future__ import annotations
 
+import os
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -270,7 +271,7 @@ def _add_output(element: ET.Element, out: str, err: str) -> None:
 
 
 def _log_tail(out_dir: Path, job: Job) -> str:
-    lines = tail_lines(out_dir / "logs" / f"{job.id}.log", LOG_TAIL_LINES)
+    lines = tail_lines(os.path.join(out_dir, "logs", f"{job.id}.log"), LOG_TAIL_LINES)
     return redact("\n".join(lines))
 
 
