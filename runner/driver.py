@@ -133,8 +133,13 @@ class Journals:
     def __init__(self, *journals: Journal) -> None:
         self._all = journals
 
+    def batch(self) -> AbstractContextManager[None]:
+        if len(self._all) == 1:  # `run`'s case, around every event: no stack to build
+            return self._all[0].batch()
+        return self._batch_all()
+
     @contextmanager
-    def batch(self) -> Iterator[None]:
+    def _batch_all(self) -> Iterator[None]:
         with ExitStack() as stack:
             for j in self._all:
                 stack.enter_context(j.batch())

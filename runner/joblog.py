@@ -7,6 +7,8 @@ key it was handed through `env:`) must not put the key in `logs/`, which CI uplo
 
 from __future__ import annotations
 
+import errno
+import os
 import time
 from pathlib import Path
 from typing import BinaryIO
@@ -24,12 +26,15 @@ class JobLog:
         self.job = job
         self.attempt = attempt
         self.console = console
-        path = out_dir / "logs" / f"{job.id}.log"
+        # Unbuffered: every write goes to the file at once (a run killed hard still leaves the
+        # log complete up to there) without a buffer to flush after each.
+        logs = os.path.join(out_dir, "logs")
+        path = os.path.join(logs, f"{job.id}.log")
         try:
-            self._file: BinaryIO = path.open("ab")
+            self._file = _open_log(path)
         except FileNotFoundError:  # the run's first log: the folder is made once, not per job
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = path.open("ab")
+            os.makedirs(logs, exist_ok=True)
+            self._file = _open_log(path)
         self._redacted: dict[Stream, redact.Stream] = {
             "stdout": redact.Stream(),
             "stderr": redact.Stream(),
@@ -45,8 +50,7 @@ class JobLog:
     def _emit(self, stream: Stream, data: bytes) -> None:
         if not data:
             return
-        self._file.write(data)
-        self._file.flush()  # a run killed hard still leaves the log complete up to here
+        _write_all(self._file, data)
         self.console.output(self.job, stream, data)
 
     def note(self, text: str) -> None:
@@ -73,5 +77,19 @@ class JobLog:
             self._file.close()  # even when the disk is full: no descriptor left behind
 
     def _raw(self, text: str) -> None:
-        self._file.write(redact.text(text).encode("utf-8", "replace"))
-        self._file.flush()
+        _write_all(self._file, redact.text(text).encode("utf-8", "replace"))
+
+
+def _open_log(path: str) -> BinaryIO:
+    return open(path, "ab", buffering=0)  # JobLog.close closes it
+
+
+def _write_all(file: BinaryIO, data: bytes) -> None:
+    """An unbuffered file may take part of `data` (a signal, a nearly full disk): the rest
+    goes in further writes, as a buffered file's flush would do."""
+    view = memoryview(data)
+    while view:
+        written = file.write(view)
+        if not written:  # never for a regular file; never loop on it either
+            raise OSError(errno.EIO, f"cannot write to {file.name}")
+        view = view[written:]

@@ -7,7 +7,7 @@ and returns a record the reports can be written from, interrupted runs included.
 
 from __future__ import annotations
 
-import uuid
+import os
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
@@ -26,6 +26,12 @@ from runner.core.retry import backoff_s
 from runner.driver import Driver, DriverOptions, Journal, Journals
 
 
+def new_run_id() -> str:
+    """12 random hex digits, as uuid4().hex[:12] had them (its first six bytes are random),
+    without importing uuid, which loads `platform` for every run."""
+    return os.urandom(6).hex()
+
+
 @dataclass
 class RunSettings:
     out_dir: Path
@@ -33,7 +39,7 @@ class RunSettings:
     workspace_root: Path | None = None
     workspace_files: tuple[str, ...] = ()
     extra_env: Mapping[str, str] = field(default_factory=dict)
-    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    run_id: str = field(default_factory=new_run_id)
     backoff: Callable[[int], float] = backoff_s  # seconds before retry n (tests shorten it)
     # Seconds each job took before (a baseline run), for rent-ahead where it has no estimate.
     durations_s: Mapping[str, float] = field(default_factory=dict)

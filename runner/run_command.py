@@ -11,7 +11,6 @@ import os
 import shutil
 import signal
 import sys
-import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -26,7 +25,7 @@ from runner.core import graph
 from runner.core.model import WORKSPACE_ALL, Job, Pipeline, RunRecord, RunStatus
 from runner.core.retry import backoff_s
 from runner.errors import UsageError
-from runner.pipeline_run import PipelineRun, RunSettings
+from runner.pipeline_run import PipelineRun, RunSettings, new_run_id
 from runner.report import github_actions, load_summary, write_reports
 from runner.spec.diagnostics import Diagnostic, SpecError, did_you_mean
 from runner.workspace import Workspace, workspace_files
@@ -50,7 +49,7 @@ class RunOptions:
     workspace_root: Path | None = None  # default: the current directory
     baseline: dict[str, Any] | None = None
     backoff: Callable[[int], float] = backoff_s
-    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    run_id: str = field(default_factory=new_run_id)
     clock: Clock = SYSTEM_CLOCK  # the run's timers and times (tests: their backend's clock)
 
 

@@ -386,3 +386,21 @@ def test_server_text_in_the_summary_makes_no_image_link_or_mention(tmp_path: Pat
     md = write_reports(tmp_path, record).summary_md.read_text()
     assert "![" not in md and "](http" not in md and "<img" not in md
     assert "@octocat" not in md and "https://evil" not in md
+
+
+def test_summary_json_has_a_field_per_line_and_a_job_per_line(tmp_path: Path) -> None:
+    """Laid out for grep and a person, and the same JSON as an indented dump."""
+    from runner.report import dump_summary
+
+    summary = _write(tmp_path, baseline_summary())
+    text = (tmp_path / "summary.json").read_text(encoding="utf-8")
+    assert json.loads(text) == summary
+    lines = text.splitlines()
+    assert lines[0] == "{" and lines[-1] == "}" and lines[1] == '  "schema": 1,'
+    job_lines = [line for line in lines if line.startswith('    {"id": ')]
+    assert [json.loads(line.rstrip(","))["id"] for line in job_lines] == [
+        j["id"] for j in summary["jobs"]
+    ]
+    assert len(lines) == len(summary) + 2 + len(summary["jobs"]) + 1  # + {, }, and ] of jobs
+    assert dump_summary({}) == b"{}\n"
+    assert json.loads(dump_summary({**summary, "jobs": []})) == {**summary, "jobs": []}
