@@ -17,21 +17,17 @@ rent could pass (a refused key) holds starts for a while instead of cancelling e
 from __future__ import annotations
 
 import dataclasses
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 
 from runner.core.events import (
     AttemptEnded,
     AttemptPlaced,
-    AttemptRecorded,
     CancelAll,
     Command,
     Event,
     HoldStarts,
-    KillAttempt,
-    Requeued,
     SetTimer,
-    Settled,
-    StartAttempt,
     StopCause,
     TimerFired,
 )
@@ -75,9 +71,11 @@ class PlacingCore:
         book.stop_on_fatal = not ongoing
         if ongoing:  # a queue runs for days: a host that failed is tried again after an hour
             book.forgive_after_s = FORGIVE_HOST_AFTER_S
-        # Unbounded: the cap is on servers, which the book keeps.
-        self._scheduler = Scheduler(_UNBOUNDED if ongoing else max(1, len(jobs)), backoff)
         self._results: list[JobResult] = []
+        self._placer = _BookPlacer(book, None if ongoing else self._results)
+        # Unbounded: the cap is on servers, which the book keeps.
+        cap = _UNBOUNDED if ongoing else max(1, len(jobs))
+        self._scheduler = Scheduler(cap, backoff, self._placer)
         self._out: list[CoreCommand] = []
         self._finished = False
         self._cancelled = False
@@ -164,10 +162,7 @@ class PlacingCore:
             # Half of all events: the scheduler only starts the attempt's timeout, and the
             # book, told nothing since its last decision, has nothing to decide.
             out = self._scheduler.handle(event, now)
-            for cmd in out:  # a loop, not all() over a generator: this runs for every job
-                if type(cmd) not in _PASSED_ON:
-                    break
-            else:
+            if not self.book.dirty and not self._placer.dropped:
                 return out  # type: ignore[return-value]
             self._take(out, now)
             return self._settle(now)
@@ -198,30 +193,15 @@ class PlacingCore:
             self.book.cancel(now)
 
     def _take(self, commands: list[Command], now: float) -> None:
-        """Pass the scheduler's commands on, turning its starts into wants of the book. A
-        job killed before it had a server ends here and now: nothing runs to be killed."""
-        book, out = self.book, self._out
-        todo = commands  # a work list: ends fed back add their commands to it
-        i = 0
-        while i < len(todo):
-            cmd = todo[i]
-            i += 1
-            if type(cmd) in _PASSED_ON:  # most commands: one look-up, not four isinstance
-                out.append(cmd)
-            elif isinstance(cmd, StartAttempt):
-                book.want(cmd.job_id, cmd.attempt, cmd.timeout_s, now)
-            elif isinstance(cmd, KillAttempt) and (number := book.drop(cmd.job_id)) is not None:
-                attempt = Attempt(number, now, now, None, cmd.reason, "cancelled before it ran")
-                ended = self._scheduler.handle(AttemptEnded(cmd.job_id, attempt), now)
-                todo, i = [*todo[i:], *ended], 0
-            else:
-                if isinstance(cmd, Requeued):
-                    book.requeued(cmd.job_id, cmd.at)
-                elif isinstance(cmd, Settled):
-                    book.settled(cmd.result.job_id, now)
-                    if not self._ongoing:  # a queue keeps its results in its store
-                        self._results.append(cmd.result)
-                out.append(cmd)
+        """Pass the scheduler's commands on (the book heard of its starts, requeues and
+        settled jobs as they were made). A job killed before it had a server ends here and
+        now: nothing runs to be killed."""
+        self._out.extend(commands)
+        dropped = self._placer.dropped
+        while dropped:  # a work list: an end fed back may drop more
+            job_id, number, reason = dropped.popleft()
+            attempt = Attempt(number, now, now, None, reason, "cancelled before it ran")
+            self._out.extend(self._scheduler.handle(AttemptEnded(job_id, attempt), now))
 
     def _settle(self, now: float) -> list[CoreCommand]:
         """Let the book decide until it has nothing more to say to the scheduler."""
@@ -259,8 +239,33 @@ _SERVER_FAILURES = (FailureKind.SERVER_LOST, FailureKind.SSH_FAILED)
 
 
 _SERVER_EVENTS = frozenset({ServerReady, ServerLost, RentFailed, ServerReleased})
-# Scheduler commands the book has nothing to do with: passed on as they are.
-_PASSED_ON = frozenset({SetTimer, AttemptRecorded})
+
+
+class _BookPlacer:
+    """The scheduler's placer: its attempts go to the book, which holds each until a server
+    is ready for it. Told of each start, requeue and settled job as the scheduler makes it,
+    in the order of its commands: one call each, no command to build and read back."""
+
+    def __init__(self, book: ServerBook, results: list[JobResult] | None) -> None:
+        self.book = book
+        self.want = book.want
+        self.requeued = book.requeued
+        self._results = results  # None: an ongoing core (a queue keeps them in its store)
+        # Attempts killed while they waited for a server: they end once the scheduler's
+        # call returns (it cannot be fed while it runs), in the order they were killed.
+        self.dropped: deque[tuple[str, int, FailureKind]] = deque()
+
+    def settled(self, result: JobResult, now: float) -> None:
+        self.book.settled(result.job_id, now)
+        if self._results is not None:
+            self._results.append(result)
+
+    def kill(self, job_id: str, reason: FailureKind) -> bool:
+        number = self.book.drop(job_id)
+        if number is None:
+            return True  # it runs on a server: the driver kills it there
+        self.dropped.append((job_id, number, reason))
+        return False
 
 
 def _is_book_timer(token: object) -> bool:

@@ -27,6 +27,8 @@ import heapq
 from collections import deque
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
+from types import MappingProxyType
+from typing import Protocol
 
 from runner.core import graph
 from runner.core.events import (
@@ -46,8 +48,9 @@ from runner.core.events import (
     StopCause,
     TimerFired,
 )
-from runner.core.model import Attempt, FailureKind, Job, JobResult, JobStatus
+from runner.core.model import Attempt, Condition, FailureKind, Job, JobResult, JobStatus
 from runner.core.outcome import (
+    PASSED_CLEAN,
     NeedOutcome,
     counts_as_failure,
     inherited_origin,
@@ -98,12 +101,16 @@ class Entry:
 
 
 Key = tuple[int, float, int]
+_NO_OUTCOMES: Mapping[str, NeedOutcome] = MappingProxyType({})  # a job without needs hears none
 _Work = tuple[str, JobStatus | None, str]  # (job, status to settle with or None: decide, reason)
 
 
 class _Slot:
     """An unsettled job as the scheduler holds it. A plain class with slots and positional
-    arguments: one is made for every job added, and read on every event about it."""
+    arguments: one is made for every job added, and read on every event about it. What a
+    job may not need is not made for it (a leaf's dependents, a root's outcomes, a list of
+    attempts): at 10,000 jobs each container is 10,000 more objects for the garbage
+    collector to walk."""
 
     __slots__ = (
         "attempts", "dependents", "history", "infra_used", "job", "key", "kill", "origin",
@@ -128,22 +135,55 @@ class _Slot:
         self.infra_used = infra_used
         self.wake_at = wake_at
         self.origin = ""  # the first failure above it, once its needs settled
-        self.dependents: list[str] = []
-        self.outcomes: dict[str, NeedOutcome] = {}
+        self.dependents: list[str] | None = None  # the jobs added that need it
+        # Its settled needs' outcomes (None: it has no needs), until it is decided.
+        self.outcomes: dict[str, NeedOutcome] | None = {} if job.needs else None
         self.kill: tuple[FailureKind, str] | None = None
-        self.history: list[Attempt] = []
+        self.history: tuple[Attempt, ...] = ()
+
+
+class Placer(Protocol):
+    """Who gets a place for each attempt, told at once instead of through commands: the
+    server book of a core with servers (`placing.PlacingCore`). With one, the scheduler
+    emits no StartAttempt (the attempt is handed to `want`), and it tells `settled` and
+    `requeued` of the Settled and Requeued it emits, each as it makes it, so the placer
+    hears of them in the order a reader of the commands would; the commands themselves are
+    still emitted."""
+
+    def want(self, job_id: str, attempt: int, timeout_s: float, now: float) -> None:
+        """Attempt `attempt` may start: get it a place."""
+
+    def requeued(self, job_id: str, at: float) -> None:
+        """The job's next attempt is due at `at`."""
+
+    def settled(self, result: JobResult, now: float) -> None:
+        """The job is final."""
+
+    def kill(self, job_id: str, reason: FailureKind) -> bool:
+        """The attempt out is to be killed: True to emit the KillAttempt (it runs
+        somewhere); False when the placer ended it itself (it had no place yet) and
+        reports its end to the scheduler once the scheduler's current call returns."""
 
 
 class Scheduler:
     """Schedules jobs under one concurrency cap. Not thread-safe: one caller feeds it."""
 
-    def __init__(self, capacity: int, backoff: Callable[[int], float] = backoff_s) -> None:
+    def __init__(
+        self,
+        capacity: int,
+        backoff: Callable[[int], float] = backoff_s,
+        placer: Placer | None = None,
+    ) -> None:
         if capacity < 1:
             raise ValueError("capacity must be at least 1")
         self.capacity = capacity
         self._backoff = backoff
+        self._placer = placer
         self._slots: dict[str, _Slot] = {}
-        self._groups: dict[str, dict[str, None]] = {}  # matrix group -> its unsettled jobs
+        # Matrix group -> its unsettled jobs: the one job's id while it has one (most groups
+        # are a single job, and a dict each would be an object per job), else a dict of them
+        # in the order they were added.
+        self._groups: dict[str, str | dict[str, None]] = {}
         self._ready: list[tuple[Key, str]] = []
         self._out_count = 0  # attempts out (placing or running)
         self._hold_until = float("-inf")
@@ -206,30 +246,42 @@ class Scheduler:
         `ranks`: the batch's upward ranks (by `duration_hint_s`), when the caller has them."""
         # Plain jobs (a run's whole pipeline) are taken as they are: an Entry each would be
         # one more object per job for defaults.
-        pairs = [(i.job, i) if isinstance(i, Entry) else (i, None) for i in jobs]
-        fresh = {job.id: job for job, _ in pairs}
-        self._check_new(pairs, fresh, settled_needs)
+        entries: dict[str, Entry] = {}
+        fresh: dict[str, Job] = {}
+        for item in jobs:
+            if isinstance(item, Entry):
+                entries[item.job.id] = item
+                item = item.job
+            fresh[item.id] = item
+        if len(fresh) != len(jobs):
+            raise ValueError("a job id appears twice in one add()")
+        self._check_new(fresh, settled_needs)
         if ranks is None:
             ranks = self._batch_ranks(fresh)
         older = bool(self._slots)  # jobs from earlier adds, whose ranks the new ones may raise
         slots, groups = self._slots, self._groups
-        for job, e in pairs:
+        for job in fresh.values():
+            e = entries.get(job.id) if entries else None
             key = (-int(job.priority), -ranks[job.id], job.index if e is None else e.seq)
             if e is None:
                 slots[job.id] = _Slot(job, key)
             else:
                 slots[job.id] = _Slot(job, key, e.attempts, e.retries_used, e.infra_used, e.wake_at)
-            group = groups.get(job.group or job.id)
+            group_key = job.group or job.id
+            group = groups.get(group_key)
             if group is None:
-                groups[job.group or job.id] = {job.id: None}
+                groups[group_key] = job.id
+            elif isinstance(group, str):
+                groups[group_key] = {group: None, job.id: None}
             else:
                 group[job.id] = None
         work = self._work
-        for job, e in pairs:
+        for job in fresh.values():
             slot = self._link(job, settled_needs)
             if older:
                 self._raise_ancestors(job, ranks[job.id], fresh)
             # Its pending count is final once its own needs are linked: it can be queued now.
+            e = entries.get(job.id) if entries else None
             if e is not None and e.running:
                 slot.phase = Phase.RUNNING
                 self._out_count += 1
@@ -254,16 +306,9 @@ class Scheduler:
 
     # -- adding ----------------------------------------------------------------------------
 
-    def _check_new(
-        self,
-        pairs: Sequence[tuple[Job, Entry | None]],
-        fresh: Mapping[str, Job],
-        settled: Mapping[str, object],
-    ) -> None:
-        if len(fresh) != len(pairs):
-            raise ValueError("a job id appears twice in one add()")
+    def _check_new(self, fresh: Mapping[str, Job], settled: Mapping[str, object]) -> None:
         slots = self._slots
-        for job, _ in pairs:
+        for job in fresh.values():
             if job.id in slots:
                 raise ValueError(f"{job.id}: already queued")
             for need in job.needs:
@@ -281,9 +326,13 @@ class Scheduler:
         for need in job.needs:
             held = slots.get(need)
             if held is not None:
-                held.dependents.append(job.id)
+                if held.dependents is None:
+                    held.dependents = [job.id]
+                else:
+                    held.dependents.append(job.id)
                 slot.pending += 1
             else:
+                assert slot.outcomes is not None  # it has needs
                 slot.outcomes[need] = settled[need]
         return slot
 
@@ -312,7 +361,7 @@ class Scheduler:
         if attempt.failure is not None and slot.kill is not None:
             attempt = replace(attempt, failure=slot.kill[0], message=slot.kill[1])
         slot.kill = None
-        slot.history.append(attempt)
+        slot.history = (*slot.history, attempt)
         self._out.append(AttemptRecorded(job_id, attempt))
         kind = attempt.failure
         if kind is None:
@@ -328,6 +377,8 @@ class Scheduler:
                 slot.infra_used += 1
             at = now + self._backoff(slot.attempts)
             self._out.append(Requeued(job_id, at, slot.retries_used, slot.infra_used))
+            if self._placer is not None:
+                self._placer.requeued(job_id, at)
             self._wait(slot, at)
             return
         self._work.append((job_id, rule.final_status, attempt.message or kind.value))
@@ -385,7 +436,8 @@ class Scheduler:
     def _kill(self, slot: _Slot, kind: FailureKind, message: str) -> None:
         if slot.kill is None:
             slot.kill = (kind, message)
-            self._out.append(KillAttempt(slot.job.id, kind))
+            if self._placer is None or self._placer.kill(slot.job.id, kind):
+                self._out.append(KillAttempt(slot.job.id, kind))
         elif kind is FailureKind.CANCELLED and slot.kill[0] is not FailureKind.CANCELLED:
             slot.kill = (kind, message)  # a timeout's kill under way: now it must not retry
 
@@ -398,7 +450,7 @@ class Scheduler:
             if slot is None:
                 continue  # settled already (cancelled, then reached again)
             if status is not None:
-                self._finalize(slot, status, reason)
+                self._finalize(slot, status, reason, now)
             elif slot.phase is Phase.WAITING:
                 self._decide(slot, now)
         return self._start_ready(now)
@@ -406,15 +458,25 @@ class Scheduler:
     def _decide(self, slot: _Slot, now: float) -> None:
         """Every need is settled: settle the job as skipped, or wait for a time, or queue it."""
         job = slot.job
-        slot.origin = inherited_origin(job, slot.outcomes)
+        outcomes = slot.outcomes or _NO_OUTCOMES
+        for outcome in outcomes.values():
+            if outcome is not PASSED_CLEAN:
+                clean = False
+                break
+        else:  # every need passed, nothing failed above: no origin, and only failure() skips
+            clean = True
+        slot.origin = "" if clean else inherited_origin(job, outcomes)
         if self._stop is not None:
             self._work.append((job.id, JobStatus.CANCELLED, self._stop[1]))
             return
-        skipped = skip_reason(job, slot.outcomes, slot.origin)
+        if clean and job.condition is not Condition.FAILURE:
+            skipped = None
+        else:
+            skipped = skip_reason(job, outcomes, slot.origin)
         if skipped is not None:
             self._work.append((job.id, JobStatus.SKIPPED, skipped))
             return
-        slot.outcomes.clear()
+        slot.outcomes = None  # read once: a job runs on without them
         wake = max(job.not_before or now, slot.wake_at or now)
         if wake > now:
             self._wait(slot, wake)
@@ -429,33 +491,42 @@ class Scheduler:
         slot.phase = Phase.READY
         heapq.heappush(self._ready, (slot.key, slot.job.id))
 
-    def _finalize(self, slot: _Slot, status: JobStatus, reason: str) -> None:
+    def _finalize(self, slot: _Slot, status: JobStatus, reason: str, now: float) -> None:
         job = slot.job
         del self._slots[job.id]
         group_key = job.group or job.id
         group = self._groups[group_key]
-        del group[job.id]
-        if not group:
+        if isinstance(group, str):
             del self._groups[group_key]
+        else:
+            del group[job.id]
+            if not group:
+                del self._groups[group_key]
         failed = counts_as_failure(job, status)
         origin = job.id if failed else slot.origin
-        result = JobResult(job.id, status, reason, tuple(slot.history), origin)
+        result = JobResult(job.id, status, reason, slot.history, origin)
         self._out.append(Settled(result))
-        outcome = need_outcome(job, result)
-        for child_id in slot.dependents:
-            child = self._slots.get(child_id)
-            if child is None:
-                continue
-            child.outcomes[job.id] = outcome
-            child.pending -= 1
-            if child.pending == 0:
-                self._work.append((child_id, None, ""))
+        if self._placer is not None:
+            self._placer.settled(result, now)
+        if slot.dependents:
+            outcome = need_outcome(job, result)
+            slots, work = self._slots, self._work
+            for child_id in slot.dependents:
+                child = slots.get(child_id)
+                if child is None:
+                    continue
+                assert child.outcomes is not None  # it has needs, one of them unsettled
+                child.outcomes[job.id] = outcome
+                child.pending -= 1
+                if child.pending == 0:
+                    work.append((child_id, None, ""))
         if failed and status is not JobStatus.CANCELLED and job.fail_fast and job.matrix:
             self._fail_fast(job, group_key)
 
     def _fail_fast(self, failed: Job, group_key: str) -> None:
         reason = f"fail-fast: '{failed.id}' failed"
-        for sibling in self._groups.get(group_key, {}):
+        group = self._groups.get(group_key, ())
+        for sibling in (group,) if isinstance(group, str) else group:
             slot = self._slots[sibling]
             if slot.phase in OUT:
                 self._kill(slot, FailureKind.CANCELLED, reason)
@@ -464,6 +535,7 @@ class Scheduler:
 
     def _start_ready(self, now: float) -> list[Command]:
         """Start ready jobs while there is capacity; hand back the commands gathered."""
+        placer = self._placer
         while self._ready and self._out_count < self.capacity and now >= self._hold_until:
             key, job_id = heapq.heappop(self._ready)
             slot = self._slots.get(job_id)
@@ -472,6 +544,9 @@ class Scheduler:
             slot.phase = Phase.PLACING
             slot.attempts += 1
             self._out_count += 1
-            self._out.append(StartAttempt(job_id, slot.attempts, slot.job.timeout_s))
+            if placer is None:
+                self._out.append(StartAttempt(job_id, slot.attempts, slot.job.timeout_s))
+            else:
+                placer.want(job_id, slot.attempts, slot.job.timeout_s, now)
         out, self._out = self._out, []
         return out

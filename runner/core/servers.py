@@ -110,8 +110,8 @@ class _Known:
     not one in each of eight."""
 
     __slots__ = (
-        "dependents", "end", "ends_known", "expected_s", "job", "key", "needs", "open",
-        "rent_failures", "settled", "worst_end",
+        "attempt", "dependents", "end", "ends_known", "expected_s", "job", "key", "needs",
+        "open", "rent_failures", "seq", "settled", "timeout_s", "worst_end",
     )  # fmt: skip
 
     def __init__(
@@ -121,20 +121,20 @@ class _Known:
         self.needs = needs  # its needs the book holds
         self.key = key
         self.expected_s = expected_s  # how long it should run (None: unknown)
-        self.dependents: dict[str, None] = {}  # the jobs needing it, in the order added
+        # The jobs needing it, in the order added (None: none yet; most jobs are leaves, and
+        # an empty dict each is 10,000 more objects for the garbage collector to walk).
+        self.dependents: dict[str, None] | None = None
         self.open = 0  # how many of those are not settled yet
         self.ends_known = 0  # how many of its needs have an expected end
         self.end: float | None = None  # its expected (or actual) end, once known
         self.worst_end: float | None = None  # and at the latest
         self.settled = False
-        self.rent_failures: list[str] = []  # this attempt's failed rents: why
-
-
-@dataclass(slots=True)
-class _Want:
-    attempt: int
-    timeout_s: float
-    seq: int
+        self.rent_failures: tuple[str, ...] = ()  # this attempt's failed rents: why
+        # While it waits for a server (in `ServerBook._waiting`): the attempt that waits, its
+        # timeout, and the sequence number of its live entry in the book's queue.
+        self.attempt = 0
+        self.timeout_s = 0.0
+        self.seq = 0
 
 
 class ServerBook:
@@ -167,7 +167,7 @@ class ServerBook:
         self._known_s = dict(durations_s or {})
         # The scheduler of the same run orders its ready jobs by these: it takes them from here.
         self.ranks: dict[str, float] = {}
-        self._waiting: dict[str, _Want] = {}
+        self._waiting: dict[str, _Known] = {}  # ready jobs with no server yet
         self._queue: list[tuple[Key, int, str]] = []
         self._seq = itertools.count()
         self._servers: dict[int, _Server] = {}
@@ -232,7 +232,7 @@ class ServerBook:
                 i: [n for n in ns if n in fresh] for i, ns in needs.items()
             }
         else:  # every need the book will hold is in this batch
-            needs = {j.id: tuple(n for n in j.needs if n in fresh) if j.needs else () for j in jobs}
+            needs = {j.id: _held_needs(j, fresh) for j in jobs}
             inside = needs
         below = graph.dependents_of(inside)
         order = graph.topological_order(inside, below)
@@ -247,6 +247,8 @@ class ServerBook:
                 record = known[job.id]
                 for need in record.needs:
                     held = known[need]
+                    if held.dependents is None:
+                        held.dependents = {}
                     held.dependents[job.id] = None
                     held.open += 1
                 record.ends_known = sum(known[n].end is not None for n in record.needs)
@@ -306,15 +308,23 @@ class ServerBook:
     def want(self, job_id: str, attempt: int, timeout_s: float, now: float) -> None:
         """The job is ready for attempt `attempt` and needs a server."""
         self._dirty = True
-        seq = next(self._seq)
-        self._waiting[job_id] = _Want(attempt, timeout_s, seq)
         record = self._jobs[job_id]
+        record.attempt, record.timeout_s = attempt, timeout_s
+        record.seq = seq = next(self._seq)
+        self._waiting[job_id] = record
         heapq.heappush(self._queue, (record.key, seq, job_id))
-        self._retrying.discard(job_id)
-        self._retry_at.pop(job_id, None)
-        self._eta.pop(job_id, None)
-        self._due.pop(job_id, None)
-        record.rent_failures = []
+        # Membership tests before removals: most of these hold nothing for this job, and a
+        # test is cheaper than a call.
+        if job_id in self._retrying:
+            self._retrying.discard(job_id)
+        if job_id in self._retry_at:
+            del self._retry_at[job_id]
+        if job_id in self._eta:
+            del self._eta[job_id]
+        if job_id in self._due:
+            del self._due[job_id]
+        if record.rent_failures:
+            record.rent_failures = ()
 
     def drop(self, job_id: str) -> int | None:
         """The job no longer wants a server (killed while waiting): the number of the attempt
@@ -343,8 +353,9 @@ class ServerBook:
         if server.ready_at is not None:
             self._idle[server.id] = server
         self._look.add(server.id)
-        self._due.update(self._starved)
-        self._starved.clear()
+        if self._starved:
+            self._due.update(self._starved)
+            self._starved.clear()
 
     def requeued(self, job_id: str, at: float) -> None:
         """The job's next attempt is due at `at` (a retry's backoff)."""
@@ -359,12 +370,12 @@ class ServerBook:
             record.settled = True
             for need in record.needs:
                 known[need].open -= 1
-        self._retrying.discard(job_id)
-        self._retry_at.pop(job_id, None)
-        self._waiting.pop(job_id, None)
-        self._eta.pop(job_id, None)
-        self._due.pop(job_id, None)
-        self._starved.pop(job_id, None)
+        # Tests before removals, as in `want`: most of these do not hold the job.
+        if job_id in self._retrying:
+            self._retrying.discard(job_id)
+        for pending in (self._retry_at, self._waiting, self._eta, self._due, self._starved):
+            if job_id in pending:
+                del pending[job_id]
         if job_id in self._claims:
             self._unclaim(job_id)
         if self._renting:  # only renting plans with expected ends
@@ -384,7 +395,7 @@ class ServerBook:
         known = self._jobs
         for need in record.needs:  # settled, and now no dependent of anything
             held = known.get(need)
-            if held is not None:
+            if held is not None and held.dependents is not None:
                 held.dependents.pop(job_id, None)
         del known[job_id]
 
@@ -554,7 +565,8 @@ class ServerBook:
         """Everything to do now, after the events so far."""
         if not self._dirty:
             return self._flush()
-        self._why.clear()  # each decision says afresh what a job waits for
+        if self._why:
+            self._why.clear()  # each decision says afresh what a job waits for
         if self._day is not None and _day_of(now) > self._day:
             self._new_day(now)
         if self._excluded_at:
@@ -661,7 +673,8 @@ class ServerBook:
             self._why[job_id] = "budget"
             return False
         del self._waiting[job_id]
-        self._why.pop(job_id, None)
+        if job_id in self._why:
+            del self._why[job_id]
         was_meant = server.claim == job_id
         if job_id in self._claims:
             self._unclaim(job_id)
@@ -672,7 +685,8 @@ class ServerBook:
             self._fixed_busy += 1
         self._idle.pop(server.id, None)
         self._on[job_id] = server.id
-        self._look.discard(server.id)
+        if self._look:
+            self._look.discard(server.id)
         if self._renting:  # only renting plans with expected ends
             expected = self._jobs[job_id].expected_s
             end = now + expected if expected is not None else None
@@ -747,7 +761,7 @@ class ServerBook:
         self._release(spare[0], now, "making room for a job that fits no server held")
         return True
 
-    def _rent_now(self, job_id: str, want: _Want, now: float) -> None:
+    def _rent_now(self, job_id: str, want: _Known, now: float) -> None:
         job = self._jobs[job_id].job
         quote = self._market.best(job.gpu, self._excluded | self._hosts_held())
         if quote is None:
@@ -772,7 +786,7 @@ class ServerBook:
         self._plan_end(job_id, now + self.boot.expected_s, now + self.boot.allowance_s, now)
 
     def _wait_for_next_day(
-        self, job_id: str, want: _Want, quote: Quote, hold_s: float, cost: float, now: float
+        self, job_id: str, want: _Known, quote: Quote, hold_s: float, cost: float, now: float
     ) -> None:
         """A daily budget: the job waits for the next day's, unless a whole day's is short."""
         assert self._day is not None and self.budget_usd is not None
@@ -792,7 +806,7 @@ class ServerBook:
         self._spent_usd = 0.0
         self._booked.clear()  # a late figure for an earlier day's order does not count either
 
-    def _none_left(self, job_id: str, want: _Want) -> None:
+    def _none_left(self, job_id: str, want: _Known) -> None:
         """No offer fits the job (any more): say why, and which hosts failed it before."""
         record = self._jobs[job_id]
         why = self._market.why_none(record.job.gpu, self._excluded)
@@ -926,7 +940,7 @@ class ServerBook:
         record.end = end
         if not first:
             return
-        for child in record.dependents:
+        for child in record.dependents or ():
             held = known[child]
             held.ends_known += 1
             if held.ends_known == len(held.needs):
@@ -1128,8 +1142,8 @@ class ServerBook:
         if event.job_cannot_run:
             self._fail(job_id, want, FailureKind.UNAVAILABLE, event.reason)
             return
-        tried = self._jobs[job_id].rent_failures
-        tried.append(event.reason)
+        record = self._jobs[job_id]
+        record.rent_failures = tried = (*record.rent_failures, event.reason)
         if len(tried) >= MAX_OFFERS_PER_ATTEMPT:
             message = f"{MAX_OFFERS_PER_ATTEMPT} offers failed to start; last: {event.reason}"
             self._fail(job_id, want, FailureKind.PROVISIONING_FAILED, message)
@@ -1140,7 +1154,7 @@ class ServerBook:
             return  # (no figure: the estimate counted stays)
         self._spent_usd += event.cost_usd - booked[1]
 
-    def _fail(self, job_id: str, want: _Want, kind: FailureKind, message: str) -> None:
+    def _fail(self, job_id: str, want: _Known, kind: FailureKind, message: str) -> None:
         del self._waiting[job_id]
         self._unclaim(job_id)
         self.unplaceable.append(Unplaceable(job_id, want.attempt, kind, message))
@@ -1175,6 +1189,14 @@ class ServerBook:
             return False
         server.reserved_until = until
         return True
+
+
+def _held_needs(job: Job, fresh: Mapping[str, Job]) -> tuple[str, ...]:
+    """The job's needs among `fresh`: usually all of them, and then its own tuple."""
+    for need in job.needs:
+        if need not in fresh:
+            return tuple(n for n in job.needs if n in fresh)
+    return job.needs
 
 
 def _by_id(server: _Server) -> int:

@@ -15,15 +15,13 @@ import itertools
 import random
 from collections.abc import Callable, Sequence, Set
 from dataclasses import dataclass, field
+from typing import Any
 
 from runner.core.events import (
     AttemptEnded,
     AttemptPlaced,
-    AttemptRecorded,
     KillAttempt,
-    Requeued,
     SetTimer,
-    Settled,
     TimerFired,
 )
 from runner.core.model import Attempt, FailureKind, GpuAsk, Job, JobResult, RunStatus
@@ -122,6 +120,24 @@ class _ServersSim:
         self.running: dict[str, tuple[int, int, float]] = {}  # job -> attempt, server, start
         self.ends: dict[str, float] = {}  # job -> when its running attempt is to end
         self.result = ServersResult(0.0, 0.0, 0.0, (), RunStatus.PASSED, 0, 0)
+        # What to do with each kind of command and event, found with one look-up each (a
+        # chain of isinstance tests costs more, for every one of them); commands that change
+        # nothing in the simulated market (a recorded attempt, a settled job) have no entry.
+        self._apply_by_kind: dict[type, Callable[[Any], None]] = {
+            StartOn: self._start,
+            SetTimer: self._timer,
+            RentServer: self._rent,
+            ReleaseServer: self._release_cmd,
+            KillAttempt: self._kill,
+        }
+        self._stale_by_kind: dict[type, Callable[[Any], bool]] = {
+            AttemptEnded: self._stale_end,
+            AttemptPlaced: self._stale_placed,
+            TimerFired: self._stale_timer,
+            ServerReady: self._stale_server,
+            ServerLost: self._stale_server,
+            RentFailed: self._stale_server,
+        }
 
     def push(self, at: float, event: CoreEvent) -> None:
         heapq.heappush(self.queue, (at if at > self.now else self.now, next(self.seq), event))
@@ -139,52 +155,61 @@ class _ServersSim:
         return r
 
     def stale(self, event: CoreEvent) -> bool:
-        if isinstance(event, TimerFired):
-            # The timeout of an attempt that already ended does nothing: most timers are
-            # these, and skipping them here keeps a 10,000-job simulation to the events
-            # that decide something.
-            token = event.token
-            if isinstance(token, tuple) and len(token) == 3 and token[0] == "timeout":
-                current = self.running.get(token[1])
-                return current is None or current[0] != token[2]
-            return False
-        if isinstance(event, AttemptEnded):
-            current = self.running.get(event.job_id)
-            if current is None or current[0] != event.attempt.number:
-                return True
-            self._free(event.job_id)
-            return False
-        if isinstance(event, AttemptPlaced):
-            current = self.running.get(event.job_id)
-            return current is None or current[0] != event.attempt
-        if isinstance(event, (ServerReady, ServerLost, RentFailed)):
-            held = self.held.get(event.server)
-            if held is None:
-                return True  # given back before it came up
-            if isinstance(event, ServerReady):
-                held.ready_at = self.now
+        """Is the event about something already over (it then decides nothing)?"""
+        check = self._stale_by_kind.get(type(event))  # one look-up: this runs for every event
+        return check is not None and check(event)
+
+    def _stale_end(self, event: AttemptEnded) -> bool:
+        current = self.running.get(event.job_id)
+        if current is None or current[0] != event.attempt.number:
+            return True
+        self._free(event.job_id)
+        return False
+
+    def _stale_placed(self, event: AttemptPlaced) -> bool:
+        current = self.running.get(event.job_id)
+        return current is None or current[0] != event.attempt
+
+    def _stale_timer(self, event: TimerFired) -> bool:
+        # The timeout of an attempt that already ended does nothing: most timers are these,
+        # and skipping them here keeps a 10,000-job simulation to the events that decide
+        # something.
+        token = event.token
+        if isinstance(token, tuple) and len(token) == 3 and token[0] == "timeout":
+            current = self.running.get(token[1])
+            return current is None or current[0] != token[2]
+        return False
+
+    def _stale_server(self, event: ServerReady | ServerLost | RentFailed) -> bool:
+        held = self.held.get(event.server)
+        if held is None:
+            return True  # given back before it came up
+        if isinstance(event, ServerReady):
+            held.ready_at = self.now
         return False
 
     def apply(self, commands: list[CoreCommand]) -> None:
         if not commands:  # nothing done, nothing changed: the checks would find what they found
             return
+        by_kind = self._apply_by_kind
         for cmd in commands:
-            if type(cmd) in _NOTHING_TO_DO:
-                continue
-            if isinstance(cmd, StartOn):
-                self._start(cmd)
-            elif isinstance(cmd, SetTimer):
-                if not self._past_its_end(cmd):
-                    self.push(cmd.at, TimerFired(cmd.token))
-            elif isinstance(cmd, RentServer):
-                self._rent(cmd)
-            elif isinstance(cmd, ReleaseServer):
-                self._release(cmd.server)
-            elif isinstance(cmd, KillAttempt) and cmd.job_id in self.running:
-                number, _, began = self.running[cmd.job_id]
-                self.push(self.now, _finish(cmd.job_id, number, began, self.now, cmd.reason))
+            carry_out = by_kind.get(type(cmd))  # most commands change nothing here: no entry
+            if carry_out is not None:
+                carry_out(cmd)
         if self.checks:
             self._check()
+
+    def _timer(self, cmd: SetTimer) -> None:
+        if not self._past_its_end(cmd):
+            self.push(cmd.at, TimerFired(cmd.token))
+
+    def _kill(self, cmd: KillAttempt) -> None:
+        if cmd.job_id in self.running:
+            number, _, began = self.running[cmd.job_id]
+            self.push(self.now, _finish(cmd.job_id, number, began, self.now, cmd.reason))
+
+    def _release_cmd(self, cmd: ReleaseServer) -> None:
+        self._release(cmd.server)
 
     def _past_its_end(self, timer: SetTimer) -> bool:
         """An attempt's timeout due no sooner than the attempt's end, already scheduled: the
@@ -269,10 +294,6 @@ class _ServersSim:
             short_of_money = book.budget_usd is not None and book.wait_reason(job_id) == "budget"
             if not short_of_money and any(book.fits(v.quote, job_id) for v in idle):
                 r.broken.append(f"{now:.1f}: {job_id} waits beside an idle server")
-
-
-# Commands that change nothing in the simulated market: most of them.
-_NOTHING_TO_DO = frozenset({AttemptRecorded, Settled, Requeued})
 
 
 def simulate_servers(
