@@ -65,6 +65,9 @@ CASES = {
     "a note wider than the terminal": summary_of(
         [job(1, "failed", reason="exit code 1 " * 6), job(2, name="a-long-name-" * 4)]
     ),
+    "a note that would crowd out the numbers": summary_of(
+        [job(1, "failed", reason="exit code 1 " * 20), job(2, name="n" * 40)]
+    ),
     "gpu, rates, flaky, allowed failure, budget": summary_of(
         [
             job(1, gpu="RTX 4090", usd_per_hour=0.42, flaky=True),
@@ -97,17 +100,32 @@ def test_the_plain_report_is_what_rich_prints_for_every_case() -> None:
 
 
 def test_what_it_cannot_lay_out_exactly_is_left_to_rich() -> None:
-    """Wide characters, tabs, and a note so long that rich gives the other columns no room
-    (it drops them)."""
+    """Wide characters and tabs."""
     for summary in (
         summary_of([job(1, name="名前" * 20)]),
         summary_of([job(1, name="tab\there")]),
-        summary_of([job(1, "failed", reason="exit code 1 " * 20), job(2, name="n" * 40)]),
     ):
         assert plain_final(summary, OUT, 120) is None
         buffer = io.StringIO()
         Console(buffer, live=False, tick_s=0, env={}).final_report(summary, OUT)
         assert buffer.getvalue() == rich_text(summary)
+
+
+def test_a_long_note_is_cut_and_every_number_stays_at_a_narrow_width() -> None:
+    """The note gives way (and the name and GPU with it), not the numbers: rich used to take
+    the excess from every column alike, which left time, cost and tries no room at all."""
+    note = "sshd on the server never answered after 3 tries over 120 s; excluded " * 3
+    summary = summary_of(
+        [job(1, "failed", reason=note, gpu="RTX 4090", usd_per_hour=1.25), job(2, gpu="T4")]
+    )
+    for width in (60, 80, 120):
+        screen = rich_text(summary, width)
+        header, _, failed, passed = screen.splitlines()[1:5]
+        assert re.search(r" time +\$/h +cost +tries +no\S* *$", header), (width, header)
+        assert re.search(r" 1\.5s +\$1\.25 +\$0\.0100 +2 +ss.*…$", failed), (width, failed)
+        assert re.search(r" 3\.0s +– +\$0\.0200 +3 *$", passed), (width, passed)
+        assert max(len(line) for line in screen.splitlines()) <= width
+        assert plain_final(summary, OUT, width) == screen, width
 
 
 names = st.text(st.sampled_from("abcxyz-_. 0189…Δ–·"), min_size=1, max_size=60)

@@ -30,13 +30,18 @@ if TYPE_CHECKING:  # rich is imported when a table is drawn with it, not for a p
 
 class Column(NamedTuple):
     """One column of the jobs table, as rich's Table takes it (runner/live/final_plain.py lays
-    it out the same way without rich). Every column is `no_wrap`."""
+    it out the same way without rich). Every cell is one line, cut with an ellipsis.
+
+    A table wider than the terminal narrows the columns that `give_way` first (rich's wrapable
+    columns: the widest first); only when they have nothing left does every column lose the
+    same share, and a column left with no room is dropped. So the numbers (never giving way)
+    are the last to be cut."""
 
     header: str
     justify: str = "left"
     min_width: int | None = None
     max_width: int | None = None
-    ratio: int | None = None
+    gives_way: bool = False
 
 
 Cell = tuple[str, str]  # (text, style)
@@ -101,14 +106,16 @@ def jobs_table(summary: Mapping[str, Any], shown: list[Mapping[str, Any]] | None
         table.add_column(
             column.header,
             justify="right" if column.justify == "right" else "left",
-            no_wrap=True,
+            no_wrap=not column.gives_way,  # rich narrows only the wrapable columns first
             overflow="ellipsis",
             min_width=column.min_width,
             max_width=column.max_width,
-            ratio=column.ratio,
         )
     for row in rows:
-        table.add_row(*(Text(text, style=style) for text, style in row))
+        # Each cell stays on one line, in a column that gives way too: cut, not wrapped.
+        table.add_row(
+            *(Text(text, style=style, no_wrap=True, overflow="ellipsis") for text, style in row)
+        )
     return table
 
 
@@ -117,21 +124,21 @@ def table_cells(
 ) -> tuple[list[Column], list[list[Cell]]]:
     """The jobs table's columns and rows (each cell its text and style)."""
     compare = {j["id"]: j for j in (summary.get("comparison") or {}).get("jobs", [])}
-    # Numbers are never cut; names, GPU and the note give way on a narrow terminal.
+    # Names, GPU and the note give way on a narrow terminal; numbers are cut last.
     jobs = summary["jobs"]
     # A column nobody has a value in (GPU and $/h on the local backend) is left out.
     gpus = any(j.get("gpu") for j in jobs)
     rates = any(j.get("usd_per_hour") is not None for j in jobs)
-    columns = [Column("job", max_width=32), Column("status", min_width=8)]
+    columns = [Column("job", max_width=32, gives_way=True), Column("status", min_width=8)]
     if gpus:
-        columns.append(Column("gpu", max_width=20))
+        columns.append(Column("gpu", max_width=20, gives_way=True))
     columns.append(Column("time", "right", min_width=6))
     if rates:
         columns.append(Column("$/h", "right", min_width=5))
     columns += [Column("cost", "right", min_width=7), Column("tries", "right", min_width=5)]
     if compare:
         columns += [Column("Δ cost", "right"), Column("Δ time", "right")]
-    columns.append(Column("note", ratio=1))
+    columns.append(Column("note", gives_way=True))
     rows: list[list[Cell]] = []
     for job in jobs if shown is None else shown:
         word = status_word(job)

@@ -70,8 +70,9 @@ def _cut(text: str, width: int) -> str:
 
 
 def _table(columns: Sequence[Column], rows: list[list[str]], width: int) -> list[str] | None:
-    """rich's Table(box=SIMPLE_HEAD, pad_edge=False, show_edge=False) of no-wrap columns with
-    padding (0, 1): its lines, or None where its layout is not followed here."""
+    """rich's Table(box=SIMPLE_HEAD, pad_edge=False, show_edge=False) of one-line cells with
+    padding (0, 1): its lines, or None where its layout is not followed here. A header of a
+    column that gives way is one word, so rich cuts it as it cuts a cell rather than wrap it."""
     n = len(columns)
     if n < 2:
         return None
@@ -89,11 +90,14 @@ def _table(columns: Sequence[Column], rows: list[list[str]], width: int) -> list
 
     widths = [measure(i, max_width) for i in range(n)]
     if None not in widths and sum(widths) > max_width:  # type: ignore[arg-type]
-        # No column may wrap: rich takes the excess from every column evenly, then measures
-        # each again within its new width (a minimum width takes back what it lost; a column
-        # left with no room is dropped, which is left to rich).
+        # rich narrows the columns that give way first, then takes what is still too much
+        # from every column evenly, then measures each again within its new width (a minimum
+        # width takes back what it lost; a column left with no room is dropped, which is left
+        # to rich).
         start = [w for w in widths if w is not None]
-        reduced = _ratio_reduce(sum(start) - max_width, [1] * n, start, start)
+        reduced = _collapse_widths(start, [c.gives_way for c in columns], max_width)
+        if sum(reduced) > max_width:
+            reduced = _ratio_reduce(sum(reduced) - max_width, [1] * n, reduced, reduced)
         widths = [measure(i, limit) for i, limit in enumerate(reduced)]
     if None in widths:
         return None
@@ -140,6 +144,25 @@ def _row(
             text = _cut(text, inner).ljust(inner)
         out.append(" " * left + text + " " * right)
     return " ".join(out)
+
+
+def _collapse_widths(widths: list[int], gives_way: list[bool], max_width: int) -> list[int]:
+    """rich's Table._collapse_widths, step for step: the widest columns that give way are
+    narrowed to the next widest, and so on, until the table fits or they have no room left."""
+    excess = sum(widths) - max_width
+    while any(gives_way) and excess > 0:
+        widest = max(w for w, gives in zip(widths, gives_way, strict=True) if gives)
+        next_widest = max(
+            (w for w, gives in zip(widths, gives_way, strict=True) if gives and w != widest),
+            default=0,
+        )
+        ratios = [int(gives and w == widest) for w, gives in zip(widths, gives_way, strict=True)]
+        if not widest - next_widest:
+            break
+        most = [min(excess, widest - next_widest)] * len(widths)
+        widths = _ratio_reduce(excess, ratios, most, widths)
+        excess = sum(widths) - max_width
+    return widths
 
 
 def _ratio_reduce(
