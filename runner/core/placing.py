@@ -161,7 +161,7 @@ class PlacingCore:
         if type(event) is AttemptPlaced and not self.book.dirty:
             # Half of all events: the scheduler only starts the attempt's timeout, and the
             # book, told nothing since its last decision, has nothing to decide.
-            out = self._scheduler.handle(event, now)
+            out = self._scheduler.placed(event.job_id, event.attempt, now)
             if not self.book.dirty and not self._placer.dropped:
                 return out  # type: ignore[return-value]
             self._take(out, now)

@@ -290,6 +290,12 @@ class Scheduler:
                 work.append((job.id, None, ""))
         return self._settle_and_start(now)
 
+    def placed(self, job_id: str, attempt: int, now: float) -> list[Command]:
+        """`handle(AttemptPlaced(job_id, attempt), now)` without the look for its kind: the
+        core with servers hears one for every attempt."""
+        self._placed(job_id, attempt, now)
+        return self._settle_and_start(now)
+
     def handle(self, event: Event, now: float) -> list[Command]:
         if isinstance(event, AttemptEnded):
             self._ended(event.job_id, event.attempt, now)

@@ -130,6 +130,8 @@ class _ServersSim:
             ReleaseServer: self._release_cmd,
             KillAttempt: self._kill,
         }
+        # Is an event about something already over (it then decides nothing)? Asked of
+        # every event; kinds without an entry never are.
         self._stale_by_kind: dict[type, Callable[[Any], bool]] = {
             AttemptEnded: self._stale_end,
             AttemptPlaced: self._stale_placed,
@@ -144,20 +146,17 @@ class _ServersSim:
 
     def run(self) -> ServersResult:
         self.apply(self.core.start(self.now))
-        queue, core, stale, apply = self.queue, self.core, self.stale, self.apply
+        queue, core, apply = self.queue, self.core, self.apply
+        stale_by_kind = self._stale_by_kind  # `stale`, inlined: it runs for every event
         while queue and (self.held or not core.done):
             self.now, _, event = heapq.heappop(queue)
-            if not stale(event):
+            check = stale_by_kind.get(type(event))
+            if check is None or not check(event):
                 apply(core.handle(event, self.now))
         r = self.result
         r.makespan_s, r.results = self.now, self.core.results()
         r.status, r.cost_usd = self.core.status(), self.core.book.cost_usd(self.now)
         return r
-
-    def stale(self, event: CoreEvent) -> bool:
-        """Is the event about something already over (it then decides nothing)?"""
-        check = self._stale_by_kind.get(type(event))  # one look-up: this runs for every event
-        return check is not None and check(event)
 
     def _stale_end(self, event: AttemptEnded) -> bool:
         current = self.running.get(event.job_id)
