@@ -28,7 +28,7 @@ from runner.errors import RunMustStop
 from runner.pipeline_run import PipelineRun, RunSettings
 from runner.run_command import RunOptions, execute
 from runner.spec.loader import parse_pipeline
-from tests.processes import alive
+from tests.processes import alive, marked_env
 
 
 def pipeline_of(text: str) -> Pipeline:
@@ -200,6 +200,7 @@ def test_the_process_can_exit_while_an_attempt_ignores_its_cancel(tmp_path: Path
         [sys.executable, "-c", STUCK_RUN, str(tmp_path)],
         stdout=subprocess.PIPE,
         cwd=Path(__file__).parent.parent,
+        env=marked_env(),
     )
     try:
         out, _ = proc.communicate(timeout=20)

@@ -182,7 +182,7 @@ def _failed_tests(tests: JobTests | None) -> list[dict[str, str]]:
 def _log_tail(out_dir: Path, result: JobResult) -> list[str]:
     if result.status in (JobStatus.PASSED, JobStatus.SKIPPED, JobStatus.CANCELLED):
         return []
-    lines = tail_lines(out_dir / "logs" / f"{result.job_id}.log", LOG_TAIL_LINES)
+    lines = tail_lines(os.path.join(out_dir, "logs", f"{result.job_id}.log"), LOG_TAIL_LINES)
     return [clip(redact(line), 500) for line in lines]
 
 

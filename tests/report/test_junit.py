@@ -9,6 +9,8 @@ from pathlib import Path
 import junitparser
 import pytest
 import xmlschema
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from junitparser import xunit2
 
 from runner.core.model import (
@@ -22,7 +24,7 @@ from runner.core.model import (
     RunStatus,
 )
 from runner.report import write_reports
-from runner.report.junit import build_junit
+from runner.report.junit import build_junit, serialized
 from runner.report.text import xml_safe
 from tests.report.records import mixed_record, write_outputs
 
@@ -230,3 +232,30 @@ def test_xml_safe_drops_exactly_the_characters_xml_forbids() -> None:
     edges |= {0xE000, 0xFFFD, 0xFFFE, 0xFFFF, 0x10000, 0x10FFFF}
     for c in sorted(edges | set(range(0x40))):
         assert (xml_safe(chr(c)) == chr(c)) is allowed(c), hex(c)
+
+
+_TEXTS = st.one_of(
+    st.none(),
+    st.sampled_from(["", " ", "\n  ", "\t", "x", " x ", "a&b<c>d\"e'f\r\ng\th", "\n", "…é"]),
+    st.text(alphabet='ab &<>"\r\n\t', max_size=8),
+)
+
+
+@st.composite
+def _trees(draw: st.DrawFn, depth: int = 0) -> ET.Element:
+    elem = ET.Element(draw(st.sampled_from(["testsuite", "testcase", "a"])))
+    for name in draw(st.lists(st.sampled_from(["name", "time", "v"]), unique=True, max_size=3)):
+        elem.set(name, draw(st.text(alphabet='ab &<>"\r\n\t', max_size=6)))
+    elem.text = draw(_TEXTS)
+    elem.tail = draw(_TEXTS) if depth else None
+    if depth < 3:
+        elem.extend(draw(st.lists(_trees(depth + 1), max_size=3)))
+    return elem
+
+
+@given(_trees())
+@settings(max_examples=300, deadline=None)
+def test_serialized_is_what_elementtree_indents_and_writes(root: ET.Element) -> None:
+    mine = serialized(root)  # first: ET.indent changes the tree
+    ET.indent(root)
+    assert mine == ET.tostring(root, encoding="unicode")
