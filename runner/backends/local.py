@@ -24,7 +24,7 @@ import stat
 import subprocess
 import tempfile
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -35,7 +35,6 @@ from runner.backends.base import (
     Place,
     RunOutcome,
     RunRequest,
-    ServerAdapter,
     StageSink,
     Stream,
 )
@@ -53,8 +52,8 @@ _NOT_FOR_JOBS = frozenset({"CLORE_API_KEY", "CLORE_RUN_TOKEN"})
 
 
 class LocalBackend(FixedServers):
-    """Jobs run on this machine; a place is a fresh working directory. For `run` it is the
-    core's adapter: the run's concurrency is its number of slots, servers that already exist."""
+    """Jobs run on this machine; a place is a fresh working directory. The run's concurrency
+    is its number of servers (slots, from `FixedServers`), which exist from the start."""
 
     name = "local"
 
@@ -76,7 +75,10 @@ class LocalBackend(FixedServers):
     def capacity(self) -> int | None:
         return None
 
-    def acquire(self, job: Job, cancel: threading.Event, stages: StageSink = NO_STAGES) -> Place:
+    def place(
+        self, server: int, job: Job, cancel: threading.Event, stages: StageSink = NO_STAGES
+    ) -> Place:
+        """A fresh working directory; every slot is this machine, so `server` is not read."""
         with self._lock:
             if self._folders is None:
                 root = tempfile.mkdtemp(prefix="clore-run-", dir=self._parent)
@@ -148,23 +150,7 @@ class LocalBackend(FixedServers):
             self._bash[path] = shutil.which("bash", path=where or os.defpath)
         return self._bash[path]
 
-    # -- the core's adapter (`clore-run run`): `cap` slots on this machine --------------------
-
-    def fixed_servers(self, cap: int) -> Sequence[str]:
-        return [f"slot-{n}" for n in range(1, cap + 1)]
-
-    def place(
-        self, server: int, job: Job, cancel: threading.Event, stages: StageSink = NO_STAGES
-    ) -> Place:
-        return self.acquire(job, cancel, stages)
-
     def attempt_done(self, place: Place) -> None:
-        self.release(place)
-
-    def lost(self, server: int) -> bool:
-        return False  # this machine is not lost while clore-run runs on it
-
-    def release(self, place: Place) -> None:
         workdir = place.facts["workdir"]
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self._script_path(workdir))
@@ -188,7 +174,7 @@ class LocalBackend(FixedServers):
             shutil.rmtree(folder, ignore_errors=True)
 
     def _script_path(self, workdir: str) -> str:
-        assert self._folders is not None  # made by the acquire that made `workdir`
+        assert self._folders is not None  # made by the place() that made `workdir`
         return os.path.join(self._folders[1], f"{os.path.basename(workdir)}.sh")
 
 
@@ -364,10 +350,7 @@ def _signal_group(pgid: int, sig: signal.Signals) -> None:
         os.killpg(pgid, sig)
 
 
-if TYPE_CHECKING:  # let mypy hold LocalBackend to the Backend and ServerAdapter Protocols
+if TYPE_CHECKING:  # let mypy hold LocalBackend to the Backend Protocol
 
     def _is_a_backend(backend: LocalBackend) -> Backend:
-        return backend
-
-    def _is_an_adapter(backend: LocalBackend) -> ServerAdapter:
         return backend

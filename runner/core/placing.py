@@ -172,12 +172,12 @@ class PlacingCore:
     # -- internals -------------------------------------------------------------------------
 
     def _feed(self, event: CoreEvent, now: float) -> None:
-        if type(event) in _SERVER_EVENTS:  # one look-up: this runs for every event
-            self.book.handle(event, now)  # type: ignore[arg-type]
-            return
-        if isinstance(event, AttemptEnded):
+        if type(event) is AttemptEnded:  # most events that get here: tested first
             failure = event.attempt.failure
             self.book.attempt_ended(event.job_id, now, failure in _SERVER_FAILURES)
+        elif type(event) in _SERVER_EVENTS:  # one look-up for the four kinds
+            self.book.handle(event, now)  # type: ignore[arg-type]
+            return
         elif isinstance(event, TimerFired):
             if _is_book_timer(event.token):
                 self.book.timer(event.token, now)
@@ -217,7 +217,7 @@ class PlacingCore:
             for item in failed:
                 attempt = Attempt(item.attempt, now, now, None, item.failure, item.message)
                 self._feed(AttemptEnded(item.job_id, attempt), now)
-        if self.over and not self._finished:
+        if not self._ongoing and not self._finished and self._scheduler.idle:  # over
             self._finished = True
             self._out.extend(self.book.finish(now))
         out, self._out = self._out, []

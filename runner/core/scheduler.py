@@ -108,9 +108,9 @@ _Work = tuple[str, JobStatus | None, str]  # (job, status to settle with or None
 class _Slot:
     """An unsettled job as the scheduler holds it. A plain class with slots and positional
     arguments: one is made for every job added, and read on every event about it. What a
-    job may not need is not made for it (a leaf's dependents, a root's outcomes, a list of
-    attempts): at 10,000 jobs each container is 10,000 more objects for the garbage
-    collector to walk."""
+    job may not need is not made for it (a leaf's dependents, the outcomes of needs that
+    passed cleanly, a list of attempts): at 10,000 jobs each container is 10,000 more
+    objects for the garbage collector to walk."""
 
     __slots__ = (
         "attempts", "dependents", "history", "infra_used", "job", "key", "kill", "origin",
@@ -136,8 +136,9 @@ class _Slot:
         self.wake_at = wake_at
         self.origin = ""  # the first failure above it, once its needs settled
         self.dependents: list[str] | None = None  # the jobs added that need it
-        # Its settled needs' outcomes (None: it has no needs), until it is decided.
-        self.outcomes: dict[str, NeedOutcome] | None = {} if job.needs else None
+        # Its settled needs' outcomes that are not PASSED_CLEAN, until it is decided (None:
+        # none; the usual case, which then needs no dict, nor a store for every need).
+        self.outcomes: dict[str, NeedOutcome] | None = None
         self.kill: tuple[FailureKind, str] | None = None
         self.history: tuple[Attempt, ...] = ()
 
@@ -331,9 +332,10 @@ class Scheduler:
                 else:
                     held.dependents.append(job.id)
                 slot.pending += 1
-            else:
-                assert slot.outcomes is not None  # it has needs
-                slot.outcomes[need] = settled[need]
+            elif (outcome := settled[need]) is not PASSED_CLEAN:
+                if slot.outcomes is None:
+                    slot.outcomes = {}
+                slot.outcomes[need] = outcome
         return slot
 
     def _raise_ancestors(self, job: Job, rank: float, fresh: Mapping[str, Job]) -> None:
@@ -444,9 +446,10 @@ class Scheduler:
     # -- transitions -----------------------------------------------------------------------
 
     def _settle_and_start(self, now: float) -> list[Command]:
-        while self._work:
-            job_id, status, reason = self._work.popleft()
-            slot = self._slots.get(job_id)
+        work, slots = self._work, self._slots
+        while work:
+            job_id, status, reason = work.popleft()
+            slot = slots.get(job_id)
             if slot is None:
                 continue  # settled already (cancelled, then reached again)
             if status is not None:
@@ -458,13 +461,13 @@ class Scheduler:
     def _decide(self, slot: _Slot, now: float) -> None:
         """Every need is settled: settle the job as skipped, or wait for a time, or queue it."""
         job = slot.job
-        outcomes = slot.outcomes or _NO_OUTCOMES
-        for outcome in outcomes.values():
-            if outcome is not PASSED_CLEAN:
-                clean = False
-                break
-        else:  # every need passed, nothing failed above: no origin, and only failure() skips
-            clean = True
+        # Every need passed, nothing failed above (no outcome but the clean one was kept): no
+        # origin, and only failure() skips it. Else every need's outcome, the clean included.
+        clean = slot.outcomes is None
+        outcomes: Mapping[str, NeedOutcome] = _NO_OUTCOMES
+        if not clean or job.condition is Condition.FAILURE:
+            odd = slot.outcomes or _NO_OUTCOMES
+            outcomes = {n: odd.get(n, PASSED_CLEAN) for n in job.needs}
         slot.origin = "" if clean else inherited_origin(job, outcomes)
         if self._stop is not None:
             self._work.append((job.id, JobStatus.CANCELLED, self._stop[1]))
@@ -510,13 +513,16 @@ class Scheduler:
             self._placer.settled(result, now)
         if slot.dependents:
             outcome = need_outcome(job, result)
+            clean = outcome is PASSED_CLEAN  # what a dependent assumes of a need it was not told
             slots, work = self._slots, self._work
             for child_id in slot.dependents:
                 child = slots.get(child_id)
                 if child is None:
                     continue
-                assert child.outcomes is not None  # it has needs, one of them unsettled
-                child.outcomes[job.id] = outcome
+                if not clean:
+                    if child.outcomes is None:
+                        child.outcomes = {}
+                    child.outcomes[job.id] = outcome
                 child.pending -= 1
                 if child.pending == 0:
                     work.append((child_id, None, ""))

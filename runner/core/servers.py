@@ -161,6 +161,7 @@ class ServerBook:
         self.boot = boot or BootTimes()
         self._market: Market = market or NoMarket()
         self._renting = market is not None
+        self._fits_all = type(self._market) is NoMarket  # fixed hosts: every job fits each
         # Unsettled jobs, and settled ones a dependent still needs (for their ends and warm
         # files): forgotten after that.
         self._jobs: dict[str, _Known] = {}
@@ -543,7 +544,7 @@ class ServerBook:
         return "waiting for a server"
 
     def fits(self, quote: Quote, job_id: str) -> bool:
-        return self._market.fits(quote, self._jobs[job_id].job.gpu)
+        return self._fits_all or self._market.fits(quote, self._jobs[job_id].job.gpu)
 
     @property
     def dirty(self) -> bool:
@@ -657,7 +658,9 @@ class ServerBook:
             return None
         waiting, quote = self._waiting, server.quote
         warm = [d for d in last.dependents if d in waiting and self.fits(quote, d)]
-        return min(warm, key=self._key_of, default=None)
+        if len(warm) < 2:  # most often: no key to compare
+            return warm[0] if warm else None
+        return min(warm, key=self._key_of)
 
     def _key_of(self, job_id: str) -> Key:
         return self._jobs[job_id].key

@@ -232,24 +232,26 @@ class _ServersSim:
             self.push(self.now + boot, ServerReady(cmd.server))
 
     def _start(self, cmd: StartOn) -> None:
-        if cmd.server not in self.held:  # a fixed host: there from the start, never billed
-            self.held[cmd.server] = _Held(0.0, Quote("fixed"), ready_at=0.0, rented=False)
-        held = self.held[cmd.server]
-        held.busy_since = self.now
-        seconds = self.duration(cmd.job_id, cmd.attempt)
-        self.running[cmd.job_id] = (cmd.attempt, cmd.server, self.now)
-        self.push(self.now, AttemptPlaced(cmd.job_id, cmd.attempt))
+        held = self.held.get(cmd.server)
+        if held is None:  # a fixed host: there from the start, never billed
+            held = self.held[cmd.server] = _Held(0.0, Quote("fixed"), ready_at=0.0, rented=False)
+        now, job_id, number = self.now, cmd.job_id, cmd.attempt
+        held.busy_since = now
+        seconds = self.duration(job_id, number)
+        self.running[job_id] = (number, cmd.server, now)
+        queue, seq = self.queue, self.seq  # `push`, inlined: twice for every job
+        heapq.heappush(queue, (now, next(seq), AttemptPlaced(job_id, number)))
         rate = self.model.lost_per_hour
-        lost_after = self.rng.expovariate(rate / 3600) if rate > 0 else float("inf")
-        if lost_after < seconds:
-            end = self.now + lost_after
-            self.ends[cmd.job_id] = end
+        if rate > 0 and (lost_after := self.rng.expovariate(rate / 3600)) < seconds:
+            end = now + lost_after
+            self.ends[job_id] = end
             self.push(end, ServerLost(cmd.server, "outbid"))
-            self.push(end, _finish(cmd.job_id, cmd.attempt, self.now, end, FailureKind.SERVER_LOST))
+            self.push(end, _finish(job_id, number, now, end, FailureKind.SERVER_LOST))
         else:
-            end = self.now + seconds
-            self.ends[cmd.job_id] = end
-            self.push(end, _finish(cmd.job_id, cmd.attempt, self.now, end, None))
+            end = now + seconds
+            self.ends[job_id] = end
+            ended = _finish(job_id, number, now, end, None)
+            heapq.heappush(queue, (end if end > now else now, next(seq), ended))
 
     def _free(self, job_id: str) -> None:
         _, server, _ = self.running.pop(job_id)
