@@ -1,4 +1,4 @@
-"""One attempt of one job on a backend: acquire, run, release, log, and what it cost.
+"""One attempt of one job on a server the core chose: place, run, done, log, what it cost.
 
 The driver runs every attempt of `clore-run run` and `clore-run serve` this way, with one
 mapping of backend errors to failure kinds.
@@ -82,19 +82,21 @@ class AttemptRunner:
         self,
         job: Job,
         number: int,
+        server: int,
         timeout_s: float,
         kill: threading.Event,
         placed: Callable[[Place], None] = _nothing,
     ) -> Ran:
-        """Never raises: whatever goes wrong (a log that cannot be opened included) ends the
-        attempt with a failure kind, so a caller waiting for it never waits forever. `placed`
-        is told the place once it is held: the script starts now."""
+        """Attempt `number` of `job` on the backend's server `server`. Never raises: whatever
+        goes wrong (a log that cannot be opened included) ends the attempt with a failure
+        kind, so a caller waiting for it never waits forever. `placed` is told the place once
+        it is held: the script starts now."""
         began = self.clock.time()
         if isinstance(kill, Kill) and kill.is_set() and kill.note and kill.reason:
-            # Stopped before it began (its start could not be recorded): nothing to acquire.
+            # Stopped before it began (its start could not be recorded): nothing to place.
             return Ran(Attempt(number, began, self.clock.time(), None, kill.reason, kill.note))
         try:
-            return self._run(job, number, timeout_s, kill, began, placed)
+            return self._run(job, number, server, timeout_s, kill, began, placed)
         except OSError as exc:  # the log could not be opened or written: ours
             local = _local_outcome(exc)
             return Ran(
@@ -110,6 +112,7 @@ class AttemptRunner:
         self,
         job: Job,
         number: int,
+        server: int,
         timeout_s: float,
         kill: threading.Event,
         began: float,
@@ -120,7 +123,7 @@ class AttemptRunner:
         stop = ""
         log = JobLog(self.out_dir, job, number, self.console)
         try:
-            place = self.backend.acquire(job, kill, log)
+            place = self.backend.place(server, job, kill, log)
             placed_at = self.clock.time()
             self.console.placed(job, place)
             placed(place)
@@ -143,7 +146,7 @@ class AttemptRunner:
             outcome = RunOutcome(None, FailureKind.PROVISIONING_FAILED, f"internal: {exc!r}")
         finally:
             if place is not None:
-                self._release(place, log)
+                self._done(place, log)
         outcome = _as_killed(outcome, kill, timeout_s)
         log.close(outcome)
         attempt = self._attempt(number, began, place, outcome)
@@ -166,9 +169,9 @@ class AttemptRunner:
             cost, facts,
         )  # fmt: skip
 
-    def _release(self, place: Place, log: JobLog) -> None:
+    def _done(self, place: Place, log: JobLog) -> None:
         try:
-            self.backend.release(place)
+            self.backend.attempt_done(place)
         except Exception as exc:  # shutdown() tries again; the run goes on
             log.note(f"releasing {place.name} failed: {exc}")
 

@@ -2,21 +2,19 @@
 reports what happened to journals.
 
 It owns what the core must not: the event queue (worker threads, signal handlers, API threads
-and the adapter's rent and release threads post to it; only the loop thread touches the core),
+and the backend's rent and release threads post to it; only the loop thread touches the core),
 timers on the injected clock, a kill flag per attempt, the worker pool and the attempt runner.
 `clore-run run` drives it until idle with the console and reports as its journal; `clore-run
 serve` drives it for as long as it runs with the queue store as its journal.
 
 The core is always the one that holds servers (`PlacingCore`), whatever the backend: it decides
-which server runs which job, and on Clore which to rent and give back. The backend's
-`ServerAdapter` (a backend of places only: its places as slots, `FixedSlots`) carries that out:
-each rent and release on a thread of its own, what it reports posted back to the loop, each
-attempt on the server the core chose.
+which server runs which job, and on Clore which to rent and give back. The backend carries
+that out: each rent and release on a thread of its own, what it reports posted back to the
+loop, each attempt on the server the core chose.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import heapq
 import itertools
@@ -29,17 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
 from runner.attempt import AttemptRunner, Kill
-from runner.backends.base import (
-    NO_STAGES,
-    Backend,
-    OutputSink,
-    Place,
-    RunOutcome,
-    RunRequest,
-    ServerAdapter,
-    StageSink,
-)
-from runner.backends.fixed import as_adapter
+from runner.backends.base import NO_STAGES, Backend, Place, StageSink
 from runner.clock import Clock
 from runner.core.events import (
     AttemptEnded,
@@ -258,14 +246,11 @@ class Driver(Generic[C]):
         journal: Journal,
         clock: Clock,
         options: DriverOptions,
-        servers: ServerAdapter | None = None,
     ) -> None:
         if not isinstance(core, PlacingCore):
             raise TypeError("the driver runs a core that places jobs on servers (PlacingCore)")
         self.core = core
         self._placing: PlacingCore = core
-        # The core decides servers: the adapter carries its rents, starts and releases out.
-        self.servers = servers if servers is not None else as_adapter(backend)
         self._releasing: list[threading.Thread] = []  # servers being given back
         self.backend = backend
         self.runner = runner
@@ -545,14 +530,13 @@ class Driver(Generic[C]):
         number: int,
         timeout_s: float,
         kill: Kill,
-        runner: AttemptRunner,
         server: int,
     ) -> None:
         def placed(place: Place) -> None:
             self._events.put(_Placed(AttemptPlaced(job.id, number), place))
 
-        ran = runner.run(job, number, timeout_s, kill, placed)  # never raises
-        if self.servers.lost(server):
+        ran = self.runner.run(job, number, server, timeout_s, kill, placed)  # never raises
+        if self.backend.lost(server):
             # Before the end: the core must not place the retry on the server it lost.
             self._events.put(_FromServer(ServerLost(server, ran.attempt.message)))
         self._events.put(AttemptEnded(job.id, ran.attempt))
@@ -568,11 +552,7 @@ class Driver(Generic[C]):
         self._out[job.id] = out
         self.journal.attempt_started(job, cmd.attempt, now)
         self._futures = [f for f in self._futures if not f.done()]
-        on = _OnServer(self.servers, cmd.server, self.backend.name)
-        runner = dataclasses.replace(self.runner, backend=on)
-        return functools.partial(
-            self._work, job, cmd.attempt, cmd.timeout_s, out.kill, runner, cmd.server
-        )
+        return functools.partial(self._work, job, cmd.attempt, cmd.timeout_s, out.kill, cmd.server)
 
     def _rent(self, cmd: RentServer) -> None:
         ahead = " ahead of its needs" if cmd.ahead else ""
@@ -581,16 +561,16 @@ class Driver(Generic[C]):
             f"{ahead} (${cmd.quote.usd_per_hour:.3f}/h, up to ${cmd.worst_case_usd:.2f})"
         )
         # Not joined at the end: the backend's shutdown cancels rents under way, and waits.
-        self._off_loop([], self._rent_off_loop, self.servers, cmd, self._jobs[cmd.for_job])
+        self._off_loop([], self._rent_off_loop, cmd, self._jobs[cmd.for_job])
 
     def _release(self, cmd: ReleaseServer) -> None:
         """Give a server back off the loop; at the end of a run, or once it is cancelled, the
         backend's shutdown gives back everything left in one sweep instead."""
         if not cmd.rented or self._placing.over or self._cancel_at is not None:
             return
-        self._releasing = self._off_loop(self._releasing, self._release_off_loop, self.servers, cmd)
+        self._releasing = self._off_loop(self._releasing, self._release_off_loop, cmd)
 
-    def _rent_off_loop(self, servers: ServerAdapter, cmd: RentServer, job: Job) -> None:
+    def _rent_off_loop(self, cmd: RentServer, job: Job) -> None:
         """The rent, on its thread. An adapter that raises still answers: the core would wait
         for that server for ever (its order, if any, the provisioner cancelled on the way out,
         and the ledger keeps it for the shutdown's check)."""
@@ -598,13 +578,13 @@ class Driver(Generic[C]):
             # A rent ahead is for a job still waiting for its needs: its row says that, and
             # the notice says the rent; one for a ready job is what that job is doing now.
             stages = NO_STAGES if cmd.ahead else self.options.rent_stages(job)
-            servers.rent(cmd, job, self._report, stages)
+            self.backend.rent(cmd, job, self._report, stages)
         except Exception as exc:
             self._report(RentFailed(cmd.server, f"internal error while renting: {exc!r}"))
 
-    def _release_off_loop(self, servers: ServerAdapter, cmd: ReleaseServer) -> None:
+    def _release_off_loop(self, cmd: ReleaseServer) -> None:
         try:
-            servers.release_server(cmd.server, cmd.reason, self._report)
+            self.backend.release_server(cmd.server, cmd.reason, self._report)
         except Exception as exc:  # what is not confirmed released stays in the ledger
             self.options.notice(f"giving server {cmd.server} back failed: {exc!r}")
             self._report(ServerReleased(cmd.server))
@@ -620,38 +600,6 @@ class Driver(Generic[C]):
     def _report(self, event: ServerEvent) -> None:
         """What an adapter says about a server, from any thread."""
         self._events.put(_FromServer(event))
-
-
-@dataclass
-class _OnServer:
-    """One server the core chose, as the place of one attempt: the attempt runner acquires
-    it (no renting), runs on it, and `release` only settles what the attempt cost."""
-
-    servers: ServerAdapter
-    server: int
-    name: str
-
-    def capacity(self) -> int | None:
-        return None
-
-    def acquire(self, job: Job, cancel: threading.Event, stages: StageSink = NO_STAGES) -> Place:
-        return self.servers.place(self.server, job, cancel, stages)
-
-    def run(
-        self,
-        place: Place,
-        request: RunRequest,
-        sink: OutputSink,
-        cancel: threading.Event,
-        stages: StageSink = NO_STAGES,
-    ) -> RunOutcome:
-        return self.servers.run(place, request, sink, cancel, stages)
-
-    def release(self, place: Place) -> None:
-        self.servers.attempt_done(place)
-
-    def shutdown(self) -> None:
-        return None
 
 
 class _Workers:

@@ -15,7 +15,6 @@ from pathlib import Path
 
 from runner.attempt import AttemptRunner
 from runner.backends.base import Backend, BackendStage, Place, RentingBackend
-from runner.backends.fixed import as_adapter
 from runner.clock import SYSTEM_CLOCK, Clock
 from runner.console import Console
 from runner.core.events import CancelAll, Event, StopCause
@@ -108,9 +107,8 @@ class PipelineRun:
             settings.workspace_files,
         )
         # The core decides which server runs which job (and, on Clore, which to rent and
-        # give back); the backend is its adapter (a backend of places only: its slots).
-        servers = as_adapter(backend)
-        book = servers.server_book(
+        # give back); the backend carries that out.
+        book = backend.server_book(
             pipeline.jobs,
             settings.capacity,
             pipeline.budget_usd,
@@ -129,7 +127,6 @@ class PipelineRun:
                 notice=console.notice,
                 rent_stages=lambda job: _RentStages(console, job),
             ),
-            servers=servers,
         )
 
     def cancel(self, reason: str) -> None:

@@ -20,6 +20,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, model_validator
 
+from tests.processes import marked_env
+
 # --- metadata models ---------------------------------------------------------------------------
 
 ID = r"^[A-Za-z_][A-Za-z0-9_-]*$"
@@ -496,7 +498,8 @@ def run_step(
     assert step.get("shell") == "bash", "only bash steps are simulated"
     script = workdir / f"step-{os.urandom(4).hex()}.sh"
     script.write_text(step["run"], encoding="utf-8")
-    full_env = {**env, **{k: interpolate(v, context) for k, v in (step.get("env") or {}).items()}}
+    step_env = {k: interpolate(v, context) for k, v in (step.get("env") or {}).items()}
+    full_env = marked_env({**env, **step_env}, inherit=False)
     argv = ["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)]
     if background:
         return subprocess.Popen(argv, env=full_env, cwd=workdir, **popen)

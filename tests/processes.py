@@ -48,10 +48,12 @@ class Launches:
         self.token = uuid.uuid4().hex
         self.launched = False
 
-    def env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
-        """This process's environment, `extra` on top, and the mark."""
+    def env(
+        self, extra: Mapping[str, str] | None = None, *, inherit: bool = True
+    ) -> dict[str, str]:
+        """This process's environment (unless not `inherit`), `extra` on top, and the mark."""
         self.launched = True
-        return {**os.environ, **(extra or {}), MARK: self.token}
+        return {**(os.environ if inherit else {}), **(extra or {}), MARK: self.token}
 
     def end(self) -> list[str]:
         """Kill what still carries the test's mark; what was left, for the failure."""
@@ -63,10 +65,9 @@ class Launches:
 def kill_marked(token: str, proc: Path = Path("/proc")) -> list[str]:
     """SIGKILL every process carrying `token`'s mark (one by one: a serve started by a test
     shares the test run's process group); each as `pid: command line`."""
-    mark = f"{MARK}={token}".encode()
     left: dict[int, str] = {}
     for _ in range(_KILL_ROUNDS):
-        found = [pid for pid in _pids(proc) if pid != os.getpid() and mark in _environ(proc, pid)]
+        found = marked_pids(token, proc)
         if not found:
             break
         for pid in found:
@@ -76,6 +77,12 @@ def kill_marked(token: str, proc: Path = Path("/proc")) -> list[str]:
     return [f"{pid}: {command}" for pid, command in sorted(left.items())]
 
 
+def marked_pids(token: str, proc: Path = Path("/proc")) -> list[int]:
+    """The running processes (other than this one) that carry `token`'s mark."""
+    mark = f"{MARK}={token}".encode()
+    return [pid for pid in _pids(proc) if pid != os.getpid() and mark in _environ(proc, pid)]
+
+
 def _pids(proc: Path) -> list[int]:
     with contextlib.suppress(OSError):
         return [int(e.name) for e in os.scandir(proc) if e.name.isdigit()]
@@ -83,8 +90,9 @@ def _pids(proc: Path) -> list[int]:
 
 
 def _environ(proc: Path, pid: int) -> list[bytes]:
-    try:  # a zombie's reads empty: it has ended
-        return (proc / str(pid) / "environ").read_bytes().split(b"\0")
+    try:  # a zombie's reads empty: it has ended; a plain open is half pathlib's cost
+        with open(f"{proc}/{pid}/environ", "rb") as environ:
+            return environ.read().split(b"\0")
     except OSError:  # gone already, or not ours to read
         return []
 
@@ -100,6 +108,7 @@ def _command(proc: Path, pid: int) -> str:
 LAUNCHES = Launches()  # the running test's, kept by the guard
 
 
-def marked_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment for a process a test starts: the guard finds it if it outlives the test."""
-    return LAUNCHES.env(extra)
+def marked_env(extra: Mapping[str, str] | None = None, *, inherit: bool = True) -> dict[str, str]:
+    """The environment for a process a test starts: the guard finds it if it outlives the test.
+    `inherit=False` for a test that gives its process exactly `extra` (a clean runner's)."""
+    return LAUNCHES.env(extra, inherit=inherit)

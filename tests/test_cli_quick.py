@@ -17,6 +17,7 @@ import pytest
 
 from runner.cli import main
 from runner.cli.quick import plain_validate
+from tests.processes import marked_env
 
 ROOT = Path(__file__).parents[1]
 HELLO = ROOT / "examples" / "hello.yml"
@@ -190,7 +191,7 @@ def test_a_local_run_loads_no_module_it_does_not_use(tmp_path: Path) -> None:
         capture_output=True,
         text=True,
         cwd=tmp_path,
-        env={**env, "PYTHONPATH": str(ROOT)},
+        env=marked_env({**env, "PYTHONPATH": str(ROOT)}, inherit=False),
         timeout=60,
         check=False,
     )
@@ -348,7 +349,7 @@ def test_a_quick_run_loads_no_typer(tmp_path: Path) -> None:
         capture_output=True,
         text=True,
         cwd=tmp_path,
-        env={**env, "PYTHONPATH": str(ROOT)},
+        env=marked_env({**env, "PYTHONPATH": str(ROOT)}, inherit=False),
         timeout=60,
         check=False,
     )

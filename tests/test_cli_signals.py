@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.processes import alive
+from tests.processes import alive, marked_env
 
 PIPELINE = """\
 jobs:
@@ -38,6 +38,7 @@ def test_signal_cancels_cleanly(tmp_path: Path, sig: signal.Signals) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         cwd=tmp_path,
+        env=marked_env(),
     ) as proc:
         assert proc.stdout is not None
         for line in proc.stdout:  # blocks until the job has really started

@@ -72,7 +72,7 @@ class WatchedCore(PlacingCore):
 
 @dataclass
 class ThreadedMarket:
-    """A ServerAdapter whose rents and releases report from the driver's threads. The first
+    """A backend whose rents and releases report from the driver's threads. The first
     `together` rents wait for each other at a barrier, then report at once; every tenth rent
     fails (its job rents again)."""
 
@@ -90,7 +90,7 @@ class ThreadedMarket:
         self._barrier = threading.Barrier(self.together)
         self._lock = threading.Lock()
 
-    # -- ServerAdapter ---------------------------------------------------------------------
+    # -- the core's servers -----------------------------------------------------------------
 
     def server_book(
         self,
@@ -140,13 +140,10 @@ class ThreadedMarket:
     def broken_barrier(self) -> bool:
         return self._barrier.broken
 
-    # -- Backend ---------------------------------------------------------------------------
+    # -- the rest of a backend ----------------------------------------------------------------
 
     def capacity(self) -> int | None:
         return None
-
-    def acquire(self, job: Job, cancel: threading.Event, stages: StageSink = NO_STAGES) -> Place:
-        raise AssertionError("the core chooses the server: nothing is acquired")
 
     def run(
         self,
@@ -157,9 +154,6 @@ class ThreadedMarket:
         stages: StageSink = NO_STAGES,
     ) -> RunOutcome:
         return RunOutcome(0, None)
-
-    def release(self, place: Place) -> None:
-        raise AssertionError("servers are given back by the core's ReleaseServer")
 
     def shutdown(self) -> None:
         with self._lock:
@@ -214,7 +208,7 @@ def _driver(
     runner = AttemptRunner(market, out, SYSTEM_CLOCK, Console(io.StringIO()))
     results = _Results()
     options = DriverOptions(_stop)
-    return Driver(core, market, runner, results, SYSTEM_CLOCK, options, servers=market), results
+    return Driver(core, market, runner, results, SYSTEM_CLOCK, options), results
 
 
 def _book(jobs: Sequence[Job]) -> ServerBook:

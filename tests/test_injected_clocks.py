@@ -51,12 +51,12 @@ def test_a_local_job_times_out_on_the_backends_clock(tmp_path: Path) -> None:
     backend = LocalBackend(tmp_path, clock=clock)
     job = Job("slow", "slow", "sleep 20", 0)
     cancel = threading.Event()
-    place = backend.acquire(job, cancel)
+    place = backend.place(1, job, cancel)
     request = RunRequest(job, 1, {}, None, (), tmp_path / "artifacts", timeout_s=60.0)
     try:
         outcome = backend.run(place, request, Output(), cancel)
     finally:
-        backend.release(place)
+        backend.attempt_done(place)
         backend.shutdown()
     assert outcome.failure is FailureKind.TIMEOUT
     assert clock.readings >= 2

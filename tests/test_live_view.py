@@ -320,7 +320,7 @@ def test_a_kill_for_a_timeout_ends_the_attempt_timed_out_not_cancelled(tmp_path:
     runner = AttemptRunner(KilledBackend(tmp_path), tmp_path, SYSTEM_CLOCK, console)
     kill = Kill()
     kill.stop(FailureKind.TIMEOUT)
-    ran = runner.run(job, 1, 6.0, kill)
+    ran = runner.run(job, 1, 1, 6.0, kill)
     assert ran.attempt.failure is FailureKind.TIMEOUT
     assert ran.attempt.message == "timed out after 6 s"
     log = (tmp_path / "logs" / "t.log").read_text()

@@ -30,7 +30,7 @@ def test_a_workspace_file_gone_before_the_copy_is_ours(tmp_path: Path) -> None:
         workspace_root=tmp_path / "ws",
         workspace_files=("gone.txt",),
     )
-    ran = runner.run(Job(id="a", name="a", run="true"), 1, 60.0, Kill())
+    ran = runner.run(Job(id="a", name="a", run="true"), 1, 1, 60.0, Kill())
     assert ran.attempt.failure is FailureKind.UNAVAILABLE  # not retried on another server
     assert "on this machine: cannot copy workspace file" in ran.attempt.message
     assert "gone.txt" in ran.attempt.message
@@ -42,10 +42,12 @@ class FullDisk(PassingBackend):
     name = "fulldisk"
 
     def __init__(self) -> None:
-        self.acquired = 0
+        self.placed = 0
 
-    def acquire(self, job: Job, cancel: threading.Event, stages: StageSink = NO_STAGES) -> Place:
-        self.acquired += 1
+    def place(
+        self, server: int, job: Job, cancel: threading.Event, stages: StageSink = NO_STAGES
+    ) -> Place:
+        self.placed += 1
         return Place("box")
 
     def run(
@@ -67,6 +69,6 @@ def test_a_full_output_disk_fails_the_job_once_with_the_cause(tmp_path: Path) ->
     )
     record, code = execute(pipeline, backend, RunOptions(out_dir=tmp_path / "out"), io.StringIO())
     (result,) = record.results
-    assert (code, result.status, backend.acquired) == (3, JobStatus.ERROR, 1)
+    assert (code, result.status, backend.placed) == (3, JobStatus.ERROR, 1)
     assert "on this machine: cannot write" in result.attempts[0].message
     assert "No space left on device" in result.attempts[0].message

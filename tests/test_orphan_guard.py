@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from tests.orphan_guard import start_time
+from tests.processes import LAUNCHES, marked_env, marked_pids
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -34,7 +35,7 @@ def test_a_killed_test_run_leaves_no_cluster_and_no_sshd(tmp_path: Path) -> None
     inner = tmp_path / "test_inner.py"
     inner.write_text(_INNER)
     facts_file = tmp_path / "facts.json"
-    env = {**os.environ, "FACTS": str(facts_file), "PYTHONPATH": str(REPO)}
+    env = marked_env({"FACTS": str(facts_file), "PYTHONPATH": str(REPO)})
     command = [
         sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider",
         "-p", "tests.pg_fixture", "-p", "tests.sshd_fixture", str(inner),
@@ -53,11 +54,13 @@ def test_a_killed_test_run_leaves_no_cluster_and_no_sshd(tmp_path: Path) -> None
         while time.monotonic() < deadline and (
             any(start_time(pid) == began for pid, began in servers.items())
             or Path(str(facts["pg_folder"])).exists()
+            or marked_pids(LAUNCHES.token)  # the watchdogs too, once their work is done
         ):
             time.sleep(0.05)  # polling for other processes' exits; there is no event to wait on
         alive = [pid for pid, began in servers.items() if start_time(pid) == began]
         assert alive == [], f"left running: {alive}"
         assert not Path(str(facts["pg_folder"])).exists()
+        assert marked_pids(LAUNCHES.token) == []  # nothing the run started stays behind
     finally:
         if run.poll() is None:
             os.killpg(run.pid, signal.SIGKILL)

@@ -91,10 +91,12 @@ class SlowToPlace(LocalBackend):
         self.acquiring = threading.Event()
         self.placed = threading.Event()
 
-    def acquire(self, job: Job, cancel: threading.Event, stages: StageSink = NO_STAGES) -> Place:
+    def place(
+        self, server: int, job: Job, cancel: threading.Event, stages: StageSink = NO_STAGES
+    ) -> Place:
         self.acquiring.set()
         self.placed.wait(30)
-        return super().acquire(job, cancel, stages)
+        return super().place(server, job, cancel, stages)
 
     def run(
         self,

@@ -309,9 +309,11 @@ def test_job_model_defaults_for_local_runs() -> None:
 class SlowToProvision(LocalBackend):
     """Takes longer to hand out a place than the job's whole timeout, as renting can."""
 
-    def acquire(self, job: Job, cancel: threading.Event, stages: StageSink = NO_STAGES) -> Place:
+    def place(
+        self, server: int, job: Job, cancel: threading.Event, stages: StageSink = NO_STAGES
+    ) -> Place:
         cancel.wait(1.0)  # the provisioning delay being modelled, not a wait for the test
-        return super().acquire(job, cancel)
+        return super().place(server, job, cancel)
 
 
 def test_provisioning_time_does_not_count_against_the_job_timeout(tmp_path: Path) -> None:
@@ -416,10 +418,10 @@ def test_a_directory_is_handed_on_only_when_left_empty_and_as_made(tmp_path: Pat
     cancel = threading.Event()
 
     def place(name: str) -> Path:
-        return Path(backend.acquire(Job(id=name, name=name, run=""), cancel).facts["workdir"])
+        return Path(backend.place(1, Job(id=name, name=name, run=""), cancel).facts["workdir"])
 
     def release(workdir: Path) -> None:
-        backend.release(Place(name="localhost", facts={"workdir": str(workdir)}))
+        backend.attempt_done(Place(name="localhost", facts={"workdir": str(workdir)}))
 
     try:
         first = place("a")

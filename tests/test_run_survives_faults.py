@@ -28,7 +28,7 @@ from runner.errors import RunMustStop
 from runner.pipeline_run import PipelineRun, RunSettings
 from runner.run_command import RunOptions, execute
 from runner.spec.loader import parse_pipeline
-from tests.processes import alive
+from tests.processes import alive, marked_env
 
 
 def pipeline_of(text: str) -> Pipeline:
@@ -75,7 +75,7 @@ def test_a_failing_log_does_not_leave_the_job_running(tmp_path: Path) -> None:
         f"jobs:\n  a: {{run: 'echo $$ > {pidfile}; echo hi; sleep 300', workspace: false}}\n"
     ).jobs[0]
     backend = LocalBackend(tmp_path)
-    place = backend.acquire(job, threading.Event())
+    place = backend.place(1, job, threading.Event())
     request = RunRequest(job, 1, {}, None, (), tmp_path / "artifacts", 60.0)
     try:
         with pytest.raises(OSError, match="No space"):
@@ -85,7 +85,7 @@ def test_a_failing_log_does_not_leave_the_job_running(tmp_path: Path) -> None:
         if pidfile.exists():
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(int(pidfile.read_text()), signal.SIGKILL)
-        backend.release(place)
+        backend.attempt_done(place)
         backend.shutdown()
 
 
@@ -200,6 +200,7 @@ def test_the_process_can_exit_while_an_attempt_ignores_its_cancel(tmp_path: Path
         [sys.executable, "-c", STUCK_RUN, str(tmp_path)],
         stdout=subprocess.PIPE,
         cwd=Path(__file__).parent.parent,
+        env=marked_env(),
     )
     try:
         out, _ = proc.communicate(timeout=20)
@@ -252,12 +253,12 @@ def test_a_local_timeout_says_after_how_long(tmp_path: Path) -> None:
     """The same words whichever notices first, the backend or the core's timer."""
     job = pipeline_of("jobs:\n  a: {run: sleep 30, workspace: false}\n").jobs[0]
     backend = LocalBackend(tmp_path)
-    place = backend.acquire(job, threading.Event())
+    place = backend.place(1, job, threading.Event())
     request = RunRequest(job, 1, {}, None, (), tmp_path / "artifacts", 0.2)
     try:
         outcome = backend.run(place, request, FailingSink(), threading.Event())
     finally:
-        backend.release(place)
+        backend.attempt_done(place)
         backend.shutdown()
     assert (outcome.failure, outcome.message) == (FailureKind.TIMEOUT, "timed out after 0.2 s")
 
@@ -265,10 +266,12 @@ def test_a_local_timeout_says_after_how_long(tmp_path: Path) -> None:
 class KeyRefused(LocalBackend):
     """Renting for job `a` finds the API key refused: nothing else can succeed either."""
 
-    def acquire(self, job: Job, cancel: threading.Event, stages: StageSink = NO_STAGES) -> Place:
+    def place(
+        self, server: int, job: Job, cancel: threading.Event, stages: StageSink = NO_STAGES
+    ) -> Place:
         if job.id == "a":
             raise RunMustStop("the API key was refused")
-        return super().acquire(job, cancel)
+        return super().place(server, job, cancel)
 
 
 def test_a_run_stopped_by_the_infrastructure_is_an_error_even_when_the_job_may_fail(

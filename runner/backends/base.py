@@ -1,8 +1,9 @@
-"""The small Protocol every backend implements, and the data that crosses it.
+"""The one Protocol every backend implements, and the data that crosses it.
 
-A backend hands out *places* to run (a local working slot, an SSH host, a rented server), runs one
-job attempt at a time on a place with live output, and takes places back. The driver calls these
-from worker threads; `shutdown` is called on every exit path and must release everything held.
+A backend has servers (a local working slot, an SSH host, a rented server) that the core
+places jobs on; it makes a server the *place* of one attempt, runs the attempt there with live
+output, and says when the attempt is done. The driver calls these from worker threads;
+`shutdown` is called on every exit path and must release everything held.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ class OutputSink(Protocol):
 
 
 class StageSink(Protocol):
-    """Hears what an attempt is waiting for while a backend acquires and runs it.
+    """Hears what an attempt is waiting for while a backend rents, places and runs it.
 
     `stage`: a new stage began (`detail`: the offer, the host...; `usd_per_hour`: when the
     attempt starts costing money at that rate). `note`: a reason in words, where it happens
@@ -90,60 +91,23 @@ class RunOutcome:
     facts: Mapping[str, str] = field(default_factory=dict)
 
 
+ServerReport = Callable[[ServerEvent], None]  # how a backend tells the core of a server
+
+
 class Backend(Protocol):
-    """Where jobs run. Implementations: local, ssh, clore."""
+    """Where jobs run (local, ssh, clore), as the core's adapter: the core decides which server
+    to rent, which job runs on which, when one is given back; the backend carries those
+    decisions out and says what happened, and decides nothing about money or machines itself.
+    A backend whose servers already exist (SSH hosts, local slots) gives a book of fixed
+    servers (runner/backends/fixed.py): the core places jobs on them by the same rules, and
+    never rents. `rent` and `release_server` block (the driver calls them off its loop);
+    `place` and `run` block on the attempt's worker; every other call is quick."""
 
     name: str
 
     def capacity(self) -> int | None:
         """How many jobs may run at once on this backend (None: no limit of its own)."""
         ...
-
-    def acquire(self, job: Job, cancel: threading.Event, stages: StageSink = NO_STAGES) -> Place:
-        """A place fit for `job`. Raises InfrastructureError when none can be had."""
-        ...
-
-    def run(
-        self,
-        place: Place,
-        request: RunRequest,
-        sink: OutputSink,
-        cancel: threading.Event,
-        stages: StageSink = NO_STAGES,
-    ) -> RunOutcome:
-        """Run one attempt; honour `cancel` and `request.timeout_s` by killing the whole job."""
-        ...
-
-    def release(self, place: Place) -> None:
-        """Give a place back (for a rented server: cancel the order)."""
-        ...
-
-    def shutdown(self) -> None:
-        """Release everything still held. Called on every exit path, signals included."""
-        ...
-
-
-@runtime_checkable
-class RentingBackend(Protocol):
-    """A backend that holds rented servers between jobs: it reports what they cost with no
-    job on them (the core decides which are kept)."""
-
-    def idle_cost_usd(self) -> float: ...
-
-
-ServerReport = Callable[
-    [ServerEvent], None
-]  # how an adapter tells the core what became of a server
-
-
-@runtime_checkable
-class ServerAdapter(Protocol):
-    """A backend whose servers the core decides: which to rent, which job runs on which, when
-    one is given back. The adapter carries those decisions out and says what happened; it
-    decides nothing about money or machines itself. `rent` and `release` block (the driver
-    calls them off its loop); `place` and `run` block on the attempt's worker; every other
-    call is quick. A backend whose servers already exist (SSH hosts, local slots) gives a
-    book of fixed hosts: the core places jobs on them by the same rules, and never rents."""
 
     def server_book(
         self,
@@ -180,7 +144,7 @@ class ServerAdapter(Protocol):
         cancel: threading.Event,
         stages: StageSink = NO_STAGES,
     ) -> RunOutcome:
-        """Run one attempt on a place `place` gave, as `Backend.run`."""
+        """Run one attempt; honour `cancel` and `request.timeout_s` by killing the whole job."""
         ...
 
     def attempt_done(self, place: Place) -> None:
@@ -194,3 +158,15 @@ class ServerAdapter(Protocol):
     def release_server(self, server: int, reason: str, report: ServerReport) -> None:
         """Give server `server` back and report ServerReleased."""
         ...
+
+    def shutdown(self) -> None:
+        """Release everything still held. Called on every exit path, signals included."""
+        ...
+
+
+@runtime_checkable
+class RentingBackend(Protocol):
+    """A backend that holds rented servers between jobs: it reports what they cost with no
+    job on them (the core decides which are kept)."""
+
+    def idle_cost_usd(self) -> float: ...

@@ -3,34 +3,22 @@
 SSH hosts and local working slots are servers the run holds from its start: the core places
 jobs on them by the same rules as on rented ones (a finished server takes the job that needs
 the one that just ran there, whose files are warm), but never rents one, and lets them go only
-when the run ends. A backend mixes this in and says which servers it has (`fixed_servers`);
-it keeps `place`, `run`, `attempt_done` and `lost` for itself.
+when the run ends. A backend mixes this in and says which servers it has (`fixed_servers`:
+`cap` slots unless it says otherwise); it keeps `place`, `run` and `attempt_done` for itself.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
 
-from runner.backends.base import (
-    NO_STAGES,
-    Backend,
-    OutputSink,
-    Place,
-    RunOutcome,
-    RunRequest,
-    ServerAdapter,
-    ServerReport,
-    StageSink,
-)
+from runner.backends.base import NO_STAGES, ServerReport, StageSink
 from runner.core.model import Job, Provisioning
 from runner.core.rentals import Quote, RentFailed, RentServer, ServerReleased
 from runner.core.servers import ServerBook
 
 
 class FixedServers:
-    """`server_book`, `rent` and `release_server` of a backend that rents nothing.
+    """`server_book`, `rent`, `lost` and `release_server` of a backend that rents nothing.
 
     Server ids are the book's: 1, 2, ... in the order `fixed_servers` gives them; `_names`
     maps each to the name it was given."""
@@ -38,8 +26,9 @@ class FixedServers:
     _names: dict[int, str]
 
     def fixed_servers(self, cap: int) -> Sequence[str]:
-        """The servers a run of concurrency `cap` holds, by name (unique)."""
-        raise NotImplementedError
+        """The servers a run of concurrency `cap` holds, by name (unique): `cap` slots of one
+        machine, unless the backend has servers of its own (hosts)."""
+        return [f"slot-{n}" for n in range(1, cap + 1)]
 
     def server_book(
         self,
@@ -65,51 +54,11 @@ class FixedServers:
         """A book of fixed servers rents nothing: were it asked to, nothing is held."""
         report(RentFailed(cmd.server, "this backend rents no servers", fatal=True))
 
+    def lost(self, server: int) -> bool:
+        """A server that already exists is there for the whole run, unless the backend says
+        it left one out (an SSH host that stopped answering)."""
+        return False
+
     def release_server(self, server: int, reason: str, report: ServerReport) -> None:
         """A fixed server is let go, not given back: the backend's shutdown closes it."""
         report(ServerReleased(server, 0.0))
-
-
-class FixedSlots(FixedServers):
-    """Any backend that hands out places (`acquire`/`release`) as the core's adapter: `cap`
-    slots that already exist, each a place acquired for one attempt and released after it.
-    The driver runs every backend through the core this way; a backend that knows its
-    servers (Clore, SSH, local) is an adapter of its own."""
-
-    def __init__(self, backend: Backend) -> None:
-        self.backend = backend
-
-    def fixed_servers(self, cap: int) -> Sequence[str]:
-        return [f"slot-{n}" for n in range(1, cap + 1)]
-
-    def place(
-        self, server: int, job: Job, cancel: threading.Event, stages: StageSink = NO_STAGES
-    ) -> Place:
-        return self.backend.acquire(job, cancel, stages)
-
-    def run(
-        self,
-        place: Place,
-        request: RunRequest,
-        sink: OutputSink,
-        cancel: threading.Event,
-        stages: StageSink = NO_STAGES,
-    ) -> RunOutcome:
-        return self.backend.run(place, request, sink, cancel, stages)
-
-    def attempt_done(self, place: Place) -> None:
-        self.backend.release(place)
-
-    def lost(self, server: int) -> bool:
-        return False
-
-
-def as_adapter(backend: Backend) -> ServerAdapter:
-    """`backend` as the core's adapter: itself when it is one, else its places as slots."""
-    return backend if isinstance(backend, ServerAdapter) else FixedSlots(backend)
-
-
-if TYPE_CHECKING:  # let mypy hold FixedSlots to the ServerAdapter Protocol
-
-    def _is_an_adapter(slots: FixedSlots) -> ServerAdapter:
-        return slots

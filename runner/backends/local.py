@@ -15,15 +15,16 @@ place); its process group is killed before, so only a process that left the grou
 from __future__ import annotations
 
 import contextlib
+import math
 import os
-import selectors
+import select
 import shutil
 import signal
 import stat
 import subprocess
 import tempfile
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -34,7 +35,6 @@ from runner.backends.base import (
     Place,
     RunOutcome,
     RunRequest,
-    ServerAdapter,
     StageSink,
     Stream,
 )
@@ -52,8 +52,8 @@ _NOT_FOR_JOBS = frozenset({"CLORE_API_KEY", "CLORE_RUN_TOKEN"})
 
 
 class LocalBackend(FixedServers):
-    """Jobs run on this machine; a place is a fresh working directory. For `run` it is the
-    core's adapter: the run's concurrency is its number of slots, servers that already exist."""
+    """Jobs run on this machine; a place is a fresh working directory. The run's concurrency
+    is its number of servers (slots, from `FixedServers`), which exist from the start."""
 
     name = "local"
 
@@ -75,7 +75,10 @@ class LocalBackend(FixedServers):
     def capacity(self) -> int | None:
         return None
 
-    def acquire(self, job: Job, cancel: threading.Event, stages: StageSink = NO_STAGES) -> Place:
+    def place(
+        self, server: int, job: Job, cancel: threading.Event, stages: StageSink = NO_STAGES
+    ) -> Place:
+        """A fresh working directory; every slot is this machine, so `server` is not read."""
         with self._lock:
             if self._folders is None:
                 root = tempfile.mkdtemp(prefix="clore-run-", dir=self._parent)
@@ -147,23 +150,7 @@ class LocalBackend(FixedServers):
             self._bash[path] = shutil.which("bash", path=where or os.defpath)
         return self._bash[path]
 
-    # -- the core's adapter (`clore-run run`): `cap` slots on this machine --------------------
-
-    def fixed_servers(self, cap: int) -> Sequence[str]:
-        return [f"slot-{n}" for n in range(1, cap + 1)]
-
-    def place(
-        self, server: int, job: Job, cancel: threading.Event, stages: StageSink = NO_STAGES
-    ) -> Place:
-        return self.acquire(job, cancel, stages)
-
     def attempt_done(self, place: Place) -> None:
-        self.release(place)
-
-    def lost(self, server: int) -> bool:
-        return False  # this machine is not lost while clore-run runs on it
-
-    def release(self, place: Place) -> None:
         workdir = place.facts["workdir"]
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self._script_path(workdir))
@@ -187,7 +174,7 @@ class LocalBackend(FixedServers):
             shutil.rmtree(folder, ignore_errors=True)
 
     def _script_path(self, workdir: str) -> str:
-        assert self._folders is not None  # made by the acquire that made `workdir`
+        assert self._folders is not None  # made by the place() that made `workdir`
         return os.path.join(self._folders[1], f"{os.path.basename(workdir)}.sh")
 
 
@@ -273,38 +260,7 @@ def _run_process(
         return RunOutcome(None, FailureKind.PROVISIONING_FAILED, f"cannot start bash: {exc}")
     assert proc.stdout is not None and proc.stderr is not None
     try:
-        deadline = clock.now() + timeout_s
-        killed: FailureKind | None = None
-        with selectors.DefaultSelector() as sel:
-            sel.register(proc.stdout, selectors.EVENT_READ, "stdout")
-            sel.register(proc.stderr, selectors.EVENT_READ, "stderr")
-            exited_at: float | None = None
-            while sel.get_map():
-                now = clock.now()
-                # Once the script has ended, its exit code is the verdict: draining the pipes
-                # a detached child still holds is not the job running past its timeout.
-                if killed is None and exited_at is None and cancel.is_set():
-                    killed = FailureKind.CANCELLED
-                elif killed is None and exited_at is None and now >= deadline:
-                    killed = FailureKind.TIMEOUT
-                if killed is not None and exited_at is None:
-                    _kill_group(proc)
-                    exited_at = clock.now()
-                if exited_at is None and proc.poll() is not None:
-                    # The script ended; children it left behind must not outlive it or hold the
-                    # pipes open forever.
-                    _signal_group(proc.pid, signal.SIGKILL)
-                    exited_at = now
-                if exited_at is not None and now - exited_at > DRAIN_AFTER_EXIT_S:
-                    break
-                wait = 0.1 if exited_at is None else 0.05
-                for key, _ in sel.select(timeout=min(wait, max(0.0, deadline - now)) or 0.01):
-                    data = os.read(key.fd, _READ_CHUNK)
-                    if data:
-                        stream: Stream = key.data
-                        sink.write(stream, data)
-                    else:
-                        sel.unregister(key.fileobj)
+        killed = _pump(proc, sink, cancel, clock.now() + timeout_s, clock)
     except BaseException:
         # The output could not be taken (the log's disk is full...): the job must not go on
         # running unseen after its attempt is over.
@@ -318,6 +274,52 @@ def _run_process(
     proc.stdout.close()
     proc.stderr.close()
     return _outcome(code, killed, timeout_s)
+
+
+def _pump(
+    proc: subprocess.Popen[bytes],
+    sink: OutputSink,
+    cancel: threading.Event,
+    deadline: float,
+    clock: Clock,
+) -> FailureKind | None:
+    """Both pipes to `sink` until they close; the kill it took (cancel, timeout), if any.
+    A poll object, not a selector: for two pipes it is a list in memory, where an epoll
+    selector costs four system calls more per job."""
+    assert proc.stdout is not None and proc.stderr is not None
+    streams: dict[int, Stream] = {proc.stdout.fileno(): "stdout", proc.stderr.fileno(): "stderr"}
+    poller = select.poll()
+    for fd in streams:
+        poller.register(fd, select.POLLIN)
+    killed: FailureKind | None = None
+    exited_at: float | None = None
+    while streams:
+        now = clock.now()
+        # Once the script has ended, its exit code is the verdict: draining the pipes a
+        # detached child still holds is not the job running past its timeout.
+        if killed is None and exited_at is None and cancel.is_set():
+            killed = FailureKind.CANCELLED
+        elif killed is None and exited_at is None and now >= deadline:
+            killed = FailureKind.TIMEOUT
+        if killed is not None and exited_at is None:
+            _kill_group(proc)
+            exited_at = clock.now()
+        if exited_at is None and proc.poll() is not None:
+            # The script ended; children it left behind must not outlive it or hold the
+            # pipes open forever.
+            _signal_group(proc.pid, signal.SIGKILL)
+            exited_at = now
+        if exited_at is not None and now - exited_at > DRAIN_AFTER_EXIT_S:
+            break
+        wait_s = min(0.1 if exited_at is None else 0.05, max(0.0, deadline - now)) or 0.01
+        for fd, _ in poller.poll(math.ceil(wait_s * 1000)):
+            data = os.read(fd, _READ_CHUNK)
+            if data:
+                sink.write(streams[fd], data)
+            else:
+                poller.unregister(fd)
+                del streams[fd]
+    return killed
 
 
 def _outcome(code: int, killed: FailureKind | None, timeout_s: float) -> RunOutcome:
@@ -348,10 +350,7 @@ def _signal_group(pgid: int, sig: signal.Signals) -> None:
         os.killpg(pgid, sig)
 
 
-if TYPE_CHECKING:  # let mypy hold LocalBackend to the Backend and ServerAdapter Protocols
+if TYPE_CHECKING:  # let mypy hold LocalBackend to the Backend Protocol
 
     def _is_a_backend(backend: LocalBackend) -> Backend:
-        return backend
-
-    def _is_an_adapter(backend: LocalBackend) -> ServerAdapter:
         return backend

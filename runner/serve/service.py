@@ -41,8 +41,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from runner.attempt import AttemptRunner
-from runner.backends.base import Backend, Place, ServerAdapter
-from runner.backends.fixed import as_adapter
+from runner.backends.base import Backend, Place
 from runner.clock import SYSTEM_CLOCK, Clock
 from runner.core.events import AttemptEnded, CancelJob, Event, HoldStarts
 from runner.core.model import Attempt, FailureKind, Job, JobResult, Provisioning
@@ -169,8 +168,7 @@ class Service:
             inner = FencedJournal(self.shared, options.instance, self.fleet.nudge)
         self.journal = KeptJournal(inner, self._unrecorded_start)
         journal = self.journal
-        servers = as_adapter(backend)  # a backend of places only: its places as slots
-        self.placing = self._placing_core(servers)
+        self.placing = self._placing_core()
         self.driver: Driver[PlacingCore] = Driver(
             self.placing,
             backend,
@@ -183,17 +181,16 @@ class Service:
                 notice=log.warning,
                 tick_s=MAX_WAIT_S,
             ),
-            servers=servers,
         )
         self._submit_lock = threading.Lock()
         self._thread = threading.Thread(target=self._loop, name="serve-loop", daemon=True)
         self.held_until: float | None = None  # the daily spend limit holds starts until then
 
-    def _placing_core(self, servers: ServerAdapter) -> PlacingCore:
+    def _placing_core(self) -> PlacingCore:
         """The core with servers, for jobs that come over time: rented ones (clore), or the
         backend's hosts or slots."""
         cap = self.options.capacity
-        book = servers.server_book((), cap, None, Provisioning.AHEAD, {})
+        book = self.backend.server_book((), cap, None, Provisioning.AHEAD, {})
         if book is None:
             raise ValueError(f"the {self.backend.name} backend gives the core no servers")
         return PlacingCore(

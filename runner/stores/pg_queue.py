@@ -30,7 +30,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from runner.core.model import Attempt, Job, JobResult
+from runner.core.model import Attempt, FailureKind, Job, JobResult
 from runner.serve.codec import dumps, job_from_json, job_to_json
 from runner.serve.queue_reads import (
     FINAL,
@@ -51,6 +51,9 @@ if TYPE_CHECKING:
     from runner.stores.pool_seat import PoolSeat
 
 CHANNEL = "clore_run_queue"
+# A job asked to be cancelled while its instance stopped: the hand-over's kill of its attempt
+# was the cancel's (the attempt is not `server_lost`: its server was fine, nothing retries it).
+CANCELLED_IN_HAND_OVER = "cancelled by request while its queue server shut down"
 POSTGRES = QueueDialect(
     jobs="queue_jobs",
     attempts="queue_attempts",
@@ -246,8 +249,8 @@ class PostgresQueue(QueueReads):
 
         def end(conn: Conn) -> None:
             args = {"me": token, "now": now}
-            given = _give_back(conn, "owner = %(me)s AND status = 'queued'", args, "%(now)s")
-            _release(conn, [r[0] for r in given], f"stop of {token}")
+            _, slots = _give_back(conn, "owner = %(me)s AND status = 'queued'", args, "%(now)s")
+            _release(conn, slots, f"stop of {token}")
             conn.execute(
                 "UPDATE queue_instances SET stopped_at = %(now)s, expires_at = now() "
                 "WHERE token = %(me)s AND taken_by IS NULL",
@@ -583,15 +586,24 @@ class PostgresQueue(QueueReads):
             )
             if owner is not None:
                 self._owned(cursor.rowcount, job_id, owner)
-            given = conn.execute(
+            conn.execute(
                 "UPDATE queue_jobs SET cost_usd = (SELECT coalesce(sum(cost_usd), 0) "
-                "FROM queue_attempts WHERE job_id = %(job)s) WHERE id = %(job)s "
-                "RETURNING pool_slot",
+                "FROM queue_attempts WHERE job_id = %(job)s) WHERE id = %(job)s",
                 args,
-            ).fetchall()
+            )
             if requeue:
-                given = _give_back(conn, "id = %(job)s", args, "%(end)s")
-                _release(conn, [r[0] for r in given], f"requeue of {job_id}")
+                cancelled, slots = _give_back(conn, "id = %(job)s", args, "%(end)s")
+                if cancelled:  # the hand-over's kill ended it for the cancel, not a lost server
+                    conn.execute(
+                        "UPDATE queue_attempts SET failure = %(cancel)s, message = %(why)s "
+                        "WHERE job_id = %(job)s AND number = %(n)s",
+                        {
+                            **args,
+                            "cancel": FailureKind.CANCELLED.value,
+                            "why": CANCELLED_IN_HAND_OVER,
+                        },
+                    )
+                _release(conn, slots, f"requeue of {job_id}")
 
         self._run("record an attempt end", end)
 
@@ -786,16 +798,17 @@ def _cancel_held(conn: Conn, dead: str, taker: str, key: str) -> list[tuple[str,
 
 def _give_back(
     conn: Conn, which: str, args: Mapping[str, Any], finished_at: str
-) -> list[tuple[Any, ...]]:
+) -> tuple[list[str], list[int | None]]:
     """A clean stop's jobs (`which`, of this instance) back to everyone, as queued: except
     those a cancel was asked for, which are cancelled here (finished at `finished_at`).
     Given back with the request on them, another instance would claim such a job and start it
-    again before its own pass of the requests cancelled it. Their pool slots, to release."""
+    again before its own pass of the requests cancelled it. The ids of those cancelled, and
+    the pool slots of all of them, to release."""
     cancelled = conn.execute(
         "UPDATE queue_jobs SET status = 'cancelled', reason = 'cancelled by request', "
         f"finished_at = {finished_at}, retry_at = NULL, failure_origin = id "
         f"WHERE {which} AND cancel_requested AND status IN ('queued', 'running') "
-        "RETURNING pool_slot",
+        "RETURNING id, pool_slot",
         args,
     ).fetchall()
     given = conn.execute(
@@ -805,7 +818,8 @@ def _give_back(
     ).fetchall()
     if cancelled:
         conn.execute(f"NOTIFY {CHANNEL}")  # its dependents can be settled now
-    return cancelled + given
+    slots = [r[1] for r in cancelled] + [r[0] for r in given]
+    return [str(r[0]) for r in cancelled], slots
 
 
 def _release(conn: Conn, slots: Sequence[int | None], by: str) -> None:

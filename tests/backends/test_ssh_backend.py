@@ -1,4 +1,4 @@
-"""The `--backend ssh` backend: hosts, one job per host, connections kept and replaced."""
+"""The `--backend ssh` backend: hosts as the run's servers, connections kept and replaced."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from runner.backends.ssh.backend import SshBackend, default_identity, parse_host
 from runner.backends.ssh.connection import ConnectOptions, Endpoint, SshConnection
 from runner.backends.ssh.exec import ExecOptions
 from runner.backends.ssh.keys import ClientKey
-from runner.core.model import FailureKind, Job
+from runner.core.model import FailureKind, Job, Provisioning
 from runner.errors import InfrastructureError, RunMustStop, UsageError
 from runner.run_command import RunOptions, execute
 from runner.spec.loader import parse_pipeline
@@ -70,14 +70,21 @@ def test_default_identity_is_found_like_ssh_does(tmp_path: Path) -> None:
 
 
 def _backend(server: SshServer, *targets: str) -> SshBackend:
-    return SshBackend.from_flags(list(targets) or [server.target], server.client_key)
+    return _booked(SshBackend.from_flags(list(targets) or [server.target], server.client_key))
 
 
-def test_acquire_run_release_on_one_host(sshd_server: SshServer, tmp_path: Path) -> None:
+def _booked(backend: SshBackend) -> SshBackend:
+    """`backend` with its hosts booked as the run's servers 1, 2, ... in the order given, as
+    a run's core books them before it places a job."""
+    backend.server_book((JOB,), backend.capacity(), None, Provisioning.ON_DEMAND, {})
+    return backend
+
+
+def test_place_run_done_on_one_host(sshd_server: SshServer, tmp_path: Path) -> None:
     backend = _backend(sshd_server)
     try:
         assert backend.capacity() == 1
-        place = backend.acquire(JOB, threading.Event())
+        place = backend.place(1, JOB, threading.Event())
         assert place.name == sshd_server.target
         assert place.facts["host_key"].startswith("SHA256:")
         sink = RecordingSink()
@@ -85,56 +92,35 @@ def test_acquire_run_release_on_one_host(sshd_server: SshServer, tmp_path: Path)
         assert (outcome.exit_code, outcome.failure) == (0, None)
         assert outcome.facts["host_key"] == place.facts["host_key"]
         assert sink.stdout == b"hi\n"
-        backend.release(place)
+        backend.attempt_done(place)
+        assert not backend.lost(1)
     finally:
         backend.shutdown()
 
 
-def test_a_host_runs_one_job_at_a_time(sshd_server: SshServer) -> None:
-    backend = _backend(sshd_server)
-    try:
-        place = backend.acquire(JOB, threading.Event())
-        waiter: list[object] = []
-        second = threading.Thread(
-            target=lambda: waiter.append(backend.acquire(JOB, threading.Event()))
-        )
-        second.start()
-        second.join(timeout=0.5)
-        assert second.is_alive() and waiter == []  # still waiting for the busy host
-        backend.release(place)
-        second.join(timeout=10)
-        assert [p.name for p in waiter] == [place.name]  # type: ignore[attr-defined]
-        cancelled = threading.Event()
-        cancelled.set()
-        with pytest.raises(InfrastructureError, match="cancelled"):
-            backend.acquire(JOB, cancelled)
-    finally:
-        backend.shutdown()
-
-
-def test_capacity_is_the_number_of_hosts(sshd_server: SshServer) -> None:
+def test_capacity_is_the_number_of_hosts_each_a_server(sshd_server: SshServer) -> None:
     port = sshd_server.port
     backend = _backend(sshd_server, f"root@127.0.0.1:{port}", f"root@localhost:{port}")
     try:
         assert backend.capacity() == 2
-        places = [backend.acquire(JOB, threading.Event()) for _ in range(2)]
-        assert {p.name for p in places} == {f"root@127.0.0.1:{port}", f"root@localhost:{port}"}
+        places = [backend.place(server, JOB, threading.Event()) for server in (1, 2)]
+        assert [p.name for p in places] == [f"root@127.0.0.1:{port}", f"root@localhost:{port}"]
     finally:
         backend.shutdown()
 
 
-def test_dead_connection_is_replaced_at_next_acquire(
+def test_dead_connection_is_replaced_at_the_next_place(
     sshd_server: SshServer, tmp_path: Path
 ) -> None:
     backend = _backend(sshd_server)
     try:
-        place = backend.acquire(JOB, threading.Event())
+        place = backend.place(1, JOB, threading.Event())
         backend._conns[place.name].transport.close()  # the network dropped between jobs
         request = make_request("true", tmp_path)
         lost = backend.run(place, request, RecordingSink(), threading.Event())
         assert lost.failure is FailureKind.SERVER_LOST
-        backend.release(place)
-        place = backend.acquire(JOB, threading.Event())
+        backend.attempt_done(place)
+        place = backend.place(1, JOB, threading.Event())
         ok = backend.run(place, request, RecordingSink(), threading.Event())
         assert ok.failure is None
     finally:
@@ -151,7 +137,8 @@ def test_an_unreachable_only_host_stops_the_run_within_connects_own_bound(
         match=r"no SSH connection after 2 tries in \d+\.\d s: .*"
         r"Connection refused; no other SSH host to try",
     ):
-        backend.acquire(JOB, threading.Event())
+        _booked(backend).place(1, JOB, threading.Event())
+    assert backend.lost(1)
     backend.shutdown()
 
 
@@ -159,10 +146,10 @@ def test_a_refused_key_is_asked_once_and_the_run_stops(
     sshd_server: SshServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     write_private_key(tmp_path / "wrong")
-    backend = SshBackend.from_flags([sshd_server.target], tmp_path / "wrong")
+    backend = _booked(SshBackend.from_flags([sshd_server.target], tmp_path / "wrong"))
     calls = _count_connects(monkeypatch)
     with pytest.raises(RunMustStop, match="SSH authentication failed") as info:
-        backend.acquire(JOB, threading.Event())
+        backend.place(1, JOB, threading.Event())
     assert "no other SSH host to try" in str(info.value)
     assert "authorized_keys" in info.value.hint
     assert calls == [sshd_server.target]  # one login, no retries on the same answer
@@ -173,23 +160,24 @@ def test_a_host_that_fails_is_left_out_and_the_others_go_on(
     sshd_server: SshServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     dead = f"root@127.0.0.1:{free_port()}"
-    backend = SshBackend.from_flags([sshd_server.target, dead], sshd_server.client_key)
+    backend = _booked(SshBackend.from_flags([sshd_server.target, dead], sshd_server.client_key))
     backend._connect_options = ConnectOptions(tries=1)
     calls = _count_connects(monkeypatch)
     try:
-        first = backend.acquire(JOB, threading.Event())  # the queue gives the dead host later
+        first = backend.place(1, JOB, threading.Event())
         with pytest.raises(
             InfrastructureError,
             match=f"{re.escape(dead)} is left out for the "
             r"rest of the run \(1 host left\)",
         ) as info:
-            backend.acquire(JOB, threading.Event())
+            backend.place(2, JOB, threading.Event())
         assert not isinstance(info.value, RunMustStop)
-        backend.release(first)
+        assert (backend.lost(1), backend.lost(2)) == (False, True)  # the core places no more
+        backend.attempt_done(first)
         for _ in range(3):
-            place = backend.acquire(JOB, threading.Event())
+            place = backend.place(1, JOB, threading.Event())
             assert place.name == sshd_server.target
-            backend.release(place)
+            backend.attempt_done(place)
         assert calls.count(dead) == 1
     finally:
         backend.shutdown()
@@ -215,7 +203,7 @@ def test_shutdown_kills_a_running_job(
         ClientKey.from_file(sshd_server.client_key),
         exec_options=ExecOptions(kill_grace_s=0.5),
     )
-    place = backend.acquire(JOB, threading.Event())
+    place = _booked(backend).place(1, JOB, threading.Event())
     sink = RecordingSink()
     request = make_request("sleep 300 &\necho bg=$! started\nwait", tmp_path)
     result: list[RunOutcome] = []
@@ -233,12 +221,12 @@ def test_shutdown_kills_a_running_job(
     assert ssh_conn.run(f"ps -o stat= -p {pid}").stdout.strip()[:1] in (b"", b"Z")
 
 
-def test_a_failing_close_does_not_keep_the_host_busy(
-    sshd_server: SshServer, monkeypatch: pytest.MonkeyPatch
+def test_a_failing_close_does_not_keep_the_dead_connection(
+    sshd_server: SshServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     backend = _backend(sshd_server)
     try:
-        place = backend.acquire(JOB, threading.Event())
+        place = backend.place(1, JOB, threading.Event())
         conn = backend._conns[place.name]
         conn.transport.close()  # the connection died during the job
 
@@ -247,11 +235,13 @@ def test_a_failing_close_does_not_keep_the_host_busy(
 
         monkeypatch.setattr(conn, "close", broken_close)
         with pytest.raises(OSError):
-            backend.release(place)
+            backend.attempt_done(place)
         gave_up = threading.Event()
         threading.Timer(5.0, gave_up.set).start()  # instead of waiting forever
-        again = backend.acquire(JOB, gave_up)
+        again = backend.place(1, JOB, gave_up)
         assert again.name == place.name
+        ok = backend.run(again, make_request("true", tmp_path), RecordingSink(), gave_up)
+        assert ok.failure is None  # connected afresh, not the dead connection
     finally:
         backend.shutdown()
 

@@ -2,6 +2,7 @@
 
 The tests' own backends start from it and change only what they are about: where a job
 goes (`where`, `usd_per_hour`), how its attempt ends (`outcome`), or a method of their own.
+Its servers are slots that exist from the start (`FixedServers`), as the local backend's are.
 """
 
 from __future__ import annotations
@@ -9,10 +10,11 @@ from __future__ import annotations
 import threading
 
 from runner.backends.base import NO_STAGES, OutputSink, Place, RunOutcome, RunRequest, StageSink
+from runner.backends.fixed import FixedServers
 from runner.core.model import Job
 
 
-class PassingBackend:
+class PassingBackend(FixedServers):
     name = "passing"
     where = "nowhere"
     usd_per_hour = 0.0
@@ -21,7 +23,9 @@ class PassingBackend:
     def capacity(self) -> int | None:
         return None
 
-    def acquire(self, job: Job, cancel: threading.Event, stages: StageSink = NO_STAGES) -> Place:
+    def place(
+        self, server: int, job: Job, cancel: threading.Event, stages: StageSink = NO_STAGES
+    ) -> Place:
         return Place(self.where, usd_per_hour=self.usd_per_hour)
 
     def run(
@@ -34,7 +38,7 @@ class PassingBackend:
     ) -> RunOutcome:
         return self.outcome
 
-    def release(self, place: Place) -> None:
+    def attempt_done(self, place: Place) -> None:
         return None
 
     def shutdown(self) -> None:

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.processes import marked_env
+
 REPO = Path(__file__).resolve().parents[2]
 KEY = "ck-live-proc-environ-5e1d"
 
@@ -19,7 +21,7 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Li
 
 def _env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("CLORE_API_KEY", "GITHUB_ACTIONS")}
-    return {**env, "PYTHONPATH": str(REPO), **extra}
+    return marked_env({**env, "PYTHONPATH": str(REPO), **extra}, inherit=False)
 
 
 def test_a_local_job_cannot_read_the_key_from_its_parent(tmp_path: Path) -> None:

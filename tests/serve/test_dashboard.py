@@ -335,8 +335,8 @@ def fill(store: Store, total: int) -> list[str]:
 class PricedLocal(LocalBackend):
     """The local backend, as if each place were a rented server at $2/h."""
 
-    def acquire(self, *args: Any, **kwargs: Any) -> Place:
-        place = super().acquire(*args, **kwargs)
+    def place(self, *args: Any, **kwargs: Any) -> Place:
+        place = super().place(*args, **kwargs)
         place.facts["gpu"] = "RTX 4090 <b>x1</b>"  # a server's text: escaped on the page
         return dataclasses.replace(place, name="clore-42", usd_per_hour=2.0)
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from runner.core.model import Attempt, FailureKind, Job
 from runner.serve.queue_store import open_queue, shared
+from runner.stores.pg_queue import CANCELLED_IN_HAND_OVER
 from tests.serve.harness import _ENTRY, FINAL, start_serves, wait_until
 from tests.serve.test_fleet import lines, marked, serve_options
 
@@ -54,6 +55,8 @@ def test_a_cancel_asked_while_the_holder_stops_cleanly_is_carried_out(
         assert (done["status"], done["reason"]) == ("cancelled", "cancelled by request")
         (attempt,) = done["attempt_list"]  # not run again
         assert attempt["instance"] == stopping.instance
+        # killed for the cancel, not lost with its server (it was fine)
+        assert (attempt["failure"], attempt["message"]) == ("cancelled", CANCELLED_IN_HAND_OVER)
         assert len(lines(tmp_path / "long.starts")) == 1
     finally:
         (tmp_path / "asked").touch()
@@ -71,7 +74,8 @@ def test_a_held_queued_job_asked_to_cancel_is_cancelled_when_its_holder_stops(
 ) -> None:
     """A job the stopping instance held but was not running (a retry waiting for its time) is
     cancelled by end_instance, not given back to everyone with the request still on it; and a
-    running one it hands over (requeue) after the request is cancelled too."""
+    running one it hands over (requeue) after the request is cancelled too, its attempt ended
+    for the cancel. One handed over without a request goes back to everyone, its attempt lost."""
     store = shared(open_queue(pg_url))
     other = shared(open_queue(pg_url))
     assert store is not None and other is not None
@@ -80,20 +84,25 @@ def test_a_held_queued_job_asked_to_cancel_is_cancelled_when_its_holder_stops(
         store.submit("p", "p", lambda n: jobs, 1.0)
         store.join("a", 1, "local", 1.0, 60.0)
         store.join("b", 2, "local", 1.0, 60.0)
-        assert [u.job.id for u in store.claim("a", 2, 2.0)] == ["s1.j0", "s1.j1"]
-        store.fenced_start_attempt("s1.j0", 1, "a", 2.0)
-        store.fenced_start_attempt("s1.j1", 1, "a", 2.0)
+        assert [u.job.id for u in store.claim("a", 3, 2.0)] == ["s1.j0", "s1.j1", "s1.j2"]
+        for job in jobs:
+            store.fenced_start_attempt(job.id, 1, "a", 2.0)
         store.fenced_requeue("s1.j1", 100.0, 1, 0, "a")  # j1 waits for its retry, still a's
         assert other.cancel_elsewhere("s1.j0", 3.0) == "cancelling"
         assert other.cancel_elsewhere("s1.j1", 3.0) == "cancelling"
         lost = Attempt(1, 2.0, 4.0, None, FailureKind.SERVER_LOST, "interrupted")
         store.fenced_end_attempt("s1.j0", lost, "a", requeue=True)  # a's hand-over
+        store.fenced_end_attempt("s1.j2", lost, "a", requeue=True)
         store.end_instance("a", 5.0)
         for job_id in ("s1.j0", "s1.j1"):
             found = other.job(job_id)
             assert found is not None
             row = found[0]
             assert (row.status, row.reason) == ("cancelled", "cancelled by request"), job_id
+        ended = [(a["failure"], a["message"]) for a in other.attempts("s1.j0")]
+        assert ended == [("cancelled", CANCELLED_IN_HAND_OVER)]
+        handed = [(a["failure"], a["message"]) for a in other.attempts("s1.j2")]
+        assert handed == [("server_lost", "interrupted")]
         assert [u.job.id for u in other.claim("b", 5, 200.0)] == ["s1.j2"]  # nothing else
     finally:
         store.close()

@@ -40,7 +40,9 @@ class GatedBackend(PassingBackend):
         self.gate = threading.Event()
         self.running = threading.Event()
 
-    def acquire(self, job: Job, cancel: threading.Event, stages: StageSink = NO_STAGES) -> Place:
+    def place(
+        self, server: int, job: Job, cancel: threading.Event, stages: StageSink = NO_STAGES
+    ) -> Place:
         if cancel.is_set():
             raise_cancelled()
         return Place("box", usd_per_hour=1.0)

@@ -56,7 +56,7 @@ def test_a_followed_log_streams_until_the_job_settles(tmp_path: Path) -> None:
             f"      while [ ! -e {gate} ]; do sleep 0.02; done\n      echo two\n"
         )
         srv.api.wait_status("s1.talk", {"running"})
-        # `running` is recorded as the attempt is handed to a worker, which then acquires.
+        # `running` is recorded as the attempt is handed to a worker, which then places it.
         wait_until(lambda: srv.api.get("/stats").json()["servers_held"] == 1, what="a place")
         url = f"{srv.api.url}/jobs/s1.talk/log?follow=true"
         with requests.get(url, headers=srv.api.session.headers, stream=True, timeout=30) as r:

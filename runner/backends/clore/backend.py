@@ -110,14 +110,6 @@ class CloreBackend:
     def capacity(self) -> int | None:
         return self.concurrency
 
-    def acquire(self, job: Job, cancel: threading.Event, stages: StageSink = NO_STAGES) -> Place:
-        """Not how this backend is driven: the core rents, and places each attempt itself."""
-        raise InfrastructureError(f"{job.id}: the clore backend runs only on the core's servers")
-
-    def release(self, place: Place) -> None:
-        """`acquire`'s counterpart: nothing was acquired so."""
-        return None
-
     def idle_cost_usd(self) -> float:
         """What servers held with no job on them cost (and orders that never served one)."""
         with self._lock:

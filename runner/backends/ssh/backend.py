@@ -9,7 +9,6 @@ Clore backend.
 from __future__ import annotations
 
 import contextlib
-import queue
 import re
 import threading
 from collections.abc import Sequence
@@ -23,7 +22,6 @@ from runner.backends.base import (
     Place,
     RunOutcome,
     RunRequest,
-    ServerAdapter,
     StageSink,
 )
 from runner.backends.fixed import FixedServers
@@ -75,8 +73,8 @@ class _EitherSet:
 
 
 class SshBackend(FixedServers):
-    """Backend over a fixed list of SSH hosts. For `run` it is the core's adapter: each host
-    is a server the run holds from the start, the core chooses which host runs which job."""
+    """Backend over a fixed list of SSH hosts: each host is a server the run holds from the
+    start, the core chooses which host runs which job."""
 
     name = "ssh"
 
@@ -100,9 +98,6 @@ class SshBackend(FixedServers):
         self._probe_gpu = probe_gpu
         self._host_keys = HostKeyStore(known_hosts)
         self._hosts = {str(h): h for h in hosts}
-        self._free: queue.Queue[Endpoint] = queue.Queue()
-        for host in hosts:
-            self._free.put(host)
         self._conns: dict[str, SshConnection] = {}
         self._out: set[str] = set()  # hosts that refused us or never answered: not retried
         self._facts: dict[str, dict[str, str]] = {}
@@ -122,16 +117,6 @@ class SshBackend(FixedServers):
     def capacity(self) -> int:
         return len(self._hosts)
 
-    def acquire(self, job: Job, cancel: threading.Event, stages: StageSink = NO_STAGES) -> Place:
-        """The next free host (`serve`'s way; `run` lets the core choose the host)."""
-        endpoint = self._take_free_host(cancel)
-        try:
-            return self._connected(endpoint, cancel, stages)
-        except BaseException:
-            if str(endpoint) not in self._out:
-                self._free.put(endpoint)
-            raise
-
     def _connected(self, endpoint: Endpoint, cancel: threading.Event, stages: StageSink) -> Place:
         stages.stage("connecting", str(endpoint))
         try:
@@ -144,7 +129,7 @@ class SshBackend(FixedServers):
             raise self._left_out(endpoint, exc) from None
         return Place(name=str(endpoint), facts=dict(self._facts[str(endpoint)]))
 
-    # -- the core's adapter (`clore-run run`): the hosts are its fixed servers ----------------
+    # -- the hosts are the run's fixed servers ------------------------------------------------
 
     def fixed_servers(self, cap: int) -> Sequence[str]:
         """Every host, in the order given: the core runs at most `cap` jobs on them."""
@@ -204,13 +189,6 @@ class SshBackend(FixedServers):
         facts = {**place.facts, **outcome.facts}
         return RunOutcome(outcome.exit_code, outcome.failure, outcome.message, facts)
 
-    def release(self, place: Place) -> None:
-        endpoint = self._hosts[place.name]
-        try:
-            self._drop_dead_connection(place.name)
-        finally:  # else the host stays busy and every later job waits for it forever
-            self._free.put(endpoint)
-
     def _drop_dead_connection(self, name: str) -> None:
         """A connection that died is closed here: the host's next job connects afresh."""
         with self._lock:
@@ -230,15 +208,6 @@ class SshBackend(FixedServers):
             self._conns.clear()
         for conn in conns:
             conn.close()
-
-    def _take_free_host(self, cancel: threading.Event) -> Endpoint:
-        while True:
-            if cancel.is_set() or self._closing.is_set():
-                raise InfrastructureError("cancelled while waiting for a free SSH host")
-            try:
-                return self._free.get(timeout=0.2)
-            except queue.Empty:
-                continue
 
     def _ensure_connection(self, endpoint: Endpoint, cancel: threading.Event) -> None:
         """Connect on first use, or again after the old connection died. One job per host at a
@@ -261,10 +230,7 @@ class SshBackend(FixedServers):
             self._facts[name] = facts
 
 
-if TYPE_CHECKING:  # let mypy hold SshBackend to the Backend and ServerAdapter Protocols
+if TYPE_CHECKING:  # let mypy hold SshBackend to the Backend Protocol
 
     def _is_a_backend(backend: SshBackend) -> Backend:
-        return backend
-
-    def _is_an_adapter(backend: SshBackend) -> ServerAdapter:
         return backend

@@ -22,6 +22,7 @@ from runner.cli.cleanup import register
 from runner.ledger import Ledger
 from tests.fakes.clore_api import API_KEY, FakeClore, Fault, Faults
 from tests.fakes.fake_clock import FakeClock
+from tests.processes import marked_env
 
 REPO = Path(__file__).resolve().parents[3]
 CANCEL_OK_BUT_KEPT = Fault(200, {"code": 0})  # the API said OK and the order stayed (G-gv)
@@ -396,7 +397,7 @@ def test_after_kill_9_cleanup_leaves_no_order_of_that_run_active(
     # The dead run has its own (real) clock and limiter, which the fake's clock cannot see.
     fake_clore.enforce_rate_limits, fake_clore.appear_after_s = False, 0.0
     args = [path, fake_clore.url, API_KEY, repr(fake_clore.clock.time())]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = marked_env({"PYTHONPATH": str(REPO)})
     proc = subprocess.Popen(
         [sys.executable, "-c", CRASHING_RUN, *map(str, args)],
         stdout=subprocess.PIPE,

@@ -13,6 +13,7 @@ import pytest
 from runner.backends.clore.ratelimit import DEFAULT_LIMITER, RateLimiter
 from runner.clock import SystemClock
 from tests.fakes.fake_clock import FakeClock
+from tests.processes import marked_env
 
 
 def starts(limiter: RateLimiter, kinds: list[bool]) -> list[float]:
@@ -139,7 +140,8 @@ def test_processes_sharing_the_file_never_overlap_or_crowd(tmp_path: Path) -> No
     make `_other_processes` yield the fd unlocked) calls overlap and this fails."""
     shared, log = tmp_path / "last-call", tmp_path / "calls.txt"
     procs = [
-        subprocess.Popen([sys.executable, "-c", PROCESS, str(shared), str(log)]) for _ in range(2)
+        subprocess.Popen([sys.executable, "-c", PROCESS, str(shared), str(log)], env=marked_env())
+        for _ in range(2)
     ]
     assert [p.wait(timeout=60) for p in procs] == [0, 0]
     calls = sorted(tuple(map(float, line.split())) for line in log.read_text().splitlines())
