@@ -10,7 +10,9 @@ Then the CPU time of a 10,000-job run through the core with servers (8 fixed hos
 the plain scheduler on the same DAG in the same run (target: the same order of magnitude, and
 under 1 s), without the simulator's per-step checks (the plain simulation has none), and with
 them. Each timed run starts after a full garbage collection and keeps only its makespan, so no
-run pays for walking another's leftovers. Figures are reported, not asserted.
+run pays for walking another's leftovers. Last, the CPU time of a chain submitted a job at a
+time (serve's worst case for ranks: each new job lengthens every older one's path), through
+`ServerBook.add_jobs` alone and through `PlacingCore.add`. Figures are reported, not asserted.
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ from pathlib import Path
 
 from runner.core import graph
 from runner.core.model import GpuAsk, Job, Pipeline, Provisioning
+from runner.core.placing import PlacingCore
 from runner.core.rentals import BootTimes, Quote
+from runner.core.scheduler import Entry
 from runner.core.servers import ServerBook
 from runner.core.simulate import simulate
 from runner.core.simulate_market import MarketModel, ModelMarket, simulate_servers
@@ -128,6 +132,30 @@ def speed(n: int) -> None:
           f"checks); makespans {makespans[0]:.0f} s and {makespans[1]:.0f} s")  # fmt: skip
 
 
+def chain_one_at_a_time(n: int) -> None:
+    """Serve's worst case for ranks: a chain submitted a job at a time, each new job needing
+    the last, none settled (every add lengthens every older job's remaining path)."""
+    jobs = [
+        Job(f"c{i}", f"c{i}", "true", 0, (f"c{i - 1}",) if i else (), estimate_s=60.0)
+        for i in range(n)
+    ]
+    gc.collect()
+    t0 = time.process_time()
+    book = ServerBook((), 8, fixed_hosts=[Quote(f"h{i}") for i in range(8)])
+    for job in jobs:
+        book.add_jobs([job], 0.0)
+    t_book = time.process_time() - t0
+    gc.collect()
+    t0 = time.process_time()
+    fixed = ServerBook((), 8, fixed_hosts=[Quote(f"h{i}") for i in range(8)])
+    core = PlacingCore((), fixed, ongoing=True)
+    for i, job in enumerate(jobs):
+        core.add([Entry(job, i)], {}, 0.0)
+    t_core = time.process_time() - t0
+    print(f"a chain of {n} jobs added one at a time: ServerBook.add_jobs {t_book:.2f} s CPU, "
+          f"PlacingCore.add {t_core:.2f} s CPU")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="one boot time, 1,000 jobs")
@@ -138,6 +166,7 @@ def main() -> None:
         for boot in boots:
             figures(replace(pipeline), boot)
     speed(1000 if args.quick else 10_000)
+    chain_one_at_a_time(1000 if args.quick else 4000)
 
 
 if __name__ == "__main__":

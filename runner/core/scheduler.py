@@ -11,7 +11,11 @@ waiting on its needs never holds back a lower one that could run.
   settled one whose outcome the caller passes in: the core forgets jobs once settled, so a queue
   that runs for months holds only the unsettled ones.
 - A new dependent lengthens its ancestors' critical paths: their ranks are raised in place and
-  the ready heap gets fresh entries (stale ones are skipped when popped).
+  the ready heap gets fresh entries (stale ones are skipped when popped). The raise waits until
+  a rank is read (a pop from the ready heap, any event) and then walks once for every add since,
+  newest first, so a chain submitted a job at a time walks its length once, not once per job:
+  the ranks come out the same in any order (each is the largest of its duration plus a
+  dependent's rank), and nothing before the read looks at them.
 - Settling goes through a work list, never recursion: a failure at the root of a 20,000-deep
   chain settles in one call.
 - A failure's taint is data on the result (`failure_origin`), inherited through every job below.
@@ -191,6 +195,9 @@ class Scheduler:
         self._stop: tuple[StopCause, str] | None = None
         self._work: deque[_Work] = deque()
         self._out: list[Command] = []
+        # Raises not made yet: (an older job, the rank of a new dependent), made once a rank
+        # is read (`_make_raises`).
+        self._raises: list[tuple[str, float]] = []
 
     # -- queries ---------------------------------------------------------------------------
 
@@ -280,7 +287,8 @@ class Scheduler:
         for job in fresh.values():
             slot = self._link(job, settled_needs)
             if older:
-                self._raise_ancestors(job, ranks[job.id], fresh)
+                rank = ranks[job.id]
+                self._raises.extend((n, rank) for n in job.needs if n in slots and n not in fresh)
             # Its pending count is final once its own needs are linked: it can be queued now.
             e = entries.get(job.id) if entries else None
             if e is not None and e.running:
@@ -293,10 +301,14 @@ class Scheduler:
     def placed(self, job_id: str, attempt: int, now: float) -> list[Command]:
         """`handle(AttemptPlaced(job_id, attempt), now)` without the look for its kind: the
         core with servers hears one for every attempt."""
+        if self._raises:
+            self._make_raises()
         self._placed(job_id, attempt, now)
         return self._settle_and_start(now)
 
     def handle(self, event: Event, now: float) -> list[Command]:
+        if self._raises:
+            self._make_raises()
         if isinstance(event, AttemptEnded):
             self._ended(event.job_id, event.attempt, now)
         elif isinstance(event, AttemptPlaced):
@@ -344,19 +356,22 @@ class Scheduler:
                 slot.outcomes[need] = outcome
         return slot
 
-    def _raise_ancestors(self, job: Job, rank: float, fresh: Mapping[str, Job]) -> None:
-        """A new dependent may lengthen the critical path of older jobs it needs."""
-        stack = [(n, rank) for n in job.needs if n in self._slots and n not in fresh]
+    def _make_raises(self) -> None:
+        """New dependents may lengthen the critical paths of older jobs they need: raise
+        those ranks, and up through their needs. The newest add's first: an older add's walk
+        then stops where the ranks are already at least what it would make them."""
+        stack, self._raises = self._raises, []
+        slots, ready = self._slots, self._ready
         while stack:
             job_id, below = stack.pop()
-            slot = self._slots[job_id]
+            slot = slots[job_id]
             rank_here = slot.job.duration_hint_s + below
             if rank_here <= -slot.key[1]:
                 continue
             slot.key = (slot.key[0], -rank_here, slot.key[2])
             if slot.phase is Phase.READY:  # the old heap entry goes stale: skipped when popped
-                heapq.heappush(self._ready, (slot.key, job_id))
-            stack.extend((n, rank_here) for n in slot.job.needs if n in self._slots)
+                heapq.heappush(ready, (slot.key, job_id))
+            stack.extend((n, rank_here) for n in slot.job.needs if n in slots)
 
     # -- events ----------------------------------------------------------------------------
 
@@ -501,6 +516,8 @@ class Scheduler:
         heapq.heappush(self._ready, (slot.key, slot.job.id))
 
     def _finalize(self, slot: _Slot, status: JobStatus, reason: str, now: float) -> None:
+        if self._raises:  # a raise walks through the jobs still held: make them first
+            self._make_raises()
         job = slot.job
         del self._slots[job.id]
         group_key = job.group or job.id
@@ -548,6 +565,8 @@ class Scheduler:
     def _start_ready(self, now: float) -> list[Command]:
         """Start ready jobs while there is capacity; hand back the commands gathered."""
         placer = self._placer
+        if self._raises and self._ready and self._out_count < self.capacity:
+            self._make_raises()  # the keys of older ready jobs are compared
         while self._ready and self._out_count < self.capacity and now >= self._hold_until:
             key, job_id = heapq.heappop(self._ready)
             slot = self._slots.get(job_id)

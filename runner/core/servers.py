@@ -170,6 +170,9 @@ class ServerBook:
         self.ranks: dict[str, float] = {}
         self._waiting: dict[str, _Known] = {}  # ready jobs with no server yet
         self._queue: list[tuple[Key, int, str]] = []
+        # Raises of older jobs' ranks not made yet, (job, rank of a new dependent): made
+        # before a rank is read (`_make_raises`).
+        self._raises: list[tuple[str, float]] = []
         self._seq = itertools.count()
         self._servers: dict[int, _Server] = {}
         # Ready servers running nothing, kept beside `_servers` so that each decision looks
@@ -253,7 +256,11 @@ class ServerBook:
                     held.dependents[job.id] = None
                     held.open += 1
                 record.ends_known = sum(known[n].end is not None for n in record.needs)
-            self._raise_ancestors(jobs, fresh, rank)
+            self._raises.extend(
+                (n, rank[j.id]) for j in jobs for n in known[j.id].needs if n not in fresh
+            )
+            if self._waiting:  # queued under their keys, and numbered in the order raised
+                self._make_raises()
         else:  # the batch's own dependents, in the same order, and no end is known yet
             for job_id, children in below.items():
                 if children:
@@ -265,16 +272,22 @@ class ServerBook:
             if record.ends_known == len(record.needs):
                 self._needs_known(job.id, now)
 
-    def _raise_ancestors(
-        self, jobs: Sequence[Job], fresh: Mapping[str, Job], rank: Mapping[str, float]
-    ) -> None:
+    def _make_raises(self) -> None:
         """New dependents lengthen the remaining paths of older jobs they need: raise those
         ranks in place, and up through their needs (a work list). A waiting job is queued
-        again under its new key, its old entry made stale by a new sequence number."""
+        again under its new key, its old entry made stale by a new sequence number.
+
+        Only the keys of waiting and due jobs are read, so the raises wait while no job
+        waits (serve adds a chain a job at a time while its head runs), and are made before
+        a job waits, a due one is ordered or a job settles. The newest first: the walks of
+        older adds then stop at once, so a chain is walked once, not once per job. The
+        ranks come out the same in any order (each is the largest of its duration plus a
+        dependent's rank), and with no job waiting none is queued, so the sequence numbers
+        are the same too."""
         known, waiting = self._jobs, self._waiting
-        stack = [(n, rank[j.id]) for j in jobs for n in known[j.id].needs if n not in fresh]
+        stack, self._raises = self._raises, []
         push = stack.append
-        while stack:  # a chain submitted a job at a time walks it each time: keep this lean
+        while stack:
             job_id, below = stack.pop()
             record = known[job_id]
             if record.settled:
@@ -309,6 +322,8 @@ class ServerBook:
     def want(self, job_id: str, attempt: int, timeout_s: float, now: float) -> None:
         """The job is ready for attempt `attempt` and needs a server."""
         self._dirty = True
+        if self._raises:
+            self._make_raises()
         record = self._jobs[job_id]
         record.attempt, record.timeout_s = attempt, timeout_s
         record.seq = seq = next(self._seq)
@@ -365,6 +380,8 @@ class ServerBook:
     def settled(self, job_id: str, now: float) -> None:
         """The job is final: it wants nothing more."""
         self._dirty = True
+        if self._raises:  # a raise stops at settled jobs: make them first
+            self._make_raises()
         known = self._jobs
         record = known.get(job_id)
         if record is not None and not record.settled:
@@ -854,6 +871,8 @@ class ServerBook:
     def _rent_ahead(self, now: float) -> None:
         """Plan each due job onto a server that will be free for it, or rent one now. At the
         cap, a job that would need a new server waits for a slot to open."""
+        if self._raises and self._due:
+            self._make_raises()
         for job_id in sorted(self._due, key=self._key_of):
             del self._due[job_id]
             if job_id not in self._eta or job_id in self._claims:

@@ -84,6 +84,14 @@ def test_a_later_dependent_raises_the_rank_of_a_queued_job() -> None:
     assert started(finish(core, "busy", 1, 2)) == ["b"]
 
 
+def test_a_chain_submitted_a_job_at_a_time_raises_its_head_by_the_whole_chain() -> None:
+    core = Scheduler(1)
+    core.add(entries(job("busy"), job("a", estimate_s=500.0), job("c0", estimate_s=10.0)), {}, 0)
+    for i in range(1, 100):  # c0 heads 1,000 s at the end: ahead of a's 500
+        core.add([Entry(job(f"c{i}", f"c{i - 1}", estimate_s=10.0), 10 + i)], {}, i)
+    assert started(finish(core, "busy", 1, 200)) == ["c0"]
+
+
 def test_needs_across_submissions_in_the_core_and_settled() -> None:
     core = Scheduler(4)
     assert started(core.add(entries(job("build")), {}, 0)) == ["build"]

@@ -3,6 +3,7 @@ events in, commands out, the time passed in by the test."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from runner.core.events import AttemptEnded, HoldStarts, SetTimer, Settled, TimerFired
@@ -175,6 +176,32 @@ def test_a_queue_tries_a_host_that_failed_again_an_hour_later() -> None:
     assert q.rents()[-1].quote.host == "a3"  # a1 is still excluded, a2 is a's
     q.submit(T0 + 3700, job("c"))  # an hour after a1 failed: the cheapest again
     assert q.rents()[-1].quote.host == "a1"
+
+
+def test_a_chain_submitted_a_job_at_a_time_while_its_head_waits_on_a_running_job() -> None:
+    # Nothing waits for a server while the chain grows: its raises are made once a job
+    # waits, and then count the whole chain.
+    q = Queue(cap=1)
+    q.submit(T0, job("a"))
+    (rent,) = q.rents()
+    q.at(T0 + 100, ServerReady(rent.server))
+    q.submit(T0 + 110, job("x", "a", minutes=12.0, index=1), job("c0", "a", minutes=1.0, index=2))
+    for i in range(1, 20):  # c0 heads 20 minutes at the end: ahead of x's 12
+        q.submit(T0 + 110 + i, job(f"c{i}", f"c{i - 1}", minutes=1.0, index=2 + i))
+    out = q.passes(T0 + 200, "a")
+    assert [c.job_id for c in out if isinstance(c, StartOn)] == ["c0"]
+
+
+def test_a_long_chain_submitted_a_job_at_a_time_costs_linear_time() -> None:
+    # Each new job lengthens every older job's path; walking the chain for each add was
+    # quadratic: 4,000 jobs took 30 s of CPU, now a fraction of one.
+    fixed = ServerBook((), 2, fixed_hosts=[Quote("h1"), Quote("h2")], now=T0)
+    core = PlacingCore((), fixed, ongoing=True)
+    t0 = time.process_time()
+    for i in range(4000):
+        needs = (f"c{i - 1}",) if i else ()
+        core.add([Entry(job(f"c{i}", *needs, minutes=1.0), i)], {}, T0)
+    assert time.process_time() - t0 < 3.0
 
 
 def test_dependents_submitted_later_raise_the_rank_of_a_waiting_job_they_need() -> None:
