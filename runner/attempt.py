@@ -64,6 +64,8 @@ class Kill(threading.Event):
 
 @dataclass(frozen=True)
 class Ran:
+    """An attempt as it ended, and the backend's reason why nothing else can run, if any."""
+
     attempt: Attempt
     stop_reason: str = ""  # the backend says nothing can run now (key refused, no balance)
 

@@ -20,11 +20,11 @@ import heapq
 import itertools
 import queue
 import threading
+import time
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
-from concurrent.futures import Future, wait
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from runner.attempt import AttemptRunner, Kill
 from runner.backends.base import NO_STAGES, Backend, Place, StageSink
@@ -57,6 +57,9 @@ from runner.core.rentals import (
 )
 from runner.core.scheduler import Entry, JobState
 from runner.errors import CloreRunError
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
 
 T = TypeVar("T")
 
@@ -168,6 +171,8 @@ def _no_events(_event: Event, _now: float) -> Sequence[Event]:
 
 @dataclass
 class DriverOptions:
+    """What differs between the shells that drive the core (`run` and `serve`)."""
+
     # What an attempt's "nothing can run now" (key refused, no balance) becomes.
     must_stop: Callable[[str, float], Event]
     # Events fed to the core before an attempt's end is: serve's daily spend hold, which must
@@ -190,12 +195,16 @@ class _Call:
 
 @dataclass(frozen=True)
 class _Placed:
+    """An attempt holds its place (posted by its worker); the script starts now."""
+
     event: AttemptPlaced
     place: Place
 
 
 @dataclass(frozen=True)
 class _MustStop:
+    """A backend said nothing can run now (posted by a worker)."""
+
     reason: str
 
 
@@ -205,6 +214,8 @@ class _Quit:
 
 @dataclass(frozen=True)
 class _FromServer:
+    """What an adapter says about a server (posted from any thread)."""
+
     event: ServerEvent
 
 
@@ -222,7 +233,7 @@ class _Deadline:
 
 @dataclass(frozen=True)
 class _GraceOver:
-    pass
+    """The cancel's grace is over: settle the attempts that have not ended."""
 
 
 @dataclass
@@ -263,7 +274,7 @@ class Driver(Generic[C]):
         self._jobs: dict[str, Job] = {}  # unsettled jobs (the core forgets them when settled)
         self._out: dict[str, _Out] = {}
         self._pool = _Workers(max(1, core.capacity))
-        self._futures: list[Future[None]] = []
+        self._futures: list[_Task] = []
         # Servers that already exist (SSH hosts, local slots) are let go only after their
         # attempts have stopped: their files are fetched on the way out.
         self._gives_back_early = core.book.renting
@@ -283,6 +294,10 @@ class Driver(Generic[C]):
 
     def call(self, fn: Callable[[float], T]) -> Future[T]:
         """Run `fn(now)` on the loop thread; its answer comes in the future."""
+        # Imported here: only serve's API threads ask, and concurrent.futures loads logging,
+        # which every `run` would pay for at start-up.
+        from concurrent.futures import Future
+
         reply: Future[T] = Future()
         self._events.put(_Call(fn, reply))
         return reply
@@ -379,7 +394,7 @@ class Driver(Generic[C]):
             # What is left of the grace the cancel gave: not a second one after it, which
             # would overrun the time CI allows between SIGINT and SIGKILL.
             grace = max(0.0, self._cancel_at + grace - self.clock.time())
-        wait(self._futures, timeout=grace)
+        _wait_all(self._futures, grace)
         self._pool.shutdown()
 
     def give_back(self) -> None:
@@ -602,8 +617,35 @@ class Driver(Generic[C]):
         self._events.put(_FromServer(event))
 
 
+class _Task:
+    """A call handed to the workers, and whether it is over (ran, or cancelled unstarted).
+
+    Not a Future: nobody reads an answer or an exception of these (the attempt runner reports
+    through the event queue), and a Future's condition variable costs more per attempt."""
+
+    __slots__ = ("call", "cancelled", "ended")
+
+    def __init__(self, call: Callable[[], None]) -> None:
+        self.call = call
+        self.cancelled = False
+        self.ended = threading.Event()
+
+    def done(self) -> bool:
+        return self.ended.is_set()
+
+
+def _wait_all(tasks: Sequence[_Task], timeout_s: float) -> None:
+    """Until every task is over or `timeout_s` have passed, whichever comes first: real
+    seconds, as the threads' waits are (a test's fake clock does not move them)."""
+    until = time.monotonic() + timeout_s
+    for task in tasks:
+        left = until - time.monotonic()
+        if left <= 0 or not task.ended.wait(left):
+            return
+
+
 class _Workers:
-    """At most `size` daemon threads running the submitted calls, a Future for each.
+    """At most `size` daemon threads running the submitted calls, a `_Task` for each.
 
     Not a ThreadPoolExecutor: its threads are joined when the interpreter exits, so an attempt
     stuck in a backend that ignores its cancel would keep clore-run from exiting after the run
@@ -611,33 +653,30 @@ class _Workers:
 
     def __init__(self, size: int) -> None:
         self._size = size
-        self._tasks: queue.SimpleQueue[tuple[Callable[[], None], Future[None]] | None] = (
-            queue.SimpleQueue()
-        )
+        self._tasks: queue.SimpleQueue[_Task | None] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._idle = threading.Semaphore(0)
 
-    def submit(self, call: Callable[[], None]) -> Future[None]:
+    def submit(self, call: Callable[[], None]) -> _Task:
         """Called from one thread only (the loop)."""
-        future: Future[None] = Future()
-        self._tasks.put((call, future))
+        task = _Task(call)
+        self._tasks.put(task)
         if not self._idle.acquire(blocking=False) and len(self._threads) < self._size:
             name = f"job_{len(self._threads)}"
             thread = threading.Thread(target=self._serve, name=name, daemon=True)
             self._threads.append(thread)
             thread.start()
-        return future
+        return task
 
     def _serve(self) -> None:
         while (task := self._tasks.get()) is not None:
-            call, future = task
-            if future.set_running_or_notify_cancel():
-                try:
-                    call()
-                except BaseException as exc:
-                    future.set_exception(exc)
-                else:
-                    future.set_result(None)
+            try:
+                if not task.cancelled:
+                    task.call()
+            except BaseException:  # as a pool's worker does: it lives on for the next call
+                pass
+            finally:
+                task.ended.set()
             self._idle.release()
 
     def shutdown(self) -> None:
@@ -648,6 +687,7 @@ class _Workers:
             except queue.Empty:
                 break
             if task is not None:
-                task[1].cancel()
+                task.cancelled = True
+                task.ended.set()
         for _ in self._threads:
             self._tasks.put(None)

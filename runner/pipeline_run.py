@@ -33,6 +33,8 @@ def new_run_id() -> str:
 
 @dataclass
 class RunSettings:
+    """Where a run writes and how many jobs it runs at once, and what every job gets."""
+
     out_dir: Path
     capacity: int
     workspace_root: Path | None = None

@@ -42,6 +42,8 @@ EXIT_CODES = {
 
 @dataclass
 class RunOptions:
+    """The `run` command's options (the CLI's flags, or a caller's)."""
+
     out_dir: Path = Path("clore-run-results")
     concurrency: int | None = None
     budget_usd: float | None = None

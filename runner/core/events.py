@@ -78,6 +78,8 @@ Event = AttemptPlaced | AttemptEnded | TimerFired | CancelJob | CancelAll | Hold
 
 @dataclass(frozen=True)
 class StartAttempt:
+    """Start the job's next attempt, killed after `timeout_s` from its placement."""
+
     job_id: str
     attempt: int  # 1-based
     timeout_s: float
@@ -85,12 +87,16 @@ class StartAttempt:
 
 @dataclass(frozen=True)
 class KillAttempt:
+    """Stop the job's running attempt, which ends as `reason`."""
+
     job_id: str
     reason: FailureKind  # TIMEOUT or CANCELLED
 
 
 @dataclass(frozen=True)
 class SetTimer:
+    """Feed `TimerFired(token)` back to the core at `at`."""
+
     at: float
     token: Hashable
 

@@ -14,6 +14,8 @@ from runner.core.model import FailureKind, JobStatus
 
 @dataclass(frozen=True)
 class RetryRule:
+    """What an attempt's failure kind means for the job: another attempt or its final status."""
+
     retry: bool  # may another attempt follow?
     spends_retries: bool  # does it use up the job's `retries`? (else the infrastructure bound)
     final_status: JobStatus  # the job's status when no attempt follows

@@ -62,6 +62,8 @@ Key = tuple[int, float, int]
 
 @dataclass(slots=True)  # slots: its fields are read on every decision
 class _Server:
+    """A server the book knows: rented or a fixed host, booting or ready, busy or idle."""
+
     id: int
     quote: Quote
     rented: bool

@@ -28,6 +28,8 @@ ACTIVE: frozenset[str] = frozenset(
 
 @dataclass
 class Row:
+    """What the board shows of one job: its stage, since when, and how its attempts went."""
+
     job: Job
     stage: str = WAITING_NEEDS
     detail: str = ""

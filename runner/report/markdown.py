@@ -7,7 +7,6 @@ took longer than writing every other report of a run of 200 short jobs.
 
 from __future__ import annotations
 
-import html
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -191,7 +190,9 @@ def html_text(value: object, limit: int = _CELL_LIMIT) -> str:
     text = " ".join(str(value).split())
     if len(text) > limit:
         text = text[: limit - 1] + "…"
-    return html.escape(text, quote=False)
+    # What html.escape(text, quote=False) does, without importing html: its entity table
+    # costs every `run` a few milliseconds of start-up for three replacements.
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def money(value: object) -> str:

@@ -29,6 +29,8 @@ class AttemptRecord:
 
 @dataclass(frozen=True)
 class Span:
+    """One bar of the timeline: an attempt's setup or its run."""
+
     job_id: str
     label: str  # "build", "train attempt 2 (timed out)"
     attempt: int
@@ -40,6 +42,8 @@ class Span:
 
 @dataclass(frozen=True)
 class Timeline:
+    """The bars to draw, jobs in the order they first started."""
+
     origin: float  # unix seconds of start_s == 0
     end_s: float
     jobs: tuple[str, ...]  # job ids in the order they first started
