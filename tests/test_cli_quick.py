@@ -180,14 +180,13 @@ RUN_PROBE = textwrap.dedent(
 )
 
 
-def test_a_local_run_loads_no_module_it_does_not_use(tmp_path: Path) -> None:
-    """`run --backend local` of short jobs is mostly start-up: jinja2 (summary.md is written
-    without it), the rent-ahead predictor and its market simulation (only with a baseline),
-    the plan (only for --dry-run), Typer and the remote backends' libraries stay out."""
+def run_local_probe(tmp_path: Path, probe: str) -> subprocess.CompletedProcess[str]:
+    """`run --backend local` of one quick job under `probe`, which prints the exit code and the
+    listed modules it found loaded to stderr; no key, not in Actions."""
     (tmp_path / "p.yml").write_text("jobs:\n  a: {run: 'true', workspace: false}\n")
     env = {k: v for k, v in os.environ.items() if k not in ("CLORE_API_KEY", "GITHUB_ACTIONS")}
-    done = subprocess.run(
-        [sys.executable, "-c", RUN_PROBE, "run", "p.yml", "--backend", "local", "--out", "out"],
+    return subprocess.run(
+        [sys.executable, "-c", probe, "run", "p.yml", "--backend", "local", "--out", "out"],
         capture_output=True,
         text=True,
         cwd=tmp_path,
@@ -195,6 +194,13 @@ def test_a_local_run_loads_no_module_it_does_not_use(tmp_path: Path) -> None:
         timeout=60,
         check=False,
     )
+
+
+def test_a_local_run_loads_no_module_it_does_not_use(tmp_path: Path) -> None:
+    """`run --backend local` of short jobs is mostly start-up: jinja2 (summary.md is written
+    without it), the rent-ahead predictor and its market simulation (only with a baseline),
+    the plan (only for --dry-run), Typer and the remote backends' libraries stay out."""
+    done = run_local_probe(tmp_path, RUN_PROBE)
     code, *loaded = done.stderr.split()
     assert (code, loaded) == ("0", []), done.stderr
     assert "passed" in (tmp_path / "out" / "summary.md").read_text(encoding="utf-8")
@@ -342,17 +348,7 @@ def test_the_action_s_run_takes_the_quick_path() -> None:
 
 
 def test_a_quick_run_loads_no_typer(tmp_path: Path) -> None:
-    (tmp_path / "p.yml").write_text("jobs:\n  a: {run: 'true', workspace: false}\n")
-    env = {k: v for k, v in os.environ.items() if k not in ("CLORE_API_KEY", "GITHUB_ACTIONS")}
-    done = subprocess.run(
-        [sys.executable, "-c", PROBE, "run", "p.yml", "--backend", "local", "--out", "out"],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env=marked_env({**env, "PYTHONPATH": str(ROOT)}, inherit=False),
-        timeout=60,
-        check=False,
-    )
+    done = run_local_probe(tmp_path, PROBE)
     code, *modules = done.stderr.splitlines()[-1].split()
     assert code == "0", done.stderr
     assert not {"typer", "click", "requests", "paramiko"} & set(modules)

@@ -185,6 +185,15 @@ class ServeProcess:
             self.proc.stdout.close()
 
 
+def stop_and_show(servers: list[ServeProcess]) -> None:
+    """Stop whatever still runs and print what each server said (pytest shows it on a failure)."""
+    for server in servers:
+        if server.proc.poll() is None:
+            server.terminate()
+        print(f"--- serve {server.instance} (exit {server.proc.returncode}) said:")
+        print(server.stderr_text())
+
+
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """`clore-run ARGS...` as the lead wires it, in a subprocess."""
     return subprocess.run(

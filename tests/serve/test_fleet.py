@@ -18,7 +18,15 @@ from runner.serve.orphans import ENV_NAME
 from runner.serve.queue_reads import Unsettled
 from runner.serve.queue_store import open_queue, shared
 from tests.processes import alive
-from tests.serve.harness import FINAL, TOKEN, ServeProcess, cli, start_serves, wait_until
+from tests.serve.harness import (
+    FINAL,
+    TOKEN,
+    ServeProcess,
+    cli,
+    start_serves,
+    stop_and_show,
+    wait_until,
+)
 
 # Long enough that a survivor starved of CPU by a loaded 2-core CI machine still renews in time
 # (at 2 s one lost its lease and ended itself), short enough that a take-over stays quick.
@@ -165,11 +173,7 @@ def test_a_server_frozen_past_its_lease_is_taken_over_and_stops_when_it_wakes(
         assert (second["instance"], second["failure"]) == (other.instance, None)
         assert len(lines(tmp_path / "long.starts")) == 2
     finally:
-        for server in servers:
-            if server.proc.poll() is None:
-                server.terminate()
-            print(f"--- serve {server.instance} (exit {server.proc.returncode}) said:")
-            print(server.stderr_text())
+        stop_and_show(servers)
     assert marked({s.instance for s in servers}) == []
 
 

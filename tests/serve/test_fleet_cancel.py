@@ -11,7 +11,7 @@ from pathlib import Path
 from runner.core.model import Attempt, FailureKind, Job
 from runner.serve.queue_store import open_queue, shared
 from runner.stores.pg_queue import CANCELLED_IN_HAND_OVER
-from tests.serve.harness import _ENTRY, FINAL, start_serves, wait_until
+from tests.serve.harness import _ENTRY, FINAL, start_serves, stop_and_show, wait_until
 from tests.serve.test_fleet import lines, marked, serve_options
 
 # The job's SIGTERM trap waits for the test's cancel, so the kill grace must outlast that wait
@@ -61,11 +61,7 @@ def test_a_cancel_asked_while_the_holder_stops_cleanly_is_carried_out(
     finally:
         (tmp_path / "asked").touch()
         (tmp_path / "gate").touch()
-        for server in servers:
-            if server.proc.poll() is None:
-                server.terminate()
-            print(f"--- serve {server.instance} (exit {server.proc.returncode}) said:")
-            print(server.stderr_text())
+        stop_and_show(servers)
     assert marked({s.instance for s in servers}) == []
 
 
