@@ -34,7 +34,7 @@ from runner.core.model import (
 )
 from runner.report import facts as F
 from runner.report.job_junit import Case, JobJUnit, Outcome, read_job_junit
-from runner.report.text import clip, redact, tail_lines, xml_safe
+from runner.report.text import clip, escape_text, redact, tail_lines, xml_safe
 
 LOG_TAIL_LINES = 200
 _FAILED = (JobStatus.FAILED, JobStatus.TIMED_OUT)
@@ -128,7 +128,7 @@ def _element(out: list[str], elem: ET.Element, level: int, tail: str | None) -> 
         # child's tail steps back to this element's level.
         inner = "\n" + "  " * (level + 1)
         text = elem.text if elem.text and elem.text.strip() else inner
-        out.append(f">{_escape_cdata(text)}")
+        out.append(f">{escape_text(text)}")
         last = len(children) - 1
         for i, child in enumerate(children):
             child_tail = child.tail if child.tail and child.tail.strip() else inner
@@ -137,25 +137,15 @@ def _element(out: list[str], elem: ET.Element, level: int, tail: str | None) -> 
             _element(out, child, level + 1, child_tail)
         out.append(f"</{tag}>")
     elif elem.text:
-        out.append(f">{_escape_cdata(elem.text)}</{tag}>")
+        out.append(f">{escape_text(elem.text)}</{tag}>")
     else:
         out.append(" />")
     if tail:
-        out.append(_escape_cdata(tail))
-
-
-def _escape_cdata(text: str) -> str:
-    if "&" in text:
-        text = text.replace("&", "&amp;")
-    if "<" in text:
-        text = text.replace("<", "&lt;")
-    if ">" in text:
-        text = text.replace(">", "&gt;")
-    return text
+        out.append(escape_text(tail))
 
 
 def _escape_attrib(text: str) -> str:
-    text = _escape_cdata(text)
+    text = escape_text(text)
     if '"' in text:
         text = text.replace('"', "&quot;")
     if "\r" in text:

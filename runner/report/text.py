@@ -26,6 +26,20 @@ def xml_safe(text: str) -> str:
     return _XML_ILLEGAL.sub("", text)
 
 
+def escape_text(text: str) -> str:
+    """Character data in XML, SVG or HTML: `&`, `<` and `>` escaped, as ElementTree,
+    xml.sax.saxutils.escape and html.escape(quote=False) do, without their imports (xml.sax
+    brings urllib, http and ssl; html an entity table) or ElementTree's generic writer. Each
+    replacement only when needed: most texts have none of the three."""
+    if "&" in text:
+        text = text.replace("&", "&amp;")
+    if "<" in text:
+        text = text.replace("<", "&lt;")
+    if ">" in text:
+        text = text.replace(">", "&gt;")
+    return text
+
+
 def clip(text: str, limit: int, marker: str = "…") -> str:
     """At most `limit` characters, marked when cut."""
     return text if len(text) <= limit else text[: max(0, limit - len(marker))] + marker

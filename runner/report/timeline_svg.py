@@ -5,6 +5,7 @@ one, amber for one that was retried. Every text is XML-escaped; a hover shows ea
 from __future__ import annotations
 
 from runner.report.markdown import duration
+from runner.report.text import escape_text as escape
 from runner.report.timeline import Span, Timeline
 
 LABEL_W = 180
@@ -13,12 +14,6 @@ ROW_H = 22
 TOP = 40
 _COLOURS = {"setup": "#afb8c1", "passed": "#2da44e", "failed": "#cf222e", "retried": "#d4a72c"}
 _NICE_STEPS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14400, 28800)
-
-
-def escape(text: str) -> str:
-    """XML character data: what xml.sax.saxutils.escape does, without the import of urllib,
-    http and ssl that module brings (a tenth of `clore-run run`'s start-up)."""
-    return text.replace("&", "&amp;").replace(">", "&gt;").replace("<", "&lt;")
 
 
 def render_svg(timeline: Timeline, title: str = "") -> str:
