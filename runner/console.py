@@ -129,10 +129,10 @@ class Console:
 
     def job_started(self, job: Job, attempt: int) -> None:
         with self._lock:
-            self.board.attempt_started(job, attempt, self.clock.time())
+            now = self.clock.time()
+            self.board.attempt_started(job, attempt, now)
             if not self.live:
-                again = f" (attempt {attempt})" if attempt > 1 else ""
-                self._line(job, f"started{again}")
+                self._line(job, f"started (attempt {attempt})" if attempt > 1 else "started", now)
 
     def placed(self, job: Job, place: Place) -> None:
         """The attempt holds its place; its script starts next."""
@@ -190,9 +190,11 @@ class Console:
         if "(allowed)" in status or status in ("skipped", "cancelled"):
             style = "yellow"
         with self._lock:
-            self.board.settled(result, status, self.clock.time())
-            self._print_group(job, status)
-            self._line(job, words, style=style)
+            now = self.clock.time()
+            self.board.settled(result, status, now)
+            if self.grouped_logs is not None:
+                self._print_group(job, status)
+            self._line(job, words, now, style)
 
     def notice(self, text: str) -> None:
         with self._lock:
@@ -297,19 +299,39 @@ class Console:
 
     # -- drawing (called with the lock held) -----------------------------------------------
 
-    def _line(self, job: Job, text: str, style: str = "") -> None:
-        self.board.row(job).heartbeat_at = self.clock.time()
-        self._emit(f"[{job.id}] ", text, "dim" if self.live else "", style)
+    def _line(self, job: Job, text: str, now: float | None = None, style: str = "") -> None:
+        """A line of `job`'s; `now` is the time the caller read for the same event, if any."""
+        self.board.row(job).heartbeat_at = self.clock.time() if now is None else now
+        if self._plain:
+            self._plain_line(f"[{job.id}] {text}")
+        else:
+            self._emit(f"[{job.id}] ", text, "dim" if self.live else "", style)
 
     def _emit(self, head: str, body: str, head_style: str = "", body_style: str = "") -> None:
-        if self._plain and "\t" not in head and "\t" not in body:
-            # What rich prints for one soft-wrapped line without colour (a CI log, a pipe),
-            # at a fraction of the cost: rich lays out every line, and a run of many short
-            # jobs spent its loop there, holding the lock the jobs' output waits for.
-            plain = (head + body).translate(_RICH_STRIPS)
-            text = redact.text(plain).translate(_RICH_STRIPS) + "\n"
-            self._guard(lambda: self._write(text))
+        if self._plain:
+            self._plain_line(head + body)
             return
+        self._rich_line(head, body, head_style, body_style)
+
+    def _plain_line(self, line: str) -> None:
+        """What rich prints for one soft-wrapped line without colour (a CI log, a pipe), at a
+        fraction of the cost: rich lays out every line, and a run of many short jobs spent its
+        loop there, holding the lock the jobs' output waits for. Every console line of a run
+        passes here, so it is kept to a few C calls. Cleaned before it is redacted, as rich's
+        Text does; a key replaced by `***` brings back none of what was dropped."""
+        if "\t" in line:
+            self._rich_line(line, "")
+            return
+        text = redact.text(line.translate(_RICH_STRIPS))
+        if self._broken:
+            return
+        try:  # as `_guard` does, inline: this is once per line
+            self.stream.write(text + "\n")
+            self.stream.flush()
+        except (OSError, ValueError):
+            self._broken = True
+
+    def _rich_line(self, head: str, body: str, head_style: str = "", body_style: str = "") -> None:
         from rich.text import Text
 
         line = Text(head, style=head_style)

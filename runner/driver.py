@@ -275,6 +275,7 @@ class Driver(Generic[C]):
         self._out: dict[str, _Out] = {}
         self._pool = _Workers(max(1, core.capacity))
         self._futures: list[_Task] = []
+        self._prune_at = 16  # the length at which `_futures` drops the tasks that are over
         # Servers that already exist (SSH hosts, local slots) are let go only after their
         # attempts have stopped: their files are fetched on the way out.
         self._gives_back_early = core.book.renting
@@ -412,7 +413,13 @@ class Driver(Generic[C]):
     # -- events ----------------------------------------------------------------------------
 
     def _on(self, posted: _Posted, now: float) -> None:
-        if isinstance(posted, _Call):
+        # The two every attempt posts come first: the types are distinct, so the order of
+        # the tests changes nothing but their cost.
+        if isinstance(posted, AttemptEnded):
+            self._attempt_ended(posted, now)
+        elif isinstance(posted, _Placed):
+            self._placed(posted.event, posted.place, now)
+        elif isinstance(posted, _Call):
             try:
                 posted.reply.set_result(posted.fn(now))
             except Exception as exc:
@@ -420,10 +427,6 @@ class Driver(Generic[C]):
                 raise  # the loop's owner hears of it too: nobody may be waiting for the reply
         elif isinstance(posted, _MustStop):
             self.feed(self.options.must_stop(posted.reason, now), now)
-        elif isinstance(posted, AttemptEnded):
-            self._attempt_ended(posted, now)
-        elif isinstance(posted, _Placed):
-            self._placed(posted.event, posted.place, now)
         elif isinstance(posted, _FromServer):
             self._apply(self._placing.handle(posted.event, now), now)
         elif posted is not None and not isinstance(posted, _Quit):
@@ -479,27 +482,29 @@ class Driver(Generic[C]):
     def _record(self, cmd: CoreCommand, now: float) -> Callable[[], None] | None:
         """Carry one command out; a start answers the work to hand to a worker once the
         journal has recorded the batch."""
-        if isinstance(cmd, StartOn):
-            return self._start_on(cmd, now)
-        if isinstance(cmd, RentServer):
-            self._rent(cmd)
-        elif isinstance(cmd, ReleaseServer):
-            self._release(cmd)
-        if isinstance(cmd, KillAttempt):
-            out = self._out.get(cmd.job_id)
-            if out is not None:
-                out.kill.stop(cmd.reason)
-        elif isinstance(cmd, SetTimer):
-            self._timer(cmd.at, cmd.token)
-            self._say_waiting(cmd)
-        elif isinstance(cmd, AttemptRecorded):
-            self.journal.attempt_ended(self._jobs[cmd.job_id], cmd.attempt)
-        elif isinstance(cmd, Requeued):
-            job = self._jobs[cmd.job_id]
-            self.journal.requeued(job, cmd.at, cmd.retries_used, cmd.infra_used)
-        elif isinstance(cmd, Settled):
-            self.journal.settled(self._jobs.pop(cmd.result.job_id), cmd.result, now)
-        return None
+        # Dispatched on the command's exact type (the core's commands are final dataclasses):
+        # a chain of isinstance tests cost each attempt's settle eight of them.
+        record = _RECORD.get(type(cmd))
+        return record(self, cmd, now) if record is not None else None
+
+    def _kill(self, cmd: KillAttempt, now: float) -> None:
+        out = self._out.get(cmd.job_id)
+        if out is not None:
+            out.kill.stop(cmd.reason)
+
+    def _set_timer(self, cmd: SetTimer, now: float) -> None:
+        self._timer(cmd.at, cmd.token)
+        self._say_waiting(cmd)
+
+    def _attempt_recorded(self, cmd: AttemptRecorded, now: float) -> None:
+        self.journal.attempt_ended(self._jobs[cmd.job_id], cmd.attempt)
+
+    def _requeued(self, cmd: Requeued, now: float) -> None:
+        job = self._jobs[cmd.job_id]
+        self.journal.requeued(job, cmd.at, cmd.retries_used, cmd.infra_used)
+
+    def _settled(self, cmd: Settled, now: float) -> None:
+        self.journal.settled(self._jobs.pop(cmd.result.job_id), cmd.result, now)
 
     def _say_waiting(self, timer: SetTimer) -> None:
         """A job waiting for its not-before time (a retry's wait is told as `requeued`)."""
@@ -566,10 +571,14 @@ class Driver(Generic[C]):
         out = _Out(cmd.attempt, now)
         self._out[job.id] = out
         self.journal.attempt_started(job, cmd.attempt, now)
-        self._futures = [f for f in self._futures if not f.done()]
+        if len(self._futures) >= self._prune_at:
+            # Pruned when the list has doubled, not at every start: the same memory bound,
+            # a fraction of the passes over it.
+            self._futures = [f for f in self._futures if not f.done()]
+            self._prune_at = 2 * len(self._futures) + 16
         return functools.partial(self._work, job, cmd.attempt, cmd.timeout_s, out.kill, cmd.server)
 
-    def _rent(self, cmd: RentServer) -> None:
+    def _rent(self, cmd: RentServer, now: float) -> None:
         ahead = " ahead of its needs" if cmd.ahead else ""
         self.options.notice(
             f"{cmd.for_job}: renting {cmd.quote.gpu_model or 'a server'} #{cmd.quote.host}"
@@ -578,7 +587,7 @@ class Driver(Generic[C]):
         # Not joined at the end: the backend's shutdown cancels rents under way, and waits.
         self._off_loop([], self._rent_off_loop, cmd, self._jobs[cmd.for_job])
 
-    def _release(self, cmd: ReleaseServer) -> None:
+    def _release(self, cmd: ReleaseServer, now: float) -> None:
         """Give a server back off the loop; at the end of a run, or once it is cancelled, the
         backend's shutdown gives back everything left in one sweep instead."""
         if not cmd.rented or self._placing.over or self._cancel_at is not None:
@@ -615,6 +624,19 @@ class Driver(Generic[C]):
     def _report(self, event: ServerEvent) -> None:
         """What an adapter says about a server, from any thread."""
         self._events.put(_FromServer(event))
+
+
+# How `_record` carries out each kind of command.
+_RECORD: dict[type[Any], Callable[[Driver[Any], Any, float], Callable[[], None] | None]] = {
+    StartOn: Driver._start_on,
+    RentServer: Driver._rent,
+    ReleaseServer: Driver._release,
+    KillAttempt: Driver._kill,
+    SetTimer: Driver._set_timer,
+    AttemptRecorded: Driver._attempt_recorded,
+    Requeued: Driver._requeued,
+    Settled: Driver._settled,
+}
 
 
 class _Task:

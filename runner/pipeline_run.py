@@ -46,6 +46,9 @@ class RunSettings:
     durations_s: Mapping[str, float] = field(default_factory=dict)
 
 
+_NO_BATCH = nullcontext()  # holds no state: one serves every batch, nested or not
+
+
 class ConsoleJournal:
     """The run as a person watching sees it, and the settled results for the reports."""
 
@@ -54,7 +57,7 @@ class ConsoleJournal:
         self.results: list[JobResult] = []
 
     def batch(self) -> AbstractContextManager[None]:
-        return nullcontext()
+        return _NO_BATCH  # nothing to group: one made per event would be garbage
 
     def attempt_started(self, job: Job, number: int, now: float) -> None:
         self.console.job_started(job, number)
@@ -122,7 +125,8 @@ class PipelineRun:
             core,
             backend,
             runner,
-            Journals(self.journal, *journals),
+            # The console alone (every `run`): told directly, not through a loop over one.
+            Journals(self.journal, *journals) if journals else self.journal,
             clock,
             DriverOptions(
                 must_stop=_stop_run,

@@ -59,7 +59,7 @@ def secrets(env: Mapping[str, str] | None = None) -> list[str]:
 
 def text(value: str, env: Mapping[str, str] | None = None) -> str:
     """`value` with every known secret replaced by `***`."""
-    for secret in _known(env):
+    for secret in _sorted_secrets(_read(env), _generation):  # `_known`, one call less per line
         if secret in value:
             value = value.replace(secret, MASK)
     return value
@@ -94,7 +94,7 @@ def _known_bytes(env: Mapping[str, str] | None) -> tuple[bytes, ...]:
 _ENCODED_NAMES = tuple(os.fsencode(name) for name in SECRET_ENV_VARS)
 
 
-def _read(env: Mapping[str, str] | None) -> tuple[str | bytes, ...]:
+def _read(env: Mapping[str, str] | None) -> tuple[str | bytes | None, ...]:
     """The secret variables' values in `env` (this process's environment when None). On POSIX
     os.environ keeps its variables in a dict of bytes: looking them up there costs a tenth of
     `os.environ.get`, which encodes the name and, for a variable not set, raises and catches a
@@ -102,7 +102,7 @@ def _read(env: Mapping[str, str] | None) -> tuple[str | bytes, ...]:
     env = os.environ if env is None else env
     raw = getattr(env, "_data", None) if _POSIX else None
     if type(raw) is dict:
-        return tuple(raw.get(name, b"") for name in _ENCODED_NAMES)
+        return tuple(map(raw.get, _ENCODED_NAMES))  # None for a variable not set
     return tuple(env.get(name, "") for name in SECRET_ENV_VARS)
 
 
@@ -110,16 +110,16 @@ _POSIX = os.name == "posix"  # elsewhere os.environ's own dict is keyed by upper
 
 
 @functools.lru_cache(maxsize=32)
-def _sorted_secrets(from_env: tuple[str | bytes, ...], generation: int) -> tuple[str, ...]:
+def _sorted_secrets(from_env: tuple[str | bytes | None, ...], generation: int) -> tuple[str, ...]:
     # Read after `generation` was: the registered set is at least that generation's.
-    values = {os.fsdecode(v).strip() for v in from_env}  # decoded as os.environ decodes
+    values = {os.fsdecode(v).strip() for v in from_env if v}  # decoded as os.environ decodes
     with _lock:
         found = values | _registered
     return tuple(sorted((s for s in found if len(s) >= MIN_SECRET_CHARS), key=len, reverse=True))
 
 
 @functools.lru_cache(maxsize=32)
-def _encoded(from_env: tuple[str | bytes, ...], generation: int) -> tuple[bytes, ...]:
+def _encoded(from_env: tuple[str | bytes | None, ...], generation: int) -> tuple[bytes, ...]:
     return tuple(
         v.encode("utf-8", "surrogateescape") for v in _sorted_secrets(from_env, generation)
     )

@@ -26,7 +26,7 @@ from runner.core.model import WORKSPACE_ALL, Job, Pipeline, RunRecord, RunStatus
 from runner.core.retry import backoff_s
 from runner.errors import UsageError
 from runner.pipeline_run import PipelineRun, RunSettings, new_run_id
-from runner.report import github_actions, load_summary, write_reports
+from runner.report import ReportPaths, github_actions, write_reports
 from runner.spec.diagnostics import Diagnostic, SpecError, did_you_mean
 from runner.workspace import Workspace, workspace_files
 
@@ -40,7 +40,7 @@ EXIT_CODES = {
 }
 
 
-@dataclass
+@dataclass(eq=False, repr=False)  # never compared or printed: a faster import
 class RunOptions:
     """The `run` command's options (the CLI's flags, or a caller's)."""
 
@@ -216,7 +216,7 @@ def execute(
         github_actions.publish(paths)
     for warning in paths.warnings:
         console.notice(f"warning: {warning}")
-    _final_report(console, paths.summary_json, options.out_dir)
+    _final_report(console, paths, options.out_dir)
     return record, EXIT_CODES[record.status]
 
 
@@ -299,9 +299,9 @@ def _withheld_note(withheld: tuple[str, ...]) -> str:
     return f"workspace: never copied, as they look like secrets: {shown}{more}"
 
 
-def _final_report(console: Console, summary_json: Path, out_dir: Path) -> None:
+def _final_report(console: Console, paths: ReportPaths, out_dir: Path) -> None:
     try:
-        summary = load_summary(summary_json)
+        summary = paths.read_summary()  # as written: not read back from the file
     except (OSError, ValueError) as exc:  # the reports are written; only the screen misses it
         console.notice(f"reports in {out_dir}{os.sep}; cannot show the summary: {exc}")
         return

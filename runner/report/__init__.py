@@ -9,7 +9,7 @@ import functools
 import json
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +20,7 @@ from runner import redact
 if TYPE_CHECKING:
     from runner.core.model import RunRecord
     from runner.report.summary import Summary
+    from runner.report.timeline import Timeline
 
 __all__ = ["ReportPaths", "load_summary", "with_comparison", "write_reports"]
 
@@ -33,6 +34,14 @@ class ReportPaths:
     summary_md: Path
     warnings: tuple[str, ...] = ()
     timeline_svg: Path | None = None
+    # What summary.json holds, kept so the end of a run need not read back what it just wrote;
+    # None when a secret was taken out of the file (then only the file has it right).
+    summary: Summary | None = field(default=None, compare=False, repr=False)
+
+    def read_summary(self) -> Summary:
+        """summary.json's content. Raises OSError or ValueError when it must be read and
+        cannot."""
+        return load_summary(self.summary_json) if self.summary is None else self.summary
 
 
 def write_reports(
@@ -59,21 +68,35 @@ def write_reports(
     summary["warnings"] = [*summary["warnings"], *notes]
     if baseline is not None:
         summary = with_comparison(summary, baseline)
-    atomic_write(paths.summary_json, dump_summary(summary))
-    atomic_write(paths.summary_md, render_markdown(summary).encode("utf-8"))
+    body = dump_summary(summary)
+    written = redact.data(body)
+    _write_atomically(paths.summary_json, written)
+    timeline = timeline_of(summary)  # drawn twice: in summary.md and as timeline.svg
+    atomic_write(paths.summary_md, render_markdown(summary, timeline).encode("utf-8"))
     svg = out_dir / "timeline.svg"
-    atomic_write(svg, svg_of(summary).encode("utf-8"))
+    atomic_write(svg, svg_of(summary, timeline).encode("utf-8"))
     return ReportPaths(
-        paths.junit, paths.summary_json, paths.summary_md, tuple(summary["warnings"]), svg
+        paths.junit,
+        paths.summary_json,
+        paths.summary_md,
+        tuple(summary["warnings"]),
+        svg,
+        summary if written == body else None,
     )
 
 
-def svg_of(summary: Summary) -> str:
-    """timeline.svg of a summary dict."""
+def timeline_of(summary: Summary) -> Timeline:
+    """The timeline model of a summary dict."""
     from runner.report.timeline import build_timeline, records_from_summary
+
+    return build_timeline(records_from_summary(summary))
+
+
+def svg_of(summary: Summary, timeline: Timeline | None = None) -> str:
+    """timeline.svg of a summary dict (`timeline`: its model, when already built)."""
     from runner.report.timeline_svg import render_svg
 
-    model = build_timeline(records_from_summary(summary))
+    model = timeline_of(summary) if timeline is None else timeline
     return render_svg(model, str(summary.get("pipeline", {}).get("name", "")))
 
 
@@ -127,7 +150,11 @@ def dump_summary(summary: Mapping[str, Any]) -> bytes:
 
 
 def _json(value: object) -> str:
-    return json.dumps(value, ensure_ascii=False)
+    return _ENCODER.encode(value)
+
+
+# One encoder for every value: json.dumps with an argument builds a new one per call.
+_ENCODER = json.JSONEncoder(ensure_ascii=False)
 
 
 @functools.cache
@@ -152,9 +179,13 @@ def atomic_write(path: Path, data: bytes) -> None:
     the CI job with it, and four fsyncs cost a fifth of writing the reports of 200 short jobs.
     Every report passes here, so here the known secrets are taken out of it, whatever field
     (a job name, a GPU name, a test's output) carried them."""
+    _write_atomically(path, redact.data(data))
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    """`atomic_write` of data already redacted."""
     import tempfile  # not at import: every command loads this package, few write reports
 
-    data = redact.data(data)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         # mkstemp makes the file 0600; reports are read by other users (CI containers often

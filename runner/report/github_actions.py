@@ -273,9 +273,7 @@ def publish(
     env = os.environ if env is None else env
     if not is_active(env):
         return
-    from runner.report import load_summary
-
-    summary = load_summary(paths.summary_json)
+    summary = paths.read_summary()
     annotate_failures(summary, out, env.get("GITHUB_WORKSPACE"))
     if env.get("GITHUB_OUTPUT"):
         write_outputs(

@@ -8,13 +8,16 @@ are redacted from every text kept (a test may print its environment).
 
 from __future__ import annotations
 
-import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
-from xml.parsers import expat
+from typing import TYPE_CHECKING, Literal
 
 from runner.report.text import clip, redact, xml_safe
+
+# The XML parser loads when a job has a JUnit file to read: every run writes junit.xml, few
+# merge a job's own.
+if TYPE_CHECKING:
+    import xml.etree.ElementTree as ET
 
 MAX_BYTES = 20 * 1024 * 1024
 MAX_CASES = 5000
@@ -57,6 +60,9 @@ class UnsafeXml(ValueError):
 
 def read_job_junit(path: Path, label: str) -> JobJUnit:
     """Parse `path`; `label` names it in warnings. Never raises."""
+    import xml.etree.ElementTree as ET
+    from xml.parsers import expat
+
     try:
         size = path.stat().st_size
     except FileNotFoundError:
@@ -77,6 +83,9 @@ def read_job_junit(path: Path, label: str) -> JobJUnit:
 
 def parse_untrusted(data: bytes) -> ET.Element:
     """Parse XML, refusing DTDs and entity declarations before expat expands anything."""
+    import xml.etree.ElementTree as ET
+    from xml.parsers import expat
+
     if b"<!DOCTYPE" in data or b"<!ENTITY" in data:  # the cheap check for the common encodings
         raise UnsafeXml("DTD or entity declaration refused")
     builder = ET.TreeBuilder()

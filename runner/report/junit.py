@@ -12,16 +12,21 @@ Rules:
   that way and `<rerunFailure>`/`<rerunError>` for each other one. Infrastructure failures are
   errors.
 - `<testsuites>` carries tests/failures/errors/time only: junit-10 allows no `skipped` there.
+
+The document is written as text, exactly as ElementTree would write the tree indented by
+`ET.indent` (tests hold it to that): building Elements and walking them again took most of
+writing the reports, and ElementTree's import is only needed to read a job's own JUnit.
 """
 
 from __future__ import annotations
 
 import os
-import xml.etree.ElementTree as ET
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from runner.core.model import (
     INFRASTRUCTURE_KINDS,
@@ -33,14 +38,19 @@ from runner.core.model import (
     RunRecord,
 )
 from runner.report import facts as F
-from runner.report.job_junit import Case, JobJUnit, Outcome, read_job_junit
-from runner.report.text import clip, escape_text, redact, tail_lines, xml_safe
+from runner.report.text import clip, escape_text, redactor, tail_lines, xml_safe
+
+# A job's own JUnit file, and its parser, load when a job has one (or failed: its Case).
+if TYPE_CHECKING:
+    from runner.report.job_junit import Case, JobJUnit, Outcome
 
 LOG_TAIL_LINES = 200
 _FAILED = (JobStatus.FAILED, JobStatus.TIMED_OUT)
 _NOT_RUN = (JobStatus.SKIPPED, JobStatus.CANCELLED)
 # Child order in Surefire's XSD (3.0), which its readers (Jenkins) follow.
 _SUREFIRE_ORDER = ("failure", "rerunFailure", "flakyFailure", "error", "rerunError", "flakyError")
+# What ET.indent puts before an element at each depth (and before a parent's closing tag).
+_INDENT = tuple("\n" + "  " * level for level in range(8))
 
 
 @dataclass(frozen=True)
@@ -85,7 +95,8 @@ _DECLARATION = b"<?xml version='1.0' encoding='utf-8'?>\n"
 
 def build_junit(out_dir: Path, record: RunRecord) -> JUnitReport:
     """Render the run as JUnit XML. Bad job JUnit files become warnings."""
-    root = ET.Element("testsuites", name=xml_safe(record.pipeline.name))
+    writer = _Writer(out_dir, record)
+    suites: list[str] = []
     jobs: list[JobTests] = []
     warnings: list[str] = []
     by_id = pipeline_jobs(record)
@@ -93,68 +104,17 @@ def build_junit(out_dir: Path, record: RunRecord) -> JUnitReport:
         # a result for a job the pipeline does not know (should not happen): still report it
         job = by_id.get(result.job_id) or Job(id=result.job_id, name=result.job_id, run="")
         own = _own_junit(out_dir, job)
-        warnings.extend(own.warnings)
-        suite, tests = _suite(out_dir, record, job, result, own)
-        root.append(suite)
+        if own is not None:
+            warnings.extend(own.warnings)
+        suite, tests = writer.suite(job, result, own)
+        suites.append(suite)
         jobs.append(tests)
     total = sum((t.counts for t in jobs), Counts())
-    _set_counts(root, total, include_skipped=False)
-    root.set("time", _secs(max(0.0, record.finished_at - record.started_at)))
-    # What ET.indent and then tostring(encoding="utf-8", xml_declaration=True) write, in one
-    # pass to str, encoded once.
-    text = serialized(root)
+    attrs = _attr("name", xml_safe(record.pipeline.name)) + _counts(total, include_skipped=False)
+    attrs += _attr("time", _secs(max(0.0, record.finished_at - record.started_at)))
+    text = _parent("testsuites", attrs, suites, 0)
     xml = _DECLARATION + text.encode("utf-8", "xmlcharrefreplace") + b"\n"
     return JUnitReport(xml=xml, jobs=tuple(jobs), warnings=tuple(warnings))
-
-
-def serialized(root: ET.Element) -> str:
-    """`ET.indent(root)` then `ET.tostring(root, encoding="unicode")`, byte for byte, in one
-    pass and without mutating the tree: ElementTree's serializer is generic Python (namespace
-    scans, a write call per piece) and took a quarter of building junit.xml. Tags and
-    attribute names are ours, plain names; every value passes the same escapes."""
-    out: list[str] = []
-    _element(out, root, 0, root.tail)
-    return "".join(out)
-
-
-def _element(out: list[str], elem: ET.Element, level: int, tail: str | None) -> None:
-    tag = elem.tag
-    out.append(f"<{tag}")
-    for name, value in elem.items():
-        out.append(f' {name}="{_escape_attrib(value)}"')
-    children = list(elem)
-    if children:
-        # ET.indent: blank text and tails become a newline and two spaces a level; the last
-        # child's tail steps back to this element's level.
-        inner = "\n" + "  " * (level + 1)
-        text = elem.text if elem.text and elem.text.strip() else inner
-        out.append(f">{escape_text(text)}")
-        last = len(children) - 1
-        for i, child in enumerate(children):
-            child_tail = child.tail if child.tail and child.tail.strip() else inner
-            if i == last and not child_tail.strip():
-                child_tail = "\n" + "  " * level
-            _element(out, child, level + 1, child_tail)
-        out.append(f"</{tag}>")
-    elif elem.text:
-        out.append(f">{escape_text(elem.text)}</{tag}>")
-    else:
-        out.append(" />")
-    if tail:
-        out.append(escape_text(tail))
-
-
-def _escape_attrib(text: str) -> str:
-    text = escape_text(text)
-    if '"' in text:
-        text = text.replace('"', "&quot;")
-    if "\r" in text:
-        text = text.replace("\r", "&#13;")
-    if "\n" in text:
-        text = text.replace("\n", "&#10;")
-    if "\t" in text:
-        text = text.replace("\t", "&#09;")
-    return text
 
 
 def pipeline_jobs(record: RunRecord) -> dict[str, Job]:
@@ -162,9 +122,12 @@ def pipeline_jobs(record: RunRecord) -> dict[str, Job]:
     return {job.id: job for job in record.pipeline.jobs}
 
 
-def _own_junit(out_dir: Path, job: Job) -> JobJUnit:
+def _own_junit(out_dir: Path, job: Job) -> JobJUnit | None:
+    """What the job's own JUnit file held, None when it has none."""
     if not job.junit:
-        return JobJUnit()
+        return None
+    from runner.report.job_junit import JobJUnit, read_job_junit
+
     label = f"job '{job.id}' ({job.junit})"
     base = (out_dir / "artifacts" / job.id).resolve()
     path = (base / job.junit).resolve()
@@ -173,28 +136,116 @@ def _own_junit(out_dir: Path, job: Job) -> JobJUnit:
     return read_job_junit(path, label)
 
 
-def _suite(
-    out_dir: Path, record: RunRecord, job: Job, result: JobResult, own: JobJUnit
-) -> tuple[ET.Element, JobTests]:
-    suite = ET.Element("testsuite", name=xml_safe(job.name), id=xml_safe(job.id))
-    suite.append(_properties(job, result))
-    cases = [_merged_case(job, c) for c in own.cases]
-    failed = [c for c in own.cases if c.outcome in ("failure", "error")]
-    flaky = result.status is JobStatus.PASSED and len(result.attempts) > 1
-    if not own.found or result.status is not JobStatus.PASSED or flaky:
-        log_tail = _log_tail(out_dir, job)
-        cases.append(_job_case(job, result, log_tail))
-        if result.status in (*_FAILED, JobStatus.ERROR):
-            failed.append(_job_failure(job, result))
-    suite.extend(cases)
-    counts = _count(cases)
-    _set_counts(suite, counts, include_skipped=True)
-    suite.set("time", _secs(result.duration_s))
-    start = result.attempts[0].started_at if result.attempts else record.started_at
-    suite.set("timestamp", iso(start))
-    if result.server:
-        suite.set("hostname", xml_safe(result.server))
-    return suite, JobTests(job.id, counts, tuple(failed), flaky)
+class _Writer:
+    """The suites of one run, with what is the same for all of them worked out once: the
+    secrets (read once for the whole document, not per value) and the `<property>` lines,
+    most of which (status, attempts, server, GPU) repeat from job to job."""
+
+    def __init__(self, out_dir: Path, record: RunRecord) -> None:
+        self.out_dir = out_dir
+        self.record = record
+        self.redact: Callable[[str], str] = redactor()
+        self._properties: dict[tuple[str, str], str] = {}
+
+    def suite(self, job: Job, result: JobResult, own: JobJUnit | None) -> tuple[str, JobTests]:
+        merged = own.cases if own is not None else ()
+        cases = [_merged_case(job, c) for c in merged]
+        failed = [c for c in merged if c.outcome in ("failure", "error")]
+        flaky = result.status is JobStatus.PASSED and len(result.attempts) > 1
+        found = own is not None and own.found
+        if not found or result.status is not JobStatus.PASSED or flaky:
+            cases.append(self.job_case(job, result))
+            if result.status in (*_FAILED, JobStatus.ERROR):
+                failed.append(_job_failure(job, result, self.redact))
+        counts = _count(outcome for _, outcome in cases)
+        attrs = _attr("name", xml_safe(job.name)) + _attr("id", xml_safe(job.id))
+        attrs += _counts(counts, include_skipped=True) + _attr("time", _secs(result.duration_s))
+        start = result.attempts[0].started_at if result.attempts else self.record.started_at
+        attrs += _attr("timestamp", iso(start))
+        if result.server:
+            attrs += _attr("hostname", xml_safe(result.server))
+        children = [self.properties(job, result), *(xml for xml, _ in cases)]
+        return _parent("testsuite", attrs, children, 1), JobTests(
+            job.id, counts, tuple(failed), flaky
+        )
+
+    def properties(self, job: Job, result: JobResult) -> str:
+        facts = F.last_facts(result)
+        pairs = (
+            ("clore.job_id", job.id),
+            (
+                "clore.status",
+                result.status.value + (" (allowed)" if allowed_failure(job, result) else ""),
+            ),
+            ("clore.attempts", str(len(result.attempts))),
+            ("clore.cost_usd", f"{result.cost_usd:.4f}"),
+            ("clore.server", result.server),
+            ("clore.gpu", F.gpu_label(facts)),
+            ("clore.server_id", facts.get(F.SERVER_ID, "")),
+            ("clore.usd_per_hour", facts.get(F.USD_PER_HOUR, "")),
+            ("clore.cuda", facts.get(F.CUDA, "")),
+            ("clore.driver", facts.get(F.DRIVER, "")),
+            ("clore.host_fingerprint", facts.get(F.HOST_FINGERPRINT, "")),
+            ("clore.reason", result.reason),
+        )
+        seen = self._properties
+        lines = []
+        for pair in pairs:
+            if not pair[1]:  # absent facts stay absent rather than showing as ""
+                continue
+            line = seen.get(pair)
+            if line is None:
+                value = xml_safe(clip(self.redact(pair[1]), 2000))
+                line = _leaf("property", _attr("name", pair[0]) + _attr("value", value))
+                seen[pair] = line
+            lines.append(line)
+        return _parent("properties", "", lines, 2)
+
+    def job_case(self, job: Job, result: JobResult) -> tuple[str, Outcome]:
+        attempts = result.attempts
+        duration = attempts[-1].duration_s if attempts else 0.0
+        outcome: Outcome = "passed"
+        children: list[tuple[str, str]] = []  # (tag, xml)
+        if result.status in _NOT_RUN:
+            message = xml_safe(self.redact(_reason(result)))
+            children.append(("skipped", _leaf("skipped", _attr("message", message))))
+            outcome = "skipped"
+        elif result.status is JobStatus.PASSED:
+            # flaky: every failed try before the passing one
+            children += [self.rerun(attempt, "flaky") for attempt in attempts[:-1]]
+        else:
+            decisive = _decisive_attempt(result)
+            duration = decisive.duration_s if decisive else 0.0  # Surefire: that run's time
+            verdict = self.verdict(result, decisive)
+            outcome = "error" if verdict[0] == "error" else "failure"
+            children.append(verdict)
+            children += [self.rerun(a, "rerun") for a in attempts if a is not decisive]
+            children.sort(key=lambda child: _SUREFIRE_ORDER.index(child[0]))  # stable: by attempt
+        log_tail = self.log_tail(job)
+        if log_tail:
+            children.append(("system-out", _leaf("system-out", "", xml_safe(log_tail))))
+        attrs = _attr("name", xml_safe(job.name)) + _attr("classname", xml_safe(job.id))
+        attrs += _attr("time", _secs(duration))
+        return _parent("testcase", attrs, [xml for _, xml in children], 2), outcome
+
+    def verdict(self, result: JobResult, attempt: Attempt | None) -> tuple[str, str]:
+        """`<failure>`/`<error>` of a job that never passed, about `attempt`."""
+        tag = "error" if result.status is JobStatus.ERROR else "failure"
+        message = self.redact((attempt.message if attempt else "") or _reason(result))
+        attrs = _attr("message", xml_safe(message)) + _attr("type", _type(attempt, result))
+        return tag, _leaf(tag, attrs, xml_safe(_describe(attempt)) if attempt else None)
+
+    def rerun(self, attempt: Attempt, prefix: str) -> tuple[str, str]:
+        infra = attempt.failure in INFRASTRUCTURE_KINDS
+        tag = f"{prefix}{'Error' if infra else 'Failure'}"
+        attrs = _attr("message", xml_safe(self.redact(attempt.message) or _describe(attempt)))
+        attrs += _attr("type", attempt.failure.value if attempt.failure else "unknown")
+        trace = _leaf("stackTrace", "", xml_safe(_describe(attempt)))
+        return tag, _parent(tag, attrs, [trace], 3)
+
+    def log_tail(self, job: Job) -> str:
+        path = os.path.join(self.out_dir, "logs", f"{job.id}.log")
+        return self.redact("\n".join(tail_lines(path, LOG_TAIL_LINES)))
 
 
 def allowed_failure(job: Job, result: JobResult) -> bool:
@@ -203,63 +254,21 @@ def allowed_failure(job: Job, result: JobResult) -> bool:
     return job.continue_on_error and result.status in bad
 
 
-def _properties(job: Job, result: JobResult) -> ET.Element:
-    props = ET.Element("properties")
-    facts = F.last_facts(result)
-    pairs = [
-        ("clore.job_id", job.id),
-        (
-            "clore.status",
-            result.status.value + (" (allowed)" if allowed_failure(job, result) else ""),
-        ),
-        ("clore.attempts", str(len(result.attempts))),
-        ("clore.cost_usd", f"{result.cost_usd:.4f}"),
-        ("clore.server", result.server),
-        ("clore.gpu", F.gpu_label(facts)),
-        ("clore.server_id", facts.get(F.SERVER_ID, "")),
-        ("clore.usd_per_hour", facts.get(F.USD_PER_HOUR, "")),
-        ("clore.cuda", facts.get(F.CUDA, "")),
-        ("clore.driver", facts.get(F.DRIVER, "")),
-        ("clore.host_fingerprint", facts.get(F.HOST_FINGERPRINT, "")),
-        ("clore.reason", result.reason),
-    ]
-    for name, value in pairs:
-        if value:  # absent facts stay absent rather than showing as ""
-            ET.SubElement(props, "property", name=name, value=xml_safe(clip(redact(value), 2000)))
-    return props
-
-
-def _merged_case(job: Job, case: Case) -> ET.Element:
+def _merged_case(job: Job, case: Case) -> tuple[str, Outcome]:
     classname = f"{job.id}.{case.classname}" if case.classname else job.id
-    element = ET.Element("testcase", name=case.name, classname=classname, time=_secs(case.time))
+    attrs = _attr("name", case.name) + _attr("classname", classname)
+    attrs += _attr("time", _secs(case.time))
+    children = []
     if case.outcome != "passed":
-        result = ET.SubElement(element, case.outcome, message=case.message)
+        result = _attr("message", case.message)
         if case.outcome != "skipped":
-            result.set("type", case.result_type or case.outcome)
-        result.text = case.details or None
-    _add_output(element, case.system_out, case.system_err)
-    return element
-
-
-def _job_case(job: Job, result: JobResult, log_tail: str) -> ET.Element:
-    attempts = result.attempts
-    duration = attempts[-1].duration_s if attempts else 0.0
-    element = ET.Element("testcase", name=xml_safe(job.name), classname=xml_safe(job.id))
-    if result.status in _NOT_RUN:
-        ET.SubElement(element, "skipped", message=xml_safe(redact(_reason(result))))
-    elif result.status is JobStatus.PASSED:
-        for attempt in attempts[:-1]:  # flaky: every failed try before the passing one
-            element.append(_rerun(attempt, "flaky"))
-    else:
-        decisive = _decisive_attempt(result)
-        duration = decisive.duration_s if decisive else 0.0  # Surefire: that run's time
-        children = [_verdict(result, decisive)]
-        children += [_rerun(a, "rerun") for a in attempts if a is not decisive]
-        children.sort(key=lambda child: _SUREFIRE_ORDER.index(child.tag))  # stable: by attempt
-        element.extend(children)
-    element.set("time", _secs(duration))
-    _add_output(element, log_tail, "")
-    return element
+            result += _attr("type", case.result_type or case.outcome)
+        children.append(_leaf(case.outcome, result, case.details or None))
+    if case.system_out:
+        children.append(_leaf("system-out", "", xml_safe(case.system_out)))
+    if case.system_err:
+        children.append(_leaf("system-err", "", xml_safe(case.system_err)))
+    return _parent("testcase", attrs, children, 2), case.outcome
 
 
 def _decisive_attempt(result: JobResult) -> Attempt | None:
@@ -272,24 +281,6 @@ def _decisive_attempt(result: JobResult) -> Attempt | None:
         if attempt.failure is not None and (attempt.failure in INFRASTRUCTURE_KINDS) == infra:
             return attempt
     return result.attempts[0] if result.attempts else None
-
-
-def _verdict(result: JobResult, attempt: Attempt | None) -> ET.Element:
-    """`<failure>`/`<error>` of a job that never passed, about `attempt`."""
-    tag = "error" if result.status is JobStatus.ERROR else "failure"
-    message = redact((attempt.message if attempt else "") or _reason(result))
-    element = ET.Element(tag, message=xml_safe(message), type=_type(attempt, result))
-    element.text = xml_safe(_describe(attempt)) if attempt else None
-    return element
-
-
-def _rerun(attempt: Attempt, prefix: str) -> ET.Element:
-    infra = attempt.failure in INFRASTRUCTURE_KINDS
-    tag = f"{prefix}{'Error' if infra else 'Failure'}"
-    element = ET.Element(tag, message=xml_safe(redact(attempt.message) or _describe(attempt)))
-    element.set("type", attempt.failure.value if attempt.failure else "unknown")
-    ET.SubElement(element, "stackTrace").text = xml_safe(_describe(attempt))
-    return element
 
 
 def _type(attempt: Attempt | None, result: JobResult) -> str:
@@ -311,20 +302,10 @@ def _reason(result: JobResult) -> str:
     return result.reason or result.status.value
 
 
-def _add_output(element: ET.Element, out: str, err: str) -> None:
-    if out:
-        ET.SubElement(element, "system-out").text = xml_safe(out)
-    if err:
-        ET.SubElement(element, "system-err").text = xml_safe(err)
-
-
-def _log_tail(out_dir: Path, job: Job) -> str:
-    lines = tail_lines(os.path.join(out_dir, "logs", f"{job.id}.log"), LOG_TAIL_LINES)
-    return redact("\n".join(lines))
-
-
-def _job_failure(job: Job, result: JobResult) -> Case:
+def _job_failure(job: Job, result: JobResult, redact: Callable[[str], str]) -> Case:
     """The job-level testcase as a failed test, for the summary's "failed tests" list."""
+    from runner.report.job_junit import Case
+
     outcome: Outcome = "error" if result.status is JobStatus.ERROR else "failure"
     first = result.attempts[0] if result.attempts else None
     message = redact((result.attempts[-1].message if result.attempts else "") or _reason(result))
@@ -338,30 +319,76 @@ def _job_failure(job: Job, result: JobResult) -> Case:
     )
 
 
-def _count(cases: Iterable[ET.Element]) -> Counts:
-    counts = Counts()
-    for case in cases:
-        counts += Counts(
-            tests=1,
-            failures=int(case.find("failure") is not None),
-            errors=int(case.find("error") is not None),
-            skipped=int(case.find("skipped") is not None),
-        )
-    return counts
+def _count(outcomes: Iterable[Outcome]) -> Counts:
+    tests = failures = errors = skipped = 0
+    for outcome in outcomes:
+        tests += 1
+        failures += outcome == "failure"
+        errors += outcome == "error"
+        skipped += outcome == "skipped"
+    return Counts(tests, failures, errors, skipped)
 
 
-def _set_counts(element: ET.Element, counts: Counts, include_skipped: bool) -> None:
-    element.set("tests", str(counts.tests))
-    element.set("failures", str(counts.failures))
-    element.set("errors", str(counts.errors))
-    if include_skipped:
-        element.set("skipped", str(counts.skipped))
+def _counts(counts: Counts, include_skipped: bool) -> str:
+    text = f' tests="{counts.tests}" failures="{counts.failures}" errors="{counts.errors}"'
+    return (text + f' skipped="{counts.skipped}"') if include_skipped else text
+
+
+# -- the XML text, as ET.indent and ET.tostring write it ---------------------------------------
+
+
+def _attr(name: str, value: str) -> str:
+    """` name="value"`: our names are plain, every value passes ElementTree's escapes."""
+    return f' {name}="{_escape_attrib(value)}"'
+
+
+def _leaf(tag: str, attrs: str, text: str | None = None) -> str:
+    """An element without children: ET.indent leaves its text as it is."""
+    return f"<{tag}{attrs}>{escape_text(text)}</{tag}>" if text else f"<{tag}{attrs} />"
+
+
+def _parent(tag: str, attrs: str, children: list[str], level: int) -> str:
+    """An element at depth `level` holding `children` (each written), indented as ET.indent
+    does: each child on a line of its own two spaces deeper, the closing tag back at `level`."""
+    if not children:
+        return f"<{tag}{attrs} />"
+    inner = _INDENT[level + 1]
+    return f"<{tag}{attrs}>{inner}{inner.join(children)}{_INDENT[level]}</{tag}>"
+
+
+def _escape_attrib(text: str) -> str:
+    text = escape_text(text)
+    if '"' in text:
+        text = text.replace('"', "&quot;")
+    if "\r" in text:
+        text = text.replace("\r", "&#13;")
+    if "\n" in text:
+        text = text.replace("\n", "&#10;")
+    if "\t" in text:
+        text = text.replace("\t", "&#09;")
+    return text
 
 
 def _secs(seconds: float) -> str:
     return f"{seconds:.3f}"
 
 
+_YEAR_10000 = 253_402_300_800  # unix seconds: the first instant ISO 8601's four digits cannot hold
+
+
 def iso(unix_seconds: float) -> str:
-    """ISO 8601 in UTC, to the second."""
+    """ISO 8601 in UTC, to the second, as `datetime.isoformat(timespec="seconds")` writes it.
+    Formatted once per second: the reports write three per job, and jobs end in the same few
+    seconds. datetime rounds to the microsecond first, so a time within a microsecond of the
+    next second (or outside 1970..9999) goes the long way."""
+    whole = int(unix_seconds) if 0 <= unix_seconds < _YEAR_10000 else -1
+    if whole >= 0 and unix_seconds - whole < 0.999999:
+        return _iso_second(whole)
+    from datetime import datetime, timezone
+
     return datetime.fromtimestamp(unix_seconds, timezone.utc).isoformat(timespec="seconds")
+
+
+@lru_cache(maxsize=256)
+def _iso_second(whole: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(whole))

@@ -7,13 +7,17 @@ took longer than writing every other report of a run of 200 short jobs.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runner import untrusted
 from runner.report.text import escape_text
+
+if TYPE_CHECKING:
+    from runner.report.timeline import Timeline
 
 _ICONS = {
     "passed": "✅",
@@ -32,16 +36,17 @@ MAX_FAILED_LOGS = 20
 _COUNTED = ("passed", "failed", "timed_out", "error", "skipped", "cancelled")
 
 
-def render_markdown(s: Mapping[str, Any]) -> str:
-    """Render `summary.md` from a summary dict (schema 1). Every value from a job or a test
-    goes through `cell` (one line, `|` and `<` escaped), `remote` (text a server could have
-    written), or `html_text` inside an HTML element."""
+def render_markdown(s: Mapping[str, Any], timeline: Timeline | None = None) -> str:
+    """Render `summary.md` from a summary dict (schema 1); `timeline`: its model, when already
+    built. Every value from a job or a test goes through `cell` (one line, `|` and `<`
+    escaped), `remote` (text a server could have written), or `html_text` inside an HTML
+    element."""
     cmp = s["comparison"]
     parts = [_headline(s, cmp), _jobs_table(s, cmp), _failed_tests(s), _failed_logs(s)]
     if s["warnings"]:
         parts.append("\n### Warnings\n\n")
         parts.extend(f"- {cell(w, 500)}\n" for w in s["warnings"])
-    chart = summary_gantt(s)
+    chart = summary_gantt(s, timeline)
     if chart:
         parts.append(f"\n### Timeline\n\n```mermaid\n{chart}```\n")
     parts.append(f"\n{_footer(s, cmp)}\n")
@@ -165,15 +170,21 @@ def remote(value: object, limit: int = _CELL_LIMIT) -> str:
     """Text a server could have written (GPU and host names, reasons, test names and
     messages): no link, image, HTML, mention or table break of its own; links only where we
     make them."""
-    return untrusted.markdown(str(value), limit)
+    return _remote(str(value), limit)
 
 
-def summary_gantt(summary: Mapping[str, Any]) -> str:
+@functools.lru_cache(maxsize=1024)
+def _remote(text: str, limit: int) -> str:
+    # Most rows repeat their neighbours' GPU, server and reason: each is escaped once.
+    return untrusted.markdown(text, limit)
+
+
+def summary_gantt(summary: Mapping[str, Any], timeline: Timeline | None = None) -> str:
     """The run's timeline as Mermaid source, "" when nothing ran."""
     from runner.report.mermaid import gantt  # with the reports, not with the console
     from runner.report.timeline import build_timeline, records_from_summary
 
-    model = build_timeline(records_from_summary(summary))
+    model = build_timeline(records_from_summary(summary)) if timeline is None else timeline
     return gantt(model, str(summary.get("pipeline", {}).get("name", "")))
 
 

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +55,7 @@ from runner import __version__
 from runner.core.model import Attempt, Job, JobResult, JobStatus, RunRecord
 from runner.report import facts as F
 from runner.report.junit import JobTests, JUnitReport, allowed_failure, iso, pipeline_jobs
-from runner.report.text import clip, redact, tail_lines
+from runner.report.text import clip, redactor, tail_lines
 
 SCHEMA_VERSION = 1
 LOG_TAIL_LINES = 30
@@ -74,8 +74,9 @@ def build_summary(
     env = os.environ if env is None else env
     tests = {t.job_id: t for t in junit.jobs}
     by_id = pipeline_jobs(record)
+    redact = redactor()  # the secrets read once for the whole summary
     jobs = [
-        _job(out_dir, by_id.get(r.job_id), r, tests.get(r.job_id), record.started_at)
+        _job(out_dir, by_id.get(r.job_id), r, tests.get(r.job_id), record.started_at, redact)
         for r in record.results
     ]
     budget = record.pipeline.budget_usd
@@ -123,7 +124,12 @@ def ci_info(env: Mapping[str, str]) -> dict[str, str | None] | None:
 
 
 def _job(
-    out_dir: Path, job: Job | None, result: JobResult, tests: JobTests | None, origin: float
+    out_dir: Path,
+    job: Job | None,
+    result: JobResult,
+    tests: JobTests | None,
+    origin: float,
+    redact: Callable[[str], str],
 ) -> Summary:
     facts = F.last_facts(result)
     last = result.attempts[-1] if result.attempts else None
@@ -151,9 +157,9 @@ def _job(
             "skipped": counts.skipped if counts else 0,
         },
         "flaky": bool(tests and tests.flaky),
-        "failed_tests": _failed_tests(tests),
-        "log_tail": _log_tail(out_dir, result),
-        "attempt_details": [_attempt(a, origin) for a in result.attempts],
+        "failed_tests": _failed_tests(tests, redact),
+        "log_tail": _log_tail(out_dir, result, redact),
+        "attempt_details": [_attempt(a, origin, redact) for a in result.attempts],
     }
 
 
@@ -164,7 +170,7 @@ def _location(job: Job | None) -> dict[str, Any] | None:
     return {"file": loc.file, "line": loc.line, "column": loc.column}
 
 
-def _failed_tests(tests: JobTests | None) -> list[dict[str, str]]:
+def _failed_tests(tests: JobTests | None, redact: Callable[[str], str]) -> list[dict[str, str]]:
     if tests is None:
         return []
     return [
@@ -179,14 +185,14 @@ def _failed_tests(tests: JobTests | None) -> list[dict[str, str]]:
     ]
 
 
-def _log_tail(out_dir: Path, result: JobResult) -> list[str]:
+def _log_tail(out_dir: Path, result: JobResult, redact: Callable[[str], str]) -> list[str]:
     if result.status in (JobStatus.PASSED, JobStatus.SKIPPED, JobStatus.CANCELLED):
         return []
     lines = tail_lines(os.path.join(out_dir, "logs", f"{result.job_id}.log"), LOG_TAIL_LINES)
     return [clip(redact(line), 500) for line in lines]
 
 
-def _attempt(attempt: Attempt, origin: float) -> Summary:
+def _attempt(attempt: Attempt, origin: float, redact: Callable[[str], str]) -> Summary:
     setup = None if attempt.placed_at is None else max(0.0, attempt.placed_at - attempt.started_at)
     return {
         "number": attempt.number,

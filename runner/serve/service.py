@@ -191,8 +191,6 @@ class Service:
         backend's hosts or slots."""
         cap = self.options.capacity
         book = self.backend.server_book((), cap, None, Provisioning.AHEAD, {})
-        if book is None:
-            raise ValueError(f"the {self.backend.name} backend gives the core no servers")
         return PlacingCore(
             (), book, backoff=self.options.backoff, ongoing=True, on_fatal=self._must_stop
         )

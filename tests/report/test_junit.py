@@ -24,7 +24,7 @@ from runner.core.model import (
     RunStatus,
 )
 from runner.report import write_reports
-from runner.report.junit import build_junit, serialized
+from runner.report.junit import build_junit
 from runner.report.text import xml_safe
 from tests.report.records import mixed_record, write_outputs
 
@@ -234,28 +234,46 @@ def test_xml_safe_drops_exactly_the_characters_xml_forbids() -> None:
         assert (xml_safe(chr(c)) == chr(c)) is allowed(c), hex(c)
 
 
-_TEXTS = st.one_of(
-    st.none(),
-    st.sampled_from(["", " ", "\n  ", "\t", "x", " x ", "a&b<c>d\"e'f\r\ng\th", "\n", "…é"]),
-    st.text(alphabet='ab &<>"\r\n\t', max_size=8),
-)
+_NAMES = st.text(alphabet="ab &<>\"'\r\n\t\x01é", max_size=8)
+_SERVERS = st.text(alphabet='ab &<>"\n\t\x01', max_size=6)  # in text too: no \r (parsers fold it)
 
 
 @st.composite
-def _trees(draw: st.DrawFn, depth: int = 0) -> ET.Element:
-    elem = ET.Element(draw(st.sampled_from(["testsuite", "testcase", "a"])))
-    for name in draw(st.lists(st.sampled_from(["name", "time", "v"]), unique=True, max_size=3)):
-        elem.set(name, draw(st.text(alphabet='ab &<>"\r\n\t', max_size=6)))
-    elem.text = draw(_TEXTS)
-    elem.tail = draw(_TEXTS) if depth else None
-    if depth < 3:
-        elem.extend(draw(st.lists(_trees(depth + 1), max_size=3)))
-    return elem
+def _attempts(draw: st.DrawFn, number: int) -> Attempt:
+    start = draw(st.floats(0, 1e6))
+    return Attempt(
+        number,
+        1_780_000_000.0 + start,
+        1_780_000_000.0 + start + draw(st.floats(0, 1e4)),
+        exit_code=draw(st.none() | st.integers(-9, 255)),
+        failure=draw(st.none() | st.sampled_from(FailureKind)),
+        message=draw(_NAMES),
+        server=draw(_SERVERS),
+        facts=draw(st.dictionaries(st.sampled_from(["gpu", "gpu_count", "cuda"]), _NAMES)),
+    )
 
 
-@given(_trees())
+@st.composite
+def _records(draw: st.DrawFn) -> RunRecord:
+    jobs, results = [], []
+    for i in range(draw(st.integers(0, 4))):
+        job = Job(id=f"j{i}", name=draw(_NAMES), run="true", continue_on_error=draw(st.booleans()))
+        count = draw(st.integers(0, 3))
+        attempts = tuple(draw(_attempts(n)) for n in range(1, count + 1))
+        status = draw(st.sampled_from(JobStatus))
+        jobs.append(job)
+        results.append(JobResult(job.id, status, draw(_NAMES), attempts))
+    pipeline = Pipeline(draw(_NAMES), tuple(jobs))
+    return RunRecord(pipeline, tuple(results), RunStatus.FAILED, 1_780_000_000.0, 1_780_000_500.0)
+
+
+@given(_records())
 @settings(max_examples=300, deadline=None)
-def test_serialized_is_what_elementtree_indents_and_writes(root: ET.Element) -> None:
-    mine = serialized(root)  # first: ET.indent changes the tree
+def test_written_as_elementtree_indents_and_writes_it(record: RunRecord) -> None:
+    """junit.xml is written as text; byte for byte what ElementTree writes for its tree."""
+    xml = build_junit(Path("/nonexistent"), record).xml
+    declaration, text = xml.decode("utf-8").split("\n", 1)
+    assert declaration == "<?xml version='1.0' encoding='utf-8'?>"
+    root = ET.fromstring(xml)
     ET.indent(root)
-    assert mine == ET.tostring(root, encoding="unicode")
+    assert text == ET.tostring(root, encoding="unicode") + "\n"

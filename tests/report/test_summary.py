@@ -208,6 +208,23 @@ def test_secrets_are_redacted_from_every_report_field(
     for path in (paths.summary_json, paths.summary_md, paths.junit):
         text = path.read_text()
         assert key[:10] not in text, (path.name, text[text.find(key[:10]) - 200 :][:400])
+    assert key[:10] not in json.dumps(paths.read_summary())  # what the end of the run shows
+    # A field only the file's redaction catches (a GPU name): the end shows the file's text.
+    gpu = dataclasses.replace(record.results[0].attempts[0], facts={"gpu": f"RTX {key}"})
+    first = dataclasses.replace(record.results[0], attempts=(gpu,))
+    paths = write_reports(tmp_path, dataclasses.replace(record, results=(first,)))
+    assert paths.summary is None
+    assert _job(paths.read_summary(), "build")["gpu"] == "RTX ***"
+
+
+def test_the_summary_kept_is_what_summary_json_reads_back(tmp_path: Path, ci_env: None) -> None:
+    """The end of a run shows the summary it kept instead of reading the file back: the same
+    value, type for type (a tuple would read back as a list), comparison and warnings included."""
+    write_outputs(tmp_path)
+    paths = write_reports(tmp_path, mixed_record(), baseline_summary(), notes=("a note",))
+    assert paths.summary is not None and paths.summary["comparison"] is not None
+    assert paths.summary == load_summary(paths.summary_json)
+    assert json.dumps(paths.summary) == json.dumps(load_summary(paths.summary_json))
 
 
 def test_ci_links(tmp_path: Path, ci_env: None) -> None:
