@@ -9,7 +9,7 @@ from __future__ import annotations
 import errno
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from runner.backends.base import Backend, Place, RunOutcome, RunRequest
@@ -109,6 +109,10 @@ class AttemptRunner:
     extra_env: Mapping[str, str] = field(default_factory=dict)
     workspace_root: Path | None = None  # None: jobs start in an empty folder
     workspace_files: tuple[str, ...] = ()
+    _artifacts: Path = field(init=False, repr=False)  # OUT/artifacts, joined once for all jobs
+
+    def __post_init__(self) -> None:
+        self._artifacts = self.out_dir / "artifacts"
 
     def run(
         self,
@@ -181,11 +185,15 @@ class AttemptRunner:
                 self._done(place, log)
         outcome = _as_killed(outcome, kill, timeout_s)
         log.close(outcome)
-        attempt = self._attempt(number, began, place, outcome)
-        return Ran(replace(attempt, placed_at=placed_at), stop)
+        return Ran(self._attempt(number, began, place, placed_at, outcome), stop)
 
     def _attempt(
-        self, number: int, began: float, place: Place | None, outcome: RunOutcome
+        self,
+        number: int,
+        began: float,
+        place: Place | None,
+        placed_at: float | None,
+        outcome: RunOutcome,
     ) -> Attempt:
         ended = self.clock.time()
         facts = {**(place.facts if place else {}), **outcome.facts}
@@ -198,7 +206,7 @@ class AttemptRunner:
         server = place.name if place else ""
         return Attempt(
             number, began, ended, outcome.exit_code, outcome.failure, outcome.message, server,
-            cost, facts,
+            cost, facts, placed_at,
         )  # fmt: skip
 
     def _done(self, place: Place, log: JobLog) -> None:
@@ -221,6 +229,6 @@ class AttemptRunner:
             env=env,
             workspace_root=self.workspace_root if with_workspace else None,
             workspace_files=self.workspace_files if with_workspace else (),
-            artifacts_dir=self.out_dir / "artifacts" / job.id,
+            artifacts_dir=self._artifacts / job.id,
             timeout_s=timeout_s,
         )
