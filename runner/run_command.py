@@ -40,7 +40,7 @@ EXIT_CODES = {
 }
 
 
-@dataclass
+@dataclass(eq=False, repr=False)  # never compared or printed: a faster import
 class RunOptions:
     """The `run` command's options (the CLI's flags, or a caller's)."""
 

@@ -28,7 +28,7 @@ _KEY_HEADER = re.compile(rb"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----")
 _HEAD_BYTES = 4096
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)  # never compared or printed: a faster import
 class Workspace:
     """The files to ship from `root` and how they were chosen."""
 

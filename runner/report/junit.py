@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from runner.core.model import (
     INFRASTRUCTURE_KINDS,
@@ -37,8 +38,11 @@ from runner.core.model import (
     RunRecord,
 )
 from runner.report import facts as F
-from runner.report.job_junit import Case, JobJUnit, Outcome, read_job_junit
 from runner.report.text import clip, escape_text, redactor, tail_lines, xml_safe
+
+# A job's own JUnit file, and its parser, load when a job has one (or failed: its Case).
+if TYPE_CHECKING:
+    from runner.report.job_junit import Case, JobJUnit, Outcome
 
 LOG_TAIL_LINES = 200
 _FAILED = (JobStatus.FAILED, JobStatus.TIMED_OUT)
@@ -100,7 +104,8 @@ def build_junit(out_dir: Path, record: RunRecord) -> JUnitReport:
         # a result for a job the pipeline does not know (should not happen): still report it
         job = by_id.get(result.job_id) or Job(id=result.job_id, name=result.job_id, run="")
         own = _own_junit(out_dir, job)
-        warnings.extend(own.warnings)
+        if own is not None:
+            warnings.extend(own.warnings)
         suite, tests = writer.suite(job, result, own)
         suites.append(suite)
         jobs.append(tests)
@@ -117,9 +122,12 @@ def pipeline_jobs(record: RunRecord) -> dict[str, Job]:
     return {job.id: job for job in record.pipeline.jobs}
 
 
-def _own_junit(out_dir: Path, job: Job) -> JobJUnit:
+def _own_junit(out_dir: Path, job: Job) -> JobJUnit | None:
+    """What the job's own JUnit file held, None when it has none."""
     if not job.junit:
-        return JobJUnit()
+        return None
+    from runner.report.job_junit import JobJUnit, read_job_junit
+
     label = f"job '{job.id}' ({job.junit})"
     base = (out_dir / "artifacts" / job.id).resolve()
     path = (base / job.junit).resolve()
@@ -139,11 +147,13 @@ class _Writer:
         self.redact: Callable[[str], str] = redactor()
         self._properties: dict[tuple[str, str], str] = {}
 
-    def suite(self, job: Job, result: JobResult, own: JobJUnit) -> tuple[str, JobTests]:
-        cases = [_merged_case(job, c) for c in own.cases]
-        failed = [c for c in own.cases if c.outcome in ("failure", "error")]
+    def suite(self, job: Job, result: JobResult, own: JobJUnit | None) -> tuple[str, JobTests]:
+        merged = own.cases if own is not None else ()
+        cases = [_merged_case(job, c) for c in merged]
+        failed = [c for c in merged if c.outcome in ("failure", "error")]
         flaky = result.status is JobStatus.PASSED and len(result.attempts) > 1
-        if not own.found or result.status is not JobStatus.PASSED or flaky:
+        found = own is not None and own.found
+        if not found or result.status is not JobStatus.PASSED or flaky:
             cases.append(self.job_case(job, result))
             if result.status in (*_FAILED, JobStatus.ERROR):
                 failed.append(_job_failure(job, result, self.redact))
@@ -294,6 +304,8 @@ def _reason(result: JobResult) -> str:
 
 def _job_failure(job: Job, result: JobResult, redact: Callable[[str], str]) -> Case:
     """The job-level testcase as a failed test, for the summary's "failed tests" list."""
+    from runner.report.job_junit import Case
+
     outcome: Outcome = "error" if result.status is JobStatus.ERROR else "failure"
     first = result.attempts[0] if result.attempts else None
     message = redact((result.attempts[-1].message if result.attempts else "") or _reason(result))

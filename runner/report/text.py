@@ -62,7 +62,12 @@ def tail_lines(path: Path | str, max_lines: int, max_bytes: int = 256 * 1024) ->
         return []
     finally:
         os.close(fd)
-    lines = [clean_line(line) for line in data.decode("utf-8", errors="replace").splitlines()]
+    text = data.decode("utf-8", errors="replace")
+    # One scan of the whole tail first: most logs have no escape or control character (an ANSI
+    # sequence starts with one), and then there is nothing to clean line by line.
+    lines = text.splitlines()
+    if _CONTROL.search(text):
+        lines = [clean_line(line) for line in lines]
     if size > max_bytes and lines:
         lines = lines[1:]  # the first line was cut in the middle
     return lines[-max_lines:] if max_lines > 0 else []

@@ -44,7 +44,7 @@ class ExpressionErrors(ExpressionError):
         return self._errors
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)  # never compared or printed: a faster import
 class Contexts:
     """Values expressions may read."""
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import pytest
 from runner.core.model import Job, JobResult, JobStatus, Pipeline, RunRecord, RunStatus
 from runner.report import job_junit, write_reports
 from runner.report.job_junit import read_job_junit
+from tests.test_cli_quick import run_local_probe
 
 BILLION_LAUGHS = """<?xml version="1.0"?>
 <!DOCTYPE lolz [<!ENTITY lol "lol"><!ENTITY lol2 "&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;">
@@ -130,3 +132,24 @@ def test_junit_path_cannot_leave_the_job_artifacts(tmp_path: Path, junit: str) -
     paths = write_reports(tmp_path, record)
     assert "leaves artifacts/gpu/" in paths.warnings[0]
     assert "stolen" not in paths.junit.read_text()
+
+
+_PARSER_PROBE = textwrap.dedent(
+    """
+    import sys
+    from runner.launch import main
+    try:
+        main()
+    except SystemExit as exit:
+        parser = ("xml.etree.ElementTree", "xml.parsers.expat", "runner.report.job_junit")
+        print(exit.code, *sorted(m for m in parser if m in sys.modules), file=sys.stderr)
+    """
+)
+
+
+def test_a_run_without_job_junit_files_loads_no_xml_parser(tmp_path: Path) -> None:
+    """junit.xml is written as text; the parser is for reading a job's own JUnit file."""
+    done = run_local_probe(tmp_path, _PARSER_PROBE)
+    code, *loaded = done.stderr.split()
+    assert (code, loaded) == ("0", []), done.stderr
+    assert "<testsuite " in (tmp_path / "out" / "junit.xml").read_text(encoding="utf-8")
