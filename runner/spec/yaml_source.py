@@ -55,6 +55,7 @@ def _mark(node: yaml.Node) -> tuple[int, int]:
 _LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 MAX_NODES = 200_000
 _MERGE_TAG = "tag:yaml.org,2002:merge"
+_STR_TAG = "tag:yaml.org,2002:str"
 _PLAIN = frozenset({"tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"})  # other tags: not ignored
 MAX_DEPTH = 64
 
@@ -108,6 +109,13 @@ class _Builder:
             return {}
         if isinstance(node, yaml.SequenceNode):
             return [None] * len(node.value)
+        return self._scalar(node)
+
+    def _scalar(self, node: yaml.Node) -> Any:
+        # A string is its node's text: what the constructor would return, without the
+        # constructor's bookkeeping, for most of a file's scalars (keys, scripts, names).
+        if node.tag == _STR_TAG and type(node) is yaml.ScalarNode:
+            return node.value
         return self.loader.construct_object(node, deep=True)
 
     def _mapping_children(
@@ -117,7 +125,7 @@ class _Builder:
         first_at: dict[Any, tuple[int, int]] = {}
         merged, own = self._merge_pairs(node, 0)
         for key_node, value_node in own:
-            key = self.loader.construct_object(key_node, deep=True)
+            key = self._scalar(key_node)
             if not isinstance(key, (str, int, float, bool)) or key is None:
                 line, col = _mark(key_node)
                 self.problems.append(
@@ -148,7 +156,7 @@ class _Builder:
         # first, like PyYAML's flatten_mapping does it.
         taken = set(first_at)
         for key_node, value_node in reversed(merged):
-            key = self.loader.construct_object(key_node, deep=True)
+            key = self._scalar(key_node)
             if not isinstance(key, (str, int, float, bool)) or key is None:
                 continue  # reported where the merged mapping itself is built
             key = key if isinstance(key, str) else str(key_node.value)  # `on`, not True
