@@ -23,7 +23,6 @@ import threading
 import time
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from runner.attempt import AttemptRunner, Kill
@@ -169,54 +168,81 @@ def _no_events(_event: Event, _now: float) -> Sequence[Event]:
     return ()
 
 
-@dataclass
 class DriverOptions:
-    """What differs between the shells that drive the core (`run` and `serve`)."""
+    """What differs between the shells that drive the core (`run` and `serve`).
 
-    # What an attempt's "nothing can run now" (key refused, no balance) becomes.
-    must_stop: Callable[[str, float], Event]
-    # Events fed to the core before an attempt's end is: serve's daily spend hold, which must
-    # be in place before that end starts the next jobs.
-    before_attempt_ends: Callable[[Event, float], Sequence[Event]] = _no_events
-    notice: Callable[[str], None] = _say_nothing  # a line for the person watching
-    # Who hears a rent's stages (renting, booting, connecting) for the job it is meant for.
-    rent_stages: Callable[[Job], StageSink] = lambda _job: NO_STAGES
-    tick_s: float = 0.5  # the longest the loop sleeps before re-reading the clock
-    cancel_grace_s: float = CANCEL_GRACE_S
+    This module's small classes are plain ones with slots, not dataclasses: making a
+    dataclass runs generated code at import (~0.5 ms each here), which every `run` paid for
+    seven of them, and a frozen one's __init__ sets each field through object.__setattr__."""
+
+    __slots__ = (
+        "before_attempt_ends",
+        "cancel_grace_s",
+        "must_stop",
+        "notice",
+        "rent_stages",
+        "tick_s",
+    )
+
+    def __init__(
+        self,
+        # What an attempt's "nothing can run now" (key refused, no balance) becomes.
+        must_stop: Callable[[str, float], Event],
+        # Events fed to the core before an attempt's end is: serve's daily spend hold, which
+        # must be in place before that end starts the next jobs.
+        before_attempt_ends: Callable[[Event, float], Sequence[Event]] = _no_events,
+        notice: Callable[[str], None] = _say_nothing,  # a line for the person watching
+        # Who hears a rent's stages (renting, booting, connecting) for the job it is meant for.
+        rent_stages: Callable[[Job], StageSink] = lambda _job: NO_STAGES,
+        tick_s: float = 0.5,  # the longest the loop sleeps before re-reading the clock
+        cancel_grace_s: float = CANCEL_GRACE_S,
+    ) -> None:
+        self.must_stop = must_stop
+        self.before_attempt_ends = before_attempt_ends
+        self.notice = notice
+        self.rent_stages = rent_stages
+        self.tick_s = tick_s
+        self.cancel_grace_s = cancel_grace_s
 
 
-@dataclass(frozen=True)
 class _Call:
     """Run `fn(now)` on the loop thread, its answer in `reply`."""
 
-    fn: Callable[[float], Any]
-    reply: Future[Any]
+    __slots__ = ("fn", "reply")
+
+    def __init__(self, fn: Callable[[float], Any], reply: Future[Any]) -> None:
+        self.fn, self.reply = fn, reply
 
 
-@dataclass(frozen=True)
 class _Placed:
     """An attempt holds its place (posted by its worker); the script starts now."""
 
-    event: AttemptPlaced
-    place: Place
+    __slots__ = ("event", "place")
+
+    def __init__(self, event: AttemptPlaced, place: Place) -> None:
+        self.event, self.place = event, place
 
 
-@dataclass(frozen=True)
 class _MustStop:
     """A backend said nothing can run now (posted by a worker)."""
 
-    reason: str
+    __slots__ = ("reason",)
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
 
 
 class _Quit:
     pass
 
 
-@dataclass(frozen=True)
 class _FromServer:
     """What an adapter says about a server (posted from any thread)."""
 
-    event: ServerEvent
+    __slots__ = ("event",)
+
+    def __init__(self, event: ServerEvent) -> None:
+        self.event = event
 
 
 _Posted = (
@@ -224,26 +250,30 @@ _Posted = (
 )  # None: re-read the clock
 
 
-@dataclass(frozen=True)
 class _Deadline:
-    """The run's own timeout: cancels everything."""
+    """The run's own timeout: cancels everything (a timer's token, hashed by identity)."""
 
-    reason: str
+    __slots__ = ("reason",)
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
 
 
-@dataclass(frozen=True)
 class _GraceOver:
     """The cancel's grace is over: settle the attempts that have not ended."""
 
 
-@dataclass
 class _Out:
-    """An attempt handed to a worker."""
+    """An attempt handed to a worker (one per attempt: a plain class, not a dataclass with a
+    default factory, whose generated __init__ costs a few calls more)."""
 
-    number: int
-    started_at: float
-    kill: Kill = field(default_factory=Kill)
-    placed: bool = False
+    __slots__ = ("kill", "number", "placed", "started_at")
+
+    def __init__(self, number: int, started_at: float) -> None:
+        self.number = number
+        self.started_at = started_at
+        self.kill = Kill()
+        self.placed = False
 
 
 class Driver(Generic[C]):
@@ -437,8 +467,9 @@ class Driver(Generic[C]):
         if out is None or out.number != event.attempt.number:
             return  # settled already (a straggler's late report)
         self._forget(event.job_id)
-        for first in self.options.before_attempt_ends(event, now):
-            self.feed(first, now)
+        if self.options.before_attempt_ends is not _no_events:  # only serve has any
+            for first in self.options.before_attempt_ends(event, now):
+                self.feed(first, now)
         self.feed(event, now)
 
     def _placed(self, event: AttemptPlaced, place: Place, now: float) -> None:

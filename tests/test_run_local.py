@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
+import os
+import signal
 import textwrap
 import threading
 import xml.etree.ElementTree as ET
@@ -11,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from runner.backends import local
 from runner.backends.base import NO_STAGES, OutputSink, Place, RunOutcome, RunRequest, StageSink
 from runner.backends.local import LocalBackend
 from runner.core.model import Job, JobStatus, Pipeline, RunRecord
@@ -449,3 +453,56 @@ def test_a_directory_is_handed_on_only_when_left_empty_and_as_made(tmp_path: Pat
     finally:
         backend.shutdown()
     assert [p.name for p in tmp_path.iterdir()] == []
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="reads /proc")
+def test_a_job_reads_dev_null_writes_two_pipes_and_holds_no_other_descriptor(
+    tmp_path: Path,
+) -> None:
+    _, code, _ = run(
+        tmp_path,
+        """\
+        jobs:
+          fds:
+            workspace: false
+            run: |
+              ls /proc/$$/fd > fds  # bash's own, while it runs nothing else
+              echo "open: $(grep -vx 255 fds | tr '\\n' ' ')"
+              for n in 0 1 2; do echo "$n: $(readlink /proc/$$/fd/$n)"; done
+              read -r line || echo "stdin: at its end"
+        """,
+    )
+    assert code == 0
+    lines = (tmp_path / "out" / "logs" / "fds.log").read_text().splitlines()[1:-1]
+    assert lines[0] == "open: 0 1 2 "  # bash keeps the script on 255; nothing of ours
+    assert lines[1] == "0: /dev/null" and lines[4] == "stdin: at its end"
+    out, err = lines[2].split(": ")[1], lines[3].split(": ")[1]
+    assert out.startswith("pipe:") and err.startswith("pipe:") and out != err
+
+
+def test_a_detached_child_writing_on_does_not_keep_an_ended_job_running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A child the script detached writes on without a pause long enough for a quiet wait,
+    before and after the script ends. The end is still seen: the job passes instead of
+    timing out."""
+    monkeypatch.setattr(local, "DRAIN_AFTER_EXIT_S", 0.3)
+    pidfile = tmp_path / "writer.pid"
+    try:
+        _, code, status = run(
+            tmp_path,
+            f"""\
+            jobs:
+              w:
+                workspace: false
+                timeout-minutes: 0.1
+                run: |
+                  setsid sh -c 'while :; do echo more; sleep 0.01; done' &
+                  echo $! > {pidfile}
+                  sleep 0.3  # still running when first asked
+            """,
+        )
+    finally:
+        with contextlib.suppress(ProcessLookupError, ValueError, FileNotFoundError):
+            os.kill(int(pidfile.read_text()), signal.SIGKILL)
+    assert status["w"] is JobStatus.PASSED and code == 0

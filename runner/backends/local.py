@@ -46,6 +46,7 @@ from runner.core.model import FailureKind, Job
 KILL_GRACE_S = 2.0  # SIGTERM first, SIGKILL after this
 DRAIN_AFTER_EXIT_S = 2.0  # how long a leftover child may hold the pipes after the script ended
 _READ_CHUNK = 1 << 16
+_ASK_EVERY_S = 0.1  # while output flows, how often the script is asked whether it ended
 # clore-run's own secrets: a job inherits this process's environment, but not these (a script
 # printing its environment would put them in logs that CI uploads).
 _NOT_FOR_JOBS = frozenset({"CLORE_API_KEY", "CLORE_RUN_TOKEN"})
@@ -245,56 +246,82 @@ def _run_process(
     clock: Clock = SYSTEM_CLOCK,
     executable: str | None = None,
 ) -> RunOutcome:
+    # Pipes of our own, handed over as descriptors: with PIPE and DEVNULL, Popen also opens
+    # /dev/null and wraps each pipe in a buffered file (three system calls each) per job.
+    out_r, out_w = os.pipe2(os.O_CLOEXEC)
+    err_r, err_w = os.pipe2(os.O_CLOEXEC)
     try:
         proc = subprocess.Popen(
             argv,
             executable=executable,  # argv[0] stays what it was: `bash`
             cwd=cwd,
             env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            stdin=_devnull(),
+            stdout=out_w,
+            stderr=err_w,
             start_new_session=True,
         )
-    except OSError as exc:
+    except BaseException as exc:
+        os.close(out_r)
+        os.close(err_r)
+        if not isinstance(exc, OSError):
+            raise
         return RunOutcome(None, FailureKind.PROVISIONING_FAILED, f"cannot start bash: {exc}")
-    assert proc.stdout is not None and proc.stderr is not None
+    finally:
+        os.close(out_w)  # the job holds its ends; ours would keep the pipes from closing
+        os.close(err_w)
     try:
-        killed = _pump(proc, sink, cancel, clock.now() + timeout_s, clock)
+        killed = _pump(proc, {out_r: "stdout", err_r: "stderr"}, sink, cancel, timeout_s, clock)
     except BaseException:
         # The output could not be taken (the log's disk is full...): the job must not go on
         # running unseen after its attempt is over.
         _signal_group(proc.pid, signal.SIGKILL)
         proc.wait()
-        proc.stdout.close()
-        proc.stderr.close()
         raise
+    finally:
+        os.close(out_r)
+        os.close(err_r)
     code = proc.wait()
     _signal_group(proc.pid, signal.SIGKILL)  # background children: the job is over
-    proc.stdout.close()
-    proc.stderr.close()
     return _outcome(code, killed, timeout_s)
+
+
+_DEVNULL: list[int] = []  # the descriptor, once opened
+_DEVNULL_LOCK = threading.Lock()
+
+
+def _devnull() -> int:
+    """/dev/null, opened once for the process and never closed (close-on-exec, so only the
+    jobs' stdin gets it): opening and closing it per job cost two system calls each time."""
+    if not _DEVNULL:
+        with _DEVNULL_LOCK:
+            if not _DEVNULL:
+                _DEVNULL.append(os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC))  # as DEVNULL
+    return _DEVNULL[0]
 
 
 def _pump(
     proc: subprocess.Popen[bytes],
+    streams: dict[int, Stream],
     sink: OutputSink,
     cancel: threading.Event,
-    deadline: float,
+    timeout_s: float,
     clock: Clock,
 ) -> FailureKind | None:
-    """Both pipes to `sink` until they close; the kill it took (cancel, timeout), if any.
-    A poll object, not a selector: for two pipes it is a list in memory, where an epoll
-    selector costs four system calls more per job."""
-    assert proc.stdout is not None and proc.stderr is not None
-    streams: dict[int, Stream] = {proc.stdout.fileno(): "stdout", proc.stderr.fileno(): "stderr"}
+    """The pipes (`streams`: descriptor to stream name) to `sink` until they close; the kill
+    it took (cancel, timeout), if any. A poll object, not a selector: for two pipes it is a
+    list in memory, where an epoll selector costs four system calls more per job."""
     poller = select.poll()
     for fd in streams:
         poller.register(fd, select.POLLIN)
     killed: FailureKind | None = None
     exited_at: float | None = None
+    now = clock.now()
+    deadline = now + timeout_s
+    # Whether the script ended is asked after a quiet wait, and every _ASK_EVERY_S while
+    # output flows: a short job's pipes closing says it first, at no system call.
+    ask_at = now + _ASK_EVERY_S
     while streams:
-        now = clock.now()
         # Once the script has ended, its exit code is the verdict: draining the pipes a
         # detached child still holds is not the job running past its timeout.
         if killed is None and exited_at is None and cancel.is_set():
@@ -304,7 +331,8 @@ def _pump(
         if killed is not None and exited_at is None:
             _kill_group(proc)
             exited_at = clock.now()
-        if exited_at is None and proc.poll() is not None:
+        asked = exited_at is None and now >= ask_at
+        if asked and proc.poll() is not None:
             # The script ended; children it left behind must not outlive it or hold the
             # pipes open forever.
             _signal_group(proc.pid, signal.SIGKILL)
@@ -312,13 +340,19 @@ def _pump(
         if exited_at is not None and now - exited_at > DRAIN_AFTER_EXIT_S:
             break
         wait_s = min(0.1 if exited_at is None else 0.05, max(0.0, deadline - now)) or 0.01
-        for fd, _ in poller.poll(math.ceil(wait_s * 1000)):
+        ready = poller.poll(math.ceil(wait_s * 1000))
+        for fd, _ in ready:
             data = os.read(fd, _READ_CHUNK)
             if data:
                 sink.write(streams[fd], data)
             else:
                 poller.unregister(fd)
                 del streams[fd]
+        now = clock.now()
+        if not ready:
+            ask_at = now
+        elif asked:
+            ask_at = now + _ASK_EVERY_S
     return killed
 
 
