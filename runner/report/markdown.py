@@ -10,8 +10,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from runner import untrusted
 from runner.report.text import escape_text
@@ -282,8 +281,7 @@ def cut_markdown(text: str, limit: int, size: Callable[[str], int], note: str) -
     return "".join(kept) + blocks.closers() + note
 
 
-@dataclass(frozen=True)
-class _Blocks:
+class _Blocks(NamedTuple):
     """Which Markdown blocks are open after some lines: a code fence, `<details>` elements."""
 
     fence: str = ""

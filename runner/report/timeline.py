@@ -6,16 +6,13 @@ summary.md's Mermaid chart, timeline.svg and serve's job pages draw from the sam
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 Phase = Literal["setup", "run"]  # setup: renting, booting, connecting — before the script ran
 SETUP_MIN_S = 0.5  # a shorter wait for a place (a local slot) is not worth drawing
 
 
-@dataclass(frozen=True)
-class AttemptRecord:
+class AttemptRecord(NamedTuple):
     """What the timeline needs of one attempt; absolute times in unix seconds."""
 
     job_id: str
@@ -27,8 +24,7 @@ class AttemptRecord:
     failure: str | None  # None: passed; else a failure kind ("test_failure", "timeout"...)
 
 
-@dataclass(frozen=True)
-class Span:
+class Span(NamedTuple):
     """One bar of the timeline: an attempt's setup or its run."""
 
     job_id: str
@@ -40,8 +36,7 @@ class Span:
     outcome: Literal["passed", "failed", "retried"]  # retried: failed, and another followed
 
 
-@dataclass(frozen=True)
-class Timeline:
+class Timeline(NamedTuple):
     """The bars to draw, jobs in the order they first started."""
 
     origin: float  # unix seconds of start_s == 0
@@ -129,6 +124,8 @@ def records_from_summary(summary: Mapping[str, Any]) -> list[AttemptRecord]:
 def _unix(value: object) -> float | None:
     if not isinstance(value, str) or not value:
         return None
+    from datetime import datetime
+
     try:
         return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
     except ValueError:
