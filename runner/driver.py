@@ -727,7 +727,9 @@ class _Workers:
         """Called from one thread only (the loop)."""
         task = _Task(call)
         self._tasks.put(task)
-        if not self._idle.acquire(blocking=False) and len(self._threads) < self._size:
+        # Idle threads are counted only until all `size` exist: a Semaphore's acquire and
+        # release are Python code around a Condition, a few microseconds per attempt.
+        if len(self._threads) < self._size and not self._idle.acquire(blocking=False):
             name = f"job_{len(self._threads)}"
             thread = threading.Thread(target=self._serve, name=name, daemon=True)
             self._threads.append(thread)
@@ -743,7 +745,8 @@ class _Workers:
                 pass
             finally:
                 task.end()
-            self._idle.release()
+            if len(self._threads) < self._size:  # once all exist, `submit` counts no more
+                self._idle.release()
 
     def shutdown(self) -> None:
         """Cancel what has not started; idle threads end, busy ones when their call returns."""

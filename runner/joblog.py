@@ -11,12 +11,13 @@ import errno
 import os
 import time
 from pathlib import Path
-from typing import BinaryIO
 
 from runner import redact
 from runner.backends.base import BackendStage, RunOutcome, Stream
 from runner.console import Console
 from runner.core.model import FailureKind, Job
+
+_STREAMS: tuple[Stream, ...] = ("stdout", "stderr")
 
 
 class JobLog:
@@ -26,31 +27,34 @@ class JobLog:
         self.job = job
         self.attempt = attempt
         self.console = console
-        # Unbuffered: every write goes to the file at once (a run killed hard still leaves the
-        # log complete up to there) without a buffer to flush after each.
+        # A bare descriptor: every write goes to the file at once (a run killed hard still
+        # leaves the log complete up to there) without a buffer to flush after each, and
+        # without the two system calls open() adds to see where the end is.
         logs = os.path.join(out_dir, "logs")
-        path = os.path.join(logs, f"{job.id}.log")
+        self._path = os.path.join(logs, f"{job.id}.log")
         try:
-            self._file = _open_log(path)
+            self._fd = _open_log(self._path)
         except FileNotFoundError:  # the run's first log: the folder is made once, not per job
             os.makedirs(logs, exist_ok=True)
-            self._file = _open_log(path)
-        self._redacted: dict[Stream, redact.Stream] = {
-            "stdout": redact.Stream(),
-            "stderr": redact.Stream(),
-        }
+            self._fd = _open_log(self._path)
+        # Made at a stream's first output: most short jobs print nothing on one or both,
+        # and a redactor made and flushed for nothing reads the environment twice.
+        self._redacted: dict[Stream, redact.Stream] = {}
 
     def header(self, place: str) -> None:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         self._raw(f"=== {self.job.id}: attempt {self.attempt} on {place} at {stamp} ===\n")
 
     def write(self, stream: Stream, data: bytes) -> None:
-        self._emit(stream, self._redacted[stream].feed(data))
+        redacted = self._redacted.get(stream)
+        if redacted is None:
+            redacted = self._redacted[stream] = redact.Stream()
+        self._emit(stream, redacted.feed(data))
 
     def _emit(self, stream: Stream, data: bytes) -> None:
         if not data:
             return
-        _write_all(self._file, data)
+        _write_all(self._fd, self._path, data)
         self.console.output(self.job, stream, data)
 
     def note(self, text: str) -> None:
@@ -65,8 +69,10 @@ class JobLog:
 
     def close(self, outcome: RunOutcome) -> None:
         try:
-            for stream, redacted in self._redacted.items():
-                self._emit(stream, redacted.flush())
+            for stream in _STREAMS:  # in this order whichever spoke first, as always
+                redacted = self._redacted.get(stream)
+                if redacted is not None:
+                    self._emit(stream, redacted.flush())
             self.console.flush_job(self.job)
             verdict = "passed" if outcome.failure is None else outcome.failure.value
             detail = f": {outcome.message}" if outcome.message else ""
@@ -74,22 +80,23 @@ class JobLog:
                 verdict, detail = outcome.message, ""  # "timed out after 6 s", said once
             self._raw(f"=== {self.job.id}: attempt {self.attempt} {verdict}{detail} ===\n")
         finally:
-            self._file.close()  # even when the disk is full: no descriptor left behind
+            os.close(self._fd)  # even when the disk is full: no descriptor left behind
 
     def _raw(self, text: str) -> None:
-        _write_all(self._file, redact.text(text).encode("utf-8", "replace"))
+        _write_all(self._fd, self._path, redact.text(text).encode("utf-8", "replace"))
 
 
-def _open_log(path: str) -> BinaryIO:
-    return open(path, "ab", buffering=0)  # JobLog.close closes it
+def _open_log(path: str) -> int:
+    """Appended to (a retry's attempt follows the last one); JobLog.close closes it."""
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o666)
 
 
-def _write_all(file: BinaryIO, data: bytes) -> None:
-    """An unbuffered file may take part of `data` (a signal, a nearly full disk): the rest
-    goes in further writes, as a buffered file's flush would do."""
+def _write_all(fd: int, path: str, data: bytes) -> None:
+    """A write may take part of `data` (a signal, a nearly full disk): the rest goes in
+    further writes, as a buffered file's flush would do."""
     view = memoryview(data)
     while view:
-        written = file.write(view)
+        written = os.write(fd, view)
         if not written:  # never for a regular file; never loop on it either
-            raise OSError(errno.EIO, f"cannot write to {file.name}")
+            raise OSError(errno.EIO, f"cannot write to {path}")
         view = view[written:]

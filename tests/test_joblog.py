@@ -1,0 +1,41 @@
+"""A job's log file: what each attempt adds to it, byte for byte."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+from runner import redact
+from runner.backends.base import RunOutcome
+from runner.console import Console
+from runner.core.model import FailureKind, Job
+from runner.joblog import JobLog
+
+JOB = Job(id="a", name="a", run="true")
+
+
+def test_held_back_output_ends_stdout_first_whichever_stream_spoke_first(tmp_path: Path) -> None:
+    """With a secret known, an unfinished line is held back (it could be a secret's head)
+    until the attempt ends; then stdout's rest goes first, then stderr's, as always."""
+    redact.register("s3cr3t-value")
+    log = JobLog(tmp_path, JOB, 1, Console(io.StringIO()))
+    log.header("here")
+    log.write("stderr", b"err line\ne s3cr3t-")
+    log.write("stdout", b"o")
+    log.write("stderr", b"value")
+    log.close(RunOutcome(0, None))
+    lines = (tmp_path / "logs" / "a.log").read_bytes().splitlines(keepends=True)
+    assert lines[0].startswith(b"=== a: attempt 1 on here at ")
+    assert lines[1:] == [b"err line\n", b"oe ***=== a: attempt 1 passed ===\n"]
+
+
+def test_attempts_append_and_a_silent_one_writes_only_its_two_lines(tmp_path: Path) -> None:
+    for number, outcome in [(1, RunOutcome(1, FailureKind.TEST_FAILURE, "exit code 1")),
+                            (2, RunOutcome(0, None))]:  # fmt: skip
+        log = JobLog(tmp_path, JOB, number, Console(io.StringIO()))
+        log.header("here")
+        log.close(outcome)
+    lines = (tmp_path / "logs" / "a.log").read_text().splitlines()
+    assert len(lines) == 4 and lines[2].startswith("=== a: attempt 2 on here at ")
+    assert lines[1] == f"=== a: attempt 1 {FailureKind.TEST_FAILURE.value}: exit code 1 ==="
+    assert lines[3] == "=== a: attempt 2 passed ==="
