@@ -25,6 +25,7 @@ from runner.core import graph
 from runner.core.model import WORKSPACE_ALL, Job, Pipeline, RunRecord, RunStatus
 from runner.core.retry import backoff_s
 from runner.errors import UsageError
+from runner.launch import startup_over
 from runner.pipeline_run import PipelineRun, RunSettings, new_run_id
 from runner.report import ReportPaths, github_actions, write_reports
 from runner.spec.diagnostics import Diagnostic, SpecError, did_you_mean
@@ -205,6 +206,7 @@ def execute(
             console,
             options.clock,
         )
+        startup_over()  # what was made so far lives for the run
         with stop_on_signals(pipeline_run.cancel):
             try:
                 record = pipeline_run.run(

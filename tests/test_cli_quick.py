@@ -206,6 +206,36 @@ def test_a_local_run_loads_no_module_it_does_not_use(tmp_path: Path) -> None:
     assert "passed" in (tmp_path / "out" / "summary.md").read_text(encoding="utf-8")
 
 
+GC_PROBE = textwrap.dedent(
+    """
+    import gc, sys
+    import runner.pipeline_run, runner.spec.loader
+    from runner.launch import main
+    seen = []
+    engine, load = runner.pipeline_run.PipelineRun.run, runner.spec.loader.load_pipeline
+    def run(self, *args, **kwargs):
+        seen.append(gc.isenabled())
+        return engine(self, *args, **kwargs)
+    def load_pipeline(*args, **kwargs):
+        seen.append(gc.isenabled())
+        return load(*args, **kwargs)
+    runner.pipeline_run.PipelineRun.run = run
+    runner.spec.loader.load_pipeline = load_pipeline
+    try:
+        main()
+    except SystemExit as exit:
+        print(exit.code, *seen, gc.isenabled(), gc.get_freeze_count() > 0, file=sys.stderr)
+    """
+)
+
+
+def test_start_up_holds_the_collector_and_the_run_has_it(tmp_path: Path) -> None:
+    """The cyclic collector is off while the command starts up, and on again, with what
+    start-up made frozen out of its passes, by the time the jobs run."""
+    done = run_local_probe(tmp_path, GC_PROBE)
+    assert done.stderr.split() == ["0", "False", "True", "True", "True"], done.stderr
+
+
 def test_a_closed_pipe_exits_1_on_both_paths(tmp_path: Path) -> None:
     """`clore-run validate … | head -0`: Typer exits 1 on a broken pipe; so does the quick path."""
     codes = []

@@ -35,6 +35,9 @@ def main(argv: list[str] | None = None) -> None:
     run_flags = quick.plain_run(args)
     if run_flags is not None:
         quick.run_run(run_flags)
+    from runner.launch import startup_over
+
+    startup_over()  # a command of the full command line: the collector as usual
     import typer
 
     from runner.cli.boundary import run_inside

@@ -29,7 +29,7 @@ from runner.errors import CloreRunError
 if TYPE_CHECKING:
     from runner.core.model import Pipeline
 
-_ANSI = re.compile(r"\033\[[;?0-9]*[a-zA-Z]")  # what click strips from output that is no tty
+_ANSI = r"\033\[[;?0-9]*[a-zA-Z]"  # what click strips from output that is no tty
 
 
 def plain_validate(args: list[str]) -> list[Path] | None:
@@ -143,7 +143,7 @@ def echo(message: str, *, err: bool = False) -> None:
     if stream is None:
         return
     if not _isatty(stream):
-        message = _ANSI.sub("", message)
+        message = re.sub(_ANSI, "", message)
     stream.write(message + "\n")
     stream.flush()
 

@@ -9,9 +9,8 @@ import functools
 import json
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from runner import redact
 
@@ -25,9 +24,9 @@ if TYPE_CHECKING:
 __all__ = ["ReportPaths", "load_summary", "with_comparison", "write_reports"]
 
 
-@dataclass(frozen=True)
-class ReportPaths:
-    """Where the reports went, and what was wrong with the inputs (never fatal)."""
+class ReportPaths(NamedTuple):
+    """Where the reports went, and what was wrong with the inputs (never fatal). A NamedTuple:
+    every command loads this package, and a frozen dataclass costs five times as much to make."""
 
     junit: Path
     summary_json: Path
@@ -36,7 +35,7 @@ class ReportPaths:
     timeline_svg: Path | None = None
     # What summary.json holds, kept so the end of a run need not read back what it just wrote;
     # None when a secret was taken out of the file (then only the file has it right).
-    summary: Summary | None = field(default=None, compare=False, repr=False)
+    summary: Summary | None = None
 
     def read_summary(self) -> Summary:
         """summary.json's content. Raises OSError or ValueError when it must be read and

@@ -267,13 +267,13 @@ def _syntax_diagnostic(exc: yaml.MarkedYAMLError, file: str, text: str) -> Diagn
     return Diagnostic(file, line, col, (), f"not valid YAML: {what}", hint)
 
 
-_KEY_AND_VALUE = re.compile(r"^\s*(?:-\s+)?([A-Za-z_][\w-]*):\s+\S")
+_KEY_AND_VALUE = r"^\s*(?:-\s+)?([A-Za-z_][\w-]*):\s+\S"  # compiled (by re) only for a hint
 
 
 def _colon_hint(text: str, line: int) -> str:
     """`run: echo time: now`: a plain value may not hold ': '. Say how to write it."""
     lines = text.splitlines()
-    match = _KEY_AND_VALUE.match(lines[line - 1]) if 1 <= line <= len(lines) else None
+    match = re.match(_KEY_AND_VALUE, lines[line - 1]) if 1 <= line <= len(lines) else None
     if match is None:
         return "a value holding ': ' must be quoted"
     key = match.group(1)
