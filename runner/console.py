@@ -23,7 +23,7 @@ from runner.core.model import Attempt, Job, JobResult
 from runner.live import board as B
 from runner.live.final_plain import plain_final
 from runner.live.lines import LineBuffer
-from runner.live.words import clock_time, retry_line, seconds, status_text
+from runner.live.words import STATUS_WORDS, clock_time, retry_line, seconds, status_text
 from runner.report.github_actions import print_log_group
 from runner.report.markdown import money
 from runner.untrusted import console_line
@@ -46,6 +46,21 @@ def _one_line(text: str) -> str:
     """Reasons can carry text from a server: on one line, escaped, none of it can start a
     line that CI reads as a workflow command (`::add-mask::`, `::error::`)."""
     return console_line(" ".join(text.split()))
+
+
+def _done_words(result: JobResult, status: str) -> tuple[str, str]:
+    """The line of a job that did not pass, and its style."""
+    reason = _one_line(result.reason)
+    word = STATUS_WORDS[result.status]  # "timed out"
+    if reason.startswith(word):
+        words = reason + status[len(word) :]  # "timed out after 6 s" once
+    else:
+        took = f" in {seconds(result.duration_s)}" if result.attempts else ""
+        words = f"{status}{took}" + (f": {reason}" if reason else "")
+    style = _BAD_STYLE
+    if "(allowed)" in status or status in ("skipped", "cancelled"):
+        style = "yellow"
+    return words, style
 
 
 class Console:
@@ -132,7 +147,8 @@ class Console:
             now = self.clock.time()
             self.board.attempt_started(job, attempt, now)
             if not self.live:
-                self._line(job, f"started (attempt {attempt})" if attempt > 1 else "started", now)
+                # The board's row was marked alive at `now` as the attempt entered it.
+                self._say(job, f"started (attempt {attempt})" if attempt > 1 else "started")
 
     def placed(self, job: Job, place: Place) -> None:
         """The attempt holds its place; its script starts next."""
@@ -180,15 +196,11 @@ class Console:
 
     def job_done(self, job: Job, result: JobResult) -> None:
         status = status_text(job, result)
-        reason = _one_line(result.reason) if status != "passed" else ""
-        if reason.startswith(result.status.value.replace("_", " ")):
-            words = reason + status[len(result.status.value) :]  # "timed out after 6 s" once
+        if status == "passed":  # most jobs: no reason to clean, no other style to pick
+            words = f"passed in {seconds(result.duration_s)}" if result.attempts else status
+            style = "green"
         else:
-            took = f" in {seconds(result.duration_s)}" if result.attempts else ""
-            words = f"{status}{took}" + (f": {reason}" if reason else "")
-        style = "green" if status == "passed" else _BAD_STYLE
-        if "(allowed)" in status or status in ("skipped", "cancelled"):
-            style = "yellow"
+            words, style = _done_words(result, status)
         with self._lock:
             now = self.clock.time()
             self.board.settled(result, status, now)
@@ -302,6 +314,10 @@ class Console:
     def _line(self, job: Job, text: str, now: float | None = None, style: str = "") -> None:
         """A line of `job`'s; `now` is the time the caller read for the same event, if any."""
         self.board.row(job).heartbeat_at = self.clock.time() if now is None else now
+        self._say(job, text, style)
+
+    def _say(self, job: Job, text: str, style: str = "") -> None:
+        """A line of `job`'s, when the board has just marked the job alive (`_line` does)."""
         if self._plain:
             self._plain_line(f"[{job.id}] {text}")
         else:

@@ -14,9 +14,14 @@ from runner.report.markdown import duration
 _BAD = (JobStatus.FAILED, JobStatus.TIMED_OUT, JobStatus.ERROR)
 
 
+# A status in words ("timed out"): looked up, as an enum's `.value` is a Python descriptor and
+# every job's line needs its word.
+STATUS_WORDS = {status: status.value.replace("_", " ") for status in JobStatus}
+
+
 def status_text(job: Job, result: JobResult) -> str:
     """`passed`, `failed`, `timed out`; a failure the job allows reads `failed (allowed)`."""
-    text = result.status.value.replace("_", " ")
+    text = STATUS_WORDS[result.status]
     if job.continue_on_error and result.status in _BAD:
         text += " (allowed)"
     return text

@@ -8,6 +8,7 @@ import re
 from hypothesis import given
 from hypothesis import strategies as st
 
+from runner.report.text import xml_safe
 from runner.untrusted import console_line, markdown
 
 # How the Actions runner finds commands: `::name` at a line's start after whitespace, `##[name`
@@ -73,3 +74,23 @@ def test_console_lines_with_remote_text_carry_no_command() -> None:
     for line in out.getvalue().splitlines():
         assert not _runner_reads_a_command(line), line
         assert "\x1b" not in line
+
+
+_ASCII = st.text(alphabet=st.characters(max_codepoint=0x7F))
+
+
+def _cleaned_alike(text: str) -> bool:
+    """ASCII text takes a shorter way (classes of the ASCII characters only); a non-ASCII
+    character in front, which no pattern can take part in, sends it the long way."""
+    return "é" + console_line(text) == console_line("é" + text) and "é" + xml_safe(
+        text
+    ) == xml_safe("é" + text)
+
+
+def test_every_ascii_character_is_cleaned_as_in_any_text() -> None:
+    assert all(_cleaned_alike(text) for text in [*map(chr, range(128)), "\r\n", "a::b##[c"])
+
+
+@given(_ASCII | st.text())
+def test_ascii_text_is_cleaned_as_any_text_is(text: str) -> None:
+    assert _cleaned_alike(text)
