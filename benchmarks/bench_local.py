@@ -9,6 +9,12 @@ In-process, the engine (workdirs, processes, logs, scheduling; target <= 1.5x) a
 writing the reports; and `clore-run run --backend local` as a whole process, as a user runs it,
 start-up and reports included (target <= 3x). xargs runs each job as the local backend does:
 `bash -eo pipefail -c`.
+
+Every run's folders are kept until the benchmark ends: on a file system like this machine's root
+(ext4 without a journal), creating a file skips the inodes deleted there in the last minute or so,
+one by one, so a repetition that removed its 200 logs made the next one's log files cost up to
+0.4 ms each to create (a tenth of the engine's CPU). A user's run into a fresh `--out` does not
+pay for files a previous benchmark round just deleted.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from __future__ import annotations
 import argparse
 import io
 import resource
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -26,6 +33,8 @@ from runner.console import Console
 from runner.pipeline_run import PipelineRun, RunSettings
 from runner.report import write_reports
 from runner.spec.loader import parse_pipeline
+
+Timing = tuple[float, float]  # (wall, CPU) seconds
 
 XARGS = ["xargs", "-P", "{cap}", "-I{}", "bash", "--noprofile", "--norc", "-eo", "pipefail"]
 
@@ -41,22 +50,21 @@ def pipeline_text(jobs: int, cap: int) -> str:
     )
 
 
-def clore_run_time(jobs: int, cap: int) -> tuple[float, float, float]:
+def clore_run_time(jobs: int, cap: int, scratch: Path) -> tuple[float, float, float]:
     """(seconds running the jobs through the engine, its CPU seconds with the jobs', seconds
-    writing the reports)."""
+    writing the reports). Its folders stay under `scratch`."""
     pipeline = parse_pipeline(pipeline_text(jobs, cap), "bench.yml", {})
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "out"
-        console = Console(io.StringIO())
-        engine = PipelineRun(pipeline, LocalBackend(), RunSettings(out, cap), console)
-        cpu = _cpu_s()
-        start = time.perf_counter()
-        record = engine.run()
-        ran = time.perf_counter() - start
-        cpu = _cpu_s() - cpu
-        start = time.perf_counter()
-        write_reports(out, record)
-        reported = time.perf_counter() - start
+    out = Path(tempfile.mkdtemp(dir=scratch)) / "out"
+    console = Console(io.StringIO())
+    engine = PipelineRun(pipeline, LocalBackend(), RunSettings(out, cap), console)
+    cpu = _cpu_s()
+    start = time.perf_counter()
+    record = engine.run()
+    ran = time.perf_counter() - start
+    cpu = _cpu_s() - cpu
+    start = time.perf_counter()
+    write_reports(out, record)
+    reported = time.perf_counter() - start
     assert all(r.status.value == "passed" for r in record.results)
     return ran, cpu, reported
 
@@ -70,13 +78,13 @@ def _cpu_s() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
-def whole_process_time(jobs: int, cap: int) -> tuple[float, float]:
+def whole_process_time(jobs: int, cap: int, scratch: Path) -> tuple[float, float]:
     """(wall, CPU) seconds of `clore-run run bench.yml --backend local --out OUT`, output to a
-    pipe."""
+    pipe. Its folder stays under `scratch`."""
     cli = clore_run()
-    with tempfile.TemporaryDirectory() as tmp:
-        (Path(tmp) / "bench.yml").write_text(pipeline_text(jobs, cap))
-        return timed([*cli, "run", "bench.yml", "--backend", "local", "--out", "out"], cwd=tmp)
+    tmp = tempfile.mkdtemp(dir=scratch)
+    (Path(tmp) / "bench.yml").write_text(pipeline_text(jobs, cap))
+    return timed([*cli, "run", "bench.yml", "--backend", "local", "--out", "out"], cwd=tmp)
 
 
 def main() -> None:
@@ -88,13 +96,33 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.jobs, args.repeat = 20, 1
-    # Interleaved, best of each: on a shared machine a burst of other load then hits both.
-    whole_process_time(args.jobs, args.cap)  # fills the bytecode cache
-    runs, bases, wholes = [], [], []
-    for _ in range(args.repeat):
-        bases.append(xargs_time(args.jobs, args.cap))
-        runs.append(clore_run_time(args.jobs, args.cap))
-        wholes.append(whole_process_time(args.jobs, args.cap))
+    scratch = Path(tempfile.mkdtemp(prefix="bench-local-"))
+    try:
+        _report(args, *_measure(args.jobs, args.cap, args.repeat, scratch))
+    finally:
+        shutil.rmtree(scratch)
+
+
+def _measure(
+    jobs: int, cap: int, repeat: int, scratch: Path
+) -> tuple[list[Timing], list[tuple[float, float, float]], list[Timing]]:
+    """xargs, the engine in process and the whole process, interleaved: on a shared machine
+    a burst of other load then hits all three."""
+    whole_process_time(jobs, cap, scratch)  # fills the bytecode cache
+    bases, runs, wholes = [], [], []
+    for _ in range(repeat):
+        bases.append(xargs_time(jobs, cap))
+        runs.append(clore_run_time(jobs, cap, scratch))
+        wholes.append(whole_process_time(jobs, cap, scratch))
+    return bases, runs, wholes
+
+
+def _report(
+    args: argparse.Namespace,
+    bases: list[Timing],
+    runs: list[tuple[float, float, float]],
+    wholes: list[Timing],
+) -> None:
     whole, whole_cpu = min(w[0] for w in wholes), min(w[1] for w in wholes)
     base, base_cpu = min(b[0] for b in bases), min(b[1] for b in bases)
     ran, ran_cpu = min(r[0] for r in runs), min(r[1] for r in runs)
