@@ -12,12 +12,13 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 
 from runner.core.model import Attempt, FailureKind, JobResult
+from runner.core.record import Record
 
 # -- events: fed to Scheduler.handle(event, now) -----------------------------------------------
 
 
-@dataclass(frozen=True)
-class AttemptPlaced:
+@dataclass(frozen=True, eq=False, repr=False)  # equality, hash, repr: Record's
+class AttemptPlaced(Record):
     """The attempt holds a place and its script starts now: the job's timeout counts from
     here, so renting and booting a server never eat into the job's own time."""
 
@@ -25,23 +26,23 @@ class AttemptPlaced:
     attempt: int
 
 
-@dataclass(frozen=True)
-class AttemptEnded:
+@dataclass(frozen=True, eq=False, repr=False)  # equality, hash, repr: Record's
+class AttemptEnded(Record):
     """An attempt ended (passed, failed, or was killed). `attempt.number` names it."""
 
     job_id: str
     attempt: Attempt
 
 
-@dataclass(frozen=True)
-class TimerFired:
+@dataclass(frozen=True, eq=False, repr=False)  # equality, hash, repr: Record's
+class TimerFired(Record):
     """A timer the core asked for came due. Stale timers are ignored by the core."""
 
     token: Hashable
 
 
-@dataclass(frozen=True)
-class CancelJob:
+@dataclass(frozen=True, eq=False, repr=False)  # equality, hash, repr: Record's
+class CancelJob(Record):
     """Cancel one job: settled at once while it waits, killed while it runs."""
 
     job_id: str
@@ -56,16 +57,16 @@ class StopCause(str, enum.Enum):
     INFRASTRUCTURE = "infrastructure"  # the backend said nothing can run (key refused...)
 
 
-@dataclass(frozen=True)
-class CancelAll:
+@dataclass(frozen=True, eq=False, repr=False)  # equality, hash, repr: Record's
+class CancelAll(Record):
     """Stop everything: start nothing more, kill what runs, settle the rest as cancelled."""
 
     reason: str
     cause: StopCause
 
 
-@dataclass(frozen=True)
-class HoldStarts:
+@dataclass(frozen=True, eq=False, repr=False)  # equality, hash, repr: Record's
+class HoldStarts(Record):
     """Start nothing before `until` (jobs already running go on). A longer hold in place stays."""
 
     until: float
@@ -76,8 +77,8 @@ Event = AttemptPlaced | AttemptEnded | TimerFired | CancelJob | CancelAll | Hold
 # -- commands: returned by the core, carried out by the driver ---------------------------------
 
 
-@dataclass(frozen=True)
-class StartAttempt:
+@dataclass(frozen=True, eq=False, repr=False)  # equality, hash, repr: Record's
+class StartAttempt(Record):
     """Start the job's next attempt, killed after `timeout_s` from its placement."""
 
     job_id: str
@@ -85,32 +86,32 @@ class StartAttempt:
     timeout_s: float
 
 
-@dataclass(frozen=True)
-class KillAttempt:
+@dataclass(frozen=True, eq=False, repr=False)  # equality, hash, repr: Record's
+class KillAttempt(Record):
     """Stop the job's running attempt, which ends as `reason`."""
 
     job_id: str
     reason: FailureKind  # TIMEOUT or CANCELLED
 
 
-@dataclass(frozen=True)
-class SetTimer:
+@dataclass(frozen=True, eq=False, repr=False)  # equality, hash, repr: Record's
+class SetTimer(Record):
     """Feed `TimerFired(token)` back to the core at `at`."""
 
     at: float
     token: Hashable
 
 
-@dataclass(frozen=True)
-class AttemptRecorded:
+@dataclass(frozen=True, eq=False, repr=False)  # equality, hash, repr: Record's
+class AttemptRecorded(Record):
     """An attempt as the core counts it (a kill's reason applied): to journal."""
 
     job_id: str
     attempt: Attempt
 
 
-@dataclass(frozen=True)
-class Requeued:
+@dataclass(frozen=True, eq=False, repr=False)  # equality, hash, repr: Record's
+class Requeued(Record):
     """The job waits until `at` for another attempt, with these retry counters."""
 
     job_id: str
@@ -119,8 +120,8 @@ class Requeued:
     infra_used: int
 
 
-@dataclass(frozen=True)
-class Settled:
+@dataclass(frozen=True, eq=False, repr=False)  # equality, hash, repr: Record's
+class Settled(Record):
     """The job reached its final status; the core forgets it."""
 
     result: JobResult

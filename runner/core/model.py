@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal
 
+from runner.core.record import Record
+
 
 class Priority(enum.IntEnum):
     """User priority of a job; a larger value runs first."""
@@ -67,8 +69,8 @@ INFRASTRUCTURE_KINDS = frozenset(
 )
 
 
-@dataclass(frozen=True)
-class GpuAsk:
+@dataclass(frozen=True, eq=False, repr=False)  # equality, hash, repr: Record's
+class GpuAsk(Record):
     """What a job needs from a server. `max_usd_per_hour` is for the whole server."""
 
     type: str | None = None
@@ -79,8 +81,8 @@ class GpuAsk:
     min_reliability: float | None = None
 
 
-@dataclass(frozen=True)
-class Location:
+@dataclass(frozen=True, eq=False, repr=False)  # equality, hash, repr: Record's
+class Location(Record):
     """Where a node sits in the pipeline file (1-based line and column)."""
 
     file: str
@@ -91,8 +93,8 @@ class Location:
         return f"{self.file}:{self.line}:{self.column}"
 
 
-@dataclass(frozen=True)
-class SpecWarning:
+@dataclass(frozen=True, eq=False, repr=False)  # equality, hash, repr: Record's
+class SpecWarning(Record):
     """Something in a valid pipeline file that likely does not mean what it says."""
 
     location: Location
@@ -112,8 +114,8 @@ def _frozen_env() -> Mapping[str, str]:
     return _NO_ENTRIES
 
 
-@dataclass(frozen=True)
-class Job:
+@dataclass(frozen=True, eq=False, repr=False)  # equality, hash, repr: Record's
+class Job(Record):
     """One runnable job (a matrix instance is a job of its own)."""
 
     id: str  # unique, filesystem-safe
@@ -154,8 +156,8 @@ class Provisioning(str, enum.Enum):
     ON_DEMAND = "on-demand"  # only once the job is ready to run
 
 
-@dataclass(frozen=True)
-class Pipeline:
+@dataclass(frozen=True, eq=False, repr=False)  # equality, hash, repr: Record's
+class Pipeline(Record):
     """A validated, expanded pipeline: jobs in file order."""
 
     name: str
@@ -176,8 +178,8 @@ class Pipeline:
         raise KeyError(job_id)
 
 
-@dataclass(frozen=True)
-class Attempt:
+@dataclass(frozen=True, eq=False, repr=False)  # equality, hash, repr: Record's
+class Attempt(Record):
     """One try at running a job."""
 
     number: int  # 1-based
@@ -197,8 +199,8 @@ class Attempt:
         return max(0.0, self.finished_at - self.started_at)
 
 
-@dataclass(frozen=True)
-class JobResult:
+@dataclass(frozen=True, eq=False, repr=False)  # equality, hash, repr: Record's
+class JobResult(Record):
     """The final word on a job."""
 
     job_id: str
@@ -237,8 +239,8 @@ class RunStatus(str, enum.Enum):
     INTERRUPTED = "interrupted"  # exit 130
 
 
-@dataclass(frozen=True)
-class RunRecord:
+@dataclass(frozen=True, eq=False, repr=False)  # equality, hash, repr: Record's
+class RunRecord(Record):
     """Everything the reports need about a finished (or interrupted) run."""
 
     pipeline: Pipeline

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from runner.core.events import StopCause
 from runner.core.model import Condition, Job, JobResult, JobStatus, RunStatus
+from runner.core.record import Record
 
 BAD = frozenset({JobStatus.FAILED, JobStatus.TIMED_OUT, JobStatus.ERROR, JobStatus.CANCELLED})
 WORD = {
@@ -19,8 +20,8 @@ WORD = {
 }
 
 
-@dataclass(frozen=True)
-class NeedOutcome:
+@dataclass(frozen=True, eq=False, repr=False)  # equality, hash, repr: Record's
+class NeedOutcome(Record):
     """A settled job as the jobs that need it see it."""
 
     status: JobStatus

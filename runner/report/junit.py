@@ -144,15 +144,17 @@ class _Writer:
         failed = [c for c in merged if c.outcome in ("failure", "error")]
         flaky = result.status is JobStatus.PASSED and len(result.attempts) > 1
         found = own is not None and own.found
+        # name and id are the suite's and the job-level testcase's: made safe once
+        names = _attr("name", xml_safe(job.name)), xml_safe(job.id)
         if not found or result.status is not JobStatus.PASSED or flaky:
-            cases.append(self.job_case(job, result))
+            cases.append(self.job_case(job, result, names))
             if result.status in (*_FAILED, JobStatus.ERROR):
                 failed.append(_job_failure(job, result, self.redact))
         counts = _count(outcome for _, outcome in cases)
-        attrs = _attr("name", xml_safe(job.name)) + _attr("id", xml_safe(job.id))
-        attrs += _counts(counts, include_skipped=True) + _attr("time", _secs(result.duration_s))
+        attrs = names[0] + _attr("id", names[1]) + _counts(counts, include_skipped=True)
         start = result.attempts[0].started_at if result.attempts else self.record.started_at
-        attrs += _attr("timestamp", iso(start))
+        # numbers and ISO times: nothing in them to escape
+        attrs += f' time="{_secs(result.duration_s)}" timestamp="{iso(start)}"'
         if result.server:
             attrs += _attr("hostname", xml_safe(result.server))
         children = [self.properties(job, result), *(xml for xml, _ in cases)]
@@ -192,7 +194,8 @@ class _Writer:
             lines.append(line)
         return _parent("properties", "", lines, 2)
 
-    def job_case(self, job: Job, result: JobResult) -> tuple[str, Outcome]:
+    def job_case(self, job: Job, result: JobResult, names: tuple[str, str]) -> tuple[str, Outcome]:
+        """The testcase of the job itself; `names`: its name attribute and its safe id."""
         attempts = result.attempts
         duration = attempts[-1].duration_s if attempts else 0.0
         outcome: Outcome = "passed"
@@ -215,8 +218,7 @@ class _Writer:
         log_tail = self.log_tail(job)
         if log_tail:
             children.append(("system-out", _leaf("system-out", "", xml_safe(log_tail))))
-        attrs = _attr("name", xml_safe(job.name)) + _attr("classname", xml_safe(job.id))
-        attrs += _attr("time", _secs(duration))
+        attrs = f'{names[0]}{_attr("classname", names[1])} time="{_secs(duration)}"'
         return _parent("testcase", attrs, [xml for _, xml in children], 2), outcome
 
     def verdict(self, result: JobResult, attempt: Attempt | None) -> tuple[str, str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from runner.core.record import Record
 from runner.errors import UsageError
 
 KeyPath = tuple[str | int, ...]
@@ -21,8 +22,8 @@ def format_path(path: KeyPath) -> str:
     return out
 
 
-@dataclass(frozen=True)
-class Diagnostic:
+@dataclass(frozen=True, eq=False, repr=False)  # equality, hash, repr: Record's
+class Diagnostic(Record):
     """One problem in a pipeline file."""
 
     file: str
