@@ -376,10 +376,9 @@ class Driver(Generic[C]):
 
     def step(self) -> bool:
         """Wait for one event (or the next timer) and handle it; False when told to quit."""
-        now = self.clock.time()
         wait_s = self.options.tick_s
-        if self._timers:
-            wait_s = min(wait_s, max(0.0, self._timers[0][0] - now))
+        if self._timers and self._events.empty():  # with an event waiting, get() will not wait
+            wait_s = min(wait_s, max(0.0, self._timers[0][0] - self.clock.time()))
         try:
             posted = self._events.get(timeout=wait_s)
         except queue.Empty:
