@@ -36,8 +36,9 @@ from runner.core.model import (
     JobStatus,
     RunRecord,
 )
+from runner.redact import text_redactor
 from runner.report import facts as F
-from runner.report.text import clip, escape_text, redactor, tail_lines, xml_safe
+from runner.report.text import clip, escape_text, tail_lines, xml_safe
 
 # A job's own JUnit file, and its parser, load when a job has one (or failed: its Case).
 if TYPE_CHECKING:
@@ -135,7 +136,7 @@ class _Writer:
     def __init__(self, out_dir: Path, record: RunRecord) -> None:
         self.out_dir = out_dir
         self.record = record
-        self.redact: Callable[[str], str] = redactor()
+        self.redact: Callable[[str], str] = text_redactor()
         self._properties: dict[tuple[str, str], str] = {}
 
     def suite(self, job: Job, result: JobResult, own: JobJUnit | None) -> tuple[str, JobTests]:

@@ -53,9 +53,10 @@ from typing import Any
 
 from runner import __version__
 from runner.core.model import Attempt, Job, JobResult, JobStatus, RunRecord
+from runner.redact import text_redactor
 from runner.report import facts as F
 from runner.report.junit import JobTests, JUnitReport, allowed_failure, iso, pipeline_jobs
-from runner.report.text import clip, redactor, tail_lines
+from runner.report.text import clip, tail_lines
 
 SCHEMA_VERSION = 1
 LOG_TAIL_LINES = 30
@@ -74,7 +75,7 @@ def build_summary(
     env = os.environ if env is None else env
     tests = {t.job_id: t for t in junit.jobs}
     by_id = pipeline_jobs(record)
-    redact = redactor()  # the secrets read once for the whole summary
+    redact = text_redactor()  # the secrets read once for the whole summary
     jobs = [
         _job(out_dir, by_id.get(r.job_id), r, tests.get(r.job_id), record.started_at, redact)
         for r in record.results

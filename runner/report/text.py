@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
 from runner import redact as redaction
@@ -91,23 +91,3 @@ def redact(text: str, env: Mapping[str, str] | None = None) -> str:
     """Known secrets replaced with `***` (runner.redact). Redact before cutting text short: a
     cut can leave a secret's head, which no longer matches."""
     return redaction.text(text, env)
-
-
-def redactor(env: Mapping[str, str] | None = None) -> Callable[[str], str]:
-    """`redact` with the secrets read once, for one document: a report redacts thousands of
-    values, and reading the environment again for each took a tenth of writing junit.xml."""
-    secrets = redaction.secrets(env)
-    if not secrets:
-        return _unchanged
-
-    def apply(text: str) -> str:
-        for secret in secrets:
-            if secret in text:
-                text = text.replace(secret, redaction.MASK)
-        return text
-
-    return apply
-
-
-def _unchanged(text: str) -> str:
-    return text
