@@ -303,7 +303,7 @@ class Console:
             if self._plain:
                 text = plain_final(summary, out_dir, self._width or PLAIN_WIDTH)
                 if text is not None:
-                    self._guard(lambda: self._write(text))
+                    self._guard(self._write, text)
                     return
             from runner.live.final import render_final
 
@@ -332,20 +332,12 @@ class Console:
     def _plain_line(self, line: str) -> None:
         """What rich prints for one soft-wrapped line without colour (a CI log, a pipe), at a
         fraction of the cost: rich lays out every line, and a run of many short jobs spent its
-        loop there, holding the lock the jobs' output waits for. Every console line of a run
-        passes here, so it is kept to a few C calls. Cleaned before it is redacted, as rich's
-        Text does; a key replaced by `***` brings back none of what was dropped."""
+        loop there, holding the lock the jobs' output waits for. Cleaned before it is redacted,
+        as rich's Text does; a key replaced by `***` brings back none of what was dropped."""
         if "\t" in line:
             self._rich_line(line, "")
             return
-        text = redact.text(line.translate(_RICH_STRIPS))
-        if self._broken:
-            return
-        try:  # as `_guard` does, inline: this is once per line
-            self.stream.write(text + "\n")
-            self.stream.flush()
-        except (OSError, ValueError):
-            self._broken = True
+        self._guard(self._write, redact.text(line.translate(_RICH_STRIPS)) + "\n")
 
     def _rich_line(self, head: str, body: str, head_style: str = "", body_style: str = "") -> None:
         from rich.text import Text
@@ -362,7 +354,7 @@ class Console:
             self._pending.append(text)
             return
         if self.out.color_system is None:
-            self._guard(lambda: self._write_plain(text))
+            self._guard(self._write_plain, text)
             return
         text.no_wrap = True
         self._guard(lambda: self.out.print(text, soft_wrap=True))
@@ -394,13 +386,13 @@ class Console:
         if log is not None and log.exists() and not self._broken:
             self._guard(lambda: print_log_group(f"{job.name}: {status}", log, self.stream))
 
-    def _guard(self, draw: Callable[[], object]) -> None:
-        """A closed terminal or pipe (`| head`) must not fail the jobs: the logs and reports
-        still get everything."""
+    def _guard(self, draw: Callable[..., object], *args: object) -> None:
+        """`draw(*args)`; a closed terminal or pipe (`| head`) must not fail the jobs: the logs
+        and reports still get everything."""
         if self._broken:
             return
         try:
-            draw()
+            draw(*args)
         except (OSError, ValueError):
             self._broken = True
 

@@ -357,3 +357,23 @@ def test_a_long_run_shows_the_jobs_that_did_not_pass_and_counts_the_rest() -> No
     assert "j5" in rows and "j57" in rows  # the failed ones, though j57 is past the 40th
     assert rows == sorted(rows, key=lambda r: int(r[1:]))  # still in the run's order
     assert "… and 20 more jobs (20 passed): every job is in summary.md" in lines
+
+
+class _ClosedPipe(io.StringIO):
+    """A stream whose reader went away (`clore-run run … | head -1`): every write fails."""
+
+    writes = 0
+
+    def write(self, text: str) -> int:
+        self.writes += 1
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+def test_plain_lines_to_a_closed_pipe_do_not_fail_the_jobs_and_stop_being_tried() -> None:
+    stream = _ClosedPipe()
+    console = Console(stream, live=False, jobs=JOBS, tick_s=0, env={})
+    job = JOBS[0]
+    console.job_started(job, 1)  # the first write fails: no exception reaches the run
+    console.output(job, "stdout", b"line\n")
+    console.job_done(job, JobResult("build", JobStatus.PASSED))
+    assert stream.writes == 1  # the console knows the stream is gone: no write after that
