@@ -466,9 +466,8 @@ class Driver(Generic[C]):
         if out is None or out.number != event.attempt.number:
             return  # settled already (a straggler's late report)
         self._forget(event.job_id)
-        if self.options.before_attempt_ends is not _no_events:  # only serve has any
-            for first in self.options.before_attempt_ends(event, now):
-                self.feed(first, now)
+        for first in self.options.before_attempt_ends(event, now):
+            self.feed(first, now)
         self.feed(event, now)
 
     def _placed(self, event: AttemptPlaced, place: Place, now: float) -> None:
