@@ -8,7 +8,6 @@ is a stranger's machine.
 
 from __future__ import annotations
 
-import functools
 import os
 import re
 import subprocess
@@ -21,14 +20,13 @@ SECRET_DIRS = frozenset({".ssh", ".gnupg", ".aws"})
 _HEAD_BYTES = 4096
 
 
-@functools.cache
-def _secret_patterns() -> tuple[re.Pattern[str], re.Pattern[bytes]]:
-    """(a file name that holds credentials by convention, case-insensitive: dotenv files,
-    netrc-style password files, PEM/PKCS#12 keys, OpenSSH keys (id_rsa, id_ed25519); the first
-    line of a private key under any name, as PEM and OpenSSH keys write it). Compiled on first
-    use: only a walk outside git reads them, and compiling took ~0.4 ms of every start."""
-    name = r"\.env(\..*)?|\.netrc|\.pgpass|\.pypirc|.*\.(pem|key|p12|pfx)|id_[a-z0-9_]+(\.pub)?"
-    return re.compile(name, re.IGNORECASE), re.compile(rb"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----")
+# Files that hold credentials by convention (matched on the file name, case-insensitive):
+# dotenv files, netrc-style password files, PEM/PKCS#12 keys, OpenSSH keys (id_rsa, id_ed25519).
+# Patterns as text, compiled (and cached) by `re` at their first use: only a walk outside git
+# reads them, and compiling them took ~0.4 ms of every start.
+_SECRET_NAME = r"\.env(\..*)?|\.netrc|\.pgpass|\.pypirc|.*\.(pem|key|p12|pfx)|id_[a-z0-9_]+(\.pub)?"
+# A private key under any name: PEM and OpenSSH keys say so in their first line.
+_KEY_HEADER = rb"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----"
 
 
 @dataclass(frozen=True, eq=False, repr=False)  # never compared or printed: a faster import
@@ -60,7 +58,7 @@ def workspace_files(root: Path, exclude_dirs: frozenset[str] = frozenset()) -> W
 
 def is_secret_name(name: str) -> bool:
     """A file name that by convention holds credentials (`.env.local`, `id_ed25519`, `tls.key`)."""
-    return _secret_patterns()[0].fullmatch(name) is not None
+    return re.fullmatch(_SECRET_NAME, name, re.IGNORECASE) is not None
 
 
 def _walk(root: Path, skip: frozenset[str]) -> Workspace:
@@ -87,7 +85,7 @@ def _walk(root: Path, skip: frozenset[str]) -> Workspace:
 def _holds_private_key(path: Path) -> bool:
     try:
         with path.open("rb") as handle:
-            return _secret_patterns()[1].search(handle.read(_HEAD_BYTES)) is not None
+            return re.search(_KEY_HEADER, handle.read(_HEAD_BYTES)) is not None
     except OSError:
         return False  # unreadable: the upload names it, as for any file that cannot be read
 
