@@ -11,6 +11,7 @@ from runner.cli import (
     cleanup,
     comment,
     doctor,
+    gh_runner,
     jobs,
     offers,
     plan,
@@ -23,7 +24,21 @@ from runner.cli import (
 from runner.cli.root import app
 from runner.errors import UsageError
 
-for _command in (validate, plan, run, schema, offers, doctor, comment, cleanup, serve, jobs, pool):
+_COMMANDS = (
+    validate,
+    plan,
+    run,
+    schema,
+    offers,
+    doctor,
+    comment,
+    cleanup,
+    serve,
+    jobs,
+    pool,
+    gh_runner,
+)
+for _command in _COMMANDS:
     _command.register(app)
 
 
