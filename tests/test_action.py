@@ -85,7 +85,7 @@ def rel(path: Path) -> str:
 def test_action_yml_follows_the_metadata_rules() -> None:
     parsed = ActionFile.model_validate(action())
     assert parsed.runs.using == "composite"
-    assert parsed.inputs["pipeline"].required
+    assert parsed.inputs["mode"].default == "run"  # a pipeline unless told otherwise
     assert {"status", "total-cost-usd", "junit-path", "summary-path"} <= set(parsed.outputs)
 
 
@@ -189,7 +189,7 @@ def test_every_input_is_used_and_the_run_step_forwards_them_to_entrypoint() -> N
         for var, value in run["env"].items()
         if references(value, "inputs")
     }
-    elsewhere = {"comment", "comment-header", "github-token", "python-version"}
+    elsewhere = {"python-version"}
     assert set(forwarded) == set(doc["inputs"]) - elsewhere
     for name, var in forwarded.items():
         assert run["env"][var].replace(" ", "") == "${{inputs." + name + "}}"
