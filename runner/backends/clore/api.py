@@ -34,6 +34,7 @@ from runner.backends.clore.models import (
 )
 from runner.backends.clore.ownership import Claim, CreateJournal, OffsetMeter, find_ours, new_tag
 from runner.backends.clore.ratelimit import DEFAULT_LIMITER, RateLimiter
+from runner.untrusted import console_line
 
 log = logging.getLogger(__name__)
 
@@ -445,7 +446,7 @@ class CloreClient:
         except ValueError:
             data = None
         if not isinstance(data, dict):
-            snippet = " ".join(response.text.split())[:200]
+            snippet = console_line(" ".join(response.text.split())[:200])
             raise e.NonJsonReplyError(
                 f"Clore API {endpoint}: HTTP {response.status_code} with a non-JSON reply: "
                 f"{self._key.redact(snippet)!r}",
@@ -476,7 +477,8 @@ def map_error(
     if code == 6:
         text = redact(str(reply.get("error", "")))
         app_cls = e.ERROR_STRINGS.get(text, e.ApplicationError)
-        msg = f"Clore API {endpoint}: {text or 'application error'} (code 6)"
+        # The API's own words: text from a machine we do not control, shown as one safe line.
+        msg = f"Clore API {endpoint}: {console_line(text) or 'application error'} (code 6)"
         return app_cls(msg, error=text, hint=e.HINTS.get(app_cls, ""), **common)
     if code == 5 or (code is None and http_status == 429):
         return e.RateLimitedError(
