@@ -41,7 +41,7 @@ EXIT_CODES = {
 }
 
 
-@dataclass(eq=False, repr=False)  # never compared or printed: a faster import
+@dataclass
 class RunOptions:
     """The `run` command's options (the CLI's flags, or a caller's)."""
 

@@ -29,7 +29,7 @@ _SECRET_NAME = r"\.env(\..*)?|\.netrc|\.pgpass|\.pypirc|.*\.(pem|key|p12|pfx)|id
 _KEY_HEADER = rb"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----"
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # never compared or printed: a faster import
+@dataclass(frozen=True)
 class Workspace:
     """The files to ship from `root` and how they were chosen."""
 

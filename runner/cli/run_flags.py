@@ -25,7 +25,7 @@ class BackendName(str, Enum):
     clore = "clore"
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # never compared or printed: a faster import
+@dataclass(frozen=True)
 class RunFlags:
     """`clore-run run`'s arguments, as the user gave them (None: not given)."""
 

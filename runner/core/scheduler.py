@@ -87,7 +87,7 @@ class JobState:
     server: str | None = None
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # never compared or printed: a faster import
+@dataclass(frozen=True)
 class Entry:
     """A job handed to the core, with what a store knows of its past (serve's recovery)."""
 

@@ -87,7 +87,7 @@ def _fatal(file: str, message: str, hint: str = "") -> SpecError:
     return SpecError([Diagnostic(file, 1, 1, (), message, hint)])
 
 
-@dataclass(eq=False, repr=False)  # never compared or printed: a faster import
+@dataclass
 class _Draft:
     """A job instance before its needs are resolved."""
 
