@@ -84,7 +84,7 @@ class _Server:
         return self.ready_at is not None and self.job is None
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # never compared or printed: a faster import
+@dataclass(frozen=True)
 class ServerView:
     """A server as the book holds it, for simulators, plans and tests."""
 
@@ -96,7 +96,7 @@ class ServerView:
     claim: str | None
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # never compared or printed: a faster import
+@dataclass(frozen=True)
 class Unplaceable:
     """An attempt the book could not give a server: it ends with `failure`."""
 
