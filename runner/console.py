@@ -92,8 +92,7 @@ class Console:
         self.board = B.Board(jobs, budget_usd, name)
         self._width, self._height = width, height
         self._environ = dict(env) if env is not None else None
-        # Not a terminal and nothing forcing colour: lines and the final table are written as
-        # text, and rich (a tenth of a short run's cost to import) is not imported at all.
+        # Not a terminal and nothing forcing colour: lines are written as text, without rich.
         self._plain = not self.live and _plain_stream(self.stream, env)
         self._rich: RichConsole | None = None
         self._lock = threading.RLock()

@@ -22,11 +22,11 @@ _HEAD_BYTES = 4096
 
 # Files that hold credentials by convention (matched on the file name, case-insensitive):
 # dotenv files, netrc-style password files, PEM/PKCS#12 keys, OpenSSH keys (id_rsa, id_ed25519).
-# Patterns as text, compiled (and cached) by `re` at their first use: only a walk outside git
-# reads them, and compiling them took ~0.4 ms of every start.
-_SECRET_NAME = r"\.env(\..*)?|\.netrc|\.pgpass|\.pypirc|.*\.(pem|key|p12|pfx)|id_[a-z0-9_]+(\.pub)?"
+_SECRET_NAME = re.compile(
+    r"\.env(\..*)?|\.netrc|\.pgpass|\.pypirc|.*\.(pem|key|p12|pfx)|id_[a-z0-9_]+(\.pub)?", re.I
+)
 # A private key under any name: PEM and OpenSSH keys say so in their first line.
-_KEY_HEADER = rb"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----"
+_KEY_HEADER = re.compile(rb"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----")
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ def workspace_files(root: Path, exclude_dirs: frozenset[str] = frozenset()) -> W
 
 def is_secret_name(name: str) -> bool:
     """A file name that by convention holds credentials (`.env.local`, `id_ed25519`, `tls.key`)."""
-    return re.fullmatch(_SECRET_NAME, name, re.IGNORECASE) is not None
+    return _SECRET_NAME.fullmatch(name) is not None
 
 
 def _walk(root: Path, skip: frozenset[str]) -> Workspace:
@@ -85,7 +85,7 @@ def _walk(root: Path, skip: frozenset[str]) -> Workspace:
 def _holds_private_key(path: Path) -> bool:
     try:
         with path.open("rb") as handle:
-            return re.search(_KEY_HEADER, handle.read(_HEAD_BYTES)) is not None
+            return _KEY_HEADER.search(handle.read(_HEAD_BYTES)) is not None
     except OSError:
         return False  # unreadable: the upload names it, as for any file that cannot be read
 

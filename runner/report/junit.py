@@ -53,9 +53,6 @@ _SUREFIRE_ORDER = ("failure", "rerunFailure", "flakyFailure", "error", "rerunErr
 _INDENT = tuple("\n" + "  " * level for level in range(8))
 
 
-# Records as NamedTuples, not dataclasses: every run imports this module to write junit.xml,
-# and making a frozen dataclass (half a dozen methods compiled from source) cost five times as
-# much as a NamedTuple, at every start.
 class Counts(NamedTuple):
     """Test counts of a suite (or of the whole run)."""
 
