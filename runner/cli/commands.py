@@ -12,6 +12,7 @@ from runner.cli import (
     comment,
     doctor,
     gh_runner,
+    hosts,
     jobs,
     offers,
     plan,
@@ -24,7 +25,7 @@ from runner.cli import (
 from runner.cli.root import app
 from runner.errors import UsageError
 
-_COMMANDS = (
+for _command in (
     validate,
     plan,
     run,
@@ -36,9 +37,9 @@ _COMMANDS = (
     serve,
     jobs,
     pool,
+    hosts,
     gh_runner,
-)
-for _command in _COMMANDS:
+):
     _command.register(app)
 
 
