@@ -110,7 +110,11 @@ def _start_command(wiring: Wiring) -> Callable[..., None]:
             group_id=runner_group,
             package=package,
         )
-        _do_start(wiring, request, _scope(repo, org, wiring), currency, record_file, ledger_arg)
+        try:
+            scope = _scope(repo, org, wiring)
+        except CloreRunError as exc:
+            _usage(str(exc))
+        _do_start(wiring, request, scope, currency, record_file, ledger_arg)
 
     return start
 

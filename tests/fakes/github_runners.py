@@ -91,6 +91,7 @@ class FakeRunnersGitHub:
         self.tokens = {ADMIN_TOKEN: "admin", ACTIONS_TOKEN: "actions"}
         self.runners: dict[int, FakeRunner] = {}
         self.removed: list[int] = []  # deleted through the API
+        self.issued: dict[int, str] = {}  # runner id -> the JIT config it was given (kept)
         self.job = "run:0"  # what a runner that connects is told to do
         self.events: list[tuple[float, str, int]] = []  # (monotonic, kind, runner id)
         self.artifacts: dict[int, Artifact] = {}
@@ -208,6 +209,7 @@ class FakeRunnersGitHub:
         config = base64.b64encode(json.dumps(payload).encode()).decode()
         runner = FakeRunner(self._next_id, body["name"], list(body["labels"]), group, config)
         self.runners[runner.id] = runner
+        self.issued[runner.id] = config
         self._note("registered", runner.id)
         return _reply({"runner": _runner_json(runner), "encoded_jit_config": config}, 201)
 
