@@ -7,7 +7,8 @@ With nothing to clean up it needs no API key, so an always-run CI step after a l
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, NoReturn
@@ -25,6 +26,7 @@ from runner.stores.target import coordinator_from, ledger_target, redact_url
 if TYPE_CHECKING:  # the Clore client loads only when there is something to clean up
     from runner.backends.clore.api import CloreClient
     from runner.backends.clore.cleanup import Action
+    from runner.ledger import Rental
     from runner.stores.ledger import RentalLedger
     from runner.stores.pg_pools import PostgresPools
     from runner.stores.pools import HeldLease
@@ -72,18 +74,17 @@ def register(app: typer.Typer, client_factory: ClientFactory | None = None) -> N
             return
         try:
             with open_ledger(ledger_path, read_only=dry_run) as ledger:
-                if not ledger.unreleased(run_id):
+                unreleased = ledger.unreleased(run_id)
+                if not unreleased:
                     where = redact_url(str(ledger_path))
                     typer.echo(f"nothing to clean up: every rental in {where} is released")
                     return
-                from runner.backends.clore.cleanup import reconcile
-
-                client = make_client()
-                if not dry_run:  # a dry run writes nothing, this file included
-                    from runner.backends.clore.factory import share_limits
-
-                    share_limits(client, ledger_path)
-                actions = reconcile(ledger, client, dry_run=dry_run, run_id=run_id)
+                running = _running(unreleased)
+                for run, holder in running.items():
+                    typer.echo(f"left alone: run {run} is still running ({holder.describe()})")
+                actions: list[Action] = []
+                if any(r.run_id not in running for r in unreleased):
+                    actions = _reconcile(ledger, ledger_path, make_client, dry_run, run_id, running)
         except CloreRunError as exc:  # an unreadable ledger, a missing key (with how to set it)
             _fail(str(exc))
         for action in actions:
@@ -94,6 +95,41 @@ def register(app: typer.Typer, client_factory: ClientFactory | None = None) -> N
                 f"{left} rental(s) may still be billed: run `clore-run cleanup` again, "
                 "or cancel them on clore.ai"
             )
+        if running:
+            _fail(
+                f"{len(running)} run(s) still running hold rentals: they give their servers "
+                "back themselves; run `clore-run cleanup` again once they have ended"
+            )
+
+
+def _reconcile(
+    ledger: RentalLedger,
+    ledger_path: str | Path,
+    make_client: ClientFactory,
+    dry_run: bool,
+    run_id: str | None,
+    running: Mapping[str, object],
+) -> list[Action]:
+    from runner.backends.clore.cleanup import reconcile
+
+    client = make_client()
+    if not dry_run:  # a dry run writes nothing, this file included
+        from runner.backends.clore.factory import share_limits
+
+        share_limits(client, ledger_path)
+    return reconcile(ledger, client, dry_run=dry_run, run_id=run_id, skip_runs=set(running))
+
+
+def _running(rentals: list[Rental]) -> dict[str, liveness.Holder]:
+    """The runs among `rentals`' that are provably still running: another process of this
+    host that is alive (this process cleaning up its own rentals is not one)."""
+    running: dict[str, liveness.Holder] = {}
+    for rental in rentals:
+        holder = liveness.Holder.parse(rental.owner)
+        if holder is None or holder.pid == os.getpid() or liveness.state(holder) is not True:
+            continue
+        running[rental.run_id] = holder
+    return running
 
 
 def _reap(
@@ -104,7 +140,6 @@ def _reap(
     cancel what each left and settle its reservations. A live-looking lease with servers that
     may bill is waited for (`wait`, at most its ttl) or reported: exit 3, with when to run
     again; never "nothing to reap" while such a lease is in sight."""
-    import os
     import socket
 
     from runner.stores.pg_pools import PostgresPools
