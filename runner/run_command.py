@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Any, TextIO
+from typing import Any, Protocol, TextIO
 
 from runner.backends.base import Backend
 from runner.clock import SYSTEM_CLOCK, Clock
@@ -54,6 +54,18 @@ class RunOptions:
     backoff: Callable[[int], float] = backoff_s
     run_id: str = field(default_factory=new_run_id)
     clock: Clock = SYSTEM_CLOCK  # the run's timers and times (tests: their backend's clock)
+    # A renting backend's waits on its API (runner.backends.clore.waits): said on the console
+    # once it exists, and what was given up kept as the reports' warnings.
+    waits: Waits | None = None
+
+
+class Waits(Protocol):
+    """What `run` needs of runner.backends.clore.waits.ApiWaits."""
+
+    say: Callable[[str], None]
+
+    @property
+    def warnings(self) -> tuple[str, ...]: ...
 
 
 def select_jobs(pipeline: Pipeline, names: Sequence[str]) -> Pipeline:
@@ -189,6 +201,8 @@ def execute(
         )
     if workspace.withheld:
         console.notice(_withheld_note(workspace.withheld))
+    if options.waits is not None:
+        options.waits.say = console.notice
     with output_folder(options.out_dir):
         pipeline_run = PipelineRun(
             pipeline,
@@ -214,7 +228,7 @@ def execute(
                 )
             finally:
                 console.close()
-        paths = write_reports(options.out_dir, record, options.baseline)
+        paths = write_reports(options.out_dir, record, options.baseline, notes=_notes(options))
         github_actions.publish(paths)
     for warning in paths.warnings:
         console.notice(f"warning: {warning}")
@@ -241,9 +255,15 @@ GIVING_BACK = (
 def _reports_before_give_back(console: Console, options: RunOptions, record: RunRecord) -> None:
     """The reports as they stand, before the slow part of the end; rewritten after it."""
     try:
-        write_reports(options.out_dir, record, options.baseline, notes=(GIVING_BACK,))
+        notes = (*_notes(options), GIVING_BACK)
+        write_reports(options.out_dir, record, options.baseline, notes=notes)
     except Exception as exc:  # the give-back goes first; the final write reports a failure
         console.notice(f"warning: early reports not written: {exc}")
+
+
+def _notes(options: RunOptions) -> tuple[str, ...]:
+    """What the reports say beside the jobs: an API that could not be reached."""
+    return options.waits.warnings if options.waits is not None else ()
 
 
 def _workspace(pipeline: Pipeline, root: Path, out: Path) -> Workspace:

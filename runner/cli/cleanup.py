@@ -65,6 +65,7 @@ def register(app: typer.Typer, client_factory: ClientFactory | None = None) -> N
                 from runner.backends.clore.cleanup import reconcile
 
                 client = make_client()
+                on_stderr(client)
                 if not dry_run:  # a dry run writes nothing, this file included
                     from runner.backends.clore.factory import share_limits
 
@@ -105,6 +106,7 @@ def _reap(url: str, ledger_url: str | Path, make_client: ClientFactory, dry_run:
                     if not any(pools.usage(n).expired_holders for n in pools.names()):
                         break
                     client = make_client()
+                    on_stderr(client)
                 reaped = reap(pools, ledger, client, reaper)
                 if not reaped:
                     break
@@ -121,6 +123,12 @@ def _reaped_line(done: Reaped) -> str:
         f"reaped {done.lease.holder} (pool {done.lease.pool}): {len(done.actions)} rental(s) "
         f"reconciled, {len(done.settled)} reservation(s) settled at ${billed:.2f}"
     )
+
+
+def on_stderr(client: CloreClient) -> None:
+    from runner.backends.clore import waits
+
+    waits.on_stderr(client)
 
 
 def _client_from_env() -> CloreClient:
