@@ -279,12 +279,23 @@ def _workspace(pipeline: Pipeline, root: Path, out: Path) -> Workspace:
         inside = out.relative_to(root).as_posix() + "/"
         files = tuple(f for f in files if not f.startswith(inside))
     workspace = dataclasses.replace(workspace, files=files)
-    if workspace.in_git or not files:
-        return workspace  # an empty folder has nothing that could leak
+    if workspace.in_git or not _beside_the_pipeline(pipeline, root, files):
+        # An empty folder has nothing that could leak; nor has one holding only the pipeline
+        # file (a first try: `mkdir p && cd p`, a pipeline.yml, `clore-run run`), which
+        # travels as git would ship it.
+        return workspace
     refused = {j.group or j.id: j for j in wanting if j.workspace != WORKSPACE_ALL}
     if refused:
         raise _untracked_refusal(root, len(files), list(refused.values()))
     return workspace
+
+
+def _beside_the_pipeline(pipeline: Pipeline, root: Path, files: tuple[str, ...]) -> list[str]:
+    """The files of a walk other than the pipeline file itself: what the refusal is about."""
+    if not pipeline.source:
+        return list(files)
+    source = Path(pipeline.source).resolve()
+    return [f for f in files if root / f != source]
 
 
 def _untracked_refusal(root: Path, count: int, jobs: list[Job]) -> UsageError:
@@ -294,7 +305,8 @@ def _untracked_refusal(root: Path, count: int, jobs: list[Job]) -> UsageError:
     )
     hint = (
         "set `workspace: all` to copy them all (.env*, .ssh/, .git/ and key files never travel),"
-        " `workspace: false` for an empty folder, or run inside a git work tree"
+        " `workspace: false` for an empty folder, or run inside a git work tree (`git init`"
+        " and `git add` the files the jobs need)"
     )
     located = [j for j in jobs if j.location is not None]
     if not located:
