@@ -177,9 +177,7 @@ def test_offers_say_each_hosts_chance_of_a_failed_boot(
     fake_clore: FakeClore, tmp_path: Path
 ) -> None:
     """100504 failed 3 boots of 4 (the last one came up, so it is not skipped): its chance is
-    over a half, the others take the market's. A failed boot given up after 6 minutes costs
-    6 minutes of its price, so it still ranks first by money (see test_market for the
-    ranking with a bound past the creation fee's grace)."""
+    over a half, the others take the market's."""
     ledger = tmp_path / "ledger.db"
     now = time.time()
     with open_hosts(hosts_target(ledger)) as history:
@@ -188,5 +186,6 @@ def test_offers_say_each_hosts_chance_of_a_failed_boot(
     args = ["offers", "--json", "--currency", "USD-Blockchain", "--ledger", str(ledger)]
     listed = json.loads(runner.invoke(app_for(fake_clore), args).stdout)
     chance = {o["server_id"]: o["fail_chance"] for o in listed}
-    assert chance[100504] == pytest.approx((3 + 0.525 * 4) / 8)
-    assert chance[88028] == pytest.approx(0.525)
+    market = (3 + 0.3 * 2) / (4 + 2)
+    assert chance[100504] == pytest.approx((3 + market * 2) / 6)
+    assert chance[88028] == pytest.approx(market)
