@@ -11,6 +11,7 @@ from runner.cli import (
     cleanup,
     comment,
     doctor,
+    hosts,
     jobs,
     offers,
     plan,
@@ -23,7 +24,20 @@ from runner.cli import (
 from runner.cli.root import app
 from runner.errors import UsageError
 
-for _command in (validate, plan, run, schema, offers, doctor, comment, cleanup, serve, jobs, pool):
+for _command in (
+    validate,
+    plan,
+    run,
+    schema,
+    offers,
+    doctor,
+    comment,
+    cleanup,
+    serve,
+    jobs,
+    pool,
+    hosts,
+):
     _command.register(app)
 
 

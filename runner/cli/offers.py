@@ -8,7 +8,10 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
+from runner.cli.options import CoordinatorOption, LedgerOption
+from runner.core.hosts import HostMemory
 from runner.core.model import GpuAsk
+from runner.errors import CloreRunError
 
 if TYPE_CHECKING:  # the Clore client and models load only when `offers` runs
     from runner.backends.clore.api import CloreClient
@@ -35,9 +38,17 @@ def register(app: typer.Typer, client_factory: ClientFactory | None = None) -> N
         currency: Annotated[str, typer.Option(help="Order currency")] = "CLORE-Blockchain",
         as_json: Annotated[bool, typer.Option("--json", help="JSON instead of a table")] = False,
         limit: Annotated[int, typer.Option(min=1, help="Show at most this many")] = 20,
+        ledger_arg: LedgerOption = None,
+        coordinator: CoordinatorOption = None,
     ) -> None:
-        """List the offers that fit, cheapest per reliable hour first."""
-        from runner.backends.clore.market import CURRENCIES, explain_no_fit, matching_offers
+        """List the offers that fit, cheapest expected cost per reliable hour first; hosts
+        that failed lately (the host history beside the ledger) are skipped, and said so."""
+        from runner.backends.clore.market import (
+            CURRENCIES,
+            explain_no_fit,
+            matching_offers,
+            skipped_ids,
+        )
 
         if currency not in CURRENCIES:
             typer.echo(f"error: --currency must be one of {', '.join(CURRENCIES)}", err=True)
@@ -45,14 +56,43 @@ def register(app: typer.Typer, client_factory: ClientFactory | None = None) -> N
         ask = GpuAsk(
             type=gpu, count=count, min_vram_gb=min_vram, max_usd_per_hour=max_price, spot=spot
         )
+        memory, note = _memory(ledger_arg, coordinator)
         all_offers = _fetch_offers(make_client, currency)
-        shown = matching_offers(all_offers, ask)[:limit]
+        shown = matching_offers(all_offers, ask, memory=memory)[:limit]
+        fitting = {o.server_id for o in matching_offers(all_offers, ask)}
+        skipped = {i: why for i, why in skipped_ids(memory).items() if i in fitting}
         if as_json:
-            typer.echo(json.dumps([o.to_json() for o in shown], indent=2))
-        elif shown:
+            rows = [o.to_json() | {"fail_chance": _chance(memory, o)} for o in shown]
+            rows += [{"server_id": i, "skipped": why} for i, why in sorted(skipped.items())]
+            typer.echo(json.dumps(rows, indent=2))
+            return
+        if shown:
             typer.echo(render_table(shown))
         else:
             typer.echo(explain_no_fit(all_offers, ask, currency), err=True)
+        for server_id, why in sorted(skipped.items()):
+            typer.echo(
+                f"#{server_id}: skipped: {why} (`clore-run hosts --clear --host {server_id}`)"
+            )
+        if note:
+            typer.echo(note, err=True)
+
+
+def _memory(ledger_arg: str | None, coordinator: str | None) -> tuple[HostMemory, str]:
+    """The host history beside the ledger, as `run` would read it (empty if none yet)."""
+    from runner.ledger import DEFAULT_PATH
+    from runner.stores.hosts import hosts_target, read_memory
+    from runner.stores.target import coordinator_from, ledger_target
+
+    try:
+        target = ledger_target(ledger_arg, coordinator_from(coordinator), DEFAULT_PATH)
+    except CloreRunError as exc:
+        _fail(str(exc))
+    return read_memory(hosts_target(target))
+
+
+def _chance(memory: HostMemory, offer: Offer) -> float:
+    return round(memory.fail_chance(str(offer.server_id)), 4)
 
 
 def _client_from_env() -> CloreClient:

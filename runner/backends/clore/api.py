@@ -32,8 +32,9 @@ from runner.backends.clore.models import (
     SpotMarket,
     Wallet,
 )
-from runner.backends.clore.ownership import Claim, CreateJournal, OffsetMeter, find_ours
+from runner.backends.clore.ownership import Claim, CreateJournal, OffsetMeter, find_ours, new_tag
 from runner.backends.clore.ratelimit import DEFAULT_LIMITER, RateLimiter
+from runner.untrusted import console_line
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +104,9 @@ class OrderRequest:
     ssh_key: str | None = None
     command: str | None = None
     autossh_entrypoint: bool = True
+    # This create's tag: asked for as the order's HTTP port, which `my_orders` echoes as
+    # `http_port`, the proof that the order is this create's (see ownership).
+    tag: int = field(default_factory=new_tag)
 
     def __post_init__(self) -> None:
         # An `&` in an env value reproducibly gets HTTP 500 / code 1 (G-gv): refuse it up front.
@@ -116,7 +120,7 @@ class OrderRequest:
             "type": "spot" if self.spot_price_per_day is not None else "on-demand",
             "currency": self.currency,
             "image": self.image,
-            "ports": dict(self.ports),
+            "ports": {**self.ports, str(self.tag): "http"},
         }
         if self.spot_price_per_day is not None:
             body["spotprice"] = self.spot_price_per_day
@@ -253,7 +257,7 @@ class CloreClient:
         def mark_sent() -> None:
             sent.append(self.limiter.clock.time())
             if journal is not None:
-                journal.sent(sent[0], self.clock_offset.current())
+                journal.sent(sent[0], self.clock_offset.current(), request.tag)
 
         try:
             self._create_once_admitted(request, abort, mark_sent)
@@ -304,6 +308,7 @@ class CloreClient:
             sent_unix_s=sent_unix_s,
             answered_unix_s=answered,
             offset=self.clock_offset.current(),
+            tag=request.tag,
             image=request.image,
             currency=request.currency,
             spot=spot,
@@ -455,7 +460,7 @@ class CloreClient:
         except ValueError:
             data = None
         if not isinstance(data, dict):
-            snippet = " ".join(response.text.split())[:200]
+            snippet = console_line(" ".join(response.text.split())[:200])
             raise e.NonJsonReplyError(
                 f"Clore API {endpoint}: HTTP {response.status_code} with a non-JSON reply: "
                 f"{self._key.redact(snippet)!r}",
@@ -486,7 +491,8 @@ def map_error(
     if code == 6:
         text = redact(str(reply.get("error", "")))
         app_cls = e.ERROR_STRINGS.get(text, e.ApplicationError)
-        msg = f"Clore API {endpoint}: {text or 'application error'} (code 6)"
+        # The API's own words: text from a machine we do not control, shown as one safe line.
+        msg = f"Clore API {endpoint}: {console_line(text) or 'application error'} (code 6)"
         return app_cls(msg, error=text, hint=e.HINTS.get(app_cls, ""), **common)
     if code == 5 or (code is None and http_status == 429):
         return e.RateLimitedError(
