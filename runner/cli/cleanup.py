@@ -113,6 +113,7 @@ def _reconcile(
     from runner.backends.clore.cleanup import reconcile
 
     client = make_client()
+    on_stderr(client)
     if not dry_run:  # a dry run writes nothing, this file included
         from runner.backends.clore.factory import share_limits
 
@@ -185,6 +186,7 @@ class _Reaping:
     def client(self) -> CloreClient:
         if self._client is None:
             self._client = self.make_client()
+            on_stderr(self._client)
         return self._client
 
     def run(self) -> list[HeldLease]:
@@ -229,6 +231,12 @@ def _reaped_line(done: Reaped) -> str:
         f"reaped {done.lease.holder} (pool {done.lease.pool}): {len(done.actions)} rental(s) "
         f"reconciled, {len(done.settled)} reservation(s) settled at ${billed:.2f}"
     )
+
+
+def on_stderr(client: CloreClient) -> None:
+    from runner.backends.clore import waits
+
+    waits.on_stderr(client)
 
 
 def _client_from_env() -> CloreClient:
