@@ -37,8 +37,10 @@ def plan(
         from runner.backends.clore.fees import read_fee_schedule
         from runner.backends.clore.market import offers_from_servers
         from runner.backends.clore.plan_offers import plan_offers, render_offers
+        from runner.backends.clore.waits import on_stderr
 
         client = CloreClient.from_env()
+        on_stderr(client)
         # The account's fee rates, read once as `run` reads them (documented ones if not).
         fees = read_fee_schedule(client, loaded.currency)
         servers = client.marketplace().servers

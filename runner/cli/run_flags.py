@@ -92,6 +92,9 @@ def run_with(flags: RunFlags, echo: Echo) -> int:
         shared = coordinator_from(flags.coordinator)
         where = ledger_target(flags.ledger, shared, DEFAULT_LEDGER)
         made = clore_backend(loaded, where, options.run_id, pool=flags.pool, coordinator=shared)
+        from runner.backends.clore.waits import ApiWaits
+
+        options.waits = ApiWaits.attach(made.client, lambda line: echo(line, err=True))
         _, code = execute(loaded, made, options)
     elif chosen is BackendName.ssh:
         from runner.backends.ssh.backend import SshBackend
