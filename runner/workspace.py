@@ -41,18 +41,17 @@ _HEAD_BYTES = 4096
 # dotenv files, netrc-style password files, PEM/PKCS#12 keys, OpenSSH keys (id_rsa, id_ed25519),
 # git's credential store, npm's and Docker's (old) registry logins, Vault's token, s3cmd's and
 # boto's keys, kubeconfig files, Java keystores, KeePass databases.
-# Patterns as text, compiled (and cached) by `re` at their first use: only a walk outside git
-# reads them, and compiling them took ~0.4 ms of every start.
-_SECRET_NAME = (
+_SECRET_NAME = re.compile(
     r"\.env(\..*)?|[._]netrc|\.pgpass|\.pypirc|.*\.(pem|key|p12|pfx|jks|keystore|kdbx)"
     r"|id_[a-z0-9_]+(\.pub)?|\.git-credentials|\.npmrc|\.dockercfg|\.vault-token|\.s3cfg"
-    r"|\.boto|kubeconfig(\..*)?|credentials\.tfrc\.json"
+    r"|\.boto|kubeconfig(\..*)?|credentials\.tfrc\.json",
+    re.I,
 )
 # A private key under any name: PEM and OpenSSH keys say so in their first line.
-_KEY_HEADER = rb"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----"
+_KEY_HEADER = re.compile(rb"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----")
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # never compared or printed: a faster import
+@dataclass(frozen=True)
 class Workspace:
     """The files to ship from `root` and how they were chosen."""
 
@@ -81,7 +80,7 @@ def workspace_files(root: Path, exclude_dirs: frozenset[str] = frozenset()) -> W
 
 def is_secret_name(name: str) -> bool:
     """A file name that by convention holds credentials (`.env.local`, `id_ed25519`, `tls.key`)."""
-    return re.fullmatch(_SECRET_NAME, name, re.IGNORECASE) is not None
+    return _SECRET_NAME.fullmatch(name) is not None
 
 
 def _walk(root: Path, skip: frozenset[str]) -> Workspace:
@@ -111,7 +110,7 @@ def _is_secret_place(folder: Path, name: str) -> bool:
 def _holds_private_key(path: Path) -> bool:
     try:
         with path.open("rb") as handle:
-            return re.search(_KEY_HEADER, handle.read(_HEAD_BYTES)) is not None
+            return _KEY_HEADER.search(handle.read(_HEAD_BYTES)) is not None
     except OSError:
         return False  # unreadable: the upload names it, as for any file that cannot be read
 

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from runner.cli.root import EXIT_INFRA
+from runner.cli.validate import show_warnings
 from runner.errors import UsageError
 
 
@@ -24,7 +25,6 @@ def plan(
     ] = "none",
 ) -> None:
     """Show the order in waves, each job's ask and the critical path. Rents nothing."""
-    from runner.cli.validate import show_warnings
     from runner.plan import build_plan, render_plan
     from runner.spec.loader import load_pipeline
 
@@ -37,8 +37,10 @@ def plan(
         from runner.backends.clore.fees import read_fee_schedule
         from runner.backends.clore.market import offers_from_servers
         from runner.backends.clore.plan_offers import plan_offers, render_offers
+        from runner.backends.clore.waits import on_stderr
 
         client = CloreClient.from_env()
+        on_stderr(client)
         # The account's fee rates, read once as `run` reads them (documented ones if not).
         fees = read_fee_schedule(client, loaded.currency)
         servers = client.marketplace().servers
