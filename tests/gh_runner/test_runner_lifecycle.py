@@ -34,6 +34,10 @@ def test_happy_path_registers_runs_one_job_and_stop_cancels_what_it_cost(host: H
     out = outputs_file(host.tmp / "github_output")
     assert out["label"] == rental.label and out["record"] == host.record().to_json()
     assert f"label: {rental.label}" in started.output
+    started_summary = (host.tmp / "github_step_summary").read_text()
+    assert (
+        "### GPU runners: started" in started_summary and f"#{rental.server_id}" in started_summary
+    )
     (order,) = host.fake.orders.values()
     assert order.id == rental.order_id and order.live  # the job ran; billing goes on
 
