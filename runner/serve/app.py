@@ -91,7 +91,8 @@ def create_app(
         return JSONResponse(body, 200 if ok else 503)
 
     def session_ok(cookie: str | None) -> bool:
-        return sessions.check(cookie) is not None
+        # On the event loop: no store read here. The pages check the store themselves.
+        return sessions.signed(cookie) is not None
 
     limited = BodyLimit(api, body_limit, body_timeout_s)
     return ErrorCounter(TokenGate(limited, token, session_ok, COOKIE), tally)
