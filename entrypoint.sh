@@ -3,7 +3,7 @@
 # `clore-run run` call. An empty variable means "not given": clore-run's own default applies.
 #
 #   INPUT_PIPELINE     the pipeline file (required)
-#   INPUT_BACKEND      --backend clore|local|ssh
+#   INPUT_BACKEND      --backend NAME (runner/backends/registry.py)
 #   INPUT_CONCURRENCY  --concurrency N
 #   INPUT_BUDGET       --budget USD
 #   INPUT_JOBS         --job NAME for each name (separated by spaces, commas or newlines)
