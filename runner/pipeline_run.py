@@ -100,6 +100,9 @@ class PipelineRun:
         self.backend = backend
         self.settings = settings
         self.clock = clock
+        # The run starts now: reading the market (below) can take as long as the API makes it
+        # wait, and the reports' duration must count that.
+        self.started_at = clock.time()
         self.journal = ConsoleJournal(console)
         runner = AttemptRunner(
             backend,
@@ -142,9 +145,9 @@ class PipelineRun:
         """`before_give_back` gets the record once every job has ended, before a renting
         backend gives its servers back: a slow API makes that the slow part of a cancel, and
         CI's SIGKILL must not find the run without reports."""
-        started_at = self.clock.time()
+        started_at = self.started_at
         try:
-            self.driver.add(self.pipeline.jobs, {}, started_at)
+            self.driver.add(self.pipeline.jobs, {}, self.clock.time())
             self.driver.run_until_idle(self.pipeline.timeout_s)
         finally:
             self.driver.finish_work()

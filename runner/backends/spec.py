@@ -10,11 +10,25 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from runner.backends.base import Backend
     from runner.core.model import Pipeline
+
+Say = Callable[[str], None]
+
+
+class Waits(Protocol):
+    """A renting backend's waits on its API (runner.backends.clore.waits.ApiWaits): each said
+    as it starts (`say`, which `run` points at its console), what was given up kept for the
+    reports' warnings."""
+
+    say: Say
+
+    @property
+    def warnings(self) -> tuple[str, ...]: ...
+
 
 # serve, at start: given the tokens of dead instances that left attempts open, what became of
 # those attempts ("its processes were killed at restart").
@@ -46,3 +60,5 @@ class BackendSpec:
     # `plan --backend NAME`: puts what this backend would do in the plan (offers, cost) and
     # answers its text and whether some job fits nothing. None: plan has nothing to add.
     plan: Callable[[Pipeline, dict[str, Any]], tuple[str, bool]] | None = None
+    # `run`: what the backend tells of its waits on its API, attached to the backend built.
+    waits: Callable[[Backend, Say], Waits] | None = None

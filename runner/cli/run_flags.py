@@ -91,7 +91,10 @@ def run_with(flags: RunFlags, echo: Echo) -> int:
         pool=flags.pool,
         coordinator=flags.coordinator,
     )
-    _, code = execute(loaded, spec.build(setup), options)
+    backend = spec.build(setup)
+    if spec.waits is not None:  # said on stderr until the console takes them over
+        options.waits = spec.waits(backend, lambda line: echo(line, err=True))
+    _, code = execute(loaded, backend, options)
     return code
 
 

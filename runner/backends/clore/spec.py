@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runner.backends.base import Backend
-from runner.backends.spec import BackendSpec, Reconcile, Setup
+from runner.backends.spec import BackendSpec, Reconcile, Say, Setup, Waits
 
 if TYPE_CHECKING:
     from runner.backends.clore.api import CloreClient
@@ -84,8 +84,10 @@ def _plan(pipeline: Pipeline, result: dict[str, Any]) -> tuple[str, bool]:
     from runner.backends.clore.fees import read_fee_schedule
     from runner.backends.clore.market import offers_from_servers
     from runner.backends.clore.plan_offers import plan_offers, render_offers
+    from runner.backends.clore.waits import on_stderr
 
     client = CloreClient.from_env()
+    on_stderr(client)
     # The account's fee rates, read once as `run` reads them (documented ones if not).
     fees = read_fee_schedule(client, pipeline.currency)
     servers = client.marketplace().servers
@@ -97,6 +99,14 @@ def _plan(pipeline: Pipeline, result: dict[str, Any]) -> tuple[str, bool]:
     return render_offers(result["clore"]), bool(result["clore"]["unfit"])
 
 
+def _waits(backend: Backend, say: Say) -> Waits:
+    from runner.backends.clore.backend import CloreBackend
+    from runner.backends.clore.waits import ApiWaits
+
+    assert isinstance(backend, CloreBackend)
+    return ApiWaits.attach(backend.client, say)
+
+
 SPEC = BackendSpec(
     name="clore",
     summary="servers rented on the Clore.ai marketplace; needs CLORE_API_KEY",
@@ -105,4 +115,5 @@ SPEC = BackendSpec(
     build=_build,
     restart=_restart,
     plan=_plan,
+    waits=_waits,
 )
