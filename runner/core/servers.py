@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 from runner.core import graph, money
 from runner.core.events import SetTimer
+from runner.core.hedge import NO_HEDGE, HedgePolicy
 from runner.core.model import FailureKind, Job
 from runner.core.money import usd_text
 from runner.core.rentals import (
@@ -56,6 +57,7 @@ MAX_OFFERS_PER_ATTEMPT = 5  # hosts tried for one attempt before it fails as pro
 _EPS_S = 1e-6
 _AFTER_TIE_S = 1e-3
 TIMER = "servers"  # the first element of every timer token the book asks for
+HEDGE_AGAIN_S = 30.0  # a late boot rented ahead is looked at again this often, for its job
 
 Key = tuple[int, float, int]
 
@@ -161,6 +163,7 @@ class ServerBook:
         boot: BootTimes | None = None,
         durations_s: Mapping[str, float] | None = None,
         now: float = 0.0,
+        hedge: HedgePolicy = NO_HEDGE,
     ) -> None:
         if cap < 1:
             raise ValueError("cap must be at least 1")
@@ -227,6 +230,13 @@ class ServerBook:
         self._hold_until = -math.inf  # place and rent nothing before this (serve's holds)
         # A fatal rent failure cancels the run; a queue server holds its starts instead.
         self.stop_on_fatal = True
+        # Hedged boots (runner/core/hedge.py): each boot and its hedge, both ways; the boots
+        # whose hedge timer came due; and why a slow boot got no hedge, (job, words), for the
+        # driver to say.
+        self.hedge = hedge
+        self._pairs: dict[int, int] = {}
+        self._hedge_due: list[int] = []
+        self.hedge_notes: list[tuple[str, str]] = []
         for quote in fixed_hosts:
             server = _Server(next(self._next_server), quote, False, now, ready_at=now)
             self._servers[server.id] = server
@@ -483,6 +493,8 @@ class ServerBook:
             self._due[token[2]] = None
         elif token[1] == "look" and token[2] in self._servers:
             self._look.add(token[2])
+        elif token[1] == "hedge" and token[2] in self._servers:
+            self._hedge_due.append(token[2])
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -612,6 +624,8 @@ class ServerBook:
                 self._place_on_ready_servers(now)
             if not self._cancelled and self._renting and not held_back:
                 self._rent_for_waiting(now)
+                if self._hedge_due:
+                    self._hedge_boots(now)
                 # Each pass can give jobs an expected end, making their dependents due.
                 while self._due:
                     self._rent_ahead(now)
@@ -734,6 +748,8 @@ class ServerBook:
                 self._unclaim(claimant)  # a better job took it: that one plans again
         server.rented_for = None
         server.job = job_id
+        if self._pairs:
+            self._drop_hedges(job_id, server, now)
         if not server.rented:
             self._fixed_busy += 1
         self._idle.pop(server.id, None)
@@ -901,6 +917,89 @@ class ServerBook:
         self._rented[server.id] = server
         self._claim(job_id, server)
         self._out.append(RentServer(server.id, quote, job_id, cost, ahead))
+        self._hedge_timer(server)
+
+    # -- hedging slow boots (when: runner/core/hedge.py) ----------------------------------
+
+    def _hedge_timer(self, server: _Server) -> None:
+        """Look at this boot again when it has run long enough to be hedged."""
+        if self.hedge.enabled:
+            at = server.since + self._hedge_after(server)
+            self._out.append(SetTimer(at, (TIMER, "hedge", server.id)))
+
+    def _hedge_after(self, server: _Server) -> float:
+        q = server.quote
+        expected = q.boot_s if q.boot_s is not None else self.boot.expected_s
+        return self.hedge.after_s(expected, q.fail_chance or 0.0, self.boot.allowance_s)
+
+    def _hedge_boots(self, now: float) -> None:
+        """Each boot due and still booting for a waiting job gets a second fitting host, if
+        the policy, the cap and the budget allow; a slow boot that gets none says why."""
+        due, self._hedge_due = self._hedge_due, []
+        for server_id in due:
+            server = self._servers.get(server_id)
+            if server is None or server.ready_at is not None or server.claim is None:
+                continue  # up, given back, or meant for no job now
+            if now + _EPS_S < server.since + self._hedge_after(server):
+                continue  # not late (a timer of an earlier plan): its own timer comes
+            want = self._waiting.get(server.claim)
+            if want is None or server_id in self._pairs:
+                # Rented ahead, its job not ready yet; or hedged already, and the hedge may
+                # fail first: look again in a while.
+                self._out.append(SetTimer(now + HEDGE_AGAIN_S, (TIMER, "hedge", server_id)))
+                continue
+            self._hedge(server, server.claim, want, now)
+
+    def _hedge(self, server: _Server, job_id: str, want: _Known, now: float) -> None:
+        why = self.hedge.may_hedge(len(self._servers), self.cap)
+        quote = None
+        if why is None:
+            quote = self._market.best(want.job.gpu, self._excluded | self._hosts_held())
+            why = "no other host fits" if quote is None else None
+        hold_s = self.boot.allowance_s + want.timeout_s + AFTER_SCRIPT_S
+        cost = rental_cost_usd(quote.usd_per_hour, hold_s, quote.creation_fee_usd) if quote else 0
+        if quote is not None and self._over_budget(cost, now) > 0:
+            why = f"the budget cannot hold a second boot's worst case ({usd_text(cost)})"
+        if why is not None or quote is None:
+            late = now - server.since
+            said = f"no hedge for the boot of {_label(server.quote)} ({late:.0f} s so far): {why}"
+            self.hedge_notes.append((job_id, said))
+            return
+        hedge = _Server(next(self._next_server), quote, True, now, reserved_until=now + hold_s)
+        hedge.claim = job_id  # meant for the job, as its boot is; the job's claim stays there
+        self._servers[hedge.id] = self._rented[hedge.id] = hedge
+        self._pairs[hedge.id], self._pairs[server.id] = server.id, hedge.id
+        self._out.append(RentServer(hedge.id, quote, job_id, cost, hedge_of=server.id))
+        self._hedge_timer(hedge)
+
+    def _hedge_won(self, server: _Server, now: float) -> None:
+        """One of a hedged pair answers SSH: the other, still booting, goes back at once."""
+        other = self._servers.get(self._pairs.get(server.id, -1))
+        if other is not None and other.ready_at is None and other.job is None:
+            self._release(other, now, f"hedge: {_label(server.quote)} answered SSH first")
+        else:
+            self._unpair(server)
+
+    def _drop_hedges(self, job_id: str, started_on: _Server, now: float) -> None:
+        """The job started: a boot still meant for it (its hedge, or a boot the job did not
+        wait for) goes back at once."""
+        for server_id in list(self._pairs):
+            server = self._servers.get(server_id)
+            if server is not None and server.claim == job_id and server.ready_at is None:
+                self._release(server, now, f"hedge: {job_id} started on {_label(started_on.quote)}")
+
+    def _unpair(self, server: _Server) -> None:
+        """`server` leaves its pair (given back, failed): the job it was meant for is the
+        other's from now on, so its going takes nothing from the job."""
+        other_id = self._pairs.pop(server.id, None)
+        if other_id is None:
+            return
+        self._pairs.pop(other_id, None)
+        other = self._servers.get(other_id)
+        job_id = server.claim
+        if other is not None and job_id is not None and other.claim == job_id:
+            self._claims[job_id] = other_id
+            server.claim = None
 
     # -- renting ahead ---------------------------------------------------------------------
 
@@ -1167,6 +1266,7 @@ class ServerBook:
         self._rented.pop(server.id, None)
 
     def _release(self, server: _Server, now: float, reason: str) -> None:
+        self._unpair(server)
         self._forget(server)
         for job_id in (server.claim, *server.after):
             if job_id is not None:
@@ -1206,8 +1306,11 @@ class ServerBook:
             self._idle[server.id] = server
         self.boot = self.boot.with_sample(now - server.since)
         self._look.add(server.id)
+        if server.id in self._pairs:
+            self._hedge_won(server, now)
 
     def _rent_failed(self, server: _Server, event: RentFailed, now: float) -> None:
+        self._unpair(server)
         self._forget(server)
         if not (event.job_cannot_run or event.fatal or event.requote):  # the host's own fault
             self._exclude(server.quote.host, now)
