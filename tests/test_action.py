@@ -9,6 +9,7 @@ Everything is local: the fake Clore and GitHub APIs listen on loopback.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
@@ -16,6 +17,7 @@ import re
 import select
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -43,7 +45,7 @@ from tests.gha import (
     references,
     run_step,
 )
-from tests.processes import alive
+from tests.processes import alive, ended_owner
 from tests.report.fake_github import FakeGitHub
 
 REPO = Path(__file__).resolve().parents[1]
@@ -797,6 +799,8 @@ def test_the_cleanup_step_cancels_a_rental_the_run_left_behind(
         order = fake_clore.add_order(88028, age_s=600)
         ledger.set_order(rid, order)
         ledger.set_state(rid, "running")
+    with contextlib.closing(sqlite3.connect(ledger_path)) as db, db:  # written by a run now gone
+        db.execute("UPDATE rentals SET owner = ?", (ended_owner(),))
     assert [o.id for o in fake_clore.live_orders()] == [order]
 
     result = job.run(CLEANUP_STEP, {"api-key": API_KEY}, capture_output=True)
