@@ -228,12 +228,18 @@ def execute(
                 )
             finally:
                 console.close()
-        paths = write_reports(options.out_dir, record, options.baseline, notes=_notes(options))
+        left = pipeline_run.driver.give_back_warnings  # said on screen when they happened
+        notes = (*_notes(options), *left)
+        paths = write_reports(options.out_dir, record, options.baseline, notes=notes)
         github_actions.publish(paths)
     for warning in paths.warnings:
-        console.notice(f"warning: {warning}")
+        if warning not in left:
+            console.notice(f"warning: {warning}")
     _final_report(console, paths, options.out_dir)
-    return record, EXIT_CODES[record.status]
+    code = EXIT_CODES[record.status]
+    # A signal after the jobs ended cut the give-back short: the run was interrupted all the
+    # same, and what it left unconfirmed is `clore-run cleanup`'s.
+    return record, EXIT_CODES[RunStatus.INTERRUPTED] if pipeline_run.interrupted else code
 
 
 def _baseline_durations(baseline: dict[str, Any] | None) -> dict[str, float]:

@@ -44,7 +44,7 @@ def test_a_first_clore_run_is_a_path_of_commands_in_order() -> None:
 def test_basics_come_before_scale_out_and_reference_lives_in_docs() -> None:
     titles = re.findall(r"^## (.+)$", README, re.M)
     assert titles.index("Queue server: `clore-run serve`") < titles.index("Scaling out")
-    assert len(README.splitlines()) < 400  # was 919: the tables moved to docs/
+    assert len(README.splitlines()) < 450  # was 919: the tables moved to docs/
     links = set(re.findall(r"\]\((docs/[a-z-]+\.md)[#)]", README))
     assert {"docs/pipeline.md", "docs/cli.md", "docs/scale-out.md", "docs/serve.md"} <= links
     for link in links:
