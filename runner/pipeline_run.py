@@ -123,6 +123,7 @@ class PipelineRun:
             settings.durations_s,
         )
         core = PlacingCore(pipeline.jobs, book, backoff=settings.backoff)
+        self.interrupted = False  # a signal came: the run ends as interrupted
         self.driver = Driver(
             core,
             backend,
@@ -138,7 +139,11 @@ class PipelineRun:
         )
 
     def cancel(self, reason: str) -> None:
-        """Ask the run to stop (Ctrl-C, SIGTERM). Safe from a signal handler."""
+        """Ask the run to stop (Ctrl-C, SIGTERM). Safe from a signal handler. Also once the
+        jobs are over: giving the servers back then stops waiting for confirmations."""
+        self.interrupted = True
+        if isinstance(self.backend, RentingBackend):
+            self.backend.stop_soon()
         self.driver.cancel(reason, StopCause.INTERRUPTED)
 
     def run(self, before_give_back: Callable[[RunRecord], None] | None = None) -> RunRecord:

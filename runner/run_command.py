@@ -16,9 +16,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Any, Protocol, TextIO
+from typing import Any, TextIO
 
 from runner.backends.base import Backend
+from runner.backends.spec import Waits
 from runner.clock import SYSTEM_CLOCK, Clock
 from runner.collector import startup_over
 from runner.console import Console
@@ -57,15 +58,6 @@ class RunOptions:
     # A renting backend's waits on its API (runner.backends.clore.waits): said on the console
     # once it exists, and what was given up kept as the reports' warnings.
     waits: Waits | None = None
-
-
-class Waits(Protocol):
-    """What `run` needs of runner.backends.clore.waits.ApiWaits."""
-
-    say: Callable[[str], None]
-
-    @property
-    def warnings(self) -> tuple[str, ...]: ...
 
 
 def select_jobs(pipeline: Pipeline, names: Sequence[str]) -> Pipeline:
@@ -228,12 +220,18 @@ def execute(
                 )
             finally:
                 console.close()
-        paths = write_reports(options.out_dir, record, options.baseline, notes=_notes(options))
+        left = pipeline_run.driver.give_back_warnings  # said on screen when they happened
+        notes = (*_notes(options), *left)
+        paths = write_reports(options.out_dir, record, options.baseline, notes=notes)
         github_actions.publish(paths)
     for warning in paths.warnings:
-        console.notice(f"warning: {warning}")
+        if warning not in left:
+            console.notice(f"warning: {warning}")
     _final_report(console, paths, options.out_dir)
-    return record, EXIT_CODES[record.status]
+    code = EXIT_CODES[record.status]
+    # A signal after the jobs ended cut the give-back short: the run was interrupted all the
+    # same, and what it left unconfirmed is `clore-run cleanup`'s.
+    return record, EXIT_CODES[RunStatus.INTERRUPTED] if pipeline_run.interrupted else code
 
 
 def _baseline_durations(baseline: dict[str, Any] | None) -> dict[str, float]:

@@ -228,12 +228,16 @@ class CloreClient:
             retry_if=lambda x: isinstance(x, e.RateLimitedError),
         )
 
-    def cancel_order(self, order_id: int, issue: str | None = None) -> None:
-        """Cancel an order. The order may stay listed briefly: confirm with `my_orders`."""
+    def cancel_order(
+        self, order_id: int, issue: str | None = None, abort: threading.Event | None = None
+    ) -> None:
+        """Cancel an order. The order may stay listed briefly: confirm with `my_orders`.
+        `abort` set gives up the retries' waits (RequestAborted): a run stopped by a signal
+        does not spend CI's grace retrying an API that refuses."""
         body: Json = {"id": order_id}
         if issue:
             body["issue"] = issue
-        self._read("POST", "cancel_order", body=body)
+        self._read("POST", "cancel_order", body=body, abort=abort)
 
     def create_order(
         self,
@@ -375,6 +379,7 @@ class CloreClient:
         params: Mapping[str, str] | None = None,
         body: Json | None = None,
         retry_if: Callable[[e.CloreApiError], bool] | None = None,
+        abort: threading.Event | None = None,
     ) -> Json:
         """A call that may be repeated: retried while `retry_if` (default: retryable) holds."""
         should_retry = retry_if or (lambda x: x.retryable)
@@ -382,7 +387,9 @@ class CloreClient:
         started = clock.now()
         for attempt in range(self.retry.max_attempts):
             try:
-                return self._call(method, endpoint, params=params, body=body)
+                # The first send is never given up: only the waits before retries are.
+                wait_on = abort if attempt else None
+                return self._call(method, endpoint, params=params, body=body, abort=wait_on)
             except e.CloreApiError as exc:
                 delay = self.retry.delay_s(attempt, exc, self._rng)
                 last = attempt + 1 >= self.retry.max_attempts
