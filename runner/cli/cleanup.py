@@ -49,6 +49,14 @@ def register(app: typer.Typer, client_factory: ClientFactory | None = None) -> N
             str | None, typer.Option("--run", help="Only this run's rentals.", metavar="RUN_ID")
         ] = None,
         coordinator: CoordinatorOption = None,
+        runners: Annotated[
+            bool,
+            typer.Option(
+                "--runners",
+                help="Instead: cancel GPU-runner rentals past their cap, from the records the "
+                "action uploads as artifacts (GITHUB_TOKEN with actions: read).",
+            ),
+        ] = False,
         wait: Annotated[
             bool,
             typer.Option(
@@ -60,6 +68,9 @@ def register(app: typer.Typer, client_factory: ClientFactory | None = None) -> N
     ) -> None:
         """Cancel every order the ledger does not mark released, and say what was done. With a
         coordinator: settle what dead pool holders left (and `--run`'s rentals, if given)."""
+        if runners:  # the cron reaper of `clore-run runner` (runner/gh_runner/reap.py)
+            _reap_runners(make_client, dry_run)
+            return
         try:
             shared = coordinator_from(coordinator)
             ledger_path = ledger_target(ledger_arg, shared, DEFAULT_PATH)
@@ -173,6 +184,17 @@ def _reap(
             f"--coordinator URL` again in {again_s:.0f} s, or with --wait"
         )
     typer.echo("pool leases: nothing (more) to reap")
+
+
+def _reap_runners(make_client: ClientFactory, dry_run: bool) -> None:
+    from runner.gh_runner.reap_cmd import reap_from_github
+
+    try:
+        left = reap_from_github(make_client, dry_run, typer.echo)
+    except CloreRunError as exc:
+        _fail(str(exc))
+    if left:
+        _fail(f"{left} runner rental(s) may still be billed: run again, or cancel on clore.ai")
 
 
 @dataclass
