@@ -191,8 +191,10 @@ def _routes(service: Service, tally: ErrorTally) -> APIRouter:
         """Jobs in submission order, a page at a time."""
         rows = store.jobs(status, after, limit)
         more = len(rows) == limit
+        waits = service.waiting_for_many([r.id for r in rows if r.status == "queued"])
         return JobPage(
-            jobs=[views.summary(r) for r in rows], next_after=rows[-1].seq if more else None
+            jobs=[views.summary(r, None, waits.get(r.id)) for r in rows],
+            next_after=rows[-1].seq if more else None,
         )
 
     @router.get("/jobs/{job_id}", tags=["jobs"])
