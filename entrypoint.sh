@@ -5,7 +5,7 @@
 #   INPUT_MODE         run (default) | runner-start | runner-stop: which command
 #   mode run:
 #   INPUT_PIPELINE     the pipeline file (required)
-#   INPUT_BACKEND      --backend clore|local|ssh
+#   INPUT_BACKEND      --backend NAME (runner/backends/registry.py)
 #   INPUT_CONCURRENCY  --concurrency N
 #   INPUT_BUDGET       --budget USD (runner-start too)
 #   INPUT_JOBS         --job NAME for each name (separated by spaces, commas or newlines)

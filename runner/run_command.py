@@ -16,9 +16,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Any, Protocol, TextIO
+from typing import Any, TextIO
 
 from runner.backends.base import Backend
+from runner.backends.spec import Waits
 from runner.clock import SYSTEM_CLOCK, Clock
 from runner.collector import startup_over
 from runner.console import Console
@@ -57,15 +58,6 @@ class RunOptions:
     # A renting backend's waits on its API (runner.backends.clore.waits): said on the console
     # once it exists, and what was given up kept as the reports' warnings.
     waits: Waits | None = None
-
-
-class Waits(Protocol):
-    """What `run` needs of runner.backends.clore.waits.ApiWaits."""
-
-    say: Callable[[str], None]
-
-    @property
-    def warnings(self) -> tuple[str, ...]: ...
 
 
 def select_jobs(pipeline: Pipeline, names: Sequence[str]) -> Pipeline:
