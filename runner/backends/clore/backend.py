@@ -239,7 +239,10 @@ class CloreBackend:
         return cost
 
     def _rest(self, rental: Rental, final_usd: float) -> float:
-        return max(0.0, final_usd - float(rental.facts.get("billed_usd", 0)))
+        """What the order's final figure adds to the shares billed on our own clock, or takes
+        back (negative): a preempted spot order stops billing, an order's `ct` is in whole
+        seconds. The run's total is then what the provider billed."""
+        return final_usd - float(rental.facts.get("billed_usd", 0))
 
     def _give_back_idle(
         self, helds: list[_Held], within_s: float | None = None
