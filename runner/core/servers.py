@@ -35,6 +35,7 @@ from runner.core.money import usd_text
 from runner.core.rentals import (
     BootTimes,
     CoreCommand,
+    JobNote,
     Market,
     NoMarket,
     Provisioning,
@@ -230,13 +231,11 @@ class ServerBook:
         self._hold_until = -math.inf  # place and rent nothing before this (serve's holds)
         # A fatal rent failure cancels the run; a queue server holds its starts instead.
         self.stop_on_fatal = True
-        # Hedged boots (runner/core/hedge.py): each boot and its hedge, both ways; the boots
-        # whose hedge timer came due; and why a slow boot got no hedge, (job, words), for the
-        # driver to say.
+        # Hedged boots (runner/core/hedge.py): each boot and its hedge, both ways, and the
+        # boots whose hedge timer came due.
         self.hedge = hedge
         self._pairs: dict[int, int] = {}
         self._hedge_due: list[int] = []
-        self.hedge_notes: list[tuple[str, str]] = []
         for quote in fixed_hosts:
             server = _Server(next(self._next_server), quote, False, now, ready_at=now)
             self._servers[server.id] = server
@@ -963,7 +962,7 @@ class ServerBook:
         if why is not None or quote is None:
             late = now - server.since
             said = f"no hedge for the boot of {_label(server.quote)} ({late:.0f} s so far): {why}"
-            self.hedge_notes.append((job_id, said))
+            self._out.append(JobNote(job_id, said))
             return
         hedge = _Server(next(self._next_server), quote, True, now, reserved_until=now + hold_s)
         hedge.claim = job_id  # meant for the job, as its boot is; the job's claim stays there

@@ -13,7 +13,7 @@ from runner.core.events import SetTimer, TimerFired
 from runner.core.hedge import NO_HEDGE, HedgePolicy
 from runner.core.hosts import HostEvent, HostMemory
 from runner.core.model import RunStatus
-from runner.core.rentals import Quote, RentFailed, RentServer, ServerReady
+from runner.core.rentals import JobNote, Quote, RentFailed, RentServer, ServerReady
 from runner.core.servers import AFTER_SCRIPT_S, ServerBook
 from runner.core.simulate_market import HEALTHY_BOOT_S, MarketModel, ModelMarket, simulate_servers
 from tests.core.test_servers import BOOT, OFFERS, Drive, job, pipeline, run_timers_until
@@ -94,16 +94,16 @@ def test_no_hedge_when_the_budget_holds_one_boot_only_and_it_is_said() -> None:
     d = hedged(job("a"), budget_usd=0.45 * hold_h * 1.5)
     run_timers_until(d, 200.0)
     assert len(d.rents()) == 1
-    ((job_id, said),) = d.book.hedge_notes
-    assert job_id == "a"
-    assert said.startswith("no hedge for the boot of RTX 3090 #a1 (150 s so far): the budget")
+    (note,) = [c for c in d.said if isinstance(c, JobNote)]
+    assert note.job_id == "a"
+    assert note.text.startswith("no hedge for the boot of RTX 3090 #a1 (150 s so far): the budget")
 
 
 def test_no_hedge_at_the_cap() -> None:
     d = hedged(job("a"), job("b"), cap=2)
     run_timers_until(d, 150.0)
     assert len(d.rents()) == 2
-    assert {n[1].rsplit(": ", 1)[1] for n in d.book.hedge_notes} == {
+    assert {c.text.rsplit(": ", 1)[1] for c in d.said if isinstance(c, JobNote)} == {
         "2 of 2 servers held (the cap)"
     }
 
