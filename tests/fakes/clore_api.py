@@ -24,7 +24,8 @@ What it models:
 - its rate limits (1 request/s, 1 create/5 s): a faster request gets 429 + code 5 and is listed
   in `violations`;
 - injected faults (`fail_next`), e.g. HTTP 500 + code 1 that still created the order;
-- hosts that fail as real ones do: `never_online` servers, `no_sshd` servers.
+- hosts that fail as real ones do: `never_online` servers, `no_sshd` servers; and hosts
+  slower or quicker to boot than the rest (`online_after_s_by_server`).
 
 Time is a `FakeClock` (tests/fakes/fake_clock.py) shared with the client under test, so nothing
 waits real seconds.
@@ -327,6 +328,7 @@ class FakeClore:
         # with port 22 mapped where nothing answers.
         self.never_online: set[int] = set()
         self.no_sshd: set[int] = set()
+        self.online_after_s_by_server: dict[int, float] = {}  # else `online_after_s`
         # The renter's share of the base fee (a fraction) and the creation fee (native), by
         # order type and currency, as `renter_fees` answers them.
         self.renter_fee_rates: dict[str, dict[str, float]] = {
@@ -732,7 +734,9 @@ class FakeClore:
             "si": order.server_id,
             "mon_container": 0,
             "online": self.listed_live(order, now)
-            and now >= order.created_unix + self.online_after_s
+            and now
+            >= order.created_unix
+            + self.online_after_s_by_server.get(order.server_id, self.online_after_s)
             and order.server_id not in self.never_online
             and not self.outbid(order),
             "spot": order.spot,
