@@ -58,7 +58,9 @@ MAX_OFFERS_PER_ATTEMPT = 5  # hosts tried for one attempt before it fails as pro
 _EPS_S = 1e-6
 _AFTER_TIE_S = 1e-3
 TIMER = "servers"  # the first element of every timer token the book asks for
-HEDGE_AGAIN_S = 30.0  # a late boot rented ahead is looked at again this often, for its job
+# A late boot that cannot be hedged yet (its job not ready, or its hedge still booting) is
+# looked at again this often: a hedge that fails leaves a boot to hedge again at once.
+HEDGE_AGAIN_S = 10.0
 
 Key = tuple[int, float, int]
 
@@ -929,7 +931,10 @@ class ServerBook:
     def _hedge_after(self, server: _Server) -> float:
         q = server.quote
         expected = q.boot_s if q.boot_s is not None else self.boot.expected_s
-        return self.hedge.after_s(expected, q.fail_chance or 0.0, self.boot.allowance_s)
+        record = self._jobs.get(server.claim or "")
+        own = record.job.boot_timeout_s if record is not None else None  # the job's own bound
+        bound_s = own if own is not None else self.boot.allowance_s
+        return self.hedge.after_s(expected, q.fail_chance or 0.0, bound_s)
 
     def _hedge_boots(self, now: float) -> None:
         """Each boot due and still booting for a waiting job gets a second fitting host, if
@@ -1002,6 +1007,7 @@ class ServerBook:
         if other is not None and job_id is not None and other.claim == job_id:
             self._claims[job_id] = other_id
             server.claim = None
+            self._hedge_due.append(other_id)  # alone now: hedged at once if it runs late
 
     # -- renting ahead ---------------------------------------------------------------------
 
