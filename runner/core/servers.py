@@ -974,8 +974,8 @@ class ServerBook:
         self._servers[hedge.id] = self._rented[hedge.id] = hedge
         self._pairs[hedge.id], self._pairs[server.id] = server.id, hedge.id
         self._out.append(RentServer(hedge.id, quote, job_id, cost, hedge_of=server.id))
-        late = f"the boot of {_label(server.quote)} runs late ({now - server.since:.0f} s)"
-        said = f"{late}: renting {_label(quote)} beside it; the first to answer SSH runs it"
+        slow = f"the boot of {_label(server.quote)} runs late ({now - server.since:.0f} s)"
+        said = f"{slow}: renting {_label(quote)} beside it; the first to answer SSH runs it"
         self._out.append(JobNote(job_id, said))
         self._hedge_timer(hedge)
 

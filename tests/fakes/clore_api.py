@@ -343,6 +343,9 @@ class FakeClore:
         self.raise_max_step: float | None = None  # raising is unrestricted in the reference
         self.after_create: Callable[[FakeOrder], None] | None = None
         self.on_container_stop: Callable[[FakeOrder], None] | None = None
+        # Called (under the fake's lock: it must not call the fake) when an order ends for
+        # any reason: what stopping its container means to a test (kill what runs "there").
+        self.on_order_end: Callable[[FakeOrder], None] | None = None
         self._no_sshd_port: int | None = None
         self.orders: dict[int, FakeOrder] = {}
         self.requests: list[Recorded] = []
@@ -692,6 +695,8 @@ class FakeClore:
         order.ended_unix = self.api_time()
         self.balances[order.currency] -= self.billed(order.id)
         self.servers[order.server_id]["rented"] = False
+        if self.on_order_end is not None:
+            self.on_order_end(order)
 
     def _set_spot_price(self, body: Any) -> tuple[int, Json]:
         order = self._order_in(body, "order_id")

@@ -492,11 +492,12 @@ def test_a_rental_that_arrives_after_shutdown_is_still_counted(setup: Setup) -> 
     rent = hand.backend.provisioner.rent
 
     def rent_while_shutting_down(
-        job: object, offer: object, cancel: object, *rest: object
+        job: object, offer: object, cancel: object, *rest: object, **kw: object
     ) -> object:
-        hand.backend.shutdown()  # the run is cancelled while this rental is being set up...
+        hand.backend.stop_soon()  # the run is cancelled while this rental is being set up...
+        hand.backend.shutdown()
         never = threading.Event()  # ...past the rental's last look at its cancel
-        return rent(job, offer, never, *rest)  # type: ignore[arg-type]
+        return rent(job, offer, never, *rest, **kw)  # type: ignore[arg-type]
 
     hand.backend.provisioner.rent = rent_while_shutting_down  # type: ignore[method-assign]
     failed = hand.rent()

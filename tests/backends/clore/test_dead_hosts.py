@@ -183,7 +183,7 @@ def test_no_hedge_when_the_budget_holds_one_boot_only_and_it_is_said(market: Mar
     # One 4090 at 2.0-2.1 USD/day with the fee, for 2 + 1 + 2 minutes, plus the 0.1 creation
     # fee: about $0.1045 at worst. Two would pass $0.15.
     pipeline = one_job("    timeout-minutes: 1\n", top="budget: 0.15\n")
-    record, code, said, _ = market.run(pipeline, "run-1")
+    _, code, said, _ = market.run(pipeline, "run-1")
     assert "no hedge for the boot of" in said and "the budget cannot hold" in said
     assert "as a hedge" not in said
     assert code == 0  # the boot gave up, the next host came up

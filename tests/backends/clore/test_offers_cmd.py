@@ -149,7 +149,8 @@ def test_an_unreachable_api_shows_each_wait_and_ends_with_one_line(fake_clore: F
         "Clore API marketplace: connection refused; trying again in N s (try 3 of 3)",
     ]
     assert re.fullmatch(
-        rf"error: cannot reach the Clore API at http://127.0.0.1:{port}/v1: connection refused; "
+        rf"error: Clore API marketplace: cannot reach http://127.0.0.1:{port}/v1: "
+        r"connection refused; "
         r"gave up after \d+ s \(check the network, or CLORE_API_URL\)",
         lines[-1],
     )
