@@ -180,9 +180,10 @@ def test_a_hedge_where_both_hosts_come_up_gives_one_back_and_costs_as_billed(
 def test_no_hedge_when_the_budget_holds_one_boot_only_and_it_is_said(market: Market) -> None:
     fake = market.fake
     fake.never_online = {HOSTS[0]}
-    # One 4090 at 2.0-2.1 USD/day with the fee, for 2 + 1 + 2 minutes, plus the 0.1 creation
-    # fee: about $0.1045 at worst. Two would pass $0.15.
-    pipeline = one_job("    timeout-minutes: 1\n", top="budget: 0.15\n")
+    # One 4090 at 2.0-2.1 USD/day with the fee ($0.0875-0.0919/h) held 9 minutes at worst
+    # (the 6-minute start-up the budget allows, the 1-minute timeout, 2 minutes after it):
+    # $0.013-0.014, no creation fee. One fits $0.02, two do not.
+    pipeline = one_job("    timeout-minutes: 1\n", top="budget: 0.02\n")
     _, code, said, _ = market.run(pipeline, "run-1")
     assert "no hedge for the boot of" in said and "the budget cannot hold" in said
     assert "as a hedge" not in said
