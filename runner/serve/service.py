@@ -264,6 +264,12 @@ class Service:
         or it is settled)."""
         return self._ask(lambda now: self._why_waiting(job_id, now))
 
+    def waiting_for_many(self, job_ids: list[str]) -> dict[str, str | None]:
+        """`waiting_for` of each queued job of a page, in one question to the loop."""
+        if not job_ids:
+            return {}
+        return self._ask(lambda now: {i: self._why_waiting(i, now) for i in job_ids})
+
     def now(self) -> float:
         return self.clock.time()
 
