@@ -98,14 +98,15 @@ def _start(m: Market, caller: str, pipeline: Path, folder: Path) -> _Process:
         sys.executable, "-m", "tests.chaos.entry", "run", str(pipeline), "--backend", "clore",
         "--out", str(folder / "out"), "--ledger", str(folder / "ledger.db"),
     ]  # fmt: skip
-    proc = subprocess.Popen(
-        command,
-        stdout=(folder / "stdout").open("wb"),
-        stderr=(folder / "stderr").open("wb"),
-        stdin=subprocess.DEVNULL,
-        cwd=folder,
-        env=_env(m.url(caller)),
-    )
+    with (folder / "stdout").open("wb") as out, (folder / "stderr").open("wb") as err:
+        proc = subprocess.Popen(
+            command,
+            stdout=out,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
+            cwd=folder,
+            env=_env(m.url(caller)),
+        )
     return _Process(RunResult(caller, command), proc, folder)
 
 
