@@ -312,6 +312,9 @@ class Driver(Generic[C]):
         self._places_held = 0
         self._cancel_at: float | None = None
         self._early: threading.Thread | None = None
+        # What the give-back could not confirm (a cancel refused, an order never found): the
+        # run's reports say it too, and `clore-run cleanup` finishes it.
+        self.give_back_warnings: list[str] = []
 
     # -- any thread ------------------------------------------------------------------------
 
@@ -567,7 +570,11 @@ class Driver(Generic[C]):
         try:
             self.backend.shutdown()
         except CloreRunError as exc:
-            self.options.notice(f"warning: {exc}")
+            # A rental left unconfirmed: said now (once: a cancelled run's give-back runs
+            # twice), and kept for the run's reports.
+            if str(exc) not in self.give_back_warnings:
+                self.give_back_warnings.append(str(exc))
+                self.options.notice(f"warning: {exc}")
         except Exception as exc:
             self.options.notice(f"giving places back failed: {type(exc).__name__}: {exc}")
 

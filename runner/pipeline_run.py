@@ -7,9 +7,10 @@ and returns a record the reports can be written from, interrupted runs included.
 
 from __future__ import annotations
 
-import os
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from runner.attempt import AttemptRunner
@@ -25,49 +26,23 @@ from runner.driver import Driver, DriverOptions, Journal, Journals
 
 
 def new_run_id() -> str:
-    """12 random hex digits, as uuid4().hex[:12] had them (its first six bytes are random),
-    without importing uuid, which loads `platform` for every run."""
-    return os.urandom(6).hex()
+    """12 random hex digits: a run's name in logs, ledgers and reports."""
+    return uuid.uuid4().hex[:12]
 
 
+@dataclass(frozen=True)
 class RunSettings:
-    """Where a run writes and how many jobs it runs at once, and what every job gets.
+    """Where a run writes and how many jobs it runs at once, and what every job gets."""
 
-    A plain class, as this module's other one: a dataclass is made at import, by generated
-    code every `run` paid ~0.5 ms for."""
-
-    __slots__ = (
-        "backoff",
-        "capacity",
-        "durations_s",
-        "extra_env",
-        "out_dir",
-        "run_id",
-        "workspace_files",
-        "workspace_root",
-    )
-
-    def __init__(
-        self,
-        out_dir: Path,
-        capacity: int,
-        workspace_root: Path | None = None,
-        workspace_files: tuple[str, ...] = (),
-        extra_env: Mapping[str, str] | None = None,
-        run_id: str | None = None,
-        backoff: Callable[[int], float] = backoff_s,  # seconds before retry n (tests shorten it)
-        # Seconds each job took before (a baseline run), for rent-ahead where it has no
-        # estimate.
-        durations_s: Mapping[str, float] | None = None,
-    ) -> None:
-        self.out_dir = out_dir
-        self.capacity = capacity
-        self.workspace_root = workspace_root
-        self.workspace_files = workspace_files
-        self.extra_env: Mapping[str, str] = {} if extra_env is None else extra_env
-        self.run_id = new_run_id() if run_id is None else run_id
-        self.backoff = backoff
-        self.durations_s: Mapping[str, float] = {} if durations_s is None else durations_s
+    out_dir: Path
+    capacity: int
+    workspace_root: Path | None = None
+    workspace_files: tuple[str, ...] = ()
+    extra_env: Mapping[str, str] = field(default_factory=dict)
+    run_id: str = field(default_factory=new_run_id)
+    backoff: Callable[[int], float] = backoff_s  # seconds before retry n (tests shorten it)
+    # Seconds each job took before (a baseline run), for rent-ahead where it has no estimate.
+    durations_s: Mapping[str, float] = field(default_factory=dict)
 
 
 _NO_BATCH = nullcontext()  # holds no state: one serves every batch, nested or not
@@ -125,6 +100,9 @@ class PipelineRun:
         self.backend = backend
         self.settings = settings
         self.clock = clock
+        # The run starts now: reading the market (below) can take as long as the API makes it
+        # wait, and the reports' duration must count that.
+        self.started_at = clock.time()
         self.journal = ConsoleJournal(console)
         runner = AttemptRunner(
             backend,
@@ -145,6 +123,7 @@ class PipelineRun:
             settings.durations_s,
         )
         core = PlacingCore(pipeline.jobs, book, backoff=settings.backoff)
+        self.interrupted = False  # a signal came: the run ends as interrupted
         self.driver = Driver(
             core,
             backend,
@@ -160,16 +139,20 @@ class PipelineRun:
         )
 
     def cancel(self, reason: str) -> None:
-        """Ask the run to stop (Ctrl-C, SIGTERM). Safe from a signal handler."""
+        """Ask the run to stop (Ctrl-C, SIGTERM). Safe from a signal handler. Also once the
+        jobs are over: giving the servers back then stops waiting for confirmations."""
+        self.interrupted = True
+        if isinstance(self.backend, RentingBackend):
+            self.backend.stop_soon()
         self.driver.cancel(reason, StopCause.INTERRUPTED)
 
     def run(self, before_give_back: Callable[[RunRecord], None] | None = None) -> RunRecord:
         """`before_give_back` gets the record once every job has ended, before a renting
         backend gives its servers back: a slow API makes that the slow part of a cancel, and
         CI's SIGKILL must not find the run without reports."""
-        started_at = self.clock.time()
+        started_at = self.started_at
         try:
-            self.driver.add(self.pipeline.jobs, {}, started_at)
+            self.driver.add(self.pipeline.jobs, {}, self.clock.time())
             self.driver.run_until_idle(self.pipeline.timeout_s)
         finally:
             self.driver.finish_work()

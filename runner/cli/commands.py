@@ -11,6 +11,8 @@ from runner.cli import (
     cleanup,
     comment,
     doctor,
+    gh_runner,
+    hosts,
     jobs,
     offers,
     plan,
@@ -23,7 +25,21 @@ from runner.cli import (
 from runner.cli.root import app
 from runner.errors import UsageError
 
-for _command in (validate, plan, run, schema, offers, doctor, comment, cleanup, serve, jobs, pool):
+for _command in (
+    validate,
+    plan,
+    run,
+    schema,
+    offers,
+    doctor,
+    comment,
+    cleanup,
+    serve,
+    jobs,
+    pool,
+    hosts,
+    gh_runner,
+):
     _command.register(app)
 
 

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
-from runner.clock import SYSTEM_CLOCK
+from runner.cli.options import CoordinatorOption, LedgerOption
+from runner.core.hosts import HostMemory
 from runner.core.model import GpuAsk
+from runner.errors import CloreRunError
 
 if TYPE_CHECKING:  # the Clore client and models load only when `offers` runs
     from runner.backends.clore.api import CloreClient
@@ -37,9 +38,17 @@ def register(app: typer.Typer, client_factory: ClientFactory | None = None) -> N
         currency: Annotated[str, typer.Option(help="Order currency")] = "CLORE-Blockchain",
         as_json: Annotated[bool, typer.Option("--json", help="JSON instead of a table")] = False,
         limit: Annotated[int, typer.Option(min=1, help="Show at most this many")] = 20,
+        ledger_arg: LedgerOption = None,
+        coordinator: CoordinatorOption = None,
     ) -> None:
-        """List the offers that fit, cheapest per reliable hour first."""
-        from runner.backends.clore.market import CURRENCIES, explain_no_fit, matching_offers
+        """List the offers that fit, cheapest expected cost per reliable hour first; hosts
+        that failed lately (the host history beside the ledger) are skipped, and said so."""
+        from runner.backends.clore.market import (
+            CURRENCIES,
+            explain_no_fit,
+            matching_offers,
+            skipped_ids,
+        )
 
         if currency not in CURRENCIES:
             typer.echo(f"error: --currency must be one of {', '.join(CURRENCIES)}", err=True)
@@ -47,14 +56,43 @@ def register(app: typer.Typer, client_factory: ClientFactory | None = None) -> N
         ask = GpuAsk(
             type=gpu, count=count, min_vram_gb=min_vram, max_usd_per_hour=max_price, spot=spot
         )
+        memory, note = _memory(ledger_arg, coordinator)
         all_offers = _fetch_offers(make_client, currency)
-        shown = matching_offers(all_offers, ask)[:limit]
+        shown = matching_offers(all_offers, ask, memory=memory)[:limit]
+        fitting = {o.server_id for o in matching_offers(all_offers, ask)}
+        skipped = {i: why for i, why in skipped_ids(memory).items() if i in fitting}
         if as_json:
-            typer.echo(json.dumps([o.to_json() for o in shown], indent=2))
-        elif shown:
+            rows = [o.to_json() | {"fail_chance": _chance(memory, o)} for o in shown]
+            rows += [{"server_id": i, "skipped": why} for i, why in sorted(skipped.items())]
+            typer.echo(json.dumps(rows, indent=2))
+            return
+        if shown:
             typer.echo(render_table(shown))
         else:
             typer.echo(explain_no_fit(all_offers, ask, currency), err=True)
+        for server_id, why in sorted(skipped.items()):
+            typer.echo(
+                f"#{server_id}: skipped: {why} (`clore-run hosts --clear --host {server_id}`)"
+            )
+        if note:
+            typer.echo(note, err=True)
+
+
+def _memory(ledger_arg: str | None, coordinator: str | None) -> tuple[HostMemory, str]:
+    """The host history beside the ledger, as `run` would read it (empty if none yet)."""
+    from runner.ledger import DEFAULT_PATH
+    from runner.stores.hosts import hosts_target, read_memory
+    from runner.stores.target import coordinator_from, ledger_target
+
+    try:
+        target = ledger_target(ledger_arg, coordinator_from(coordinator), DEFAULT_PATH)
+    except CloreRunError as exc:
+        _fail(str(exc))
+    return read_memory(hosts_target(target))
+
+
+def _chance(memory: HostMemory, offer: Offer) -> float:
+    return round(memory.fail_chance(str(offer.server_id)), 4)
 
 
 def _client_from_env() -> CloreClient:
@@ -65,58 +103,23 @@ def _client_from_env() -> CloreClient:
 
 def _fetch_offers(make_client: ClientFactory, currency: str) -> list[Offer]:
     from runner.backends.clore import errors as e
+    from runner.backends.clore import waits
     from runner.backends.clore.fees import read_fee_schedule
     from runner.backends.clore.market import offers_from_servers
 
-    started = SYSTEM_CLOCK.now()
     try:
         client = make_client()
-        client.on_retry = _say_retrying(client.retry.max_attempts)
+        waits.on_stderr(client)
         # The market first: when the API cannot be reached, that is the one wait and the one
         # error; the fees have a documented fallback.
         servers = client.marketplace().servers
         # The account's renter fee rates (or the documented ones): every $/h includes them.
         fees = read_fee_schedule(client, currency)
-    except e.MissingApiKeyError as exc:
-        _fail(f"{exc.message}: {exc.hint}")
     except e.InvalidTokenError:
         _fail("the Clore API refused the key in CLORE_API_KEY (code 3: invalid API token)")
-    except e.TransportError as exc:
-        _fail(
-            f"cannot reach the Clore API at {client.base_url}: {short_cause(exc.message)}; "
-            f"gave up after {SYSTEM_CLOCK.now() - started:.0f} s (check the network, or "
-            "CLORE_API_URL)"
-        )
-    except e.CloreApiError as exc:
+    except e.CloreApiError as exc:  # a missing key with how to set one, an unreachable API
         _fail(str(exc))
     return offers_from_servers(servers, currency, fees=fees.rates)
-
-
-def _say_retrying(tries: int) -> Callable[[str, Exception, float, int], None]:
-    def say(endpoint: str, exc: Exception, wait_s: float, next_try: int) -> None:
-        why = short_cause(str(exc)) if type(exc).__name__ == "TransportError" else "it failed"
-        typer.echo(
-            f"Clore API {endpoint}: {why}; trying again in {wait_s:.0f} s "
-            f"(try {next_try} of {tries})",
-            err=True,
-        )
-
-    return say
-
-
-_ERRNO = re.compile(r"\[Errno -?\d+\] ([^'\")\]]+)")
-
-
-def short_cause(message: str) -> str:
-    """The reason inside requests' and urllib3's nested wording, in a few words."""
-    if "timed out" in message or "Timeout" in message:
-        return "no answer (timed out)"
-    found = _ERRNO.search(message)
-    if found:
-        return found.group(1).strip().rstrip(".").lower()
-    if "NameResolution" in message or "resolve" in message:
-        return "the host name does not resolve"
-    return "connection failed"
 
 
 def _fail(message: str) -> NoReturn:

@@ -15,13 +15,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from runner.core.record import Record
-
 HOURS_PER_DAY = 24.0
 SECONDS_PER_HOUR = 3600.0
 SECONDS_PER_DAY = 86400.0
 # "If the renter cancels within 10 minutes, no creation fee is charged" (Clore's host fee guide).
 CREATION_FEE_GRACE_S = 600.0
+# How long a rented server may take from the create to coming online before it is given up,
+# unless a job sets `boot-timeout-minutes`. Most real orders that fail never come online
+# (reference/clore-api.md §8): this bound ends well inside the creation fee's grace, so such a
+# host costs minutes of rental and never the fee. The SSH probe after "online" adds at most
+# about 3 minutes, and the cancel goes out before the 10-minute mark.
+DEFAULT_BOOT_BOUND_S = 360.0
 # The renter's half of the base fee, as documented; the account's own rates replace them.
 DOCUMENTED_ON_DEMAND_FEE_RATE = 0.05
 DOCUMENTED_SPOT_FEE_RATE = 0.0125
@@ -44,8 +48,8 @@ def per_day_from_per_hour(price_per_hour: float) -> float:
     return price_per_hour * HOURS_PER_DAY
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # equality, hash, repr: Record's
-class RenterFeeRates(Record):
+@dataclass(frozen=True)
+class RenterFeeRates:
     """The renter's base fee rates and where they come from ("account": the API's
     `renter_fees` for this key; "documented": Clore's published rates, used when the account's
     could not be read)."""
@@ -102,8 +106,8 @@ def worst_case_usd(
     return with_fee_usd_per_hour * hours + fee_usd
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # equality, hash, repr: Record's
-class BilledCost(Record):
+@dataclass(frozen=True)
+class BilledCost:
     """One order's cost in USD as the wallet loses it, in its parts."""
 
     rental_usd: float  # `spend`: the listed price for the time held

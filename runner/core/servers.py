@@ -25,10 +25,11 @@ import heapq
 import itertools
 import math
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from runner.core import graph, money
 from runner.core.events import SetTimer
+from runner.core.hedge import NO_HEDGE, HedgePolicy
 from runner.core.model import FailureKind, Job
 from runner.core.money import usd_text
 from runner.core.rentals import (
@@ -56,6 +57,7 @@ MAX_OFFERS_PER_ATTEMPT = 5  # hosts tried for one attempt before it fails as pro
 _EPS_S = 1e-6
 _AFTER_TIE_S = 1e-3
 TIMER = "servers"  # the first element of every timer token the book asks for
+HEDGE_AGAIN_S = 30.0  # a late boot rented ahead is looked at again this often, for its job
 
 Key = tuple[int, float, int]
 
@@ -71,10 +73,15 @@ class _Server:
     ready_at: float | None = None  # None: still booting
     job: str | None = None  # the job running on it
     claim: str | None = None  # the job it is meant for next (rented for it, or expected)
-    after: str | None = None  # the job expected to follow `claim` on it
+    # The jobs expected to follow `claim` on it, in order: a chain planned onto one server
+    # rents nothing ahead for its later links.
+    after: list[str] = field(default_factory=list)
     # Won back for this job's retry (a spot order outbid, its bid raised): no other job takes
     # it, and no other decision gives it back, until that retry runs or the job is final.
     kept_for: str | None = None
+    # The job it was rented for, until a job runs on it: that job's, which no other takes
+    # unless the two swap (`ServerBook._may_take`).
+    rented_for: str | None = None
     last_job: str | None = None
     reserved_until: float = 0.0  # the budget holds its cost up to here
     idle_since: float = 0.0  # when its last job ended (or it came up)
@@ -84,7 +91,7 @@ class _Server:
         return self.ready_at is not None and self.job is None
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # never compared or printed: a faster import
+@dataclass(frozen=True)
 class ServerView:
     """A server as the book holds it, for simulators, plans and tests."""
 
@@ -94,9 +101,11 @@ class ServerView:
     booting: bool
     job: str | None
     claim: str | None
+    # The job it was rented for, until a job ran on it: no other job may take it from that one.
+    rented_for: str | None = None
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # never compared or printed: a faster import
+@dataclass(frozen=True)
 class Unplaceable:
     """An attempt the book could not give a server: it ends with `failure`."""
 
@@ -154,6 +163,7 @@ class ServerBook:
         boot: BootTimes | None = None,
         durations_s: Mapping[str, float] | None = None,
         now: float = 0.0,
+        hedge: HedgePolicy = NO_HEDGE,
     ) -> None:
         if cap < 1:
             raise ValueError("cap must be at least 1")
@@ -199,6 +209,10 @@ class ServerBook:
         # Given back, its final figure not heard yet: quote, cost counted (a queue server runs
         # for months: each goes once its ServerReleased settles it).
         self._booked: dict[int, tuple[Quote, float]] = {}
+        # Given back, the release not confirmed yet: server -> host. Its host is not rented
+        # again until it is: a create sent sooner finds the server still rented (Clore's
+        # server-already-rented), and the host would be blamed for our own order.
+        self._releasing: dict[int, str] = {}
         self._spent_usd = 0.0
         self._cancelled = False
         self._look: set[int] = set()  # servers whose keep-or-give-back is to be decided
@@ -216,6 +230,13 @@ class ServerBook:
         self._hold_until = -math.inf  # place and rent nothing before this (serve's holds)
         # A fatal rent failure cancels the run; a queue server holds its starts instead.
         self.stop_on_fatal = True
+        # Hedged boots (runner/core/hedge.py): each boot and its hedge, both ways; the boots
+        # whose hedge timer came due; and why a slow boot got no hedge, (job, words), for the
+        # driver to say.
+        self.hedge = hedge
+        self._pairs: dict[int, int] = {}
+        self._hedge_due: list[int] = []
+        self.hedge_notes: list[tuple[str, str]] = []
         for quote in fixed_hosts:
             server = _Server(next(self._next_server), quote, False, now, ready_at=now)
             self._servers[server.id] = server
@@ -435,6 +456,7 @@ class ServerBook:
         self._dirty = True
         server = self._servers.get(event.server)
         if isinstance(event, ServerReleased):
+            self._releasing.pop(event.server, None)
             self._settle_cost(event)
         elif server is None:
             return  # already given back: a late report
@@ -471,6 +493,8 @@ class ServerBook:
             self._due[token[2]] = None
         elif token[1] == "look" and token[2] in self._servers:
             self._look.add(token[2])
+        elif token[1] == "hedge" and token[2] in self._servers:
+            self._hedge_due.append(token[2])
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -493,7 +517,7 @@ class ServerBook:
 
     def servers(self) -> list[ServerView]:
         return [
-            ServerView(s.id, s.quote, s.rented, s.ready_at is None, s.job, s.claim)
+            ServerView(s.id, s.quote, s.rented, s.ready_at is None, s.job, s.claim, _rented_for(s))
             for s in self._servers.values()
         ]
 
@@ -512,7 +536,7 @@ class ServerBook:
     def idle_servers(self) -> list[ServerView]:
         """The servers up and running nothing."""
         return [
-            ServerView(s.id, s.quote, s.rented, False, None, s.claim)
+            ServerView(s.id, s.quote, s.rented, False, None, s.claim, _rented_for(s))
             for s in sorted(self._idle.values(), key=_by_id)
         ]
 
@@ -540,7 +564,8 @@ class ServerBook:
         return list(self._waiting)
 
     def wait_reason(self, job_id: str) -> str | None:
-        """What a waiting job waits for ("budget", "cap", "boot", "reuse"), if decided."""
+        """What a waiting job waits for ("budget", "cap", "boot", "reuse", "release"), if
+        decided."""
         return self._why.get(job_id) if job_id in self._waiting else None
 
     def server_wait(self, job_id: str) -> str | None:
@@ -556,6 +581,8 @@ class ServerBook:
         if why == "budget":
             daily = " today" if self._day is not None else ""
             return f"waiting for a server: the budget{daily} cannot hold its worst case yet"
+        if why == "release":
+            return "waiting for a server being given back to be released"
         if why == "reuse" or server is not None:
             return "waiting for a server to come free"
         if not self._renting:  # hosts that already exist: one must come free
@@ -597,6 +624,8 @@ class ServerBook:
                 self._place_on_ready_servers(now)
             if not self._cancelled and self._renting and not held_back:
                 self._rent_for_waiting(now)
+                if self._hedge_due:
+                    self._hedge_boots(now)
                 # Each pass can give jobs an expected end, making their dependents due.
                 while self._due:
                     self._rent_ahead(now)
@@ -651,12 +680,13 @@ class ServerBook:
                 continue  # stale: placed, dropped or wanted again since
             seen.append(entry)
             if warm is not None and self._warm_first(warm, entry[0]):
-                placed = self._start(warm, server, now)
+                placed = self._may_take(warm, server) and self._start(warm, server, now)
                 warm = None
-            if not placed and entry[2] in self._waiting and self.fits(server.quote, entry[2]):
-                placed = self._start(entry[2], server, now)
+            job_id = entry[2]
+            if not placed and job_id in self._waiting and self.fits(server.quote, job_id):
+                placed = self._may_take(job_id, server) and self._start(job_id, server, now)
         if not placed and warm is not None:
-            placed = self._start(warm, server, now)
+            placed = self._may_take(warm, server) and self._start(warm, server, now)
         for entry in seen:
             if entry[2] in self._waiting:  # a job placed here is not pushed back, stale
                 heapq.heappush(queue, entry)
@@ -684,9 +714,20 @@ class ServerBook:
     def _key_of(self, job_id: str) -> Key:
         return self._jobs[job_id].key
 
-    def _usable(self, server: _Server, job_id: str) -> bool:
-        """A waiting job fits: it takes this ready server even if another is booting for it."""
-        return job_id in self._waiting and self.fits(server.quote, job_id)
+    def _may_take(self, job_id: str, server: _Server) -> bool:
+        """A job takes a server rented for another only when that one loses nothing by it:
+        the server booting for the taker fits it instead (the two swap). Otherwise the other
+        job would rent a server again, paying a second boot and a second order."""
+        claimant = server.claim
+        if claimant is None or claimant == job_id or server.rented_for != claimant:
+            return True  # otherwise anyone's by rank, as a list schedule
+        own = self._servers.get(self._claims.get(job_id, -1))
+        return (
+            own is not None
+            and own.ready_at is None
+            and own.claim == job_id
+            and self.fits(own.quote, claimant)
+        )
 
     def _start(self, job_id: str, server: _Server, now: float) -> bool:
         want = self._waiting[job_id]
@@ -697,12 +738,18 @@ class ServerBook:
         del self._waiting[job_id]
         if job_id in self._why:
             del self._why[job_id]
-        was_meant = server.claim == job_id
-        if job_id in self._claims:
-            self._unclaim(job_id)
-        if not was_meant and server.claim is not None:
-            self._unclaim(server.claim)  # a better job took it: that one rents again
+        claimant = server.claim
+        if claimant is not None and claimant != job_id and server.rented_for == claimant:
+            self._swap(job_id, claimant, server)
+        else:
+            if job_id in self._claims:
+                self._unclaim(job_id)
+            if claimant is not None and claimant != job_id:
+                self._unclaim(claimant)  # a better job took it: that one plans again
+        server.rented_for = None
         server.job = job_id
+        if self._pairs:
+            self._drop_hedges(job_id, server, now)
         if not server.rented:
             self._fixed_busy += 1
         self._idle.pop(server.id, None)
@@ -787,7 +834,9 @@ class ServerBook:
         job = self._jobs[job_id].job
         quote = self._market.best(job.gpu, self._excluded | self._hosts_held())
         if quote is None:
-            if not self._any_fitting_held(job_id):
+            if self._freed_soon(job_id):
+                self._why.setdefault(job_id, "release")  # short of money first, if it is
+            elif not self._any_fitting_held(job_id):
                 self._none_left(job_id, want)
             return
         hold_s = self.boot.allowance_s + want.timeout_s + AFTER_SCRIPT_S
@@ -863,10 +912,94 @@ class ServerBook:
         self, job_id: str, quote: Quote, until: float, cost: float, now: float, ahead: bool
     ) -> None:
         server = _Server(next(self._next_server), quote, True, now, reserved_until=until)
+        server.rented_for = job_id
         self._servers[server.id] = server
         self._rented[server.id] = server
         self._claim(job_id, server)
         self._out.append(RentServer(server.id, quote, job_id, cost, ahead))
+        self._hedge_timer(server)
+
+    # -- hedging slow boots (when: runner/core/hedge.py) ----------------------------------
+
+    def _hedge_timer(self, server: _Server) -> None:
+        """Look at this boot again when it has run long enough to be hedged."""
+        if self.hedge.enabled:
+            at = server.since + self._hedge_after(server)
+            self._out.append(SetTimer(at, (TIMER, "hedge", server.id)))
+
+    def _hedge_after(self, server: _Server) -> float:
+        q = server.quote
+        expected = q.boot_s if q.boot_s is not None else self.boot.expected_s
+        return self.hedge.after_s(expected, q.fail_chance or 0.0, self.boot.allowance_s)
+
+    def _hedge_boots(self, now: float) -> None:
+        """Each boot due and still booting for a waiting job gets a second fitting host, if
+        the policy, the cap and the budget allow; a slow boot that gets none says why."""
+        due, self._hedge_due = self._hedge_due, []
+        for server_id in due:
+            server = self._servers.get(server_id)
+            if server is None or server.ready_at is not None or server.claim is None:
+                continue  # up, given back, or meant for no job now
+            if now + _EPS_S < server.since + self._hedge_after(server):
+                continue  # not late (a timer of an earlier plan): its own timer comes
+            want = self._waiting.get(server.claim)
+            if want is None or server_id in self._pairs:
+                # Rented ahead, its job not ready yet; or hedged already, and the hedge may
+                # fail first: look again in a while.
+                self._out.append(SetTimer(now + HEDGE_AGAIN_S, (TIMER, "hedge", server_id)))
+                continue
+            self._hedge(server, server.claim, want, now)
+
+    def _hedge(self, server: _Server, job_id: str, want: _Known, now: float) -> None:
+        why = self.hedge.may_hedge(len(self._servers), self.cap)
+        quote = None
+        if why is None:
+            quote = self._market.best(want.job.gpu, self._excluded | self._hosts_held())
+            why = "no other host fits" if quote is None else None
+        hold_s = self.boot.allowance_s + want.timeout_s + AFTER_SCRIPT_S
+        cost = rental_cost_usd(quote.usd_per_hour, hold_s, quote.creation_fee_usd) if quote else 0
+        if quote is not None and self._over_budget(cost, now) > 0:
+            why = f"the budget cannot hold a second boot's worst case ({usd_text(cost)})"
+        if why is not None or quote is None:
+            late = now - server.since
+            said = f"no hedge for the boot of {_label(server.quote)} ({late:.0f} s so far): {why}"
+            self.hedge_notes.append((job_id, said))
+            return
+        hedge = _Server(next(self._next_server), quote, True, now, reserved_until=now + hold_s)
+        hedge.claim = job_id  # meant for the job, as its boot is; the job's claim stays there
+        self._servers[hedge.id] = self._rented[hedge.id] = hedge
+        self._pairs[hedge.id], self._pairs[server.id] = server.id, hedge.id
+        self._out.append(RentServer(hedge.id, quote, job_id, cost, hedge_of=server.id))
+        self._hedge_timer(hedge)
+
+    def _hedge_won(self, server: _Server, now: float) -> None:
+        """One of a hedged pair answers SSH: the other, still booting, goes back at once."""
+        other = self._servers.get(self._pairs.get(server.id, -1))
+        if other is not None and other.ready_at is None and other.job is None:
+            self._release(other, now, f"hedge: {_label(server.quote)} answered SSH first")
+        else:
+            self._unpair(server)
+
+    def _drop_hedges(self, job_id: str, started_on: _Server, now: float) -> None:
+        """The job started: a boot still meant for it (its hedge, or a boot the job did not
+        wait for) goes back at once."""
+        for server_id in list(self._pairs):
+            server = self._servers.get(server_id)
+            if server is not None and server.claim == job_id and server.ready_at is None:
+                self._release(server, now, f"hedge: {job_id} started on {_label(started_on.quote)}")
+
+    def _unpair(self, server: _Server) -> None:
+        """`server` leaves its pair (given back, failed): the job it was meant for is the
+        other's from now on, so its going takes nothing from the job."""
+        other_id = self._pairs.pop(server.id, None)
+        if other_id is None:
+            return
+        self._pairs.pop(other_id, None)
+        other = self._servers.get(other_id)
+        job_id = server.claim
+        if other is not None and job_id is not None and other.claim == job_id:
+            self._claims[job_id] = other_id
+            server.claim = None
 
     # -- renting ahead ---------------------------------------------------------------------
 
@@ -897,10 +1030,11 @@ class ServerBook:
         for server in self._servers.values():
             if not self.fits(server.quote, job_id):
                 continue
-            if server.claim is None:
+            last = server.after[-1] if server.after else server.claim
+            if last is None:
                 ahead_of_it = server.job
-            elif server.after is None and self._end_of(server.claim) < math.inf:
-                ahead_of_it = server.claim
+            elif self._end_of(last) < math.inf:
+                ahead_of_it = last
             else:
                 continue
             if ahead_of_it is not None:
@@ -910,12 +1044,14 @@ class ServerBook:
                 worst_free = server.since + self.boot.allowance_s
             else:
                 free_by = worst_free = now
-            if free_by > eta + _EPS_S:
+            # Waiting for a held server is right unless a server rented now would be up
+            # sooner: renting ahead is for a job that would otherwise wait for a boot.
+            if free_by > max(eta, now + self.boot.expected_s) + _EPS_S:
                 continue
             if server.claim is None:
                 self._claim(job_id, server)
             else:
-                server.after = job_id
+                server.after.append(job_id)
                 self._claims[job_id] = server.id
             self._plan_end(job_id, max(eta, free_by), worst_free, now)
             return True
@@ -1011,9 +1147,22 @@ class ServerBook:
         server.claim = job_id
         self._claims[job_id] = server.id
 
+    def _swap(self, job_id: str, claimant: str, server: _Server) -> None:
+        """`job_id` takes `server`, rented for `claimant`, which takes the server booting
+        for `job_id` in its place (`_may_take` said that one fits it)."""
+        own = self._servers[self._claims.pop(job_id)]
+        # Each job's followers go where it runs: their planned starts stay as they were.
+        own.after, server.after = server.after, own.after
+        own.claim = own.rented_for = claimant
+        for moved in (claimant, *own.after):
+            self._claims[moved] = own.id
+        for moved in server.after:
+            self._claims[moved] = server.id
+        server.claim = server.after.pop(0) if server.after else None
+
     def _keep_for(self, job_id: str, server: _Server) -> None:
         """Hold `server` for the job's retry: jobs expected on it go elsewhere."""
-        for other in (server.after, server.claim):
+        for other in (*server.after, server.claim):
             if other is not None and other != job_id:
                 self._unclaim(other)
         self._claim(job_id, server)
@@ -1026,10 +1175,10 @@ class ServerBook:
         if server.kept_for == job_id:
             server.kept_for = None
         if server.claim == job_id:
-            server.claim, server.after = server.after, None
+            server.claim = server.after.pop(0) if server.after else None
             self._look.add(server.id)
-        elif server.after == job_id:
-            server.after = None
+        elif job_id in server.after:
+            server.after.remove(job_id)
 
     # -- giving back -----------------------------------------------------------------------
 
@@ -1117,19 +1266,34 @@ class ServerBook:
         self._rented.pop(server.id, None)
 
     def _release(self, server: _Server, now: float, reason: str) -> None:
+        self._unpair(server)
         self._forget(server)
-        for job_id in (server.claim, server.after):
+        for job_id in (server.claim, *server.after):
             if job_id is not None:
                 self._claims.pop(job_id, None)
         cost = self._cost_so_far(server, now) if server.rented else 0.0
         self._booked[server.id] = (server.quote, cost)
+        if server.rented:
+            self._releasing[server.id] = server.quote.host
         self._spent_usd += cost
         self._due.update(self._starved)
         self._starved.clear()
         self._out.append(ReleaseServer(server.id, reason, server.rented))
 
     def _hosts_held(self) -> set[str]:
-        return {s.quote.host for s in self._servers.values()}
+        held = {s.quote.host for s in self._servers.values()}
+        if self._releasing:
+            held.update(self._releasing.values())
+        return held
+
+    def _freed_soon(self, job_id: str) -> bool:
+        """Is the offer the job would rent on a host whose release is being confirmed? Then
+        it waits for that instead of failing for want of an offer."""
+        if not self._releasing:
+            return False
+        held = {s.quote.host for s in self._servers.values()}
+        quote = self._market.best(self._jobs[job_id].job.gpu, self._excluded | held)
+        return quote is not None and quote.host in self._releasing.values()
 
     def _any_fitting_held(self, job_id: str) -> bool:
         return any(self.fits(s.quote, job_id) for s in self._servers.values())
@@ -1142,14 +1306,17 @@ class ServerBook:
             self._idle[server.id] = server
         self.boot = self.boot.with_sample(now - server.since)
         self._look.add(server.id)
+        if server.id in self._pairs:
+            self._hedge_won(server, now)
 
     def _rent_failed(self, server: _Server, event: RentFailed, now: float) -> None:
+        self._unpair(server)
         self._forget(server)
         if not (event.job_cannot_run or event.fatal or event.requote):  # the host's own fault
             self._exclude(server.quote.host, now)
         self._spent_usd += event.cost_usd  # the adapter's own figure: nothing to settle later
         job_id = server.claim
-        for meant in (server.claim, server.after):
+        for meant in (server.claim, *server.after):
             if meant is not None:
                 self._claims.pop(meant, None)
         if event.fatal:  # every rent would fail the same way: rent nothing more, now
@@ -1221,6 +1388,10 @@ def _held_needs(job: Job, fresh: Mapping[str, Job]) -> tuple[str, ...]:
         if need not in fresh:
             return tuple(n for n in job.needs if n in fresh)
     return job.needs
+
+
+def _rented_for(server: _Server) -> str | None:
+    return server.rented_for if server.rented_for == server.claim else None
 
 
 def _by_id(server: _Server) -> int:

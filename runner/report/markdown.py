@@ -29,6 +29,10 @@ _ICONS = {
 }
 _CELL_LIMIT = 200
 _BACKTICKS = re.compile(r"`{3,}")
+# What changes inline Markdown in a cell: code spans, emphasis, links and images, strikethrough,
+# the escape itself and the cell's end (`!` needs a `[`, which is escaped).
+_INLINE = re.compile(r"([\\`*_\[\]~|])")
+_MENTION = re.compile(r"([@#])(?=\w)")  # GitHub links @user and #123 even when escaped
 _FENCE = re.compile(r"^\s{0,3}(`{3,}|~{3,})")
 MAX_FAILED_TESTS = 100  # listed; the rest are in junit.xml
 MAX_FAILED_LOGS = 20
@@ -116,10 +120,20 @@ def _jobs_table(s: Mapping[str, Any], cmp: Any) -> str:
 
 
 def _failed_tests(s: Mapping[str, Any]) -> str:
-    failed = [(j, t) for j in s["jobs"] for t in j["failed_tests"]]
+    """'Failed tests', then those of jobs whose failure `continue-on-error` allows: they did
+    not fail the run, and a reader must not take them for what did."""
+    failing = [j for j in s["jobs"] if not j["allowed_failure"]]
+    allowed = [j for j in s["jobs"] if j["allowed_failure"]]
+    return _tests_list(failing, "Failed tests") + _tests_list(
+        allowed, "Allowed to fail (continue-on-error)"
+    )
+
+
+def _tests_list(jobs: list[Mapping[str, Any]], title: str) -> str:
+    failed = [(j, t) for j in jobs for t in j["failed_tests"]]
     if not failed:
         return ""
-    lines = ["\n### Failed tests\n\n"]
+    lines = [f"\n### {title}\n\n"]
     for j, t in failed[:MAX_FAILED_TESTS]:
         mark = "💥" if t["kind"] == "error" else "❌"
         if t["scope"] == "job":
@@ -188,11 +202,14 @@ def summary_gantt(summary: Mapping[str, Any], timeline: Timeline | None = None) 
 
 
 def cell(value: object, limit: int = _CELL_LIMIT) -> str:
-    """Text safe inside a Markdown table cell or list item: one line, no table or HTML breakers."""
+    """Our own text (job and pipeline names, labels) as it reads, inside a Markdown table cell
+    or list item: one line; no code span, emphasis, link, strikethrough, entity, HTML or table
+    break of its own; @mentions and #references not linked."""
     text = " ".join(str(value).split())  # newlines would end the table row
     if len(text) > limit:
         text = text[: limit - 1] + "…"
-    return text.replace("\\", "\\\\").replace("|", "\\|").replace("<", "&lt;")
+    text = _INLINE.sub(r"\\\1", text).replace("&", "&amp;").replace("<", "&lt;")
+    return _MENTION.sub("\\1\u200b", text) if "@" in text or "#" in text else text
 
 
 def html_text(value: object, limit: int = _CELL_LIMIT) -> str:

@@ -42,6 +42,8 @@ from typing import TypeVar
 
 from runner.attempt import AttemptRunner
 from runner.backends.base import Backend, Place
+from runner.backends.local_orphans import ENV_NAME
+from runner.backends.spec import Reconcile
 from runner.clock import SYSTEM_CLOCK, Clock
 from runner.core.events import AttemptEnded, CancelJob, Event, HoldStarts
 from runner.core.model import Attempt, FailureKind, Job, JobResult, Provisioning
@@ -60,7 +62,6 @@ from runner.serve.fleet import (
     waiting_elsewhere,
 )
 from runner.serve.kept_journal import KeptJournal
-from runner.serve.orphans import ENV_NAME
 from runner.serve.queue_reads import OpenAttempt, Unsettled
 from runner.serve.queue_store import QueueStore, shared
 from runner.serve.quiet_console import QuietConsole
@@ -75,10 +76,6 @@ SHUTDOWN_GRACE_S = 5.0  # running attempts get this long to stop and report at s
 REPLY_TIMEOUT_S = 10.0  # an API call waiting on the loop gives up (503) after this
 MUST_STOP_HOLD_S = 60.0  # the backend said nothing can run (key refused): pause starts
 MAX_WAIT_S = 3600.0  # the loop re-reads the clock at least this often (a far timer would overflow)
-
-# Called once at start with the tokens of dead instances that left attempts open; answers a
-# note for the lost attempts ("its processes were killed at restart").
-Reconcile = Callable[[set[str]], str]
 
 
 @dataclass

@@ -361,6 +361,9 @@ class FakeClore:
         self.market_lag_s = 0.0
         self._caller = ""
         self.on_container_stop: Callable[[FakeOrder], None] | None = None
+        # Called (under the fake's lock: it must not call the fake) when an order ends for
+        # any reason: what stopping its container means to a test (kill what runs "there").
+        self.on_order_end: Callable[[FakeOrder], None] | None = None
         self._no_sshd_port: int | None = None
         self.orders: dict[int, FakeOrder] = {}
         self.requests: list[Recorded] = []
@@ -442,11 +445,21 @@ class FakeClore:
         return [o for o in self.orders.values() if o.live]
 
     def add_order(
-        self, server_id: int, *, age_s: float, currency: str = "USD-Blockchain", image: str = "old"
+        self,
+        server_id: int,
+        *,
+        age_s: float,
+        currency: str = "USD-Blockchain",
+        image: str = "old",
+        tag: int | None = None,
     ) -> int:
-        """An order that already exists (created `age_s` ago), e.g. a leftover of a dead run."""
+        """An order that already exists (created `age_s` ago), e.g. a leftover of a dead run.
+        `tag`: the HTTP port its create asked for (what clore-run's creates carry as proof)."""
+        body: Json = {"currency": currency, "image": image}
+        if tag is not None:
+            body["ports"] = {"22": "tcp", str(tag): "http"}
         with self._lock:
-            order = self._new_order(server_id, {"currency": currency, "image": image}, False)
+            order = self._new_order(server_id, body, False)
             order.created_unix -= age_s
             return order.id
 
@@ -750,6 +763,8 @@ class FakeClore:
         order.ended_unix = self.api_time()
         self.balances[order.currency] -= self.billed(order.id)
         self.servers[order.server_id]["rented"] = False
+        if self.on_order_end is not None:
+            self.on_order_end(order)
 
     def _set_spot_price(self, body: Any) -> tuple[int, Json]:
         order = self._order_in(body, "order_id")
@@ -802,6 +817,9 @@ class FakeClore:
             "cuda_version": server.get("cuda_version"),
             "gpu_array": server.get("gpu_array", []),
         }
+        http = [p for p, kind in order.ports.items() if kind == "http"]
+        if http:  # the container port of the order's one HTTP port, a string (the capture's)
+            reply["http_port"] = http[0]
         if reply["online"]:
             # Connection fields exist only once the order is up (absent before: tolerated).
             reply["pub_cluster"] = [self.ssh_host]

@@ -8,8 +8,10 @@ import stat
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import pytest
+
 from runner.report import write_reports
-from runner.report.mermaid import gantt
+from runner.report.mermaid import MAX_TASKS, gantt
 from runner.report.timeline import AttemptRecord, build_timeline, records_from_summary
 from runner.report.timeline_svg import render_svg
 from tests.report.records import mixed_record
@@ -61,8 +63,8 @@ def test_mermaid_has_one_running_task_per_attempt_and_setup_apart(tmp_path: Path
     assert setup["name"] == "build" and setup["tags"] == ["done"]
     assert setup["end"] == run["start"] and int(run["start"]) - int(setup["start"]) == 20_000
     by_name = {t["name"]: t for t in chart["running"]}
-    assert by_name["unit fast attempt 1 (failed, retried)"]["tags"] == ["crit", "done"]
-    assert by_name["unit fast attempt 2"]["tags"] == []
+    assert by_name["unit | fast attempt 1 (failed, retried)"]["tags"] == ["crit", "done"]
+    assert by_name["unit | fast attempt 2"]["tags"] == []
     assert by_name["test (RTX 4090) attempt 2 (failed)"]["tags"] == ["crit"]
     assert by_name["bench (timed out)"]["tags"] == ["crit"]
 
@@ -74,15 +76,69 @@ def test_summary_md_carries_the_chart(tmp_path: Path) -> None:
     assert parse_gantt(block)["running"]
 
 
-def test_names_cannot_break_the_chart_or_the_svg() -> None:
-    nasty = 'x: y; z #1 %% <b>&"\n`'
-    records = [AttemptRecord("j", nasty, 1, 100.0, 110.0, 101.0, "test_failure")]
-    chart = gantt(build_timeline(records), nasty)
-    tasks = parse_gantt(chart)
-    assert all(":" not in str(t["name"]) for ts in tasks.values() for t in ts)
-    svg = render_svg(build_timeline(records), nasty)
+def _decoded(text: str) -> str:
+    """What Mermaid shows for a text: its entity codes (#58;) as the characters."""
+    return re.sub(r"#(\d+);", lambda m: chr(int(m.group(1))), text)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        'x: y; z #1 %% <b>&"`',
+        "title of a job",
+        "section 2",
+        "2026-12-01 nightly",
+        "click me",
+        "%%{init: {}}%%",
+        "```",
+        "ﬂ°°58¶ß",
+        "Größe 🚀 [x](y) *a* _b_ |c|",
+    ],
+)
+def test_names_keep_their_text_and_cannot_break_the_chart_or_the_svg(name: str) -> None:
+    records = [AttemptRecord("j", name, 1, 100.0, 110.0, 101.0, None)]
+    chart = gantt(build_timeline(records), name)
+    tasks = parse_gantt(chart)  # every line a statement it knows: nothing read as syntax
+    (task,) = tasks["running"]
+    assert _decoded(str(task["name"])) == name
+    title = chart.splitlines()[1].removeprefix("    title ")
+    assert _decoded(title) == name
+    # What gantt's lexer reads as syntax is left only inside entity codes, and no text starts
+    # with a word its lexer takes for a statement.
+    for text in (title, str(task["name"])):
+        assert not re.search(r"[:;%`\n]", re.sub(r"#\d+;", "", text)), text
+        assert not re.match(r"(?i)title|section|click|\d{4}-", text), text
+    svg = render_svg(build_timeline(records), name)
     root = ET.fromstring(svg)  # well-formed: the name is escaped
-    assert nasty.split("\n")[0] in "".join(root.itertext())
+    assert name in "".join(root.itertext())
+
+
+def test_a_name_with_a_newline_is_one_line() -> None:
+    records = [AttemptRecord("j", "a\nsection b", 1, 100.0, 110.0, 101.0, None)]
+    tasks = parse_gantt(gantt(build_timeline(records), "t"))
+    assert [_decoded(str(t["name"])) for t in tasks["running"]] == ["a section b"]
+
+
+def test_past_200_bars_the_title_says_so_and_no_empty_section_is_left() -> None:
+    records = [
+        AttemptRecord(f"j{i}", f"j{i}", 1, 100.0 + i, 110.0 + i, None, None) for i in range(250)
+    ]
+    chart = gantt(build_timeline(records), "big")
+    tasks = parse_gantt(chart)
+    assert list(tasks) == ["running"] and len(tasks["running"]) == MAX_TASKS
+    assert all(tasks.values())  # a section without tasks is never drawn
+    title = _decoded(chart.splitlines()[1])
+    assert title == "    title big (the first 200 of 250 bars; summary.json has them all)"
+
+
+@pytest.mark.parametrize(
+    ("seconds", "axis"), [(0.4, "%H:%M:%S.%L"), (9.0, "%H:%M:%S.%L"), (60.0, "%H:%M:%S")]
+)
+def test_a_short_run_has_milliseconds_on_its_axis(seconds: float, axis: str) -> None:
+    """Ticks less than a second apart would all read the same second."""
+    records = [AttemptRecord("j", "j", 1, 100.0, 100.0 + seconds, None, None)]
+    chart = gantt(build_timeline(records), "t")
+    assert f"    axisFormat {axis}" in chart.splitlines()
 
 
 def test_an_attempt_that_never_got_a_place_is_all_setup() -> None:

@@ -32,8 +32,9 @@ from runner.backends.clore.models import (
     SpotMarket,
     Wallet,
 )
-from runner.backends.clore.ownership import Claim, CreateJournal, OffsetMeter, find_ours
+from runner.backends.clore.ownership import Claim, CreateJournal, OffsetMeter, find_ours, new_tag
 from runner.backends.clore.ratelimit import DEFAULT_LIMITER, RateLimiter
+from runner.untrusted import console_line
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +104,9 @@ class OrderRequest:
     ssh_key: str | None = None
     command: str | None = None
     autossh_entrypoint: bool = True
+    # This create's tag: asked for as the order's HTTP port, which `my_orders` echoes as
+    # `http_port`, the proof that the order is this create's (see ownership).
+    tag: int = field(default_factory=new_tag)
 
     def __post_init__(self) -> None:
         # An `&` in an env value reproducibly gets HTTP 500 / code 1 (G-gv): refuse it up front.
@@ -116,7 +120,7 @@ class OrderRequest:
             "type": "spot" if self.spot_price_per_day is not None else "on-demand",
             "currency": self.currency,
             "image": self.image,
-            "ports": dict(self.ports),
+            "ports": {**self.ports, str(self.tag): "http"},
         }
         if self.spot_price_per_day is not None:
             body["spotprice"] = self.spot_price_per_day
@@ -154,6 +158,9 @@ class CloreClient:
         # Told before each retried read waits (endpoint, error, wait, next try's number), so an
         # interactive command can say why nothing shows yet.
         self.on_retry: Callable[[str, e.CloreApiError, float, int], None] | None = None
+        # Told when a read that could have been retried is given up (endpoint, error, seconds
+        # spent on it), so a command can say so once, and a run's reports can too.
+        self.on_give_up: Callable[[str, e.CloreApiError, float], None] | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **kwargs: Any) -> CloreClient:
@@ -221,12 +228,16 @@ class CloreClient:
             retry_if=lambda x: isinstance(x, e.RateLimitedError),
         )
 
-    def cancel_order(self, order_id: int, issue: str | None = None) -> None:
-        """Cancel an order. The order may stay listed briefly: confirm with `my_orders`."""
+    def cancel_order(
+        self, order_id: int, issue: str | None = None, abort: threading.Event | None = None
+    ) -> None:
+        """Cancel an order. The order may stay listed briefly: confirm with `my_orders`.
+        `abort` set gives up the retries' waits (RequestAborted): a run stopped by a signal
+        does not spend CI's grace retrying an API that refuses."""
         body: Json = {"id": order_id}
         if issue:
             body["issue"] = issue
-        self._read("POST", "cancel_order", body=body)
+        self._read("POST", "cancel_order", body=body, abort=abort)
 
     def create_order(
         self,
@@ -250,7 +261,7 @@ class CloreClient:
         def mark_sent() -> None:
             sent.append(self.limiter.clock.time())
             if journal is not None:
-                journal.sent(sent[0], self.clock_offset.current())
+                journal.sent(sent[0], self.clock_offset.current(), request.tag)
 
         try:
             self._create_once_admitted(request, abort, mark_sent)
@@ -301,6 +312,7 @@ class CloreClient:
             sent_unix_s=sent_unix_s,
             answered_unix_s=answered,
             offset=self.clock_offset.current(),
+            tag=request.tag,
             image=request.image,
             currency=request.currency,
             spot=spot,
@@ -367,6 +379,7 @@ class CloreClient:
         params: Mapping[str, str] | None = None,
         body: Json | None = None,
         retry_if: Callable[[e.CloreApiError], bool] | None = None,
+        abort: threading.Event | None = None,
     ) -> Json:
         """A call that may be repeated: retried while `retry_if` (default: retryable) holds."""
         should_retry = retry_if or (lambda x: x.retryable)
@@ -374,15 +387,20 @@ class CloreClient:
         started = clock.now()
         for attempt in range(self.retry.max_attempts):
             try:
-                return self._call(method, endpoint, params=params, body=body)
+                # The first send is never given up: only the waits before retries are.
+                wait_on = abort if attempt else None
+                return self._call(method, endpoint, params=params, body=body, abort=wait_on)
             except e.CloreApiError as exc:
                 delay = self.retry.delay_s(attempt, exc, self._rng)
                 last = attempt + 1 >= self.retry.max_attempts
-                if (
-                    not should_retry(exc)
-                    or last
-                    or clock.now() - started + delay > (self.retry.max_total_s)
-                ):
+                if not should_retry(exc):
+                    raise
+                if last or clock.now() - started + delay > self.retry.max_total_s:
+                    spent_s = clock.now() - started
+                    if attempt > 0:  # it was waited for: say how long
+                        exc.message += f"; gave up after {spent_s:.0f} s"
+                    if self.on_give_up is not None:
+                        self.on_give_up(endpoint, exc, spent_s)
                     raise
                 log.info("clore %s: %s; retrying in %.1f s", endpoint, exc.message, delay)
                 if self.on_retry is not None:
@@ -429,10 +447,18 @@ class CloreClient:
         return reply
 
     def _transport_error(self, endpoint: str, exc: requests.RequestException) -> e.TransportError:
-        kind = "timed out" if isinstance(exc, requests.Timeout) else "connection failed"
-        detail = self._key.redact(str(exc))[:300]
+        """The failure in words (a person reads it); requests' nested text goes to the debug
+        log only."""
+        from runner.transport_words import cause_in_words
+
+        log.debug("clore %s: %s", endpoint, self._key.redact(str(exc))[:500])
         return e.TransportError(
-            f"Clore API {endpoint}: {kind} ({type(exc).__name__}: {detail})", endpoint=endpoint
+            self._key.redact(
+                f"Clore API {endpoint}: cannot reach {self.base_url}: {cause_in_words(exc)}"
+            ),
+            endpoint=endpoint,
+            cause=cause_in_words(exc),
+            hint="check the network, or CLORE_API_URL",
         )
 
     def _parse(self, endpoint: str, response: requests.Response) -> Json:
@@ -441,7 +467,7 @@ class CloreClient:
         except ValueError:
             data = None
         if not isinstance(data, dict):
-            snippet = " ".join(response.text.split())[:200]
+            snippet = console_line(" ".join(response.text.split())[:200])
             raise e.NonJsonReplyError(
                 f"Clore API {endpoint}: HTTP {response.status_code} with a non-JSON reply: "
                 f"{self._key.redact(snippet)!r}",
@@ -472,7 +498,8 @@ def map_error(
     if code == 6:
         text = redact(str(reply.get("error", "")))
         app_cls = e.ERROR_STRINGS.get(text, e.ApplicationError)
-        msg = f"Clore API {endpoint}: {text or 'application error'} (code 6)"
+        # The API's own words: text from a machine we do not control, shown as one safe line.
+        msg = f"Clore API {endpoint}: {console_line(text) or 'application error'} (code 6)"
         return app_cls(msg, error=text, hint=e.HINTS.get(app_cls, ""), **common)
     if code == 5 or (code is None and http_status == 429):
         return e.RateLimitedError(

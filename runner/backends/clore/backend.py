@@ -60,6 +60,11 @@ _ANY_GPU = GpuAsk()
 # What the core plans rent-ahead with until the run has measured its own create -> SSH-ready
 # times: a Clore server takes minutes (image pull, boot, sshd).
 DEFAULT_BOOT_S = 180.0
+# A rent being set up, once cancelled, ends within this: its create answered and its order
+# found (or not), its cancel sent and confirmed. A run that ended waits that long for it; a run
+# being stopped by a signal waits only its short confirm bound, the cancel sent if the order
+# is known, and leaves the rest to `clore-run cleanup`.
+SETUP_ENDS_WITHIN_S = 180.0
 
 
 @dataclass
@@ -91,6 +96,9 @@ class CloreBackend:
     _held: dict[int, _Held] = field(default_factory=dict)  # rental id -> server
     _rentals_of: dict[int, int] = field(default_factory=dict)
     _setting_up: dict[int, threading.Event] = field(default_factory=dict)
+    _booting: dict[int, Rental] = field(default_factory=dict)  # server -> its rental, once known
+    # Servers the core gave back while their rent was under way: what each rent came to.
+    _given_back_booting: dict[int, ServerEvent | None] = field(default_factory=dict)
     _skipped: dict[str, list[str]] = field(default_factory=dict)
     # Guards the maps above (rents, releases and attempts run on threads of their own); the
     # shutdown waits on it for the rentals being set up.
@@ -257,6 +265,11 @@ class CloreBackend:
         with self._lock:
             return self._held.get(int(place.facts.get("rental_id", "-1")))
 
+    def stop_soon(self) -> None:
+        """The run is being stopped (a signal): every wait of the give-back is cut to what
+        fits in CI's grace, the cancels sent first."""
+        self.provisioner.hurry.set()
+
     def shutdown(self) -> None:
         """Give back everything held, all orders cancelled first and then confirmed together.
         Idempotent: the driver calls it as soon as a run is cancelled, and again at the end."""
@@ -264,24 +277,26 @@ class CloreBackend:
             self._closing = True
             for cancel in self._setting_up.values():
                 cancel.set()  # each cancels its own order, if it made one
-            setting_up = bool(self._setting_up)
+            booting = list(self._booting.values())
             held = list(self._held.values())
             self._held.clear()
             self._rentals_of.clear()
-            # Jobs still running or rentals being set up: the run was stopped (a signal, say),
-            # and everything must be cancelled within GitHub's grace, so confirming is cut
-            # short and the rest left to the cleanup step. A run that ended confirms in full.
-            stopped = setting_up or any(h.job is not None for h in held)
+            # Jobs still running: the run was stopped (a signal, say), and everything must be
+            # cancelled within GitHub's grace, so confirming is cut short and the rest left to
+            # the cleanup step. A run that ended confirms in full.
+            stopped = self.provisioner.hurry.is_set() or any(h.job is not None for h in held)
             for h in held:
                 if h.job is not None and h.place is not None:
                     # Its attempt_done() will find the server gone: settle the attempt's
                     # share now, so the run does not price it again (the rest is idle).
                     h.place.facts["cost_usd"] = f"{self._bill(h.rental):.6f}"
+        for rental in booting:  # an order already known is cancelled now, not when its rent
+            self.provisioner.send_cancel(rental)  # notices: that may be after SIGKILL
         options = self.provisioner.options
         within_s = options.shutdown_confirm_within_s if stopped else None
         if held:
             self._give_back_idle(held, within_s)
-        self._wait_for_setups(within_s if within_s is not None else options.confirm_within_s)
+        self._wait_for_setups(options.shutdown_confirm_within_s if stopped else SETUP_ENDS_WITHIN_S)
         self.provisioner.close_pool()
         self._check_ledger()
 
@@ -343,11 +358,15 @@ class CloreBackend:
         if closing:
             report(RentFailed(cmd.server, "the run is shutting down"))
             return
+        event: ServerEvent | None = None
         try:
             event = self._rent_for_core(cmd, job, cancel, stages)
         finally:
             with self._lock:
                 self._setting_up.pop(cmd.server, None)
+                self._booting.pop(cmd.server, None)
+                if cmd.server in self._given_back_booting:
+                    self._given_back_booting[cmd.server] = event
                 self._lock.notify_all()
         if isinstance(event, RentFailed) and not event.fatal and not event.requote:
             self._skipped.setdefault(job.id, []).append(event.reason)
@@ -373,7 +392,9 @@ class CloreBackend:
                     requote=True,
                 )
             stages.stage("renting", _offer_label(offer), hourly)
-            rental = self.provisioner.rent(job, offer, cancel, stages)
+            rental = self.provisioner.rent(
+                job, offer, cancel, stages, track=lambda r: self._track(cmd.server, r)
+            )
         except RunMustStop as exc:
             return RentFailed(cmd.server, exc.message, self._wasted_usd(), fatal=True)
         except JobCannotRun as exc:  # a budget pool refused it: no host would do
@@ -392,6 +413,11 @@ class CloreBackend:
             cost = final if final is not None else billed
             return RentFailed(cmd.server, "the run is shutting down", cost)
         return ServerReady(cmd.server)
+
+    def _track(self, server: int, rental: Rental) -> None:
+        with self._lock:
+            if server in self._setting_up:
+                self._booting[server] = rental
 
     def _wasted_usd(self) -> float:
         """What orders cancelled before they served a job cost: the run's, as idle time."""
@@ -441,10 +467,13 @@ class CloreBackend:
             return held is None or held.rental.lost
 
     def release_server(self, server: int, reason: str, report: ServerReport) -> None:
+        booted = self._stop_rent(server)
         with self._lock:
             held = self._held.pop(self._rentals_of.pop(server, -1), None)
         if held is None:
-            report(ServerReleased(server))
+            # Given back while booting: its rent cancelled its own order, and cost this.
+            cost = booted.cost_usd if isinstance(booted, RentFailed) else None
+            report(ServerReleased(server, cost))
             return
         final = self._give_back_idle([held]).get(held.rental.rental_id)
         # The API's figure; without one (no `spend` in its reply), what this order was billed
@@ -452,13 +481,36 @@ class CloreBackend:
         billed = float(held.rental.facts.get("billed_usd", 0))
         report(ServerReleased(server, final if final is not None else billed))
 
+    def _stop_rent(self, server: int) -> ServerEvent | None:
+        """A server given back while its rent is under way: the rent is cancelled (its order
+        too, at once, if known) and waited for, so that ServerReleased means the order is
+        gone and says what it cost. Its outcome (None: it was not being rented)."""
+        with self._lock:
+            cancel = self._setting_up.get(server)
+            if cancel is None:
+                return None
+            cancel.set()
+            rental = self._booting.get(server)
+            self._given_back_booting[server] = None
+        if rental is not None:
+            self.provisioner.send_cancel(rental)
+        with self._lock:
+            while server in self._setting_up:
+                self._lock.wait()
+            return self._given_back_booting.pop(server)
+
     def _wait_for_setups(self, within_s: float) -> None:
         """Rentals still being set up cancel their own orders: wait (a while) for them, so
         that the ledger check after this sees them gone."""
         # Real seconds: the rentals' threads run on them, whatever clock the run is on.
         deadline = time.monotonic() + within_s
+        hurried = False
         with self._lock:
             while self._setting_up and time.monotonic() < deadline:
+                if not hurried and self.provisioner.hurry.is_set():  # a signal meanwhile
+                    hurried = True
+                    limit = time.monotonic() + self.provisioner.options.shutdown_confirm_within_s
+                    deadline = min(deadline, limit)
                 self._lock.wait(timeout=0.05)
 
 

@@ -20,7 +20,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from runner.backends.clore.models import MarketServer
-from runner.core import money
+from runner.core import hosts, money
+from runner.core.hosts import HostMemory
 from runner.core.model import GpuAsk
 
 HOURS_PER_DAY = money.HOURS_PER_DAY
@@ -244,18 +245,56 @@ def rank_key(offer: Offer, spot: bool = False) -> tuple[float, float, float, int
     return (price / max(reliability, RELIABILITY_FLOOR), price, -reliability, offer.server_id)
 
 
+def expected_rank_key(
+    offer: Offer, spot: bool, memory: HostMemory, given_up_after_s: float
+) -> tuple[float, float, float, int]:
+    """`rank_key` with the host history in: the price per reliable hour becomes the expected
+    cost per reliable hour, the price plus the host's chance of a failed boot (its record
+    weighed against the market's) times what such a boot costs (the wait at its price, and
+    the creation fee if the wait passes the grace). What a person would pick knowing the
+    history: a host that failed half its boots loses to a slightly dearer one that never did."""
+    price = offer.usd_per_hour(spot)
+    reliability = offer.reliability or 0.0
+    if price is None:
+        return (math.inf, math.inf, -reliability, offer.server_id)
+    fee_usd = money.FALLBACK_CREATION_FEE_USD
+    chance = memory.fail_chance(str(offer.server_id))
+    expected = hosts.expected_usd_per_hour(price, fee_usd, chance, given_up_after_s)
+    return (expected / max(reliability, RELIABILITY_FLOOR), price, -reliability, offer.server_id)
+
+
+def skipped_ids(memory: HostMemory | None) -> dict[int, str]:
+    """Server ids the history says to skip now, with why."""
+    if memory is None:
+        return {}
+    return {int(h): why for h, why in memory.skipped().items() if h.isdigit()}
+
+
 def matching_offers(
-    offers: Iterable[Offer], ask: GpuAsk, excluded: Collection[int] = ()
+    offers: Iterable[Offer],
+    ask: GpuAsk,
+    excluded: Collection[int] = (),
+    memory: HostMemory | None = None,
+    given_up_after_s: float = money.DEFAULT_BOOT_BOUND_S,
 ) -> list[Offer]:
-    """The offers that fit `ask`, best first (see `rank_key`)."""
+    """The offers that fit `ask`, best first (see `rank_key`). With the host `memory`: hosts
+    it says to skip are left out, and the rest rank by expected cost (`expected_rank_key`)."""
+    skip = skipped_ids(memory)
+    if skip:
+        excluded = {*excluded, *skip}
     fitting = [o for o in offers if not misses(o, ask, excluded)]
-    return sorted(fitting, key=lambda o: rank_key(o, ask.spot))
+    if memory is None:
+        return sorted(fitting, key=lambda o: rank_key(o, ask.spot))
+    return sorted(fitting, key=lambda o: expected_rank_key(o, ask.spot, memory, given_up_after_s))
 
 
 def best_offer(
-    offers: Iterable[Offer], ask: GpuAsk, excluded: Collection[int] = ()
+    offers: Iterable[Offer],
+    ask: GpuAsk,
+    excluded: Collection[int] = (),
+    memory: HostMemory | None = None,
 ) -> Offer | None:
-    ranked = matching_offers(offers, ask, excluded)
+    ranked = matching_offers(offers, ask, excluded, memory)
     return ranked[0] if ranked else None
 
 

@@ -5,13 +5,21 @@ Real replies carry more fields than any client knows and omit some that others a
 `tcp_ports` as a dict. So: unknown fields are ignored, everything but identifiers is optional, and
 validators accept the odd shapes seen in the wild. Prices here are exactly what the API sends:
 PER DAY in the native currency. Conversion to USD per hour lives in `market.py` only.
+
+Every string here is written by whoever lists a server or runs the API: it is made one safe
+console line (`untrusted.console_line`, as `run` treats a server's output) as it is parsed, so
+that no command or output channel can print a host's newline, control sequence or workflow
+command. Host names, which must stay usable to connect, are kept only when they look like one.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
+
+from runner.untrusted import console_line
 
 
 class _Reply(BaseModel):
@@ -29,11 +37,30 @@ def _flatten_strings(value: Any) -> list[str]:
     return [str(value).strip()]
 
 
+def _one_line(value: str) -> str:
+    return console_line(value).strip()
+
+
+def _lines(value: Any) -> list[str]:
+    """Listed names (GPUs, coins), each one safe line."""
+    return [_one_line(s) for s in _flatten_strings(value)]
+
+
+# A DNS name or an IP address (v6 in brackets or not): nothing a terminal or the runner reads.
+_HOST = re.compile(r"[A-Za-z0-9.:\[\]_-]{1,253}")
+
+
+def _hosts(value: Any) -> list[str]:
+    """`pub_cluster`: host names to connect to; anything else is dropped, not repaired (a
+    repaired name would connect somewhere else)."""
+    return [s for s in _flatten_strings(value) if _HOST.fullmatch(s)]
+
+
 def _as_text(value: Any) -> str | None:
-    """`cuda_version` arrives as "13.0" or as 12.2; keep the text."""
+    """`cuda_version` arrives as "13.0" or as 12.2; keep the text, as one safe line."""
     if value is None or value == "":
         return None
-    return str(value).strip()
+    return _one_line(str(value)) or None
 
 
 def _to_float(value: Any) -> float | None:
@@ -50,7 +77,7 @@ def _price_map(value: Any) -> dict[str, float]:
     """`{"bitcoin": 4.4e-05, "CLORE-Blockchain": null}` → the numeric entries only."""
     if not isinstance(value, dict):
         return {}
-    parsed = {str(k): _to_float(v) for k, v in value.items()}
+    parsed = {_one_line(str(k)): _to_float(v) for k, v in value.items()}
     return {k: v for k, v in parsed.items() if v is not None}
 
 
@@ -71,7 +98,9 @@ def _as_bool(value: Any) -> bool:
 Flag = Annotated[bool, BeforeValidator(_as_bool)]
 Num = Annotated[float | None, BeforeValidator(_to_float)]
 Text = Annotated[str | None, BeforeValidator(_as_text)]
-Strings = Annotated[list[str], BeforeValidator(_flatten_strings)]
+Strings = Annotated[list[str], BeforeValidator(_lines)]
+Hosts = Annotated[list[str], BeforeValidator(_hosts)]
+Name = Annotated[str, AfterValidator(_one_line)]
 PriceMap = Annotated[dict[str, float], BeforeValidator(_price_map)]
 Ports = Annotated[list[str], BeforeValidator(_port_list)]
 
@@ -145,7 +174,7 @@ class Order(_Reply):
     online: Flag = False
     spot: Flag = False
     expired: Flag = False
-    pub_cluster: Strings = Field(default_factory=list)
+    pub_cluster: Hosts = Field(default_factory=list)
     tcp_ports: Ports = Field(default_factory=list)  # ["22:1972"]: container:public
     http_port: Text = None
     http_pub: Text = None
@@ -176,7 +205,7 @@ class Order(_Reply):
 
 
 class Wallet(_Reply):
-    name: str
+    name: Name
     deposit: Text = None
     balance: Num = None  # in the wallet's own unit; null for legacy wallets
     withdrawal_fee: Num = None

@@ -491,11 +491,12 @@ def test_a_rental_that_arrives_after_shutdown_is_still_counted(setup: Setup) -> 
     rent = hand.backend.provisioner.rent
 
     def rent_while_shutting_down(
-        job: object, offer: object, cancel: object, *rest: object
+        job: object, offer: object, cancel: object, *rest: object, **kw: object
     ) -> object:
-        hand.backend.shutdown()  # the run is cancelled while this rental is being set up...
+        hand.backend.stop_soon()  # the run is cancelled while this rental is being set up...
+        hand.backend.shutdown()
         never = threading.Event()  # ...past the rental's last look at its cancel
-        return rent(job, offer, never, *rest)  # type: ignore[arg-type]
+        return rent(job, offer, never, *rest, **kw)  # type: ignore[arg-type]
 
     hand.backend.provisioner.rent = rent_while_shutting_down  # type: ignore[method-assign]
     failed = hand.rent()
@@ -763,3 +764,25 @@ def test_a_ready_jobs_rent_shows_its_stages_on_the_console(setup: Setup) -> None
         "connecting",
     ], lines
     assert stages.index("connecting") < stages.index("started"), lines
+
+
+def test_a_spot_job_leaves_the_server_rented_for_an_on_demand_job_alone(setup: Setup) -> None:
+    """The issue's two-job pipeline: `a` (any RTX, spot) must not start on the 4090 rented for
+    `b` (on demand), which would make `b` rent a second one; each order runs its own job."""
+    setup.fake.online_after_s = 5.0
+    pipeline = parse_pipeline(
+        "currency: CLORE-Blockchain\njobs:\n"
+        "  a: {run: 'true', gpu: {type: RTX, spot: true}}\n"
+        "  b: {run: 'true', gpu: {type: RTX 4090}}\n",
+        "p.yml",
+        {},
+    )
+    record, code, ledger = setup.run(pipeline)
+    assert code == 0, record.results
+    orders = {r.job_id: r.attempts[-1].facts["order_id"] for r in record.results}
+    assert len(setup.fake.orders) == 2 and len(set(orders.values())) == 2, orders
+    assert setup.fake.orders[int(orders["a"])].spot
+    assert not setup.fake.orders[int(orders["b"])].spot
+    assert all(r.state == "released" for r in ledger.rentals("run-1"))
+    theirs = fake_cost_usd(setup.fake)
+    assert abs(record.total_cost_usd - theirs) <= 0.01 * theirs, (record.total_cost_usd, theirs)

@@ -231,3 +231,21 @@ def test_spot_bid_property(floor: float, rate: float, cap: float, rivals: list[f
         assert bid >= floor
         assert all(bid > r for r in rivals if r > 0)
         assert per_hour(bid * rate) <= cap * (1 + 1e-9)
+
+
+def test_expected_cost_ranks_a_host_that_fails_its_boots_behind_a_dearer_sound_one() -> None:
+    from runner.backends.clore.market import expected_rank_key, matching_offers
+    from runner.core.hosts import HostEvent, HostMemory
+
+    base = offer(99173)
+    cheap = dataclasses.replace(base, server_id=1, on_demand_usd_per_hour=0.50, reliability=1.0)
+    sound = dataclasses.replace(base, server_id=2, on_demand_usd_per_hour=0.55, reliability=1.0)
+    failing = [HostEvent("1", k, t) for t, k in enumerate(["never_up", "never_up", "up"])]
+    booted = [HostEvent("2", "up", t, 60.0) for t in range(3)]
+    memory = HostMemory.of(failing + booted, now=1e9)
+    ask = GpuAsk()
+    assert [o.server_id for o in matching_offers([cheap, sound], ask)] == [1, 2]
+    # Given up after 15 minutes (a user's bound past the grace): the fee and the wait count.
+    ranked = matching_offers([cheap, sound], ask, memory=memory, given_up_after_s=900)
+    assert [o.server_id for o in ranked] == [2, 1]
+    assert expected_rank_key(cheap, False, HostMemory(), 900)[1] == 0.50

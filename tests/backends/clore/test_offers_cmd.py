@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import time
+from pathlib import Path
 
 import pytest
 import typer
@@ -12,6 +14,8 @@ from typer.testing import CliRunner
 from runner.backends.clore.api import CloreClient, RetryPolicy
 from runner.backends.clore.ratelimit import RateLimiter
 from runner.cli.offers import register
+from runner.core.hosts import HostEvent
+from runner.stores.hosts import hosts_target, open_hosts
 from tests.fakes.clore_api import API_KEY, FakeClore, Faults
 from tests.sshd_fixture import free_port
 
@@ -145,9 +149,44 @@ def test_an_unreachable_api_shows_each_wait_and_ends_with_one_line(fake_clore: F
         "Clore API marketplace: connection refused; trying again in N s (try 3 of 3)",
     ]
     assert re.fullmatch(
-        rf"error: cannot reach the Clore API at http://127.0.0.1:{port}/v1: connection refused; "
+        rf"error: Clore API marketplace: cannot reach http://127.0.0.1:{port}/v1: "
+        r"connection refused; "
         r"gave up after \d+ s \(check the network, or CLORE_API_URL\)",
         lines[-1],
     )
     assert "Max retries" not in result.output and "renter_fees" not in result.output
     assert result.stdout == ""
+
+
+def test_a_host_that_failed_lately_is_skipped_and_said_so(
+    fake_clore: FakeClore, tmp_path: Path
+) -> None:
+    ledger = tmp_path / "state" / "ledger.db"
+    with open_hosts(hosts_target(ledger)) as history:
+        history.record(HostEvent("88028", "never_up", time.time() - 2 * 3600))
+    args = ["offers", "--gpu", "3090", "--ledger", str(ledger)]
+    result = runner.invoke(app_for(fake_clore), args)
+    assert result.exit_code == 0, result.output
+    _header, *rows = result.stdout.splitlines()
+    assert [r.split()[0] for r in rows] == ["100201", "#88028:"]
+    assert rows[-1].startswith("#88028: skipped: never booted 2 h ago")
+    as_json = json.loads(runner.invoke(app_for(fake_clore), [*args, "--json"]).stdout)
+    assert as_json[-1] == {"server_id": 88028, "skipped": "never booted 2 h ago"}
+
+
+def test_offers_say_each_hosts_chance_of_a_failed_boot(
+    fake_clore: FakeClore, tmp_path: Path
+) -> None:
+    """100504 failed 3 boots of 4 (the last one came up, so it is not skipped): its chance is
+    over a half, the others take the market's."""
+    ledger = tmp_path / "ledger.db"
+    now = time.time()
+    with open_hosts(hosts_target(ledger)) as history:
+        for n, kind in enumerate(("never_up", "never_up", "never_up", "up")):
+            history.record(HostEvent("100504", kind, now - 40 * 3600 + n, 60.0))  # type: ignore[arg-type]
+    args = ["offers", "--json", "--currency", "USD-Blockchain", "--ledger", str(ledger)]
+    listed = json.loads(runner.invoke(app_for(fake_clore), args).stdout)
+    chance = {o["server_id"]: o["fail_chance"] for o in listed}
+    market = (3 + 0.3 * 2) / (4 + 2)
+    assert chance[100504] == pytest.approx((3 + market * 2) / 6)
+    assert chance[88028] == pytest.approx(market)
