@@ -188,7 +188,10 @@ def play(scenario: Scenario, m: Market, folder: Path) -> list[RunResult]:
         _finish(m, done, max(1.0, started + RUN_BOUND_S - time.monotonic()))
         if scenario.faults_end_with_run:
             m.heal()
-        if done.result.signalled == "SIGKILL" or scenario.race or scenario.cleanup:
+        # The action's always-run step: after a kill, in a race (the other run's orders must
+        # survive it), and whenever the run ended with an order of its own still live.
+        left_live = bool(done.result.live_at_exit)
+        if done.result.signalled == "SIGKILL" or scenario.race or scenario.cleanup or left_live:
             _cleanup(m, done)
         left.remove(done)
     return [p.result for p in procs]
