@@ -24,10 +24,12 @@ What it models:
 - its rate limits (1 request/s, 1 create/5 s): a faster request gets 429 + code 5 and is listed
   in `violations`;
 - injected faults (`fail_next`), e.g. HTTP 500 + code 1 that still created the order;
-- hosts that misbehave (for the randomized fault suite, tests/chaos/): `never_online` servers
-  whose orders are listed but never come up, `sshd_late_s` whose sshd answers that long after
-  the order is online, `preempt_after_s` whose spot orders the server side ends (preemption) or
-  outbids that long after creation (`tick()` applies them; every request does too);
+- hosts that fail as real ones do: `never_online` servers, `no_sshd` servers; and hosts
+  slower or quicker to boot than the rest (`online_after_s_by_server`);
+- hosts that misbehave later (for the randomized fault suite, tests/chaos/): `sshd_late_s`
+  whose sshd answers that long after the order is online, `preempt_after_s` whose spot orders
+  the server side ends (preemption) or outbids that long after creation (`tick()` applies
+  them; every request does too);
 - a slow API: `reply_delay_s` per endpoint (the request is served, the answer leaves late), and
   a cached marketplace: `market_lag_s` (a server rented that recently is still shown free);
 - callers: a client whose URL is `url_for_caller(NAME)` (a path prefix before /v1) is recorded as
@@ -333,6 +335,12 @@ class FakeClore:
         # The API's clock minus the client's: its `ct` stamps and its `Date` header use it.
         self.api_clock_ahead_s = 0.0
         self.cancel_lag_s = 0.0  # a cancelled order stays listed as live this long
+        # Hosts that fail the way real ones most often do (reference §8): orders on
+        # `never_online` servers never come online; orders on `no_sshd` servers come online
+        # with port 22 mapped where nothing answers.
+        self.never_online: set[int] = set()
+        self.no_sshd: set[int] = set()
+        self.online_after_s_by_server: dict[int, float] = {}  # else `online_after_s`
         # The renter's share of the base fee (a fraction) and the creation fee (native), by
         # order type and currency, as `renter_fees` answers them.
         self.renter_fee_rates: dict[str, dict[str, float]] = {
@@ -347,7 +355,6 @@ class FakeClore:
         self.raise_max_step: float | None = None  # raising is unrestricted in the reference
         self.after_create: Callable[[FakeOrder], None] | None = None
         # Misbehaving hosts, by server id (see the module's doc).
-        self.never_online: set[int] = set()
         self.sshd_late_s: dict[int, float] = {}
         self.preempt_after_s: dict[int, tuple[float, str]] = {}  # (seconds, "end" | "outbid")
         self.preempted: set[int] = set()  # orders `tick` has preempted or outbid
@@ -526,6 +533,8 @@ class FakeClore:
         return order.ended_unix is None or now_unix < order.ended_unix + self.cancel_lag_s
 
     def runs_sshd(self, order: FakeOrder) -> bool:
+        if order.server_id in self.no_sshd:
+            return False
         return order.image.startswith("cloreai/") or order.autossh
 
     @property
@@ -807,7 +816,9 @@ class FakeClore:
             "si": order.server_id,
             "mon_container": 0,
             "online": self.listed_live(order, now)
-            and now >= order.created_unix + self.online_after_s
+            and now
+            >= order.created_unix
+            + self.online_after_s_by_server.get(order.server_id, self.online_after_s)
             and order.server_id not in self.never_online
             and not self.outbid(order),
             "spot": order.spot,
@@ -825,8 +836,9 @@ class FakeClore:
             reply["pub_cluster"] = [self.ssh_host]
             own = self.port_for(order) if self.port_for is not None else None
             port = own or self.ssh_port or 1000 + order.id % 50000
-            late = self.sshd_late_s.get(order.server_id, 0.0)
-            if not self.runs_sshd(order) or now < order.created_unix + self.online_after_s + late:
+            late = self.sshd_late_s.get(order.server_id)
+            boot = self.online_after_s_by_server.get(order.server_id, self.online_after_s)
+            if not self.runs_sshd(order) or (late and now < order.created_unix + boot + late):
                 port = self.no_sshd_port  # mapped all the same, but nothing answers there
             tcp = sorted((p for p, kind in order.ports.items() if kind == "tcp"), key=_ssh_first)
             reply["tcp_ports"] = [f"{p}:{port + i}" for i, p in enumerate(tcp)]
