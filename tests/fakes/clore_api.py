@@ -23,7 +23,9 @@ What it models:
   not_enough_balance, too_low_price, spot lowering rules, invalid token (code 3);
 - its rate limits (1 request/s, 1 create/5 s): a faster request gets 429 + code 5 and is listed
   in `violations`;
-- injected faults (`fail_next`), e.g. HTTP 500 + code 1 that still created the order.
+- injected faults (`fail_next`), e.g. HTTP 500 + code 1 that still created the order;
+- hosts that fail as real ones do: `never_online` servers, `no_sshd` servers; and hosts
+  slower or quicker to boot than the rest (`online_after_s_by_server`).
 
 Time is a `FakeClock` (tests/fakes/fake_clock.py) shared with the client under test, so nothing
 waits real seconds.
@@ -321,6 +323,12 @@ class FakeClore:
         # The API's clock minus the client's: its `ct` stamps and its `Date` header use it.
         self.api_clock_ahead_s = 0.0
         self.cancel_lag_s = 0.0  # a cancelled order stays listed as live this long
+        # Hosts that fail the way real ones most often do (reference §8): orders on
+        # `never_online` servers never come online; orders on `no_sshd` servers come online
+        # with port 22 mapped where nothing answers.
+        self.never_online: set[int] = set()
+        self.no_sshd: set[int] = set()
+        self.online_after_s_by_server: dict[int, float] = {}  # else `online_after_s`
         # The renter's share of the base fee (a fraction) and the creation fee (native), by
         # order type and currency, as `renter_fees` answers them.
         self.renter_fee_rates: dict[str, dict[str, float]] = {
@@ -465,6 +473,8 @@ class FakeClore:
         return order.ended_unix is None or now_unix < order.ended_unix + self.cancel_lag_s
 
     def runs_sshd(self, order: FakeOrder) -> bool:
+        if order.server_id in self.no_sshd:
+            return False
         return order.image.startswith("cloreai/") or order.autossh
 
     @property
@@ -729,7 +739,10 @@ class FakeClore:
             "si": order.server_id,
             "mon_container": 0,
             "online": self.listed_live(order, now)
-            and now >= order.created_unix + self.online_after_s
+            and now
+            >= order.created_unix
+            + self.online_after_s_by_server.get(order.server_id, self.online_after_s)
+            and order.server_id not in self.never_online
             and not self.outbid(order),
             "spot": order.spot,
             "rating": server.get("rating", {"avg": 0, "cnt": 0}),

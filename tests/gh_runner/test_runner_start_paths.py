@@ -7,6 +7,7 @@ import pytest
 
 from tests.fakes.clore_api import Faults
 from tests.fakes.github_runners import fake_github as fake_github
+from tests.fakes.github_runners import github_server as github_server
 from tests.gh_runner.harness import Host, scan_for
 from tests.gh_runner.harness import host as host
 
