@@ -37,6 +37,7 @@ from runner.core.ranks import Key, Ranked, raise_ranks
 from runner.core.rentals import (
     BootTimes,
     CoreCommand,
+    JobNote,
     Market,
     NoMarket,
     Provisioning,
@@ -59,7 +60,9 @@ MAX_OFFERS_PER_ATTEMPT = 5  # hosts tried for one attempt before it fails as pro
 _EPS_S = 1e-6
 _AFTER_TIE_S = 1e-3
 TIMER = "servers"  # the first element of every timer token the book asks for
-HEDGE_AGAIN_S = 30.0  # a late boot rented ahead is looked at again this often, for its job
+# A late boot that cannot be hedged yet (its job not ready, or its hedge still booting) is
+# looked at again this often: a hedge that fails leaves a boot to hedge again at once.
+HEDGE_AGAIN_S = 10.0
 
 
 @dataclass(slots=True)  # slots: its fields are read on every decision
@@ -224,13 +227,11 @@ class ServerBook:
         self._hold_until = -math.inf  # place and rent nothing before this (serve's holds)
         # A fatal rent failure cancels the run; a queue server holds its starts instead.
         self.stop_on_fatal = True
-        # Hedged boots (runner/core/hedge.py): each boot and its hedge, both ways; the boots
-        # whose hedge timer came due; and why a slow boot got no hedge, (job, words), for the
-        # driver to say.
+        # Hedged boots (runner/core/hedge.py): each boot and its hedge, both ways, and the
+        # boots whose hedge timer came due.
         self.hedge = hedge
         self._pairs: dict[int, int] = {}
         self._hedge_due: list[int] = []
-        self.hedge_notes: list[tuple[str, str]] = []
         for quote in fixed_hosts:
             server = _Server(next(self._next_server), quote, False, now, ready_at=now)
             self._servers[server.id] = server
@@ -893,7 +894,10 @@ class ServerBook:
     def _hedge_after(self, server: _Server) -> float:
         q = server.quote
         expected = q.boot_s if q.boot_s is not None else self.boot.expected_s
-        return self.hedge.after_s(expected, q.fail_chance or 0.0, self.boot.allowance_s)
+        record = self._jobs.get(server.claim or "")
+        own = record.job.boot_timeout_s if record is not None else None  # the job's own bound
+        bound_s = own if own is not None else self.boot.allowance_s
+        return self.hedge.after_s(expected, q.fail_chance or 0.0, bound_s)
 
     def _hedge_boots(self, now: float) -> None:
         """Each boot due and still booting for a waiting job gets a second fitting host, if
@@ -926,7 +930,7 @@ class ServerBook:
         if why is not None or quote is None:
             late = now - server.since
             said = f"no hedge for the boot of {_label(server.quote)} ({late:.0f} s so far): {why}"
-            self.hedge_notes.append((job_id, said))
+            self._out.append(JobNote(job_id, said))
             return
         hedge = _Server(next(self._next_server), quote, True, now)
         self.budget.reserve(hedge.id, quote, now, now + hold_s)
@@ -934,6 +938,9 @@ class ServerBook:
         self._servers[hedge.id] = self._rented[hedge.id] = hedge
         self._pairs[hedge.id], self._pairs[server.id] = server.id, hedge.id
         self._out.append(RentServer(hedge.id, quote, job_id, cost, hedge_of=server.id))
+        slow = f"the boot of {_label(server.quote)} runs late ({now - server.since:.0f} s)"
+        said = f"{slow}: renting {_label(quote)} beside it; the first to answer SSH runs it"
+        self._out.append(JobNote(job_id, said))
         self._hedge_timer(hedge)
 
     def _hedge_won(self, server: _Server, now: float) -> None:
@@ -964,6 +971,7 @@ class ServerBook:
         if other is not None and job_id is not None and other.claim == job_id:
             self._claims[job_id] = other_id
             server.claim = None
+            self._hedge_due.append(other_id)  # alone now: hedged at once if it runs late
 
     # -- renting ahead ---------------------------------------------------------------------
 
