@@ -28,11 +28,11 @@ from runner.core.model import WORKSPACE_ALL, Job, Pipeline, RunRecord, RunStatus
 from runner.core.retry import backoff_s
 from runner.errors import UsageError
 from runner.pipeline_run import PipelineRun, RunSettings, new_run_id
-from runner.report import ReportPaths, github_actions, write_reports
+from runner.report import REPORT_FILES, ReportPaths, github_actions, write_reports
 from runner.spec.diagnostics import Diagnostic, SpecError, did_you_mean
 from runner.workspace import Workspace, workspace_files
 
-_OUTPUTS = ("logs", "artifacts", "junit.xml", "summary.json", "summary.md")
+_OUTPUTS = ("logs", "artifacts", *REPORT_FILES)
 LOCK_NAME = ".clore-run.lock"  # in every output folder clore-run wrote: it is ours
 EXIT_CODES = {
     RunStatus.PASSED: 0,
