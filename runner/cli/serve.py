@@ -226,15 +226,21 @@ def _located(pipeline: Path, exc: ClientError) -> str:
     return "\n".join(lines)
 
 
+def status_word(job: dict[str, Any]) -> str:
+    """`failed (allowed)` for a failure `continue-on-error` lets pass, as `run` says it."""
+    return f"{job['status']} (allowed)" if job.get("allowed_failure") else str(job["status"])
+
+
 def _job_text(job: dict[str, Any]) -> str:
     lines = [
-        f"{job['id']}: {job['status']}" + (f" ({job['reason']})" if job.get("reason") else ""),
+        f"{job['id']}: {status_word(job)}" + (f" ({job['reason']})" if job.get("reason") else ""),
         f"  name: {job['name']}  priority: {job['priority']}  cost: ${job['cost_usd']:.4f}",
     ]
     if job.get("waiting_for"):
         lines.append(f"  waiting for: {job['waiting_for']}")
     for a in job.get("attempt_list", []):
-        verdict = a["failure"] or ("passed" if a["finished_at"] else "running")
+        verdict = str(a["failure"] or ("passed" if a["finished_at"] else "running"))
+        verdict = verdict.replace("_", " ")  # `test failure`, not the enum's `test_failure`
         detail = f": {a['message']}" if a.get("message") else ""
         lines.append(f"  attempt {a['number']} on {a['server'] or '-'}: {verdict}{detail}")
     return "\n".join(lines)

@@ -100,6 +100,10 @@ def _billed(
     rental: RunnerRental, order: Order, kind: Kind, clock: Clock, ended_unix: float
 ) -> Released:
     lived_s = max(0.0, min(ended_unix, clock.time()) - rental.created_unix)
+    if kind == "ended" and order.spend is not None and order.price:
+        # It ended before us, when we cannot tell: on-demand `spend` is the price for the time
+        # held, so it says how long (the creation fee hangs on that), if shorter than the cap.
+        lived_s = min(lived_s, order.spend / order.price * 86400.0)
     if order.spend is not None:
         cost = bill.billed_cost(
             order.spend, rental.usd_per_unit, rental.fee_rate, rental.creation_fee_native, lived_s

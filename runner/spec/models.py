@@ -90,9 +90,9 @@ class JobSettings(StrictModel):
         gt=0,
         le=MAX_MINUTES,
         alias="boot-timeout-minutes",
-        description="A rented server's longest wait from the order to online (default 15); "
-        "part of the budget's worst case. Under 10: a server that never comes up is given back "
-        "before Clore charges its creation fee.",
+        description="A rented server's longest wait from the order to online (default 6: a "
+        "server that never comes up is given back before Clore charges its creation fee at 10); "
+        "part of the budget's worst case.",
     )
     retries: int | None = Field(None, ge=0, le=20, description="Extra attempts after a failure.")
     gpu: GpuSpec | None = None

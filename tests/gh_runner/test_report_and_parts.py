@@ -204,8 +204,11 @@ def test_release_answers_for_each_state_of_the_order(
     assert gone.kind == "not-listed" and gone.settled
     rental = _fake_order(fake_clore, _rental())
     fake_clore.end_order(rental.order_id)
+    fake_clock.advance(1000.0)  # stop comes long after, past the 10-minute cap
     ended = release(client, rental, fake_clock)
     assert ended.kind == "ended" and ended.cost is not None and ended.settled
+    assert abs(ended.lived_s - fake_clore.lived_s(rental.order_id)) < 1.0  # from its spend
+    assert ended.cost.creation_fee_usd == 0.0  # it lived 2 minutes, not the cap's 10
     live = _fake_order(fake_clore, _rental())
     fake_clore.fail_next("my_orders", Faults.INVALID_TOKEN)
     broken = release(client, live, fake_clock)

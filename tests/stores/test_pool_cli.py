@@ -128,6 +128,13 @@ def test_cleanup_right_after_kill_9_reaps_a_holder_of_this_host_at_once(
     [lease] = PostgresPools(pg_url).live_leases()  # not expired: ttl 30 s
     assert (lease.holder, lease.unsettled) == ("run-dead", 2)
     assert len(market.live_orders()) == 2
+    dry = ["cleanup", "--coordinator", pg_url, "--dry-run"]
+    looked = CliRunner().invoke(cleanup_app(market), dry)
+    assert looked.exit_code == 0, looked.output
+    assert "run-dead (pool org) holds 2 server(s); its process is gone: would reap it at once" in (
+        looked.output
+    )
+    assert len(market.live_orders()) == 2 and market.calls("cancel_order") == []
     result = CliRunner().invoke(cleanup_app(market), ["cleanup", "--coordinator", pg_url])
     assert result.exit_code == 0, result.output
     assert "reaped run-dead (pool org): 2 rental(s) reconciled" in result.output
@@ -170,3 +177,20 @@ def test_a_live_looking_lease_is_reported_or_waited_for_never_nothing_to_reap(
     assert re.search(r"waiting \d s for run-elsewhere to expire", waited.output)
     assert "reaped run-elsewhere (pool org): 1 rental(s) reconciled" in waited.output
     assert market.live_orders() == []
+
+
+def test_a_holder_running_on_this_host_is_left_alone(pg_url: str, market: FakeClore) -> None:
+    """Its process is alive, with the start time its lease recorded: it gives its servers
+    back itself, so cleanup leaves them, says so, and has nothing to fail on."""
+    PostgresPools(pg_url).create("org", 10.0, per_day=False, max_servers=4)
+    holder = _holder(pg_url, market, "run-alive", [FIRST_SERVER])
+    try:
+        holder.expect("holding")
+        result = CliRunner().invoke(cleanup_app(market), ["cleanup", "--coordinator", pg_url])
+    finally:
+        holder.stop()
+    assert result.exit_code == 0, result.output
+    assert f"left alone: run-alive (pool org) is running (pid {holder.proc.pid} on " in (
+        result.output
+    )
+    assert len(market.live_orders()) == 1 and market.calls("cancel_order") == []

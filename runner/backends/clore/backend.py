@@ -30,6 +30,8 @@ from runner.backends.base import (
 from runner.backends.clore import bill
 from runner.backends.clore import errors as api_errors
 from runner.backends.clore.api import CloreClient
+from runner.backends.clore.hedge_log import HedgeLog
+from runner.backends.clore.host_memory import HostRecorder
 from runner.backends.clore.market import (
     Offer,
     misses,
@@ -42,6 +44,7 @@ from runner.backends.clore.quotes import OfferMarket
 from runner.backends.ssh.exec import run_job
 from runner.clock import Clock
 from runner.core import money
+from runner.core.hedge import HedgePolicy
 from runner.core.model import FailureKind, GpuAsk, Job, Provisioning
 from runner.core.rentals import (
     BootTimes,
@@ -115,6 +118,10 @@ class CloreBackend:
     # Each order given back, with what it cost as the API billed it (`order_*_usd`): the
     # attempts' facts hold their shares; these hold the orders'.
     orders_given_back: list[dict[str, str]] = field(default_factory=list)
+    # The host history (what each host did, across runs), hedged boots' policy and record.
+    hosts: HostRecorder = field(default_factory=HostRecorder)
+    hedge: HedgePolicy = field(default_factory=HedgePolicy)
+    hedges: HedgeLog = field(default_factory=HedgeLog)
 
     def capacity(self) -> int | None:
         return self.concurrency
@@ -224,6 +231,7 @@ class CloreBackend:
             if won:  # the job died with the container; the core keeps it for the job's retry
                 return replace(outcome, message="; ".join(filter(None, [outcome.message, said])))
             held.rental.lost = True  # gone: the core gives it back, and excludes its host
+            self.hosts.lost(held.rental.offer.server_id)
         return outcome
 
     def _bill(self, rental: Rental) -> float:
@@ -335,7 +343,10 @@ class CloreBackend:
             # Nothing can be rented: each job ends saying why, and the reports are written.
             market = _LiveMarket(self, [], unread=f"the marketplace could not be read: {exc}")
         self._live = market
-        boot = BootTimes(DEFAULT_BOOT_S, self.provisioner.options.online_timeout_s)
+        bound_s = self.provisioner.options.online_timeout_s
+        memory = self.hosts.memory()
+        market.remember(memory, bound_s)
+        boot = BootTimes(memory.expected_boot_s() if memory.hosts else DEFAULT_BOOT_S, bound_s)
         return ServerBook(
             jobs,
             cap,
@@ -345,6 +356,7 @@ class CloreBackend:
             boot=boot,
             durations_s=durations_s,
             now=self.clock.time(),
+            hedge=self.hedge,
         )
 
     def rent(
@@ -392,7 +404,10 @@ class CloreBackend:
                     f"over the ${cmd.quote.usd_per_hour:.4f}/h reserved for it",
                     requote=True,
                 )
-            stages.stage("renting", _offer_label(offer), hourly)
+            label = _offer_label(offer)
+            self.hedges.rented(cmd, label)
+            hedging = f" (a hedge: server {cmd.hedge_of} boots late)" if cmd.hedge_of else ""
+            stages.stage("renting", label + hedging, hourly)
             rental = self.provisioner.rent(
                 job, offer, cancel, stages, track=lambda r: self._track(cmd.server, r)
             )
@@ -401,8 +416,10 @@ class CloreBackend:
         except JobCannotRun as exc:  # a budget pool refused it: no host would do
             return RentFailed(cmd.server, str(exc), self._wasted_usd(), job_cannot_run=True)
         except CloreRunError as exc:  # a host of its own failing (SkipOffer), or cancelled
+            self.hosts.failed(offer.server_id, exc)
             self._refresh_market()
             return RentFailed(cmd.server, str(exc), self._wasted_usd())
+        self.hosts.up(rental)
         with self._lock:
             closing = self._closing
             if not closing:
@@ -452,6 +469,7 @@ class CloreBackend:
             held.rental.skipped = self._skipped.pop(job.id, []) + held.rental.skipped
             held.job = job
             held.place = self._place(held.rental)
+            held.place.facts.update(self.hedges.facts(job.id, server))
             return held.place
 
     def attempt_done(self, place: Place) -> None:
@@ -461,6 +479,7 @@ class CloreBackend:
         with self._lock:
             held.job = None
             place.facts["cost_usd"] = f"{self._bill(held.rental):.6f}"
+        place.facts.update(self.hedges.cost_facts(held.rental.job_id))
 
     def lost(self, server: int) -> bool:
         with self._lock:
@@ -474,12 +493,14 @@ class CloreBackend:
         if held is None:
             # Given back while booting: its rent cancelled its own order, and cost this.
             cost = booted.cost_usd if isinstance(booted, RentFailed) else None
+            self.hedges.given_back(server, reason, cost)
             report(ServerReleased(server, cost))
             return
         final = self._give_back_idle([held]).get(held.rental.rental_id)
         # The API's figure; without one (no `spend` in its reply), what this order was billed
         # here, from its create to now: either replaces the core's estimate.
         billed = float(held.rental.facts.get("billed_usd", 0))
+        self.hedges.given_back(server, reason, final if final is not None else billed)
         report(ServerReleased(server, final if final is not None else billed))
 
     def _stop_rent(self, server: int) -> ServerEvent | None:

@@ -15,12 +15,6 @@ from dataclasses import dataclass
 
 from runner.core.money import SECONDS_PER_HOUR, creation_fee_charged
 
-# How long a rented server may take from the create to coming online before it is given up,
-# unless a job sets `boot-timeout-minutes`. Most real orders that fail never come online
-# (reference/clore-api.md §8): this bound ends well inside the creation fee's grace, so such a
-# host costs minutes of rental and never the fee. The SSH probe after "online" adds at most
-# about 3 minutes, and the cancel goes out before the 10-minute mark.
-DEFAULT_BOOT_BOUND_S = 360.0
 # The renter's half of the base fee, as documented; the account's own rates replace them.
 DOCUMENTED_ON_DEMAND_FEE_RATE = 0.05
 DOCUMENTED_SPOT_FEE_RATE = 0.0125

@@ -49,6 +49,14 @@ class SkipOffer(InfrastructureError):
     """This host failed for a reason of its own: exclude it and try the next offer."""
 
 
+class NeverOnline(SkipOffer):
+    """The order did not come online within the boot bound (the host history keeps it)."""
+
+
+class SshNeverAnswered(SkipOffer):
+    """The order came online but its sshd never answered (the host history keeps it)."""
+
+
 class ProvisionCancelled(InfrastructureError):
     """The run was cancelled while this rental was being set up (the order is cancelled)."""
 
@@ -60,11 +68,14 @@ def _wait_on_event(seconds: float, cancel: threading.Event) -> None:
 @dataclass(frozen=True)
 class ProvisionOptions:
     # Create -> online, image pull included, unless the job sets `boot-timeout-minutes`.
-    online_timeout_s: float = 900.0
+    # (money.DEFAULT_BOOT_BOUND_S: inside the creation fee's grace, the SSH probe included.)
+    online_timeout_s: float = money.DEFAULT_BOOT_BOUND_S
     first_poll_s: float = 3.0  # my_orders polling backoff (the rate limiter spaces it further)
     max_poll_s: float = 30.0
     ssh: ConnectOptions = field(
-        default_factory=lambda: ConnectOptions(tries=10, backoff_s=2.0, max_backoff_s=20.0)
+        # 8 tries: at most ~3 minutes after "online", so a host whose sshd never answers is
+        # given up before the creation fee's 10 minutes.
+        default_factory=lambda: ConnectOptions(tries=8, backoff_s=2.0, max_backoff_s=20.0)
     )
     # A cancelled order can stay listed for a few seconds: confirm it is gone with backoff
     # for this long before calling it unconfirmed. A shutdown on a signal has GitHub's 7.5 s
@@ -414,7 +425,7 @@ class Provisioner:
                 self._raise_bid(rental, order_id)
                 rebids += 1
             if self.clock.now() >= deadline:
-                raise SkipOffer(f"order {order_id} not online after {within_s:g} s")
+                raise NeverOnline(f"order {order_id} not online after {within_s:g} s")
             self.options.pause(delay, cancel)
             delay = min(delay * 1.5, self.options.max_poll_s)
 
@@ -541,7 +552,7 @@ class Provisioner:
             if cancel.is_set():
                 raise ProvisionCancelled(str(exc)) from None
             waited_s = ssh.clock.now() - started
-            raise SkipOffer(
+            raise SshNeverAnswered(
                 f"sshd never answered on {host}:{port} after {waited_s:.0f} s "
                 f"(order {order.id} on server {order.si}; {exc.message})"
             ) from None
