@@ -306,6 +306,7 @@ class CloreBackend:
             self._give_back_idle(held, within_s)
         self._wait_for_setups(options.shutdown_confirm_within_s if stopped else SETUP_ENDS_WITHIN_S)
         self.provisioner.close_pool()
+        self.hosts.close()
         self._check_ledger()
 
     def _check_ledger(self) -> None:

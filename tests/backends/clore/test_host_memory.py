@@ -98,3 +98,15 @@ def test_a_job_that_raced_no_boot_gets_no_hedge_facts() -> None:
     assert log.facts("train", 1) == {}
     log.given_back(9, "hedge: unknown server", 1.0)  # a server it never rented
     assert log.lost_usd == 0.0
+
+
+def test_a_closed_recorder_writes_nothing_and_says_nothing(tmp_path: Path) -> None:
+    said: list[str] = []
+    history = open_hosts(tmp_path / "hosts.db", clock=Tick())
+    recorder = HostRecorder(history, "r", say=said.append)
+    recorder.close()
+    recorder.close()  # the backend's shutdown may run twice
+    recorder.failed(1, NeverOnline("x"))  # a rent that ended after the shutdown
+    assert said == []
+    with open_hosts(tmp_path / "hosts.db") as again:
+        assert again.events() == []
