@@ -11,16 +11,19 @@ functions at runtime, and some name values local to the functions that build the
 
 import hmac
 import logging
+import re
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NamedTuple
 
 import anyio
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp
 
 from runner import __version__
@@ -48,8 +51,17 @@ from runner.serve.submit import Problem, SubmissionError, prepare_job, prepare_p
 log = logging.getLogger("clore_run.serve")
 
 LOG_POLL_S = 0.2  # how often a followed log looks for more output
+# While a followed job has not started, a line saying why, at once and then this often: a person
+# sees why nothing comes, and a client or proxy that drops an idle stream sees it alive.
+WAITING_NOTE_S = 15.0
+_METHODS = frozenset({"GET", "PUT", "POST", "DELETE", "OPTIONS", "HEAD", "PATCH", "TRACE"})
+_UNPARSABLE = "There was an error parsing the body"  # FastAPI's 400 for a body it cannot decode
 _ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorReply} for code in (401, 404, 409, 413, 422, 503)
+}
+_JSON_ERROR: dict[str, Any] = {
+    "description": "Error",
+    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorReply"}}},
 }
 _YAML_BODY = {
     "requestBody": {
@@ -113,6 +125,20 @@ def _auth(token: str) -> Callable[..., None]:
 
 
 def _handlers(api: FastAPI) -> None:
+    @api.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        if exc.status_code == 405:
+            # Starlette names the methods of the first route of the path only (POST for
+            # /jobs): a client is told every method the path takes.
+            allow = ", ".join(_allowed_methods(api, request.url.path))
+            allow = allow or (exc.headers or {}).get("Allow", "")  # the dashboard's pages
+            return JSONResponse({"detail": "method not allowed"}, 405, {"Allow": allow})
+        if exc.status_code == 400 and exc.detail == _UNPARSABLE:
+            # A body that is not UTF-8 fails before JSON decoding: the same 422 as bad JSON.
+            problem = {"loc": ["body"], "msg": "the body is not JSON text", "type": "json_invalid"}
+            return JSONResponse({"detail": [{**problem, "hint": ""}]}, 422)
+        return await http_exception_handler(request, exc)
+
     @api.exception_handler(RequestValidationError)
     async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
         # Without the input it was given: a NaN or 1e999 there made the reply itself invalid
@@ -147,6 +173,18 @@ def _handlers(api: FastAPI) -> None:
     async def internal(_: Request, exc: Exception) -> JSONResponse:
         log.exception("internal error", exc_info=exc)
         return JSONResponse({"detail": "internal error; the server log has the details"}, 500)
+
+
+def _allowed_methods(api: FastAPI, path: str) -> list[str]:
+    """The methods the API document gives the request's path (included routers are not in
+    the app's route list to ask)."""
+    methods: set[str] = set()
+    for template, operations in api.openapi().get("paths", {}).items():
+        if re.fullmatch(re.sub(r"\\\{[^}]*\\\}", "[^/]+", re.escape(template)), path):
+            methods |= {m.upper() for m in operations if m.upper() in _METHODS}
+    if "GET" in methods:
+        methods.add("HEAD")  # Starlette answers HEAD wherever GET is
+    return sorted(methods)
 
 
 def _problem(p: Problem) -> dict[str, Any]:
@@ -220,9 +258,8 @@ def _routes(service: Service, tally: ErrorTally) -> APIRouter:
         path = service.options.data_dir / "logs" / f"{job_id}.log"
         if (elsewhere := service.log_elsewhere(job_id, path)) is not None:
             raise HTTPException(409, elsewhere)  # N servers: the one that runs it has it
-        return StreamingResponse(
-            _tail(path, follow, lambda: _settled(service, job_id)), media_type="text/plain"
-        )
+        follow_up = _Follow(lambda: _settled(service, job_id), lambda: _waiting(service, job_id))
+        return StreamingResponse(_tail(path, follow, follow_up), media_type="text/plain")
 
     @router.delete("/jobs/{job_id}", tags=["jobs"], responses={202: {"model": Cancelled}})
     def cancel_job(job_id: str) -> JSONResponse:
@@ -252,7 +289,13 @@ def _routes(service: Service, tally: ErrorTally) -> APIRouter:
             else None,
         )
 
-    @router.get("/metrics", response_class=PlainTextResponse, tags=["server"])
+    @router.get(
+        "/metrics",
+        response_class=PlainTextResponse,
+        tags=["server"],
+        # The route's class would document its errors as text: they are JSON, as everywhere.
+        responses={401: _JSON_ERROR, 503: _JSON_ERROR},
+    )
     def prometheus() -> PlainTextResponse:
         """Prometheus text format."""
         text = metrics.render(
@@ -267,23 +310,45 @@ def _routes(service: Service, tally: ErrorTally) -> APIRouter:
     return router
 
 
+class _Follow(NamedTuple):
+    """What a followed log asks about its job."""
+
+    settled: Callable[[], bool]
+    waiting: Callable[[], str | None]  # why it has not started; None once it has
+
+
 def _settled(service: Service, job_id: str) -> bool:
     found = service.store.job(job_id)
     return found is None or found[0].status in FINAL
 
 
-async def _tail(path: Path, follow: bool, settled: Callable[[], bool]) -> AsyncIterator[bytes]:
+def _waiting(service: Service, job_id: str) -> str | None:
+    found = service.store.job(job_id)
+    if found is None or found[0].status != "queued":
+        return None
+    why = service.waiting_for(job_id) or "queued"
+    return f"[clore-run] {job_id} has not started yet: {why}\n"
+
+
+async def _tail(path: Path, follow: bool, job: _Follow) -> AsyncIterator[bytes]:
     """The file from the start; when following, more as it grows, until the job settles.
     Each look is a short call in the thread pool: a follower waiting for a job that has not
     started holds no thread (40 of them would stop every other route)."""
     offset = 0
+    noted_at: float | None = None
     while True:
-        done = not follow or await run_in_threadpool(settled)  # first: the last bytes are sent
+        done = not follow or await run_in_threadpool(job.settled)  # first: the last bytes are sent
         while chunk := await run_in_threadpool(_read, path, offset):
             offset += len(chunk)
             yield chunk
         if done:
             return
+        now = anyio.current_time()
+        if offset == 0 and (noted_at is None or now - noted_at >= WAITING_NOTE_S):
+            note = await run_in_threadpool(job.waiting)
+            if note is not None:
+                noted_at = now
+                yield note.encode("utf-8", "replace")
         await anyio.sleep(LOG_POLL_S)
 
 

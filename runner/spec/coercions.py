@@ -6,6 +6,7 @@ Kept apart from runner.spec.models, which imports pydantic: the compiled validat
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
 from typing import Any
 
@@ -23,8 +24,8 @@ def scalar_strings(value: Any) -> Any:
     for key, item in value.items():
         if isinstance(item, bool):
             out[key] = "true" if item else "false"
-        elif isinstance(item, (int, float)):
-            out[key] = str(item)
+        elif isinstance(item, int) or (isinstance(item, float) and math.isfinite(item)):
+            out[key] = str(item)  # .nan and 1e999 are left as numbers: no string to export
         else:
             out[key] = item
     return out

@@ -32,6 +32,7 @@ from runner.spec.checks import Checks, ModelName, default_checks
 from runner.spec.coercions import iso_time
 from runner.spec.diagnostics import Diagnostic, KeyPath, SpecError, did_you_mean, format_path
 from runner.spec.expressions import Contexts, ExpressionError, parse_condition, substitute
+from runner.spec.limits import MAX_JOB_ID
 from runner.spec.pydantic_errors import diagnostics_from
 from runner.spec.yaml_source import Source, parse_yaml
 
@@ -39,7 +40,6 @@ if TYPE_CHECKING:  # the loader holds what the validators make: records shaped a
     from runner.spec.models import Defaults, JobSpec, PipelineHeader, Strategy
 
 DEFAULT_TIMEOUT_MINUTES = 60.0
-MAX_JOB_ID = 100
 MAX_JOBS = 10_000  # per pipeline, matrices expanded: beyond it a queue holds a file, not a plan
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _JOB_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")  # fullmatch: `$` would allow "id\n"
@@ -257,12 +257,21 @@ class _PipelineBuilder:
         """
         path: KeyPath = ("jobs", key)
         before = len(self.problems)
-        run_at = (*path, "run") if "run" in job else ("defaults", "run")
-        run = job.get("run", defaults.get("run"))
-        if run is None and "run" not in job:
+        own = job.get("run")  # `run: null` is no script: the default's, if any, applies
+        run_at = (*path, "run") if own is not None else ("defaults", "run")
+        run = own if own is not None else defaults.get("run")
+        if run is None:
             self.problems.append(self.source.error(path, "no `run:` script", "add `run: ...`"))
         elif isinstance(run, str) and not run.strip():
             self.problems.append(self.source.error(run_at, "the run script is empty"))
+        elif isinstance(run, str) and "\0" in run:
+            self.problems.append(
+                self.source.error(
+                    run_at,
+                    "the run script holds a NUL character (\\0), which no shell reads",
+                    "remove it; pass binary data in a file (artifacts, the workspace)",
+                )
+            )
         for where, raw in (((*path, "if"), job), (("defaults", "if"), defaults)):
             if isinstance(raw.get("if"), str):
                 try:

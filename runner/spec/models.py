@@ -15,7 +15,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from runner.spec.coercions import iso_time, one_or_many, scalar_strings
-from runner.spec.limits import MAX_CONCURRENCY, MAX_MINUTES
+from runner.spec.limits import MAX_CONCURRENCY, MAX_MINUTES, MIN_MINUTES
+from runner.spec.schema_rules import job_rules, pipeline_rules, strategy_rules
 
 PriorityName = Literal["low", "normal", "high", "urgent"]
 CurrencyName = Literal["bitcoin", "CLORE-Blockchain", "USD-Blockchain"]
@@ -63,6 +64,8 @@ class GpuSpec(StrictModel):
 
 
 class Strategy(StrictModel):
+    model_config = ConfigDict(json_schema_extra=strategy_rules)
+
     fail_fast: bool = Field(
         True, alias="fail-fast", description="Cancel the other matrix jobs when one fails."
     )
@@ -75,6 +78,8 @@ class Strategy(StrictModel):
 class JobSettings(StrictModel):
     """Keys a job and `defaults` share."""
 
+    model_config = ConfigDict(json_schema_extra=job_rules)
+
     image: str | None = Field(None, description="Docker image for rented servers.")
     ssh: Literal["clore", "image"] | None = Field(
         None,
@@ -83,14 +88,14 @@ class JobSettings(StrictModel):
     )
     timeout_minutes: float | None = Field(
         None,
-        gt=0,
+        ge=MIN_MINUTES,
         le=MAX_MINUTES,
         alias="timeout-minutes",
         description="Per attempt; any positive number.",
     )
     boot_timeout_minutes: float | None = Field(
         None,
-        gt=0,
+        ge=MIN_MINUTES,
         le=MAX_MINUTES,
         alias="boot-timeout-minutes",
         description="A rented server's longest wait from the order to online (default 15); "
@@ -119,7 +124,7 @@ class JobSettings(StrictModel):
     )
     estimate_minutes: float | None = Field(
         None,
-        gt=0,
+        ge=MIN_MINUTES,
         le=MAX_MINUTES,
         alias="estimate-minutes",
         description="Expected duration, for plans.",
@@ -141,7 +146,9 @@ class PipelineSettings(StrictModel):
     name: str | None = Field(None, description="Pipeline name (default: the file name).")
     concurrency: int = Field(3, ge=1, le=MAX_CONCURRENCY, description="Max servers held at once.")
     budget: float | None = Field(None, gt=0, description="USD, hard cap on the whole run.")
-    timeout_minutes: float | None = Field(None, gt=0, le=MAX_MINUTES, alias="timeout-minutes")
+    timeout_minutes: float | None = Field(
+        None, ge=MIN_MINUTES, le=MAX_MINUTES, alias="timeout-minutes"
+    )
     currency: CurrencyName = Field("CLORE-Blockchain", description="What orders are paid in.")
     provision: ProvisionName = Field(
         "ahead",
@@ -164,6 +171,6 @@ class PipelineHeader(PipelineSettings):
 class PipelineSchema(PipelineSettings):
     """The complete format, for the JSON Schema."""
 
-    model_config = ConfigDict(title="clore-run pipeline")
+    model_config = ConfigDict(title="clore-run pipeline", json_schema_extra=pipeline_rules)
     defaults: Defaults | None = None
     jobs: dict[str, JobSpec] = Field(description="The jobs, by id.")
