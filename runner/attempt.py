@@ -49,42 +49,12 @@ def _local_outcome(exc: OSError) -> RunOutcome:
 
 class Kill(threading.Event):
     """An attempt's stop signal, and why it was given: a kill for a timeout must end the
-    attempt as timed out, not as cancelled, whatever the backend saw.
+    attempt as timed out, not as cancelled, whatever the backend saw."""
 
-    An Event's contract on a flag and a lock held while it is unset: a waiter blocks on
-    taking the lock, and `set` lets it go. The driver's loop makes one per attempt, and a
-    threading.Event builds a Condition in Python (~10 us); this costs two locks (~1 us).
-    Event's own state is never made, so every method that reads it is replaced here."""
-
-    def __init__(self) -> None:  # not Event.__init__: that builds the Condition
-        self._flag = False
-        self._unset = threading.Lock()  # held while the flag is down
-        self._unset.acquire()
-        self._change = threading.Lock()  # one set or clear at a time
+    def __init__(self) -> None:
+        super().__init__()
         self.reason: FailureKind | None = None
         self.note = ""  # set: the attempt ends as `reason` with this message, whatever it did
-
-    def is_set(self) -> bool:
-        return self._flag
-
-    def set(self) -> None:
-        with self._change:
-            if not self._flag:
-                self._flag = True
-                self._unset.release()
-
-    def clear(self) -> None:
-        with self._change:
-            if self._flag:
-                self._unset.acquire()  # a waiter holds it for an instant at most
-                self._flag = False
-
-    def wait(self, timeout: float | None = None) -> bool:
-        if self._flag:
-            return True
-        if self._unset.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
-            self._unset.release()  # the next waiter's turn
-        return self._flag
 
     def stop(self, reason: FailureKind, note: str = "") -> None:
         if self.reason is None:

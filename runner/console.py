@@ -21,14 +21,13 @@ from runner.backends.base import BackendStage, Place, Stream
 from runner.clock import SYSTEM_CLOCK, Clock
 from runner.core.model import Attempt, Job, JobResult
 from runner.live import board as B
-from runner.live.final_plain import plain_final
 from runner.live.lines import LineBuffer
 from runner.live.words import STATUS_WORDS, clock_time, retry_line, seconds, status_text
 from runner.report.github_actions import print_log_group
 from runner.report.markdown import money
 from runner.untrusted import console_line
 
-if TYPE_CHECKING:  # rich is imported for a terminal, or for text the plain writer leaves to it
+if TYPE_CHECKING:  # rich is imported for a terminal, or for the final table
     from rich.console import Console as RichConsole
     from rich.console import RenderableType
     from rich.live import Live
@@ -93,8 +92,7 @@ class Console:
         self.board = B.Board(jobs, budget_usd, name)
         self._width, self._height = width, height
         self._environ = dict(env) if env is not None else None
-        # Not a terminal and nothing forcing colour: lines and the final table are written as
-        # text, and rich (a tenth of a short run's cost to import) is not imported at all.
+        # Not a terminal and nothing forcing colour: lines are written as text, without rich.
         self._plain = not self.live and _plain_stream(self.stream, env)
         self._rich: RichConsole | None = None
         self._lock = threading.RLock()
@@ -300,12 +298,7 @@ class Console:
         with self._lock:
             if self._broken:
                 return
-            if self._plain:
-                text = plain_final(summary, out_dir, self._width or PLAIN_WIDTH)
-                if text is not None:
-                    self._guard(self._write, text)
-                    return
-            from runner.live.final import render_final
+            from runner.live.final import render_final  # rich: only where a table is drawn
 
             self._guard(lambda: self.out.print(render_final(summary, out_dir)))
 

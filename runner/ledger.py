@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol, TypeVar, get_args
 
-from runner import sqlite_files
+from runner import liveness, sqlite_files
 from runner.clock import SYSTEM_CLOCK, Clock
 from runner.errors import InfrastructureError
 
@@ -38,7 +38,7 @@ State = Literal["intent", "ordered", "running", "releasing", "released", "failed
 STATES: tuple[State, ...] = get_args(State)
 # `failed` is terminal like `released`, but only for an intent whose create made nothing.
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # MIGRATIONS[n] takes a file from user_version n to n + 1. Append, never edit.
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
     (
@@ -72,19 +72,22 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "ALTER TABLE rentals ADD COLUMN legacy INTEGER NOT NULL DEFAULT 0",
         "UPDATE rentals SET legacy = 1",
     ),
+    # The create's tag (the proof that an order is its own: see backends/clore/ownership.py)
+    # and the process that recorded the intent (runner/liveness.py: a cleanup on the same host
+    # leaves the rentals of a run still running alone). Older rows have neither: a create sent
+    # without a tag proves no order its own.
+    (
+        "ALTER TABLE rentals ADD COLUMN tag INTEGER",
+        "ALTER TABLE rentals ADD COLUMN owner TEXT",
+    ),
 )
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
 _COLUMNS = (
     "id, run_id, job_id, server_id, order_id, state, created_at, updated_at, "
     "price_per_day, currency, usd_per_hour, note, create_sent_at, create_answered_at, "
-    "api_offset_low_s, api_offset_high_s, image, spot, legacy"
+    "api_offset_low_s, api_offset_high_s, image, spot, legacy, tag, owner"
 )
-
-
-# A create refused with an error can still have made an order: such rentals are looked for
-# again, by their marks, for this long.
-REFUSED_LOOKBACK_S = 86_400.0
 
 
 class LedgerError(InfrastructureError):
@@ -114,6 +117,8 @@ class Rental:
     image: str | None = None
     spot: bool | None = None
     legacy: bool = False  # written before creates were marked: nothing about it is provable
+    tag: int | None = None  # what the create asked `my_orders` to echo (None: no create sent)
+    owner: str | None = None  # the process that recorded it (runner/liveness.py Holder.text)
 
 
 Execute = Callable[[str, Sequence[Any]], "Cursor"]
@@ -188,22 +193,30 @@ class RentalLedger:
                 "usd_per_hour": usd_per_hour,
                 "image": image,
                 "spot": spot,
+                "owner": _owner_text(),
             }
         )
 
     def mark_create_sent(
-        self, rental_id: int, sent_at: float, offset_s: tuple[float, float] | None
+        self,
+        rental_id: int,
+        sent_at: float,
+        offset_s: tuple[float, float] | None,
+        *,
+        tag: int | None = None,
     ) -> None:
         """The create is about to go out (call it right before the request, after any wait):
-        from now on an order may exist. `offset_s` bounds the API's clock minus ours. A cleanup
-        beside the run that gave the intent up as `failed` is overruled: an order may come."""
+        from now on an order may exist. `offset_s` bounds the API's clock minus ours; `tag` is
+        what the create asks `my_orders` to echo (a create sent again, after a refusal, has a
+        new one). A cleanup beside the run that gave the intent up as `failed` is overruled:
+        an order may come."""
         low, high = offset_s if offset_s is not None else (None, None)
         changed = self._update(
             "mark a create sent",
             "UPDATE rentals SET create_sent_at = ?, api_offset_low_s = ?, "
-            "api_offset_high_s = ?, updated_at = ?, state = CASE WHEN state = 'failed' "
+            "api_offset_high_s = ?, tag = ?, updated_at = ?, state = CASE WHEN state = 'failed' "
             "THEN 'intent' ELSE state END WHERE id = ?",
-            (sent_at, low, high, self._clock.time(), rental_id),
+            (sent_at, low, high, tag, self._clock.time(), rental_id),
         )
         if changed == 0:
             raise KeyError(f"no rental {rental_id} in {self.where}")
@@ -260,20 +273,6 @@ class RentalLedger:
         args: tuple[Any, ...] = ()
         if run_id is not None:
             query, args = query + " AND run_id = ?", (run_id,)
-        return self._select(query + " ORDER BY id", args)
-
-    def refused_after_send(self, run_id: str | None, since: float | None = None) -> list[Rental]:
-        """`failed` rentals whose create went out at `since` or later and learnt no order: a
-        create refused with an error can still have made one, which only the marks can find."""
-        query = (
-            f"SELECT {_COLUMNS} FROM rentals WHERE state = 'failed' AND order_id IS NULL "
-            "AND create_sent_at IS NOT NULL AND create_sent_at >= ?"
-        )
-        if since is None:
-            since = self._clock.time() - REFUSED_LOOKBACK_S
-        args: tuple[Any, ...] = (since,)
-        if run_id is not None:
-            query, args = query + " AND run_id = ?", (since, run_id)
         return self._select(query + " ORDER BY id", args)
 
     def rentals(self, run_id: str) -> list[Rental]:
@@ -385,6 +384,12 @@ def insert_statement(values: dict[str, Any]) -> str:
 
 def _rental(row: tuple[Any, ...]) -> Rental:
     values = list(row)
-    values[-2] = None if values[-2] is None else bool(values[-2])  # spot (SQLite: 0 or 1)
-    values[-1] = bool(values[-1])  # legacy
+    values[-4] = None if values[-4] is None else bool(values[-4])  # spot (SQLite: 0 or 1)
+    values[-3] = bool(values[-3])  # legacy
+    values[-2] = None if values[-2] is None else int(values[-2])  # tag
     return Rental(*values)
+
+
+def _owner_text() -> str | None:
+    holder = liveness.current()
+    return None if holder is None else holder.text()

@@ -7,9 +7,10 @@ and returns a record the reports can be written from, interrupted runs included.
 
 from __future__ import annotations
 
-import os
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from runner.attempt import AttemptRunner
@@ -25,49 +26,23 @@ from runner.driver import Driver, DriverOptions, Journal, Journals
 
 
 def new_run_id() -> str:
-    """12 random hex digits, as uuid4().hex[:12] had them (its first six bytes are random),
-    without importing uuid, which loads `platform` for every run."""
-    return os.urandom(6).hex()
+    """12 random hex digits: a run's name in logs, ledgers and reports."""
+    return uuid.uuid4().hex[:12]
 
 
+@dataclass(frozen=True)
 class RunSettings:
-    """Where a run writes and how many jobs it runs at once, and what every job gets.
+    """Where a run writes and how many jobs it runs at once, and what every job gets."""
 
-    A plain class, as this module's other one: a dataclass is made at import, by generated
-    code every `run` paid ~0.5 ms for."""
-
-    __slots__ = (
-        "backoff",
-        "capacity",
-        "durations_s",
-        "extra_env",
-        "out_dir",
-        "run_id",
-        "workspace_files",
-        "workspace_root",
-    )
-
-    def __init__(
-        self,
-        out_dir: Path,
-        capacity: int,
-        workspace_root: Path | None = None,
-        workspace_files: tuple[str, ...] = (),
-        extra_env: Mapping[str, str] | None = None,
-        run_id: str | None = None,
-        backoff: Callable[[int], float] = backoff_s,  # seconds before retry n (tests shorten it)
-        # Seconds each job took before (a baseline run), for rent-ahead where it has no
-        # estimate.
-        durations_s: Mapping[str, float] | None = None,
-    ) -> None:
-        self.out_dir = out_dir
-        self.capacity = capacity
-        self.workspace_root = workspace_root
-        self.workspace_files = workspace_files
-        self.extra_env: Mapping[str, str] = {} if extra_env is None else extra_env
-        self.run_id = new_run_id() if run_id is None else run_id
-        self.backoff = backoff
-        self.durations_s: Mapping[str, float] = {} if durations_s is None else durations_s
+    out_dir: Path
+    capacity: int
+    workspace_root: Path | None = None
+    workspace_files: tuple[str, ...] = ()
+    extra_env: Mapping[str, str] = field(default_factory=dict)
+    run_id: str = field(default_factory=new_run_id)
+    backoff: Callable[[int], float] = backoff_s  # seconds before retry n (tests shorten it)
+    # Seconds each job took before (a baseline run), for rent-ahead where it has no estimate.
+    durations_s: Mapping[str, float] = field(default_factory=dict)
 
 
 _NO_BATCH = nullcontext()  # holds no state: one serves every batch, nested or not

@@ -20,12 +20,12 @@ from typing import Any, TextIO
 
 from runner.backends.base import Backend
 from runner.clock import SYSTEM_CLOCK, Clock
+from runner.collector import startup_over
 from runner.console import Console
 from runner.core import graph
 from runner.core.model import WORKSPACE_ALL, Job, Pipeline, RunRecord, RunStatus
 from runner.core.retry import backoff_s
 from runner.errors import UsageError
-from runner.launch import startup_over
 from runner.pipeline_run import PipelineRun, RunSettings, new_run_id
 from runner.report import ReportPaths, github_actions, write_reports
 from runner.spec.diagnostics import Diagnostic, SpecError, did_you_mean
@@ -41,7 +41,7 @@ EXIT_CODES = {
 }
 
 
-@dataclass(eq=False, repr=False)  # never compared or printed: a faster import
+@dataclass
 class RunOptions:
     """The `run` command's options (the CLI's flags, or a caller's)."""
 

@@ -78,3 +78,15 @@ def markdown(text: str, limit: int = 200) -> str:
 
 
 _AUTOLINK = re.compile(r"([@#](?=\w)|:(?=//)|(?i:www)(?=\\?\.))")
+
+
+# What no file name we write may hold: controls (newline, ESC, DEL, C1), line and paragraph
+# separators and bidirectional overrides. Such a name breaks the tools that read the folder
+# (upload-artifact refuses a path with a newline; a terminal listing it obeys the ESC) and can
+# make a listing read differently from what is on disk.
+_NAME_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def unsafe_file_name(name: str) -> bool:
+    """True when `name` (a path or one part of it) holds a character no artifact's name may."""
+    return _NAME_UNSAFE.search(name) is not None

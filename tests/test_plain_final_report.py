@@ -1,22 +1,17 @@
-"""The end-of-run report written as plain text (runner/live/final_plain.py) is byte for byte
-what rich prints for it without colour, and the plain console does not import rich."""
+"""The end-of-run report on a plain console (a CI log, a pipe): rich's table without colour, the
+numbers kept at a narrow width, the row cap."""
 
 from __future__ import annotations
 
 import io
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from rich.console import Console as RichConsole
 
 from runner.console import Console
 from runner.live.final import MAX_TABLE_ROWS, render_final
-from runner.live.final_plain import plain_final
 
 OUT = Path("out")
 STATUSES = ("passed", "failed", "timed_out", "error", "skipped", "cancelled", "interrupted")
@@ -92,23 +87,15 @@ CASES = {
 }  # fmt: skip
 
 
-def test_the_plain_report_is_what_rich_prints_for_every_case() -> None:
-    for name, summary in CASES.items():
-        plain = plain_final(summary, OUT, 120)
-        assert plain is not None, name  # these are all laid out without rich
-        assert plain == rich_text(summary), name
-
-
-def test_what_it_cannot_lay_out_exactly_is_left_to_rich() -> None:
-    """Wide characters and tabs."""
-    for summary in (
-        summary_of([job(1, name="名前" * 20)]),
-        summary_of([job(1, name="tab\there")]),
-    ):
-        assert plain_final(summary, OUT, 120) is None
+def test_the_plain_console_prints_rich_s_table_for_every_case() -> None:
+    for name, summary in {
+        **CASES,
+        "wide characters": summary_of([job(1, name="名前" * 20)]),
+    }.items():
         buffer = io.StringIO()
         Console(buffer, live=False, tick_s=0, env={}).final_report(summary, OUT)
-        assert buffer.getvalue() == rich_text(summary)
+        assert buffer.getvalue() == rich_text(summary), name
+        assert "\x1b" not in buffer.getvalue(), name
 
 
 def test_a_long_note_is_cut_and_every_number_stays_at_a_narrow_width() -> None:
@@ -125,57 +112,9 @@ def test_a_long_note_is_cut_and_every_number_stays_at_a_narrow_width() -> None:
         assert re.search(r" 1\.5s +\$1\.25 +\$0\.0100 +2 +ss.*…$", failed), (width, failed)
         assert re.search(r" 3\.0s +– +\$0\.0200 +3 *$", passed), (width, passed)
         assert max(len(line) for line in screen.splitlines()) <= width
-        assert plain_final(summary, OUT, width) == screen, width
-
-
-names = st.text(st.sampled_from("abcxyz-_. 0189…Δ–·"), min_size=1, max_size=60)
-
-
-@settings(max_examples=150, deadline=None)
-@given(
-    st.lists(
-        st.tuples(names, st.sampled_from(STATUSES), st.text(st.sampled_from("ab ·x"), max_size=150),
-                  st.booleans()),
-        min_size=1, max_size=45,
-    ),
-    st.integers(min_value=40, max_value=160),
-)  # fmt: skip
-def test_random_result_sets_come_out_as_rich_lays_them_out(
-    rows: list[tuple[str, str, str, bool]], width: int
-) -> None:
-    jobs = [
-        job(i, status, name=name, reason=reason, **({"gpu": "T4"} if gpu else {}))
-        for i, (name, status, reason, gpu) in enumerate(rows)
-    ]
-    summary = summary_of(jobs)
-    plain = plain_final(summary, OUT, width)
-    if plain is not None:
-        assert plain == rich_text(summary, width)
-
-
-def test_the_console_writes_the_plain_report_without_importing_rich() -> None:
-    code = (
-        "import io, sys\n"
-        "from pathlib import Path\n"
-        "from runner.console import Console\n"
-        "summary = {'jobs': [{'id': 'a', 'name': 'a', 'status': 'passed', 'duration_s': 1.0,"
-        " 'cost_usd': 0.0, 'attempts': 1, 'reason': ''}], 'jobs_by_status': {'passed': 1},"
-        " 'status': 'passed', 'total_cost_usd': 0.0, 'duration_s': 1.0}\n"
-        "buffer = io.StringIO()\n"
-        "console = Console(buffer, live=False, tick_s=0, env={})\n"
-        "console.notice('hello')\n"
-        "console.final_report(summary, Path('out'))\n"
-        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'rich'))\n"
-        "print(repr(buffer.getvalue()))\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    loaded, written = out.stdout.splitlines()
-    assert loaded == "[]"
-    assert "clore-run: hello\\n" in written and "reports: out/" in written
 
 
 def test_the_row_cap_holds_in_the_plain_report() -> None:
-    plain = plain_final(CASES["200 short jobs, past the row cap"], OUT, 120)
-    assert plain is not None
+    plain = rich_text(CASES["200 short jobs, past the row cap"])
     rows = [line for line in plain.splitlines() if re.match(r"j\d+ ", line)]
     assert len(rows) == MAX_TABLE_ROWS

@@ -348,6 +348,37 @@ def test_an_artifact_that_cannot_be_copied_is_a_warning_not_an_infrastructure_er
     assert "loop-a" in (tmp_path / "out" / "logs" / "a.log").read_text()
 
 
+def test_artifacts_whose_names_hold_a_newline_or_esc_are_refused_not_written(
+    tmp_path: Path,
+) -> None:
+    """Issue 25: such names were copied as they are; upload-artifact fails on them and a
+    terminal listing the folder obeys the ESC."""
+    _, code, status = run(
+        tmp_path,
+        """\
+        jobs:
+          a:
+            workspace: false
+            run: |
+              echo ok > ok.txt
+              printf x > "$(printf 'bad\\nname.txt')"
+              printf x > "$(printf 'esc\\033[2J.txt')"
+              mkdir -p out && echo in > out/fine.txt && printf x > "$(printf 'out/c\\rr.txt')"
+            artifacts: ["*.txt", out]
+        """,
+    )
+    assert status["a"] is JobStatus.PASSED and code == 0
+    art = tmp_path / "out" / "artifacts" / "a"
+    assert sorted(p.relative_to(art).as_posix() for p in art.rglob("*")) == [
+        "ok.txt",
+        "out",
+        "out/fine.txt",
+    ]
+    log = (tmp_path / "out" / "logs" / "a.log").read_text()
+    assert log.count("its name holds a control character") == 3
+    assert "'bad\\nname.txt'" in log and "\x1b" not in log
+
+
 def test_a_second_run_with_its_output_inside_the_workspace(tmp_path: Path) -> None:
     """`clore-run p.yml` twice in a folder (not a git checkout): the first run's results
     are not workspace files - the second run deletes its stale logs before jobs copy them."""

@@ -34,7 +34,42 @@ SECRETS = (
     ".netrc",
     "harmless-name.txt",  # holds a private key: caught by its first line
 )
-PLAIN = ("main.py", "data/train.csv", "id_map.py", "docs/keys.md", "environment.yml")
+# The common credential stores, each as a home folder holds it (issue 25: `workspace: all`
+# shipped the first five).
+CREDENTIAL_STORES = (
+    ".git-credentials",
+    ".npmrc",
+    ".docker/config.json",
+    ".kube/config",
+    ".config/gh/hosts.yml",
+    ".config/hub",
+    ".config/gcloud/credentials.db",
+    ".azure/msal_token_cache.json",
+    ".cargo/credentials.toml",
+    ".cargo/credentials",
+    ".gem/credentials",
+    ".terraform.d/credentials.tfrc.json",
+    "terraform/credentials.tfrc.json",
+    ".password-store/web.gpg",
+    ".dockercfg",
+    ".vault-token",
+    ".s3cfg",
+    ".boto",
+    "_netrc",
+    "clusters/kubeconfig",
+    "android/release.keystore",
+    "vault.kdbx",
+)
+PLAIN = (
+    "main.py",
+    "data/train.csv",
+    "id_map.py",
+    "docs/keys.md",
+    "environment.yml",
+    "gh/hosts.yml",  # `gh` is a credential store under .config only
+    "config/credentials.md",
+    ".cargo/config.toml",
+)
 
 
 def _folder(root: Path) -> None:
@@ -51,6 +86,18 @@ def test_a_walk_outside_git_never_lists_a_secret(tmp_path: Path) -> None:
     assert sorted(ws.files) == sorted(PLAIN)
     assert ".ssh/" in ws.withheld and ".env" in ws.withheld and "id_rsa" in ws.withheld
     assert ".git/" not in ws.withheld  # VCS data is skipped, not a secret to report
+
+
+@pytest.mark.parametrize("store", CREDENTIAL_STORES)
+def test_a_walk_outside_git_withholds_each_common_credential_store(
+    tmp_path: Path, store: str
+) -> None:
+    for rel in (store, *PLAIN):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("token = x\n")
+    ws = workspace_files(tmp_path)
+    assert sorted(ws.files) == sorted(PLAIN), store
+    assert any(store == w or store.startswith(w) for w in ws.withheld), ws.withheld
 
 
 @pytest.mark.parametrize("name", ["id_map.py", "keys.md", "environment.yml", "env.py", "a.keys"])

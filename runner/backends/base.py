@@ -56,7 +56,7 @@ class _NoStages:
 NO_STAGES: StageSink = _NoStages()  # for callers nobody watches
 
 
-@dataclass(eq=False, repr=False)  # never compared or printed: a faster import
+@dataclass
 class Place:
     """Somewhere a job can run. `facts` land in reports (GPU, price, host key fingerprint...)."""
 
@@ -68,7 +68,7 @@ class Place:
     notes: list[str] = field(default_factory=list)
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # never compared or printed: a faster import
+@dataclass(frozen=True)
 class RunRequest:
     """Everything a backend needs to run one attempt of a job."""
 
@@ -81,7 +81,7 @@ class RunRequest:
     timeout_s: float
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # never compared or printed: a faster import
+@dataclass(frozen=True)
 class RunOutcome:
     """How an attempt ended. `failure` None means the script exited 0."""
 

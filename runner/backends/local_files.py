@@ -11,6 +11,7 @@ from pathlib import Path
 
 from runner.core.model import Job
 from runner.errors import local_fault_from
+from runner.untrusted import unsafe_file_name
 
 
 def copy_workspace(root: Path, files: tuple[str, ...], dest: Path) -> None:
@@ -42,23 +43,42 @@ def collect_artifacts(workdir: Path, job: Job, out: Path) -> list[str]:
         for match in matches:
             name = match.relative_to(workdir)
             try:
-                if not match.resolve().is_relative_to(base):
-                    warnings.append(f"artifact '{name}' leads outside the job")
+                if unsafe_file_name(str(name)):
+                    warnings.append(_refused(name))
                     continue
-                _copy(match, base, out / name)
+                if not match.resolve().is_relative_to(base):
+                    warnings.append(f"artifact {_shown(name)} leads outside the job")
+                    continue
+                _copy(match, base, out, name, warnings)
             except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop
                 # The job's verdict stands; a file that cannot be collected is a warning.
-                warnings.append(f"artifact '{name}' not collected: {exc}")
+                warnings.append(f"artifact {_shown(name)} not collected: {exc}")
     return warnings
 
 
-def _copy(source: Path, base: Path, target: Path) -> None:
+def _copy(source: Path, base: Path, out: Path, name: Path, warnings: list[str]) -> None:
+    target = out / name
     target.parent.mkdir(parents=True, exist_ok=True)
     if source.is_dir():
         for item in sorted(source.rglob("*")):
-            if item.is_file() and item.resolve().is_relative_to(base):
-                dest = target / item.relative_to(source)
+            inside = item.relative_to(source)
+            if unsafe_file_name(str(inside)):
+                warnings.append(_refused(name / inside))
+            elif item.is_file() and item.resolve().is_relative_to(base):
+                dest = target / inside
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(item, dest)
     elif source.is_file():
         shutil.copy2(source, target)
+
+
+def _shown(name: Path) -> str:
+    """A name a job chose, quoted with its controls as visible escapes."""
+    return repr(str(name))[:200]
+
+
+def _refused(name: Path) -> str:
+    return (
+        f"artifact {_shown(name)} refused: its name holds a control character (a newline, "
+        "ESC, ...); rename it in the job"
+    )

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import IO, cast
 
+from runner.untrusted import unsafe_file_name
+
 _CHUNK = 1 << 20
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 MAX_BYTES = 10 << 30  # one job's artifacts: written, and read from the stream
@@ -210,6 +212,8 @@ def _extract_member(tar: tarfile.TarFile, member: tarfile.TarInfo, root: Path, r
 def _safe_parts(name: str) -> tuple[str, ...]:
     if not name or "\0" in name:
         raise UnsafeMember("empty or malformed name")
+    if unsafe_file_name(name):
+        raise UnsafeMember("name holds a control character (a newline, ESC, ...)")
     path = PurePosixPath(name)
     if path.is_absolute():
         raise UnsafeMember("absolute path")

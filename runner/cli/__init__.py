@@ -1,9 +1,7 @@
 """The `clore-run` command line: one module per command, wired into one Typer app.
 
 Every command module imports its backend, its reports and their libraries (paramiko, requests,
-the Clore models) inside the command, so that `clore-run --version` and `validate` do not pay
-for what they do not use. `--version` and the plain forms of `validate` and `run` do not even
-load Typer (runner.cli.quick).
+jinja2, pydantic) inside the command, so that a command does not load what only another uses.
 """
 
 from __future__ import annotations
@@ -18,26 +16,13 @@ if TYPE_CHECKING:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: `clore-run --version` at once, anything else through the error boundary."""
+    """Entry point: every command through the Typer app and the one error boundary."""
     args = list(sys.argv[1:] if argv is None else argv)
-    if args == ["--version"]:
+    if args == ["--version"]:  # Typer's import alone would take it past its 0.1 s target
         from runner import __version__
 
         print(f"clore-run {__version__}")
         sys.exit(0)
-    from runner import pydantic_plugins
-    from runner.cli import quick
-
-    pydantic_plugins.install()  # before the first validator: see the module
-    files = quick.plain_validate(args)
-    if files is not None:
-        quick.run_validate(files)
-    run_flags = quick.plain_run(args)
-    if run_flags is not None:
-        quick.run_run(run_flags)
-    from runner.launch import startup_over
-
-    startup_over()  # a command of the full command line: the collector as usual
     import typer
 
     from runner.cli.boundary import run_inside
@@ -47,7 +32,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def __getattr__(name: str) -> Any:
-    # `from runner.cli import app` for tests and embedders, loaded (with Typer) only when asked.
+    # `from runner.cli import app` for tests and embedders: Typer loads when it is asked for.
     if name == "app":
         from runner.cli.root import app as the_app
 

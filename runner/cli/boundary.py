@@ -1,8 +1,7 @@
 """The one error boundary of the command line: every exception becomes a message and an exit code.
 
 No traceback reaches the user for any input. Exit codes: 0 every job passed, 1 a job failed,
-2 invalid pipeline or usage, 3 infrastructure, 130 interrupted. Kept free of Typer, so that the
-commands answered before Typer loads (runner.cli.quick) pass through the same boundary.
+2 invalid pipeline or usage, 3 infrastructure, 130 interrupted.
 """
 
 from __future__ import annotations
@@ -13,6 +12,7 @@ from collections.abc import Callable
 from typing import NoReturn, Protocol
 
 from runner.errors import CloreRunError
+from runner.report.github_actions import annotate_spec_error, mask_secrets
 
 EXIT_USAGE = 2
 EXIT_INFRA = 3
@@ -25,8 +25,6 @@ class Echo(Protocol):
 
 def run_inside(body: Callable[[], object], echo: Echo) -> NoReturn:
     """Run `body` (its int result is the exit code) and exit; `echo` prints the messages."""
-    from runner.report.github_actions import annotate_spec_error, mask_secrets
-
     mask_secrets()  # before anything else is printed
     try:
         code = body()

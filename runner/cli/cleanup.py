@@ -58,7 +58,7 @@ def register(app: typer.Typer, client_factory: ClientFactory | None = None) -> N
             return
         try:
             with open_ledger(ledger_path, read_only=dry_run) as ledger:
-                if not ledger.unreleased(run_id) and not ledger.refused_after_send(run_id):
+                if not ledger.unreleased(run_id):
                     where = redact_url(str(ledger_path))
                     typer.echo(f"nothing to clean up: every rental in {where} is released")
                     return

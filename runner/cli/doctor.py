@@ -7,12 +7,14 @@ wrong otherwise. The key itself is never printed.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
+from runner.cli.boundary import EXIT_INTERRUPTED
 from runner.core.model import GpuAsk
 from runner.errors import CloreRunError
 from runner.ledger import DEFAULT_PATH
@@ -20,6 +22,7 @@ from runner.ledger import DEFAULT_PATH
 if TYPE_CHECKING:  # the Clore client loads only when doctor runs
     from runner.backends.clore.api import CloreClient
     from runner.backends.clore.doctor import CanaryTools
+    from runner.backends.clore.market import Offer
 
 ClientFactory = Callable[[], "CloreClient"]
 ToolsFactory = Callable[["CloreClient", Path], "CanaryTools"]
@@ -66,11 +69,41 @@ def register(
                 _fail(f"{len(found.problems)} problem(s): " + "; ".join(found.problems))
             if canary:
                 tools = make_tools(client, ledger_path)
-                for line in checks.run_canary(tools, currency, ask, found.offers[0]):
+                for line in _canary(tools, currency, ask, found.offers[0]):
                     typer.echo(line)
         except CloreRunError as exc:  # a missing key (with how to set it), a failed canary
             _fail(str(exc))
         typer.echo("doctor: all checks passed")
+
+
+def _canary(tools: CanaryTools, currency: str, ask: GpuAsk, offer: Offer) -> list[str]:
+    """The canary under `run`'s signal handling: SIGINT, SIGTERM and SIGHUP stop it, its order
+    is given back, and doctor exits 130."""
+    from runner.backends.clore.doctor import run_canary
+    from runner.run_command import stop_on_signals
+
+    stopped: list[str] = []
+    cancel = threading.Event()
+
+    def stop(why: str) -> None:
+        stopped.append(why)
+        cancel.set()
+
+    with stop_on_signals(stop):
+        try:
+            lines = run_canary(tools, currency, ask, offer, cancel)
+        except CloreRunError as exc:
+            if not stopped:
+                raise
+            _interrupted(f"{stopped[0]}: {exc}")
+    if stopped:  # it came after the order was given back: the canary did finish
+        _interrupted(f"{stopped[0]} after the canary gave its order back")
+    return lines
+
+
+def _interrupted(message: str) -> NoReturn:
+    typer.echo(f"doctor: {message}", err=True)
+    raise typer.Exit(EXIT_INTERRUPTED)
 
 
 def _client_from_env() -> CloreClient:

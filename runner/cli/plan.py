@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from runner.cli.root import EXIT_INFRA
+from runner.cli.validate import show_warnings
 from runner.errors import UsageError
 
 
@@ -24,7 +25,6 @@ def plan(
     ] = "none",
 ) -> None:
     """Show the order in waves, each job's ask and the critical path. Rents nothing."""
-    from runner.cli.validate import show_warnings
     from runner.plan import build_plan, render_plan
     from runner.spec.loader import load_pipeline
 

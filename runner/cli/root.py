@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from runner import __version__
+from runner import __version__, collector
 from runner.cli.boundary import EXIT_INFRA, EXIT_INTERRUPTED, EXIT_USAGE
 
 __all__ = ["EXIT_INFRA", "EXIT_INTERRUPTED", "EXIT_USAGE", "app"]
@@ -27,11 +27,19 @@ def _version(value: bool) -> None:
         raise typer.Exit(0)
 
 
+# The commands that hold the collector off through their start (their work releases it):
+# `validate` ends once the files are read, `run` releases it when its jobs begin.
+_HOLD_COLLECTOR = frozenset({"validate", "run"})
+
+
 @app.callback()
 def _root(
+    ctx: typer.Context,
     version: Annotated[
         bool,
         typer.Option("--version", callback=_version, is_eager=True, help="Print the version."),
     ] = False,
 ) -> None:
     """clore-run PIPELINE is short for clore-run run PIPELINE."""
+    if ctx.invoked_subcommand not in _HOLD_COLLECTOR:
+        collector.startup_over()  # serve, jobs, offers...: the collector as usual

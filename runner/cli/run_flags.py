@@ -1,9 +1,4 @@
-"""What `clore-run run` does with its flags once they are parsed, by Typer or by runner.cli.quick.
-
-Kept free of Typer, so that the plain form the GitHub Action uses (`run FILE --backend … --out
-…`) can be answered without loading it: Typer builds a validator per option of the command it
-runs, and for `run` that and its import cost more than running a hundred short jobs.
-"""
+"""What `clore-run run` does with its flags once Typer has parsed them (runner.cli.run)."""
 
 from __future__ import annotations
 
@@ -16,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.cli.boundary import Echo
+from runner.cli.validate import show_warnings
 from runner.errors import UsageError
 
 
@@ -25,7 +21,7 @@ class BackendName(str, Enum):
     clore = "clore"
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # never compared or printed: a faster import
+@dataclass(frozen=True)
 class RunFlags:
     """`clore-run run`'s arguments, as the user gave them (None: not given)."""
 
@@ -46,7 +42,6 @@ class RunFlags:
 
 def run_with(flags: RunFlags, echo: Echo) -> int:
     """Load, check the flags, run on the chosen backend: the exit code."""
-    from runner.cli.quick import show_warnings
     from runner.run_command import RunOptions, execute, select_jobs
     from runner.spec.limits import MAX_CONCURRENCY
     from runner.spec.loader import load_pipeline

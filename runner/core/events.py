@@ -12,13 +12,12 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 
 from runner.core.model import Attempt, FailureKind, JobResult
-from runner.core.record import Record
 
 # -- events: fed to Scheduler.handle(event, now) -----------------------------------------------
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # equality, hash, repr: Record's
-class AttemptPlaced(Record):
+@dataclass(frozen=True)
+class AttemptPlaced:
     """The attempt holds a place and its script starts now: the job's timeout counts from
     here, so renting and booting a server never eat into the job's own time."""
 
@@ -26,23 +25,23 @@ class AttemptPlaced(Record):
     attempt: int
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # equality, hash, repr: Record's
-class AttemptEnded(Record):
+@dataclass(frozen=True)
+class AttemptEnded:
     """An attempt ended (passed, failed, or was killed). `attempt.number` names it."""
 
     job_id: str
     attempt: Attempt
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # equality, hash, repr: Record's
-class TimerFired(Record):
+@dataclass(frozen=True)
+class TimerFired:
     """A timer the core asked for came due. Stale timers are ignored by the core."""
 
     token: Hashable
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # equality, hash, repr: Record's
-class CancelJob(Record):
+@dataclass(frozen=True)
+class CancelJob:
     """Cancel one job: settled at once while it waits, killed while it runs."""
 
     job_id: str
@@ -57,16 +56,16 @@ class StopCause(str, enum.Enum):
     INFRASTRUCTURE = "infrastructure"  # the backend said nothing can run (key refused...)
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # equality, hash, repr: Record's
-class CancelAll(Record):
+@dataclass(frozen=True)
+class CancelAll:
     """Stop everything: start nothing more, kill what runs, settle the rest as cancelled."""
 
     reason: str
     cause: StopCause
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # equality, hash, repr: Record's
-class HoldStarts(Record):
+@dataclass(frozen=True)
+class HoldStarts:
     """Start nothing before `until` (jobs already running go on). A longer hold in place stays."""
 
     until: float
@@ -77,8 +76,8 @@ Event = AttemptPlaced | AttemptEnded | TimerFired | CancelJob | CancelAll | Hold
 # -- commands: returned by the core, carried out by the driver ---------------------------------
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # equality, hash, repr: Record's
-class StartAttempt(Record):
+@dataclass(frozen=True)
+class StartAttempt:
     """Start the job's next attempt, killed after `timeout_s` from its placement."""
 
     job_id: str
@@ -86,32 +85,32 @@ class StartAttempt(Record):
     timeout_s: float
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # equality, hash, repr: Record's
-class KillAttempt(Record):
+@dataclass(frozen=True)
+class KillAttempt:
     """Stop the job's running attempt, which ends as `reason`."""
 
     job_id: str
     reason: FailureKind  # TIMEOUT or CANCELLED
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # equality, hash, repr: Record's
-class SetTimer(Record):
+@dataclass(frozen=True)
+class SetTimer:
     """Feed `TimerFired(token)` back to the core at `at`."""
 
     at: float
     token: Hashable
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # equality, hash, repr: Record's
-class AttemptRecorded(Record):
+@dataclass(frozen=True)
+class AttemptRecorded:
     """An attempt as the core counts it (a kill's reason applied): to journal."""
 
     job_id: str
     attempt: Attempt
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # equality, hash, repr: Record's
-class Requeued(Record):
+@dataclass(frozen=True)
+class Requeued:
     """The job waits until `at` for another attempt, with these retry counters."""
 
     job_id: str
@@ -120,8 +119,8 @@ class Requeued(Record):
     infra_used: int
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # equality, hash, repr: Record's
-class Settled(Record):
+@dataclass(frozen=True)
+class Settled:
     """The job reached its final status; the core forgets it."""
 
     result: JobResult

@@ -13,8 +13,6 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal
 
-from runner.core.record import Record
-
 
 class Priority(enum.IntEnum):
     """User priority of a job; a larger value runs first."""
@@ -69,8 +67,8 @@ INFRASTRUCTURE_KINDS = frozenset(
 )
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # equality, hash, repr: Record's
-class GpuAsk(Record):
+@dataclass(frozen=True)
+class GpuAsk:
     """What a job needs from a server. `max_usd_per_hour` is for the whole server."""
 
     type: str | None = None
@@ -81,8 +79,8 @@ class GpuAsk(Record):
     min_reliability: float | None = None
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # equality, hash, repr: Record's
-class Location(Record):
+@dataclass(frozen=True)
+class Location:
     """Where a node sits in the pipeline file (1-based line and column)."""
 
     file: str
@@ -93,8 +91,8 @@ class Location(Record):
         return f"{self.file}:{self.line}:{self.column}"
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # equality, hash, repr: Record's
-class SpecWarning(Record):
+@dataclass(frozen=True)
+class SpecWarning:
     """Something in a valid pipeline file that likely does not mean what it says."""
 
     location: Location
@@ -114,8 +112,8 @@ def _frozen_env() -> Mapping[str, str]:
     return _NO_ENTRIES
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # equality, hash, repr: Record's
-class Job(Record):
+@dataclass(frozen=True)
+class Job:
     """One runnable job (a matrix instance is a job of its own)."""
 
     id: str  # unique, filesystem-safe
@@ -156,8 +154,8 @@ class Provisioning(str, enum.Enum):
     ON_DEMAND = "on-demand"  # only once the job is ready to run
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # equality, hash, repr: Record's
-class Pipeline(Record):
+@dataclass(frozen=True)
+class Pipeline:
     """A validated, expanded pipeline: jobs in file order."""
 
     name: str
@@ -178,8 +176,8 @@ class Pipeline(Record):
         raise KeyError(job_id)
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # equality, hash, repr: Record's
-class Attempt(Record):
+@dataclass(frozen=True)
+class Attempt:
     """One try at running a job."""
 
     number: int  # 1-based
@@ -199,8 +197,8 @@ class Attempt(Record):
         return max(0.0, self.finished_at - self.started_at)
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # equality, hash, repr: Record's
-class JobResult(Record):
+@dataclass(frozen=True)
+class JobResult:
     """The final word on a job."""
 
     job_id: str
@@ -239,8 +237,8 @@ class RunStatus(str, enum.Enum):
     INTERRUPTED = "interrupted"  # exit 130
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # equality, hash, repr: Record's
-class RunRecord(Record):
+@dataclass(frozen=True)
+class RunRecord:
     """Everything the reports need about a finished (or interrupted) run."""
 
     pipeline: Pipeline

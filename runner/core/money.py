@@ -15,8 +15,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from runner.core.record import Record
-
 HOURS_PER_DAY = 24.0
 SECONDS_PER_HOUR = 3600.0
 SECONDS_PER_DAY = 86400.0
@@ -50,8 +48,8 @@ def per_day_from_per_hour(price_per_hour: float) -> float:
     return price_per_hour * HOURS_PER_DAY
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # equality, hash, repr: Record's
-class RenterFeeRates(Record):
+@dataclass(frozen=True)
+class RenterFeeRates:
     """The renter's base fee rates and where they come from ("account": the API's
     `renter_fees` for this key; "documented": Clore's published rates, used when the account's
     could not be read)."""
@@ -108,8 +106,8 @@ def worst_case_usd(
     return with_fee_usd_per_hour * hours + fee_usd
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # equality, hash, repr: Record's
-class BilledCost(Record):
+@dataclass(frozen=True)
+class BilledCost:
     """One order's cost in USD as the wallet loses it, in its parts."""
 
     rental_usd: float  # `spend`: the listed price for the time held

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 
 from runner.core.events import StopCause
 from runner.core.model import Condition, Job, JobResult, JobStatus, RunStatus
-from runner.core.record import Record
 
 BAD = frozenset({JobStatus.FAILED, JobStatus.TIMED_OUT, JobStatus.ERROR, JobStatus.CANCELLED})
 WORD = {
@@ -20,8 +19,8 @@ WORD = {
 }
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # equality, hash, repr: Record's
-class NeedOutcome(Record):
+@dataclass(frozen=True)
+class NeedOutcome:
     """A settled job as the jobs that need it see it."""
 
     status: JobStatus

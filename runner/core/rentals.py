@@ -15,13 +15,12 @@ from typing import Protocol
 from runner.core import money
 from runner.core.events import Command
 from runner.core.model import GpuAsk, Provisioning
-from runner.core.record import Record
 
 __all__ = ["Provisioning"]  # where the core's server decisions find it, beside the rest
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # equality, hash, repr: Record's
-class Quote(Record):
+@dataclass(frozen=True)
+class Quote:
     """A server the core may rent (an offer on the market) or already has (a fixed host)."""
 
     host: str  # the market's name for the machine; a host that failed is excluded by it
@@ -69,8 +68,8 @@ class NoMarket:
         return "no host of this backend is left to run it"
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # equality, hash, repr: Record's
-class BootTimes(Record):
+@dataclass(frozen=True)
+class BootTimes:
     """How long a rented server takes from the create to answering SSH.
 
     `expected_s` is what rent-ahead plans with: the default until the run has measured its own
@@ -95,8 +94,8 @@ class BootTimes(Record):
 # -- commands: the core asks the adapter to ... -------------------------------------------------
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # equality, hash, repr: Record's
-class RentServer(Record):
+@dataclass(frozen=True)
+class RentServer:
     """Rent `quote` as server `server` for `for_job`. `worst_case_usd` is what the budget
     reserved for it; `ahead` says it is rented before the job is ready."""
 
@@ -107,8 +106,8 @@ class RentServer(Record):
     ahead: bool = False
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # equality, hash, repr: Record's
-class StartOn(Record):
+@dataclass(frozen=True)
+class StartOn:
     """Run attempt `attempt` of `job_id` on server `server` (ready, and this job's now)."""
 
     job_id: str
@@ -117,8 +116,8 @@ class StartOn(Record):
     timeout_s: float
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # equality, hash, repr: Record's
-class ReleaseServer(Record):
+@dataclass(frozen=True)
+class ReleaseServer:
     """Give server `server` back (cancel its order; a fixed host is just let go)."""
 
     server: int
@@ -132,23 +131,23 @@ CoreCommand = Command | ServerCommand  # what the core with servers answers
 # -- events: the adapter tells the core that ... ------------------------------------------------
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # equality, hash, repr: Record's
-class ServerReady(Record):
+@dataclass(frozen=True)
+class ServerReady:
     """Server `server` answers SSH: jobs can start on it."""
 
     server: int
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # equality, hash, repr: Record's
-class ServerLost(Record):
+@dataclass(frozen=True)
+class ServerLost:
     """Server `server` is gone (outbid, dropped): its host is not used again this run."""
 
     server: int
     reason: str
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # equality, hash, repr: Record's
-class RentFailed(Record):
+@dataclass(frozen=True)
+class RentFailed:
     """Renting server `server` failed; nothing is held. `cost_usd` is what the failed order
     cost all the same. `fatal` (no balance, a refused key) stops the run: every rent would fail."""
 
@@ -164,8 +163,8 @@ class RentFailed(Record):
     requote: bool = False
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # equality, hash, repr: Record's
-class ServerReleased(Record):
+@dataclass(frozen=True)
+class ServerReleased:
     """The order of server `server` is confirmed gone; `cost_usd` is the provider's own figure
     when it gave one (it replaces the core's estimate)."""
 

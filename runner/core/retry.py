@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from runner.core.model import FailureKind, JobStatus
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # never compared or printed: a faster import
+@dataclass(frozen=True)
 class RetryRule:
     """What an attempt's failure kind means for the job: another attempt or its final status."""
 

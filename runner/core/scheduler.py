@@ -61,7 +61,6 @@ from runner.core.outcome import (
     need_outcome,
     skip_reason,
 )
-from runner.core.record import Record
 from runner.core.retry import RETRY_TABLE, backoff_s, should_retry
 
 
@@ -76,8 +75,8 @@ class Phase(str, enum.Enum):
 OUT = (Phase.PLACING, Phase.RUNNING)  # an attempt is out
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # equality, hash, repr: Record's
-class JobState(Record):
+@dataclass(frozen=True)
+class JobState:
     """Where an unsettled job stands."""
 
     phase: Phase
@@ -88,7 +87,7 @@ class JobState(Record):
     server: str | None = None
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # never compared or printed: a faster import
+@dataclass(frozen=True)
 class Entry:
     """A job handed to the core, with what a store knows of its past (serve's recovery)."""
 

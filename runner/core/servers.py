@@ -25,7 +25,7 @@ import heapq
 import itertools
 import math
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from runner.core import graph, money
 from runner.core.events import SetTimer
@@ -71,10 +71,15 @@ class _Server:
     ready_at: float | None = None  # None: still booting
     job: str | None = None  # the job running on it
     claim: str | None = None  # the job it is meant for next (rented for it, or expected)
-    after: str | None = None  # the job expected to follow `claim` on it
+    # The jobs expected to follow `claim` on it, in order: a chain planned onto one server
+    # rents nothing ahead for its later links.
+    after: list[str] = field(default_factory=list)
     # Won back for this job's retry (a spot order outbid, its bid raised): no other job takes
     # it, and no other decision gives it back, until that retry runs or the job is final.
     kept_for: str | None = None
+    # The job it was rented for, until a job runs on it: that job's, which no other takes
+    # unless the two swap (`ServerBook._may_take`).
+    rented_for: str | None = None
     last_job: str | None = None
     reserved_until: float = 0.0  # the budget holds its cost up to here
     idle_since: float = 0.0  # when its last job ended (or it came up)
@@ -84,7 +89,7 @@ class _Server:
         return self.ready_at is not None and self.job is None
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # never compared or printed: a faster import
+@dataclass(frozen=True)
 class ServerView:
     """A server as the book holds it, for simulators, plans and tests."""
 
@@ -94,9 +99,11 @@ class ServerView:
     booting: bool
     job: str | None
     claim: str | None
+    # The job it was rented for, until a job ran on it: no other job may take it from that one.
+    rented_for: str | None = None
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # never compared or printed: a faster import
+@dataclass(frozen=True)
 class Unplaceable:
     """An attempt the book could not give a server: it ends with `failure`."""
 
@@ -199,6 +206,10 @@ class ServerBook:
         # Given back, its final figure not heard yet: quote, cost counted (a queue server runs
         # for months: each goes once its ServerReleased settles it).
         self._booked: dict[int, tuple[Quote, float]] = {}
+        # Given back, the release not confirmed yet: server -> host. Its host is not rented
+        # again until it is: a create sent sooner finds the server still rented (Clore's
+        # server-already-rented), and the host would be blamed for our own order.
+        self._releasing: dict[int, str] = {}
         self._spent_usd = 0.0
         self._cancelled = False
         self._look: set[int] = set()  # servers whose keep-or-give-back is to be decided
@@ -435,6 +446,7 @@ class ServerBook:
         self._dirty = True
         server = self._servers.get(event.server)
         if isinstance(event, ServerReleased):
+            self._releasing.pop(event.server, None)
             self._settle_cost(event)
         elif server is None:
             return  # already given back: a late report
@@ -493,7 +505,7 @@ class ServerBook:
 
     def servers(self) -> list[ServerView]:
         return [
-            ServerView(s.id, s.quote, s.rented, s.ready_at is None, s.job, s.claim)
+            ServerView(s.id, s.quote, s.rented, s.ready_at is None, s.job, s.claim, _rented_for(s))
             for s in self._servers.values()
         ]
 
@@ -512,7 +524,7 @@ class ServerBook:
     def idle_servers(self) -> list[ServerView]:
         """The servers up and running nothing."""
         return [
-            ServerView(s.id, s.quote, s.rented, False, None, s.claim)
+            ServerView(s.id, s.quote, s.rented, False, None, s.claim, _rented_for(s))
             for s in sorted(self._idle.values(), key=_by_id)
         ]
 
@@ -540,7 +552,8 @@ class ServerBook:
         return list(self._waiting)
 
     def wait_reason(self, job_id: str) -> str | None:
-        """What a waiting job waits for ("budget", "cap", "boot", "reuse"), if decided."""
+        """What a waiting job waits for ("budget", "cap", "boot", "reuse", "release"), if
+        decided."""
         return self._why.get(job_id) if job_id in self._waiting else None
 
     def server_wait(self, job_id: str) -> str | None:
@@ -556,6 +569,8 @@ class ServerBook:
         if why == "budget":
             daily = " today" if self._day is not None else ""
             return f"waiting for a server: the budget{daily} cannot hold its worst case yet"
+        if why == "release":
+            return "waiting for a server being given back to be released"
         if why == "reuse" or server is not None:
             return "waiting for a server to come free"
         if not self._renting:  # hosts that already exist: one must come free
@@ -651,12 +666,13 @@ class ServerBook:
                 continue  # stale: placed, dropped or wanted again since
             seen.append(entry)
             if warm is not None and self._warm_first(warm, entry[0]):
-                placed = self._start(warm, server, now)
+                placed = self._may_take(warm, server) and self._start(warm, server, now)
                 warm = None
-            if not placed and entry[2] in self._waiting and self.fits(server.quote, entry[2]):
-                placed = self._start(entry[2], server, now)
+            job_id = entry[2]
+            if not placed and job_id in self._waiting and self.fits(server.quote, job_id):
+                placed = self._may_take(job_id, server) and self._start(job_id, server, now)
         if not placed and warm is not None:
-            placed = self._start(warm, server, now)
+            placed = self._may_take(warm, server) and self._start(warm, server, now)
         for entry in seen:
             if entry[2] in self._waiting:  # a job placed here is not pushed back, stale
                 heapq.heappush(queue, entry)
@@ -684,9 +700,20 @@ class ServerBook:
     def _key_of(self, job_id: str) -> Key:
         return self._jobs[job_id].key
 
-    def _usable(self, server: _Server, job_id: str) -> bool:
-        """A waiting job fits: it takes this ready server even if another is booting for it."""
-        return job_id in self._waiting and self.fits(server.quote, job_id)
+    def _may_take(self, job_id: str, server: _Server) -> bool:
+        """A job takes a server rented for another only when that one loses nothing by it:
+        the server booting for the taker fits it instead (the two swap). Otherwise the other
+        job would rent a server again, paying a second boot and a second order."""
+        claimant = server.claim
+        if claimant is None or claimant == job_id or server.rented_for != claimant:
+            return True  # otherwise anyone's by rank, as a list schedule
+        own = self._servers.get(self._claims.get(job_id, -1))
+        return (
+            own is not None
+            and own.ready_at is None
+            and own.claim == job_id
+            and self.fits(own.quote, claimant)
+        )
 
     def _start(self, job_id: str, server: _Server, now: float) -> bool:
         want = self._waiting[job_id]
@@ -697,11 +724,15 @@ class ServerBook:
         del self._waiting[job_id]
         if job_id in self._why:
             del self._why[job_id]
-        was_meant = server.claim == job_id
-        if job_id in self._claims:
-            self._unclaim(job_id)
-        if not was_meant and server.claim is not None:
-            self._unclaim(server.claim)  # a better job took it: that one rents again
+        claimant = server.claim
+        if claimant is not None and claimant != job_id and server.rented_for == claimant:
+            self._swap(job_id, claimant, server)
+        else:
+            if job_id in self._claims:
+                self._unclaim(job_id)
+            if claimant is not None and claimant != job_id:
+                self._unclaim(claimant)  # a better job took it: that one plans again
+        server.rented_for = None
         server.job = job_id
         if not server.rented:
             self._fixed_busy += 1
@@ -787,7 +818,9 @@ class ServerBook:
         job = self._jobs[job_id].job
         quote = self._market.best(job.gpu, self._excluded | self._hosts_held())
         if quote is None:
-            if not self._any_fitting_held(job_id):
+            if self._freed_soon(job_id):
+                self._why.setdefault(job_id, "release")  # short of money first, if it is
+            elif not self._any_fitting_held(job_id):
                 self._none_left(job_id, want)
             return
         hold_s = self.boot.allowance_s + want.timeout_s + AFTER_SCRIPT_S
@@ -863,6 +896,7 @@ class ServerBook:
         self, job_id: str, quote: Quote, until: float, cost: float, now: float, ahead: bool
     ) -> None:
         server = _Server(next(self._next_server), quote, True, now, reserved_until=until)
+        server.rented_for = job_id
         self._servers[server.id] = server
         self._rented[server.id] = server
         self._claim(job_id, server)
@@ -897,10 +931,11 @@ class ServerBook:
         for server in self._servers.values():
             if not self.fits(server.quote, job_id):
                 continue
-            if server.claim is None:
+            last = server.after[-1] if server.after else server.claim
+            if last is None:
                 ahead_of_it = server.job
-            elif server.after is None and self._end_of(server.claim) < math.inf:
-                ahead_of_it = server.claim
+            elif self._end_of(last) < math.inf:
+                ahead_of_it = last
             else:
                 continue
             if ahead_of_it is not None:
@@ -910,12 +945,14 @@ class ServerBook:
                 worst_free = server.since + self.boot.allowance_s
             else:
                 free_by = worst_free = now
-            if free_by > eta + _EPS_S:
+            # Waiting for a held server is right unless a server rented now would be up
+            # sooner: renting ahead is for a job that would otherwise wait for a boot.
+            if free_by > max(eta, now + self.boot.expected_s) + _EPS_S:
                 continue
             if server.claim is None:
                 self._claim(job_id, server)
             else:
-                server.after = job_id
+                server.after.append(job_id)
                 self._claims[job_id] = server.id
             self._plan_end(job_id, max(eta, free_by), worst_free, now)
             return True
@@ -1011,9 +1048,22 @@ class ServerBook:
         server.claim = job_id
         self._claims[job_id] = server.id
 
+    def _swap(self, job_id: str, claimant: str, server: _Server) -> None:
+        """`job_id` takes `server`, rented for `claimant`, which takes the server booting
+        for `job_id` in its place (`_may_take` said that one fits it)."""
+        own = self._servers[self._claims.pop(job_id)]
+        # Each job's followers go where it runs: their planned starts stay as they were.
+        own.after, server.after = server.after, own.after
+        own.claim = own.rented_for = claimant
+        for moved in (claimant, *own.after):
+            self._claims[moved] = own.id
+        for moved in server.after:
+            self._claims[moved] = server.id
+        server.claim = server.after.pop(0) if server.after else None
+
     def _keep_for(self, job_id: str, server: _Server) -> None:
         """Hold `server` for the job's retry: jobs expected on it go elsewhere."""
-        for other in (server.after, server.claim):
+        for other in (*server.after, server.claim):
             if other is not None and other != job_id:
                 self._unclaim(other)
         self._claim(job_id, server)
@@ -1026,10 +1076,10 @@ class ServerBook:
         if server.kept_for == job_id:
             server.kept_for = None
         if server.claim == job_id:
-            server.claim, server.after = server.after, None
+            server.claim = server.after.pop(0) if server.after else None
             self._look.add(server.id)
-        elif server.after == job_id:
-            server.after = None
+        elif job_id in server.after:
+            server.after.remove(job_id)
 
     # -- giving back -----------------------------------------------------------------------
 
@@ -1118,18 +1168,32 @@ class ServerBook:
 
     def _release(self, server: _Server, now: float, reason: str) -> None:
         self._forget(server)
-        for job_id in (server.claim, server.after):
+        for job_id in (server.claim, *server.after):
             if job_id is not None:
                 self._claims.pop(job_id, None)
         cost = self._cost_so_far(server, now) if server.rented else 0.0
         self._booked[server.id] = (server.quote, cost)
+        if server.rented:
+            self._releasing[server.id] = server.quote.host
         self._spent_usd += cost
         self._due.update(self._starved)
         self._starved.clear()
         self._out.append(ReleaseServer(server.id, reason, server.rented))
 
     def _hosts_held(self) -> set[str]:
-        return {s.quote.host for s in self._servers.values()}
+        held = {s.quote.host for s in self._servers.values()}
+        if self._releasing:
+            held.update(self._releasing.values())
+        return held
+
+    def _freed_soon(self, job_id: str) -> bool:
+        """Is the offer the job would rent on a host whose release is being confirmed? Then
+        it waits for that instead of failing for want of an offer."""
+        if not self._releasing:
+            return False
+        held = {s.quote.host for s in self._servers.values()}
+        quote = self._market.best(self._jobs[job_id].job.gpu, self._excluded | held)
+        return quote is not None and quote.host in self._releasing.values()
 
     def _any_fitting_held(self, job_id: str) -> bool:
         return any(self.fits(s.quote, job_id) for s in self._servers.values())
@@ -1149,7 +1213,7 @@ class ServerBook:
             self._exclude(server.quote.host, now)
         self._spent_usd += event.cost_usd  # the adapter's own figure: nothing to settle later
         job_id = server.claim
-        for meant in (server.claim, server.after):
+        for meant in (server.claim, *server.after):
             if meant is not None:
                 self._claims.pop(meant, None)
         if event.fatal:  # every rent would fail the same way: rent nothing more, now
@@ -1221,6 +1285,10 @@ def _held_needs(job: Job, fresh: Mapping[str, Job]) -> tuple[str, ...]:
         if need not in fresh:
             return tuple(n for n in job.needs if n in fresh)
     return job.needs
+
+
+def _rented_for(server: _Server) -> str | None:
+    return server.rented_for if server.rented_for == server.claim else None
 
 
 def _by_id(server: _Server) -> int:

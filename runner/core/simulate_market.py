@@ -34,6 +34,7 @@ from runner.core.rentals import (
     RentServer,
     ServerLost,
     ServerReady,
+    ServerReleased,
     StartOn,
     rental_cost_usd,
 )
@@ -209,6 +210,8 @@ class _ServersSim:
 
     def _release_cmd(self, cmd: ReleaseServer) -> None:
         self._release(cmd.server)
+        if cmd.rented:  # the market confirms a cancel at once: the host may be rented again
+            self.push(self.now, ServerReleased(cmd.server))
 
     def _past_its_end(self, timer: SetTimer) -> bool:
         """An attempt's timeout due no sooner than the attempt's end, already scheduled: the
@@ -293,7 +296,9 @@ class _ServersSim:
         idle = book.idle_servers()
         for job_id in book.waiting():
             short_of_money = book.budget_usd is not None and book.wait_reason(job_id) == "budget"
-            if not short_of_money and any(book.fits(v.quote, job_id) for v in idle):
+            # A server rented for another job is that job's: taking it makes that one rent again.
+            free = (v for v in idle if v.rented_for in (None, job_id))
+            if not short_of_money and any(book.fits(v.quote, job_id) for v in free):
                 r.broken.append(f"{now:.1f}: {job_id} waits beside an idle server")
 
 

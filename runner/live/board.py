@@ -7,6 +7,7 @@ can put it at any moment of a run.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 
 from runner.backends.base import BackendStage
 from runner.core.model import INFRASTRUCTURE_KINDS, Attempt, FailureKind, Job, JobResult
@@ -25,49 +26,27 @@ ACTIVE: frozenset[str] = frozenset(
 )
 
 
+@dataclass(eq=False)  # a row is one job's, found by its id: never compared
 class Row:
-    """What the board shows of one job: its stage, since when, and how its attempts went.
+    """What the board shows of one job: its stage, since when, and how its attempts went."""
 
-    A plain class (one per job, made by `Board` alone): a dataclass of this many fields was
-    generated code that every `run` ran at import (~1 ms)."""
-
-    __slots__ = (
-        "attempt",
-        "billing_since",
-        "detail",
-        "ended",
-        "failures",
-        "first_began",
-        "heartbeat_at",
-        "job",
-        "last_failure",
-        "progress",
-        "settled_usd",
-        "stage",
-        "stage_since",
-        "status",
-        "until",
-        "usd_per_hour",
-    )
-
-    def __init__(self, job: Job) -> None:
-        self.job = job
-        self.stage: str = WAITING_NEEDS
-        self.detail = ""
-        self.stage_since: float | None = None
-        self.attempt = 0
-        # The first attempt's start: the job's elapsed counts from here.
-        self.first_began: float | None = None
-        self.ended: float | None = None  # when it settled
-        self.settled_usd = 0.0  # ended attempts
-        self.usd_per_hour: float | None = None  # the running attempt's rate, once it is known
-        self.billing_since: float | None = None
-        self.until: float | None = None  # not-before / retry time
-        self.status = ""  # "passed", "failed (allowed)"... once settled
-        self.progress = ""  # the latest state of a line still being redrawn (`\r`)
-        self.last_failure: Attempt | None = None
-        self.failures: dict[str, int] = {}  # "retries" / "infra" -> count
-        self.heartbeat_at: float | None = None  # plain mode: the last line saying it is alive
+    job: Job
+    stage: str = WAITING_NEEDS
+    detail: str = ""
+    stage_since: float | None = None
+    attempt: int = 0
+    # The first attempt's start: the job's elapsed counts from here.
+    first_began: float | None = None
+    ended: float | None = None  # when it settled
+    settled_usd: float = 0.0  # ended attempts
+    usd_per_hour: float | None = None  # the running attempt's rate, once it is known
+    billing_since: float | None = None
+    until: float | None = None  # not-before / retry time
+    status: str = ""  # "passed", "failed (allowed)"... once settled
+    progress: str = ""  # the latest state of a line still being redrawn (`\r`)
+    last_failure: Attempt | None = None
+    failures: dict[str, int] = field(default_factory=dict)  # "retries" / "infra" -> count
+    heartbeat_at: float | None = None  # plain mode: the last line saying it is alive
 
     def cost_usd(self, now: float) -> float:
         running = 0.0

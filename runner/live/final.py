@@ -8,7 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
+
+from rich import box
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
 
 from runner.report.markdown import duration, human, money, pct, rate
 from runner.untrusted import console_line
@@ -16,21 +21,15 @@ from runner.untrusted import console_line
 FAILED_LOG_LINES = 5  # per failed job; the whole log is in logs/<job>.log
 MAX_FAILED_LOGS = 5
 # Rows of the table on screen. Past it, the jobs that did not pass are shown first and a line
-# counts the rest (summary.md lists every job): 200 rows would scroll the run's output away,
-# and laying them out took longer than running 200 short jobs.
+# counts the rest (summary.md lists every job): 200 rows would scroll the run's output away.
 MAX_TABLE_ROWS = 40
 _BAD = ("failed", "timed_out", "error")
 _STYLE = {"passed": "green", "skipped": "dim", "cancelled": "yellow", "interrupted": "yellow"}
 
-if TYPE_CHECKING:  # rich is imported when a table is drawn with it, not for a plain one
-    from rich.console import RenderableType
-    from rich.table import Table
-    from rich.text import Text
-
 
 class Column(NamedTuple):
-    """One column of the jobs table, as rich's Table takes it (runner/live/final_plain.py lays
-    it out the same way without rich). Every cell is one line, cut with an ellipsis.
+    """One column of the jobs table, as rich's Table takes it. Every cell is one line, cut with
+    an ellipsis.
 
     A table wider than the terminal narrows the columns that `give_way` first (rich's wrapable
     columns: the widest first); only when they have nothing left does every column lose the
@@ -58,9 +57,6 @@ def status_word(job: Mapping[str, Any]) -> str:
 
 
 def render_final(summary: Mapping[str, Any], out_dir: Path) -> RenderableType:
-    from rich.console import Group
-    from rich.text import Text
-
     shown = shown_jobs(summary["jobs"])
     parts: list[RenderableType] = [Text(""), jobs_table(summary, shown)]
     left_out = len(summary["jobs"]) - len(shown)
@@ -96,10 +92,6 @@ def _left_out(jobs: list[Mapping[str, Any]], shown: list[Mapping[str, Any]]) -> 
 
 
 def jobs_table(summary: Mapping[str, Any], shown: list[Mapping[str, Any]] | None = None) -> Table:
-    from rich import box
-    from rich.table import Table
-    from rich.text import Text
-
     columns, rows = table_cells(summary, shown)
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
     for column in columns:
@@ -164,8 +156,6 @@ def table_cells(
 
 
 def _failed_logs(summary: Mapping[str, Any]) -> list[RenderableType]:
-    from rich.text import Text
-
     out: list[RenderableType] = []
     for kind, line in failed_log_lines(summary):
         if kind == "title":
@@ -194,8 +184,6 @@ def failed_log_lines(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 
 def _totals(summary: Mapping[str, Any]) -> Text:
-    from rich.text import Text
-
     text = Text(no_wrap=False)
     for part, style in totals_parts(summary):
         text.append(part, style=style)
@@ -221,8 +209,6 @@ def reports_line(out_dir: Path) -> str:
 
 
 def _baseline(comparison: Mapping[str, Any]) -> Text:
-    from rich.text import Text
-
     return Text(baseline_line(comparison))
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -25,8 +26,7 @@ __all__ = ["ReportPaths", "load_summary", "with_comparison", "write_reports"]
 
 
 class ReportPaths(NamedTuple):
-    """Where the reports went, and what was wrong with the inputs (never fatal). A NamedTuple:
-    every command loads this package, and a frozen dataclass costs five times as much to make."""
+    """Where the reports went, and what was wrong with the inputs (never fatal)."""
 
     junit: Path
     summary_json: Path
@@ -183,7 +183,6 @@ def atomic_write(path: Path, data: bytes) -> None:
 
 def _write_atomically(path: Path, data: bytes) -> None:
     """`atomic_write` of data already redacted."""
-    import tempfile  # not at import: every command loads this package, few write reports
 
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:

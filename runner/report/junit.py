@@ -56,9 +56,6 @@ _RERUN_CHILDREN = ("stackTrace", "system-out", "system-err")  # in the XSD's ord
 _INDENT = tuple("\n" + "  " * level for level in range(8))
 
 
-# Records as NamedTuples, not dataclasses: every run imports this module to write junit.xml,
-# and making a frozen dataclass (half a dozen methods compiled from source) cost five times as
-# much as a NamedTuple, at every start.
 class Counts(NamedTuple):
     """Test counts of a suite (or of the whole run)."""
 

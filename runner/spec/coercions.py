@@ -1,7 +1,5 @@
 """The pipeline models' own conversions, run before pydantic's type checks.
-
-Kept apart from runner.spec.models, which imports pydantic: the compiled validators
-(runner.spec.checks) call these very functions without pydantic being loaded.
+The loader uses `iso_time` too, on values it reads before the models do.
 """
 
 from __future__ import annotations

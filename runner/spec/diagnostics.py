@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from runner.core.record import Record
 from runner.errors import UsageError
 
 KeyPath = tuple[str | int, ...]
@@ -22,8 +21,8 @@ def format_path(path: KeyPath) -> str:
     return out
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # equality, hash, repr: Record's
-class Diagnostic(Record):
+@dataclass(frozen=True)
+class Diagnostic:
     """One problem in a pipeline file."""
 
     file: str

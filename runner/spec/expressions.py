@@ -44,7 +44,7 @@ class ExpressionErrors(ExpressionError):
         return self._errors
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # never compared or printed: a faster import
+@dataclass(frozen=True)
 class Contexts:
     """Values expressions may read."""
 

@@ -1,5 +1,4 @@
-"""Bounds of the pipeline format that code outside the models checks as well (`--concurrency`),
-kept apart from runner.spec.models so that checking them loads no pydantic."""
+"""Bounds of the pipeline format that code outside the models checks as well (`--concurrency`)."""
 
 from __future__ import annotations
 

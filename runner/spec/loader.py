@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path, PurePosixPath
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
 
 from runner.core import graph
 from runner.core.model import (
@@ -28,16 +30,15 @@ from runner.core.model import (
     SpecWarning,
 )
 from runner.spec import matrix as matrix_mod
-from runner.spec.checks import Checks, ModelName, default_checks
 from runner.spec.coercions import iso_time
 from runner.spec.diagnostics import Diagnostic, KeyPath, SpecError, did_you_mean, format_path
 from runner.spec.expressions import Contexts, ExpressionError, parse_condition, substitute
 from runner.spec.limits import MAX_JOB_ID
+from runner.spec.models import Defaults, JobSpec, PipelineHeader, Strategy
 from runner.spec.pydantic_errors import diagnostics_from
 from runner.spec.yaml_source import Source, parse_yaml
 
-if TYPE_CHECKING:  # the loader holds what the validators make: records shaped as these
-    from runner.spec.models import Defaults, JobSpec, PipelineHeader, Strategy
+_M = TypeVar("_M", bound=BaseModel)
 
 DEFAULT_TIMEOUT_MINUTES = 60.0
 MAX_JOBS = 10_000  # per pipeline, matrices expanded: beyond it a queue holds a file, not a plan
@@ -53,11 +54,8 @@ _NUMBERS_AND_SWITCHES = frozenset(
 )
 
 
-def load_pipeline(
-    path: str | Path, environ: Mapping[str, str] | None = None, checks: Checks | None = None
-) -> Pipeline:
-    """Read and validate a pipeline file. Raises SpecError (exit 2) for any bad input.
-    `checks`: the validators (default: the compiled ones when current, runner.spec.checks)."""
+def load_pipeline(path: str | Path, environ: Mapping[str, str] | None = None) -> Pipeline:
+    """Read and validate a pipeline file. Raises SpecError (exit 2) for any bad input."""
     display = str(path)
     try:
         raw = Path(path).read_bytes()
@@ -71,15 +69,13 @@ def load_pipeline(
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise _fatal(display, "the file is not UTF-8 text") from None
-    return parse_pipeline(text, display, environ, checks)
+    return parse_pipeline(text, display, environ)
 
 
-def parse_pipeline(
-    text: str, file: str, environ: Mapping[str, str] | None = None, checks: Checks | None = None
-) -> Pipeline:
+def parse_pipeline(text: str, file: str, environ: Mapping[str, str] | None = None) -> Pipeline:
     source = parse_yaml(text, file)
     env = dict(os.environ if environ is None else environ)
-    builder = _PipelineBuilder(source, env, checks or default_checks())
+    builder = _PipelineBuilder(source, env)
     return builder.build()
 
 
@@ -87,7 +83,7 @@ def _fatal(file: str, message: str, hint: str = "") -> SpecError:
     return SpecError([Diagnostic(file, 1, 1, (), message, hint)])
 
 
-@dataclass(eq=False, repr=False)  # never compared or printed: a faster import
+@dataclass
 class _Draft:
     """A job instance before its needs are resolved."""
 
@@ -101,10 +97,9 @@ class _Draft:
 
 
 class _PipelineBuilder:
-    def __init__(self, source: Source, environ: dict[str, str], checks: Checks) -> None:
+    def __init__(self, source: Source, environ: dict[str, str]) -> None:
         self.source = source
         self.environ = environ
-        self.checks = checks
         self.problems: list[Diagnostic] = []
 
     def build(self) -> Pipeline:
@@ -192,7 +187,7 @@ class _PipelineBuilder:
         settings = self._substitute(settings, Contexts({}, self.environ), ())
         jobs = {} if data["jobs"] is None else data["jobs"]  # `jobs:` alone: _jobs_raw says so
         header: PipelineHeader | None = self._validate(
-            "PipelineHeader", {**data, **settings, "jobs": jobs}, ()
+            PipelineHeader, {**data, **settings, "jobs": jobs}, ()
         )
         return header
 
@@ -231,7 +226,7 @@ class _PipelineBuilder:
             return []
         strategy: Strategy | None = None
         if "strategy" in raw:
-            strategy = self._validate("Strategy", raw["strategy"], (*path, "strategy"))
+            strategy = self._validate(Strategy, raw["strategy"], (*path, "strategy"))
             if strategy is None:
                 return []
         combos = self._combinations(strategy, path)
@@ -240,8 +235,8 @@ class _PipelineBuilder:
             ctx = Contexts(combo, self.environ, in_matrix_job=strategy is not None)
             job_raw = self._substitute(raw, ctx, path)
             defaults_raw = self._substitute(raw_defaults, ctx, ("defaults",))
-            spec: JobSpec | None = self._validate("JobSpec", job_raw, path)
-            defaults: Defaults | None = self._validate("Defaults", defaults_raw, ("defaults",))
+            spec: JobSpec | None = self._validate(JobSpec, job_raw, path)
+            defaults: Defaults | None = self._validate(Defaults, defaults_raw, ("defaults",))
             if not self._check(key, job_raw, defaults_raw) or spec is None or defaults is None:
                 continue
             suffix = matrix_mod.instance_suffix(combo) if strategy is not None else ""
@@ -370,14 +365,12 @@ class _PipelineBuilder:
             return [self._substitute(v, ctx, (*path, i)) for i, v in enumerate(value)]
         return value
 
-    def _validate(self, model: ModelName, data: Any, path: KeyPath) -> Any:
-        """The model's value for `data` (a record shaped as the model), or None: its errors are
-        then among the problems."""
+    def _validate(self, model: type[_M], data: Any, path: KeyPath) -> _M | None:
+        """The model's value for `data`, or None: its errors are then among the problems."""
         try:
-            return self.checks.validate(model, data)
-        except self.checks.invalid as exc:
-            keys = self.checks.keys
-            self.problems.extend(diagnostics_from(exc, model, keys, self.source, path))
+            return model.model_validate(data)
+        except ValidationError as exc:
+            self.problems.extend(diagnostics_from(exc, model, self.source, path))
             return None
 
     # -- the graph -------------------------------------------------------------------------

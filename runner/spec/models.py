@@ -2,9 +2,6 @@
 
 These exist only at the edge: the loader turns them into the core's plain `Pipeline`. Their field
 descriptions feed `clore-run schema`, which editors use to complete and check pipeline files.
-The loader checks files with these models' validators compiled ahead of time
-(runner/spec/compiled/, made by runner.spec.schema_compiler): after changing a model, compile
-them again, or the loader falls back to building them from here, slower.
 """
 
 from __future__ import annotations

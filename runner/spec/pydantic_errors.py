@@ -1,19 +1,15 @@
-"""pydantic's validation errors -> located, readable Diagnostics.
-
-Reads only the errors' plain data, so it loads no pydantic (runner.spec.checks).
-"""
+"""pydantic's validation errors -> located, readable Diagnostics."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import types
+import typing
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
 
 from runner.spec.diagnostics import Diagnostic, KeyPath, did_you_mean
 from runner.spec.yaml_source import Source
-
-if TYPE_CHECKING:
-    from pydantic_core import ValidationError
-
-    from runner.spec.checks import KeyTable
 
 _HINTS = {
     "timeout-minutes": "minutes as a positive number, e.g. 30 or 0.5",
@@ -27,17 +23,16 @@ _HINTS = {
 
 
 def diagnostics_from(
-    exc: ValidationError, model: str, keys: KeyTable, source: Source, prefix: KeyPath
+    exc: ValidationError, model: type[BaseModel], source: Source, prefix: KeyPath
 ) -> list[Diagnostic]:
-    """One Diagnostic per error of validating `model` at `prefix`; `keys` names the keys each
-    model allows, for "did you mean"."""
+    """One Diagnostic per error of validating `model` at `prefix`."""
     out = []
-    for err in exc.errors(include_url=False):  # the URL would load pydantic to name its version
+    for err in exc.errors(include_url=False):
         loc: KeyPath = tuple(err["loc"])
         path = (*prefix, *loc)
         if err["type"] == "extra_forbidden":
             key = str(loc[-1])
-            hint = did_you_mean(key, _known_keys(keys, model, loc[:-1]))
+            hint = did_you_mean(key, _known_keys(model, loc[:-1]))
             out.append(source.error(path, f"unknown key '{key}'", hint, key=True))
             continue
         if err["type"] == "missing":
@@ -59,11 +54,29 @@ def _message(err: Any) -> str:
     return f"{msg}, got a {type(value).__name__}"
 
 
-def _known_keys(keys: KeyTable, model: str, loc: tuple[Any, ...]) -> list[str]:
-    """The keys allowed at `loc` inside `model`, by their YAML names."""
-    current: str | None = model
+def _known_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+    """The keys allowed at `loc` inside `model`, by their YAML names: the choices for "did you
+    mean" after an unknown key."""
+    current: type[BaseModel] | None = model
     for part in loc:
         if current is None or not isinstance(part, str):
             continue  # list indexes and dict keys do not change the model
-        current = keys[current][1].get(part)
-    return [] if current is None else list(keys[current][0])
+        field = next(
+            (f for name, f in current.model_fields.items() if part in (name, f.alias)), None
+        )
+        current = None if field is None else _model_in(field.annotation)
+    if current is None:
+        return []
+    return [info.alias or name for name, info in current.model_fields.items()]
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The model a field holds (alone or in a union with None), else None."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        for arg in typing.get_args(annotation):
+            found = _model_in(arg)
+            if found is not None:
+                return found
+    return None

@@ -16,7 +16,7 @@ import yaml
 from runner.spec.diagnostics import Diagnostic, KeyPath, SpecError
 
 
-@dataclass(eq=False, repr=False)  # never compared or printed: a faster import
+@dataclass
 class Source:
     """A parsed file: its plain data and where each key and value sits (1-based)."""
 

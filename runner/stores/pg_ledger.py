@@ -47,6 +47,11 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (  # MIGRATIONS[n]: version n -> n + 1
         "CREATE INDEX rentals_by_run ON rentals (run_id)",
         "CREATE INDEX rentals_open ON rentals (state) WHERE state NOT IN ('released', 'failed')",
     ),
+    # As the SQLite file's third: the create's tag and the process that recorded the row.
+    (
+        "ALTER TABLE rentals ADD COLUMN tag BIGINT",
+        "ALTER TABLE rentals ADD COLUMN owner TEXT",
+    ),
 )
 
 

@@ -337,3 +337,17 @@ def test_a_file_over_the_per_file_limit_is_refused_the_rest_written(dest: Path) 
     )
     assert not (dest / "big.bin").exists() and (dest / "small.txt").read_text() == "s"
     assert report.rejected == [("big.bin", "5000 bytes, over the limit of 4096 for one file")]
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["bad\nname.txt", "esc\x1b[31m.txt", "dir\r/inner.txt", "bell\x07", "c1\x9b.txt", "rtl\u202e"],
+)
+def test_a_member_whose_name_holds_a_control_character_is_refused(
+    tmp_path: Path, dest: Path, name: str
+) -> None:
+    """Issue 25: a newline or ESC in a name broke upload-artifact and terminals listing it."""
+    report = safe_extract(_tar(("file", name, "x"), ("file", "ok.txt", "ok")), dest)
+    assert report.written == ["ok.txt"]
+    assert [(n, "control character" in why) for n, why in report.rejected] == [(name, True)]
+    assert _everything(dest) == {"ok.txt"}

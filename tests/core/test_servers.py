@@ -499,11 +499,6 @@ def test_a_won_back_server_is_not_given_back_for_a_ready_jobs_money() -> None:
     assert StartOn("a", 2, server, 600.0) in d.at(retry.at, TimerFired(retry.token))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known bug: the book rents a host again as soon as it sends its ReleaseServer; "
-    "waiting for ServerReleased also needs the market simulator to report releases",
-)
 def test_a_host_being_given_back_is_not_rented_again_until_it_is_released() -> None:
     """One machine listed twice (as the marketplace lists a server on demand and as spot):
     a's listing does not fit b, so a's server is given back, and b's rent of the other listing
@@ -519,3 +514,64 @@ def test_a_host_being_given_back_is_not_rented_again_until_it_is_released() -> N
     out = d.at(401.0, ServerReleased(first.server))
     (rent,) = [c for c in out if isinstance(c, RentServer)]
     assert (rent.for_job, rent.quote.host, rent.quote.gpu_model) == ("b", "s1", "RTX 3090 Ti")
+
+
+# -- the rental lifecycle: no rental for nothing, no server taken from its job -------------------
+
+
+def test_a_chain_on_one_gpu_type_rents_one_server() -> None:
+    """one -> two -> three, short jobs: each link is planned onto the server the one before runs
+    on, so nothing is rented ahead for `three` while the chain runs on the first server."""
+    d = Drive(
+        pipeline(
+            job("one", minutes=0.1),
+            job("two", "one", minutes=0.1),
+            job("three", "two", minutes=0.1),
+        ),
+        cap=3,
+    )
+    server = d.rent_for("one").server
+    run_timers_until(d, 100.0)
+    d.at(100.0, ServerReady(server))
+    for name, end in (("one", 106.0), ("two", 112.0), ("three", 118.0)):
+        start = d.start_of(name)
+        assert start.server == server
+        run_timers_until(d, end)
+        d.finish(end, start)
+    assert len(d.rents()) == 1
+
+
+def test_a_link_further_down_a_chain_is_planned_onto_the_server_not_rented_ahead() -> None:
+    # A boot takes 100 s; each job 60 s. While `one` boots, `two` and `three` are planned behind
+    # it on its server, `four` too: they would wait less there than for a new server.
+    jobs = [job("one", minutes=1.0)]
+    for i, name in enumerate(("two", "three", "four")):
+        jobs.append(job(name, ("one", "two", "three")[i], minutes=1.0))
+    d = Drive(pipeline(*jobs), cap=3)
+    run_timers_until(d, 99.0)
+    assert [r.for_job for r in d.rents()] == ["one"]
+
+
+def test_a_job_does_not_take_a_server_rented_for_another_that_would_rent_again() -> None:
+    """`a` fits any RTX, `b` only a 4090. b's 4090 comes up first: a waits for its own 3090
+    (which b cannot use) instead of taking the 4090 and making b rent a second one."""
+    d = Drive(pipeline(job("a", gpu="RTX"), job("b", gpu="4090")), cap=3)
+    a_rent, b_rent = d.rent_for("a"), d.rent_for("b")
+    assert (a_rent.quote.gpu_model, b_rent.quote.gpu_model) == ("RTX 3090", "RTX 4090")
+    out = d.at(50.0, ServerReady(b_rent.server))
+    assert StartOn("b", 1, b_rent.server, 600.0) in out
+    out = d.at(60.0, ServerReady(a_rent.server))
+    assert StartOn("a", 1, a_rent.server, 600.0) in out
+    assert len(d.rents()) == 2
+
+
+def test_a_job_takes_a_server_rented_for_another_when_they_swap() -> None:
+    # Both fit a 3090: the first up runs the best-ranked job, and the other job's server is
+    # the one booting for it. Two rentals, as before, and no job rents again.
+    d = Drive(pipeline(job("a", minutes=10.0), job("b", minutes=1.0)), cap=3)
+    a_rent, b_rent = d.rent_for("a"), d.rent_for("b")
+    out = d.at(50.0, ServerReady(b_rent.server))
+    assert StartOn("a", 1, b_rent.server, 600.0) in out
+    out = d.at(60.0, ServerReady(a_rent.server))
+    assert StartOn("b", 1, a_rent.server, 600.0) in out
+    assert len(d.rents()) == 2

@@ -381,11 +381,21 @@ class FakeClore:
         return [o for o in self.orders.values() if o.live]
 
     def add_order(
-        self, server_id: int, *, age_s: float, currency: str = "USD-Blockchain", image: str = "old"
+        self,
+        server_id: int,
+        *,
+        age_s: float,
+        currency: str = "USD-Blockchain",
+        image: str = "old",
+        tag: int | None = None,
     ) -> int:
-        """An order that already exists (created `age_s` ago), e.g. a leftover of a dead run."""
+        """An order that already exists (created `age_s` ago), e.g. a leftover of a dead run.
+        `tag`: the HTTP port its create asked for (what clore-run's creates carry as proof)."""
+        body: Json = {"currency": currency, "image": image}
+        if tag is not None:
+            body["ports"] = {"22": "tcp", str(tag): "http"}
         with self._lock:
-            order = self._new_order(server_id, {"currency": currency, "image": image}, False)
+            order = self._new_order(server_id, body, False)
             order.created_unix -= age_s
             return order.id
 
@@ -723,6 +733,9 @@ class FakeClore:
             "cuda_version": server.get("cuda_version"),
             "gpu_array": server.get("gpu_array", []),
         }
+        http = [p for p, kind in order.ports.items() if kind == "http"]
+        if http:  # the container port of the order's one HTTP port, a string (the capture's)
+            reply["http_port"] = http[0]
         if reply["online"]:
             # Connection fields exist only once the order is up (absent before: tolerated).
             reply["pub_cluster"] = [self.ssh_host]

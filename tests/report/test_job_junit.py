@@ -16,7 +16,7 @@ import xmlschema
 from runner.core.model import Job, JobResult, JobStatus, Pipeline, RunRecord, RunStatus
 from runner.report import job_junit, write_reports
 from runner.report.job_junit import read_job_junit
-from tests.test_cli_quick import run_local_probe
+from tests.cli.test_validate_and_run import run_local_probe
 
 BILLION_LAUGHS = """<?xml version="1.0"?>
 <!DOCTYPE lolz [<!ENTITY lol "lol"><!ENTITY lol2 "&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;">

@@ -76,13 +76,45 @@ def test_login_sets_a_strict_httponly_cookie_and_pages_need_it(tmp_path: Path) -
         assert anonymous.get(f"{url}/jobs").status_code == 401
 
 
-@pytest.mark.parametrize("target", ["//evil.example/", "https://evil.example/", "/\\evil", "x"])
+# Each sends a browser to another origin if taken as it is: browsers drop tabs and newlines
+# inside a URL, read a backslash as a slash and trim leading spaces and controls.
+OFF_ORIGIN = [
+    "//evil.example/",
+    "https://evil.example/",
+    "/\\evil",
+    "x",
+    "/\t/127.0.0.2:18200/x",
+    "/\n/evil.example/",
+    "/\r\n/evil.example/",
+    " //evil.example/",
+    "/\x00/evil.example/",
+    "\t//evil.example/",
+    "/\u3000/evil.example/",
+    "javascript:alert(1)",
+]
+
+
+@pytest.mark.parametrize("target", OFF_ORIGIN)
 def test_the_login_sends_back_only_to_a_path_here(tmp_path: Path, target: str) -> None:
     with thread_server(tmp_path) as srv:
         reply = requests.post(
             f"{srv.api.url}/login", data={"token": TOKEN, "next": target}, allow_redirects=False
         )
         assert reply.headers["location"] == "/"
+
+
+def test_a_logged_in_login_link_redirects_only_to_a_path_here(tmp_path: Path) -> None:
+    """The attack found: a logged-in browser following `/login?next=/%09/HOST/x` (issue 25)."""
+    with thread_server(tmp_path) as srv:
+        browser = logged_in(srv.api.url)
+        for target in OFF_ORIGIN:
+            query = requests.compat.urlencode({"next": target})
+            reply = browser.get(f"{srv.api.url}/login?{query}", allow_redirects=False)
+            assert (reply.status_code, reply.headers["location"]) == (303, "/"), target
+        raw = browser.get(f"{srv.api.url}/login?next=/%09/127.0.0.2:18200/x", allow_redirects=False)
+        assert raw.headers["location"] == "/"
+        here = browser.get(f"{srv.api.url}/login?next=/ui/spend%3Fx%3D1", allow_redirects=False)
+        assert here.headers["location"] == "/ui/spend?x=1"
 
 
 def test_a_forged_expired_or_logged_out_cookie_is_refused() -> None:

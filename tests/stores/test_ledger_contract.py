@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from runner import liveness
 from runner.ledger import Rental
 from runner.stores.ledger import RentalLedger, open_ledger
 from tests.stores.conftest import Tick
@@ -24,7 +25,10 @@ def test_round_trip_through_every_state_survives_a_reopen(store_target: str) -> 
             id=rid, run_id="run-1", job_id="train", server_id=88028, order_id=None,
             state="intent", created_at=1_783_700_001.0, updated_at=1_783_700_001.0,
             price_per_day=2.0, currency="USD-Blockchain", usd_per_hour=2 / 24, note="",
+            owner=intent.owner,
         )  # fmt: skip
+        # The process that recorded it: a cleanup on this host can tell whether it still runs.
+        assert liveness.Holder.parse(intent.owner) == liveness.current()
         ledger.set_order(rid, 1939941)
         assert ledger.rentals("run-1")[0].state == "ordered"
         for state in ("running", "releasing"):

@@ -32,7 +32,7 @@ from runner.backends.clore.models import (
     SpotMarket,
     Wallet,
 )
-from runner.backends.clore.ownership import Claim, CreateJournal, OffsetMeter, find_ours
+from runner.backends.clore.ownership import Claim, CreateJournal, OffsetMeter, find_ours, new_tag
 from runner.backends.clore.ratelimit import DEFAULT_LIMITER, RateLimiter
 from runner.untrusted import console_line
 
@@ -104,6 +104,9 @@ class OrderRequest:
     ssh_key: str | None = None
     command: str | None = None
     autossh_entrypoint: bool = True
+    # This create's tag: asked for as the order's HTTP port, which `my_orders` echoes as
+    # `http_port`, the proof that the order is this create's (see ownership).
+    tag: int = field(default_factory=new_tag)
 
     def __post_init__(self) -> None:
         # An `&` in an env value reproducibly gets HTTP 500 / code 1 (G-gv): refuse it up front.
@@ -117,7 +120,7 @@ class OrderRequest:
             "type": "spot" if self.spot_price_per_day is not None else "on-demand",
             "currency": self.currency,
             "image": self.image,
-            "ports": dict(self.ports),
+            "ports": {**self.ports, str(self.tag): "http"},
         }
         if self.spot_price_per_day is not None:
             body["spotprice"] = self.spot_price_per_day
@@ -251,7 +254,7 @@ class CloreClient:
         def mark_sent() -> None:
             sent.append(self.limiter.clock.time())
             if journal is not None:
-                journal.sent(sent[0], self.clock_offset.current())
+                journal.sent(sent[0], self.clock_offset.current(), request.tag)
 
         try:
             self._create_once_admitted(request, abort, mark_sent)
@@ -302,6 +305,7 @@ class CloreClient:
             sent_unix_s=sent_unix_s,
             answered_unix_s=answered,
             offset=self.clock_offset.current(),
+            tag=request.tag,
             image=request.image,
             currency=request.currency,
             spot=spot,

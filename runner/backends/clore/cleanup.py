@@ -4,12 +4,15 @@ of never leaving a billed server running.
 For every rental not yet released, the order is looked up in `my_orders` (completed ones
 included, so "ended" and "never created" can be told apart):
 - by its order id when the ledger has one;
-- otherwise (the run died between `create_order` and learning the id) by the ownership marks the
-  run wrote: an intent whose create was never sent made nothing; a sent one adopts only the
-  order its marks prove (server, creation time within the send's window read through the
-  measured clock offset, the echoed image/currency/spot/bid, no other rental holding it). An
-  order that cannot be proven ours is never cancelled: it is listed with the reason, and the
+- otherwise (the run died between `create_order` and learning the id, or the create failed
+  ambiguously: HTTP 500 / code 1, no reply) by the tag its create carried: an intent whose
+  create was never sent made nothing; a sent one adopts only the order on its server that
+  echoes its tag, nothing else ruling it out and no other rental holding it (see ownership).
+  An order that cannot be proven ours is never cancelled: it is listed with the reason, and the
   rental stays open when an order might still be ours (`unproven`).
+A rental whose create the API refused (code 6 server-already-rented, too_low_price, ...) is
+`failed` and not looked at: a refusal made nothing, and an order made around it is another
+run's (two runs racing for one host: the loser's cleanup must leave the winner's order alone).
 A live order is cancelled, then confirmed gone from `my_orders` (the API can answer OK and keep
 listing it: it is cancelled once more, then looked at again). Only then is the rental `released`.
 An order that already ended is `released` at once; an intent with no order is `failed`, but only
@@ -30,7 +33,7 @@ from runner.backends.clore.errors import CloreApiError
 from runner.backends.clore.models import Order
 from runner.backends.clore.ownership import Claim, find_ours
 from runner.clock import Clock
-from runner.ledger import REFUSED_LOOKBACK_S, Rental
+from runner.ledger import Rental
 from runner.stores.ledger import RentalLedger
 
 CONFIRM_WAIT_S = 5.0  # before the last look after a second cancel (G-gv waited 2-12 s)
@@ -79,11 +82,7 @@ def reconcile(
     order. `settle_s` (default: the client's own wait for a new order) is how old an intent must
     be before the absence of its order from `my_orders` means it made none."""
     clock = clock or client.limiter.clock
-    unreleased = ledger.unreleased(run_id)
-    # A create answered with an error (code 6) is marked failed, yet Clore has been seen to
-    # make the order anyway: the recent ones are looked for too, by their marks alone.
-    refused = ledger.refused_after_send(run_id, clock.time() - REFUSED_LOOKBACK_S)
-    pending = unreleased + refused
+    pending = ledger.unreleased(run_id)
     if not pending:
         return []
     settle = sum(client.recover_delays_s) if settle_s is None else settle_s
@@ -93,9 +92,6 @@ def reconcile(
         found = _look_up(client, pending, owned, clock, settle)
     except CloreApiError as exc:
         return [_error(r, r.order_id, f"could not list orders: {exc}") for r in pending]
-    # A refused create with no live order proven its own: nothing to do, nothing to say.
-    refused_ids = {r.id for r in refused}
-    pending = [r for r in pending if r.id not in refused_ids or _live(found[r.id])]
     if dry_run:
         return [_verdict(r, found[r.id], dry_run=True) for r in pending]
 
@@ -111,10 +107,6 @@ def reconcile(
             live[rental.id] = match.order
     actions.update(_cancel_all(ledger, client, [r for r in pending if r.id in live], live))
     return [actions[r.id] for r in pending]
-
-
-def _live(match: _Match) -> bool:
-    return not match.unproven and match.order is not None and not match.order.expired
 
 
 @dataclass(frozen=True)
@@ -164,13 +156,13 @@ def _match(pending: list[Rental], orders: list[Order], owned: set[int]) -> dict[
 
 def _unclaimed(rental: Rental, orders: list[Order]) -> _Match:
     """A rental that makes no claim: its create never went out (nothing to adopt), or it was
-    written before creates were marked (nothing can be proven)."""
-    if not rental.legacy:
+    written by a clore-run whose creates carried no tag (nothing can be proven)."""
+    if not rental.legacy and rental.create_sent_at is None:
         return _Match(None)  # its create never went out
     there = [o.id for o in orders if o.si == rental.server_id and not o.expired]
     listed = f"; live orders on it: {', '.join(map(str, there))}" if there else ""
     why = (
-        f"recorded by an older clore-run that did not mark its creates, so no order on server "
+        f"recorded by an older clore-run whose creates carried no tag, so no order on server "
         f"{rental.server_id} can be proven its own{listed}: check them on clore.ai and cancel "
         "by hand what is yours"
     )

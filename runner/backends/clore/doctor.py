@@ -118,9 +118,22 @@ def canary_options() -> ProvisionOptions:
     return ProvisionOptions(online_timeout_s=CANARY_LIMIT_S - 60.0)
 
 
-def run_canary(tools: CanaryTools, currency: str, ask: GpuAsk, offer: Offer) -> list[str]:
+class CanaryInterrupted(InfrastructureError):
+    """`cancel` was set (SIGINT, SIGTERM): the canary stopped and gave its order back."""
+
+
+def run_canary(
+    tools: CanaryTools,
+    currency: str,
+    ask: GpuAsk,
+    offer: Offer,
+    cancel: threading.Event | None = None,
+) -> list[str]:
     """Rent `offer` briefly, prove SSH works, give it back. Lines to print; raises
-    InfrastructureError (after the order is given back) when any step fails."""
+    InfrastructureError (after the order is given back) when any step fails, and
+    CanaryInterrupted when `cancel` is set (a signal): the rent stops where it is, and an order
+    it made is cancelled the moment its id is known, as a run's are."""
+    cancel = cancel or threading.Event()
     run_id = f"{CANARY_RUN_ID_PREFIX}-{int(tools.clock.time())}"
     provisioner = Provisioner(
         tools.client,
@@ -138,15 +151,23 @@ def run_canary(tools: CanaryTools, currency: str, ask: GpuAsk, offer: Offer) -> 
         f"canary: renting #{offer.server_id} {offer.gpus} at {price:.3f} $/h with {DEFAULT_IMAGE}"
         f", for at most {CANARY_LIMIT_S / 60:g} minutes"
     ]
-    rental = provisioner.rent(job, offer, threading.Event())
+    try:
+        rental = provisioner.rent(job, offer, cancel)
+    except InfrastructureError:
+        if cancel.is_set():  # rent gave back what it had made before raising
+            raise CanaryInterrupted(_left(tools, run_id, "the canary stopped")) from None
+        raise
     try:
         lines.append(
             f"canary: order {rental.order_id} online after {rental.facts['online_after_s']} s, "
             f"SSH ready after {rental.facts['ssh_ready_after_s']} s"
         )
-        lines.append(f"canary: {_gpus(rental)}")
+        if not cancel.is_set():
+            lines.append(f"canary: {_gpus(rental)}")
     finally:
         final_usd = provisioner.release(rental)
+    if cancel.is_set():
+        raise CanaryInterrupted(_left(tools, run_id, f"order {rental.order_id} cancelled"))
     if tools.ledger.unreleased(run_id):
         raise InfrastructureError(
             f"canary: order {rental.order_id} was cancelled but is still listed",
@@ -154,6 +175,17 @@ def run_canary(tools: CanaryTools, currency: str, ask: GpuAsk, offer: Offer) -> 
         )
     lines.append(f"canary: order {rental.order_id} cancelled and gone; {_cost(rental, final_usd)}")
     return lines
+
+
+def _left(tools: CanaryTools, run_id: str, done: str) -> str:
+    """What an interrupted canary left: nothing, or orders whose cancel is not confirmed."""
+    open_orders = [str(r.order_id) for r in tools.ledger.unreleased(run_id) if r.order_id]
+    if not open_orders:
+        return f"{done}; nothing of it is left rented"
+    return (
+        f"{done}, but order(s) {', '.join(open_orders)} are not confirmed gone: run "
+        f"`clore-run cleanup --run {run_id}`, or cancel them on clore.ai"
+    )
 
 
 def _gpus(rental: Rental) -> str:

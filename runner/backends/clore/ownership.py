@@ -1,28 +1,40 @@
 """Which order in `my_orders` is provably the one our create made.
 
 `create_order` answers no id, and one API key may serve several runs (each with its own ledger),
-so "the newest order on that server" can be another run's. An order is ours only when all of
-this holds:
-- our create was *sent*: the ledger marks the moment, just before the request goes out, and an
-  intent without that mark made nothing;
-- the order is on the server we asked for (`si`);
-- its creation time `ct` (the API's clock) falls in the window from the send to the answer (or,
-  when the process died before the answer, to the longest a create request can take), read
-  through the offset between our clock and the API's, which is measured from the `Date` header
-  of its replies rather than assumed, plus the time the API may take to list a new order;
-- what the API echoes of what we chose for that order agrees: the `image`, the `currency`,
-  whether it is `spot` and, for spot, the bid. (The API echoes none of `env`, `ssh_key` or
-  `jupyter_token`: the captured `my_orders` replies carry none of them, so the fake does not
-  either, and they cannot be checked.)
+so "the newest order on that server" can be another run's, and so can an order created in the
+moments around our create: two runs racing for one host send their creates within a second of
+each other. Proof is something the API echoes back that no other run can produce: every create
+carries a *tag*, a container port drawn at random for this create alone and asked for as the
+order's one HTTP port (`ports: {"<tag>": "http"}`); `my_orders` echoes it as `http_port`. The
+tag is written to the ledger row before the request goes out. An order is ours only when:
+- our create was *sent* (an intent without that mark made nothing);
+- the order is on the server we asked for (`si`) and echoes our tag;
+- nothing else rules it out: its creation time `ct` (the API's clock, read through the measured
+  offset) lies in the window from the send to the answer, and what the API echoes of what we
+  chose (image, currency, spot, the bid) agrees. These only ever rule an order out: a time
+  window proves nothing, since another run's create can fall in it;
 - no other rental already owns the order, and no second order fits the same claim.
-Anything else is not ours: never cancelled by `cleanup`, never adopted by create recovery, and
-listed with the reason.
+An order echoing another tag is not ours, whenever it was made. One that echoes no tag at all
+(the API left `http_port` out), or echoes ours with something else off, proves nothing either
+way: listed with the reason, never cancelled, the rental kept open (`unproven`).
+
+A create the API refused (codes 2-6: server-already-rented, too_low_price, not_enough_balance,
+...) made nothing: its row is `failed` and never looked for again. Only an ambiguous failure
+(HTTP 500 / code 1, no reply) leaves a row whose order is looked for, by its tag.
+
+Why an HTTP port: of what `create_order` takes, only the image, the currency, the bid and the
+ports come back in `my_orders` (`env`, `ssh_key`, `jupyter_token`, `command` do not), and only a
+port can carry a random value without changing what runs. The tag is drawn from the dynamic
+range (49152-65535), where servers seldom listen: Clore's proxy publishes whatever listens on it
+at the order's `http_pub`. Two racing creates on one host share a tag with odds 1 in 16,384, and
+even then the image, currency and window must agree as well.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
+import secrets
 import threading
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
@@ -42,6 +54,12 @@ LISTING_LAG_S = 15.0
 # connect and read timeouts.
 LONGEST_CREATE_S = 70.0
 _PRICE_TOLERANCE = 1e-6  # relative: the bid comes back as the JSON number we sent
+TAG_LOW, TAG_HIGH = 49152, 65535  # the dynamic port range: where a tag is drawn from
+
+
+def new_tag() -> int:
+    """A fresh tag for one create: a container port in the dynamic range, drawn at random."""
+    return TAG_LOW + secrets.randbelow(TAG_HIGH - TAG_LOW + 1)
 
 
 @dataclass(frozen=True)
@@ -100,7 +118,7 @@ def _parse_date(value: str | None) -> float | None:
 class CreateJournal(Protocol):
     """Hears of one create: the moment it goes out and the moment it was answered."""
 
-    def sent(self, at_unix_s: float, offset: ClockOffset) -> None: ...
+    def sent(self, at_unix_s: float, offset: ClockOffset, tag: int) -> None: ...
 
     def answered(self, at_unix_s: float) -> None: ...
 
@@ -113,9 +131,9 @@ class LedgerMarks:
     ledger: RentalLedger
     rental_id: int
 
-    def sent(self, at_unix_s: float, offset: ClockOffset) -> None:
+    def sent(self, at_unix_s: float, offset: ClockOffset, tag: int) -> None:
         bounds = (offset.low_s, offset.high_s) if offset.measured else None
-        self.ledger.mark_create_sent(self.rental_id, at_unix_s, bounds)
+        self.ledger.mark_create_sent(self.rental_id, at_unix_s, bounds, tag=tag)
 
     def answered(self, at_unix_s: float) -> None:
         with contextlib.suppress(LedgerError):  # the send bound alone still proves the order
@@ -124,12 +142,13 @@ class LedgerMarks:
 
 @dataclass(frozen=True)
 class Claim:
-    """What we know of one create of ours: where, what, and when (our unix clock)."""
+    """What we know of one create of ours: where, its tag, what, and when (our unix clock)."""
 
     server_id: int
     sent_unix_s: float
     offset: ClockOffset
     answered_unix_s: float | None = None
+    tag: int | None = None  # None: the create carried none, so no order can be proven its
     image: str | None = None  # None: not recorded, not checked
     currency: str | None = None
     spot: bool | None = None
@@ -138,8 +157,8 @@ class Claim:
     @classmethod
     def of(cls, rental: Rental) -> Claim | None:
         """The claim a ledger row makes, or None when it makes none (no create was sent, or
-        the row is older than the marks)."""
-        if rental.create_sent_at is None or rental.legacy:
+        the row is older than the tags)."""
+        if rental.create_sent_at is None or rental.legacy or rental.tag is None:
             return None
         low, high = rental.api_offset_low_s, rental.api_offset_high_s
         offset = UNMEASURED if low is None or high is None else ClockOffset(low, high)
@@ -150,6 +169,7 @@ class Claim:
             rental.create_sent_at,
             offset,
             rental.create_answered_at,
+            rental.tag,
             rental.image,
             rental.currency,
             rental.spot,
@@ -165,9 +185,12 @@ class Claim:
         return low, end + self.offset.high_s + LISTING_LAG_S
 
     def mismatch(self, order: Order) -> str | None:
-        """Why `order` is not this create's order, or None when everything agrees."""
+        """Why `order` is not proven this create's order, or None when it is."""
         if order.si != self.server_id:
             return f"on server {order.si}, not {self.server_id}"
+        tag = self.tag_mismatch(order)
+        if tag is not None:
+            return tag
         if order.ct is None:
             return "the API gave no creation time (ct), so it cannot be told apart"
         low, high = self.window()
@@ -177,6 +200,15 @@ class Claim:
                 f"clock offset {self.offset.describe()})"
             )
         return self._echo_mismatch(order)
+
+    def tag_mismatch(self, order: Order) -> str | None:
+        """Why the tag `order` echoes is not ours (None: it is ours)."""
+        echoed = (order.http_port or "").strip()
+        if not echoed:
+            return f"it echoes no tag (http_port), ours was {self.tag}"
+        if echoed != str(self.tag):
+            return f"its tag (http_port) is {echoed}, ours was {self.tag}"
+        return None
 
     def _echo_mismatch(self, order: Order) -> str | None:
         checks = (
@@ -209,10 +241,10 @@ class Verdict:
 
 def find_ours(orders: Iterable[Order], claim: Claim, taken: Collection[int] = ()) -> Verdict:
     """The one order `claim` proves ours among `orders` (orders in `taken` belong to other
-    rentals). Only a wrong server, a creation time outside the window or another rental's hold
-    prove an order is not ours. A live order in the window that fails another check (no `ct`,
-    an echoed value that differs: the API might have rewritten it) or two that fit leave the
-    claim `ambiguous`: reported, not guessed, and the rental kept open."""
+    rentals). A wrong server, another tag, another rental's hold, or a creation time outside
+    the window prove an order is not ours. A live order that echoes no tag (it might be ours:
+    nothing tells), or ours with another check off (the API might have rewritten a value), or
+    two that fit, leave the claim `ambiguous`: reported, not guessed, the rental kept open."""
     fits: list[Order] = []
     reasons: list[str] = []
     doubtful = False
@@ -227,7 +259,7 @@ def find_ours(orders: Iterable[Order], claim: Claim, taken: Collection[int] = ()
             fits.append(order)
             continue
         reasons.append(f"order {order.id}: {why}")
-        doubtful = doubtful or (not order.expired and _in_window(order, claim))
+        doubtful = doubtful or (not order.expired and _maybe_ours(order, claim))
     if len(fits) > 1:
         ids = ", ".join(str(o.id) for o in fits)
         reasons.append(f"orders {ids} all fit the create: none can be proven ours")
@@ -237,6 +269,11 @@ def find_ours(orders: Iterable[Order], claim: Claim, taken: Collection[int] = ()
     return Verdict(None, tuple(reasons), ambiguous=doubtful)
 
 
-def _in_window(order: Order, claim: Claim) -> bool:
+def _maybe_ours(order: Order, claim: Claim) -> bool:
+    """An order that failed a check yet may be ours: it echoes our tag, or none at all, and
+    was made in the create's window (or says not when)."""
+    echoed = (order.http_port or "").strip()
+    if echoed and echoed != str(claim.tag):
+        return False
     low, high = claim.window()
     return order.ct is None or low <= order.ct <= high

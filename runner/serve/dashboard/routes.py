@@ -364,8 +364,14 @@ async def _form(request: Request) -> dict[str, str]:
 
 def _safe_next(target: str) -> str:
     """Only a path on this server: `//evil.example` or `https://...` would send a fresh
-    login elsewhere."""
-    if not target.startswith("/") or target.startswith("//") or "\\" in target:
+    login elsewhere. Browsers read a URL more loosely than it is written: they drop tabs and
+    newlines anywhere (`/%09/evil.example` decoded is `//evil.example` to them), read a
+    backslash as `/` and trim spaces and controls; so any of those, or anything not ASCII,
+    sends home instead."""
+    if not target.isascii() or any(c <= " " or c in "\\\x7f" for c in target):
+        return "/"
+    parts = urllib.parse.urlsplit(target)
+    if parts.scheme or parts.netloc or not parts.path.startswith("/") or target.startswith("//"):
         return "/"
     return target
 

@@ -195,7 +195,9 @@ def test_create_recovers_the_id_then_cancel(fake_clore: FakeClore) -> None:
     order = client.create_order(on_demand())
     assert [o.id for o in fake_clore.live_orders()] == [order.id]
     made = fake_clore.orders[order.id]
-    assert (order.si, made.ssh_key, made.ports) == (88028, SSH_KEY, {"22": "tcp"})
+    tag = fake_clore.calls("create_order")[0].body["ports"]
+    assert (order.si, made.ssh_key, made.ports) == (88028, SSH_KEY, tag)
+    assert order.http_port is not None and tag[order.http_port] == "http"  # echoed: the proof
     assert order.price == 2 and order.currency == "USD-Blockchain"
     assert not order.ready and order.ssh_endpoint is None  # listed, not yet online
     assert len(fake_clore.calls("create_order")) == 1
@@ -372,12 +374,14 @@ def test_spot_order_bid_and_price_changes(fake_clore: FakeClore) -> None:
 
 
 def test_order_request_body() -> None:
-    assert on_demand().body() == {
+    request = on_demand()
+    assert 49152 <= request.tag <= 65535
+    assert request.body() == {
         "renting_server": 88028,
         "type": "on-demand",
         "currency": "USD-Blockchain",
         "image": "nvidia/cuda:12.8.0-base-ubuntu22.04",
-        "ports": {"22": "tcp"},
+        "ports": {"22": "tcp", str(request.tag): "http"},  # the tag my_orders echoes
         "ssh_key": SSH_KEY,
         "autossh_entrypoint": True,  # Clore runs sshd: any image answers SSH
     }

@@ -53,7 +53,7 @@ def rent(
     rid = ledger.record_intent(run, job, server, 2.0, "USD-Blockchain", 2 / 24, image="old")
     fake.clock.advance(1)
     send(fake, ledger, rid)
-    oid = fake.add_order(server, age_s=0)
+    oid = fake.add_order(server, age_s=0, tag=tag_of(rid))
     ledger.mark_create_answered(rid, fake.clock.time())
     if known:  # the run read the id from my_orders: the order is listed by now
         fake.clock.advance(fake.appear_after_s)
@@ -68,9 +68,17 @@ def intent_only(fake: FakeClore, ledger: Ledger, server: int, job: str, run: str
 
 
 def send(fake: FakeClore, ledger: Ledger, rental_id: int) -> None:
-    """The run marks its create sent, the clock offset measured as the fake's Date shows it."""
+    """The run marks its create sent, the clock offset measured as the fake's Date shows it,
+    with the create's tag."""
     ahead = fake.api_clock_ahead_s
-    ledger.mark_create_sent(rental_id, fake.clock.time(), (ahead, ahead + 1.0))
+    ledger.mark_create_sent(
+        rental_id, fake.clock.time(), (ahead, ahead + 1.0), tag=tag_of(rental_id)
+    )
+
+
+def tag_of(rental_id: int) -> int:
+    """The tag the create of `rental_id` carried (drawn at random in a run; fixed here)."""
+    return 50000 + rental_id
 
 
 def sent_only(fake: FakeClore, ledger: Ledger, server: int, job: str, run: str = "run-1") -> int:
@@ -130,8 +138,8 @@ def test_a_young_intent_waits_for_my_orders_to_catch_up(
     fake_clore: FakeClore, ledger: Ledger
 ) -> None:
     # Killed right after create_order: the order is not listed yet (my_orders lags by 3 s here).
-    sent_only(fake_clore, ledger, 88028, "train")
-    oid = fake_clore.add_order(88028, age_s=0)
+    rid = sent_only(fake_clore, ledger, 88028, "train")
+    oid = fake_clore.add_order(88028, age_s=0, tag=tag_of(rid))
     client = fake_clore.client()
     started = fake_clore.clock.now()
     actions = reconcile(ledger, client, dry_run=False)

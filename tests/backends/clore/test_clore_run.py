@@ -763,3 +763,25 @@ def test_a_ready_jobs_rent_shows_its_stages_on_the_console(setup: Setup) -> None
         "connecting",
     ], lines
     assert stages.index("connecting") < stages.index("started"), lines
+
+
+def test_a_spot_job_leaves_the_server_rented_for_an_on_demand_job_alone(setup: Setup) -> None:
+    """The issue's two-job pipeline: `a` (any RTX, spot) must not start on the 4090 rented for
+    `b` (on demand), which would make `b` rent a second one; each order runs its own job."""
+    setup.fake.online_after_s = 5.0
+    pipeline = parse_pipeline(
+        "currency: CLORE-Blockchain\njobs:\n"
+        "  a: {run: 'true', gpu: {type: RTX, spot: true}}\n"
+        "  b: {run: 'true', gpu: {type: RTX 4090}}\n",
+        "p.yml",
+        {},
+    )
+    record, code, ledger = setup.run(pipeline)
+    assert code == 0, record.results
+    orders = {r.job_id: r.attempts[-1].facts["order_id"] for r in record.results}
+    assert len(setup.fake.orders) == 2 and len(set(orders.values())) == 2, orders
+    assert setup.fake.orders[int(orders["a"])].spot
+    assert not setup.fake.orders[int(orders["b"])].spot
+    assert all(r.state == "released" for r in ledger.rentals("run-1"))
+    theirs = fake_cost_usd(setup.fake)
+    assert abs(record.total_cost_usd - theirs) <= 0.01 * theirs, (record.total_cost_usd, theirs)

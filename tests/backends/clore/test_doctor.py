@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -17,6 +21,7 @@ from runner.cli.doctor import register
 from runner.ledger import Ledger
 from tests.fakes.clore_api import API_KEY, FakeClore, Faults
 from tests.fakes.fake_clock import FakeClock
+from tests.processes import marked_env
 from tests.sshd_fixture import SshServer
 
 runner = CliRunner()
@@ -147,3 +152,42 @@ def test_the_weekly_canary_workflow_runs_the_canary_and_always_cleans_up() -> No
     assert 'exit "$status"' in canary["run"]  # a failing canary fails the workflow
     cleanup = runs[-1]
     assert cleanup["run"] == "clore-run cleanup" and cleanup["if"].startswith("always()")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_stops_the_canary_and_cancels_its_order(
+    fake_clore: FakeClore, tmp_path: Path, sig: signal.Signals
+) -> None:
+    """Issue 24: SIGTERM exited 143 at once and left the canary's order live; SIGINT was
+    ignored and the canary ran on to "all checks passed". The signal comes while the create
+    is in flight (the fake has made the order, its answer not yet sent): exit 130, and the
+    order is cancelled. The real process paces itself on the real clock: the fake's limits are
+    off, and its clock stands still, so the order stays booting until the signal."""
+    fake_clore.enforce_rate_limits, fake_clore.appear_after_s = False, 0.0
+    created = threading.Event()
+    fake_clore.after_create = lambda _order: created.set()
+    env = marked_env(
+        {"CLORE_API_KEY": API_KEY, "CLORE_API_URL": fake_clore.url, "HOME": str(tmp_path)}
+    )
+    command = [sys.executable, "-m", "runner", "doctor", "--canary"]
+    with subprocess.Popen(
+        [*command, "--ledger", str(tmp_path / "ledger.db")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+    ) as proc:
+        try:
+            assert created.wait(60), "the canary never sent its create"
+            proc.send_signal(sig)
+            out, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert proc.returncode == 130, out + err
+    assert f"doctor: interrupted by {sig.name}" in err and "nothing of it is left rented" in err
+    assert "all checks passed" not in out and "Traceback" not in err
+    [order] = fake_clore.orders.values()
+    assert fake_clore.live_orders() == []
+    assert [r.body["id"] for r in fake_clore.calls("cancel_order")] == [order.id]

@@ -1,5 +1,6 @@
-"""Only an order provably ours is cancelled by cleanup or adopted by create recovery: the
-ledger's create marks, the measured clock offset to the API and the echoed per-order values."""
+"""Only an order provably ours is cancelled by cleanup or adopted by create recovery: the tag
+its create carried, echoed by `my_orders`; the create marks, the measured clock offset to the
+API and the other echoed values only rule orders out. A refused create makes nothing ours."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import typer
+from typer.testing import CliRunner
 
 from runner.backends.clore import errors as e
 from runner.backends.clore.api import OrderRequest
@@ -21,6 +24,7 @@ from runner.backends.clore.ownership import (
     OffsetMeter,
     find_ours,
 )
+from runner.cli.cleanup import register
 from runner.ledger import Ledger, LedgerError
 from tests.fakes.clore_api import FakeClore, Faults
 from tests.fakes.fake_clock import FakeClock
@@ -92,10 +96,27 @@ def test_a_sent_create_adopts_no_order_made_after_its_window(
         fake_clore.clock.advance(60)
         actions = reconcile(x, fake_clore.client(), dry_run=False)
         assert [a.kind for a in actions] == ["nothing-created"]
-        assert f"order {theirs}: created at" in actions[0].detail
-        assert "outside" in actions[0].detail
+        assert f"order {theirs}: it echoes no tag" in actions[0].detail
         assert [r.state for r in x.rentals("X")] == ["failed"]
     assert [o.id for o in fake_clore.live_orders()] == [theirs]
+
+
+def test_an_order_in_the_window_with_another_tag_is_not_ours(
+    fake_clore: FakeClore, tmp_path: Path
+) -> None:
+    """The time window proves nothing: an order made a second after our create, on our
+    server, with our image and currency, is another run's when its tag is not ours."""
+    with ledger_at(tmp_path, "x", fake_clore.clock) as x:
+        rid = intent(x)
+        x.mark_create_sent(rid, fake_clore.clock.time(), (0.0, 1.0), tag=50001)
+        fake_clore.clock.advance(1)
+        theirs = fake_clore.add_order(SERVER, age_s=0, image=IMAGE, tag=50002)
+        fake_clore.clock.advance(120)
+        actions = reconcile(x, fake_clore.client(), dry_run=False)
+        assert [a.kind for a in actions] == ["nothing-created"]
+        assert "its tag (http_port) is 50002, ours was 50001" in actions[0].detail
+    assert [o.id for o in fake_clore.live_orders()] == [theirs]
+    assert fake_clore.calls("cancel_order") == []
 
 
 def test_an_order_echoing_another_image_or_bid_is_not_adopted(
@@ -103,17 +124,20 @@ def test_an_order_echoing_another_image_or_bid_is_not_adopted(
 ) -> None:
     with ledger_at(tmp_path, "x", fake_clore.clock) as x:
         rid = intent(x)
-        x.mark_create_sent(rid, fake_clore.clock.time(), (0.0, 1.0))
+        x.mark_create_sent(rid, fake_clore.clock.time(), (0.0, 1.0), tag=50001)
         fake_clore.clock.advance(2)
-        theirs = fake_clore.add_order(SERVER, age_s=0, image="someone/else:latest")
+        theirs = fake_clore.add_order(SERVER, age_s=0, image="someone/else:latest", tag=50001)
         fake_clore.clock.advance(120)
         actions = reconcile(x, fake_clore.client(), dry_run=False)
-    # Inside the window an echo that differs proves nothing either way: listed, kept open.
+    # Our tag with an echo that differs proves nothing either way: listed, kept open.
     assert [a.kind for a in actions] == ["unproven"] and not actions[0].resolved
     assert "its image is 'someone/else:latest'" in actions[0].detail
     assert [o.id for o in fake_clore.live_orders()] == [theirs]
-    spot = Claim(SERVER, 1000.0, ClockOffset(0, 1), 1001.0, IMAGE, "bitcoin", True, 5.0)
-    order = Order(id=1, si=SERVER, ct=1001, image=IMAGE, currency="bitcoin", spot=True, price=6.0)
+    spot = Claim(SERVER, 1000.0, ClockOffset(0, 1), 1001.0, 50001, IMAGE, "bitcoin", True, 5.0)
+    order = Order(
+        id=1, si=SERVER, ct=1001, image=IMAGE, currency="bitcoin", spot=True, price=6.0,
+        http_port="50001",
+    )  # fmt: skip
     assert spot.mismatch(order) == "its price is 6/day, our bid was 5/day"
 
 
@@ -190,7 +214,7 @@ def test_a_create_the_ledger_cannot_mark_is_never_sent(
     with ledger_at(tmp_path, "x", fake_clore.clock) as x:
         rid = intent(x)
 
-        def disk_full(*_args: object) -> None:
+        def disk_full(*_args: object, **_kwargs: object) -> None:
             raise LedgerError("ledger: cannot mark a create sent: disk full")
 
         x.mark_create_sent = disk_full  # type: ignore[method-assign]
@@ -230,12 +254,15 @@ def test_the_offset_meter_narrows_with_replies_and_starts_over_after_a_step() ->
 
 
 def test_two_orders_fitting_one_claim_prove_neither() -> None:
-    claim = Claim(SERVER, 1000.0, ClockOffset(0, 1), 1001.0, IMAGE)
-    orders = [Order(id=i, si=SERVER, ct=1000, image=IMAGE) for i in (1, 2)]
+    claim = Claim(SERVER, 1000.0, ClockOffset(0, 1), 1001.0, 50001, IMAGE)
+    orders = [Order(id=i, si=SERVER, ct=1000, image=IMAGE, http_port="50001") for i in (1, 2)]
     verdict = find_ours(orders, claim)
     assert verdict.order is None and verdict.ambiguous
     assert find_ours(orders, claim, taken={1}).order == orders[1]
-    assert find_ours([Order(id=3, si=SERVER, ct=None)], claim).order is None
+    assert find_ours([Order(id=3, si=SERVER, ct=None, http_port="50001")], claim).order is None
+    # With no tag echoed, an order in the window may be ours: not adopted, kept open.
+    untagged = find_ours([Order(id=4, si=SERVER, ct=1000, image=IMAGE)], claim)
+    assert untagged.order is None and untagged.ambiguous
 
 
 def test_rows_of_a_version_1_ledger_become_legacy(tmp_path: Path) -> None:
@@ -259,27 +286,89 @@ def test_rows_of_a_version_1_ledger_become_legacy(tmp_path: Path) -> None:
         assert not ledger.rentals("new")[0].legacy and new != row.id
 
 
-def test_an_order_made_although_the_create_was_refused_is_found_and_cancelled(
+def racing(fake: FakeClore) -> None:
+    """Two runs on one key, each pacing only its own calls: the API's shared limit is off, so
+    their creates can go out within a second of each other."""
+    fake.enforce_rate_limits = False
+    fake.appear_after_s = 0.0
+
+
+def test_the_losers_cleanup_leaves_the_winners_order_alone(
     fake_clore: FakeClore, tmp_path: Path
 ) -> None:
-    """Code 6 (server-already-rented, say) marks the intent failed, but Clore can make the
-    order anyway: its marks prove it ours, and cleanup cancels it."""
-    with ledger_at(tmp_path, "x", fake_clore.clock) as x:
-        rid = intent(x)
-        x.mark_create_sent(rid, fake_clore.clock.time(), (0.0, 1.0))
-        fake_clore.clock.advance(1)
-        made = fake_clore.add_order(SERVER, age_s=0, image=IMAGE)
-        x.mark_create_answered(rid, fake_clore.clock.time())
-        x.set_state(rid, "failed", "server-already-rented")
+    """Issue 24: Y and X race for one host. Y's create wins; X's, sent half a second later, is
+    refused (code 6 server-already-rented: nothing was created) and its row marked failed, as
+    the provisioner does. X's always-run cleanup used to match Y's order by its creation time
+    (inside X's send - 1 s ... answer + 15 s), image and currency, and cancel it."""
+    racing(fake_clore)
+    with (
+        ledger_at(tmp_path, "x", fake_clore.clock) as x,
+        ledger_at(tmp_path, "y", fake_clore.clock) as y,
+    ):
+        won = intent(y, run="Y")
+        order = fake_clore.client(recover_delays_s=(0.0,)).create_order(
+            request(), journal=LedgerMarks(y, won)
+        )
+        y.set_order(won, order.id)
+        fake_clore.clock.advance(0.5)
+        lost = intent(x)
+        with pytest.raises(e.ServerAlreadyRentedError):
+            fake_clore.client().create_order(request(), journal=LedgerMarks(x, lost))
+        x.set_state(lost, "failed", "server-already-rented")
+        fake_clore.clock.advance(60)
+        assert reconcile(x, fake_clore.client(), dry_run=False) == []
+        result = CliRunner().invoke(cleanup_app(fake_clore), ["cleanup", "--ledger", str(x.path)])
+        assert result.exit_code == 0, result.output
+        assert "nothing to clean up" in result.stdout
+        assert [r.state for r in x.rentals("X")] == ["failed"]
+    assert [o.id for o in fake_clore.live_orders()] == [order.id]
+    assert fake_clore.calls("cancel_order") == []
+
+
+def test_a_500_but_created_order_is_cancelled_by_its_own_cleanup_only(
+    fake_clore: FakeClore, tmp_path: Path
+) -> None:
+    """Y's create fails ambiguously (HTTP 500 / code 1) and makes nothing; X's, 5.5 s later,
+    is answered the same but does rent the host. Both die before looking. Y's cleanup must not
+    take X's order (it was made inside Y's window, with Y's image and currency); X's finds it
+    by its tag and cancels it."""
+    racing(fake_clore)
+    with (
+        ledger_at(tmp_path, "x", fake_clore.clock) as x,
+        ledger_at(tmp_path, "y", fake_clore.clock) as y,
+    ):
+        nothing = intent(y, run="Y")
+        fake_clore.fail_next("create_order", Faults.DB_ERROR)
+        with pytest.raises(e.DatabaseError):
+            died = fake_clore.client(recover_delays_s=())
+            died.create_order(request(), journal=LedgerMarks(y, nothing))
+        fake_clore.clock.advance(5.5)
+        made = intent(x)
+        fake_clore.fail_next("create_order", Faults.DB_ERROR_BUT_CREATED)
+        with pytest.raises(e.DatabaseError):
+            died = fake_clore.client(recover_delays_s=())
+            died.create_order(request(), journal=LedgerMarks(x, made))
+        [order] = fake_clore.live_orders()
         fake_clore.clock.advance(120)
-        client = fake_clore.client()  # one limiter for the three reconciles
-        dry = reconcile(x, client, dry_run=True)
-        assert [(a.kind, a.order_id) for a in dry] == [("cancelled", made)]
-        actions = reconcile(x, client, dry_run=False)
-        assert [(a.kind, a.order_id) for a in actions] == [("cancelled", made)]
+        theirs = reconcile(y, fake_clore.client(), dry_run=False)
+        assert [a.kind for a in theirs] == ["nothing-created"]
+        assert f"order {order.id}: its tag (http_port) is" in theirs[0].detail
+        assert fake_clore.live_orders() == [order] and fake_clore.calls("cancel_order") == []
+        ours = reconcile(x, fake_clore.client(), dry_run=False)
+        assert [(a.kind, a.order_id) for a in ours] == [("cancelled", order.id)]
         assert [r.state for r in x.rentals("X")] == ["released"]
-        assert reconcile(x, client, dry_run=False) == []  # done: nothing left
     assert fake_clore.live_orders() == []
+
+
+def cleanup_app(fake: FakeClore) -> typer.Typer:
+    app = typer.Typer()
+
+    @app.callback()
+    def main() -> None:
+        """A stand-in for the real CLI, so `cleanup` stays a subcommand."""
+
+    register(app, fake.client)
+    return app
 
 
 def test_a_refused_create_with_no_order_says_nothing(fake_clore: FakeClore, tmp_path: Path) -> None:
