@@ -46,7 +46,13 @@ from runner.serve.middleware import MAX_BODY_BYTES, BodyLimit, ErrorCounter, Err
 from runner.serve.queue_reads import FINAL
 from runner.serve.service import LoopNotRunning, Service
 from runner.serve.store import StoreError
-from runner.serve.submit import Problem, SubmissionError, prepare_job, prepare_pipeline
+from runner.serve.submit import (
+    Problem,
+    SubmissionError,
+    UnknownNeeds,
+    prepare_job,
+    prepare_pipeline,
+)
 
 log = logging.getLogger("clore_run.serve")
 
@@ -63,14 +69,23 @@ _JSON_ERROR: dict[str, Any] = {
     "description": "Error",
     "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorReply"}}},
 }
+# The pipeline file as the body: its YAML, described by the pipeline format's own schema (the
+# one `clore-run schema` prints, without the `${{ env.X }}` forms: a submission is read with no
+# environment). What JSON Schema cannot say (a need naming no job of the file, a cycle) is 422.
 _YAML_BODY = {
     "requestBody": {
         "required": True,
-        "content": {
-            "application/yaml": {"schema": {"type": "string"}},
-            "text/plain": {"schema": {"type": "string"}},
-        },
+        "content": {"application/yaml": {"schema": {"$ref": "#/components/schemas/Pipeline"}}},
     }
+}
+
+
+# What a client (or a fuzzer) may do with a submission's ids: their server ids, not the keys sent.
+_FIRST_ID = {"job_id": "$response.body#/ids/0"}
+_JOB_LINKS = {
+    "GetJob": {"operationId": "get_job_jobs__job_id__get", "parameters": _FIRST_ID},
+    "GetJobLog": {"operationId": "job_log_jobs__job_id__log_get", "parameters": _FIRST_ID},
+    "CancelJob": {"operationId": "cancel_job_jobs__job_id__delete", "parameters": _FIRST_ID},
 }
 
 
@@ -89,6 +104,7 @@ def create_app(
         description="A persistent GPU job queue. Auth: `Authorization: Bearer $CLORE_RUN_TOKEN`.",
     )
     _handlers(api)
+    _document_pipelines(api)
     api.include_router(_routes(service, tally), dependencies=[Depends(_auth(token))])
     sessions = dashboard.mount(api, service, token)  # its pages log in, then keep a cookie
 
@@ -107,6 +123,28 @@ def create_app(
 
     limited = BodyLimit(api, body_limit, body_timeout_s)
     return ErrorCounter(TokenGate(limited, token, session_ok, COOKIE), tally)
+
+
+def _document_pipelines(api: FastAPI) -> None:
+    """Put the pipeline format's schema among the document's components, for POST /pipelines."""
+    make = api.openapi
+
+    def openapi() -> dict[str, Any]:
+        if api.openapi_schema is not None:
+            return api.openapi_schema
+        from runner.spec.models import PipelineSchema
+
+        document = make()
+        schemas = document.setdefault("components", {}).setdefault("schemas", {})
+        pipeline = PipelineSchema.model_json_schema(
+            by_alias=True, ref_template="#/components/schemas/{model}"
+        )
+        for name, definition in pipeline.pop("$defs", {}).items():
+            schemas.setdefault(name, definition)  # GpuSpec and Strategy are POST /jobs' too
+        schemas["Pipeline"] = pipeline
+        return document
+
+    api.openapi = openapi  # type: ignore[method-assign]
 
 
 def _auth(token: str) -> Callable[..., None]:
@@ -160,6 +198,10 @@ def _handlers(api: FastAPI) -> None:
     async def bad_submission(_: Request, exc: SubmissionError) -> JSONResponse:
         return JSONResponse({"detail": [_problem(p) for p in exc.problems]}, 422)
 
+    @api.exception_handler(UnknownNeeds)
+    async def unknown_needs(_: Request, exc: UnknownNeeds) -> JSONResponse:
+        return JSONResponse({"detail": [_problem(p) for p in exc.problems]}, 409)
+
     @api.exception_handler(StoreError)
     async def store_down(_: Request, exc: StoreError) -> JSONResponse:
         log.error("%s", exc)
@@ -195,14 +237,21 @@ def _routes(service: Service, tally: ErrorTally) -> APIRouter:
     router = APIRouter(responses=_ERRORS)
     store = service.store
 
-    @router.post("/pipelines", status_code=201, openapi_extra=_YAML_BODY, tags=["submit"])
+    @router.post(
+        "/pipelines",
+        status_code=201,
+        openapi_extra=_YAML_BODY,
+        tags=["submit"],
+        responses={201: {"links": _JOB_LINKS}},
+    )
     async def submit_pipeline(
         request: Request,
         after: Annotated[
             list[str], Query(description="Server ids the pipeline's root jobs also need.")
         ] = [],  # noqa: B006 - FastAPI copies query defaults
     ) -> Submitted:
-        """Queue a pipeline (its YAML as the body). 422 lists located problems."""
+        """Queue a pipeline (its YAML as the body). 422 lists located problems; 409: `after`
+        names a job the queue does not hold."""
         raw = await request.body()
         try:
             text = raw.decode("utf-8")
@@ -212,7 +261,7 @@ def _routes(service: Service, tally: ErrorTally) -> APIRouter:
         done = await run_in_threadpool(service.submit, prepared, "pipeline")
         return Submitted(ids=list(done.ids), warnings=list(done.warnings))
 
-    @router.post("/jobs", status_code=201, tags=["submit"])
+    @router.post("/jobs", status_code=201, tags=["submit"], responses={201: {"links": _JOB_LINKS}})
     def submit_job(body: JobSubmission) -> Submitted:
         """Queue one job (a matrix gives several)."""
         prepared = prepare_job(body.model_dump(by_alias=True, exclude_unset=True, mode="json"))

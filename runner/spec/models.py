@@ -13,7 +13,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from runner.spec.coercions import iso_time, one_or_many, scalar_strings
 from runner.spec.limits import MAX_CONCURRENCY, MAX_MINUTES, MIN_MINUTES
-from runner.spec.schema_rules import job_rules, pipeline_rules, strategy_rules
+from runner.spec.schema_rules import finite_numbers, job_rules, pipeline_rules, strategy_rules
 
 PriorityName = Literal["low", "normal", "high", "urgent"]
 CurrencyName = Literal["bitcoin", "CLORE-Blockchain", "USD-Blockchain"]
@@ -40,6 +40,7 @@ class StrictModel(BaseModel):
         populate_by_name=False,
         allow_inf_nan=False,
         defer_build=True,
+        json_schema_extra=finite_numbers,
     )
 
 

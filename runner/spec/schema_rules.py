@@ -31,35 +31,45 @@ _NO_NUL = r"^[^\u0000]*$"
 # `if:`, read as written: success(), failure() or always(), bare or as one ${{ }}.
 _CONDITION = r"(?:success|failure|always)\(\)"
 IF = rf"^\s*(?:{_CONDITION}|\$\{{\{{\s*{_CONDITION}\s*\}}\}})\s*$"
-# An ISO-8601 time with its zone (the loader refuses one without), or an expression.
-NOT_BEFORE = (
-    r"^(?:\d{4}-?\d\d-?\d\d[T ]\d\d(?::?\d\d(?::?\d\d(?:[.,]\d+)?)?)?"
-    rf"(?:[Zz]|[+-]\d\d(?::?\d\d(?::?\d\d(?:\.\d+)?)?)?)|{_EXPRESSION})$"
-)
+# An ISO-8601 time with its zone (the loader refuses one without), or an expression. The usual
+# forms, each field in its range; the calendar (no 30 February) is beyond a pattern, and the
+# rarer forms Python also reads (20261201T0200Z, week dates) are left out.
+_DATE = r"(?:[1-9]\d{3}|0[1-9]\d\d|00[1-9]\d|000[1-9])-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12]\d|3[01])"
+_TIME = r"(?:[01]\d|2[0-3])(?::[0-5]\d(?::[0-5]\d(?:[.,]\d+)?)?)?"
+_ZONE = r"(?:Z|[+-](?:[01]\d|2[0-3])(?::?[0-5]\d)?)"
+NOT_BEFORE = rf"^(?:{_DATE}[T ]{_TIME}{_ZONE}|{_EXPRESSION})$"
 # A path the job's folder does not hold: absolute, at a home folder, or going up with `..`.
 OUTSIDE = r"^[/~]|(?:^|/)\.\.(?:/|$)"
 # The largest finite number, and numbers that are neither NaN nor infinite: NaN passes every
 # bound (each comparison with it is false), but not "above 0 or below 0 or 0".
 _MAX_FLOAT = 1.7976931348623157e308
-FINITE = {
-    "type": "number",
-    "minimum": -_MAX_FLOAT,
-    "maximum": _MAX_FLOAT,
-    "anyOf": [{"not": {"maximum": 0}}, {"not": {"minimum": 0}}, {"const": 0}],
-}
+_FINITE_ONLY = {"anyOf": [{"not": {"maximum": 0}}, {"not": {"minimum": 0}}, {"const": 0}]}
+FINITE = {"type": "number", "minimum": -_MAX_FLOAT, "maximum": _MAX_FLOAT, **_FINITE_ONLY}
 SCALAR_VALUE = {
     "anyOf": [{"type": "string", "pattern": _NO_NUL}, {"type": "boolean"}, FINITE],
 }
 
 
+def finite_numbers(schema: dict[str, Any], *_: Any) -> None:
+    """Every number a model takes is finite (pydantic refuses .nan and .inf; bounds alone let
+    NaN through)."""
+    for prop in schema.get("properties", {}).values():
+        for option in prop.get("anyOf", [prop]):
+            if option.get("type") == "number":
+                option.update(_FINITE_ONLY)
+                option.setdefault("maximum", _MAX_FLOAT)  # infinity is over every bound
+
+
 def job_rules(schema: dict[str, Any], *_: Any) -> None:
     """A job's keys (a job, `defaults`, POST /jobs' body)."""
+    finite_numbers(schema)
     props = schema.get("properties", {})
     _add(props, "run", {"pattern": RUN})
     _add(props, "if", {"pattern": IF})
     _add(props, "not-before", {"pattern": NOT_BEFORE})
-    _add(props, "junit", {"not": {"pattern": OUTSIDE}})
-    _add(props, "artifacts", {"not": {"pattern": OUTSIDE}, "items": {"not": {"pattern": OUTSIDE}}})
+    inside = {"not": {"type": "string", "pattern": OUTSIDE}}  # `not` of a pattern alone
+    _add(props, "junit", inside)  # would refuse what is no string at all
+    _add(props, "artifacts", {**inside, "items": inside})
     env_rules(props)
 
 
@@ -83,25 +93,32 @@ def strategy_rules(schema: dict[str, Any], *_: Any) -> None:
     scalar = {"anyOf": [{"type": "string"}, {"type": "boolean"}, FINITE]}
     entries = {"type": "array", "items": {"type": "object", "additionalProperties": scalar}}
     matrix["properties"] = {"include": entries, "exclude": entries}
-    matrix["additionalProperties"] = {"type": "array", "minItems": 1, "items": scalar}
+    # Values once each: two equal values make the same job id twice. (Values that differ and
+    # still make the same id, as "A" and "a" do, are the loader's to find.)
+    matrix["additionalProperties"] = {
+        "type": "array",
+        "minItems": 1,
+        "uniqueItems": True,
+        "items": scalar,
+    }
 
 
 def pipeline_rules(schema: dict[str, Any], *_: Any) -> None:
     """The whole file: at least one job, ids the loader takes, and a script for every job when
     `defaults` gives none."""
+    finite_numbers(schema)
     props = schema.get("properties", {})
     env_rules(props)
     jobs = props.get("jobs")
     if jobs is not None:
         jobs["minProperties"] = 1
         jobs["propertyNames"] = {"pattern": JOB_ID, "maxLength": MAX_JOB_ID}
+    # A job's own script, unless `defaults` (a mapping) gives one
+    runs = {"required": ["run"], "properties": {"run": {"type": "string"}}}
     defaults_run = {
-        "properties": {
-            "defaults": {"required": ["run"], "properties": {"run": {"type": "string"}}}
-        },
+        "properties": {"defaults": {"type": "object", **runs}},
         "required": ["defaults"],
     }
-    runs = {"required": ["run"], "properties": {"run": {"type": "string"}}}
     each_job_runs = {"properties": {"jobs": {"additionalProperties": runs}}}
     schema["if"] = defaults_run
     schema["else"] = each_job_runs
