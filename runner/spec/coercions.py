@@ -37,3 +37,10 @@ def iso_time(value: Any) -> Any:
         except ValueError:
             return value  # left for the type check to reject with its own message
     return value
+
+
+def whole_number(value: Any) -> Any:
+    """`retries: 2.0` is 2: JSON Schema's integers include 2.0, and so do the models'."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value

@@ -32,7 +32,7 @@ def expand(matrix: Mapping[str, Any]) -> list[Combination]:
             raise MatrixError("empty list of values", key, "give at least one value")
         if not all(_scalar(v) for v in values):
             raise MatrixError("matrix values must be strings, numbers or booleans", key)
-    include = _entries(matrix.get("include", []), "include")
+    include = _once(_entries(matrix.get("include", []), "include"))
     exclude = _entries(matrix.get("exclude", []), "exclude")
     _check_size(axes, len(include))
     combos = (
@@ -77,7 +77,21 @@ def _entries(value: Any, key: str) -> list[Combination]:
     for entry in value:
         if not all(_scalar(v) for v in entry.values()):
             raise MatrixError("matrix values must be strings, numbers or booleans", key)
+        if key == "exclude" and not entry:
+            raise MatrixError("an empty `exclude` entry excludes every combination", key)
     return [dict(e) for e in value]
+
+
+def _once(entries: list[Combination]) -> list[Combination]:
+    """Entries written twice are one: a second copy changes nothing, or makes a job twice."""
+    seen: set[tuple[tuple[str, str, str], ...]] = set()
+    out = []
+    for entry in entries:
+        key = tuple((str(k), type(v).__name__, repr(v)) for k, v in entry.items())
+        if key not in seen:
+            seen.add(key)
+            out.append(entry)
+    return out
 
 
 def _scalar(value: Any) -> bool:

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-from runner.spec.coercions import iso_time, one_or_many, scalar_strings
+from runner.spec.coercions import iso_time, one_or_many, scalar_strings, whole_number
 from runner.spec.limits import MAX_CONCURRENCY, MAX_MINUTES, MIN_MINUTES
 from runner.spec.schema_rules import finite_numbers, job_rules, pipeline_rules, strategy_rules
 
@@ -27,6 +27,7 @@ EnvMap = Annotated[
     dict[str, str],
     BeforeValidator(scalar_strings, json_schema_input_type=dict[str, str | int | float | bool]),
 ]
+WholeNumber = Annotated[int, BeforeValidator(whole_number)]
 IsoTime = Annotated[datetime, BeforeValidator(iso_time, json_schema_input_type=str)]
 
 
@@ -50,7 +51,7 @@ class GpuSpec(StrictModel):
     type: str | None = Field(
         None, description='GPU model, matched case-insensitively as a substring ("RTX", "4090").'
     )
-    count: int = Field(1, ge=1, le=16, description="Number of GPUs on the server.")
+    count: WholeNumber = Field(1, ge=1, le=16, description="Number of GPUs on the server.")
     min_vram_gb: float = Field(0, ge=0, alias="min-vram-gb", description="Minimum VRAM per GPU.")
     max_price: float | None = Field(
         None, gt=0, alias="max-price", description="Maximum USD per hour for the whole server."
@@ -100,7 +101,10 @@ class JobSettings(StrictModel):
         "part of the budget's worst case. Under 10: a server that never comes up is given back "
         "before Clore charges its creation fee.",
     )
-    retries: int | None = Field(None, ge=0, le=20, description="Extra attempts after a failure.")
+    # bounds before the conversion: after it, pydantic writes them into the schema unchecked
+    retries: Annotated[int, Field(ge=0, le=20), BeforeValidator(whole_number)] | None = Field(
+        None, description="Extra attempts after a failure."
+    )
     gpu: GpuSpec | None = None
     workspace: bool | Literal["all"] | None = Field(
         None,
@@ -142,7 +146,9 @@ class JobSpec(JobSettings):
 
 class PipelineSettings(StrictModel):
     name: str | None = Field(None, description="Pipeline name (default: the file name).")
-    concurrency: int = Field(3, ge=1, le=MAX_CONCURRENCY, description="Max servers held at once.")
+    concurrency: WholeNumber = Field(
+        3, ge=1, le=MAX_CONCURRENCY, description="Max servers held at once."
+    )
     budget: float | None = Field(None, gt=0, description="USD, hard cap on the whole run.")
     timeout_minutes: float | None = Field(
         None, ge=MIN_MINUTES, le=MAX_MINUTES, alias="timeout-minutes"

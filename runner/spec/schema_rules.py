@@ -23,21 +23,20 @@ from runner.spec.limits import MAX_JOB_ID
 
 JOB_ID = r"^[A-Za-z_][A-Za-z0-9_-]*$"
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
-# One whole `${{ }}` expression, which the loader substitutes before it checks the value.
-_EXPRESSION = r"\$\{\{.*\}\}"
 # A script: something to run, and no NUL (no process can be given one).
 RUN = r"^[^\u0000]*[^\s\u0000][^\u0000]*$"
 _NO_NUL = r"^[^\u0000]*$"
 # `if:`, read as written: success(), failure() or always(), bare or as one ${{ }}.
 _CONDITION = r"(?:success|failure|always)\(\)"
 IF = rf"^\s*(?:{_CONDITION}|\$\{{\{{\s*{_CONDITION}\s*\}}\}})\s*$"
-# An ISO-8601 time with its zone (the loader refuses one without), or an expression. The usual
+# An ISO-8601 time with its zone (the loader refuses one without). `clore-run schema` lets a
+# `${{ }}` expression stand for it (runner/cli/schema.py); serve reads no environment. The usual
 # forms, each field in its range; the calendar (no 30 February) is beyond a pattern, and the
 # rarer forms Python also reads (20261201T0200Z, week dates) are left out.
 _DATE = r"(?:[1-9]\d{3}|0[1-9]\d\d|00[1-9]\d|000[1-9])-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12]\d|3[01])"
 _TIME = r"(?:[01]\d|2[0-3])(?::[0-5]\d(?::[0-5]\d(?:[.,]\d+)?)?)?"
 _ZONE = r"(?:Z|[+-](?:[01]\d|2[0-3])(?::?[0-5]\d)?)"
-NOT_BEFORE = rf"^(?:{_DATE}[T ]{_TIME}{_ZONE}|{_EXPRESSION})$"
+NOT_BEFORE = rf"^{_DATE}[T ]{_TIME}{_ZONE}$"
 # A path the job's folder does not hold: absolute, at a home folder, or going up with `..`.
 OUTSIDE = r"^[/~]|(?:^|/)\.\.(?:/|$)"
 # The largest finite number, and numbers that are neither NaN nor infinite: NaN passes every
@@ -91,10 +90,16 @@ def strategy_rules(schema: dict[str, Any], *_: Any) -> None:
     if matrix is None:
         return
     scalar = {"anyOf": [{"type": "string"}, {"type": "boolean"}, FINITE]}
-    entries = {"type": "array", "items": {"type": "object", "additionalProperties": scalar}}
-    matrix["properties"] = {"include": entries, "exclude": entries}
+    entry = {"type": "object", "additionalProperties": scalar}
+    entries = {"type": "array", "items": entry}
+    excluded = {**entries, "items": {**entry, "minProperties": 1}}  # {} would exclude them all
+    matrix["properties"] = {"include": entries, "exclude": excluded}
     # Values once each: two equal values make the same job id twice. (Values that differ and
     # still make the same id, as "A" and "a" do, are the loader's to find.)
+    # Without a key of values, `include` alone makes the combinations: one at least.
+    only_lists = {"propertyNames": {"enum": ["include", "exclude"]}}
+    matrix["if"] = only_lists
+    matrix["then"] = {"required": ["include"], "properties": {"include": {"minItems": 1}}}
     matrix["additionalProperties"] = {
         "type": "array",
         "minItems": 1,

@@ -72,7 +72,7 @@ GPU = st.fixed_dictionaries(
     {},
     optional={
         "type": _some(["RTX", "4090"], [4090, ""]),
-        "count": _some([1, 2, 16], [0, 17, 1.5, math.nan]),
+        "count": _some([1, 2, 16, 2.0], [0, 17, 1.5, math.nan]),
         "min-vram-gb": _some([0, 8, 24.5], [-1, math.nan, math.inf]),
         "max-price": _some([0.5, 2], [0, -1, math.nan, math.inf]),
         "spot": _some([True, False], ["yes", 1]),
@@ -115,7 +115,7 @@ def pipelines(draw: st.DrawFn) -> dict[str, Any]:
     if draw(st.integers(0, 3)) == 0:
         doc["budget"] = draw(_some([5, 0.25], [0, -1, math.nan, math.inf]))
     if draw(st.integers(0, 3)) == 0:
-        doc["concurrency"] = draw(_some([1, 3], [0, 1001, 2.5]))
+        doc["concurrency"] = draw(_some([1, 3, 4.0], [0, 1001, 2.5]))
     return doc
 
 
@@ -162,6 +162,8 @@ def test_the_schema_and_validate_agree(doc: dict[str, Any]) -> None:
         ({"defaults": None, "jobs": {"a": {"run": "x"}}}, True),  # `defaults:` left empty
         ({"defaults": None, "jobs": {"a": {}}}, False),
         ({"jobs": {"a": {"run": "x", "strategy": {"matrix": {"k": [False, False]}}}}}, False),
+        ({"jobs": {"a": {"run": "x", "strategy": {"matrix": {"include": []}}}}}, False),
+        ({"jobs": {"a": {"run": "x", "strategy": {"matrix": {"k": [1], "exclude": [{}]}}}}}, False),
         ({"jobs": {"a": {"run": "x", "strategy": None}}}, True),
         ({"jobs": {"a": {"run": "x", "not-before": "00000000T00Z"}}}, False),
     ],
