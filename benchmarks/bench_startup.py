@@ -8,8 +8,8 @@ when there is one), best of N, interleaved with `python -c pass` on the same int
 lower bound no Python program can beat. CPU time (user + system) is shown beside the wall time:
 on a shared machine it moves less with other people's load. Bytecode is compiled once into a
 temporary cache before timing (as `pip install` does), whatever PYTHONDONTWRITEBYTECODE says.
-Targets: `--version` <= 0.1 s, `validate` of a small file
-<= 0.2 s. The "with a secret" rows hold CLORE_API_KEY in the environment, as CI does: a command
+Targets (design §8): `--version` <= 0.1 s, `validate` of a small file
+<= 0.4 s. The "with a secret" rows hold CLORE_API_KEY in the environment, as CI does: a command
 that runs jobs must then start itself again without it (runner.process_guard).
 
 `--importtime` prints the slowest imports of `validate` (python -X importtime), to see where
@@ -28,7 +28,7 @@ from benchmarks.whole_process import clore_run, quiet_env, timed
 
 REPO = Path(__file__).resolve().parents[1]
 HELLO = REPO / "examples" / "hello.yml"
-TARGETS = {"--version": 0.1, "validate": 0.2}
+TARGETS = {"--version": 0.1, "validate": 0.4}
 
 
 def slowest_imports(argv: Sequence[str], top: int) -> list[tuple[int, str]]:

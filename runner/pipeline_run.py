@@ -100,6 +100,9 @@ class PipelineRun:
         self.backend = backend
         self.settings = settings
         self.clock = clock
+        # The run starts now: reading the market (below) can take as long as the API makes it
+        # wait, and the reports' duration must count that.
+        self.started_at = clock.time()
         self.journal = ConsoleJournal(console)
         runner = AttemptRunner(
             backend,
@@ -120,6 +123,7 @@ class PipelineRun:
             settings.durations_s,
         )
         core = PlacingCore(pipeline.jobs, book, backoff=settings.backoff)
+        self.interrupted = False  # a signal came: the run ends as interrupted
         self.driver = Driver(
             core,
             backend,
@@ -135,16 +139,20 @@ class PipelineRun:
         )
 
     def cancel(self, reason: str) -> None:
-        """Ask the run to stop (Ctrl-C, SIGTERM). Safe from a signal handler."""
+        """Ask the run to stop (Ctrl-C, SIGTERM). Safe from a signal handler. Also once the
+        jobs are over: giving the servers back then stops waiting for confirmations."""
+        self.interrupted = True
+        if isinstance(self.backend, RentingBackend):
+            self.backend.stop_soon()
         self.driver.cancel(reason, StopCause.INTERRUPTED)
 
     def run(self, before_give_back: Callable[[RunRecord], None] | None = None) -> RunRecord:
         """`before_give_back` gets the record once every job has ended, before a renting
         backend gives its servers back: a slow API makes that the slow part of a cancel, and
         CI's SIGKILL must not find the run without reports."""
-        started_at = self.clock.time()
+        started_at = self.started_at
         try:
-            self.driver.add(self.pipeline.jobs, {}, started_at)
+            self.driver.add(self.pipeline.jobs, {}, self.clock.time())
             self.driver.run_until_idle(self.pipeline.timeout_s)
         finally:
             self.driver.finish_work()

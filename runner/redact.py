@@ -20,7 +20,13 @@ import os
 import threading
 from collections.abc import Callable, Mapping
 
-SECRET_ENV_VARS = ("CLORE_API_KEY", "CLORE_RUN_TOKEN", "GITHUB_TOKEN", "CLORE_GITHUB_TOKEN")
+SECRET_ENV_VARS = (
+    "CLORE_API_KEY",
+    "CLORE_RUN_TOKEN",
+    "GITHUB_TOKEN",
+    "CLORE_GITHUB_TOKEN",
+    "CLORE_RUNNER_TOKEN",  # may administer a repository's runners (clore-run runner)
+)
 MIN_SECRET_CHARS = 6
 MASK = "***"
 

@@ -19,6 +19,7 @@ from types import FrameType
 from typing import Any, TextIO
 
 from runner.backends.base import Backend
+from runner.backends.spec import Waits
 from runner.clock import SYSTEM_CLOCK, Clock
 from runner.collector import startup_over
 from runner.console import Console
@@ -54,6 +55,9 @@ class RunOptions:
     backoff: Callable[[int], float] = backoff_s
     run_id: str = field(default_factory=new_run_id)
     clock: Clock = SYSTEM_CLOCK  # the run's timers and times (tests: their backend's clock)
+    # A renting backend's waits on its API (runner.backends.clore.waits): said on the console
+    # once it exists, and what was given up kept as the reports' warnings.
+    waits: Waits | None = None
 
 
 def select_jobs(pipeline: Pipeline, names: Sequence[str]) -> Pipeline:
@@ -189,6 +193,8 @@ def execute(
         )
     if workspace.withheld:
         console.notice(_withheld_note(workspace.withheld))
+    if options.waits is not None:
+        options.waits.say = console.notice
     with output_folder(options.out_dir):
         pipeline_run = PipelineRun(
             pipeline,
@@ -214,12 +220,18 @@ def execute(
                 )
             finally:
                 console.close()
-        paths = write_reports(options.out_dir, record, options.baseline)
+        left = pipeline_run.driver.give_back_warnings  # said on screen when they happened
+        notes = (*_notes(options), *left)
+        paths = write_reports(options.out_dir, record, options.baseline, notes=notes)
         github_actions.publish(paths)
     for warning in paths.warnings:
-        console.notice(f"warning: {warning}")
+        if warning not in left:
+            console.notice(f"warning: {warning}")
     _final_report(console, paths, options.out_dir)
-    return record, EXIT_CODES[record.status]
+    code = EXIT_CODES[record.status]
+    # A signal after the jobs ended cut the give-back short: the run was interrupted all the
+    # same, and what it left unconfirmed is `clore-run cleanup`'s.
+    return record, EXIT_CODES[RunStatus.INTERRUPTED] if pipeline_run.interrupted else code
 
 
 def _baseline_durations(baseline: dict[str, Any] | None) -> dict[str, float]:
@@ -241,9 +253,15 @@ GIVING_BACK = (
 def _reports_before_give_back(console: Console, options: RunOptions, record: RunRecord) -> None:
     """The reports as they stand, before the slow part of the end; rewritten after it."""
     try:
-        write_reports(options.out_dir, record, options.baseline, notes=(GIVING_BACK,))
+        notes = (*_notes(options), GIVING_BACK)
+        write_reports(options.out_dir, record, options.baseline, notes=notes)
     except Exception as exc:  # the give-back goes first; the final write reports a failure
         console.notice(f"warning: early reports not written: {exc}")
+
+
+def _notes(options: RunOptions) -> tuple[str, ...]:
+    """What the reports say beside the jobs: an API that could not be reached."""
+    return options.waits.warnings if options.waits is not None else ()
 
 
 def _workspace(pipeline: Pipeline, root: Path, out: Path) -> Workspace:
@@ -259,12 +277,23 @@ def _workspace(pipeline: Pipeline, root: Path, out: Path) -> Workspace:
         inside = out.relative_to(root).as_posix() + "/"
         files = tuple(f for f in files if not f.startswith(inside))
     workspace = dataclasses.replace(workspace, files=files)
-    if workspace.in_git or not files:
-        return workspace  # an empty folder has nothing that could leak
+    if workspace.in_git or not _beside_the_pipeline(pipeline, root, files):
+        # An empty folder has nothing that could leak; nor has one holding only the pipeline
+        # file (a first try: `mkdir p && cd p`, a pipeline.yml, `clore-run run`), which
+        # travels as git would ship it.
+        return workspace
     refused = {j.group or j.id: j for j in wanting if j.workspace != WORKSPACE_ALL}
     if refused:
         raise _untracked_refusal(root, len(files), list(refused.values()))
     return workspace
+
+
+def _beside_the_pipeline(pipeline: Pipeline, root: Path, files: tuple[str, ...]) -> list[str]:
+    """The files of a walk other than the pipeline file itself: what the refusal is about."""
+    if not pipeline.source:
+        return list(files)
+    source = Path(pipeline.source).resolve()
+    return [f for f in files if root / f != source]
 
 
 def _untracked_refusal(root: Path, count: int, jobs: list[Job]) -> UsageError:
@@ -274,7 +303,8 @@ def _untracked_refusal(root: Path, count: int, jobs: list[Job]) -> UsageError:
     )
     hint = (
         "set `workspace: all` to copy them all (.env*, .ssh/, .git/ and key files never travel),"
-        " `workspace: false` for an empty folder, or run inside a git work tree"
+        " `workspace: false` for an empty folder, or run inside a git work tree (`git init`"
+        " and `git add` the files the jobs need)"
     )
     located = [j for j in jobs if j.location is not None]
     if not located:

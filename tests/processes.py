@@ -12,6 +12,7 @@ marked process pay for the look (one pass over /proc, a few ms).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import signal
 import uuid
@@ -112,3 +113,13 @@ def marked_env(extra: Mapping[str, str] | None = None, *, inherit: bool = True) 
     """The environment for a process a test starts: the guard finds it if it outlives the test.
     `inherit=False` for a test that gives its process exactly `extra` (a clean runner's)."""
     return LAUNCHES.env(extra, inherit=inherit)
+
+
+def ended_owner() -> str:
+    """What a ledger row or a pool lease records of a process that has ended (a killed run):
+    this host's, with a start time no live process has, so a cleanup proves it dead."""
+    from runner import liveness
+
+    here = liveness.current()
+    assert here is not None, "no /proc: a holder's liveness cannot be checked here"
+    return dataclasses.replace(here, started=-1).text()

@@ -31,6 +31,9 @@ class SlowGiveBack(PassingBackend):
     def set_pending(self, jobs: Sequence[Job]) -> None:
         return None
 
+    def stop_soon(self) -> None:
+        pass
+
     def idle_cost_usd(self) -> float:
         return 0.25 if self.seen_at_shutdown else 0.0  # known once the servers are back
 

@@ -170,3 +170,22 @@ def test_a_job_built_without_a_file_gets_a_plain_usage_error(tmp_path: Path) -> 
     options = RunOptions(out_dir=tmp_path / "out", workspace_root=tmp_path)
     with pytest.raises(UsageError, match="not in a git work tree"):
         execute(pipeline, LocalBackend(), options, io.StringIO())
+
+
+def test_a_first_pipeline_alone_in_a_fresh_folder_runs_and_runs_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from runner.spec.loader import load_pipeline
+
+    folder = tmp_path / "p"  # mkdir p && cd p, one pipeline.yml, clore-run run pipeline.yml
+    folder.mkdir()
+    monkeypatch.chdir(folder)
+    (folder / "pipeline.yml").write_text("jobs:\n  a: {run: 'test -f pipeline.yml'}\n")
+    for _ in range(2):  # the second time beside the first run's clore-run-results/
+        pipeline = load_pipeline(Path("pipeline.yml"))
+        options = RunOptions(out_dir=Path("clore-run-results"), workspace_root=folder)
+        _, code = execute(pipeline, LocalBackend(), options, io.StringIO())
+        assert code == 0
+    (folder / "train.py").write_text("print(1)\n")  # a real folder: the protection holds
+    with pytest.raises(SpecError, match="not in a git work tree"):
+        execute(load_pipeline(Path("pipeline.yml")), LocalBackend(), options, io.StringIO())

@@ -170,3 +170,7 @@ class RentingBackend(Protocol):
     job on them (the core decides which are kept)."""
 
     def idle_cost_usd(self) -> float: ...
+
+    def stop_soon(self) -> None:
+        """The run is being stopped (a signal): the give-back must fit in CI's grace."""
+        ...

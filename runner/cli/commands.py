@@ -11,6 +11,7 @@ from runner.cli import (
     cleanup,
     comment,
     doctor,
+    gh_runner,
     hosts,
     jobs,
     offers,
@@ -37,6 +38,7 @@ for _command in (
     jobs,
     pool,
     hosts,
+    gh_runner,
 ):
     _command.register(app)
 

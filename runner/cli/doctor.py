@@ -54,6 +54,7 @@ def register(
     ) -> None:
         """Check the API key, balances, fee rates and marketplace; with --canary, rent once."""
         from runner.backends.clore import doctor as checks
+        from runner.backends.clore import waits
         from runner.backends.clore.market import CURRENCIES
 
         if currency not in CURRENCIES:
@@ -62,11 +63,13 @@ def register(
         ask = GpuAsk(type=gpu)
         try:
             client = make_client()
+            waits.on_stderr(client)
             found = checks.check_account(client, currency, ask)
             for line in found.lines:
                 typer.echo(line)
             if found.problems:
-                _fail(f"{len(found.problems)} problem(s): " + "; ".join(found.problems))
+                count = len(found.problems)  # each was said above, as a `problem:` line
+                _fail(f"doctor found {count} problem{'s' if count != 1 else ''} (above)")
             if canary:
                 tools = make_tools(client, ledger_path)
                 for line in _canary(tools, currency, ask, found.offers[0]):

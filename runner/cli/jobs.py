@@ -14,7 +14,7 @@ from typing import Annotated, Any, BinaryIO
 
 import typer
 
-from runner.cli.serve import Server
+from runner.cli.serve import Server, status_word
 from runner.clock import SYSTEM_CLOCK
 from runner.serve import DEFAULT_SERVER
 from runner.untrusted import console_line
@@ -76,12 +76,15 @@ def render_jobs(rows: list[dict[str, Any]], now: float) -> str:
 def _job_row(job: dict[str, Any], now: float) -> tuple[str, ...]:
     from runner.core.money import usd_text
 
-    reason = console_line(str(job.get("reason") or ""))
+    why = job.get("reason") or (
+        f"waiting for {job['waiting_for']}" if job.get("waiting_for") else ""
+    )
+    reason = console_line(str(why))
     if len(reason) > _REASON_WIDTH:
         reason = reason[: _REASON_WIDTH - 1] + "…"
     return (
         console_line(str(job["id"])),
-        str(job["status"]),
+        status_word(job),
         console_line(str(job["name"]))[:40],
         str(job["attempts"]),
         usd_text(float(job["cost_usd"])),

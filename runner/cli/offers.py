@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
 from runner.cli.options import CoordinatorOption, LedgerOption
-from runner.clock import SYSTEM_CLOCK
 from runner.core.hosts import HostMemory
 from runner.core.model import GpuAsk
 from runner.errors import CloreRunError
@@ -105,58 +103,23 @@ def _client_from_env() -> CloreClient:
 
 def _fetch_offers(make_client: ClientFactory, currency: str) -> list[Offer]:
     from runner.backends.clore import errors as e
+    from runner.backends.clore import waits
     from runner.backends.clore.fees import read_fee_schedule
     from runner.backends.clore.market import offers_from_servers
 
-    started = SYSTEM_CLOCK.now()
     try:
         client = make_client()
-        client.on_retry = _say_retrying(client.retry.max_attempts)
+        waits.on_stderr(client)
         # The market first: when the API cannot be reached, that is the one wait and the one
         # error; the fees have a documented fallback.
         servers = client.marketplace().servers
         # The account's renter fee rates (or the documented ones): every $/h includes them.
         fees = read_fee_schedule(client, currency)
-    except e.MissingApiKeyError as exc:
-        _fail(f"{exc.message}: {exc.hint}")
     except e.InvalidTokenError:
         _fail("the Clore API refused the key in CLORE_API_KEY (code 3: invalid API token)")
-    except e.TransportError as exc:
-        _fail(
-            f"cannot reach the Clore API at {client.base_url}: {short_cause(exc.message)}; "
-            f"gave up after {SYSTEM_CLOCK.now() - started:.0f} s (check the network, or "
-            "CLORE_API_URL)"
-        )
-    except e.CloreApiError as exc:
+    except e.CloreApiError as exc:  # a missing key with how to set one, an unreachable API
         _fail(str(exc))
     return offers_from_servers(servers, currency, fees=fees.rates)
-
-
-def _say_retrying(tries: int) -> Callable[[str, Exception, float, int], None]:
-    def say(endpoint: str, exc: Exception, wait_s: float, next_try: int) -> None:
-        why = short_cause(str(exc)) if type(exc).__name__ == "TransportError" else "it failed"
-        typer.echo(
-            f"Clore API {endpoint}: {why}; trying again in {wait_s:.0f} s "
-            f"(try {next_try} of {tries})",
-            err=True,
-        )
-
-    return say
-
-
-_ERRNO = re.compile(r"\[Errno -?\d+\] ([^'\")\]]+)")
-
-
-def short_cause(message: str) -> str:
-    """The reason inside requests' and urllib3's nested wording, in a few words."""
-    if "timed out" in message or "Timeout" in message:
-        return "no answer (timed out)"
-    found = _ERRNO.search(message)
-    if found:
-        return found.group(1).strip().rstrip(".").lower()
-    if "NameResolution" in message or "resolve" in message:
-        return "the host name does not resolve"
-    return "connection failed"
 
 
 def _fail(message: str) -> NoReturn:

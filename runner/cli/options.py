@@ -1,12 +1,15 @@
 """Options that several commands take, declared once so that their names, help and metavars
-cannot drift apart between `run`, `serve`, `cleanup` and `pool`."""
+cannot drift apart between `run`, `serve`, `cleanup` and `pool`. The backends and their help
+come from runner.backends.registry."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from runner.backends.registry import BACKENDS
 from runner.ledger import DEFAULT_PATH as DEFAULT_LEDGER
 from runner.stores.target import COORDINATOR_ENV
 
@@ -31,4 +34,24 @@ CoordinatorOption = Annotated[
         f"default ${COORDINATOR_ENV}.",
         metavar="URL",
     ),
+]
+
+BACKEND_NAMES = "|".join(BACKENDS)  # the metavar of --backend: its choices, from the registry
+
+
+def backend_help(default: str) -> str:
+    """--backend's help for `run` and `serve`: the registry's backends, and the default."""
+    return f"Where jobs run: {', '.join(BACKENDS)} (default: {default})."
+
+
+SshHostOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--ssh-host",
+        help="--backend ssh: USER@HOST[:PORT] (repeat for more hosts).",
+        metavar="USER@HOST[:PORT]",
+    ),
+]
+IdentityOption = Annotated[
+    Path | None, typer.Option(help="--backend ssh: private key file (default ~/.ssh/id_*).")
 ]

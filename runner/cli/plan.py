@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from runner.backends.registry import BACKENDS
 from runner.cli.root import EXIT_INFRA
 from runner.cli.validate import show_warnings
 from runner.errors import UsageError
@@ -21,7 +22,11 @@ def plan(
     pipeline: Annotated[Path, typer.Argument(help="The pipeline file.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
     backend: Annotated[
-        str, typer.Option(help="`clore`: also the offer each job would take today and its cost.")
+        str,
+        typer.Option(
+            help="Also what this backend would do today (clore: each job's offer and the cost).",
+            metavar="|".join(name for name, spec in BACKENDS.items() if spec.plan),
+        ),
     ] = "none",
 ) -> None:
     """Show the order in waves, each job's ask and the critical path. Rents nothing."""
@@ -31,30 +36,21 @@ def plan(
     loaded = load_pipeline(pipeline)
     show_warnings(loaded)
     result = build_plan(loaded)
-    unfit = False
-    if backend == "clore":
-        from runner.backends.clore.api import CloreClient
-        from runner.backends.clore.fees import read_fee_schedule
-        from runner.backends.clore.market import offers_from_servers
-        from runner.backends.clore.plan_offers import plan_offers, render_offers
-
-        client = CloreClient.from_env()
-        # The account's fee rates, read once as `run` reads them (documented ones if not).
-        fees = read_fee_schedule(client, loaded.currency)
-        servers = client.marketplace().servers
-        offers = offers_from_servers(servers, loaded.currency, fees=fees.rates)
-        result["clore"] = plan_offers(loaded, offers, fees)
-        # The run simulated on these offers, at the top where a reader of the plan looks first.
-        result["makespan"] = result["clore"]["makespan"]
-        result["cost"] = result["clore"]["cost"]
-        unfit = bool(result["clore"]["unfit"])
-    elif backend != "none":
-        raise UsageError(f"--backend {backend}: plan knows `clore` only", "omit it or use clore")
+    unfit, offers = False, ""
+    if backend != "none":
+        spec = BACKENDS.get(backend)
+        if spec is None or spec.plan is None:
+            planning = [name for name, each in BACKENDS.items() if each.plan]
+            raise UsageError(
+                f"--backend {backend}: plan knows {', '.join(planning)} only",
+                f"omit it or use {' or '.join(planning)}",
+            )
+        offers, unfit = spec.plan(loaded, result)
     if as_json:
         typer.echo(json.dumps(result, indent=2))
     else:
         typer.echo(render_plan(result))
-        if "clore" in result:
-            typer.echo(render_offers(result["clore"]))
+        if offers:
+            typer.echo(offers)
     if unfit:
         raise typer.Exit(EXIT_INFRA)

@@ -7,8 +7,15 @@ from typing import Annotated
 
 import typer
 
-from runner.cli.options import CoordinatorOption, LedgerOption, PoolOption
-from runner.cli.run_flags import BackendName, RunFlags, run_with
+from runner.cli.options import (
+    BACKEND_NAMES,
+    CoordinatorOption,
+    IdentityOption,
+    LedgerOption,
+    PoolOption,
+    backend_help,
+)
+from runner.cli.run_flags import RunFlags, run_with
 
 
 def register(app: typer.Typer) -> None:
@@ -18,8 +25,11 @@ def register(app: typer.Typer) -> None:
 def run(
     pipeline: Annotated[Path, typer.Argument(help="The pipeline file.")],
     backend: Annotated[
-        BackendName | None,
-        typer.Option(help="Where jobs run (default: clore when CLORE_API_KEY is set, else local)."),
+        str | None,
+        typer.Option(
+            help=backend_help("clore when CLORE_API_KEY is set, else local"),
+            metavar=BACKEND_NAMES,
+        ),
     ] = None,
     out: Annotated[Path, typer.Option(help="Folder for reports, logs and artifacts.")] = Path(
         "clore-run-results"
@@ -43,11 +53,14 @@ def run(
     ] = None,
     host: Annotated[
         list[str] | None,
-        typer.Option("--host", help="--backend ssh: user@HOST[:PORT] (repeat for more hosts)."),
+        typer.Option(
+            "--ssh-host",
+            "--host",  # run's first name for it; serve's --host is where it listens
+            help="--backend ssh: USER@HOST[:PORT] (repeat for more hosts).",
+            metavar="USER@HOST[:PORT]",
+        ),
     ] = None,
-    identity: Annotated[
-        Path | None, typer.Option(help="--backend ssh: private key file (default ~/.ssh/id_*).")
-    ] = None,
+    identity: IdentityOption = None,
     ledger: LedgerOption = None,
     pool: PoolOption = None,
     coordinator: CoordinatorOption = None,

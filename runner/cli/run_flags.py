@@ -4,21 +4,20 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from dataclasses import dataclass, field
-from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from runner.backends.registry import (
+    DEFAULT_BACKEND,
+    backend_spec,
+    default_backend,
+    renting_backends,
+)
+from runner.backends.spec import BackendSpec, Setup
 from runner.cli.boundary import Echo
 from runner.cli.validate import show_warnings
 from runner.errors import UsageError
-
-
-class BackendName(str, Enum):
-    local = "local"
-    ssh = "ssh"
-    clore = "clore"
 
 
 @dataclass(frozen=True)
@@ -26,7 +25,7 @@ class RunFlags:
     """`clore-run run`'s arguments, as the user gave them (None: not given)."""
 
     pipeline: Path
-    backend: BackendName | None = None
+    backend: str | None = None  # a name in runner.backends.registry
     out: Path = Path("clore-run-results")
     concurrency: int | None = None
     budget: float | None = None
@@ -46,6 +45,7 @@ def run_with(flags: RunFlags, echo: Echo) -> int:
     from runner.spec.limits import MAX_CONCURRENCY
     from runner.spec.loader import load_pipeline
 
+    named = backend_spec(flags.backend) if flags.backend is not None else None
     loaded = load_pipeline(flags.pipeline)
     show_warnings(loaded, echo)
     if flags.dry_run:
@@ -53,13 +53,11 @@ def run_with(flags: RunFlags, echo: Echo) -> int:
 
         echo(render_plan(build_plan(select_jobs(loaded, flags.job))))
         return 0
-    chosen = flags.backend or (BackendName.clore if os.environ.get("CLORE_API_KEY") else None)
-    if chosen is None:
-        echo("clore-run: no CLORE_API_KEY set: running locally (--backend local)", err=True)
-        chosen = BackendName.local
-    if flags.pool is not None and chosen is not BackendName.clore:
+    spec = named or _default(echo)
+    if flags.pool is not None and not spec.rents:
         raise UsageError(
-            f"--pool {flags.pool}: pools hold rented servers", hint="use --backend clore"
+            f"--pool {flags.pool}: pools hold rented servers",
+            hint="use " + " or ".join(f"--backend {n}" for n in renting_backends()),
         )
     budget, concurrency = flags.budget, flags.concurrency
     options = RunOptions(
@@ -84,29 +82,30 @@ def run_with(flags: RunFlags, echo: Echo) -> int:
                 "for example --concurrency 4",
             )
         loaded = dataclasses.replace(loaded, concurrency=concurrency)
-    if chosen is BackendName.clore:
-        from runner.backends.clore.factory import clore_backend
-        from runner.ledger import DEFAULT_PATH as DEFAULT_LEDGER
-        from runner.stores.target import coordinator_from, ledger_target
-
-        shared = coordinator_from(flags.coordinator)
-        where = ledger_target(flags.ledger, shared, DEFAULT_LEDGER)
-        made = clore_backend(loaded, where, options.run_id, pool=flags.pool, coordinator=shared)
-        _, code = execute(loaded, made, options)
-    elif chosen is BackendName.ssh:
-        from runner.backends.ssh.backend import SshBackend
-
-        hosts = list(flags.host or loaded.hosts)
-        if not hosts:
-            raise UsageError(
-                "--backend ssh needs hosts", "pass --host root@HOST[:PORT] or set `hosts:`"
-            )
-        _, code = execute(loaded, SshBackend.from_flags(hosts, flags.identity), options)
-    else:
-        from runner.backends.local import LocalBackend
-
-        _, code = execute(loaded, LocalBackend(), options)
+    setup = Setup(
+        loaded,
+        options.run_id,
+        hosts=tuple(flags.host),
+        identity=flags.identity,
+        ledger=flags.ledger,
+        pool=flags.pool,
+        coordinator=flags.coordinator,
+    )
+    backend = spec.build(setup)
+    if spec.waits is not None:  # said on stderr until the console takes them over
+        options.waits = spec.waits(backend, lambda line: echo(line, err=True))
+    _, code = execute(loaded, backend, options)
     return code
+
+
+def _default(echo: Echo) -> BackendSpec:
+    """The backend without --backend: clore with a key, else local, said so."""
+    chosen = default_backend()
+    if chosen.name != DEFAULT_BACKEND:
+        echo(
+            f"clore-run: no CLORE_API_KEY set: running locally (--backend {chosen.name})", err=True
+        )
+    return chosen
 
 
 def _read_baseline(path: Path | None) -> dict[str, Any] | None:

@@ -8,13 +8,20 @@ work without the `serve` extra.
 from __future__ import annotations
 
 import json
-from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from runner.cli.options import CoordinatorOption, LedgerOption, PoolOption
+from runner.cli.options import (
+    BACKEND_NAMES,
+    CoordinatorOption,
+    IdentityOption,
+    LedgerOption,
+    PoolOption,
+    SshHostOption,
+    backend_help,
+)
 from runner.errors import UsageError
 from runner.serve import DEFAULT_SERVER
 
@@ -25,12 +32,6 @@ DEFAULT_DB = ".clore-run/serve.db"
 Server = Annotated[
     str, typer.Option(envvar="CLORE_RUN_SERVER", help="The queue server's URL.", metavar="URL")
 ]
-
-
-class ServeBackend(str, Enum):
-    local = "local"
-    ssh = "ssh"
-    clore = "clore"
 
 
 def register(app: typer.Typer) -> None:
@@ -52,7 +53,9 @@ def serve(
             metavar="FILE|URL",
         ),
     ] = None,
-    backend: Annotated[ServeBackend, typer.Option(help="Where jobs run.")] = ServeBackend.local,
+    backend: Annotated[
+        str, typer.Option(help=backend_help("local"), metavar=BACKEND_NAMES)
+    ] = "local",
     concurrency: Annotated[
         int, typer.Option(min=1, help="Jobs running at once, in all (on this instance).")
     ] = 3,
@@ -64,10 +67,8 @@ def serve(
             "on PostgreSQL share a per-day --pool instead).",
         ),
     ] = None,
-    ssh_host: Annotated[
-        list[str] | None, typer.Option("--ssh-host", help="--backend ssh: USER@HOST[:PORT].")
-    ] = None,
-    identity: Annotated[Path | None, typer.Option(help="--backend ssh: private key.")] = None,
+    ssh_host: SshHostOption = None,
+    identity: IdentityOption = None,
     ledger: LedgerOption = None,
     pool: PoolOption = None,
     coordinator: CoordinatorOption = None,
@@ -87,6 +88,7 @@ def serve(
     ] = 30.0,
 ) -> None:
     """Run the persistent job queue and its REST API (needs CLORE_RUN_TOKEN)."""
+    from runner.backends.registry import backend_spec, renting_backends
     from runner.serve.backends import BackendChoice
     from runner.serve.server_cmd import ServeOptions, run_server
     from runner.stores.target import (
@@ -96,11 +98,13 @@ def serve(
         ledger_target,
     )
 
+    spec = backend_spec(backend)
     shared = coordinator_from(coordinator)
-    if pool is not None and (backend is not ServeBackend.clore or shared is None):
+    if pool is not None and (not spec.rents or shared is None):
+        renting = " or ".join(f"--backend {n}" for n in renting_backends())
         raise UsageError(
             f"--pool {pool}: pools hold rented servers on the coordinator",
-            hint="use --backend clore and --coordinator URL",
+            hint=f"use {renting} and --coordinator URL",
         )
     where: Path | str = Path(db) if db else Path(DEFAULT_DB)
     if db and is_postgres_url(db):
@@ -114,10 +118,10 @@ def serve(
             hint="leave --db out (the queue goes on the coordinator) or pass the same URL",
         )
     if daily_spend_limit is not None and isinstance(where, str):
-        raise _per_instance_limit(daily_spend_limit, backend, pool)
+        raise _per_instance_limit(daily_spend_limit, backend, spec.rents, pool)
     rentals = ledger_target(ledger, shared, Path(".clore-run/ledger.db"))
     choice = BackendChoice(
-        backend.value, tuple(ssh_host or ()), identity, rentals, pool=pool, coordinator=shared
+        spec.name, tuple(ssh_host or ()), identity, rentals, pool=pool, coordinator=shared
     )
     run_server(
         ServeOptions(
@@ -126,7 +130,9 @@ def serve(
     )
 
 
-def _per_instance_limit(limit_usd: float, backend: ServeBackend, pool: str | None) -> UsageError:
+def _per_instance_limit(
+    limit_usd: float, backend: str, rents: bool, pool: str | None
+) -> UsageError:
     """A daily limit on a shared queue would be each instance's own: every one reserves its
     rentals' worst cases against the whole limit, so N instances could commit N times it. The
     day's budget that N instances share is a per-day pool's, reserved under the pool's lock."""
@@ -134,8 +140,8 @@ def _per_instance_limit(limit_usd: float, backend: ServeBackend, pool: str | Non
         f"--daily-spend-limit {limit_usd:g}: on a shared (PostgreSQL) queue each instance "
         f"would hold it for itself, so N instances could spend N times it in a day"
     )
-    if backend is not ServeBackend.clore:
-        return UsageError(what, hint=f"{backend.value} jobs rent nothing: leave it out")
+    if not rents:
+        return UsageError(what, hint=f"{backend} jobs rent nothing: leave it out")
     if pool is not None:
         return UsageError(
             what,
@@ -220,15 +226,21 @@ def _located(pipeline: Path, exc: ClientError) -> str:
     return "\n".join(lines)
 
 
+def status_word(job: dict[str, Any]) -> str:
+    """`failed (allowed)` for a failure `continue-on-error` lets pass, as `run` says it."""
+    return f"{job['status']} (allowed)" if job.get("allowed_failure") else str(job["status"])
+
+
 def _job_text(job: dict[str, Any]) -> str:
     lines = [
-        f"{job['id']}: {job['status']}" + (f" ({job['reason']})" if job.get("reason") else ""),
+        f"{job['id']}: {status_word(job)}" + (f" ({job['reason']})" if job.get("reason") else ""),
         f"  name: {job['name']}  priority: {job['priority']}  cost: ${job['cost_usd']:.4f}",
     ]
     if job.get("waiting_for"):
         lines.append(f"  waiting for: {job['waiting_for']}")
     for a in job.get("attempt_list", []):
-        verdict = a["failure"] or ("passed" if a["finished_at"] else "running")
+        verdict = str(a["failure"] or ("passed" if a["finished_at"] else "running"))
+        verdict = verdict.replace("_", " ")  # `test failure`, not the enum's `test_failure`
         detail = f": {a['message']}" if a.get("message") else ""
         lines.append(f"  attempt {a['number']} on {a['server'] or '-'}: {verdict}{detail}")
     return "\n".join(lines)

@@ -39,7 +39,8 @@ DEFAULT_BOOT_S = 180.0
 # What the market's failed-boot rate is taken to be before any boot is seen, and how many
 # boots of evidence that guess is worth: weak, so the first few real boots move it.
 PRIOR_FAIL_RATE = 0.3
-PRIOR_WEIGHT = 4.0
+PRIOR_WEIGHT = 2.0
+MAX_CHANCE = 0.95  # a chance of failure is never taken as certain: a host may be fixed
 _WORDS: dict[EventKind, str] = {
     "up": "booted",
     "never_up": "never booted",
@@ -245,7 +246,13 @@ def expected_usd_per_hour(
     given_up_after_s: float,
     per_hours: float = 1.0,
 ) -> float:
-    """What an hour of work on a host is expected to cost: its price (fees in), plus the
-    chance its boot fails times what that costs, spread over `per_hours` of work."""
+    """What an hour of work on a host is expected to cost: its price (fees in), plus what its
+    failed boots are expected to cost, spread over `per_hours` of work. A host failing with
+    chance p fails p / (1 - p) boots on average before one comes up (each try taken alike);
+    each costs the wait at its price and the creation fee past the grace, and the wait again
+    as time: the job starts that much later, valued at the host's own price."""
+    chance = min(max(fail_chance, 0.0), MAX_CHANCE)
+    failed_boots = chance / (1.0 - chance)
     waste = failed_boot_usd(usd_per_hour, creation_fee_usd, given_up_after_s)
-    return usd_per_hour + fail_chance * waste / max(per_hours, 1e-9)
+    delay = usd_per_hour * given_up_after_s / money.SECONDS_PER_HOUR
+    return usd_per_hour + failed_boots * (waste + delay) / max(per_hours, 1e-9)

@@ -30,6 +30,10 @@ class Quote:
     creation_fee_usd: float = 0.0  # charged once the order lives 10 minutes
     spot: bool = False
     fee_rate: float = 0.0  # the renter's fee already in `usd_per_hour` (for messages)
+    # What the host history expects of this host (None: nothing known; the run's own figures
+    # stand in): a healthy boot, create -> SSH, and the chance a boot of it fails.
+    boot_s: float | None = None
+    fail_chance: float | None = None
 
 
 def rental_cost_usd(usd_per_hour: float, held_s: float, creation_fee_usd: float) -> float:
@@ -104,6 +108,9 @@ class RentServer:
     for_job: str
     worst_case_usd: float
     ahead: bool = False
+    # A hedge: a second host for the same job, rented because server `hedge_of` boots late.
+    # The first of the two to answer SSH runs the job; the other is given back at once.
+    hedge_of: int | None = None
 
 
 @dataclass(frozen=True)
@@ -125,7 +132,16 @@ class ReleaseServer:
     rented: bool = True
 
 
-ServerCommand = RentServer | StartOn | ReleaseServer
+@dataclass(frozen=True)
+class JobNote:
+    """Something about a job's servers a person should be told (a slow boot that got no
+    hedge, and why); it changes nothing."""
+
+    job_id: str
+    text: str
+
+
+ServerCommand = RentServer | StartOn | ReleaseServer | JobNote
 CoreCommand = Command | ServerCommand  # what the core with servers answers
 
 # -- events: the adapter tells the core that ... ------------------------------------------------

@@ -14,7 +14,7 @@ import heapq
 import itertools
 import random
 from collections.abc import Callable, Sequence, Set
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from runner.core.events import (
@@ -24,7 +24,9 @@ from runner.core.events import (
     SetTimer,
     TimerFired,
 )
+from runner.core.hosts import EventKind, HostEvent, HostMemory, expected_usd_per_hour
 from runner.core.model import Attempt, FailureKind, GpuAsk, Job, JobResult, RunStatus
+from runner.core.money import CREATION_FEE_GRACE_S
 from runner.core.placing import CoreEvent, PlacingCore
 from runner.core.rentals import (
     CoreCommand,
@@ -43,24 +45,67 @@ from runner.core.servers import ServerBook
 Duration = Callable[[str, int], float]  # (job id, attempt) -> seconds its script runs
 
 
+# A healthy Clore boot, create -> SSH answering: 35 s at best in the one real log, minutes
+# with a large image (reference/clore-api.md §8).
+HEALTHY_BOOT_S = (35.0, 180.0)
+# After "online", how long the adapter probes an sshd that never answers before giving up.
+SSH_PROBE_S = 170.0
+
+
 @dataclass(frozen=True)
 class MarketModel:
     """A marketplace to simulate against: offers with prices and fees, how long a server takes
     to boot (uniform between the two bounds), how often a server is lost while a job runs on it,
-    and how often a rent fails outright."""
+    and how often a rent fails outright.
+
+    Hosts that fail the way real ones do: `dead` hosts never come online (each offer's host is
+    dead with chance `dead_fraction`, drawn once per host and seed, or named in `dead_hosts`),
+    and `ssh_dead` ones come online with an sshd that never answers. The adapter gives a dead
+    boot up after the book's boot bound (`allowance_s`), an unanswering sshd `SSH_PROBE_S`
+    after it came online; each such order is billed for the time it lived."""
 
     offers: tuple[Quote, ...]
     boot_s: tuple[float, float] = (120.0, 300.0)
     lost_per_hour: float = 0.0
     rent_failure_rate: float = 0.0
+    dead_fraction: float = 0.0
+    dead_hosts: frozenset[str] = frozenset()
+    ssh_dead_fraction: float = 0.0
+    ssh_dead_hosts: frozenset[str] = frozenset()
+    # Which hosts are dead is drawn with this seed (None: the run's): two runs on the same
+    # market, a history carried from one to the next, share it and differ in their boots.
+    market_seed: int | None = None
+
+    def dead(self, host: str, seed: int) -> bool:
+        seed = seed if self.market_seed is None else self.market_seed
+        return host in self.dead_hosts or _draw(host, seed, "dead") < self.dead_fraction
+
+    def ssh_dead(self, host: str, seed: int) -> bool:
+        seed = seed if self.market_seed is None else self.market_seed
+        return host in self.ssh_dead_hosts or _draw(host, seed, "ssh") < self.ssh_dead_fraction
+
+
+def _draw(host: str, seed: int, what: str) -> float:
+    """One number in [0, 1) per host, seed and question: a host is dead all run long."""
+    return random.Random(f"{seed}/{what}/{host}").random()
 
 
 class ModelMarket:
     """The core's view of a `MarketModel`: the cheapest fitting offer not excluded. An ask fits
-    an offer whose GPU model contains its type (any case), with enough GPUs, within its cap."""
+    an offer whose GPU model contains its type (any case), with enough GPUs, within its cap.
+    With the host history (`memory`): hosts it says to skip are left out, the rest rank by
+    expected cost, and each quote carries the host's expected boot and failed-boot chance."""
 
-    def __init__(self, offers: Sequence[Quote]) -> None:
-        self._offers = sorted(offers, key=lambda q: (q.usd_per_hour, q.host))
+    def __init__(
+        self, offers: Sequence[Quote], memory: HostMemory | None = None, bound_s: float = 360.0
+    ) -> None:
+        self._memory = memory
+        if memory is None:
+            self._offers = sorted(offers, key=lambda q: (q.usd_per_hour, q.host))
+            return
+        skipped = memory.skipped()
+        known = [_remembered(q, memory) for q in offers if q.host not in skipped]
+        self._offers = sorted(known, key=lambda q: (_expected_usd_per_hour(q, bound_s), q.host))
 
     def best(self, ask: GpuAsk | None, excluded: Set[str]) -> Quote | None:
         return next((q for q in self._offers if q.host not in excluded and self.fits(q, ask)), None)
@@ -75,6 +120,19 @@ class ModelMarket:
 
     def why_none(self, ask: GpuAsk | None, excluded: Set[str]) -> str:
         return f"no offer fits {ask}"
+
+
+def _remembered(quote: Quote, memory: HostMemory) -> Quote:
+    return replace(
+        quote,
+        boot_s=memory.expected_boot_s(quote.host),
+        fail_chance=memory.fail_chance(quote.host),
+    )
+
+
+def _expected_usd_per_hour(quote: Quote, bound_s: float) -> float:
+    chance = quote.fail_chance or 0.0
+    return expected_usd_per_hour(quote.usd_per_hour, quote.creation_fee_usd, chance, bound_s)
 
 
 @dataclass
@@ -103,13 +161,24 @@ class ServersResult:
     boot_s: float = 0.0  # servers held while booting
     max_committed_usd: float = 0.0
     broken: list[str] = field(default_factory=list)  # invariants seen broken, with when
+    first_start_s: float | None = None  # when the first job started on a server
+    hedges: int = 0  # rents that hedged a slow boot
+    failed_boots: int = 0  # rents whose host never came up or never answered SSH
+    creation_fees_usd: float = 0.0  # paid for orders that lived 10 minutes
+    host_events: list[HostEvent] = field(default_factory=list)  # what the history would keep
 
 
 class _ServersSim:
     """Drives a `PlacingCore` against a `MarketModel` on a fake clock."""
 
     def __init__(
-        self, core: PlacingCore, model: MarketModel, duration: Duration, seed: int, checks: bool
+        self,
+        core: PlacingCore,
+        model: MarketModel,
+        duration: Duration,
+        seed: int,
+        checks: bool,
+        start_unix: float = 0.0,
     ):
         self.core, self.model, self.duration = core, model, duration
         self.checks = checks
@@ -121,6 +190,10 @@ class _ServersSim:
         self.running: dict[str, tuple[int, int, float]] = {}  # job -> attempt, server, start
         self.ends: dict[str, float] = {}  # job -> when its running attempt is to end
         self.result = ServersResult(0.0, 0.0, 0.0, (), RunStatus.PASSED, 0, 0)
+        self.seed = seed
+        self.start_unix = start_unix
+        self.boots: dict[int, float] = {}  # booting servers that will come up: their boot
+        self.failing: dict[int, tuple[EventKind, float, float]] = {}  # ... that will not
         # What to do with each kind of command and event, found with one look-up each (a
         # chain of isinstance tests costs more, for every one of them); commands that change
         # nothing in the simulated market (a recorded attempt, a settled job) have no entry.
@@ -186,7 +259,22 @@ class _ServersSim:
             return True  # given back before it came up
         if isinstance(event, ServerReady):
             held.ready_at = self.now
+            boot = self.boots.pop(event.server, None)
+            self._remember(held.quote.host, "up", boot)
+        elif isinstance(event, RentFailed) and event.server in self.failing:
+            kind, cost, _ = self.failing.pop(event.server)
+            del self.held[event.server]  # the adapter cancelled it: billed in the event
+            r = self.result
+            r.failed_boots += 1
+            r.billed_usd += cost
+            if self.now - held.rented_at >= CREATION_FEE_GRACE_S:
+                r.creation_fees_usd += held.quote.creation_fee_usd
+            r.boot_s += self.now - held.rented_at
+            self._remember(held.quote.host, kind, None)
         return False
+
+    def _remember(self, host: str, kind: EventKind, boot_s: float | None) -> None:
+        self.result.host_events.append(HostEvent(host, kind, self.start_unix + self.now, boot_s))
 
     def apply(self, commands: list[CoreCommand]) -> None:
         if not commands:  # nothing done, nothing changed: the checks would find what they found
@@ -225,13 +313,28 @@ class _ServersSim:
 
     def _rent(self, cmd: RentServer) -> None:
         self.result.rents += 1
+        self.result.hedges += cmd.hedge_of is not None
         self.held[cmd.server] = _Held(self.now, cmd.quote)
         low, high = self.model.boot_s
         boot = self.rng.uniform(low, high)
-        if self.rng.random() < self.model.rent_failure_rate:
+        host, model, seed = cmd.quote.host, self.model, self.seed
+        if model.dead(host, seed):
+            self._fails(cmd, self.core.book.boot.allowance_s, "never_up")
+        elif model.ssh_dead(host, seed):
+            self._fails(cmd, min(boot, self.core.book.boot.allowance_s) + SSH_PROBE_S, "ssh_failed")
+        elif self.rng.random() < self.model.rent_failure_rate:
             self.push(self.now + boot / 2, RentFailed(cmd.server, "the host did not start"))
         else:
             self.push(self.now + boot, ServerReady(cmd.server))
+            self.boots[cmd.server] = boot
+
+    def _fails(self, cmd: RentServer, after_s: float, kind: EventKind) -> None:
+        """The adapter gives the boot up after `after_s`: the order lived that long."""
+        q = cmd.quote
+        cost = rental_cost_usd(q.usd_per_hour, after_s, q.creation_fee_usd)
+        words = "never came online" if kind == "never_up" else "sshd never answered"
+        self.push(self.now + after_s, RentFailed(cmd.server, f"#{q.host} {words}", cost))
+        self.failing[cmd.server] = (kind, cost, after_s)
 
     def _start(self, cmd: StartOn) -> None:
         held = self.held.get(cmd.server)
@@ -239,6 +342,8 @@ class _ServersSim:
             held = self.held[cmd.server] = _Held(0.0, Quote("fixed"), ready_at=0.0, rented=False)
         now, job_id, number = self.now, cmd.job_id, cmd.attempt
         held.busy_since = now
+        if self.result.first_start_s is None:
+            self.result.first_start_s = now
         seconds = self.duration(job_id, number)
         self.running[job_id] = (number, cmd.server, now)
         queue, seq = self.queue, self.seq  # `push`, inlined: twice for every job
@@ -273,9 +378,10 @@ class _ServersSim:
         r.boot_s += ready - held.rented_at
         r.busy_s += held.busy_s
         r.idle_s += max(0.0, self.now - ready - held.busy_s)
-        r.billed_usd += rental_cost_usd(
-            q.usd_per_hour, self.now - held.rented_at, q.creation_fee_usd
-        )
+        lived_s = self.now - held.rented_at
+        r.billed_usd += rental_cost_usd(q.usd_per_hour, lived_s, q.creation_fee_usd)
+        if lived_s >= CREATION_FEE_GRACE_S:
+            r.creation_fees_usd += q.creation_fee_usd
 
     def _check(self) -> None:
         """The rules the core promises, checked after every step. Fixed hosts may outnumber
@@ -311,11 +417,13 @@ def simulate_servers(
     seed: int = 0,
     run_timeout_s: float | None = None,
     checks: bool = True,
+    start_unix: float = 0.0,
 ) -> ServersResult:
     """Run the core with servers to completion against a simulated market. `checks`: check
-    the core's promises after every step (a benchmark of the core alone turns them off)."""
+    the core's promises after every step (a benchmark of the core alone turns them off).
+    `start_unix`: the run's start on the history's clock (its host events are stamped so)."""
     core = PlacingCore(jobs, book, run_timeout_s)
-    return _ServersSim(core, model, duration, seed, checks).run()
+    return _ServersSim(core, model, duration, seed, checks, start_unix).run()
 
 
 def _finish(

@@ -124,8 +124,11 @@ def _commit_pr(api: GitHubApi, repo: str, sha: str) -> int | None:
 
 
 def upsert_comment(api: GitHubApi, repo: str, pr: int, header: str, body: str) -> Posted:
-    """Update our comment with this header, or create it."""
+    """Update our comment with this header, or create it. Sections another writer keeps in it
+    (`upsert_section`: the GPU runners') stay, after the new body."""
     existing = find_comment(api, repo, pr, marker(header))
+    if existing is not None:
+        body = keep_sections(str(existing.get("body") or ""), body)
     if existing is None:
         created = api.call("POST", f"/repos/{repo}/issues/{pr}/comments", json={"body": body})
         return Posted("created", str(created.get("html_url", "")))
@@ -134,6 +137,73 @@ def upsert_comment(api: GitHubApi, repo: str, pr: int, header: str, body: str) -
     comment_id = existing["id"]
     updated = api.call("PATCH", f"/repos/{repo}/issues/comments/{comment_id}", json={"body": body})
     return Posted("updated", str(updated.get("html_url", "")))
+
+
+def _section_marks(name: str) -> tuple[str, str]:
+    safe = _MARKER_UNSAFE.sub(_percent, name.strip()) or "default"
+    return f"<!-- clore-run-section:{safe} -->", f"<!-- /clore-run-section:{safe} -->"
+
+
+_SECTION = re.compile(
+    r"<!-- clore-run-section:(?P<name>[^\n>]*) -->\n.*?<!-- /clore-run-section:(?P=name) -->\n?",
+    re.DOTALL,
+)
+
+
+def sections(body: str) -> dict[str, str]:
+    """The named sections in a comment body, each with its marks, by name."""
+    return {m.group("name"): m.group(0) for m in _SECTION.finditer(body)}
+
+
+def with_section(body: str, name: str, markdown: str) -> str:
+    """`body` with the section `name` replaced by `markdown` (appended when it was not there).
+    The section's text is redacted like the rest of the comment."""
+    opening, closing = _section_marks(name)
+    block = f"{opening}\n{redact.text(markdown).rstrip()}\n{closing}\n"
+    safe = opening.removeprefix("<!-- clore-run-section:").removesuffix(" -->")
+    old = sections(body).get(safe)
+    if old is not None:
+        return body.replace(old, block, 1)
+    return body.rstrip("\n") + "\n\n" + block
+
+
+def keep_sections(old_body: str, new_body: str) -> str:
+    """`new_body` plus the sections of `old_body` it does not have."""
+    have = sections(new_body)
+    kept = [text for name, text in sections(old_body).items() if name not in have]
+    if not kept:
+        return new_body
+    return new_body.rstrip("\n") + "\n\n" + "\n".join(t.rstrip("\n") + "\n" for t in kept)
+
+
+def upsert_section(
+    api: GitHubApi, repo: str, pr: int, header: str, name: str, markdown: str, tries: int = 3
+) -> Posted:
+    """Put one section into our comment with this header (made when there is none), leaving
+    the rest as it is. Two writers can read the same body and each write back its own: the
+    comment is read back, and the section written again while it is missing."""
+    posted = Posted("unchanged", "")
+    for _ in range(max(1, tries)):
+        existing = find_comment(api, repo, pr, marker(header))
+        if existing is None:
+            body = with_section(marker(header) + "\n", name, markdown)
+            created = api.call("POST", f"/repos/{repo}/issues/{pr}/comments", json={"body": body})
+            posted = Posted("created", str(created.get("html_url", "")))
+        else:
+            old = str(existing.get("body") or "")
+            body = with_section(old, name, markdown)
+            if body == old:
+                return Posted("unchanged", str(existing.get("html_url", "")))
+            comment_id = existing["id"]
+            path = f"/repos/{repo}/issues/comments/{comment_id}"
+            updated = api.call("PATCH", path, json={"body": body})
+            posted = Posted("updated", str(updated.get("html_url", "")))
+        again = find_comment(api, repo, pr, marker(header))
+        if again is not None and with_section(str(again.get("body") or ""), name, markdown) == str(
+            again.get("body") or ""
+        ):
+            return posted
+    return posted
 
 
 def find_comment(api: GitHubApi, repo: str, pr: int, mark: str) -> dict[str, Any] | None:

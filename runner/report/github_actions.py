@@ -165,6 +165,15 @@ def annotate_spec_error(
     return len(shown)
 
 
+def annotate_run_warnings(warnings: Sequence[str], out: TextIO | None = None) -> None:
+    """One `::warning::` per warning of the run (a rental left unconfirmed, a bad JUnit
+    file): the checks page shows them where nobody reads the log."""
+    stream = out or sys.stdout
+    for text in list(warnings)[:ERROR_ANNOTATION_LIMIT]:
+        print(command("warning", str(text), title="clore-run"), file=stream)
+    stream.flush()
+
+
 def annotate_spec_warnings(
     warnings: Sequence[SpecWarning], out: TextIO | None = None, env: Mapping[str, str] | None = None
 ) -> None:
@@ -275,6 +284,7 @@ def publish(
         return
     summary = paths.read_summary()
     annotate_failures(summary, out, env.get("GITHUB_WORKSPACE"))
+    annotate_run_warnings(summary.get("warnings") or [], out)
     if env.get("GITHUB_OUTPUT"):
         write_outputs(
             Path(env["GITHUB_OUTPUT"]),

@@ -120,10 +120,20 @@ def _jobs_table(s: Mapping[str, Any], cmp: Any) -> str:
 
 
 def _failed_tests(s: Mapping[str, Any]) -> str:
-    failed = [(j, t) for j in s["jobs"] for t in j["failed_tests"]]
+    """'Failed tests', then those of jobs whose failure `continue-on-error` allows: they did
+    not fail the run, and a reader must not take them for what did."""
+    failing = [j for j in s["jobs"] if not j["allowed_failure"]]
+    allowed = [j for j in s["jobs"] if j["allowed_failure"]]
+    return _tests_list(failing, "Failed tests") + _tests_list(
+        allowed, "Allowed to fail (continue-on-error)"
+    )
+
+
+def _tests_list(jobs: list[Mapping[str, Any]], title: str) -> str:
+    failed = [(j, t) for j in jobs for t in j["failed_tests"]]
     if not failed:
         return ""
-    lines = ["\n### Failed tests\n\n"]
+    lines = [f"\n### {title}\n\n"]
     for j, t in failed[:MAX_FAILED_TESTS]:
         mark = "💥" if t["kind"] == "error" else "❌"
         if t["scope"] == "job":

@@ -75,6 +75,11 @@ class JobSummary(BaseModel):
     id: str
     name: str
     status: Status
+    allowed_failure: bool = Field(
+        False,
+        description="It failed, timed out or errored and `continue-on-error` lets that pass: "
+        "shown as 'failed (allowed)'; it does not fail what needs it.",
+    )
     priority: str
     submitted_at: float
     started_at: float | None = Field(description="When its first attempt started.")
@@ -82,6 +87,7 @@ class JobSummary(BaseModel):
     reason: str
     attempts: int
     cost_usd: float
+    waiting_for: str | None = Field(None, description="Why a queued job has not started yet.")
 
 
 class AttemptView(BaseModel):
@@ -101,7 +107,6 @@ class AttemptView(BaseModel):
 
 class JobDetail(JobSummary):
     needs: list[str]
-    waiting_for: str | None = Field(description="Why a queued job has not started yet.")
     server: str = Field(description="Where its last attempt ran.")
     attempt_list: list[AttemptView]
     spec: dict[str, Any]

@@ -119,7 +119,8 @@ def create_app(
         return JSONResponse(body, 200 if ok else 503)
 
     def session_ok(cookie: str | None) -> bool:
-        return sessions.check(cookie) is not None
+        # On the event loop: no store read here. The pages check the store themselves.
+        return sessions.signed(cookie) is not None
 
     limited = BodyLimit(api, body_limit, body_timeout_s)
     return ErrorCounter(TokenGate(limited, token, session_ok, COOKIE), tally)
@@ -277,8 +278,10 @@ def _routes(service: Service, tally: ErrorTally) -> APIRouter:
         """Jobs in submission order, a page at a time."""
         rows = store.jobs(status, after, limit)
         more = len(rows) == limit
+        waits = service.waiting_for_many([r.id for r in rows if r.status == "queued"])
         return JobPage(
-            jobs=[views.summary(r) for r in rows], next_after=rows[-1].seq if more else None
+            jobs=[views.summary(r, None, waits.get(r.id)) for r in rows],
+            next_after=rows[-1].seq if more else None,
         )
 
     @router.get("/jobs/{job_id}", tags=["jobs"])

@@ -139,8 +139,10 @@ def key_path(loc: Any) -> str:
 
 
 def _short(exc: Exception) -> str:
-    text = str(exc)
-    return text if len(text) < 200 else text[:200] + "..."
+    """The reason in words, never requests' nested text (a person reads it)."""
+    from runner.transport_words import cause_in_words
+
+    return cause_in_words(exc)
 
 
 __all__ = ["DEFAULT_SERVER", "Client", "ClientError", "CloreRunError"]

@@ -8,16 +8,20 @@ of sockets, and no request body.
 - `HeaderDeadline` (a uvicorn HTTP protocol) closes a connection that has not sent a request's
   headers within `HEADER_TIMEOUT_S` of opening or of its last response; uvicorn's own
   keep-alive timeout is reset by every byte, so a client trickling a header held a socket
-  forever.
+  forever. It also bounds how many such waiting connections one client address
+  (`WAITING_PER_ADDRESS`) and all clients (`MAX_WAITING`) hold: past either, the one that has
+  waited longest is closed. Without that, 100 connections sending partial headers filled
+  uvicorn's connection limit and every authenticated request got 503.
 - `BodyLimit` (middleware.py) gives the whole body `BODY_TIMEOUT_S`.
-- `uvicorn_limits()` caps the connections (503 past it) and keeps uvicorn's keep-alive and h11
-  header-size bounds explicit.
+- `uvicorn_limits()` caps the requests in progress (503 past it) and keeps uvicorn's keep-alive
+  and h11 header-size bounds explicit.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hmac
+import ipaddress
 from collections.abc import Callable
 from http.cookies import CookieError, SimpleCookie
 from typing import Any
@@ -27,7 +31,12 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 HEADER_TIMEOUT_S = 10.0
 BODY_TIMEOUT_S = 30.0
-MAX_CONNECTIONS = 100
+MAX_REQUESTS = 100  # in progress at once that are always served (uvicorn's 503 comes later)
+# Connections waiting for a request's head (new, or kept alive after a reply): a browser opens
+# six per host, so an address gets a few times that; all clients together get as many as
+# requests may be in progress twice over. Bounded, so the waiting never crowd out the served.
+WAITING_PER_ADDRESS = 24
+MAX_WAITING = 2 * MAX_REQUESTS
 KEEP_ALIVE_S = 5.0
 MAX_HEADER_BYTES = 16 * 1024  # h11's bound on an incomplete request head
 LOGIN_BODY_BYTES = 8 * 1024  # a login form holds one token
@@ -135,14 +144,69 @@ async def receive_within(receive: Receive, deadline: float) -> dict[str, Any] | 
         return None
 
 
+class Waiting:
+    """The connections waiting for a request's head, oldest first: all of them and by client
+    address. Used on the event loop's thread only."""
+
+    def __init__(self, per_address: int = WAITING_PER_ADDRESS, total: int = MAX_WAITING) -> None:
+        self.per_address = per_address
+        self.total = total
+        self._all: dict[HeaderDeadline, str] = {}  # dicts keep insertion order: oldest first
+        self._by_address: dict[str, dict[HeaderDeadline, None]] = {}
+
+    def add(self, conn: HeaderDeadline, address: str) -> HeaderDeadline | None:
+        """Count `conn` as waiting; the connection to close to make room for it, if any."""
+        mine = self._by_address.setdefault(address, {})
+        oldest = None
+        if len(mine) >= self.per_address:
+            oldest = next(iter(mine))
+        elif len(self._all) >= self.total:
+            oldest = next(iter(self._all))
+        if oldest is not None:
+            self.discard(oldest)
+        mine[conn] = None
+        self._all[conn] = address
+        return oldest
+
+    def discard(self, conn: HeaderDeadline) -> None:
+        address = self._all.pop(conn, None)
+        if address is None:
+            return
+        mine = self._by_address[address]
+        del mine[conn]
+        if not mine:
+            del self._by_address[address]
+
+    def __len__(self) -> int:
+        return len(self._all)
+
+
+def address_of(client: tuple[str, int] | None) -> str:
+    """Whom a connection is counted against: its IPv4 address, or its IPv6 /64 (one host
+    holds a whole /64, and would take a new address for every connection)."""
+    if not client:
+        return ""
+    try:
+        ip = ipaddress.ip_address(client[0])
+    except ValueError:
+        return client[0]
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is None:
+        return str(ipaddress.IPv6Network((ip, 64), strict=False))
+    return str(ip.ipv4_mapped or ip) if isinstance(ip, ipaddress.IPv6Address) else str(ip)
+
+
 class HeaderDeadline(H11Protocol):
-    """uvicorn's h11 protocol with a deadline for each request's head."""
+    """uvicorn's h11 protocol with a deadline for each request's head, and a bounded number
+    of connections waiting for one (per address and in all: see `Waiting`)."""
 
     header_timeout_s = HEADER_TIMEOUT_S
+    waiting: Waiting = Waiting()  # uvicorn_limits gives each server its own
     _deadline: asyncio.TimerHandle | None = None
+    _address = ""
 
     def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)
+        self._address = address_of(self.client)
         self._arm()
 
     def on_response_complete(self) -> None:
@@ -163,25 +227,42 @@ class HeaderDeadline(H11Protocol):
         self._disarm()
         if not self.transport.is_closing():
             self._deadline = self.loop.call_later(self.header_timeout_s, self._expired)
+            crowded_out = self.waiting.add(self, self._address)
+            if crowded_out is not None:
+                crowded_out._expired()
 
     def _disarm(self) -> None:
+        self.waiting.discard(self)
         if self._deadline is not None:
             self._deadline.cancel()
             self._deadline = None
 
     def _expired(self) -> None:
-        self._deadline = None
+        self._disarm()
         cycle = self.cycle
         if cycle is None or cycle.response_complete:
             self.transport.close()
 
 
-def uvicorn_limits(header_timeout_s: float = HEADER_TIMEOUT_S) -> dict[str, Any]:
+def uvicorn_limits(
+    header_timeout_s: float = HEADER_TIMEOUT_S,
+    waiting_per_address: int = WAITING_PER_ADDRESS,
+    max_waiting: int = MAX_WAITING,
+) -> dict[str, Any]:
     """The uvicorn.Config settings that bound what a client holds."""
-    protocol = type("HeaderDeadlineH11", (HeaderDeadline,), {"header_timeout_s": header_timeout_s})
+    protocol = type(
+        "HeaderDeadlineH11",
+        (HeaderDeadline,),
+        {
+            "header_timeout_s": header_timeout_s,
+            "waiting": Waiting(waiting_per_address, max_waiting),
+        },
+    )
     return {
         "http": protocol,
-        "limit_concurrency": MAX_CONNECTIONS,
+        # uvicorn counts every open connection against this, waiting ones included: those
+        # are bounded by `max_waiting` above, so what is left is for requests in progress.
+        "limit_concurrency": MAX_REQUESTS + max_waiting,
         "timeout_keep_alive": KEEP_ALIVE_S,
         "h11_max_incomplete_event_size": MAX_HEADER_BYTES,
     }

@@ -13,6 +13,7 @@ placed attempt records are encoded here (`placed_facts`), so both stores record 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -58,6 +59,7 @@ class JobRow:
     retries_used: int
     infra_used: int
     retry_at: float | None
+    continue_on_error: bool = False  # filled by the reads that need it (the API's job list)
 
 
 @dataclass(frozen=True)
@@ -191,10 +193,15 @@ class QueueReads:
         if status is not None:
             where, args = [*where, "status = ?"], [*args, status]
         rows = self._select(
-            f"SELECT {JOB_COLUMNS} FROM {self._dialect.jobs}{_where(where)} ORDER BY seq LIMIT ?",
+            f"SELECT {JOB_COLUMNS}, spec FROM {self._dialect.jobs}{_where(where)} "
+            "ORDER BY seq LIMIT ?",
             (*args, limit),
         )
-        return [JobRow(*r) for r in rows]
+        page = [JobRow(*r[:-1]) for r in rows]
+        return [
+            dataclasses.replace(row, continue_on_error=True) if _allows_failure(r) else row
+            for row, r in zip(page, rows, strict=True)
+        ]
 
     def counts(self) -> dict[str, int]:
         rows = self._select(
@@ -334,3 +341,11 @@ def _where(clauses: Sequence[str]) -> str:
 
 def _per_status(rows: Sequence[tuple[Any, ...]]) -> dict[str, int]:
     return {**dict.fromkeys(STATUSES, 0), **{str(s): int(n) for s, n in rows}}
+
+
+def _allows_failure(row: Sequence[Any]) -> bool:
+    """A row of JOB_COLUMNS then `spec`: does a failure of this job pass? Only a failed job's
+    spec is parsed."""
+    if row[4] not in ("failed", "timed_out", "error"):  # `status`, fifth of JOB_COLUMNS
+        return False
+    return bool(json.loads(row[-1]).get("continue_on_error"))

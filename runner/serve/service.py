@@ -42,6 +42,8 @@ from typing import TypeVar
 
 from runner.attempt import AttemptRunner
 from runner.backends.base import Backend, Place
+from runner.backends.local_orphans import ENV_NAME
+from runner.backends.spec import Reconcile
 from runner.clock import SYSTEM_CLOCK, Clock
 from runner.core.events import AttemptEnded, CancelJob, Event, HoldStarts
 from runner.core.model import Attempt, FailureKind, Job, JobResult, Provisioning
@@ -60,7 +62,6 @@ from runner.serve.fleet import (
     waiting_elsewhere,
 )
 from runner.serve.kept_journal import KeptJournal
-from runner.serve.orphans import ENV_NAME
 from runner.serve.queue_reads import OpenAttempt, Unsettled
 from runner.serve.queue_store import QueueStore, shared
 from runner.serve.quiet_console import QuietConsole
@@ -76,10 +77,6 @@ REPLY_TIMEOUT_S = 10.0  # an API call waiting on the loop gives up (503) after t
 MUST_STOP_HOLD_S = 60.0  # the backend said nothing can run (key refused): pause starts
 MAX_WAIT_S = 3600.0  # the loop re-reads the clock at least this often (a far timer would overflow)
 
-# Called once at start with the tokens of dead instances that left attempts open; answers a
-# note for the lost attempts ("its processes were killed at restart").
-Reconcile = Callable[[set[str]], str]
-
 
 @dataclass
 class ServiceOptions:
@@ -91,6 +88,7 @@ class ServiceOptions:
     instance: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     fleet: FleetOptions = field(default_factory=FleetOptions)  # a shared (PostgreSQL) store
     on_lease_lost: Callable[[str], None] = lambda why: None  # the server must end
+    journal_retry_s: float = 5.0  # writes the store refused are tried again this often
 
 
 @dataclass(frozen=True)
@@ -166,7 +164,8 @@ class Service:
                 self.shared, options.instance, self, options.fleet, options.on_lease_lost
             )
             inner = FencedJournal(self.shared, options.instance, self.fleet.nudge)
-        self.journal = KeptJournal(inner, self._unrecorded_start)
+        self.journal = KeptJournal(inner, self._unrecorded_start, on_kept=self._retry_later)
+        self._retry_timer: threading.Timer | None = None  # loop thread only
         journal = self.journal
         self.placing = self._placing_core()
         self.driver: Driver[PlacingCore] = Driver(
@@ -219,6 +218,8 @@ class Service:
         if self._thread.is_alive():
             self.driver.quit()
             self._thread.join()
+        if self._retry_timer is not None:
+            self._retry_timer.cancel()
         self._hand_over(grace_s)
         self.driver.close()
         try:
@@ -266,6 +267,12 @@ class Service:
         """Why a queued job does not run yet, from the scheduler's own state (None: it runs,
         or it is settled)."""
         return self._ask(lambda now: self._why_waiting(job_id, now))
+
+    def waiting_for_many(self, job_ids: list[str]) -> dict[str, str | None]:
+        """`waiting_for` of each queued job of a page, in one question to the loop."""
+        if not job_ids:
+            return {}
+        return self._ask(lambda now: {i: self._why_waiting(i, now) for i in job_ids})
 
     def now(self) -> float:
         return self.clock.time()
@@ -336,6 +343,20 @@ class Service:
         need = core.state(state.needs[0]) if state.needs else None
         need_out = need is not None and need.phase in OUT
         return views.waiting_for(state, need_out, now, self.held_until)
+
+    def _retry_later(self) -> None:
+        """The store refused writes (a full disk): try them again on a timer, so the queue
+        catches up once it writes again, with or without new work. Loop thread."""
+        if self._retry_timer is None or not self._retry_timer.is_alive():
+            self._retry_timer = threading.Timer(
+                self.options.journal_retry_s, self.driver.call, (self._retry_kept,)
+            )
+            self._retry_timer.daemon = True
+            self._retry_timer.start()
+
+    def _retry_kept(self, _now: float) -> None:
+        self._retry_timer = None
+        self.journal.retry()  # refused again: it asks for the next timer
 
     def _unrecorded_start(self, job_id: str, number: int, why: str) -> None:
         # An attempt the store does not know of would be lost to recovery after a crash:

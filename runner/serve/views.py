@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
 from typing import Any
 
 from runner.core.scheduler import JobState, Phase
@@ -10,12 +11,28 @@ from runner.serve.api_models import AttemptView, JobDetail, JobSummary
 from runner.serve.queue_reads import JobRow
 from runner.serve.queue_store import QueueStore
 
+_ALLOWABLE = ("failed", "timed_out", "error")
 
-def summary(row: JobRow) -> JobSummary:
+
+def allowed_failure(status: str, spec: Mapping[str, Any] | None) -> bool:
+    """It failed and its `continue-on-error` lets that pass: it reads "failed (allowed)", as
+    in `run`'s reports, not as a plain failure."""
+    return status in _ALLOWABLE and bool(spec and spec.get("continue_on_error"))
+
+
+def status_words(status: str, spec: Mapping[str, Any] | None) -> str:
+    """The status as a person reads it: `failed (allowed)` for an allowed failure."""
+    return f"{status} (allowed)" if allowed_failure(status, spec) else status
+
+
+def summary(
+    row: JobRow, spec: Mapping[str, Any] | None = None, waits_for: str | None = None
+) -> JobSummary:
     return JobSummary(
         id=row.id,
         name=row.name,
         status=row.status,
+        allowed_failure=row.continue_on_error or allowed_failure(row.status, spec),
         priority=row.priority,
         submitted_at=row.submitted_at,
         started_at=row.first_started_at,
@@ -23,6 +40,7 @@ def summary(row: JobRow) -> JobSummary:
         reason=row.reason,
         attempts=row.attempts,
         cost_usd=row.cost_usd,
+        waiting_for=waits_for if row.status == "queued" else None,
     )
 
 
@@ -32,9 +50,8 @@ def detail(
     """`waits_for`: the scheduler's own answer to why the job has not started (`waiting_for`)."""
     attempts = [AttemptView.model_validate(a) for a in store.attempts(row.id)]
     return JobDetail(
-        **summary(row).model_dump(),
+        **summary(row, spec, waits_for).model_dump(),
         needs=list(spec.get("needs", [])),
-        waiting_for=waits_for if row.status == "queued" else None,
         server=attempts[-1].server if attempts else "",
         attempt_list=attempts,
         spec=spec,

@@ -97,9 +97,9 @@ class JobSettings(StrictModel):
         ge=MIN_MINUTES,
         le=MAX_MINUTES,
         alias="boot-timeout-minutes",
-        description="A rented server's longest wait from the order to online (default 15); "
-        "part of the budget's worst case. Under 10: a server that never comes up is given back "
-        "before Clore charges its creation fee.",
+        description="A rented server's longest wait from the order to online (default 6: a "
+        "server that never comes up is given back before Clore charges its creation fee at 10); "
+        "part of the budget's worst case.",
     )
     # bounds before the conversion: after it, pydantic writes them into the schema unchecked
     retries: Annotated[int, Field(ge=0, le=20), BeforeValidator(whole_number)] | None = Field(

@@ -231,8 +231,9 @@ class PgDatabase:
                 (f"{t.lock_ms}ms", f"{t.statement_ms}ms", f"{t.idle_in_transaction_ms}ms"),
             )
         except psycopg.OperationalError as exc:
+            then = "" if doing == "connect" else f"cannot {doing}: "
             raise self._error(
-                f"{self.where}: cannot {doing}: cannot connect: {_first_line(exc)}",
+                f"{self.where}: {then}cannot connect: {connect_words(exc)}",
                 hint="is the server up and the URL right?",
             ) from None
         self._conn = conn
@@ -293,6 +294,28 @@ class LeaseLine:
         if self._line is not None:
             self._line.close()
             self._line = None
+
+
+# libpq's reasons for a failed connection, in words (its text nests host, port and the socket's
+# wording); a reason not listed here is shown as libpq's last clause.
+_CONNECT_WORDS = (
+    ("Connection refused", "connection refused"),
+    ("failed to resolve host", "the host name does not resolve"),
+    ("could not translate host name", "the host name does not resolve"),
+    ("timeout expired", "no answer (timed out)"),
+    ("Network is unreachable", "the network is unreachable"),
+    ("No route to host", "no route to the host"),
+    ("password authentication failed", "the password was refused"),
+)
+
+
+def connect_words(exc: BaseException) -> str:
+    """Why psycopg could not connect, in a few words: 'connection refused'."""
+    text = _first_line(exc)
+    for found, words in _CONNECT_WORDS:
+        if found in text:
+            return words
+    return text.rsplit(": ", 1)[-1].strip() or text
 
 
 def _first_line(exc: BaseException) -> str:

@@ -28,8 +28,10 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
+from runner import liveness
 from runner.stores.pg import Conn, LeaseLine, PgDatabase, Timeouts
 from runner.stores.pools import (
+    HeldLease,
     Lease,
     LeaseLost,
     PoolError,
@@ -431,6 +433,9 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (  # MIGRATIONS[n]: version n -> n + 1
         _HOLD_SLOTS,
         _RELEASE_SLOTS,
     ),
+    # The process that holds the lease (runner/liveness.py): a cleanup on its host can prove
+    # it dead at once, instead of waiting for the lease to expire.
+    ("ALTER TABLE leases ADD COLUMN owner TEXT",),
 )
 
 _SETTINGS = "name, budget_usd, per_day, max_servers"
@@ -549,15 +554,18 @@ class PostgresPools:
     def join(self, pool: str, holder: str, ttl_s: float) -> Lease:
         """A lease on `pool` for `holder` (a run id, an instance token), alive for `ttl_s`."""
 
+        me = liveness.current()
+        owner = None if me is None else me.text()
+
         def insert(conn: Conn) -> int | None:
             if not conn.execute("SELECT 1 FROM pools WHERE name = %s", (pool,)).fetchone():
                 return None
             row = conn.execute(
-                "INSERT INTO leases (holder, pool, token, ttl_s, expires_at, joined_at) "
+                "INSERT INTO leases (holder, pool, token, ttl_s, expires_at, joined_at, owner) "
                 "VALUES (%s, %s, nextval('clore_run_fencing'), %s, "
-                "clore_run_now() + %s * interval '1 second', clore_run_now()) "
+                "clore_run_now() + %s * interval '1 second', clore_run_now(), %s) "
                 "ON CONFLICT (holder) DO NOTHING RETURNING token",
-                (holder, pool, ttl_s, ttl_s),
+                (holder, pool, ttl_s, ttl_s, owner),
             ).fetchone()
             return int(row[0]) if row else -1
 
@@ -719,6 +727,21 @@ class PostgresPools:
             return [Lease(h, p, int(t), ttl_s) for h, p, t in rows]
 
         return self.db.run("take expired leases", take)
+
+    def live_leases(self) -> list[HeldLease]:
+        """Every lease not ended and not expired (the database's clock), soonest expiry first."""
+        rows = self._read(
+            "SELECT l.holder, l.pool, l.owner, "
+            "extract(epoch FROM l.expires_at - clore_run_now())::float8, l.ttl_s, "
+            "(SELECT count(*) FROM reservations r WHERE r.holder = l.holder "
+            "AND r.settled_at IS NULL) FROM leases l WHERE l.done_at IS NULL "
+            "AND l.expires_at > clore_run_now() ORDER BY l.expires_at",
+            (),
+        )
+        return [
+            HeldLease(str(h), str(p), o, float(left), float(ttl), int(n))
+            for h, p, o, left, ttl, n in rows
+        ]
 
     def take_holder(self, holder: str, reaper: str, ttl_s: float) -> Lease | None:
         """Take `holder`'s lease now, expired or not, with a new fencing token (None: it has

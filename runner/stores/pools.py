@@ -71,6 +71,18 @@ class Lease:
 
 
 @dataclass(frozen=True)
+class HeldLease:
+    """A lease that has not expired, as a reaper sees it."""
+
+    holder: str
+    pool: str
+    owner: str | None  # the holding process (runner/liveness.py Holder.text), if recorded
+    expires_in_s: float  # on the database's clock
+    ttl_s: float
+    unsettled: int  # reservations not settled: servers that may bill
+
+
+@dataclass(frozen=True)
 class Reservation:
     id: int
     pool: str

@@ -1,9 +1,10 @@
 """Reaping: what happens to a pool holder that stopped heartbeating (killed, frozen, cut off).
 
-A reaper (any run or serve instance, or `clore-run cleanup --coordinator URL`) takes the expired
-lease with a new fencing token, which fences the old holder out. It then does what that holder
-can no longer do: reconciles its rentals with `my_orders` (today's cleanup: a rental whose create
-was sent but whose order id was never written is found there by server and creation time),
+A reaper (any run or serve instance, or `clore-run cleanup --coordinator URL`) takes an expired
+lease, or the live lease of a holder it can prove dead (a process of its own host that is gone:
+`reap_proven_dead`), with a new fencing token, which fences the old holder out. It then does
+what that holder can no longer do: reconciles its rentals with `my_orders` (a rental whose
+create was sent but whose order id was never written is found there by its create's tag),
 cancels what is live, and settles each reservation with what its rental was billed. A rental
 whose cancel is not confirmed keeps its reservation (the server may bill on): the lease expires
 again and the next reaper retries.
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from runner import liveness
 from runner.backends.clore.api import CloreClient
 from runner.backends.clore.cleanup import Action, reconcile
 from runner.backends.clore.errors import CloreApiError
@@ -72,6 +74,20 @@ def reap_holder(
         return None
     actions = reconcile(ledger, client, dry_run=False, run_id=holder)
     return _settle(pools, ledger, client, lease, actions)
+
+
+def reap_proven_dead(
+    pools: PostgresPools, ledger: RentalLedger, client: CloreClient, reaper: str
+) -> list[Reaped]:
+    """Reap at once every live lease whose holder is provably dead: a process on this host
+    (same boot, same pid namespace) that is gone, or whose pid another process now holds."""
+    out = []
+    for held in pools.live_leases():
+        if liveness.state(liveness.Holder.parse(held.owner)) is False:
+            done = reap_holder(pools, ledger, client, held.holder, reaper)
+            if done is not None:
+                out.append(done)
+    return out
 
 
 def _settle(

@@ -50,11 +50,12 @@ def test_the_chance_of_a_failed_boot_weighs_the_host_against_the_market() -> Non
     events = [HostEvent("good", "up", t, 60.0) for t in range(8)]
     events += [HostEvent("bad", "never_up", t) for t in range(4)]
     memory = HostMemory.of(events, now=1e9)
-    market = (4 + 0.3 * 4) / (12 + 4)
+    w = hosts.PRIOR_WEIGHT
+    market = (4 + 0.3 * w) / (12 + w)
     assert memory.market.fail_rate == pytest.approx(market)
     assert memory.fail_chance("unknown") == pytest.approx(market)
-    assert memory.fail_chance("bad") == pytest.approx((4 + market * 4) / 8)
-    assert memory.fail_chance("good") == pytest.approx((0 + market * 4) / 12)
+    assert memory.fail_chance("bad") == pytest.approx((4 + market * w) / (4 + w))
+    assert memory.fail_chance("good") == pytest.approx((0 + market * w) / (8 + w))
 
 
 def test_the_expected_boot_is_the_hosts_own_else_the_markets_else_the_default() -> None:
@@ -74,7 +75,15 @@ def test_the_expected_boot_is_the_hosts_own_else_the_markets_else_the_default() 
 def test_a_failed_boot_costs_the_fee_only_past_the_grace() -> None:
     assert hosts.failed_boot_usd(0.6, 0.1, 360) == pytest.approx(0.06)
     assert hosts.failed_boot_usd(0.6, 0.1, 900) == pytest.approx(0.15 + 0.1)
-    assert hosts.expected_usd_per_hour(0.6, 0.1, 0.5, 900) == pytest.approx(0.6 + 0.125)
+
+
+def test_the_expected_cost_counts_each_failed_boot_in_money_and_in_time() -> None:
+    # p = 0.5: one failed boot expected before one comes up; it costs 0.15 + 0.1 (fee past the
+    # grace) and 0.15 of the job's time at the host's price.
+    assert hosts.expected_usd_per_hour(0.6, 0.1, 0.5, 900) == pytest.approx(0.6 + 0.25 + 0.15)
+    assert hosts.expected_usd_per_hour(0.6, 0.1, 0.0, 900) == 0.6
+    # Never certain: a host that failed every boot is dear, not infinitely so.
+    assert hosts.expected_usd_per_hour(0.6, 0.1, 1.0, 360) == pytest.approx(0.6 + 19 * 0.12)
 
 
 @pytest.mark.parametrize(

@@ -52,8 +52,12 @@ def test_client_errors_map_to_exit_codes(tmp_path: Path) -> None:
     with socket.socket() as closed:  # a port nothing listens on
         closed.bind(("127.0.0.1", 0))
         port = closed.getsockname()[1]
-    down = cli("status", "--server", f"http://127.0.0.1:{port}", env=AUTH)
-    assert down.returncode == 3 and "cannot reach" in down.stderr
+    for command in (["status"], ["jobs"], ["logs", "s1.a"]):
+        down = cli(*command, "--server", f"http://127.0.0.1:{port}", env=AUTH)
+        assert down.returncode == 3
+        # In words, never requests' nested text (HTTPConnectionPool(...): Max retries ...).
+        said = f"clore-run: cannot reach http://127.0.0.1:{port}: connection refused\n"
+        assert down.stderr == said, command
 
 
 def test_serve_refuses_to_start_without_a_token(tmp_path: Path) -> None:

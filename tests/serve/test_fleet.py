@@ -12,9 +12,9 @@ import os
 import signal
 from pathlib import Path
 
+from runner.backends.local_orphans import ENV_NAME
 from runner.core.model import Job, JobResult, JobStatus
 from runner.serve.fleet import Fleet, FleetOptions, log_elsewhere
-from runner.serve.orphans import ENV_NAME
 from runner.serve.queue_reads import Unsettled
 from runner.serve.queue_store import open_queue, shared
 from tests.processes import alive

@@ -41,9 +41,9 @@ def test_why_a_job_waits_says_its_server_is_being_rented(setup: Setup) -> None:
     gate = threading.Event()
     rent = backend.provisioner.rent
 
-    def rent_after_the_gate(*args: Any) -> Any:
+    def rent_after_the_gate(*args: Any, **kw: Any) -> Any:
         gate.wait(30)
-        return rent(*args)
+        return rent(*args, **kw)
 
     backend.provisioner.rent = rent_after_the_gate  # type: ignore[method-assign]
     with thread_server(setup.tmp, capacity=1, clock=setup.clock, backend=backend) as srv:

@@ -186,7 +186,7 @@ def test_five_processes_migrating_an_empty_database_at_once(pg_url: str) -> None
         "from runner.stores.pg_ledger import PostgresLedger\n"
         "PostgresPools(url).close(); PostgresLedger(url).close()"
     )
-    assert open_at_once(pg_url, opens) == [("ledger", 1), ("pools", 3)]
+    assert open_at_once(pg_url, opens) == [("ledger", 2), ("pools", 4)]
 
 
 def test_a_kept_server_grows_its_reservation_only_if_the_money_is_there(

@@ -158,6 +158,9 @@ class CloreClient:
         # Told before each retried read waits (endpoint, error, wait, next try's number), so an
         # interactive command can say why nothing shows yet.
         self.on_retry: Callable[[str, e.CloreApiError, float, int], None] | None = None
+        # Told when a read that could have been retried is given up (endpoint, error, seconds
+        # spent on it), so a command can say so once, and a run's reports can too.
+        self.on_give_up: Callable[[str, e.CloreApiError, float], None] | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **kwargs: Any) -> CloreClient:
@@ -225,12 +228,16 @@ class CloreClient:
             retry_if=lambda x: isinstance(x, e.RateLimitedError),
         )
 
-    def cancel_order(self, order_id: int, issue: str | None = None) -> None:
-        """Cancel an order. The order may stay listed briefly: confirm with `my_orders`."""
+    def cancel_order(
+        self, order_id: int, issue: str | None = None, abort: threading.Event | None = None
+    ) -> None:
+        """Cancel an order. The order may stay listed briefly: confirm with `my_orders`.
+        `abort` set gives up the retries' waits (RequestAborted): a run stopped by a signal
+        does not spend CI's grace retrying an API that refuses."""
         body: Json = {"id": order_id}
         if issue:
             body["issue"] = issue
-        self._read("POST", "cancel_order", body=body)
+        self._read("POST", "cancel_order", body=body, abort=abort)
 
     def create_order(
         self,
@@ -372,6 +379,7 @@ class CloreClient:
         params: Mapping[str, str] | None = None,
         body: Json | None = None,
         retry_if: Callable[[e.CloreApiError], bool] | None = None,
+        abort: threading.Event | None = None,
     ) -> Json:
         """A call that may be repeated: retried while `retry_if` (default: retryable) holds."""
         should_retry = retry_if or (lambda x: x.retryable)
@@ -379,15 +387,20 @@ class CloreClient:
         started = clock.now()
         for attempt in range(self.retry.max_attempts):
             try:
-                return self._call(method, endpoint, params=params, body=body)
+                # The first send is never given up: only the waits before retries are.
+                wait_on = abort if attempt else None
+                return self._call(method, endpoint, params=params, body=body, abort=wait_on)
             except e.CloreApiError as exc:
                 delay = self.retry.delay_s(attempt, exc, self._rng)
                 last = attempt + 1 >= self.retry.max_attempts
-                if (
-                    not should_retry(exc)
-                    or last
-                    or clock.now() - started + delay > (self.retry.max_total_s)
-                ):
+                if not should_retry(exc):
+                    raise
+                if last or clock.now() - started + delay > self.retry.max_total_s:
+                    spent_s = clock.now() - started
+                    if attempt > 0:  # it was waited for: say how long
+                        exc.message += f"; gave up after {spent_s:.0f} s"
+                    if self.on_give_up is not None:
+                        self.on_give_up(endpoint, exc, spent_s)
                     raise
                 log.info("clore %s: %s; retrying in %.1f s", endpoint, exc.message, delay)
                 if self.on_retry is not None:
@@ -434,10 +447,18 @@ class CloreClient:
         return reply
 
     def _transport_error(self, endpoint: str, exc: requests.RequestException) -> e.TransportError:
-        kind = "timed out" if isinstance(exc, requests.Timeout) else "connection failed"
-        detail = self._key.redact(str(exc))[:300]
+        """The failure in words (a person reads it); requests' nested text goes to the debug
+        log only."""
+        from runner.transport_words import cause_in_words
+
+        log.debug("clore %s: %s", endpoint, self._key.redact(str(exc))[:500])
         return e.TransportError(
-            f"Clore API {endpoint}: {kind} ({type(exc).__name__}: {detail})", endpoint=endpoint
+            self._key.redact(
+                f"Clore API {endpoint}: cannot reach {self.base_url}: {cause_in_words(exc)}"
+            ),
+            endpoint=endpoint,
+            cause=cause_in_words(exc),
+            hint="check the network, or CLORE_API_URL",
         )
 
     def _parse(self, endpoint: str, response: requests.Response) -> Json:

@@ -29,6 +29,8 @@ from runner.backends.base import (
 )
 from runner.backends.clore import errors as api_errors
 from runner.backends.clore.api import CloreClient
+from runner.backends.clore.hedge_log import HedgeLog
+from runner.backends.clore.host_memory import HostRecorder
 from runner.backends.clore.market import (
     Offer,
     misses,
@@ -41,6 +43,7 @@ from runner.backends.clore.quotes import OfferMarket
 from runner.backends.ssh.exec import run_job
 from runner.clock import Clock
 from runner.core import money
+from runner.core.hedge import HedgePolicy
 from runner.core.model import FailureKind, GpuAsk, Job, Provisioning
 from runner.core.rentals import (
     BootTimes,
@@ -60,6 +63,11 @@ _ANY_GPU = GpuAsk()
 # What the core plans rent-ahead with until the run has measured its own create -> SSH-ready
 # times: a Clore server takes minutes (image pull, boot, sshd).
 DEFAULT_BOOT_S = 180.0
+# A rent being set up, once cancelled, ends within this: its create answered and its order
+# found (or not), its cancel sent and confirmed. A run that ended waits that long for it; a run
+# stopped by a signal waits only until its `signal_setup_within_s` is over, and leaves the
+# rest to `clore-run cleanup`.
+SETUP_ENDS_WITHIN_S = 180.0
 
 
 @dataclass
@@ -91,11 +99,15 @@ class CloreBackend:
     _held: dict[int, _Held] = field(default_factory=dict)  # rental id -> server
     _rentals_of: dict[int, int] = field(default_factory=dict)
     _setting_up: dict[int, threading.Event] = field(default_factory=dict)
+    _booting: dict[int, Rental] = field(default_factory=dict)  # server -> its rental, once known
+    # Servers the core gave back while their rent was under way: what each rent came to.
+    _given_back_booting: dict[int, ServerEvent | None] = field(default_factory=dict)
     _skipped: dict[str, list[str]] = field(default_factory=dict)
     # Guards the maps above (rents, releases and attempts run on threads of their own); the
     # shutdown waits on it for the rentals being set up.
     _lock: threading.Condition = field(default_factory=threading.Condition)
     _closing: bool = False
+    _hurry_at: float | None = None  # when the run was told to stop (monotonic seconds)
     _market: tuple[float, list[Offer]] | None = None
     _live: _LiveMarket | None = None
     _idle_usd: float = 0.0
@@ -106,6 +118,10 @@ class CloreBackend:
     # Each order given back, with what it cost as the API billed it (`order_*_usd`): the
     # attempts' facts hold their shares; these hold the orders'.
     orders_given_back: list[dict[str, str]] = field(default_factory=list)
+    # The host history (what each host did, across runs), hedged boots' policy and record.
+    hosts: HostRecorder = field(default_factory=HostRecorder)
+    hedge: HedgePolicy = field(default_factory=HedgePolicy)
+    hedges: HedgeLog = field(default_factory=HedgeLog)
 
     def capacity(self) -> int | None:
         return self.concurrency
@@ -215,6 +231,7 @@ class CloreBackend:
             if won:  # the job died with the container; the core keeps it for the job's retry
                 return replace(outcome, message="; ".join(filter(None, [outcome.message, said])))
             held.rental.lost = True  # gone: the core gives it back, and excludes its host
+            self.hosts.lost(held.rental.offer.server_id)
         return outcome
 
     def _bill(self, rental: Rental) -> float:
@@ -231,7 +248,10 @@ class CloreBackend:
         return cost
 
     def _rest(self, rental: Rental, final_usd: float) -> float:
-        return max(0.0, final_usd - float(rental.facts.get("billed_usd", 0)))
+        """What the order's final figure adds to the shares billed on our own clock, or takes
+        back (negative): a preempted spot order stops billing, an order's `ct` is in whole
+        seconds. The run's total is then what the provider billed."""
+        return final_usd - float(rental.facts.get("billed_usd", 0))
 
     def _give_back_idle(
         self, helds: list[_Held], within_s: float | None = None
@@ -257,6 +277,13 @@ class CloreBackend:
         with self._lock:
             return self._held.get(int(place.facts.get("rental_id", "-1")))
 
+    def stop_soon(self) -> None:
+        """The run is being stopped (a signal): every wait of the give-back is cut to what
+        fits in CI's grace, the cancels sent first."""
+        if not self.provisioner.hurry.is_set():
+            self._hurry_at = time.monotonic()
+            self.provisioner.hurry.set()
+
     def shutdown(self) -> None:
         """Give back everything held, all orders cancelled first and then confirmed together.
         Idempotent: the driver calls it as soon as a run is cancelled, and again at the end."""
@@ -264,24 +291,26 @@ class CloreBackend:
             self._closing = True
             for cancel in self._setting_up.values():
                 cancel.set()  # each cancels its own order, if it made one
-            setting_up = bool(self._setting_up)
+            booting = list(self._booting.values())
             held = list(self._held.values())
             self._held.clear()
             self._rentals_of.clear()
-            # Jobs still running or rentals being set up: the run was stopped (a signal, say),
-            # and everything must be cancelled within GitHub's grace, so confirming is cut
-            # short and the rest left to the cleanup step. A run that ended confirms in full.
-            stopped = setting_up or any(h.job is not None for h in held)
+            # Jobs still running: the run was stopped (a signal, say), and everything must be
+            # cancelled within GitHub's grace, so confirming is cut short and the rest left to
+            # the cleanup step. A run that ended confirms in full.
+            stopped = self.provisioner.hurry.is_set() or any(h.job is not None for h in held)
             for h in held:
                 if h.job is not None and h.place is not None:
                     # Its attempt_done() will find the server gone: settle the attempt's
                     # share now, so the run does not price it again (the rest is idle).
                     h.place.facts["cost_usd"] = f"{self._bill(h.rental):.6f}"
+        for rental in booting:  # an order already known is cancelled now, not when its rent
+            self.provisioner.send_cancel(rental)  # notices: that may be after SIGKILL
         options = self.provisioner.options
         within_s = options.shutdown_confirm_within_s if stopped else None
         if held:
             self._give_back_idle(held, within_s)
-        self._wait_for_setups(within_s if within_s is not None else options.confirm_within_s)
+        self._wait_for_setups(SETUP_ENDS_WITHIN_S)
         self.provisioner.close_pool()
         self._check_ledger()
 
@@ -319,7 +348,10 @@ class CloreBackend:
             # Nothing can be rented: each job ends saying why, and the reports are written.
             market = _LiveMarket(self, [], unread=f"the marketplace could not be read: {exc}")
         self._live = market
-        boot = BootTimes(DEFAULT_BOOT_S, self.provisioner.options.online_timeout_s)
+        bound_s = self.provisioner.options.online_timeout_s
+        memory = self.hosts.memory()
+        market.remember(memory, bound_s)
+        boot = BootTimes(memory.expected_boot_s() if memory.hosts else DEFAULT_BOOT_S, bound_s)
         return ServerBook(
             jobs,
             cap,
@@ -329,6 +361,7 @@ class CloreBackend:
             boot=boot,
             durations_s=durations_s,
             now=self.clock.time(),
+            hedge=self.hedge,
         )
 
     def rent(
@@ -343,11 +376,15 @@ class CloreBackend:
         if closing:
             report(RentFailed(cmd.server, "the run is shutting down"))
             return
+        event: ServerEvent | None = None
         try:
             event = self._rent_for_core(cmd, job, cancel, stages)
         finally:
             with self._lock:
                 self._setting_up.pop(cmd.server, None)
+                self._booting.pop(cmd.server, None)
+                if cmd.server in self._given_back_booting:
+                    self._given_back_booting[cmd.server] = event
                 self._lock.notify_all()
         if isinstance(event, RentFailed) and not event.fatal and not event.requote:
             self._skipped.setdefault(job.id, []).append(event.reason)
@@ -372,15 +409,22 @@ class CloreBackend:
                     f"over the ${cmd.quote.usd_per_hour:.4f}/h reserved for it",
                     requote=True,
                 )
-            stages.stage("renting", _offer_label(offer), hourly)
-            rental = self.provisioner.rent(job, offer, cancel, stages)
+            label = _offer_label(offer)
+            self.hedges.rented(cmd, label)
+            hedging = f" (a hedge: server {cmd.hedge_of} boots late)" if cmd.hedge_of else ""
+            stages.stage("renting", label + hedging, hourly)
+            rental = self.provisioner.rent(
+                job, offer, cancel, stages, track=lambda r: self._track(cmd.server, r)
+            )
         except RunMustStop as exc:
             return RentFailed(cmd.server, exc.message, self._wasted_usd(), fatal=True)
         except JobCannotRun as exc:  # a budget pool refused it: no host would do
             return RentFailed(cmd.server, str(exc), self._wasted_usd(), job_cannot_run=True)
         except CloreRunError as exc:  # a host of its own failing (SkipOffer), or cancelled
+            self.hosts.failed(offer.server_id, exc)
             self._refresh_market()
             return RentFailed(cmd.server, str(exc), self._wasted_usd())
+        self.hosts.up(rental)
         with self._lock:
             closing = self._closing
             if not closing:
@@ -392,6 +436,11 @@ class CloreBackend:
             cost = final if final is not None else billed
             return RentFailed(cmd.server, "the run is shutting down", cost)
         return ServerReady(cmd.server)
+
+    def _track(self, server: int, rental: Rental) -> None:
+        with self._lock:
+            if server in self._setting_up:
+                self._booting[server] = rental
 
     def _wasted_usd(self) -> float:
         """What orders cancelled before they served a job cost: the run's, as idle time."""
@@ -425,6 +474,7 @@ class CloreBackend:
             held.rental.skipped = self._skipped.pop(job.id, []) + held.rental.skipped
             held.job = job
             held.place = self._place(held.rental)
+            held.place.facts.update(self.hedges.facts(job.id, server))
             return held.place
 
     def attempt_done(self, place: Place) -> None:
@@ -434,6 +484,7 @@ class CloreBackend:
         with self._lock:
             held.job = None
             place.facts["cost_usd"] = f"{self._bill(held.rental):.6f}"
+        place.facts.update(self.hedges.cost_facts(held.rental.job_id))
 
     def lost(self, server: int) -> bool:
         with self._lock:
@@ -441,16 +492,39 @@ class CloreBackend:
             return held is None or held.rental.lost
 
     def release_server(self, server: int, reason: str, report: ServerReport) -> None:
+        booted = self._stop_rent(server)
         with self._lock:
             held = self._held.pop(self._rentals_of.pop(server, -1), None)
         if held is None:
-            report(ServerReleased(server))
+            # Given back while booting: its rent cancelled its own order, and cost this.
+            cost = booted.cost_usd if isinstance(booted, RentFailed) else None
+            self.hedges.given_back(server, reason, cost)
+            report(ServerReleased(server, cost))
             return
         final = self._give_back_idle([held]).get(held.rental.rental_id)
         # The API's figure; without one (no `spend` in its reply), what this order was billed
         # here, from its create to now: either replaces the core's estimate.
         billed = float(held.rental.facts.get("billed_usd", 0))
+        self.hedges.given_back(server, reason, final if final is not None else billed)
         report(ServerReleased(server, final if final is not None else billed))
+
+    def _stop_rent(self, server: int) -> ServerEvent | None:
+        """A server given back while its rent is under way: the rent is cancelled (its order
+        too, at once, if known) and waited for, so that ServerReleased means the order is
+        gone and says what it cost. Its outcome (None: it was not being rented)."""
+        with self._lock:
+            cancel = self._setting_up.get(server)
+            if cancel is None:
+                return None
+            cancel.set()
+            rental = self._booting.get(server)
+            self._given_back_booting[server] = None
+        if rental is not None:
+            self.provisioner.send_cancel(rental)
+        with self._lock:
+            while server in self._setting_up:
+                self._lock.wait()
+            return self._given_back_booting.pop(server)
 
     def _wait_for_setups(self, within_s: float) -> None:
         """Rentals still being set up cancel their own orders: wait (a while) for them, so
@@ -458,8 +532,14 @@ class CloreBackend:
         # Real seconds: the rentals' threads run on them, whatever clock the run is on.
         deadline = time.monotonic() + within_s
         with self._lock:
-            while self._setting_up and time.monotonic() < deadline:
+            while self._setting_up and time.monotonic() < self._bound(deadline):
                 self._lock.wait(timeout=0.05)
+
+    def _bound(self, deadline: float) -> float:
+        """`deadline`, or sooner once a signal asked the run to stop."""
+        if self._hurry_at is None:
+            return deadline
+        return min(deadline, self._hurry_at + self.provisioner.options.signal_setup_within_s)
 
 
 class _LiveMarket(OfferMarket):

@@ -25,6 +25,7 @@ Idempotent: with nothing unreleased it makes no API call at all.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Literal
 
@@ -77,12 +78,14 @@ def reconcile(
     run_id: str | None = None,
     clock: Clock | None = None,
     settle_s: float | None = None,
+    skip_runs: Collection[str] = (),
 ) -> list[Action]:
     """Release every unreleased rental (of `run_id`, or all) and say what was done, in ledger
     order. `settle_s` (default: the client's own wait for a new order) is how old an intent must
-    be before the absence of its order from `my_orders` means it made none."""
+    be before the absence of its order from `my_orders` means it made none. The rentals of
+    `skip_runs` (runs still running) are left alone; their orders stay theirs."""
     clock = clock or client.limiter.clock
-    pending = ledger.unreleased(run_id)
+    pending = [r for r in ledger.unreleased(run_id) if r.run_id not in skip_runs]
     if not pending:
         return []
     settle = sum(client.recover_delays_s) if settle_s is None else settle_s

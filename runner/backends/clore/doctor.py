@@ -60,6 +60,9 @@ def check_account(client: CloreClient, currency: str, ask: GpuAsk) -> Checkup:
     except e.InvalidTokenError:
         found.problem("the Clore API refused the key in CLORE_API_KEY (code 3: invalid API token)")
         return found
+    except e.TransportError as exc:  # the other checks would each wait as long to fail alike
+        found.problem(str(exc))
+        return found
     except e.CloreApiError as exc:
         found.problem(f"could not read the wallets: {exc.message}")
         wallets = []

@@ -129,9 +129,14 @@ class NonJsonReplyError(CloreApiError):
 
 
 class TransportError(CloreApiError):
-    """Timeout or dropped connection: the request may or may not have reached the API."""
+    """Timeout or dropped connection: the request may or may not have reached the API.
+    `cause` is the reason in a few words ('connection refused')."""
 
     retryable = True
+
+    def __init__(self, message: str, *, cause: str = "the connection failed", **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.cause = cause
 
 
 class OrderOutcomeUnknownError(CloreApiError):

@@ -63,11 +63,12 @@ def fee_schedule_from(reply: RenterFees, currency: str) -> FeeSchedule:
 
 
 def read_fee_schedule(client: CloreClient, currency: str) -> FeeSchedule:
-    """The account's fees, or the documented ones when `renter_fees` fails (a refused key is
-    not such a failure: nothing else would work either)."""
+    """The account's fees, or the documented ones when `renter_fees` fails. A refused key and
+    an API that cannot be reached are not such failures: nothing else would work either, and
+    the caller's next read would wait as long again before saying so."""
     try:
         return fee_schedule_from(client.renter_fees(), currency)
-    except e.InvalidTokenError:
+    except (e.InvalidTokenError, e.TransportError):
         raise
     except e.CloreApiError as exc:
         log.warning("renter_fees: %s; using the documented fee rates", exc.message)

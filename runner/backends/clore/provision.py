@@ -48,6 +48,14 @@ class SkipOffer(InfrastructureError):
     """This host failed for a reason of its own: exclude it and try the next offer."""
 
 
+class NeverOnline(SkipOffer):
+    """The order did not come online within the boot bound (the host history keeps it)."""
+
+
+class SshNeverAnswered(SkipOffer):
+    """The order came online but its sshd never answered (the host history keeps it)."""
+
+
 class ProvisionCancelled(InfrastructureError):
     """The run was cancelled while this rental was being set up (the order is cancelled)."""
 
@@ -56,23 +64,27 @@ def _wait_on_event(seconds: float, cancel: threading.Event) -> None:
     cancel.wait(seconds)
 
 
-_NEVER = threading.Event()  # confirming a release is not cut short by the run's cancel
-
-
 @dataclass(frozen=True)
 class ProvisionOptions:
     # Create -> online, image pull included, unless the job sets `boot-timeout-minutes`.
-    online_timeout_s: float = 900.0
+    # (money.DEFAULT_BOOT_BOUND_S: inside the creation fee's grace, the SSH probe included.)
+    online_timeout_s: float = money.DEFAULT_BOOT_BOUND_S
     first_poll_s: float = 3.0  # my_orders polling backoff (the rate limiter spaces it further)
     max_poll_s: float = 30.0
     ssh: ConnectOptions = field(
-        default_factory=lambda: ConnectOptions(tries=10, backoff_s=2.0, max_backoff_s=20.0)
+        # 8 tries: at most ~3 minutes after "online", so a host whose sshd never answers is
+        # given up before the creation fee's 10 minutes.
+        default_factory=lambda: ConnectOptions(tries=8, backoff_s=2.0, max_backoff_s=20.0)
     )
     # A cancelled order can stay listed for a few seconds: confirm it is gone with backoff
     # for this long before calling it unconfirmed. A shutdown on a signal has GitHub's 7.5 s
     # in all, so it confirms for less and leaves the rest to the cleanup step.
     confirm_within_s: float = 30.0
     shutdown_confirm_within_s: float = 4.0
+    # A run stopped by a signal waits this long, from the signal, for rents under way: a
+    # create already sent is answered, its order found and cancelled, before CI's SIGKILL
+    # (10 s after its SIGINT). One not sent by then is given up at once.
+    signal_setup_within_s: float = 9.0
     first_confirm_pause_s: float = 1.0
     # How to pause between polls: the real clock waits on the cancel event; tests pass their
     # fake clock's sleep so nothing waits real seconds.
@@ -102,6 +114,9 @@ class Rental:
     fee_rate: float = 0.0  # the renter's fee on top of the listed price (in `usd_per_hour`)
     creation_fee_native: float = 0.0
     cancelled_at: float | None = None  # unix seconds of the first cancel sent
+    # A cancel went out (the API took it): whoever knows the order first sends it, the
+    # run's shutdown or the rent's own thread, and the other does not send it again.
+    cancel_sent: bool = False
     skipped: list[str] = field(default_factory=list)  # hosts tried before this one, and why
     max_usd_per_hour: float | None = None  # the job's cap, fee included: bids stay under it
 
@@ -146,6 +161,10 @@ class Provisioner:
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
     _fees: FeeSchedule | None = field(default=None, init=False)
     _books: dict[int, tuple[float, tuple[float, ...]]] = field(default_factory=dict, init=False)
+    # Set when the run is being stopped (a signal): confirming releases is cut short, the
+    # cancels having gone out, and what is unconfirmed is left to `clore-run cleanup`.
+    hurry: threading.Event = field(default_factory=threading.Event, init=False)
+    _cancels: threading.Lock = field(default_factory=threading.Lock, init=False)
 
     def fees(self) -> FeeSchedule:
         """The account's fees, read once per run (the documented ones if that fails)."""
@@ -155,12 +174,21 @@ class Provisioner:
             return self._fees
 
     def rent(
-        self, job: Job, offer: Offer, cancel: threading.Event, stages: StageSink = NO_STAGES
+        self,
+        job: Job,
+        offer: Offer,
+        cancel: threading.Event,
+        stages: StageSink = NO_STAGES,
+        track: Callable[[Rental], None] | None = None,
     ) -> Rental:
-        """Rent `offer` for `job` and return it reachable over SSH, or raise (nothing held)."""
+        """Rent `offer` for `job` and return it reachable over SSH, or raise (nothing held).
+        `track` gets the rental as soon as its intent is in the ledger: its `order_id` is set
+        the moment the order is known, so a shutdown can cancel it without waiting for this."""
         reservation = self._reserve(job, offer, cancel)
         try:
             rental = self._intent(job, offer)
+            if track is not None:
+                track(rental)
             rental.reservation = reservation
             if reservation is not None and self.seat is not None:
                 self.seat.attach(reservation, rental.rental_id)  # before the create is sent
@@ -400,7 +428,7 @@ class Provisioner:
                 self._raise_bid(rental, order_id)
                 rebids += 1
             if self.clock.now() >= deadline:
-                raise SkipOffer(f"order {order_id} not online after {within_s:g} s")
+                raise NeverOnline(f"order {order_id} not online after {within_s:g} s")
             self.options.pause(delay, cancel)
             delay = min(delay * 1.5, self.options.max_poll_s)
 
@@ -527,7 +555,7 @@ class Provisioner:
             if cancel.is_set():
                 raise ProvisionCancelled(str(exc)) from None
             waited_s = ssh.clock.now() - started
-            raise SkipOffer(
+            raise SshNeverAnswered(
                 f"sshd never answered on {host}:{port} after {waited_s:.0f} s "
                 f"(order {order.id} on server {order.si}; {exc.message})"
             ) from None
@@ -578,9 +606,9 @@ class Provisioner:
                     self._note(rental, "released")
                     self._settle_pool(rental.reservation, self._final_usd(rental, finals))
                     del waiting[order_id]
-            if not waiting or self.clock.now() + pause_s > deadline:
+            if not waiting or self.clock.now() + pause_s > deadline or self.hurry.is_set():
                 break
-            self.options.pause(pause_s, _NEVER)
+            self.options.pause(pause_s, self.hurry)
             pause_s = min(pause_s * 2, 8.0)
             unsent = {i for i in unsent if i in waiting and not self._cancel(waiting[i])}
         return finals
@@ -607,15 +635,29 @@ class Provisioner:
         with contextlib.suppress(LedgerError):
             self.ledger.set_state(rental.rental_id, state)
 
+    def send_cancel(self, rental: Rental) -> bool:
+        """Cancel the order of a rental still being set up, if it is known, without waiting
+        for its confirmation (its rent's own thread confirms it, and settles its cost)."""
+        if rental.order_id is None:
+            return False
+        self._note(rental, "releasing")
+        return self._cancel(rental)
+
     def _cancel(self, rental: Rental) -> bool:
-        """Send the cancel; False when it failed (it is sent again while confirming). Already
-        ended, or a hiccup: the my_orders check decides."""
+        """Send the cancel, once; False when it failed (it is sent again while confirming).
+        Already ended, or a hiccup: the my_orders check decides."""
         assert rental.order_id is not None
-        if rental.cancelled_at is None:
-            rental.cancelled_at = self.clock.time()  # billing stops about now
+        with self._cancels:
+            if rental.cancel_sent:
+                return True
+            rental.cancel_sent = True  # taken: another thread does not send it too
+            if rental.cancelled_at is None:
+                rental.cancelled_at = self.clock.time()  # billing stops about now
         try:
-            self.client.cancel_order(rental.order_id)
-        except api_errors.CloreApiError:
+            self.client.cancel_order(rental.order_id, abort=self.hurry)
+        except (api_errors.CloreApiError, RequestAborted):
+            with self._cancels:
+                rental.cancel_sent = False
             return False
         return True
 

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from runner.serve.queue_reads import FINAL, STATUSES, JobMatch, JobRow
 from runner.serve.queue_store import QueueStore
+from runner.serve.views import status_words
 
 PAGE_SIZE = 50
 MAX_PAGE_SIZE = 200
@@ -60,6 +61,7 @@ class JobLine:
     server: str
     usd_per_hour: float | None
     cost_usd: float  # so far: ended attempts, plus the running one at its price
+    status_text: str = ""  # as a person reads it: `failed (allowed)` (views.status_words)
 
 
 @dataclass(frozen=True)
@@ -108,6 +110,7 @@ def job_line(queue: Queue, row: JobRow, spec: dict[str, Any], now: float) -> Job
         server=str(last["server"]) if last else "",
         usd_per_hour=price,
         cost_usd=cost,
+        status_text=status_words(row.status, spec),
     )
 
 

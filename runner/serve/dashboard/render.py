@@ -13,6 +13,7 @@ import jinja2
 from runner.serve.dashboard import pictures
 from runner.serve.dashboard.reads import PAGE_SIZE, SubmissionData
 from runner.serve.queue_reads import JobMatch, JobRow
+from runner.serve.views import status_words
 
 TEMPLATES = Path(__file__).with_name("templates")
 
@@ -27,7 +28,14 @@ class Renderer:
             lstrip_blocks=True,
         )
         self._env.filters.update(
-            when=when, usd=usd, rate=rate, duration=duration, size=size, q=quote, qpath=quote_path
+            when=when,
+            usd=usd,
+            rate=rate,
+            duration=duration,
+            size=size,
+            q=quote,
+            qpath=quote_path,
+            status_words=status_words,  # `failed (allowed)`, as the API and `run` say
         )
         self._env.globals.update(dag=_dag, timeline=_timeline, queue_url=queue_url)
 

@@ -398,6 +398,43 @@ CRASHING_RUN = textwrap.dedent(
 )
 
 
+def test_cleanup_leaves_a_run_still_running_alone_and_cleans_it_once_killed(
+    fake_clore: FakeClore, tmp_path: Path
+) -> None:
+    """A run of this host that still runs holds its rentals: `cleanup` on the same ledger
+    must not cancel them (exit 3: run it again once the run has ended). Killed, the run is
+    provably dead (its pid is gone) and the next `cleanup` gives everything back at once."""
+    path = tmp_path / "ledger.db"
+    fake_clore.enforce_rate_limits, fake_clore.appear_after_s = False, 0.0
+    args = [path, fake_clore.url, API_KEY, repr(fake_clore.clock.time())]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CRASHING_RUN, *map(str, args)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=marked_env({"PYTHONPATH": str(REPO)}),
+        cwd=REPO,
+    )
+    command = ["cleanup", "--ledger", str(path)]
+    try:
+        assert proc.stdout is not None
+        assert select.select([proc.stdout], [], [], 30)[0], "the run never got to renting"
+        assert proc.stdout.readline() == "rented\n"
+        alive = cli.invoke(app_for(fake_clore), command)
+        assert alive.exit_code == 3, alive.output
+        assert f"left alone: run crashed is still running (pid {proc.pid} on " in alive.output
+        assert "run `clore-run cleanup` again once they have ended" in alive.output
+        assert len(fake_clore.live_orders()) == 2 and cancels(fake_clore) == []
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        assert proc.stdout is not None
+        proc.stdout.close()
+    fake_clore.clock.advance(120)
+    dead = cli.invoke(app_for(fake_clore), command)
+    assert dead.exit_code == 0, dead.output
+    assert "left alone" not in dead.output and fake_clore.live_orders() == []
+
+
 def test_after_kill_9_cleanup_leaves_no_order_of_that_run_active(
     fake_clore: FakeClore, tmp_path: Path
 ) -> None:

@@ -149,7 +149,8 @@ def test_an_unreachable_api_shows_each_wait_and_ends_with_one_line(fake_clore: F
         "Clore API marketplace: connection refused; trying again in N s (try 3 of 3)",
     ]
     assert re.fullmatch(
-        rf"error: cannot reach the Clore API at http://127.0.0.1:{port}/v1: connection refused; "
+        rf"error: Clore API marketplace: cannot reach http://127.0.0.1:{port}/v1: "
+        r"connection refused; "
         r"gave up after \d+ s \(check the network, or CLORE_API_URL\)",
         lines[-1],
     )
@@ -177,9 +178,7 @@ def test_offers_say_each_hosts_chance_of_a_failed_boot(
     fake_clore: FakeClore, tmp_path: Path
 ) -> None:
     """100504 failed 3 boots of 4 (the last one came up, so it is not skipped): its chance is
-    over a half, the others take the market's. A failed boot given up after 6 minutes costs
-    6 minutes of its price, so it still ranks first by money (see test_market for the
-    ranking with a bound past the creation fee's grace)."""
+    over a half, the others take the market's."""
     ledger = tmp_path / "ledger.db"
     now = time.time()
     with open_hosts(hosts_target(ledger)) as history:
@@ -188,5 +187,6 @@ def test_offers_say_each_hosts_chance_of_a_failed_boot(
     args = ["offers", "--json", "--currency", "USD-Blockchain", "--ledger", str(ledger)]
     listed = json.loads(runner.invoke(app_for(fake_clore), args).stdout)
     chance = {o["server_id"]: o["fail_chance"] for o in listed}
-    assert chance[100504] == pytest.approx((3 + 0.525 * 4) / 8)
-    assert chance[88028] == pytest.approx(0.525)
+    market = (3 + 0.3 * 2) / (4 + 2)
+    assert chance[100504] == pytest.approx((3 + market * 2) / 6)
+    assert chance[88028] == pytest.approx(market)

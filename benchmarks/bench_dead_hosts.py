@@ -1,0 +1,193 @@
+"""A market where most hosts never boot: hedged boots and the memory of hosts, simulated.
+
+    python benchmarks/bench_dead_hosts.py [--quick] [--seeds N]
+
+The core with servers runs against a simulated market (runner/core/simulate_market.py) of 20
+RTX 4090 offers, priced apart by a few percent, where each host is dead (never comes online)
+with the given chance, drawn once per host and seed; healthy boots take 35 s-3 min (uniform).
+A dead boot is given up after the boot bound (6 minutes, the default: inside the creation fee's
+grace), and each order is billed for the time it lived. For dead fractions 0, 30, 60 and 80 %
+it prints, averaged over the seeds, the time to the first job's start and the total billed
+cost of:
+
+- before: no hedging, no memory, the old 15-minute bound (every dead host also paid the fee);
+- plain: no hedging, no memory, the 6-minute bound;
+- hedge: slow boots hedged (runner/core/hedge.py's default policy);
+- memory: the second run on the same market, with the first run's host history (dead hosts
+  skipped, quotes ranked by expected cost);
+- both: hedging and memory;
+- ideal: a healthy boot, no dead host.
+
+over a single 10-minute job, and over a 20-job DAG (10 minutes a job, concurrency 4). The ratio
+against the ideal is printed beside each time. Then, on the dead-free market, the orders per
+job with and without hedging (hedging must add none there), and a few hedging policies against
+each other (how soon a hedge goes out: saved time at 60 % dead against orders that ran
+nothing on a healthy market).
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+from dataclasses import dataclass, replace
+
+from runner.core.hedge import NO_HEDGE, HedgePolicy
+from runner.core.hosts import HostMemory
+from runner.core.model import GpuAsk, Job
+from runner.core.rentals import BootTimes, Quote
+from runner.core.servers import ServerBook
+from runner.core.simulate_market import (
+    HEALTHY_BOOT_S,
+    MarketModel,
+    ModelMarket,
+    ServersResult,
+    simulate_servers,
+)
+
+OFFERS = tuple(
+    Quote(str(100 + i), "RTX 4090", 1, round(0.40 * (1 + i / 50), 4), creation_fee_usd=0.1)
+    for i in range(20)
+)
+JOB_S = 600.0
+BOUND_S = 360.0
+OLD_BOUND_S = 900.0
+DEAD = (0.0, 0.3, 0.6, 0.8)
+DAY_S = 86_400.0
+
+
+def single() -> list[Job]:
+    return [Job("train", "train", "true", 0, gpu=GpuAsk("4090"), estimate_s=JOB_S, timeout_s=3600)]
+
+
+def dag(n: int = 20) -> list[Job]:
+    rng = random.Random(7)
+    jobs = []
+    for i in range(n):
+        needs = tuple(f"j{x}" for x in sorted(rng.sample(range(i), min(i, rng.randint(0, 2)))))
+        jobs.append(
+            Job(f"j{i}", f"j{i}", "true", i, needs, gpu=GpuAsk("4090"), estimate_s=JOB_S,
+                timeout_s=3600)
+        )  # fmt: skip
+    return jobs
+
+
+@dataclass(frozen=True)
+class Setup:
+    name: str
+    hedge: HedgePolicy = NO_HEDGE
+    memory: bool = False
+    bound_s: float = BOUND_S
+    dead: bool = True  # False: the ideal, on a market with no dead host
+
+
+SETUPS = (
+    Setup("before", bound_s=OLD_BOUND_S),
+    Setup("plain"),
+    Setup("hedge", HedgePolicy()),
+    Setup("memory", memory=True),
+    Setup("both", HedgePolicy(), memory=True),
+    Setup("ideal", dead=False),
+)
+
+
+def run_once(
+    jobs: list[Job], cap: int, setup: Setup, dead: float, seed: int, memory: HostMemory | None
+) -> ServersResult:
+    market = ModelMarket(OFFERS, memory, BOUND_S) if memory is not None else ModelMarket(OFFERS)
+    book = ServerBook(
+        jobs, cap, market=market, boot=BootTimes(default_s=180.0, allowance_s=setup.bound_s)
+    )
+    book.hedge = setup.hedge
+    if memory is not None and memory.hosts:
+        book.boot = replace(book.boot, default_s=memory.expected_boot_s())
+    model = MarketModel(
+        OFFERS,
+        boot_s=HEALTHY_BOOT_S,
+        dead_fraction=dead if setup.dead else 0.0,
+        market_seed=seed % 10_000,  # the second run of `memory` is on the first one's market
+    )
+    seconds = {j.id: j.duration_hint_s for j in jobs}
+    result = simulate_servers(jobs, book, model, lambda j, a: seconds[j], seed=seed,
+                              start_unix=DAY_S * seed)  # fmt: skip
+    assert not result.broken, result.broken[:3]
+    return result
+
+
+def run(jobs: list[Job], cap: int, setup: Setup, dead: float, seed: int) -> ServersResult:
+    """One run; with memory, the second of two on the same market (the first one's history)."""
+    if not setup.memory:
+        return run_once(jobs, cap, setup, dead, seed, None)
+    first = run_once(jobs, cap, replace(setup, memory=False), dead, seed, None)
+    memory = HostMemory.of(first.host_events, DAY_S * seed + first.makespan_s + 60)
+    return run_once(jobs, cap, setup, dead, seed + 10_000, memory)
+
+
+def averaged(
+    jobs: list[Job], cap: int, setup: Setup, dead: float, seeds: int
+) -> tuple[float, float, float, float]:
+    """(first start s, billed USD, orders per job, creation fees USD), means over the seeds."""
+    runs = [run(jobs, cap, setup, dead, seed) for seed in range(seeds)]
+    first = statistics.fmean(r.first_start_s or r.makespan_s for r in runs)
+    cost = statistics.fmean(r.billed_usd for r in runs)
+    orders = statistics.fmean(r.rents for r in runs) / len(jobs)
+    fees = statistics.fmean(r.creation_fees_usd for r in runs)
+    return first, cost, orders, fees
+
+
+def table(title: str, jobs: list[Job], cap: int, seeds: int) -> None:
+    print(f"{title}: time to the first job's start (x the ideal) and total cost, "
+          f"mean of {seeds} markets")  # fmt: skip
+    names = [s.name for s in SETUPS]
+    print("  dead  " + "".join(f"{n:>22}" for n in names))
+    for dead in DEAD:
+        cells = [averaged(jobs, cap, s, dead, seeds) for s in SETUPS]
+        ideal = cells[-1][0]
+        row = "".join(
+            f"{first:7.0f} s {first / ideal:4.1f}x ${cost:5.2f}" for first, cost, _, _ in cells
+        )
+        print(f"  {dead * 100:3.0f} % {row}")
+        fees = "  ".join(f"{s.name} ${c[3]:.2f}" for s, c in zip(SETUPS, cells, strict=True))
+        print(f"         creation fees: {fees}")
+
+
+def orders_without_dead_hosts(seeds: int) -> None:
+    for title, jobs, cap in (("single job", single(), 3), ("20-job DAG", dag(), 4)):
+        plain = averaged(jobs, cap, Setup("plain"), 0.0, seeds)[2]
+        hedged = averaged(jobs, cap, Setup("hedge", HedgePolicy()), 0.0, seeds)[2]
+        print(f"no dead host, {title}: orders per job {plain:.3f} without hedging, "
+              f"{hedged:.3f} with ({hedged / plain:.3f}x)")  # fmt: skip
+
+
+def policies(seeds: int) -> None:
+    """The hedging policy's knobs against each other, single job: at 60 % dead what each
+    saves, and with no dead host what each costs in orders that ran nothing."""
+    print("hedging policies, single job: first start, cost and orders at 60 % dead | orders "
+          "with no dead host")  # fmt: skip
+    tried: list[tuple[str, HedgePolicy]] = [
+        ("off", NO_HEDGE),
+        ("at 1.5x boot, <= bound/2 (default)", HedgePolicy()),
+        ("at 1.5x boot, <= bound/4", HedgePolicy(bound_share=0.25)),
+        ("at 1.5x boot, <= bound*3/4", HedgePolicy(bound_share=0.75)),
+        ("at once, every boot", HedgePolicy(at_once_chance=0.0)),
+    ]
+    for name, policy in tried:
+        first, cost, orders, _ = averaged(single(), 3, Setup(name, policy), 0.6, seeds)
+        clean = averaged(single(), 3, Setup(name, policy), 0.0, seeds)[2]
+        print(f"  {name:<36} {first:6.0f} s  ${cost:.3f}  {orders:.2f} orders | {clean:.2f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="few markets: a few seconds")
+    parser.add_argument("--seeds", type=int, default=None)
+    args = parser.parse_args()
+    seeds = args.seeds or (6 if args.quick else 60)
+    table("single 10-minute job", single(), 3, seeds)
+    table("20-job DAG, concurrency 4", dag(), 4, max(2, seeds // 3) if args.quick else seeds)
+    orders_without_dead_hosts(seeds)
+    policies(seeds)
+
+
+if __name__ == "__main__":
+    main()

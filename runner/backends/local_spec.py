@@ -1,0 +1,34 @@
+"""`--backend local`: jobs run on this machine, free; a restart kills what a dead server left."""
+
+from __future__ import annotations
+
+from runner.backends.base import Backend
+from runner.backends.spec import BackendSpec, Reconcile, Setup
+
+
+def _build(setup: Setup) -> Backend:
+    from runner.backends.local import LocalBackend
+
+    return LocalBackend()
+
+
+def _restart(setup: Setup) -> Reconcile:
+    def kill_orphans(tokens: set[str]) -> str:
+        from runner.backends.local_orphans import kill_orphans as kill
+
+        groups = kill(tokens)
+        if not groups:
+            return "no process of it was left"
+        return f"its processes were killed at restart (groups {', '.join(map(str, groups))})"
+
+    return kill_orphans
+
+
+SPEC = BackendSpec(
+    name="local",
+    summary="the machine it runs on, free",
+    rents=False,
+    flags=(),
+    build=_build,
+    restart=_restart,
+)

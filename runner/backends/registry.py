@@ -1,0 +1,52 @@
+"""Every backend by its `--backend` name: adding one is its folder and one line here.
+
+`run`, `serve` and `plan` take their choices from this dict, and the action's docs are checked
+against it (tests/backends/test_registry.py).
+"""
+
+from __future__ import annotations
+
+import os
+
+from runner.backends import local_spec
+from runner.backends.clore import spec as clore
+from runner.backends.spec import BackendSpec
+from runner.backends.ssh import spec as ssh
+from runner.errors import UsageError
+
+BACKENDS: dict[str, BackendSpec] = {
+    "clore": clore.SPEC,
+    "local": local_spec.SPEC,
+    "ssh": ssh.SPEC,
+}
+
+# Without --backend: this one when its key is set (CLORE_API_KEY), else the free one.
+DEFAULT_BACKEND = "clore"
+_WITHOUT_KEY = "local"
+
+
+def default_backend() -> BackendSpec:
+    return BACKENDS[DEFAULT_BACKEND if os.environ.get("CLORE_API_KEY") else _WITHOUT_KEY]
+
+
+def renting_backends() -> list[str]:
+    """The backends that rent servers: --pool and --ledger are theirs."""
+    return [name for name, spec in BACKENDS.items() if spec.rents]
+
+
+def backend_spec(name: str, flag: str = "--backend") -> BackendSpec:
+    """The spec named `name`, or a UsageError that names the choices."""
+    spec = BACKENDS.get(name)
+    if spec is None:
+        from runner.spec.diagnostics import did_you_mean  # difflib: only for a wrong name
+
+        choices = ", ".join(BACKENDS)
+        hint = did_you_mean(name, list(BACKENDS)) or f"one of {choices}"
+        raise UsageError(f"{flag} {name}: no such backend (backends: {choices})", hint)
+    return spec
+
+
+def described() -> str:
+    """The backends as the action's docs list them (action.yml's `backend` input, README)."""
+    named = [f"{name} ({spec.summary})" for name, spec in BACKENDS.items()]
+    return "Where jobs run: " + ", ".join(named[:-1]) + f" or {named[-1]}."

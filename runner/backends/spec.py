@@ -1,0 +1,64 @@
+"""What a backend owes the command line: one `BackendSpec` per backend, all in one dict
+(runner.backends.registry), which `run`, `serve`, `plan` and the action's docs read.
+
+A spec module is light: it imports its backend (and paramiko, requests...) inside `build`, so
+that the registry costs a local run nothing it does not use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from runner.backends.base import Backend
+    from runner.core.model import Pipeline
+
+Say = Callable[[str], None]
+
+
+class Waits(Protocol):
+    """A renting backend's waits on its API (runner.backends.clore.waits.ApiWaits): each said
+    as it starts (`say`, which `run` points at its console), what was given up kept for the
+    reports' warnings."""
+
+    say: Say
+
+    @property
+    def warnings(self) -> tuple[str, ...]: ...
+
+
+# serve, at start: given the tokens of dead instances that left attempts open, what became of
+# those attempts ("its processes were killed at restart").
+Reconcile = Callable[[set[str]], str]
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What `run` and `serve` know when they build a backend: the flags as given."""
+
+    pipeline: Pipeline  # concurrency, budget, currency and `hosts:` (serve: its own settings)
+    run_id: str  # the run's id; serve: the instance's token
+    hosts: tuple[str, ...] = ()  # --ssh-host (run also says --host)
+    identity: Path | None = None  # --identity
+    ledger: str | Path | None = None  # --ledger (None: the default, or the coordinator)
+    pool: str | None = None  # --pool
+    coordinator: str | None = None  # --coordinator (None: $CLORE_RUN_COORDINATOR, if set)
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    name: str
+    summary: str  # one line: `--backend`'s help and the action's docs
+    rents: bool  # rents servers: a budget, --ledger, --pool and `clore-run cleanup` apply
+    flags: tuple[str, ...]  # the flags of `run` and `serve` it reads, beyond the common ones
+    build: Callable[[Setup], Backend]
+    # serve, at start (before jobs run): how it reconciles what a dead instance left
+    restart: Callable[[Setup], Reconcile]
+    # `plan --backend NAME`: puts what this backend would do in the plan (offers, cost) and
+    # answers its text and whether some job fits nothing. None: plan has nothing to add.
+    plan: Callable[[Pipeline, dict[str, Any]], tuple[str, bool]] | None = None
+    # `run`: what the backend tells of its waits on its API, attached to the backend built.
+    waits: Callable[[Backend, Say], Waits] | None = None

@@ -1,0 +1,84 @@
+"""The rental record: what `start` hands to `stop` (a job output) and to the reaper (an artifact).
+
+Start and stop run on different machines, and the reaper on a third, so the record is all they
+share. It holds what proves an order is ours and what its bill needs, and nothing secret: no
+API key, no token, no JIT config (`test_the_config_never_appears` scans for them).
+
+Proof: an order id is unique to the API key, and `stop` cancels an order only when `my_orders`
+lists it with the record's server (`si`) and creation time (`ct`) too, so a stale or mistyped
+record cannot cancel another run's order. The record is strict input (a person can paste it):
+unknown keys and wrong types are refused with the key path.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from runner.gh_runner.errors import RecordError
+
+RECORD_VERSION: Literal[1] = 1
+ARTIFACT_PREFIX = "clore-runner-record-"  # + the first label: the action's artifact
+RECORD_FILE = "record.json"  # its one file
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class RunnerRental(_Strict):
+    """One runner on one rented server."""
+
+    # What the user's job puts in `runs-on` (it names an artifact and a folder on the server).
+    label: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+    runner_id: int  # GitHub's id of the JIT registration
+    # Where it is registered: part of the API paths stop calls with the runner token.
+    scope: str = Field(pattern=r"^(repos/[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+|orgs/[A-Za-z0-9_.-]+)$")
+    order_id: int
+    server_id: int
+    created_unix: int  # the order's `ct` (the API's clock, whole seconds)
+    cap_unix: float  # created + max-minutes: past it the reaper cancels the order
+    run_id: str
+    currency: str
+    spot: bool
+    usd_per_unit: float  # USD for one unit of `currency`, by the server's own quotes
+    fee_rate: float  # the renter's fee on top of `spend`
+    creation_fee_native: float  # charged once the order lives 10 minutes
+    usd_per_hour: float  # listed price with the renter's fee, for the report
+    gpus: str = ""
+
+
+class RunnerRecord(_Strict):
+    version: Literal[1] = RECORD_VERSION
+    runners: tuple[RunnerRental, ...]
+
+    def to_json(self) -> str:
+        """One line: it travels as a job output."""
+        return json.dumps(self.model_dump(mode="json"), separators=(",", ":"), sort_keys=True)
+
+    @property
+    def labels(self) -> list[str]:
+        return [r.label for r in self.runners]
+
+
+def parse_record(text: str, where: str = "the runner record") -> RunnerRecord:
+    """The record `start` wrote, or RecordError naming the key that is wrong."""
+    if not text.strip():
+        raise RecordError(
+            f"{where} is empty",
+            "pass the start job's output: runner-record: ${{ needs.start.outputs.record }}",
+        )
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise RecordError(f"{where} is not JSON: line {exc.lineno} column {exc.colno}") from None
+    try:  # JSON mode: an array is a tuple, an integer may be a float
+        return RunnerRecord.model_validate_json(text)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        path = ".".join(str(p) for p in first["loc"]) or "(top)"
+        raise RecordError(
+            f"{where}: {path}: {first['msg']}", "use the record `start` wrote"
+        ) from None

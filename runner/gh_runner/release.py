@@ -1,0 +1,114 @@
+"""Give back a runner's server from its record alone: prove the order ours, cancel, confirm, bill.
+
+Used by `stop` (on another machine than `start`: no ledger row, no open connection) and by the
+reaper. The order is cancelled only when `my_orders` (completed ones included) lists the
+record's order id on the record's server with the record's creation time: anything else is
+reported and left alone. A cancelled order can stay listed for a few seconds: the check is
+repeated with backoff, with one more cancel for an order still live, for `confirm_within_s`.
+
+Cost as billed: the API's `spend` (the listed price for the time held) plus the renter's fee,
+plus the creation fee once the order lived 10 minutes, in USD at the server's own ratio
+(`runner.core.money.billed_cost`); our estimate only when the API reports no `spend`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Literal
+
+from runner.backends.clore.api import CloreClient
+from runner.backends.clore.errors import CloreApiError
+from runner.backends.clore.models import Order
+from runner.clock import Clock
+from runner.core import money
+from runner.gh_runner.record import RunnerRental
+
+Kind = Literal["cancelled", "ended", "not-listed", "not-ours", "still-live", "error"]
+FIRST_PAUSE_S = 1.0
+
+
+@dataclass(frozen=True)
+class Released:
+    rental: RunnerRental
+    kind: Kind
+    detail: str = ""
+    cost: money.BilledCost | None = None
+    estimated: bool = False  # the API gave no `spend`: our own figure
+    lived_s: float = 0.0
+
+    @property
+    def settled(self) -> bool:
+        """Nothing of this rental can be billed any more (or it was never ours to cancel)."""
+        return self.kind in ("cancelled", "ended", "not-listed", "not-ours")
+
+
+def proof_mismatch(order: Order, rental: RunnerRental) -> str | None:
+    """Why `order` is not the record's order, or None when it is."""
+    if order.si != rental.server_id:
+        return f"order {order.id} is on server {order.si}, the record says {rental.server_id}"
+    if order.ct is None or int(order.ct) != rental.created_unix:
+        return f"order {order.id} was created at {order.ct}, the record says {rental.created_unix}"
+    return None
+
+
+def release(
+    client: CloreClient, rental: RunnerRental, clock: Clock, confirm_within_s: float = 30.0
+) -> Released:
+    """Cancel the record's order if it is live, and say what it cost. Never raises for an
+    API error: the result says `error`, and the rental stays for the reaper."""
+    try:
+        order = _find(client, rental.order_id)
+        if order is None:
+            return Released(rental, "not-listed", f"order {rental.order_id} is not in my_orders")
+        why = proof_mismatch(order, rental)
+        if why is not None:
+            return Released(rental, "not-ours", f"{why}: not cancelled")
+        if order.expired:
+            return _billed(rental, order, "ended", clock, rental.cap_unix)
+        ended_at = clock.time()
+        order = _cancel_and_confirm(client, order, clock, confirm_within_s)
+    except CloreApiError as exc:
+        return Released(rental, "error", f"order {rental.order_id}: {exc}")
+    if not order.expired:
+        return Released(rental, "still-live", f"order {order.id} is still listed after its cancel")
+    return _billed(rental, order, "cancelled", clock, ended_at)
+
+
+def _find(client: CloreClient, order_id: int) -> Order | None:
+    return next((o for o in client.my_orders(return_completed=True) if o.id == order_id), None)
+
+
+def _cancel_and_confirm(client: CloreClient, order: Order, clock: Clock, within_s: float) -> Order:
+    """The order as last listed: `expired` once the cancel took."""
+    deadline = clock.now() + within_s
+    pause_s = FIRST_PAUSE_S
+    while True:
+        with contextlib.suppress(CloreApiError):  # already ended, or a hiccup: the listing decides
+            client.cancel_order(order.id)
+        client.limiter.back_off(pause_s)  # an order stays listed a moment after its cancel
+        listed = _find(client, order.id)
+        if listed is None:  # gone from the listing: ended, with no bill to read
+            return order.model_copy(update={"expired": True, "spend": None})
+        if listed.expired or clock.now() + pause_s > deadline:
+            return listed
+        order = listed
+        pause_s = min(pause_s * 2, 8.0)
+
+
+def _billed(
+    rental: RunnerRental, order: Order, kind: Kind, clock: Clock, ended_unix: float
+) -> Released:
+    lived_s = max(0.0, min(ended_unix, clock.time()) - rental.created_unix)
+    if kind == "ended" and order.spend is not None and order.price:
+        # It ended before us, when we cannot tell: on-demand `spend` is the price for the time
+        # held, so it says how long (the creation fee hangs on that), if shorter than the cap.
+        lived_s = min(lived_s, order.spend / order.price * 86400.0)
+    if order.spend is not None:
+        cost = money.billed_cost(
+            order.spend, rental.usd_per_unit, rental.fee_rate, rental.creation_fee_native, lived_s
+        )
+        return Released(rental, kind, cost=cost, lived_s=lived_s)
+    creation_fee_usd = rental.creation_fee_native * rental.usd_per_unit
+    cost = money.estimated_cost(rental.usd_per_hour, lived_s, rental.fee_rate, creation_fee_usd)
+    return Released(rental, kind, cost=cost, estimated=True, lived_s=lived_s)

@@ -1,0 +1,62 @@
+"""`clore-run runner stop`: remove what `start` made, from its record alone.
+
+Per runner, money first: the registration is looked at and removed when the runner never took a
+job (a JIT runner that ran its job has removed itself), then the order is proven ours and
+cancelled (release.py). A registration that cannot be looked at (no token, no right) does not
+stop the cancel: it is said, and GitHub drops an unused JIT registration by itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from runner.backends.clore.api import CloreClient
+from runner.clock import Clock
+from runner.errors import InfrastructureError
+from runner.gh_runner.github import RunnerApi, Scope
+from runner.gh_runner.record import RunnerRecord, RunnerRental
+from runner.gh_runner.release import Released, release
+
+ApiFor = Callable[[Scope], RunnerApi]
+
+
+@dataclass(frozen=True)
+class Stopped:
+    released: Released
+    registration: str  # what became of the runner's registration, in words
+
+    @property
+    def rental(self) -> RunnerRental:
+        return self.released.rental
+
+
+def stop_runners(
+    record: RunnerRecord,
+    client: CloreClient,
+    clock: Clock,
+    api_for: ApiFor | None,
+    confirm_within_s: float = 30.0,
+) -> list[Stopped]:
+    """Deregister and give back every runner of `record`, in its order."""
+    stopped = []
+    for rental in record.runners:
+        words = _deregister(rental, api_for)
+        stopped.append(Stopped(release(client, rental, clock, confirm_within_s), words))
+    return stopped
+
+
+def _deregister(rental: RunnerRental, api_for: ApiFor | None) -> str:
+    if api_for is None:
+        return "not checked (no runner token given)"
+    try:
+        api = api_for(Scope(rental.scope))
+        state = api.get_runner(rental.runner_id)
+        if state is None:
+            return "gone: it ran its job and removed itself"
+        if state.busy:
+            return "still running a job: its server was cancelled under it"
+        api.delete_runner(rental.runner_id)
+    except InfrastructureError as exc:
+        return f"not removed: {exc}"
+    return f"removed: it never took a job ({state.status or 'status unknown'})"

@@ -1,0 +1,62 @@
+"""The one registry of backends: what run, serve and plan accept, and what the docs list."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from runner.backends.registry import (
+    BACKENDS,
+    backend_spec,
+    default_backend,
+    described,
+    renting_backends,
+)
+from runner.backends.spec import Setup
+from runner.core.model import Job, Pipeline
+from runner.errors import UsageError
+
+ROOT = Path(__file__).parents[2]
+
+
+def test_every_spec_is_filed_under_its_own_name() -> None:
+    assert list(BACKENDS) == ["clore", "local", "ssh"]
+    assert all(spec.name == name for name, spec in BACKENDS.items())
+    assert renting_backends() == ["clore"]
+
+
+def test_a_wrong_name_is_refused_with_the_choices() -> None:
+    with pytest.raises(UsageError) as caught:
+        backend_spec("locl")
+    assert str(caught.value) == (
+        "--backend locl: no such backend (backends: clore, local, ssh) (did you mean 'local'?)"
+    )
+
+
+def test_the_default_is_clore_with_a_key_else_local(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CLORE_API_KEY", raising=False)
+    assert default_backend().name == "local"
+    monkeypatch.setenv("CLORE_API_KEY", "k")
+    assert default_backend().name == "clore"
+
+
+def test_the_action_s_docs_list_the_registry() -> None:
+    """action.yml and the README say what `described()` says: paste it there after a change."""
+    action = yaml.safe_load((ROOT / "action.yml").read_text(encoding="utf-8"))
+    assert action["inputs"]["backend"]["description"] == described()
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert f"| `backend` | `clore` | {described()}" in readme
+    names = "|".join(BACKENDS)
+    assert "`--backend " + names.replace("|", "\\|") + "`" in readme  # the run options' table
+
+
+def test_local_builds_and_ssh_asks_for_hosts(tmp_path: Path) -> None:
+    pipeline = Pipeline(name="p", jobs=(Job(id="a", name="a", run="true"),))
+    setup = Setup(pipeline, "run1")
+    assert BACKENDS["local"].build(setup).name == "local"
+    with pytest.raises(UsageError, match="--backend ssh needs hosts"):
+        BACKENDS["ssh"].build(setup)
+    assert "re-attached" in BACKENDS["ssh"].restart(setup)({"t"})
+    assert BACKENDS["local"].restart(setup)(set()) == "no process of it was left"

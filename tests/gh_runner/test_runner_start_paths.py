@@ -1,0 +1,135 @@
+"""`runner start`'s other ends: a host that fails is skipped, an install that fails and a budget
+that cannot cover the worst case give everything back, and the options that are wrong say so."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.fakes.clore_api import Faults
+from tests.fakes.github_runners import fake_github as fake_github
+from tests.fakes.github_runners import github_server as github_server
+from tests.gh_runner.harness import Host, scan_for
+from tests.gh_runner.harness import host as host
+
+
+def test_a_host_that_fails_is_skipped_for_the_next_offer(host: Host) -> None:
+    host.fake.fail_next("create_order", Faults.SERVER_ALREADY_RENTED)
+    args = host.start_args("--gpu", "RTX")
+    args[args.index("USD-Blockchain")] = "CLORE-Blockchain"
+    started = host.invoke(args)
+    assert started.exit_code == 0, started.output
+    assert "skipped: server" in started.output
+    (rental,) = host.record().runners
+    creates = [c.body["renting_server"] for c in host.fake.calls("create_order")]
+    assert len(creates) == 2 and creates[1] == rental.server_id != creates[0]
+    host.github.wait_for("done", rental.runner_id)
+    host.job_runs()
+    assert host.invoke(["runner", "stop", "--record", str(host.tmp / "record.json")]).exit_code == 0
+
+
+def test_an_install_that_fails_gives_back_the_server_and_the_registration(host: Host) -> None:
+    args = host.start_args()
+    args[args.index(host.github.package_sha256)] = "0" * 64  # the package does not match
+    started = host.invoke(args)
+    assert started.exit_code == 3, started.output
+    assert "SHA-256 mismatch" in started.output and "installing the runner on" in started.output
+    (order,) = host.fake.orders.values()
+    assert not order.live
+    assert len(host.github.removed) == 1
+    assert host.github.runners == {}
+    folder = next(host.home.glob("clore-*"))
+    assert not (folder / ".jitconfig").exists()  # never left on the server
+    assert not (host.tmp / "record.json").exists()
+
+
+def test_a_budget_that_cannot_cover_the_worst_case_rents_nothing(host: Host) -> None:
+    # 3090 at 2 USD/day with the 5 % fee, over 15 min boot + 60 min: about 0.13 USD + 0.1 fee.
+    started = host.invoke(host.start_args("--budget", "0.05", "--max-minutes", "60"))
+    assert started.exit_code == 3, started.output
+    assert "no offer left within the budget" in started.output
+    assert host.fake.calls("create_order") == []
+    assert host.github.runners == {} and len(host.github.removed) == 1
+
+
+def test_nothing_fits_rents_and_registers_nothing(host: Host) -> None:
+    started = host.invoke(host.start_args("--gpu", "H100"))
+    assert started.exit_code == 3, started.output
+    assert "no offer fits 1x H100" in " ".join(started.output.split())
+    assert host.github.seen == [] and host.fake.calls("create_order") == []
+
+
+def test_more_runners_than_fitting_servers_is_refused_up_front(host: Host) -> None:
+    started = host.invoke(host.start_args("--runners", "2"))  # one 3090 takes USD-Blockchain
+    assert started.exit_code == 3, started.output
+    assert "1 servers fit" in started.output and "2 runners were asked for" in started.output
+    assert host.github.seen == []
+
+
+@pytest.mark.parametrize(
+    ("extra", "env_change", "words"),
+    [
+        (["--currency", "dogecoin"], {}, "--currency must be one of"),
+        (["--max-minutes", "0"], {}, "must be positive"),
+        (["--org", "octo", "--repo", "octo/x"], {}, "not both"),
+        (["--repo", "not-a-repo"], {}, "not a repository"),
+        (["--org", "a/b"], {}, "not an organization"),
+        ([], {"GITHUB_REPOSITORY": ""}, "which repository?"),
+        ([], {"CLORE_RUNNER_TOKEN": ""}, "CLORE_RUNNER_TOKEN is not set"),
+    ],
+)
+def test_wrong_options_are_usage_errors(
+    host: Host, extra: list[str], env_change: dict[str, str], words: str
+) -> None:
+    args = host.start_args(*extra)
+    if extra[:2] == ["--currency", "dogecoin"]:
+        args.remove("--currency")
+        args.remove("USD-Blockchain")
+    result = host.invoke(args, {**host.env, **env_change})
+    assert result.exit_code == 2, result.output
+    assert words in result.output
+    assert host.fake.requests == [] and host.github.seen == []
+
+
+def test_an_org_runner_is_registered_on_the_organization(host: Host) -> None:
+    result = host.invoke(host.start_args("--org", "octo"))
+    assert result.exit_code == 3  # the fake serves one repository: the org is not found
+    assert ("POST", "/orgs/octo/actions/runners/generate-jitconfig") in host.github.seen
+    assert "this token cannot administer runners on organization octo (404" in " ".join(
+        result.output.split()
+    )
+    assert host.fake.calls("create_order") == []
+
+
+def test_the_config_is_in_no_output_or_file_of_a_whole_start_and_stop(host: Host) -> None:
+    from tests.gh_runner.harness import actions_env
+
+    env = actions_env(host)
+    started = host.invoke(host.start_args(), env)
+    assert started.exit_code == 0, started.output
+    (rental,) = host.record().runners
+    host.github.wait_for("done", rental.runner_id)
+    config = host.github.issued[rental.runner_id]
+    host.job_runs()
+    stopped = host.invoke(["runner", "stop", "--record", str(host.tmp / "record.json")], env)
+    assert stopped.exit_code == 0, stopped.output
+    folder = host.home / rental.label
+    assert (folder / "runner.log").read_text().startswith("stand-in runner: root")
+    assert scan_for(config, [host.tmp, folder], host.outputs) == []
+    # ...and the scan finds it where it is: the test would fail if the code leaked it.
+    (host.tmp / "leak.txt").write_text(f"x {config} y")
+    assert scan_for(config, [host.tmp], []) == [str(host.tmp / "leak.txt")]
+
+
+def test_a_host_the_history_says_failed_lately_is_not_rented(host: Host) -> None:
+    import time
+
+    from runner.core.hosts import HostEvent
+    from runner.stores.hosts import hosts_target, open_hosts
+
+    # The host history beside the ledger (what runs write): 88028 never booted a minute ago.
+    with open_hosts(hosts_target(host.tmp / "ledger.db")) as history:
+        history.record(HostEvent("88028", "never_up", time.time() - 60))
+    started = host.invoke(host.start_args())  # only 88028 is a 3090 paid in USD-Blockchain
+    assert started.exit_code == 3, started.output
+    assert "no offer fits" in started.output
+    assert host.fake.calls("create_order") == [] and host.github.seen == []
