@@ -82,6 +82,10 @@ class ProvisionOptions:
     # in all, so it confirms for less and leaves the rest to the cleanup step.
     confirm_within_s: float = 30.0
     shutdown_confirm_within_s: float = 4.0
+    # A run stopped by a signal waits this long, from the signal, for rents under way: a
+    # create already sent is answered, its order found and cancelled, before CI's SIGKILL
+    # (10 s after its SIGINT). One not sent by then is given up at once.
+    signal_setup_within_s: float = 9.0
     first_confirm_pause_s: float = 1.0
     # How to pause between polls: the real clock waits on the cancel event; tests pass their
     # fake clock's sleep so nothing waits real seconds.

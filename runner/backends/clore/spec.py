@@ -86,6 +86,7 @@ def _plan(pipeline: Pipeline, result: dict[str, Any]) -> tuple[str, bool]:
     from runner.backends.clore.market import offers_from_servers
     from runner.backends.clore.plan_offers import plan_offers, render_offers
     from runner.backends.clore.waits import on_stderr
+    from runner.stores.hosts import hosts_target, read_memory
 
     client = CloreClient.from_env()
     on_stderr(client)
@@ -93,7 +94,10 @@ def _plan(pipeline: Pipeline, result: dict[str, Any]) -> tuple[str, bool]:
     fees = read_fee_schedule(client, pipeline.currency)
     servers = client.marketplace().servers
     offers = offers_from_servers(servers, pipeline.currency, fees=fees.rates)
-    result["clore"] = plan_offers(pipeline, offers, fees)
+    memory, note = read_memory(hosts_target(_where(Setup(pipeline, "plan"))[0]))
+    result["clore"] = plan_offers(pipeline, offers, fees, memory)
+    if note:
+        result["clore"]["summary"] += f"\n{note}"
     # The run simulated on these offers, at the top where a reader of the plan looks first.
     result["makespan"] = result["clore"]["makespan"]
     result["cost"] = result["clore"]["cost"]
