@@ -41,6 +41,7 @@ from runner.backends.clore.provision import (
 from runner.backends.ssh.keys import ClientKey, HostKeyStore
 from runner.clock import Clock
 from runner.core import money
+from runner.core.hosts import HostMemory
 from runner.core.model import GpuAsk, Job
 from runner.errors import InfrastructureError, JobCannotRun
 from runner.gh_runner.github import DEFAULT_GROUP_ID, Registration, RunnerApi
@@ -87,6 +88,9 @@ class StartTools:
     github: RunnerApi
     currency: str
     options: ProvisionOptions = field(default_factory=ProvisionOptions)
+    # What past runs saw of each host (hosts.db beside the ledger): hosts that failed lately
+    # are skipped, the rest ranked by expected cost. None: by price and reliability alone.
+    memory: HostMemory | None = None
 
 
 Say = Callable[[str], None]
@@ -142,14 +146,14 @@ def start_runners(
 ) -> RunnerRecord:
     """Rent, register and start `request.runners` runners; the record of them all."""
     provisioner = Provisioner(
-        tools.client,
-        tools.ledger,
-        request.run_id,
-        tools.key,
-        tools.host_keys,
-        tools.clock,
-        tools.currency,
-        tools.options,
+        client=tools.client,
+        ledger=tools.ledger,
+        run_id=request.run_id,
+        key=tools.key,
+        host_keys=tools.host_keys,
+        clock=tools.clock,
+        currency=tools.currency,
+        options=tools.options,
     )
     offers = _ranked_offers(provisioner, tools, request)
     shared = _Shared(request.budget_usd)
@@ -199,7 +203,7 @@ def _ranked_offers(
     servers = tools.client.marketplace().servers
     rates = provisioner.fees().rates
     offers = offers_from_servers(servers, tools.currency, fees=rates)
-    ranked = matching_offers(offers, request.ask)
+    ranked = matching_offers(offers, request.ask, memory=tools.memory)
     if len(ranked) < request.runners:
         why = (
             explain_no_fit(offers, request.ask, tools.currency)

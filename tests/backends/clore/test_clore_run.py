@@ -494,7 +494,11 @@ def test_a_rental_that_arrives_after_shutdown_is_still_counted(setup: Setup) -> 
     def rent_while_shutting_down(
         job: object, offer: object, cancel: object, *rest: object, **kw: object
     ) -> object:
-        hand.backend.stop_soon()  # the run is cancelled while this rental is being set up...
+        # The run is cancelled while this rental is being set up (on this very thread, so
+        # the shutdown's wait for it cannot end but by its bound)...
+        options = hand.backend.provisioner.options
+        hand.backend.provisioner.options = dataclasses.replace(options, signal_setup_within_s=0)
+        hand.backend.stop_soon()
         hand.backend.shutdown()
         never = threading.Event()  # ...past the rental's last look at its cancel
         return rent(job, offer, never, *rest, **kw)  # type: ignore[arg-type]
