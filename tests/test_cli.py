@@ -382,9 +382,9 @@ def test_usage_errors_exit_2(
     assert message in out + err
 
 
-def test_no_arguments_shows_help_and_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+def test_no_arguments_shows_help_and_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = cli(capsys)
-    assert code == 2
+    assert code == 0  # asking what it can do is not a usage error (issue 28)
     assert "validate" in out + err
     assert "schema" in out + err
 
