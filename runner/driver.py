@@ -46,6 +46,7 @@ from runner.core.outcome import NeedOutcome
 from runner.core.placing import PlacingCore
 from runner.core.rentals import (
     CoreCommand,
+    JobNote,
     ReleaseServer,
     RentFailed,
     RentServer,
@@ -616,12 +617,17 @@ class Driver(Generic[C]):
 
     def _rent(self, cmd: RentServer, now: float) -> None:
         ahead = " ahead of its needs" if cmd.ahead else ""
+        if cmd.hedge_of is not None:
+            ahead = " as a hedge of a late boot"
         self.options.notice(
             f"{cmd.for_job}: renting {cmd.quote.gpu_model or 'a server'} #{cmd.quote.host}"
             f"{ahead} (${cmd.quote.usd_per_hour:.3f}/h, up to ${cmd.worst_case_usd:.2f})"
         )
         # Not joined at the end: the backend's shutdown cancels rents under way, and waits.
         self._off_loop([], self._rent_off_loop, cmd, self._jobs[cmd.for_job])
+
+    def _job_note(self, cmd: JobNote, now: float) -> None:
+        self.options.notice(f"{cmd.job_id}: {cmd.text}")
 
     def _release(self, cmd: ReleaseServer, now: float) -> None:
         """Give a server back off the loop; at the end of a run, or once it is cancelled, the
@@ -666,6 +672,7 @@ class Driver(Generic[C]):
 _RECORD: dict[type[Any], Callable[[Driver[Any], Any, float], Callable[[], None] | None]] = {
     StartOn: Driver._start_on,
     RentServer: Driver._rent,
+    JobNote: Driver._job_note,
     ReleaseServer: Driver._release,
     KillAttempt: Driver._kill,
     SetTimer: Driver._set_timer,

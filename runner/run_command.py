@@ -6,7 +6,6 @@ Kept apart from cli.py so the flag parsing stays thin and this stays testable.
 from __future__ import annotations
 
 import dataclasses
-import fcntl
 import os
 import shutil
 import signal
@@ -27,12 +26,13 @@ from runner.core import graph
 from runner.core.model import WORKSPACE_ALL, Job, Pipeline, RunRecord, RunStatus
 from runner.core.retry import backoff_s
 from runner.errors import UsageError
+from runner.file_lock import hold_lock
 from runner.pipeline_run import PipelineRun, RunSettings, new_run_id
-from runner.report import ReportPaths, github_actions, write_reports
+from runner.report import REPORT_FILES, ReportPaths, github_actions, write_reports
 from runner.spec.diagnostics import Diagnostic, SpecError, did_you_mean
 from runner.workspace import Workspace, workspace_files
 
-_OUTPUTS = ("logs", "artifacts", "junit.xml", "summary.json", "summary.md")
+_OUTPUTS = ("logs", "artifacts", *REPORT_FILES)
 LOCK_NAME = ".clore-run.lock"  # in every output folder clore-run wrote: it is ours
 EXIT_CODES = {
     RunStatus.PASSED: 0,
@@ -121,20 +121,13 @@ def output_folder(out_dir: Path) -> Iterator[None]:
             f"--out {out_dir}: it already holds {', '.join(foreign)}, not written by clore-run",
             "choose an empty folder or a previous clore-run output folder",
         )
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        lock = lock_path.open("a+")
-    except OSError as exc:
-        raise UsageError(
+    lock = hold_lock(
+        lock_path,
+        lambda exc: UsageError(
             f"--out {out_dir}: cannot write there ({exc.strerror})", "choose a writable folder"
-        ) from None
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        lock.close()
-        raise UsageError(
-            f"--out {out_dir}: another clore-run is writing there", "use another --out"
-        ) from None
+        ),
+        UsageError(f"--out {out_dir}: another clore-run is writing there", "use another --out"),
+    )
     try:
         for stale in ("logs", "artifacts"):
             shutil.rmtree(out_dir / stale, ignore_errors=True)

@@ -415,6 +415,19 @@ def test_an_out_folder_of_the_users_is_refused_not_emptied(tmp_path: Path) -> No
     assert (mine / "logs" / "keep.txt").read_text() == "precious"
 
 
+def test_a_folder_holding_any_report_s_name_is_refused(tmp_path: Path) -> None:
+    """Every file the reports write counts, timeline.svg too (run's list had left it out)."""
+    from runner.report import REPORT_FILES
+
+    for name in REPORT_FILES:
+        mine = tmp_path / name.replace(".", "-")
+        mine.mkdir()
+        (mine / name).write_text("mine")
+        with pytest.raises(UsageError, match=f"already holds {name}, not written by clore-run"):
+            run(tmp_path, "jobs:\n  a: {run: 'true'}\n", out_dir=mine)
+        assert (mine / name).read_text() == "mine"
+
+
 def test_a_previous_clore_run_folder_is_reused_and_cleaned(tmp_path: Path) -> None:
     run(tmp_path, "jobs:\n  old: {run: 'true'}\n")
     run(tmp_path, "jobs:\n  new: {run: 'true'}\n")

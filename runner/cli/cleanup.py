@@ -161,6 +161,9 @@ def _reap(
             for name in pools.names():
                 usage = pools.usage(name)
                 typer.echo(f"pool {name}: {usage.expired_holders} expired holder(s) to reap")
+            for lease in pools.live_leases():
+                if lease.unsettled:
+                    typer.echo(_live_line(lease))
             return
         reaper = f"cleanup@{socket.gethostname()}:{os.getpid()}"
         with open_ledger(ledger_url) as ledger:
@@ -184,6 +187,18 @@ def _reap(
             f"--coordinator URL` again in {again_s:.0f} s, or with --wait"
         )
     typer.echo("pool leases: nothing (more) to reap")
+
+
+def _live_line(held: HeldLease) -> str:
+    """What a cleanup would do with a live lease that holds servers (a dry run)."""
+    alive = liveness.state(liveness.Holder.parse(held.owner))
+    if alive is False:
+        what = "its process is gone: would reap it at once"
+    elif alive:
+        what = "its process runs on this host: left alone"
+    else:
+        what = f"its lease is live for {held.expires_in_s:.0f} s more: not reaped before that"
+    return f"{held.holder} (pool {held.pool}) holds {held.unsettled} server(s); {what}"
 
 
 def _reap_runners(make_client: ClientFactory, dry_run: bool) -> None:

@@ -24,6 +24,7 @@ from runner.errors import CloreRunError, UsageError
 from runner.gh_runner.wiring import TOKEN_ENV, Wiring
 
 if TYPE_CHECKING:
+    from runner.core.hosts import HostMemory
     from runner.gh_runner.github import RunnerApi, Scope
     from runner.gh_runner.record import RunnerRecord
     from runner.gh_runner.remote import RunnerPackage
@@ -151,6 +152,7 @@ def _do_start(
                 github=wiring.github(token, scope, wiring.env),
                 currency=currency,
                 options=wiring.options(),
+                memory=_memory(ledger_path, typer.echo),
             )
             with _cancel_on_signals() as cancel:
                 record = start_runners(request, tools, cancel, typer.echo)
@@ -162,6 +164,16 @@ def _do_start(
     for rental in record.runners:
         typer.echo(f"label: {rental.label}")
     typer.echo(f"record: {record_file} (give it to `clore-run runner stop --record`)")
+
+
+def _memory(ledger_path: str | Path, say: Callable[[str], None]) -> HostMemory:
+    """The host history beside the ledger, as `run` reads it (empty when there is none)."""
+    from runner.stores.hosts import hosts_target, read_memory
+
+    memory, note = read_memory(hosts_target(ledger_path))
+    if note:
+        say(f"note: {note}")
+    return memory
 
 
 def _stop_command(wiring: Wiring) -> Callable[..., None]:

@@ -132,7 +132,16 @@ class ReleaseServer:
     rented: bool = True
 
 
-ServerCommand = RentServer | StartOn | ReleaseServer
+@dataclass(frozen=True)
+class JobNote:
+    """Something about a job's servers a person should be told (a slow boot that got no
+    hedge, and why); it changes nothing."""
+
+    job_id: str
+    text: str
+
+
+ServerCommand = RentServer | StartOn | ReleaseServer | JobNote
 CoreCommand = Command | ServerCommand  # what the core with servers answers
 
 # -- events: the adapter tells the core that ... ------------------------------------------------

@@ -61,6 +61,7 @@ from runner.core.outcome import (
     need_outcome,
     skip_reason,
 )
+from runner.core.ranks import Key, Ranked, raise_ranks
 from runner.core.retry import RETRY_TABLE, backoff_s, should_retry
 
 
@@ -104,7 +105,6 @@ class Entry:
         return item if isinstance(item, Entry) else cls(item, item.index)
 
 
-Key = tuple[int, float, int]
 _NO_OUTCOMES: Mapping[str, NeedOutcome] = MappingProxyType({})  # a job without needs hears none
 _Work = tuple[str, JobStatus | None, str]  # (job, status to settle with or None: decide, reason)
 
@@ -357,21 +357,19 @@ class Scheduler:
         return slot
 
     def _make_raises(self) -> None:
-        """New dependents may lengthen the critical paths of older jobs they need: raise
-        those ranks, and up through their needs. The newest add's first: an older add's walk
-        then stops where the ranks are already at least what it would make them."""
-        stack, self._raises = self._raises, []
-        slots, ready = self._slots, self._ready
-        while stack:
-            job_id, below = stack.pop()
-            slot = slots[job_id]
-            rank_here = slot.job.duration_hint_s + below
-            if rank_here <= -slot.key[1]:
-                continue
-            slot.key = (slot.key[0], -rank_here, slot.key[2])
-            if slot.phase is Phase.READY:  # the old heap entry goes stale: skipped when popped
-                heapq.heappush(ready, (slot.key, job_id))
-            stack.extend((n, rank_here) for n in slot.job.needs if n in slots)
+        """Raise the ranks of older jobs that new dependents lengthen (runner/core/ranks.py):
+        a ready job is pushed again under its new key; its old heap entry goes stale and is
+        skipped when popped."""
+        raises, self._raises = self._raises, []
+        raise_ranks(raises, self._slots.get, self._held_needs, self._ready_again)
+
+    def _held_needs(self, slot: Ranked) -> list[str]:
+        return [n for n in slot.job.needs if n in self._slots]
+
+    def _ready_again(self, job_id: str, slot: Ranked) -> None:
+        assert isinstance(slot, _Slot)
+        if slot.phase is Phase.READY:
+            heapq.heappush(self._ready, (slot.key, job_id))
 
     # -- events ----------------------------------------------------------------------------
 

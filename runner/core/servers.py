@@ -27,14 +27,17 @@ import math
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from runner.core import graph, money
+from runner.core import graph
+from runner.core.budget import DAY_S, Budget
 from runner.core.events import SetTimer
 from runner.core.hedge import NO_HEDGE, HedgePolicy
 from runner.core.model import FailureKind, Job
 from runner.core.money import usd_text
+from runner.core.ranks import Key, Ranked, raise_ranks
 from runner.core.rentals import (
     BootTimes,
     CoreCommand,
+    JobNote,
     Market,
     NoMarket,
     Provisioning,
@@ -57,9 +60,9 @@ MAX_OFFERS_PER_ATTEMPT = 5  # hosts tried for one attempt before it fails as pro
 _EPS_S = 1e-6
 _AFTER_TIE_S = 1e-3
 TIMER = "servers"  # the first element of every timer token the book asks for
-HEDGE_AGAIN_S = 30.0  # a late boot rented ahead is looked at again this often, for its job
-
-Key = tuple[int, float, int]
+# A late boot that cannot be hedged yet (its job not ready, or its hedge still booting) is
+# looked at again this often: a hedge that fails leaves a boot to hedge again at once.
+HEDGE_AGAIN_S = 10.0
 
 
 @dataclass(slots=True)  # slots: its fields are read on every decision
@@ -83,7 +86,6 @@ class _Server:
     # unless the two swap (`ServerBook._may_take`).
     rented_for: str | None = None
     last_job: str | None = None
-    reserved_until: float = 0.0  # the budget holds its cost up to here
     idle_since: float = 0.0  # when its last job ended (or it came up)
 
     @property
@@ -168,7 +170,7 @@ class ServerBook:
         if cap < 1:
             raise ValueError("cap must be at least 1")
         self.cap = cap
-        self.budget_usd = budget_usd
+        self.budget = Budget(budget_usd)  # the only place money is reserved
         self.provisioning = provisioning
         self.boot = boot or BootTimes()
         self._market: Market = market or NoMarket()
@@ -206,14 +208,10 @@ class ServerBook:
         self.forgive_after_s: float | None = None
         self._excluded_at: dict[str, float] = {}  # in the order they were excluded
         self._why: dict[str, str] = {}  # waiting jobs: what they wait for, when known
-        # Given back, its final figure not heard yet: quote, cost counted (a queue server runs
-        # for months: each goes once its ServerReleased settles it).
-        self._booked: dict[int, tuple[Quote, float]] = {}
         # Given back, the release not confirmed yet: server -> host. Its host is not rented
         # again until it is: a create sent sooner finds the server still rented (Clore's
         # server-already-rented), and the host would be blamed for our own order.
         self._releasing: dict[int, str] = {}
-        self._spent_usd = 0.0
         self._cancelled = False
         self._look: set[int] = set()  # servers whose keep-or-give-back is to be decided
         self._out: list[CoreCommand] = []
@@ -225,18 +223,15 @@ class ServerBook:
         self.stop_reason: str | None = None
         # A budget that renews each UTC day (serve's daily limit): a job over what is left
         # waits for the next day instead of failing, unless it is over a whole day's.
-        self._day: int | None = None
         self._day_timer: int | None = None  # the day the book last asked to be woken on
         self._hold_until = -math.inf  # place and rent nothing before this (serve's holds)
         # A fatal rent failure cancels the run; a queue server holds its starts instead.
         self.stop_on_fatal = True
-        # Hedged boots (runner/core/hedge.py): each boot and its hedge, both ways; the boots
-        # whose hedge timer came due; and why a slow boot got no hedge, (job, words), for the
-        # driver to say.
+        # Hedged boots (runner/core/hedge.py): each boot and its hedge, both ways, and the
+        # boots whose hedge timer came due.
         self.hedge = hedge
         self._pairs: dict[int, int] = {}
         self._hedge_due: list[int] = []
-        self.hedge_notes: list[tuple[str, str]] = []
         for quote in fixed_hosts:
             server = _Server(next(self._next_server), quote, False, now, ready_at=now)
             self._servers[server.id] = server
@@ -296,43 +291,31 @@ class ServerBook:
                 self._needs_known(job.id, now)
 
     def _make_raises(self) -> None:
-        """New dependents lengthen the remaining paths of older jobs they need: raise those
-        ranks in place, and up through their needs (a work list). A waiting job is queued
-        again under its new key, its old entry made stale by a new sequence number.
+        """Raise the ranks of older jobs that new dependents lengthen (runner/core/ranks.py).
+        A waiting job is queued again under its new key, its old entry made stale by a new
+        sequence number.
 
         Only the keys of waiting and due jobs are read, so the raises wait while no job
         waits (serve adds a chain a job at a time while its head runs), and are made before
-        a job waits, a due one is ordered or a job settles. The newest first: the walks of
-        older adds then stop at once, so a chain is walked once, not once per job. The
-        ranks come out the same in any order (each is the largest of its duration plus a
-        dependent's rank), and with no job waiting none is queued, so the sequence numbers
-        are the same too."""
-        known, waiting = self._jobs, self._waiting
-        stack, self._raises = self._raises, []
-        push = stack.append
-        while stack:
-            job_id, below = stack.pop()
-            record = known[job_id]
-            if record.settled:
-                continue  # it wants no server: its rank orders nothing
-            key = record.key
-            rank_here = record.job.duration_hint_s + below
-            if rank_here <= -key[1]:
-                continue
-            record.key = key = (key[0], -rank_here, key[2])
-            want = waiting.get(job_id)
-            if want is not None:
-                want.seq = next(self._seq)
-                heapq.heappush(self._queue, (key, want.seq, job_id))
-            for need in record.needs:
-                push((need, rank_here))
+        a job waits, a due one is ordered or a job settles. With no job waiting none is
+        queued, so the sequence numbers come out the same in any order too."""
+        raises, self._raises = self._raises, []
+        raise_ranks(raises, self._unsettled, _held_needs_of, self._queue_again)
+
+    def _unsettled(self, job_id: str) -> _Known | None:
+        record = self._jobs[job_id]
+        return None if record.settled else record  # a settled job's rank orders nothing
+
+    def _queue_again(self, job_id: str, record: Ranked) -> None:
+        if job_id in self._waiting:
+            assert isinstance(record, _Known)
+            record.seq = next(self._seq)
+            heapq.heappush(self._queue, (record.key, record.seq, job_id))
 
     def budget_per_day(self, limit_usd: float, spent_today_usd: float, now: float) -> None:
         """The budget renews each UTC day: `limit_usd` a day, `spent_today_usd` of it gone.
         A server held across midnight counts whole against the new day (a worst case)."""
-        self.budget_usd = limit_usd
-        self._day = _day_of(now)
-        self._spent_usd = spent_today_usd
+        self.budget.per_day(limit_usd, spent_today_usd, now)
         self._dirty = True
 
     def hold(self, until: float) -> None:
@@ -457,7 +440,7 @@ class ServerBook:
         server = self._servers.get(event.server)
         if isinstance(event, ServerReleased):
             self._releasing.pop(event.server, None)
-            self._settle_cost(event)
+            self.budget.settle(event.server, event.cost_usd)
         elif server is None:
             return  # already given back: a late report
         elif isinstance(event, ServerReady):
@@ -499,21 +482,21 @@ class ServerBook:
     # -- reading ---------------------------------------------------------------------------
 
     @property
+    def budget_usd(self) -> float | None:
+        return self.budget.limit_usd
+
+    @property
     def spent_usd(self) -> float:
         """What the servers given back (and failed rents) cost."""
-        return self._spent_usd
+        return self.budget.spent_usd
 
     def cost_usd(self, now: float) -> float:
         """Spent, plus what the servers held have cost so far."""
-        held = sum(self._cost_so_far(s, now) for s in self._rented.values())
-        return self._spent_usd + held
+        return self.budget.cost_usd(now)
 
     def committed_usd(self, now: float) -> float:
         """Spent, plus the reservation (or the cost so far, if more) of every server held."""
-        if not self._rented:
-            return self._spent_usd
-        held = sum(self._committed(s, now) for s in self._rented.values())
-        return self._spent_usd + held
+        return self.budget.committed_usd(now)
 
     def servers(self) -> list[ServerView]:
         return [
@@ -579,7 +562,7 @@ class ServerBook:
         if why == "cap":
             return f"waiting for a server: {len(self._servers)} of {self.cap} held (the cap)"
         if why == "budget":
-            daily = " today" if self._day is not None else ""
+            daily = " today" if self.budget.day is not None else ""
             return f"waiting for a server: the budget{daily} cannot hold its worst case yet"
         if why == "release":
             return "waiting for a server being given back to be released"
@@ -614,8 +597,7 @@ class ServerBook:
             return self._flush()
         if self._why:
             self._why.clear()  # each decision says afresh what a job waits for
-        if self._day is not None and _day_of(now) > self._day:
-            self._new_day(now)
+        self.budget.new_day_if_due(now)
         if self._excluded_at:
             self._forgive(now)
         held_back = now < self._hold_until
@@ -732,7 +714,7 @@ class ServerBook:
     def _start(self, job_id: str, server: _Server, now: float) -> bool:
         want = self._waiting[job_id]
         until = now + want.timeout_s + AFTER_SCRIPT_S
-        if server.rented and not self._extend(server, until, now):
+        if server.rented and not self.budget.extend(server.id, until, now):
             self._why[job_id] = "budget"
             return False
         del self._waiting[job_id]
@@ -841,16 +823,16 @@ class ServerBook:
             return
         hold_s = self.boot.allowance_s + want.timeout_s + AFTER_SCRIPT_S
         cost = rental_cost_usd(quote.usd_per_hour, hold_s, quote.creation_fee_usd)
-        over = self._over_budget(cost, now)
+        over = self.budget.over(cost, now)
         if over > 0:
             self._drop_ahead_rentals(now)
-            over = self._over_budget(cost, now)
+            over = self.budget.over(cost, now)
         if over > 0:
             self._why[job_id] = "budget"
-            if self._day is not None:
+            if self.budget.day is not None:
                 self._wait_for_next_day(job_id, want, quote, hold_s, cost, now)
             elif not any(s.rented for s in self._servers.values()):
-                text = self._budget_text(quote, hold_s, cost, over, now)
+                text = self.budget.refusal(quote, hold_s, cost, over, now)
                 self._fail(job_id, want, FailureKind.UNAVAILABLE, text)
             return
         self._rent(job_id, quote, now + hold_s, cost, now, ahead=False)
@@ -860,22 +842,16 @@ class ServerBook:
         self, job_id: str, want: _Known, quote: Quote, hold_s: float, cost: float, now: float
     ) -> None:
         """A daily budget: the job waits for the next day's, unless a whole day's is short."""
-        assert self._day is not None and self.budget_usd is not None
-        if cost > self.budget_usd + 1e-9:
-            over = cost - self.budget_usd
-            text = self._budget_text(quote, hold_s, cost, over, now)
+        budget = self.budget
+        assert budget.day is not None
+        over = budget.over_a_day(cost)
+        if over > 0:
+            text = budget.refusal(quote, hold_s, cost, over + 1e-9, now)
             self._fail(job_id, want, FailureKind.UNAVAILABLE, f"a day's {text}")
             return
-        if self._day_timer != self._day + 1:  # once a day, for every job waiting so
-            self._day_timer = self._day + 1
-            self._out.append(SetTimer(self._day_timer * _DAY_S, (TIMER, "day", self._day_timer)))
-
-    def _new_day(self, now: float) -> None:
-        """The daily budget renews: what was spent on earlier days no longer counts (what
-        the servers still held cost counts whole, from their create)."""
-        self._day = _day_of(now)
-        self._spent_usd = 0.0
-        self._booked.clear()  # a late figure for an earlier day's order does not count either
+        if self._day_timer != budget.day + 1:  # once a day, for every job waiting so
+            self._day_timer = budget.day + 1
+            self._out.append(SetTimer(self._day_timer * DAY_S, (TIMER, "day", self._day_timer)))
 
     def _none_left(self, job_id: str, want: _Known) -> None:
         """No offer fits the job (any more): say why, and which hosts failed it before."""
@@ -895,24 +871,12 @@ class ServerBook:
             if server.rented and server.job is None and ahead and server.kept_for is None:
                 self._release(server, now, "its money is needed by a job that is ready")
 
-    def _budget_text(
-        self, quote: Quote, hold_s: float, cost: float, over: float, now: float
-    ) -> str:
-        fee = f" with the {quote.fee_rate * 100:g} % renter fee" if quote.fee_rate else ""
-        creation = quote.creation_fee_usd if money.creation_fee_charged(hold_s) else 0.0
-        return (
-            f"budget {usd_text(self.budget_usd or 0)} would be exceeded by {usd_text(over)}: "
-            f"committed {usd_text(self.committed_usd(now))} + this rental's worst case "
-            f"{usd_text(cost)} (${quote.usd_per_hour:.4f}/h{fee} x {hold_s / 3600:.2f} h: "
-            f"start-up, the job's timeout and fetching its files"
-            f"{f', + {usd_text(creation)} creation fee' if creation else ''})"
-        )
-
     def _rent(
         self, job_id: str, quote: Quote, until: float, cost: float, now: float, ahead: bool
     ) -> None:
-        server = _Server(next(self._next_server), quote, True, now, reserved_until=until)
+        server = _Server(next(self._next_server), quote, True, now)
         server.rented_for = job_id
+        self.budget.reserve(server.id, quote, now, until)
         self._servers[server.id] = server
         self._rented[server.id] = server
         self._claim(job_id, server)
@@ -930,7 +894,10 @@ class ServerBook:
     def _hedge_after(self, server: _Server) -> float:
         q = server.quote
         expected = q.boot_s if q.boot_s is not None else self.boot.expected_s
-        return self.hedge.after_s(expected, q.fail_chance or 0.0, self.boot.allowance_s)
+        record = self._jobs.get(server.claim or "")
+        own = record.job.boot_timeout_s if record is not None else None  # the job's own bound
+        bound_s = own if own is not None else self.boot.allowance_s
+        return self.hedge.after_s(expected, q.fail_chance or 0.0, bound_s)
 
     def _hedge_boots(self, now: float) -> None:
         """Each boot due and still booting for a waiting job gets a second fitting host, if
@@ -958,18 +925,22 @@ class ServerBook:
             why = "no other host fits" if quote is None else None
         hold_s = self.boot.allowance_s + want.timeout_s + AFTER_SCRIPT_S
         cost = rental_cost_usd(quote.usd_per_hour, hold_s, quote.creation_fee_usd) if quote else 0
-        if quote is not None and self._over_budget(cost, now) > 0:
+        if quote is not None and self.budget.over(cost, now) > 0:
             why = f"the budget cannot hold a second boot's worst case ({usd_text(cost)})"
         if why is not None or quote is None:
             late = now - server.since
             said = f"no hedge for the boot of {_label(server.quote)} ({late:.0f} s so far): {why}"
-            self.hedge_notes.append((job_id, said))
+            self._out.append(JobNote(job_id, said))
             return
-        hedge = _Server(next(self._next_server), quote, True, now, reserved_until=now + hold_s)
+        hedge = _Server(next(self._next_server), quote, True, now)
+        self.budget.reserve(hedge.id, quote, now, now + hold_s)
         hedge.claim = job_id  # meant for the job, as its boot is; the job's claim stays there
         self._servers[hedge.id] = self._rented[hedge.id] = hedge
         self._pairs[hedge.id], self._pairs[server.id] = server.id, hedge.id
         self._out.append(RentServer(hedge.id, quote, job_id, cost, hedge_of=server.id))
+        slow = f"the boot of {_label(server.quote)} runs late ({now - server.since:.0f} s)"
+        said = f"{slow}: renting {_label(quote)} beside it; the first to answer SSH runs it"
+        self._out.append(JobNote(job_id, said))
         self._hedge_timer(hedge)
 
     def _hedge_won(self, server: _Server, now: float) -> None:
@@ -1000,6 +971,7 @@ class ServerBook:
         if other is not None and job_id is not None and other.claim == job_id:
             self._claims[job_id] = other_id
             server.claim = None
+            self._hedge_due.append(other_id)  # alone now: hedged at once if it runs late
 
     # -- renting ahead ---------------------------------------------------------------------
 
@@ -1075,7 +1047,7 @@ class ServerBook:
         wait_s = max(self.boot.allowance_s, worst_ready - now)
         hold_s = wait_s + job.timeout_s + AFTER_SCRIPT_S
         cost = rental_cost_usd(quote.usd_per_hour, hold_s, quote.creation_fee_usd)
-        if self._over_budget(cost, now) > 0:
+        if self.budget.over(cost, now) > 0:
             return  # ahead is a convenience: it never takes money a ready job may need
         self._rent(job_id, quote, now + hold_s, cost, now, ahead=True)
         self._plan_end(
@@ -1225,7 +1197,7 @@ class ServerBook:
             soon = next(waiting, None) or self._wanted_soon(server, until)
         if soon is None:
             self._release(server, now, "no job waiting can use it within a boot")
-        elif server.ready_at is not None and not self._extend(server, until, now):
+        elif server.ready_at is not None and not self.budget.extend(server.id, until, now):
             self._release(server, now, "keeping it for the next job would pass the budget")
         else:
             self._look_at(server, until)
@@ -1271,11 +1243,9 @@ class ServerBook:
         for job_id in (server.claim, *server.after):
             if job_id is not None:
                 self._claims.pop(job_id, None)
-        cost = self._cost_so_far(server, now) if server.rented else 0.0
-        self._booked[server.id] = (server.quote, cost)
         if server.rented:
+            self.budget.given_back(server.id, now)
             self._releasing[server.id] = server.quote.host
-        self._spent_usd += cost
         self._due.update(self._starved)
         self._starved.clear()
         self._out.append(ReleaseServer(server.id, reason, server.rented))
@@ -1314,7 +1284,7 @@ class ServerBook:
         self._forget(server)
         if not (event.job_cannot_run or event.fatal or event.requote):  # the host's own fault
             self._exclude(server.quote.host, now)
-        self._spent_usd += event.cost_usd  # the adapter's own figure: nothing to settle later
+        self.budget.rent_failed(server.id, event.cost_usd)
         job_id = server.claim
         for meant in (server.claim, *server.after):
             if meant is not None:
@@ -1339,47 +1309,15 @@ class ServerBook:
             message = f"{MAX_OFFERS_PER_ATTEMPT} offers failed to start; last: {event.reason}"
             self._fail(job_id, want, FailureKind.PROVISIONING_FAILED, message)
 
-    def _settle_cost(self, event: ServerReleased) -> None:
-        booked = self._booked.pop(event.server, None)
-        if booked is None or event.cost_usd is None:
-            return  # (no figure: the estimate counted stays)
-        self._spent_usd += event.cost_usd - booked[1]
-
     def _fail(self, job_id: str, want: _Known, kind: FailureKind, message: str) -> None:
         del self._waiting[job_id]
         self._unclaim(job_id)
         self.unplaceable.append(Unplaceable(job_id, want.attempt, kind, message))
 
-    # -- money -----------------------------------------------------------------------------
 
-    def _cost_so_far(self, server: _Server, now: float) -> float:
-        q = server.quote
-        return rental_cost_usd(q.usd_per_hour, now - server.since, q.creation_fee_usd)
-
-    def _committed(self, server: _Server, now: float) -> float:
-        q = server.quote
-        reserved = rental_cost_usd(
-            q.usd_per_hour, server.reserved_until - server.since, q.creation_fee_usd
-        )
-        return max(reserved, self._cost_so_far(server, now))
-
-    def _over_budget(self, extra_usd: float, now: float) -> float:
-        """How far `extra_usd` more would go over the budget (<= 0: it fits)."""
-        if self.budget_usd is None:
-            return 0.0
-        return self.committed_usd(now) + extra_usd - self.budget_usd - 1e-9
-
-    def _extend(self, server: _Server, until: float, now: float) -> bool:
-        """Reserve money for holding `server` up to `until`; False if the budget cannot."""
-        if until <= server.reserved_until:
-            return True
-        q = server.quote
-        before = self._committed(server, now)
-        after = rental_cost_usd(q.usd_per_hour, until - server.since, q.creation_fee_usd)
-        if self._over_budget(max(0.0, after - before), now) > 0:
-            return False
-        server.reserved_until = until
-        return True
+def _held_needs_of(record: Ranked) -> tuple[str, ...]:
+    assert isinstance(record, _Known)
+    return record.needs
 
 
 def _held_needs(job: Job, fresh: Mapping[str, Job]) -> tuple[str, ...]:
@@ -1398,14 +1336,6 @@ def _by_id(server: _Server) -> int:
     return server.id
 
 
-_DAY_S = 86_400
-
-
 def _label(quote: Quote) -> str:
     gpus = quote.gpu_model if quote.gpu_count <= 1 else f"{quote.gpu_count}x {quote.gpu_model}"
     return f"{gpus or 'server'} #{quote.host}"
-
-
-def _day_of(now: float) -> int:
-    """The UTC day `now` falls in (days since 1970-01-01; Unix time has no leap seconds)."""
-    return int(now // _DAY_S)

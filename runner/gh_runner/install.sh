@@ -44,38 +44,49 @@ mkdir -p runner
 tar -xzf runner.tar.gz -C runner || fail "cannot unpack $url"
 rm -f runner.tar.gz
 
-# A non-root user when the image can make one; the runner refuses root without
-# RUNNER_ALLOW_RUNASROOT (images with only root keep it).
+# A non-root user when the image can make one and has sudo (jobs expect passwordless sudo, as on
+# GitHub's runners: without it `apt-get` in a job would fail); otherwise root, which the runner
+# refuses without RUNNER_ALLOW_RUNASROOT. A non-root runner lives in its own home: root's
+# (where this folder is) is not open to it.
+sudoers=${CLORE_RUNNER_SUDOERS_DIR:-/etc/sudoers.d} # a test seam; the server's own otherwise
 if [[ "$user" == auto ]]; then
     if [[ "$(id -u)" != 0 ]]; then
         user=$(id -un)
-    elif command -v useradd >/dev/null 2>&1; then
+    elif command -v useradd >/dev/null 2>&1 && command -v sudo >/dev/null 2>&1; then
         user=runner
     else
         user=root
     fi
 fi
 run_as=()
+runner_dir="$dir/runner"
 if [[ "$user" == root || "$(id -u)" != 0 ]]; then
     export RUNNER_ALLOW_RUNASROOT=1
 else
     id -u "$user" >/dev/null 2>&1 || useradd --create-home --shell /bin/bash "$user"
-    if [[ -d /etc/sudoers.d ]]; then # jobs expect passwordless sudo, as on GitHub's runners
-        echo "$user ALL=(ALL) NOPASSWD:ALL" >/etc/sudoers.d/clore-runner
-        chmod 0440 /etc/sudoers.d/clore-runner
+    if [[ -d "$sudoers" ]]; then
+        echo "$user ALL=(ALL) NOPASSWD:ALL" >"$sudoers/clore-runner"
+        chmod 0440 "$sudoers/clore-runner"
     fi
-    chown -R "$user" "$dir"
-    chmod 0755 "$dir"
+    home=$(getent passwd "$user" | cut -d: -f6)
+    [[ -n "$home" && -d "$home" ]] || fail "user $user has no home folder"
+    runner_dir="$home/clore-runner/${dir##*/}"
+    mkdir -p "$runner_dir"
+    rm -rf "$runner_dir/runner"
+    mv runner "$runner_dir/"
+    runner_dir="$runner_dir/runner"
+    chown -R "$user" "$home/clore-runner"
     run_as=(runuser -u "$user" --)
 fi
-if [[ "$(id -u)" == 0 && -x runner/bin/installdependencies.sh ]]; then
-    runner/bin/installdependencies.sh >install-deps.log 2>&1 || echo "install: dependencies: see $dir/install-deps.log" >&2
+if [[ "$(id -u)" == 0 && -x "$runner_dir/bin/installdependencies.sh" ]]; then
+    "$runner_dir/bin/installdependencies.sh" >install-deps.log 2>&1 ||
+        echo "install: dependencies: see $dir/install-deps.log" >&2
 fi
 
 IFS= read -r ACTIONS_RUNNER_INPUT_JITCONFIG <.jitconfig || true
 export ACTIONS_RUNNER_INPUT_JITCONFIG
 rm -f .jitconfig
-cd runner
+cd "$runner_dir"
 setsid "${run_as[@]}" timeout -k 30 "$limit_s" ./run.sh >"$dir/runner.log" 2>&1 </dev/null &
 echo "$!" >"$dir/runner.pid"
 unset ACTIONS_RUNNER_INPUT_JITCONFIG

@@ -15,7 +15,7 @@ from pathlib import Path
 import requests
 
 from runner.gh_runner.record import ARTIFACT_PREFIX, RunnerRecord
-from runner.gh_runner.report import runners_markdown, total_usd
+from runner.gh_runner.report import runners_markdown, started_markdown, total_usd
 from runner.gh_runner.stop import Stopped
 from runner.report.comment import api_url, is_fork_pr, load_event, pr_number, upsert_section
 from runner.report.comment_post import Http
@@ -41,7 +41,11 @@ def write_record(record: RunnerRecord, path: Path) -> None:
 
 
 def publish_start(record: RunnerRecord, record_path: Path, env: Mapping[str, str]) -> None:
-    if not is_active(env) or not env.get("GITHUB_OUTPUT"):
+    if not is_active(env):
+        return
+    if env.get("GITHUB_STEP_SUMMARY"):
+        append_step_summary(Path(env["GITHUB_STEP_SUMMARY"]), started_markdown(record))
+    if not env.get("GITHUB_OUTPUT"):
         return
     write_outputs(
         Path(env["GITHUB_OUTPUT"]),

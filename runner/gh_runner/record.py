@@ -31,9 +31,11 @@ class _Strict(BaseModel):
 class RunnerRental(_Strict):
     """One runner on one rented server."""
 
-    label: str = Field(min_length=1)  # what the user's job puts in `runs-on`
+    # What the user's job puts in `runs-on` (it names an artifact and a folder on the server).
+    label: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
     runner_id: int  # GitHub's id of the JIT registration
-    scope: str  # repos/OWNER/NAME or orgs/ORG: where it is registered
+    # Where it is registered: part of the API paths stop calls with the runner token.
+    scope: str = Field(pattern=r"^(repos/[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+|orgs/[A-Za-z0-9_.-]+)$")
     order_id: int
     server_id: int
     created_unix: int  # the order's `ct` (the API's clock, whole seconds)

@@ -37,7 +37,7 @@ _SAFE_VALUE = re.compile(r"^[^\n\r]*$")
 class RunnerPackage:
     url: str = RUNNER_URL
     sha256: str = RUNNER_SHA256  # empty: not checked (said in the log)
-    user: str = "auto"  # auto: a non-root `runner` user when the image can make one
+    user: str = "auto"  # auto: a non-root `runner` (with sudo) when the image has useradd + sudo
 
 
 def install_script() -> bytes:

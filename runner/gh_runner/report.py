@@ -6,8 +6,10 @@ Server names come from the marketplace (untrusted): escaped as every report esca
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime, timezone
 
 from runner.core.money import usd_text
+from runner.gh_runner.record import RunnerRecord
 from runner.gh_runner.stop import Stopped
 from runner.report.markdown import cell, duration, money, rate, remote
 
@@ -59,3 +61,16 @@ def _cost(s: Stopped) -> str:
         f"{money(cost.renter_fee_usd)} + creation {money(cost.creation_fee_usd)})"
     )
     return parts + (" estimated: no spend from the API" if s.released.estimated else "")
+
+
+def started_markdown(record: RunnerRecord) -> str:
+    """What `start` rented: each runner's label, server, price and cap."""
+    rows = ["| runner | server | price | capped at |", "|---|---|---|---|"]
+    for r in record.runners:
+        cap = datetime.fromtimestamp(r.cap_unix, tz=timezone.utc).strftime("%H:%M UTC")
+        rows.append(
+            f"| `{cell(r.label)}` | #{r.server_id} {remote(r.gpus)} | {rate(r.usd_per_hour)}/h "
+            f"| {cap} |"
+        )
+    note = "Renter fee included. `runner-stop` gives the servers back and says what they cost."
+    return "\n".join([f"### {TITLE}: started", "", *rows, "", note, ""])

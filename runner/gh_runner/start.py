@@ -41,6 +41,7 @@ from runner.backends.clore.provision import (
 from runner.backends.ssh.keys import ClientKey, HostKeyStore
 from runner.clock import Clock
 from runner.core import money
+from runner.core.hosts import HostMemory
 from runner.core.model import GpuAsk, Job
 from runner.errors import InfrastructureError, JobCannotRun
 from runner.gh_runner.github import DEFAULT_GROUP_ID, Registration, RunnerApi
@@ -87,6 +88,9 @@ class StartTools:
     github: RunnerApi
     currency: str
     options: ProvisionOptions = field(default_factory=ProvisionOptions)
+    # What past runs saw of each host (hosts.db beside the ledger): hosts that failed lately
+    # are skipped, the rest ranked by expected cost. None: by price and reliability alone.
+    memory: HostMemory | None = None
 
 
 Say = Callable[[str], None]
@@ -142,14 +146,14 @@ def start_runners(
 ) -> RunnerRecord:
     """Rent, register and start `request.runners` runners; the record of them all."""
     provisioner = Provisioner(
-        tools.client,
-        tools.ledger,
-        request.run_id,
-        tools.key,
-        tools.host_keys,
-        tools.clock,
-        tools.currency,
-        tools.options,
+        client=tools.client,
+        ledger=tools.ledger,
+        run_id=request.run_id,
+        key=tools.key,
+        host_keys=tools.host_keys,
+        clock=tools.clock,
+        currency=tools.currency,
+        options=tools.options,
     )
     offers = _ranked_offers(provisioner, tools, request)
     shared = _Shared(request.budget_usd)
@@ -159,10 +163,10 @@ def start_runners(
             pool.submit(_start_one, s, request, tools, provisioner, offers, shared, cancel, say)
             for s in started
         ]
-        done, _ = wait(futures, return_when=FIRST_EXCEPTION)
-        failed = next((f.exception() for f in done if f.exception() is not None), None)
+        failed = _wait_for_all(futures, cancel)
         if failed is not None or cancel.is_set():
             cancel.set()  # the others stop renting; then all of it is given back
+            _abort_installs(started)
             wait(futures)
     if failed is not None or cancel.is_set():
         _undo(started, provisioner, tools, say)
@@ -172,13 +176,34 @@ def start_runners(
     return RunnerRecord(runners=tuple(_rental_of(s, request, tools) for s in started))
 
 
+def _wait_for_all(futures: list[Future[None]], cancel: threading.Event) -> BaseException | None:
+    """Until every runner is started, one failed (its error), or a signal set `cancel`. The
+    wait wakes every second to look at `cancel`: a signal handler can set an event but cannot
+    end another wait, and an install (a download over SSH) may take minutes."""
+    while not cancel.is_set():
+        done, pending = wait(futures, timeout=1.0, return_when=FIRST_EXCEPTION)
+        failed = next((f.exception() for f in done if f.exception() is not None), None)
+        if failed is not None or not pending:
+            return failed
+    return None
+
+
+def _abort_installs(started: list[_Started]) -> None:
+    """Close the connections of installs under way: their `conn.run` ends at once (the
+    servers are given back next, which stops what the installer left running there)."""
+    for s in started:
+        conn = s.rental.conn if s.rental is not None else None
+        if conn is not None:
+            conn.close()
+
+
 def _ranked_offers(
     provisioner: Provisioner, tools: StartTools, request: StartRequest
 ) -> list[Offer]:
     servers = tools.client.marketplace().servers
     rates = provisioner.fees().rates
     offers = offers_from_servers(servers, tools.currency, fees=rates)
-    ranked = matching_offers(offers, request.ask)
+    ranked = matching_offers(offers, request.ask, memory=tools.memory)
     if len(ranked) < request.runners:
         why = (
             explain_no_fit(offers, request.ask, tools.currency)

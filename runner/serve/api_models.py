@@ -30,8 +30,12 @@ class JobSubmission(JobSpec):
         description="Its key; the server id is s<submission>.<id> (default: job).",
     )
     needs: NameList | None = Field(
-        None, description="Server ids of jobs that must finish first, e.g. s7.build."
+        None,
+        description="Server ids of jobs that must finish first, e.g. s7.build "
+        "(409 when the queue holds no such job).",
     )
+    # No `defaults` here: a job submitted alone brings its own script.
+    run: str = Field(description="The script, run by bash -eo pipefail.")
 
 
 _NESTED: dict[str, type[BaseModel]] = {"gpu": GpuSpec, "strategy": Strategy}

@@ -6,7 +6,9 @@ never handed to a worker, so its slot was held by nothing (a full disk did it). 
 batch is written as one transaction and tried again; when the store still refuses it, the
 writes are kept in order to go first with the next batch, `failure` says why meanwhile (for
 /healthz), and an attempt whose start could not be written is told to the service, which ends
-it as an infrastructure failure: recovery after a crash could not know of it.
+it as an infrastructure failure: recovery after a crash could not know of it. The service
+also calls `retry()` on a timer while writes are kept (`on_kept` tells it when), so a store
+that writes again catches up without waiting for a new submission.
 """
 
 from __future__ import annotations
@@ -44,10 +46,12 @@ class KeptJournal:
         inner: Journal,
         on_unrecorded_start: UnrecordedStart = _nobody,
         sleep: Callable[[float], None] = time.sleep,
+        on_kept: Callable[[], None] = lambda: None,
     ) -> None:
         self.inner = inner
         self.on_unrecorded_start = on_unrecorded_start
         self.sleep = sleep
+        self.on_kept = on_kept  # writes are kept: call retry() later
         self.failure: str | None = None  # the store's last refusal, until a write lands
         self._batch: list[tuple[Write, tuple[str, int] | None]] | None = None
         self._kept: list[Write] = []
@@ -92,12 +96,21 @@ class KeptJournal:
         else:
             self._flush([(write, start)])
 
-    def _flush(self, writes: list[tuple[Write, tuple[str, int] | None]]) -> None:
+    def retry(self) -> None:
+        """Try the kept writes once more (on the thread that writes the rest)."""
+        if self._kept and self._batch is None:
+            self._flush([], waits_s=())
+
+    def _flush(
+        self,
+        writes: list[tuple[Write, tuple[str, int] | None]],
+        waits_s: tuple[float, ...] = RETRY_WAITS_S,
+    ) -> None:
         pending = [*self._kept, *(w for w, _ in writes)]
         if not pending:
             return
         refusal = ""
-        for wait_s in (0.0, *RETRY_WAITS_S):
+        for wait_s in (0.0, *waits_s):
             if wait_s:
                 self.sleep(wait_s)
             try:
@@ -115,6 +128,7 @@ class KeptJournal:
             log.error("%s: keeping the changes until it writes again", refusal)
         self.failure = refusal
         self._kept = pending[-MAX_KEPT:]
+        self.on_kept()
         why = f"the queue database cannot record this attempt: {refusal}"
         for _, start in writes:
             if start is not None:

@@ -88,6 +88,7 @@ class ServiceOptions:
     instance: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     fleet: FleetOptions = field(default_factory=FleetOptions)  # a shared (PostgreSQL) store
     on_lease_lost: Callable[[str], None] = lambda why: None  # the server must end
+    journal_retry_s: float = 5.0  # writes the store refused are tried again this often
 
 
 @dataclass(frozen=True)
@@ -163,7 +164,8 @@ class Service:
                 self.shared, options.instance, self, options.fleet, options.on_lease_lost
             )
             inner = FencedJournal(self.shared, options.instance, self.fleet.nudge)
-        self.journal = KeptJournal(inner, self._unrecorded_start)
+        self.journal = KeptJournal(inner, self._unrecorded_start, on_kept=self._retry_later)
+        self._retry_timer: threading.Timer | None = None  # loop thread only
         journal = self.journal
         self.placing = self._placing_core()
         self.driver: Driver[PlacingCore] = Driver(
@@ -216,6 +218,8 @@ class Service:
         if self._thread.is_alive():
             self.driver.quit()
             self._thread.join()
+        if self._retry_timer is not None:
+            self._retry_timer.cancel()
         self._hand_over(grace_s)
         self.driver.close()
         try:
@@ -339,6 +343,20 @@ class Service:
         need = core.state(state.needs[0]) if state.needs else None
         need_out = need is not None and need.phase in OUT
         return views.waiting_for(state, need_out, now, self.held_until)
+
+    def _retry_later(self) -> None:
+        """The store refused writes (a full disk): try them again on a timer, so the queue
+        catches up once it writes again, with or without new work. Loop thread."""
+        if self._retry_timer is None or not self._retry_timer.is_alive():
+            self._retry_timer = threading.Timer(
+                self.options.journal_retry_s, self.driver.call, (self._retry_kept,)
+            )
+            self._retry_timer.daemon = True
+            self._retry_timer.start()
+
+    def _retry_kept(self, _now: float) -> None:
+        self._retry_timer = None
+        self.journal.retry()  # refused again: it asks for the next timer
 
     def _unrecorded_start(self, job_id: str, number: int, why: str) -> None:
         # An attempt the store does not know of would be lost to recovery after a crash:

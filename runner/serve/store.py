@@ -42,7 +42,7 @@ SQLITE = QueueDialect(
     day="CAST({} / 86400 AS INTEGER)",
     arrays=False,
 )
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 MIGRATIONS: tuple[tuple[str, ...], ...] = (  # MIGRATIONS[n]: version n -> n + 1; append only
     (
         """CREATE TABLE submissions (
@@ -101,6 +101,9 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (  # MIGRATIONS[n]: version n -> n + 1
             WHERE status IN {tuple(s.value for s in BAD_STATUSES)!r}
             AND NOT coalesce(json_extract(spec, '$.continue_on_error'), 0)""",
     ),
+    # Dashboard sessions logged out before they expire: where every check reads them, so a
+    # kept copy of the cookie stays dead after a restart.
+    ("CREATE TABLE ended_sessions (nonce TEXT PRIMARY KEY, expires REAL NOT NULL)",),
 )
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
@@ -144,6 +147,19 @@ class Store(QueueReads):
     def end_instance(self, token: str, now: float) -> None:
         with self._tx("record the server stop") as db:
             db.execute("UPDATE instances SET stopped_at = ? WHERE token = ?", (now, token))
+
+    # -- dashboard logouts -----------------------------------------------------------------
+
+    def end_session(self, nonce: str, expires: float, now: float) -> None:
+        with self._tx("record a logout") as db:
+            db.execute("DELETE FROM ended_sessions WHERE expires <= ?", (now,))
+            db.execute(
+                "INSERT OR REPLACE INTO ended_sessions (nonce, expires) VALUES (?, ?)",
+                (nonce, expires),
+            )
+
+    def session_ended(self, nonce: str) -> bool:
+        return bool(self._select("SELECT 1 FROM ended_sessions WHERE nonce = ?", (nonce,)))
 
     # -- submissions -----------------------------------------------------------------------
 

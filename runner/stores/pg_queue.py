@@ -142,6 +142,11 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (  # MIGRATIONS[n]: version n -> n + 1
     # A cancel request stays until the job settles; `cancel_seen_by` is the owner that took it
     # (so it is passed on once per owner, and a taker carries out what a dead owner took).
     ("ALTER TABLE queue_jobs ADD COLUMN cancel_seen_by TEXT",),
+    # Dashboard sessions logged out before they expire: every instance's check reads them.
+    (
+        "CREATE TABLE queue_ended_sessions "
+        "(nonce TEXT PRIMARY KEY, expires DOUBLE PRECISION NOT NULL)",
+    ),
 )
 
 # The claimer's lease runs: one woken from a freeze past its ttl claims nothing (in the moment
@@ -241,6 +246,22 @@ class PostgresQueue(QueueReads):
             return cursor.rowcount
 
         return self._lease.run(ttl_s, "renew the server's lease", beat) == 1
+
+    def end_session(self, nonce: str, expires: float, now: float) -> None:
+        """A dashboard logout, for every instance (expired ones are dropped on the way)."""
+
+        def end(conn: Conn) -> None:
+            conn.execute("DELETE FROM queue_ended_sessions WHERE expires <= %s", (now,))
+            conn.execute(
+                "INSERT INTO queue_ended_sessions (nonce, expires) VALUES (%s, %s) "
+                "ON CONFLICT (nonce) DO NOTHING",
+                (nonce, expires),
+            )
+
+        self._run("record a logout", end)
+
+    def session_ended(self, nonce: str) -> bool:
+        return bool(self._select("SELECT 1 FROM queue_ended_sessions WHERE nonce = ?", (nonce,)))
 
     def end_instance(self, token: str, now: float) -> None:
         """A clean stop: its queued jobs go back to everyone (those a cancel was asked for

@@ -13,7 +13,7 @@ from runner.core.events import SetTimer, TimerFired
 from runner.core.hedge import NO_HEDGE, HedgePolicy
 from runner.core.hosts import HostEvent, HostMemory
 from runner.core.model import RunStatus
-from runner.core.rentals import Quote, RentFailed, RentServer, ServerReady
+from runner.core.rentals import JobNote, Quote, RentFailed, RentServer, ServerReady
 from runner.core.servers import AFTER_SCRIPT_S, ServerBook
 from runner.core.simulate_market import HEALTHY_BOOT_S, MarketModel, ModelMarket, simulate_servers
 from tests.core.test_servers import BOOT, OFFERS, Drive, job, pipeline, run_timers_until
@@ -77,11 +77,13 @@ def test_a_failed_boot_leaves_the_job_its_hedge_which_is_hedged_in_turn() -> Non
     d = hedged(job("a"))
     run_timers_until(d, 150.0)
     first, hedge = d.rents()
-    d.at(300.0, RentFailed(first.server, "#a1 never came online", 0.025))
+    d.at(250.0, RentFailed(first.server, "#a1 never came online", 0.025))
     assert len(d.rents()) == 2  # no third rent: the job's boot is its hedge now
     assert d.book.waiting() == ["a"]
-    # The hedge runs late too (150 s of its own, checked every 30 s while paired): hedged.
-    run_timers_until(d, 330.0)
+    # The hedge runs late too (150 s of its own, looked at every 10 s while paired): hedged.
+    run_timers_until(d, 299.0)
+    assert len(d.rents()) == 2
+    run_timers_until(d, 300.0)
     assert [r.quote.host for r in d.rents()] == ["a1", "a2", "a3"]
     assert d.rents()[2].hedge_of == hedge.server
     d.at(340.0, ServerReady(d.rents()[2].server))
@@ -89,21 +91,29 @@ def test_a_failed_boot_leaves_the_job_its_hedge_which_is_hedged_in_turn() -> Non
     assert [r.server for r in d.releases()] == [hedge.server]
 
 
+def test_a_failed_boot_whose_hedge_is_late_already_gets_a_hedge_at_once() -> None:
+    d = hedged(job("a"))
+    run_timers_until(d, 150.0)
+    first, hedge = d.rents()
+    d.at(300.0, RentFailed(first.server, "#a1 never came online", 0.025))
+    assert [r.hedge_of for r in d.rents()] == [None, first.server, hedge.server]
+
+
 def test_no_hedge_when_the_budget_holds_one_boot_only_and_it_is_said() -> None:
     hold_h = (BOOT.allowance_s + 600.0 + AFTER_SCRIPT_S) / 3600
     d = hedged(job("a"), budget_usd=0.45 * hold_h * 1.5)
     run_timers_until(d, 200.0)
     assert len(d.rents()) == 1
-    ((job_id, said),) = d.book.hedge_notes
-    assert job_id == "a"
-    assert said.startswith("no hedge for the boot of RTX 3090 #a1 (150 s so far): the budget")
+    (note,) = [c for c in d.said if isinstance(c, JobNote)]
+    assert note.job_id == "a"
+    assert note.text.startswith("no hedge for the boot of RTX 3090 #a1 (150 s so far): the budget")
 
 
 def test_no_hedge_at_the_cap() -> None:
     d = hedged(job("a"), job("b"), cap=2)
     run_timers_until(d, 150.0)
     assert len(d.rents()) == 2
-    assert {n[1].rsplit(": ", 1)[1] for n in d.book.hedge_notes} == {
+    assert {c.text.rsplit(": ", 1)[1] for c in d.said if isinstance(c, JobNote)} == {
         "2 of 2 servers held (the cap)"
     }
 
@@ -114,10 +124,11 @@ def test_a_boot_rented_ahead_is_hedged_once_its_job_is_ready() -> None:
     run_timers_until(d, 60.0)
     b_rent = d.rent_for("b")  # rented ahead at 60 s: a should end a boot later
     assert b_rent.ahead and b_rent.quote.gpu_model == "RTX 3090"
-    # Late at 135 s (1.5 x the 50 s boot measured), but b is not ready: looked at every 30 s.
+    # Late at 135 s (1.5 x the 50 s boot measured), but b is not ready: looked at every 10 s.
     run_timers_until(d, 250.0)
     assert not any(r.hedge_of for r in d.rents())
-    assert [t.at for t in d.timers() if t.token[1] == "hedge"][-5:] == [135, 165, 195, 225, 255]
+    looks = [t.at for t in d.timers() if t.token == ("servers", "hedge", b_rent.server)]
+    assert looks[:3] == [135, 145, 155] and looks[-1] == 255
     d.finish(250.0, d.start_of("a"))
     d.at(255.0, TimerFired(("servers", "hedge", b_rent.server)))
     (hedge,) = [r for r in d.rents() if r.hedge_of is not None]

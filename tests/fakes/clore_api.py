@@ -23,7 +23,18 @@ What it models:
   not_enough_balance, too_low_price, spot lowering rules, invalid token (code 3);
 - its rate limits (1 request/s, 1 create/5 s): a faster request gets 429 + code 5 and is listed
   in `violations`;
-- injected faults (`fail_next`), e.g. HTTP 500 + code 1 that still created the order.
+- injected faults (`fail_next`), e.g. HTTP 500 + code 1 that still created the order;
+- hosts that fail as real ones do: `never_online` servers, `no_sshd` servers; and hosts
+  slower or quicker to boot than the rest (`online_after_s_by_server`);
+- hosts that misbehave later (for the randomized fault suite, tests/chaos/): `sshd_late_s`
+  whose sshd answers that long after the order is online, `preempt_after_s` whose spot orders
+  the server side ends (preemption) or outbids that long after creation (`tick()` applies
+  them; every request does too);
+- a slow API: `reply_delay_s` per endpoint (the request is served, the answer leaves late), and
+  a cached marketplace: `market_lag_s` (a server rented that recently is still shown free);
+- callers: a client whose URL is `url_for_caller(NAME)` (a path prefix before /v1) is recorded as
+  NAME on its requests and on the orders its creates made (`FakeOrder.creator`), so a test can
+  tell which of two processes on one key created and cancelled what.
 
 Time is a `FakeClock` (tests/fakes/fake_clock.py) shared with the client under test, so nothing
 waits real seconds.
@@ -270,6 +281,8 @@ class FakeOrder:
     autossh: bool = False  # created with autossh_entrypoint: Clore runs sshd
     accrued: float = 0.0  # spend (native) up to `accrued_until`
     accrued_until: float | None = None  # unix; None: the creation time
+    creator: str = ""  # the caller whose create made it (`FakeClore.url_for_caller`)
+    cancelled_by: str | None = None  # the caller whose cancel ended it; None: not a cancel
 
     @property
     def live(self) -> bool:
@@ -288,6 +301,7 @@ class Recorded:
     auth: str | None
     status: int
     code: int | None
+    caller: str = ""  # the URL prefix the client used (`FakeClore.url_for_caller`)
 
 
 class FakeClore:
@@ -321,6 +335,12 @@ class FakeClore:
         # The API's clock minus the client's: its `ct` stamps and its `Date` header use it.
         self.api_clock_ahead_s = 0.0
         self.cancel_lag_s = 0.0  # a cancelled order stays listed as live this long
+        # Hosts that fail the way real ones most often do (reference §8): orders on
+        # `never_online` servers never come online; orders on `no_sshd` servers come online
+        # with port 22 mapped where nothing answers.
+        self.never_online: set[int] = set()
+        self.no_sshd: set[int] = set()
+        self.online_after_s_by_server: dict[int, float] = {}  # else `online_after_s`
         # The renter's share of the base fee (a fraction) and the creation fee (native), by
         # order type and currency, as `renter_fees` answers them.
         self.renter_fee_rates: dict[str, dict[str, float]] = {
@@ -334,6 +354,19 @@ class FakeClore:
         self.rival_bids: dict[int, list[tuple[float, str]]] = defaultdict(list)
         self.raise_max_step: float | None = None  # raising is unrestricted in the reference
         self.after_create: Callable[[FakeOrder], None] | None = None
+        # Misbehaving hosts, by server id (see the module's doc).
+        self.sshd_late_s: dict[int, float] = {}
+        self.preempt_after_s: dict[int, tuple[float, str]] = {}  # (seconds, "end" | "outbid")
+        self.preempted: set[int] = set()  # orders `tick` has preempted or outbid
+        # Where an order's sshd listens, when each host has one of its own (None: `ssh_port`).
+        self.port_for: Callable[[FakeOrder], int | None] | None = None
+        # A slow API, by endpoint: the reply leaves this long after the request was served
+        # (a create has rented by then). Needs a threaded server, or everything waits.
+        self.reply_delay_s: dict[str, float] = {}
+        # The marketplace shows a server rented only this long after its order was made (a
+        # cached listing): two runs can both see it free, and the later create is refused.
+        self.market_lag_s = 0.0
+        self._caller = ""
         self.on_container_stop: Callable[[FakeOrder], None] | None = None
         # Called (under the fake's lock: it must not call the fake) when an order ends for
         # any reason: what stopping its container means to a test (kill what runs "there").
@@ -353,8 +386,38 @@ class FakeClore:
         return self.server.url_for("/v1")
 
     def install(self) -> FakeClore:
-        self.server.expect_request(re.compile(r"^/v1/.*")).respond_with_handler(self._handle)
+        self.server.expect_request(_PATH).respond_with_handler(self._handle)
         return self
+
+    def url_for_caller(self, name: str) -> str:
+        """The API's URL for one caller: its requests and creates are recorded as `name`."""
+        assert re.fullmatch(r"[A-Za-z0-9_-]+", name), name
+        return self.server.url_for(f"/{name}/v1")
+
+    def tick(self) -> None:
+        """Apply what the hosts do on their own by now (`preempt_after_s`, spot orders only,
+        once each): a test on a real clock calls it from a thread, so a preemption comes when
+        due, request or not."""
+        stopped = []
+        with self._lock:
+            now = self.api_time()
+            for order in self.live_orders():
+                due = self.preempt_after_s.get(order.server_id)
+                if due is None or not order.spot or order.id in self.preempted:
+                    continue
+                if now < order.created_unix + due[0]:
+                    continue
+                self.preempted.add(order.id)
+                if due[1] == "outbid":
+                    self._accrue(order)
+                    rival = order.price_per_day * 1.5
+                    self.rival_bids[order.server_id].append((rival, order.currency))
+                else:
+                    self._end(order)
+                stopped.append(order)
+        for order in stopped:
+            if self.on_container_stop is not None:
+                self.on_container_stop(order)
 
     def date_header(self, _handler: object = None, timestamp: float | None = None) -> str:
         """The `Date` header as this fake's API clock shows it: the client measures its clock
@@ -372,6 +435,11 @@ class FakeClore:
     def fail_next(self, endpoint: str, fault: Fault, times: int = 1) -> None:
         """Answer the next `times` calls to `endpoint` with `fault` (after the auth check)."""
         self._faults[endpoint].extend([fault] * times)
+
+    def clear_faults(self) -> None:
+        """Forget every fault `fail_next` queued and not yet answered."""
+        with self._lock:
+            self._faults.clear()
 
     def calls(self, endpoint: str) -> list[Recorded]:
         return [r for r in self.requests if r.endpoint == endpoint]
@@ -465,6 +533,8 @@ class FakeClore:
         return order.ended_unix is None or now_unix < order.ended_unix + self.cancel_lag_s
 
     def runs_sshd(self, order: FakeOrder) -> bool:
+        if order.server_id in self.no_sshd:
+            return False
         return order.image.startswith("cloreai/") or order.autossh
 
     @property
@@ -479,8 +549,12 @@ class FakeClore:
     # --- dispatch --------------------------------------------------------------------------
 
     def _handle(self, request: Request) -> Response:
+        if self.preempt_after_s:
+            self.tick()
         with self._lock:
-            endpoint = request.path.removeprefix("/v1/").strip("/")
+            match = _PATH.match(request.path)
+            self._caller = (match.group("caller") or "") if match else ""
+            endpoint = match.group("endpoint").strip("/") if match else ""
             body = request.get_json(silent=True) if request.method == "POST" else None
             for order in self.orders.values():
                 self._accrue(order)  # a test may have changed the book since the last call
@@ -496,11 +570,15 @@ class FakeClore:
                     auth=request.headers.get("auth"),
                     status=status,
                     code=code,
+                    caller=self._caller,
                 )
             )
-            if isinstance(reply, str):
-                return Response(reply, status, headers, content_type="text/html")
-            return Response(json.dumps(reply), status, headers, content_type="application/json")
+        delay = self.reply_delay_s.get(endpoint, 0.0)
+        if delay > 0:
+            self.clock.sleep(delay)
+        if isinstance(reply, str):
+            return Response(reply, status, headers, content_type="text/html")
+        return Response(json.dumps(reply), status, headers, content_type="application/json")
 
     def _reply(
         self, endpoint: str, request: Request, body: Any
@@ -553,7 +631,14 @@ class FakeClore:
     # --- endpoints -------------------------------------------------------------------------
 
     def _marketplace(self, _request: Request, _body: Any) -> tuple[int, Json]:
-        return 200, {"servers": list(self.servers.values()), "my_servers": [], "code": 0}
+        servers = list(self.servers.values())
+        if self.market_lag_s > 0:  # a cached listing: an order this young is not shown yet
+            now = self.api_time()
+            young = {
+                o.server_id for o in self.live_orders() if now - o.created_unix < self.market_lag_s
+            }
+            servers = [{**s, "rented": False} if s["id"] in young else s for s in servers]
+        return 200, {"servers": servers, "my_servers": [], "code": 0}
 
     def _wallets(self, _request: Request, _body: Any) -> tuple[int, Json]:
         wallets = [
@@ -663,6 +748,7 @@ class FakeClore:
             env=dict(body.get("env") or {}),
             creation_fee=self.creation_fees["spot" if spot else "on_demand"].get(currency, 0.1),
             autossh=body.get("autossh_entrypoint") is True and bool(body.get("ssh_key")),
+            creator=self._caller,
         )
         self._next_id += 1
         self.orders[order.id] = order
@@ -674,6 +760,7 @@ class FakeClore:
         if order is None or not order.live:
             return 200, {"code": 2}
         self._end(order)
+        order.cancelled_by = self._caller
         return 200, {"code": 0}
 
     def _order_in(self, body: Any, key: str) -> FakeOrder | None:
@@ -729,7 +816,10 @@ class FakeClore:
             "si": order.server_id,
             "mon_container": 0,
             "online": self.listed_live(order, now)
-            and now >= order.created_unix + self.online_after_s
+            and now
+            >= order.created_unix
+            + self.online_after_s_by_server.get(order.server_id, self.online_after_s)
+            and order.server_id not in self.never_online
             and not self.outbid(order),
             "spot": order.spot,
             "rating": server.get("rating", {"avg": 0, "cnt": 0}),
@@ -744,14 +834,20 @@ class FakeClore:
         if reply["online"]:
             # Connection fields exist only once the order is up (absent before: tolerated).
             reply["pub_cluster"] = [self.ssh_host]
-            port = self.ssh_port or 1000 + order.id % 50000
-            if not self.runs_sshd(order):
+            own = self.port_for(order) if self.port_for is not None else None
+            port = own or self.ssh_port or 1000 + order.id % 50000
+            late = self.sshd_late_s.get(order.server_id)
+            boot = self.online_after_s_by_server.get(order.server_id, self.online_after_s)
+            if not self.runs_sshd(order) or (late and now < order.created_unix + boot + late):
                 port = self.no_sshd_port  # mapped all the same, but nothing answers there
             tcp = sorted((p for p, kind in order.ports.items() if kind == "tcp"), key=_ssh_first)
             reply["tcp_ports"] = [f"{p}:{port + i}" for i, p in enumerate(tcp)]
         if not self.listed_live(order, now):
             reply["expired"] = True
         return reply
+
+
+_PATH = re.compile(r"^(?:/(?P<caller>[A-Za-z0-9_-]+))?/v1/(?P<endpoint>.*)$")
 
 
 def _ssh_first(port: str) -> tuple[bool, str]:

@@ -28,7 +28,7 @@ import tarfile
 import threading
 import time
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -100,6 +100,7 @@ class FakeRunnersGitHub:
         self._lock = threading.Lock()
         self._signals: dict[tuple[str, int], threading.Event] = {}
         self.package = b""
+        self.on_download: Callable[[], None] | None = None  # a slow or failing download
         self.package_sha256 = ""
         server.expect_request(re.compile(r".*")).respond_with_handler(self._handle)
 
@@ -145,6 +146,11 @@ class FakeRunnersGitHub:
         self._signals.setdefault((kind, runner_id), threading.Event()).set()
 
     def _handle(self, request: Request) -> Response:
+        if request.path == "/_runner/package.tar.gz":  # outside the lock: it may be slow
+            self.seen.append((request.method, request.path))
+            if self.on_download is not None:
+                self.on_download()
+            return Response(self.package, 200, content_type="application/gzip")
         with self._lock:
             self.seen.append((request.method, request.path))
             if request.path.startswith("/_runner/"):
@@ -214,8 +220,6 @@ class FakeRunnersGitHub:
         return _reply({"runner": _runner_json(runner), "encoded_jit_config": config}, 201)
 
     def _runner_side(self, request: Request) -> Response:
-        if request.path == "/_runner/package.tar.gz":
-            return Response(self.package, 200, content_type="application/gzip")
         config = request.get_data(as_text=True).strip()
         runner = next((r for r in self.runners.values() if r.config == config), None)
         if runner is None:
@@ -281,18 +285,24 @@ def _reply(data: Any, status: int = 200, headers: dict[str, str] | None = None) 
     return Response(json.dumps(data), status, headers, content_type="application/json")
 
 
-@pytest.fixture
-def fake_github() -> Iterator[FakeRunnersGitHub]:
-    """The fake on a server of its own (the fake Clore has the default `httpserver`)."""
+@pytest.fixture(scope="session")
+def github_server() -> Iterator[HTTPServer]:
+    """The fake's server, one per session: stopping one takes half a second (werkzeug)."""
     server = HTTPServer(host="127.0.0.1", port=0)
     server.start()
-    try:
-        fake = FakeRunnersGitHub(server)
-        fake.build_package()
-        yield fake
-    finally:
-        server.clear()
-        server.stop()
+    yield server
+    server.clear()
+    server.stop()
 
 
-__all__ = ["ACTIONS_TOKEN", "ADMIN_TOKEN", "FakeRunnersGitHub", "fake_github"]
+@pytest.fixture
+def fake_github(github_server: HTTPServer) -> Iterator[FakeRunnersGitHub]:
+    """A fresh fake per test, on the session's server (the fake Clore has `httpserver`)."""
+    github_server.clear()
+    fake = FakeRunnersGitHub(github_server)
+    fake.build_package()
+    yield fake
+    github_server.clear()
+
+
+__all__ = ["ACTIONS_TOKEN", "ADMIN_TOKEN", "FakeRunnersGitHub", "fake_github", "github_server"]

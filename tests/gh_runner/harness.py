@@ -39,6 +39,7 @@ from tests.sshd_fixture import SshServer
 
 cli = CliRunner()
 LEAKED: list[int] = []  # live orders found after a test, over the whole session
+CREATED: list[int] = []  # every order the runner tests made
 
 
 @dataclass
@@ -148,6 +149,7 @@ class Host:
             if folder.name.startswith("clore-"):
                 kill_runner(folder)
         live = [o.id for o in self.fake.live_orders()]
+        CREATED.extend(self.fake.orders)
         LEAKED.extend(live)
         if live:  # give them back so that the next test starts clean, then fail
             self.clock.advance(60.0)

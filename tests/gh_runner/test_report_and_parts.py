@@ -12,7 +12,7 @@ import pytest
 import requests
 from pytest_httpserver import HTTPServer
 
-from runner.core import money
+from runner.backends.clore import bill
 from runner.gh_runner import errors as e
 from runner.gh_runner.github import JitConfig, RunnerApi, Scope
 from runner.gh_runner.publish import post_section
@@ -55,7 +55,7 @@ def _rental(**change: object) -> RunnerRental:
 
 
 def _stopped(kind: str = "cancelled") -> Stopped:
-    cost = money.billed_cost(0.05, 1.0, 0.05, 0.1, 300.0)
+    cost = bill.billed_cost(0.05, 1.0, 0.05, 0.1, 300.0)
     return Stopped(
         Released(_rental(), kind, cost=cost, lived_s=300.0), "removed: it never took a job"
     )  # type: ignore[arg-type]
@@ -204,8 +204,11 @@ def test_release_answers_for_each_state_of_the_order(
     assert gone.kind == "not-listed" and gone.settled
     rental = _fake_order(fake_clore, _rental())
     fake_clore.end_order(rental.order_id)
+    fake_clock.advance(1000.0)  # stop comes long after, past the 10-minute cap
     ended = release(client, rental, fake_clock)
     assert ended.kind == "ended" and ended.cost is not None and ended.settled
+    assert abs(ended.lived_s - fake_clore.lived_s(rental.order_id)) < 1.0  # from its spend
+    assert ended.cost.creation_fee_usd == 0.0  # it lived 2 minutes, not the cap's 10
     live = _fake_order(fake_clore, _rental())
     fake_clore.fail_next("my_orders", Faults.INVALID_TOKEN)
     broken = release(client, live, fake_clock)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from runner.gh_runner.record import RECORD_FILE
 from runner.ledger import Ledger
 from tests.fakes.github_runners import ACTIONS_TOKEN
 from tests.fakes.github_runners import fake_github as fake_github
+from tests.fakes.github_runners import github_server as github_server
 from tests.gh_runner.harness import Host, runner_pid, wait_exit
 from tests.gh_runner.harness import host as host
 
@@ -68,15 +70,33 @@ def test_sigterm_while_the_server_boots_cancels_the_order_and_the_registration(
     assert not (host.tmp / "record.json").exists()
 
 
+def test_sigterm_while_the_runner_installs_gives_back_the_server_and_the_registration(
+    host: Host,
+) -> None:
+    cancelled = threading.Event()
+    host.fake.on_order_end = lambda order: (host.ended.__setitem__(order.id, 0.0), cancelled.set())
+
+    def slow_download() -> None:  # the signal comes while the package downloads
+        os.kill(os.getpid(), signal.SIGTERM)
+        cancelled.wait(10.0)  # ...and the download lasts until the server is gone
+
+    host.github.on_download = slow_download
+    result = host.invoke(host.start_args())
+    assert result.exit_code == 130, result.output
+    assert cancelled.is_set() and host.fake.live_orders() == []
+    assert host.github.runners == {} and len(host.github.removed) == 1
+    assert not Ledger(host.tmp / "ledger.db").unreleased()
+
+
 def test_a_job_past_max_minutes_is_stopped_on_the_server_and_stop_still_cancels(
     host: Host, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     real_install = start_module.install_runner
 
     def install_with_a_short_cap(*args: object) -> str:
-        # The cap as the server sees it, shortened to 2 s of real time (the fake clock is not
+        # The cap as the server sees it, shortened to 3 s of real time (the fake clock is not
         # the server's): what is tested is that `timeout` ends the runner there.
-        return real_install(*args[:4], 2.0)  # type: ignore[arg-type]
+        return real_install(*args[:4], 3.0)  # type: ignore[arg-type]
 
     monkeypatch.setattr(start_module, "install_runner", install_with_a_short_cap)
     host.github.job = "run:60"  # the user's job would run a minute

@@ -7,6 +7,7 @@ import pytest
 
 from tests.fakes.clore_api import Faults
 from tests.fakes.github_runners import fake_github as fake_github
+from tests.fakes.github_runners import github_server as github_server
 from tests.gh_runner.harness import Host, scan_for
 from tests.gh_runner.harness import host as host
 
@@ -117,3 +118,18 @@ def test_the_config_is_in_no_output_or_file_of_a_whole_start_and_stop(host: Host
     # ...and the scan finds it where it is: the test would fail if the code leaked it.
     (host.tmp / "leak.txt").write_text(f"x {config} y")
     assert scan_for(config, [host.tmp], []) == [str(host.tmp / "leak.txt")]
+
+
+def test_a_host_the_history_says_failed_lately_is_not_rented(host: Host) -> None:
+    import time
+
+    from runner.core.hosts import HostEvent
+    from runner.stores.hosts import hosts_target, open_hosts
+
+    # The host history beside the ledger (what runs write): 88028 never booted a minute ago.
+    with open_hosts(hosts_target(host.tmp / "ledger.db")) as history:
+        history.record(HostEvent("88028", "never_up", time.time() - 60))
+    started = host.invoke(host.start_args())  # only 88028 is a 3090 paid in USD-Blockchain
+    assert started.exit_code == 3, started.output
+    assert "no offer fits" in started.output
+    assert host.fake.calls("create_order") == [] and host.github.seen == []

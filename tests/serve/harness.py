@@ -111,6 +111,7 @@ def thread_server(
     app_options: dict[str, Any] | None = None,
     uvicorn_options: dict[str, Any] | None = None,
     store_type: Callable[[Path], Store] = Store,
+    journal_retry_s: float = 5.0,
 ) -> Iterator[ThreadServer]:
     """The app and the service in this process; uvicorn on a free loopback port (with the
     given create_app and uvicorn.Config options on top)."""
@@ -120,6 +121,7 @@ def thread_server(
         capacity=capacity,
         daily_spend_limit_usd=daily_spend_limit,
         backoff=lambda n: 0.0,
+        journal_retry_s=journal_retry_s,
     )
     service = Service(store, backend or LocalBackend(tmp), options, clock)
     service.start()

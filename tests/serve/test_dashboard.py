@@ -4,7 +4,9 @@ the security headers, escaping, server-side paging and filtering, the log in ran
 from __future__ import annotations
 
 import dataclasses
+import http.client
 import re
+import urllib.parse
 from http.cookies import SimpleCookie
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,7 @@ from runner.backends.local import LocalBackend
 from runner.core.model import Job
 from runner.serve.dashboard.pictures import dag, timeline
 from runner.serve.dashboard.session import COOKIE, SESSION_S, Sessions
+from runner.serve.dashboard.throttle import FREE_TRIES
 from runner.serve.queue_reads import JobMatch
 from runner.serve.store import Store
 from tests.fakes.fake_clock import FakeClock
@@ -132,6 +135,77 @@ def test_a_forged_expired_or_logged_out_cookie_is_refused() -> None:
     fresh, fresh_session = sessions.issue()
     sessions.end(fresh_session)
     assert sessions.check(fresh) is None  # a copy kept after logging out no longer works
+
+
+def _login_from(url: str, source: str, token: str) -> int:
+    """POST /login from the loopback address `source`; its status."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=10, source_address=(source, 0))
+    try:
+        body = urllib.parse.urlencode({"token": token})
+        headers = {"Content-Type": "application/x-www-form-urlencoded"}
+        conn.request("POST", "/login", body, headers)
+        return conn.getresponse().status
+    finally:
+        conn.close()
+
+
+def test_wrong_logins_are_slowed_per_address(tmp_path: Path) -> None:
+    """Issue 25: 300 wrong logins at ~85/s were all checked. Now, after a few, an address
+    waits (doubling) before its next try is even looked at; other addresses do not."""
+    clock = FakeClock()
+    with thread_server(tmp_path, clock=clock) as srv:
+        url = srv.api.url
+        statuses = [_login_from(url, "127.0.0.1", "x" * 40) for _ in range(300)]
+        checked = statuses.count(401)
+        assert checked == FREE_TRIES and statuses.count(429) == 300 - checked, statuses
+        assert _login_from(url, "127.0.0.1", TOKEN) == 429  # even the right one waits
+        assert _login_from(url, "127.0.0.2", TOKEN) == 303  # another address is not slowed
+        reply = requests.post(f"{url}/login", data={"token": "y" * 40}, allow_redirects=False)
+        assert reply.status_code == 429 and int(reply.headers["retry-after"]) >= 1
+        assert "try again in" in reply.text
+        clock.unix += 1.5  # the wait after the last free try is one second
+        assert _login_from(url, "127.0.0.1", "x" * 40) == 401  # checked again, and longer now
+        assert _login_from(url, "127.0.0.1", TOKEN) == 429  # two seconds now
+        clock.unix += 2.5
+        assert _login_from(url, "127.0.0.1", TOKEN) == 303  # the right token clears it
+        assert _login_from(url, "127.0.0.1", "x" * 40) == 401
+
+
+def test_the_login_throttle_caps_its_wait_forgets_and_stays_bounded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from runner.serve.dashboard import throttle
+
+    clock = FakeClock()
+    slow = throttle.LoginThrottle(clock, free=1, max_wait_s=8.0)
+    waits = [slow.wrong("a") for _ in range(6)]
+    assert waits == [1.0, 2.0, 4.0, 8.0, 8.0, 8.0]
+    assert slow.wait_s("a") == 8.0 and slow.wait_s("b") == 0.0
+    clock.advance(throttle.FORGET_AFTER_S + 1)
+    assert slow.wait_s("a") == 0.0 and slow.wrong("a") == 1.0  # started afresh
+    monkeypatch.setattr(throttle, "MAX_ADDRESSES", 3)
+    for name in ("b", "c", "d"):
+        slow.wrong(name)
+    assert slow.wait_s("a") == 0.0  # the address idle longest was dropped
+    assert slow.wait_s("d") == 1.0
+
+
+def test_a_logged_out_cookie_stays_dead_after_a_restart(tmp_path: Path) -> None:
+    """Issue 25: logouts were kept in memory; the queue's store keeps them now."""
+    with thread_server(tmp_path) as srv:
+        browser = logged_in(srv.api.url)
+        page = browser.get(f"{srv.api.url}/ui/spend")
+        kept = browser.cookies[COOKIE]
+        reply = browser.post(f"{srv.api.url}/logout", data={"csrf": csrf_of(page.text)})
+        assert reply.status_code == 200 and COOKIE not in browser.cookies
+    with thread_server(tmp_path) as srv:  # the same queue database, a new process state
+        copy = requests.get(
+            f"{srv.api.url}/ui/spend", cookies={COOKIE: kept}, allow_redirects=False
+        )
+        assert copy.status_code == 303 and copy.headers["location"].startswith("/login")
+        fresh = logged_in(srv.api.url)
+        assert fresh.get(f"{srv.api.url}/ui/spend", allow_redirects=False).status_code == 200
 
 
 def test_cancel_needs_the_pages_csrf_token(tmp_path: Path) -> None:

@@ -94,3 +94,23 @@ def test_a_full_disk_strands_no_job_and_no_slot(tmp_path: Path) -> None:
         assert later_job["status"] == "error"
         assert "queue database" in later_job["attempt_list"][0]["message"]
         assert srv.api.get("/healthz").json() == {"status": "ok"}
+
+
+def test_once_the_disk_has_room_the_kept_writes_land_without_new_work(tmp_path: Path) -> None:
+    """Issue 25: after a full disk cleared, the queue stayed degraded with a stale "running"
+    job until a new submission came. The kept writes are tried again on a timer now."""
+    backend = GatedBackend()
+    with thread_server(
+        tmp_path, capacity=1, backend=backend, store_type=FullDiskStore, journal_retry_s=0.05
+    ) as srv:
+        store = srv.service.store
+        assert isinstance(store, FullDiskStore)
+        (hold,) = srv.api.submit("jobs:\n  hold:\n    run: x\n")
+        assert backend.running.wait(10)
+        store.full = True
+        backend.gate.set()
+        wait_until(lambda: srv.service.store_failure is not None, what="the refused write")
+        assert srv.api.status(hold) == "running"  # what the store still says
+        store.full = False  # room again; nothing new is submitted
+        wait_until(lambda: srv.api.status(hold) == "passed", 5, "the kept writes to land")
+        assert srv.api.get("/healthz").json() == {"status": "ok"}

@@ -128,6 +128,13 @@ def test_cleanup_right_after_kill_9_reaps_a_holder_of_this_host_at_once(
     [lease] = PostgresPools(pg_url).live_leases()  # not expired: ttl 30 s
     assert (lease.holder, lease.unsettled) == ("run-dead", 2)
     assert len(market.live_orders()) == 2
+    dry = ["cleanup", "--coordinator", pg_url, "--dry-run"]
+    looked = CliRunner().invoke(cleanup_app(market), dry)
+    assert looked.exit_code == 0, looked.output
+    assert "run-dead (pool org) holds 2 server(s); its process is gone: would reap it at once" in (
+        looked.output
+    )
+    assert len(market.live_orders()) == 2 and market.calls("cancel_order") == []
     result = CliRunner().invoke(cleanup_app(market), ["cleanup", "--coordinator", pg_url])
     assert result.exit_code == 0, result.output
     assert "reaped run-dead (pool org): 2 rental(s) reconciled" in result.output

@@ -306,7 +306,7 @@ def test_a_queue_database_of_a_newer_clore_run_is_refused_and_let_go(pg_url: str
 
 def test_five_processes_opening_an_empty_queue_database_at_once(pg_url: str) -> None:
     opens = "from runner.stores.pg_queue import PostgresQueue\nPostgresQueue(url).close()"
-    assert open_at_once(pg_url, opens) == [("queue", 3)]
+    assert open_at_once(pg_url, opens) == [("queue", len(MIGRATIONS))]
 
 
 def test_a_database_crash_mid_queue_loses_nothing_and_counts_nothing_twice(
@@ -327,3 +327,32 @@ def test_a_database_crash_mid_queue_loses_nothing_and_counts_nothing_twice(
         assert claimed.job.id == "s1.a"
     finally:
         queue.close()
+
+
+def test_a_dashboard_logout_holds_after_a_restart_and_on_every_instance(
+    store_target: str,
+) -> None:
+    """Issue 25: logouts lived in one process's memory, so a kept copy of a logged-out cookie
+    worked again after a restart and on another instance."""
+    from runner.serve.dashboard.session import Sessions
+    from tests.fakes.fake_clock import FakeClock
+
+    clock = FakeClock()
+    token = "a-token-of-sixteen+"
+    with closing(open_queue(store_target)) as first, closing(open_queue(store_target)) as other:
+        here = Sessions(token, clock, first)
+        cookie, session = here.issue()
+        kept, _ = here.issue()  # another browser's, not logged out
+        there = Sessions(token, clock, other)  # another instance, or this one restarted
+        assert there.check(cookie) == session
+        here.end(session)
+        assert here.check(cookie) is None and there.check(cookie) is None
+        assert there.check(kept) is not None
+    with closing(open_queue(store_target)) as reopened:
+        assert Sessions(token, clock, reopened).check(cookie) is None
+        # Expired logouts are dropped as new ones come: the table does not grow for ever.
+        clock.unix += 13 * 3600
+        _, later_session = Sessions(token, clock, reopened).issue()
+        Sessions(token, clock, reopened).end(later_session)
+        assert not reopened.session_ended(session.nonce)
+        assert reopened.session_ended(later_session.nonce)

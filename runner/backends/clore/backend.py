@@ -27,8 +27,11 @@ from runner.backends.base import (
     ServerReport,
     StageSink,
 )
+from runner.backends.clore import bill
 from runner.backends.clore import errors as api_errors
 from runner.backends.clore.api import CloreClient
+from runner.backends.clore.hedge_log import HedgeLog
+from runner.backends.clore.host_memory import HostRecorder
 from runner.backends.clore.market import (
     Offer,
     misses,
@@ -41,6 +44,7 @@ from runner.backends.clore.quotes import OfferMarket
 from runner.backends.ssh.exec import run_job
 from runner.clock import Clock
 from runner.core import money
+from runner.core.hedge import HedgePolicy
 from runner.core.model import FailureKind, GpuAsk, Job, Provisioning
 from runner.core.rentals import (
     BootTimes,
@@ -62,8 +66,8 @@ _ANY_GPU = GpuAsk()
 DEFAULT_BOOT_S = 180.0
 # A rent being set up, once cancelled, ends within this: its create answered and its order
 # found (or not), its cancel sent and confirmed. A run that ended waits that long for it; a run
-# being stopped by a signal waits only its short confirm bound, the cancel sent if the order
-# is known, and leaves the rest to `clore-run cleanup`.
+# stopped by a signal waits only until its `signal_setup_within_s` is over, and leaves the
+# rest to `clore-run cleanup`.
 SETUP_ENDS_WITHIN_S = 180.0
 
 
@@ -104,6 +108,7 @@ class CloreBackend:
     # shutdown waits on it for the rentals being set up.
     _lock: threading.Condition = field(default_factory=threading.Condition)
     _closing: bool = False
+    _hurry_at: float | None = None  # when the run was told to stop (monotonic seconds)
     _market: tuple[float, list[Offer]] | None = None
     _live: _LiveMarket | None = None
     _idle_usd: float = 0.0
@@ -114,6 +119,10 @@ class CloreBackend:
     # Each order given back, with what it cost as the API billed it (`order_*_usd`): the
     # attempts' facts hold their shares; these hold the orders'.
     orders_given_back: list[dict[str, str]] = field(default_factory=list)
+    # The host history (what each host did, across runs), hedged boots' policy and record.
+    hosts: HostRecorder = field(default_factory=HostRecorder)
+    hedge: HedgePolicy = field(default_factory=HedgePolicy)
+    hedges: HedgeLog = field(default_factory=HedgeLog)
 
     def capacity(self) -> int | None:
         return self.concurrency
@@ -223,6 +232,7 @@ class CloreBackend:
             if won:  # the job died with the container; the core keeps it for the job's retry
                 return replace(outcome, message="; ".join(filter(None, [outcome.message, said])))
             held.rental.lost = True  # gone: the core gives it back, and excludes its host
+            self.hosts.lost(held.rental.offer.server_id)
         return outcome
 
     def _bill(self, rental: Rental) -> float:
@@ -239,7 +249,10 @@ class CloreBackend:
         return cost
 
     def _rest(self, rental: Rental, final_usd: float) -> float:
-        return max(0.0, final_usd - float(rental.facts.get("billed_usd", 0)))
+        """What the order's final figure adds to the shares billed on our own clock, or takes
+        back (negative): a preempted spot order stops billing, an order's `ct` is in whole
+        seconds. The run's total is then what the provider billed."""
+        return final_usd - float(rental.facts.get("billed_usd", 0))
 
     def _give_back_idle(
         self, helds: list[_Held], within_s: float | None = None
@@ -268,7 +281,9 @@ class CloreBackend:
     def stop_soon(self) -> None:
         """The run is being stopped (a signal): every wait of the give-back is cut to what
         fits in CI's grace, the cancels sent first."""
-        self.provisioner.hurry.set()
+        if not self.provisioner.hurry.is_set():
+            self._hurry_at = time.monotonic()
+            self.provisioner.hurry.set()
 
     def shutdown(self) -> None:
         """Give back everything held, all orders cancelled first and then confirmed together.
@@ -296,8 +311,9 @@ class CloreBackend:
         within_s = options.shutdown_confirm_within_s if stopped else None
         if held:
             self._give_back_idle(held, within_s)
-        self._wait_for_setups(options.shutdown_confirm_within_s if stopped else SETUP_ENDS_WITHIN_S)
+        self._wait_for_setups(SETUP_ENDS_WITHIN_S)
         self.provisioner.close_pool()
+        self.hosts.close()
         self._check_ledger()
 
     def _check_ledger(self) -> None:
@@ -334,7 +350,10 @@ class CloreBackend:
             # Nothing can be rented: each job ends saying why, and the reports are written.
             market = _LiveMarket(self, [], unread=f"the marketplace could not be read: {exc}")
         self._live = market
-        boot = BootTimes(DEFAULT_BOOT_S, self.provisioner.options.online_timeout_s)
+        bound_s = self.provisioner.options.online_timeout_s
+        memory = self.hosts.memory()
+        market.remember(memory, bound_s)
+        boot = BootTimes(memory.expected_boot_s() if memory.hosts else DEFAULT_BOOT_S, bound_s)
         return ServerBook(
             jobs,
             cap,
@@ -344,6 +363,7 @@ class CloreBackend:
             boot=boot,
             durations_s=durations_s,
             now=self.clock.time(),
+            hedge=self.hedge,
         )
 
     def rent(
@@ -391,7 +411,10 @@ class CloreBackend:
                     f"over the ${cmd.quote.usd_per_hour:.4f}/h reserved for it",
                     requote=True,
                 )
-            stages.stage("renting", _offer_label(offer), hourly)
+            label = _offer_label(offer)
+            self.hedges.rented(cmd, label)
+            hedging = f" (a hedge: server {cmd.hedge_of} boots late)" if cmd.hedge_of else ""
+            stages.stage("renting", label + hedging, hourly)
             rental = self.provisioner.rent(
                 job, offer, cancel, stages, track=lambda r: self._track(cmd.server, r)
             )
@@ -400,8 +423,10 @@ class CloreBackend:
         except JobCannotRun as exc:  # a budget pool refused it: no host would do
             return RentFailed(cmd.server, str(exc), self._wasted_usd(), job_cannot_run=True)
         except CloreRunError as exc:  # a host of its own failing (SkipOffer), or cancelled
+            self.hosts.failed(offer.server_id, exc)
             self._refresh_market()
             return RentFailed(cmd.server, str(exc), self._wasted_usd())
+        self.hosts.up(rental)
         with self._lock:
             closing = self._closing
             if not closing:
@@ -451,6 +476,7 @@ class CloreBackend:
             held.rental.skipped = self._skipped.pop(job.id, []) + held.rental.skipped
             held.job = job
             held.place = self._place(held.rental)
+            held.place.facts.update(self.hedges.facts(job.id, server))
             return held.place
 
     def attempt_done(self, place: Place) -> None:
@@ -460,6 +486,7 @@ class CloreBackend:
         with self._lock:
             held.job = None
             place.facts["cost_usd"] = f"{self._bill(held.rental):.6f}"
+        place.facts.update(self.hedges.cost_facts(held.rental.job_id))
 
     def lost(self, server: int) -> bool:
         with self._lock:
@@ -473,12 +500,14 @@ class CloreBackend:
         if held is None:
             # Given back while booting: its rent cancelled its own order, and cost this.
             cost = booted.cost_usd if isinstance(booted, RentFailed) else None
+            self.hedges.given_back(server, reason, cost)
             report(ServerReleased(server, cost))
             return
         final = self._give_back_idle([held]).get(held.rental.rental_id)
         # The API's figure; without one (no `spend` in its reply), what this order was billed
         # here, from its create to now: either replaces the core's estimate.
         billed = float(held.rental.facts.get("billed_usd", 0))
+        self.hedges.given_back(server, reason, final if final is not None else billed)
         report(ServerReleased(server, final if final is not None else billed))
 
     def _stop_rent(self, server: int) -> ServerEvent | None:
@@ -504,14 +533,15 @@ class CloreBackend:
         that the ledger check after this sees them gone."""
         # Real seconds: the rentals' threads run on them, whatever clock the run is on.
         deadline = time.monotonic() + within_s
-        hurried = False
         with self._lock:
-            while self._setting_up and time.monotonic() < deadline:
-                if not hurried and self.provisioner.hurry.is_set():  # a signal meanwhile
-                    hurried = True
-                    limit = time.monotonic() + self.provisioner.options.shutdown_confirm_within_s
-                    deadline = min(deadline, limit)
+            while self._setting_up and time.monotonic() < self._bound(deadline):
                 self._lock.wait(timeout=0.05)
+
+    def _bound(self, deadline: float) -> float:
+        """`deadline`, or sooner once a signal asked the run to stop."""
+        if self._hurry_at is None:
+            return deadline
+        return min(deadline, self._hurry_at + self.provisioner.options.signal_setup_within_s)
 
 
 class _LiveMarket(OfferMarket):
@@ -564,7 +594,7 @@ class _LiveMarket(OfferMarket):
         if bid_per_day is None or offer.usd_per_unit is None:
             return None
         listed = per_hour(bid_per_day) * offer.usd_per_unit
-        return money.with_fee_per_hour(listed, offer.spot_fee_rate)
+        return bill.with_fee_per_hour(listed, offer.spot_fee_rate)
 
 
 def _offer_label(offer: Offer) -> str:

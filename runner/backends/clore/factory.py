@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from runner.backends.clore.api import CloreClient
 from runner.backends.clore.backend import Budget, CloreBackend
+from runner.backends.clore.host_memory import HostRecorder
 from runner.backends.clore.provision import Provisioner
 from runner.backends.clore.ratelimit import SHARED_FILE
 from runner.backends.ssh.keys import ClientKey, HostKeyStore
-from runner.clock import SystemClock
+from runner.clock import Clock, SystemClock
 from runner.core.model import Pipeline
 from runner.errors import UsageError
+from runner.stores.hosts import HostHistoryError, hosts_target, open_hosts
 from runner.stores.ledger import open_ledger
 from runner.stores.pools import check_name
 from runner.stores.target import is_postgres_url, require_psycopg
@@ -52,7 +55,23 @@ def clore_backend(
         concurrency=pipeline.concurrency,
         budget=Budget(pipeline.budget_usd),
         currency=pipeline.currency,
+        hosts=host_recorder(ledger_path, run_id, clock),
     )
+
+
+def host_recorder(ledger_path: Path | str, run_id: str, clock: Clock) -> HostRecorder:
+    """The host history beside the ledger (its file, or its database). One that cannot be
+    opened is no history this run, said once: it is advice, and the run goes on."""
+    try:
+        history = open_hosts(hosts_target(ledger_path), clock=clock)
+    except HostHistoryError as exc:
+        _warn(f"warning: the host history is not kept this run: {exc}")
+        return HostRecorder(None, run_id, clock)
+    return HostRecorder(history, run_id, clock, say=_warn)
+
+
+def _warn(text: str) -> None:
+    print(text, file=sys.stderr)
 
 
 def share_limits(client: CloreClient, ledger_path: Path | str) -> None:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from runner.backends.base import NO_STAGES, StageSink
+from runner.backends.clore import bill
 from runner.backends.clore import errors as api_errors
 from runner.backends.clore.api import CloreClient, OrderRequest, may_have_created
 from runner.backends.clore.fees import FeeSchedule, read_fee_schedule
@@ -48,6 +49,14 @@ class SkipOffer(InfrastructureError):
     """This host failed for a reason of its own: exclude it and try the next offer."""
 
 
+class NeverOnline(SkipOffer):
+    """The order did not come online within the boot bound (the host history keeps it)."""
+
+
+class SshNeverAnswered(SkipOffer):
+    """The order came online but its sshd never answered (the host history keeps it)."""
+
+
 class ProvisionCancelled(InfrastructureError):
     """The run was cancelled while this rental was being set up (the order is cancelled)."""
 
@@ -59,17 +68,24 @@ def _wait_on_event(seconds: float, cancel: threading.Event) -> None:
 @dataclass(frozen=True)
 class ProvisionOptions:
     # Create -> online, image pull included, unless the job sets `boot-timeout-minutes`.
-    online_timeout_s: float = 900.0
+    # (money.DEFAULT_BOOT_BOUND_S: inside the creation fee's grace, the SSH probe included.)
+    online_timeout_s: float = money.DEFAULT_BOOT_BOUND_S
     first_poll_s: float = 3.0  # my_orders polling backoff (the rate limiter spaces it further)
     max_poll_s: float = 30.0
     ssh: ConnectOptions = field(
-        default_factory=lambda: ConnectOptions(tries=10, backoff_s=2.0, max_backoff_s=20.0)
+        # 8 tries: at most ~3 minutes after "online", so a host whose sshd never answers is
+        # given up before the creation fee's 10 minutes.
+        default_factory=lambda: ConnectOptions(tries=8, backoff_s=2.0, max_backoff_s=20.0)
     )
     # A cancelled order can stay listed for a few seconds: confirm it is gone with backoff
     # for this long before calling it unconfirmed. A shutdown on a signal has GitHub's 7.5 s
     # in all, so it confirms for less and leaves the rest to the cleanup step.
     confirm_within_s: float = 30.0
     shutdown_confirm_within_s: float = 4.0
+    # A run stopped by a signal waits this long, from the signal, for rents under way: a
+    # create already sent is answered, its order found and cancelled, before CI's SIGKILL
+    # (10 s after its SIGINT). One not sent by then is given up at once.
+    signal_setup_within_s: float = 9.0
     first_confirm_pause_s: float = 1.0
     # How to pause between polls: the real clock waits on the cancel event; tests pass their
     # fake clock's sleep so nothing waits real seconds.
@@ -113,9 +129,9 @@ class Rental:
         end = self.cancelled_at if self.cancelled_at is not None else now_unix
         return max(0.0, end - self.held_since)
 
-    def billed_cost(self, spend_native: float, now_unix: float) -> money.BilledCost:
+    def billed_cost(self, spend_native: float, now_unix: float) -> bill.BilledCost:
         """What the order cost as the wallet loses it, from the API's `spend`."""
-        return money.billed_cost(
+        return bill.billed_cost(
             spend_native,
             self.usd_per_unit,
             self.fee_rate,
@@ -123,10 +139,10 @@ class Rental:
             self.lived_s(now_unix),
         )
 
-    def estimated_cost(self, now_unix: float) -> money.BilledCost:
+    def estimated_cost(self, now_unix: float) -> bill.BilledCost:
         """Our own figure, for when the API reports no `spend`."""
         held_s = self.lived_s(now_unix)
-        return money.estimated_cost(self.usd_per_hour, held_s, self.fee_rate, self.creation_fee_usd)
+        return bill.estimated_cost(self.usd_per_hour, held_s, self.fee_rate, self.creation_fee_usd)
 
 
 @dataclass
@@ -270,7 +286,7 @@ class Provisioner:
     def usd_per_hour(self, offer: Offer, price_per_day: float, spot: bool = False) -> float:
         """USD per hour of a rental at `price_per_day` listed, the renter's fee included."""
         listed = per_hour(price_per_day) * (offer.usd_per_unit or 0.0)
-        return money.with_fee_per_hour(listed, offer.fee_rate(spot))
+        return bill.with_fee_per_hour(listed, offer.fee_rate(spot))
 
     def creation_fee_usd(self, offer: Offer, spot: bool) -> float:
         return self.fees().creation_fee_usd(spot, offer.usd_per_unit)
@@ -413,7 +429,7 @@ class Provisioner:
                 self._raise_bid(rental, order_id)
                 rebids += 1
             if self.clock.now() >= deadline:
-                raise SkipOffer(f"order {order_id} not online after {within_s:g} s")
+                raise NeverOnline(f"order {order_id} not online after {within_s:g} s")
             self.options.pause(delay, cancel)
             delay = min(delay * 1.5, self.options.max_poll_s)
 
@@ -473,7 +489,7 @@ class Provisioner:
             rental.offer = replace(
                 offer,
                 spot_min_price_per_day=floor,
-                spot_usd_per_hour=money.with_fee_per_hour(listed_usd_per_hour, offer.spot_fee_rate),
+                spot_usd_per_hour=bill.with_fee_per_hour(listed_usd_per_hour, offer.spot_fee_rate),
             )
         ask = rental.max_usd_per_hour
         bid = spot_bid_per_day(rental.offer, ask, self._keep_book(offer.server_id, book))
@@ -540,7 +556,7 @@ class Provisioner:
             if cancel.is_set():
                 raise ProvisionCancelled(str(exc)) from None
             waited_s = ssh.clock.now() - started
-            raise SkipOffer(
+            raise SshNeverAnswered(
                 f"sshd never answered on {host}:{port} after {waited_s:.0f} s "
                 f"(order {order.id} on server {order.si}; {exc.message})"
             ) from None

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Set
 from dataclasses import replace
 
+from runner.backends.clore import bill
 from runner.backends.clore.market import (
     Offer,
     explain_no_fit,
@@ -20,6 +21,7 @@ from runner.backends.clore.market import (
     spot_bid_per_day,
 )
 from runner.core import money
+from runner.core.hosts import HostMemory
 from runner.core.model import GpuAsk
 from runner.core.rentals import Quote
 
@@ -33,12 +35,20 @@ class OfferMarket:
         self,
         offers: Iterable[Offer],
         currency: str,
-        creation_fee_usd: float = money.FALLBACK_CREATION_FEE_USD,
+        creation_fee_usd: float = bill.FALLBACK_CREATION_FEE_USD,
     ) -> None:
         self._offers = list(offers)
         self._by_host = {str(o.server_id): o for o in self._offers}
         self.currency = currency
         self.creation_fee_usd = creation_fee_usd
+        self._memory: HostMemory | None = None
+        self._bound_s = money.DEFAULT_BOOT_BOUND_S
+
+    def remember(self, memory: HostMemory, bound_s: float) -> None:
+        """Rank and quote with the host history: hosts it says to skip are left out, the
+        rest rank by expected cost (boots given up after `bound_s`), and each quote carries
+        its host's expected boot and chance of a failed one, for hedging."""
+        self._memory, self._bound_s = memory, bound_s
 
     def offer(self, quote: Quote) -> Offer:
         """The offer a quote came from (to rent it)."""
@@ -47,7 +57,7 @@ class OfferMarket:
     def best(self, ask: GpuAsk | None, excluded: Set[str]) -> Quote | None:
         ask = ask or _ANY_GPU
         skip = {int(h) for h in excluded if h.isdigit()}
-        for offer in matching_offers(self._offers, ask, skip):
+        for offer in matching_offers(self._offers, ask, skip, self._memory, self._bound_s):
             quote = self.quote(offer, ask)
             if quote is not None:  # else no spot bid wins within the cap: the next one
                 return quote
@@ -73,13 +83,17 @@ class OfferMarket:
         usd_per_hour = self.usd_per_hour(offer, ask)
         if usd_per_hour is None:
             return None
+        host = str(offer.server_id)
+        memory = self._memory
         return Quote(
-            host=str(offer.server_id),
+            host=host,
             gpu_model=offer.gpu_model,
             gpu_count=offer.gpu_count,
             usd_per_hour=usd_per_hour,
             creation_fee_usd=self.creation_fee_usd,
             spot=ask.spot,
+            boot_s=memory.expected_boot_s(host) if memory and memory.hosts else None,
+            fail_chance=memory.fail_chance(host) if memory else None,
         )
 
     def usd_per_hour(self, offer: Offer, ask: GpuAsk) -> float | None:
@@ -90,4 +104,4 @@ class OfferMarket:
         if bid_per_day is None or offer.usd_per_unit is None:
             return None
         listed = per_hour(bid_per_day) * offer.usd_per_unit
-        return money.with_fee_per_hour(listed, offer.spot_fee_rate)
+        return bill.with_fee_per_hour(listed, offer.spot_fee_rate)

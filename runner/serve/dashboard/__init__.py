@@ -19,11 +19,12 @@ def mount(api: FastAPI, service: Service, token: str) -> Sessions:
     """Add the dashboard's routes to the API app, for the service it serves. Returns its
     sessions, so the API's token gate can let a logged-in browser through."""
     from runner.serve.dashboard import routes
+    from runner.serve.dashboard.throttle import LoginThrottle
 
     options = service.options
     settings = Settings(options.data_dir, options.capacity, options.daily_spend_limit_usd)
-    sessions = Sessions(token, service.clock)
-    routes.mount(api, service, settings, sessions)
+    sessions = Sessions(token, service.clock, service.store)
+    routes.mount(api, service, settings, sessions, LoginThrottle(service.clock))
     return sessions
 
 

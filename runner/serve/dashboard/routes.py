@@ -6,6 +6,7 @@ Handlers are plain `def`: they read SQLite, so FastAPI runs them in its thread p
 """
 
 import hashlib
+import math
 import urllib.parse
 from pathlib import Path
 from typing import Annotated, Any
@@ -17,6 +18,8 @@ from starlette.concurrency import run_in_threadpool
 from runner.serve.dashboard import reads
 from runner.serve.dashboard.render import Renderer
 from runner.serve.dashboard.session import COOKIE, SESSION_S, Session, Sessions
+from runner.serve.dashboard.throttle import LoginThrottle
+from runner.serve.http_limits import address_of
 from runner.serve.queue_reads import FINAL, STATUSES, JobMatch
 from runner.untrusted import log_bytes
 
@@ -57,7 +60,13 @@ class BadRequest(Exception):
         self.status = status
 
 
-def mount(api: FastAPI, queue: reads.Queue, settings: reads.Settings, sessions: Sessions) -> None:
+def mount(
+    api: FastAPI,
+    queue: reads.Queue,
+    settings: reads.Settings,
+    sessions: Sessions,
+    throttle: LoginThrottle,
+) -> None:
     """Add the dashboard to `api`: `/` and `/login`, the rest under `/ui/`."""
     render = Renderer()
 
@@ -76,7 +85,7 @@ def mount(api: FastAPI, queue: reads.Queue, settings: reads.Settings, sessions: 
     async def bad_request(_: Request, exc: BadRequest) -> Response:
         return _html(render.page("missing.j2", None, what=exc.what), exc.status)
 
-    api.include_router(_login_routes(render, sessions))
+    api.include_router(_login_routes(render, sessions, throttle))
     api.include_router(_page_routes(render, queue, settings, sessions))
     api.include_router(_static_routes())
 
@@ -88,7 +97,7 @@ def _session(request: Request, sessions: Sessions, fragment: bool = False) -> Se
     return session
 
 
-def _login_routes(render: Renderer, sessions: Sessions) -> APIRouter:
+def _login_routes(render: Renderer, sessions: Sessions, throttle: LoginThrottle) -> APIRouter:
     router = APIRouter(include_in_schema=False)
 
     @router.get("/login")
@@ -101,9 +110,16 @@ def _login_routes(render: Renderer, sessions: Sessions) -> APIRouter:
     async def login(request: Request) -> Response:
         form = await _form(request)
         target = _safe_next(form.get("next", "/"))
+        client = request.client
+        address = address_of((client.host, client.port) if client else None)
+        wait_s = throttle.wait_s(address)
+        if wait_s > 0:  # not even checked: a guesser learns nothing while it waits
+            return _too_soon(render, target, wait_s)
         if not sessions.token_is_right(form.get("token", "")):
+            throttle.wrong(address)
             page = render.page("login.j2", None, next=target, wrong=True)
             return _html(page, 401)
+        throttle.right(address)
         cookie, _ = sessions.issue()
         reply = _redirect(target)
         reply.set_cookie(
@@ -119,11 +135,11 @@ def _login_routes(render: Renderer, sessions: Sessions) -> APIRouter:
 
     @router.post("/logout")
     async def logout(request: Request) -> Response:
-        session = _session(request, sessions)
+        session = await run_in_threadpool(_session, request, sessions)  # reads the store
         form = await _form(request)
         if not sessions.csrf_is_right(session, form.get("csrf", "")):
             raise BadRequest("the form was stale or not ours: reload the page and try again", 403)
-        sessions.end(session)
+        await run_in_threadpool(sessions.end, session)
         reply = _redirect("/login")
         reply.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict")
         return reply
@@ -218,7 +234,7 @@ def _page_routes(
 
     @router.post("/ui/jobs/{job_id}/cancel")
     async def cancel(request: Request, job_id: str) -> Response:
-        session = _session(request, sessions)
+        session = await run_in_threadpool(_session, request, sessions)  # reads the store
         form = await _form(request)
         if not sessions.csrf_is_right(session, form.get("csrf", "")):
             raise BadRequest("the form was stale or not ours: reload the page and try again", 403)
@@ -388,6 +404,13 @@ def _safe_next(target: str) -> str:
     if parts.scheme or parts.netloc or not parts.path.startswith("/") or target.startswith("//"):
         return "/"
     return target
+
+
+def _too_soon(render: Renderer, target: str, wait_s: float) -> Response:
+    seconds = math.ceil(wait_s)
+    reply = _html(render.page("login.j2", None, next=target, wrong=False, wait_s=seconds), 429)
+    reply.headers["Retry-After"] = str(seconds)
+    return reply
 
 
 def _with_headers(reply: Response) -> Response:

@@ -146,10 +146,10 @@ def test_not_enough_balance_stops_the_run(setup: Setup) -> None:
 
 
 def test_a_balance_short_of_the_first_rentals_worst_case_rents_nothing(setup: Setup) -> None:
-    # The 3090 at 2 USD/day with the 5 % fee, for start-up (15 min) + the 60-minute timeout +
+    # The 3090 at 2 USD/day with the 5 % fee, for start-up (6 min) + the 60-minute timeout +
     # 2 minutes to kill it and fetch its files, plus the 0.1 creation fee:
-    # 0.0875 x 77/60 + 0.1 = 0.212 USD-Blockchain at worst.
-    setup.fake.balances["USD-Blockchain"] = 0.2
+    # 0.0875 x 68/60 + 0.1 = 0.199 USD-Blockchain at worst.
+    setup.fake.balances["USD-Blockchain"] = 0.19
     pipeline = parse_pipeline(
         "currency: USD-Blockchain\njobs:\n  a: {run: echo hi, gpu: {type: '3090'}}\n"
         "  b: {run: echo hi, gpu: {type: '3090'}}\n",
@@ -159,7 +159,7 @@ def test_a_balance_short_of_the_first_rentals_worst_case_rents_nothing(setup: Se
     record, code, _ = setup.run(pipeline)
     assert code == 3, [(r.job_id, r.status, r.reason) for r in record.results]
     reasons = " ".join(r.reason for r in record.results)
-    assert "the USD-Blockchain wallet holds 0.2" in reasons and "up to 0.212292" in reasons
+    assert "the USD-Blockchain wallet holds 0.19" in reasons and "up to 0.199167" in reasons
     assert "nothing was rented" in reasons
     assert setup.fake.calls("create_order") == []
     assert len(setup.fake.calls("wallets")) == 1  # read once, not per job
@@ -180,11 +180,12 @@ def test_no_offer_fits_is_an_error_with_closest_offers(setup: Setup) -> None:
 
 
 def test_budget_too_small_for_the_second_job(setup: Setup) -> None:
-    # 3090 on-demand at $0.0875/h with the fee: start-up + a 60-minute timeout + the creation
-    # fee commit $0.209; the 4090 at $0.131/h commits $0.264. The first fits, the second not.
+    # 3090 on-demand at $0.0875/h with the fee: start-up (6 min) + a 60-minute timeout + 2
+    # minutes after it + the creation fee commit $0.199; the 4090 at $0.131/h commits $0.249.
+    # The first fits, the second not.
     pipeline = parse_pipeline(
         """\
-        budget: 0.25
+        budget: 0.24
         concurrency: 2
         currency: USD-Blockchain
         jobs:
@@ -197,7 +198,7 @@ def test_budget_too_small_for_the_second_job(setup: Setup) -> None:
     record, code, _ = setup.run(pipeline)
     reasons = {r.job_id: (r.status, r.reason) for r in record.results}
     errors = [v for v in reasons.values() if v[0] is JobStatus.ERROR]
-    assert errors and "budget $0.25 would be exceeded" in errors[0][1], reasons
+    assert errors and "budget $0.24 would be exceeded" in errors[0][1], reasons
     assert code == 3
 
 
@@ -497,7 +498,11 @@ def test_a_rental_that_arrives_after_shutdown_is_still_counted(setup: Setup) -> 
     def rent_while_shutting_down(
         job: object, offer: object, cancel: object, *rest: object, **kw: object
     ) -> object:
-        hand.backend.stop_soon()  # the run is cancelled while this rental is being set up...
+        # The run is cancelled while this rental is being set up (on this very thread, so
+        # the shutdown's wait for it cannot end but by its bound)...
+        options = hand.backend.provisioner.options
+        hand.backend.provisioner.options = dataclasses.replace(options, signal_setup_within_s=0)
+        hand.backend.stop_soon()
         hand.backend.shutdown()
         never = threading.Event()  # ...past the rental's last look at its cancel
         return rent(job, offer, never, *rest, **kw)  # type: ignore[arg-type]
@@ -514,16 +519,16 @@ def test_a_rental_that_arrives_after_shutdown_is_still_counted(setup: Setup) -> 
 def test_a_spot_rental_is_budgeted_at_its_bid_not_the_spot_minimum(setup: Setup) -> None:
     # The 3090's spot minimum is 1.5 USD/day (0.0625 $/h); the bid goes 5 % above it
     # (0.0656 $/h). With the 1.25 % spot fee, for start-up + the 1-hour timeout, plus the
-    # creation fee, the minimum would commit $0.1791 and the bid commits $0.1831.
+    # creation fee, the minimum would commit $0.1717 and the bid commits $0.1753.
     pipeline = parse_pipeline(
-        "budget: 0.181\ncurrency: USD-Blockchain\n"
+        "budget: 0.1735\ncurrency: USD-Blockchain\n"
         "jobs:\n  a: {run: echo hi, gpu: {type: '3090', spot: true, max-price: 0.5}}\n",
         "p.yml",
         {},
     )
     record, code, _ = setup.run(pipeline)
     assert code == 3
-    assert "budget $0.181 would be exceeded" in record.results[0].reason, record.results[0]
+    assert "budget $0.1735 would be exceeded" in record.results[0].reason, record.results[0]
     assert setup.fake.orders == {}
 
 
@@ -714,9 +719,9 @@ def test_the_boot_wait_has_its_own_bound_counted_in_the_worst_case(setup: Setup)
     assert backend.provisioner.worst_case_usd(job, offer) == pytest.approx(
         money.worst_case_usd(hourly, 120.0 + 180.0, fee_usd)
     )
-    unbounded = dataclasses.replace(job, boot_timeout_s=None)  # the default: 15 minutes
+    unbounded = dataclasses.replace(job, boot_timeout_s=None)  # the default: 6 minutes
     assert backend.provisioner.worst_case_usd(unbounded, offer) == pytest.approx(
-        money.worst_case_usd(hourly, 900.0 + 180.0, fee_usd)
+        money.worst_case_usd(hourly, 360.0 + 180.0, fee_usd)
     )
     failed = hand.rent()
     assert isinstance(failed, RentFailed) and "not online after 120 s" in failed.reason

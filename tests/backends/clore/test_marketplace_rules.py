@@ -163,12 +163,12 @@ def test_reported_cost_is_what_the_wallet_lost(setup: Setup, spot: bool, job_s: 
 
 
 def test_a_budget_only_the_fee_less_arithmetic_would_pass_rents_nothing(setup: Setup) -> None:
-    # The 3090 listed at 2 USD/day: start-up (15 min) + the 60-minute timeout + 2 minutes to
-    # kill it and fetch its files cost 0.1069 at the listed price, 0.1123 with the 5 % fee,
-    # 0.2123 with the creation fee.
+    # The 3090 listed at 2 USD/day: start-up (6 min) + the 60-minute timeout + 2 minutes to
+    # kill it and fetch its files cost 0.0944 at the listed price, 0.0992 with the 5 % fee,
+    # 0.1992 with the creation fee.
     pipeline = pipeline_of(
         """\
-        budget: 0.2
+        budget: 0.19
         currency: USD-Blockchain
         jobs:
           a: {run: echo a, gpu: {type: '3090'}}
@@ -177,7 +177,7 @@ def test_a_budget_only_the_fee_less_arithmetic_would_pass_rents_nothing(setup: S
     record, code, _, _ = run_with(setup, pipeline)
     (result,) = record.results
     assert code == 3 and result.status is JobStatus.ERROR
-    assert "budget $0.20 would be exceeded by $0.0123: " in result.reason  # not "by $0.01"
+    assert "budget $0.19 would be exceeded by $0.0092: " in result.reason  # not "by $0.01"
     assert "5 % renter fee" in result.reason and "$0.10 creation fee" in result.reason
     assert setup.fake.calls("create_order") == []
 
@@ -324,7 +324,7 @@ def test_a_short_balance_stops_every_later_rental_too(setup: Setup) -> None:
     from runner.core.rentals import RentFailed
     from tests.backends.clore.test_clore_run import ByHand
 
-    setup.fake.balances["USD-Blockchain"] = 0.2  # the 3090's worst case is 0.209
+    setup.fake.balances["USD-Blockchain"] = 0.19  # the 3090's worst case is 0.199
     pipeline = pipeline_of(
         "concurrency: 2\ncurrency: USD-Blockchain\njobs:\n"
         "  a: {run: echo a, gpu: {type: '3090'}}\n  b: {run: echo b, gpu: {type: RTX}}\n"
@@ -334,7 +334,7 @@ def test_a_short_balance_stops_every_later_rental_too(setup: Setup) -> None:
         for _ in pipeline.jobs:
             failed = hand.rent()
             assert isinstance(failed, RentFailed) and failed.fatal, failed
-            assert "wallet holds 0.2," in failed.reason
+            assert "wallet holds 0.19," in failed.reason
     finally:
         hand.backend.shutdown()
     assert setup.fake.calls("create_order") == []

@@ -1,0 +1,234 @@
+"""A market where most hosts never boot, on the fake Clore and a real sshd: hedged boots and the
+host history, end to end through the driver.
+
+The market: four RTX 4090 hosts at 2.0, 2.1, 2.2 and 2.3 USD/day (the fake's own 4090s are out
+of the way); a healthy one is online 5 s after its create. The clock runs at `SPEED` times real
+time (`FastClock`, as tests/backends/clore/test_rent_ahead.py): a hedge must race the boot it
+hedges, which a clock that every sleeper moves would not let it do.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from pytest_httpserver import HTTPServer
+from werkzeug.serving import WSGIRequestHandler
+
+from runner.backends.clore.backend import Budget, CloreBackend
+from runner.backends.clore.host_memory import HostRecorder
+from runner.backends.clore.provision import Provisioner, ProvisionOptions
+from runner.backends.ssh.connection import ConnectOptions
+from runner.backends.ssh.keys import ClientKey, HostKeyStore
+from runner.core.model import Pipeline, Provisioning, RunRecord
+from runner.core.rentals import RentServer
+from runner.ledger import Ledger
+from runner.run_command import RunOptions, execute
+from runner.spec.loader import parse_pipeline
+from runner.stores.hosts import open_hosts
+from tests.fakes.clore_api import FakeClore
+from tests.fakes.clore_on_sshd import fake_cost_usd
+from tests.fakes.fast_clock import FastClock
+from tests.sshd_fixture import SshServer
+
+SPEED = 40.0
+HOSTS = (200001, 200002, 200003, 200004)
+DEAD = HOSTS[:3]
+
+
+@dataclass
+class Market:
+    fake: FakeClore
+    clock: FastClock
+    sshd: SshServer
+    tmp: Path
+
+    def backend(self, pipeline: Pipeline, run_id: str) -> tuple[CloreBackend, Ledger]:
+        key = ClientKey.generate()
+        self.sshd.authorize(key.public_line)
+        options = ProvisionOptions(
+            pause=self.clock.pause, ssh=ConnectOptions(tries=3, backoff_s=0.05, max_backoff_s=0.2)
+        )
+        client = self.fake.client()
+        ledger = Ledger(self.tmp / "ledger.db")
+        provisioner = Provisioner(
+            client, ledger, run_id, key, HostKeyStore(), self.clock, pipeline.currency, options
+        )
+        backend = CloreBackend(
+            client, provisioner, self.clock, 3, Budget(pipeline.budget_usd), pipeline.currency
+        )
+        history = open_hosts(self.tmp / "hosts.db", clock=self.clock)
+        backend.hosts = HostRecorder(history, run_id, self.clock)
+        return backend, ledger
+
+    def run(self, pipeline: Pipeline, run_id: str) -> tuple[RunRecord, int, str, Ledger]:
+        """The pipeline through the driver; the console's text (notices included) too."""
+        backend, ledger = self.backend(pipeline, run_id)
+        (self.tmp / "ws").mkdir(exist_ok=True)
+        options = RunOptions(
+            out_dir=self.tmp / f"out-{run_id}", workspace_root=self.tmp / "ws", clock=self.clock
+        )
+        console = io.StringIO()
+        try:
+            record, code = execute(pipeline, backend, options, console)
+        finally:
+            backend.hosts.close()
+        return record, code, console.getvalue(), ledger
+
+    def memory_of(self, host: int) -> str | None:
+        with open_hosts(self.tmp / "hosts.db", clock=self.clock) as history:
+            return history.memory().skip_reason(str(host))
+
+
+@pytest.fixture
+def market(
+    httpserver: HTTPServer, sshd_server: SshServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Market]:
+    clock = FastClock(SPEED)
+    fake = FakeClore(httpserver, clock)  # type: ignore[arg-type]
+    monkeypatch.setattr(WSGIRequestHandler, "date_time_string", fake.date_header)
+    fake.install()
+    template = fake.servers[99173]
+    for n, server_id in enumerate(HOSTS):
+        server = copy.deepcopy(template)
+        server["id"] = server_id
+        server["price"]["on_demand"]["USD-Blockchain"] = 2.0 + n / 10
+        server["price"]["usd"]["on_demand_usd"] = 2.0 + n / 10
+        fake.servers[server_id] = server
+    fake.servers[99173]["rented"] = True
+    fake.online_after_s, fake.appear_after_s = 5.0, 0.0
+    fake.ssh_host, fake.ssh_port = "127.0.0.1", sshd_server.port
+    yield Market(fake, clock, sshd_server, tmp_path)
+    assert fake.live_orders() == [], "a server was leaked"
+    assert fake.violations == [], "the rate limits were exceeded"
+
+
+def one_job(extra: str = "", top: str = "") -> Pipeline:
+    text = (
+        f"{top}currency: USD-Blockchain\n"
+        "jobs:\n  train:\n    run: echo trained\n    gpu: {type: '4090'}\n"
+        "    boot-timeout-minutes: 2\n" + extra
+    )
+    return parse_pipeline(text, "p.yml", {})
+
+
+def fees_paid(fake: FakeClore) -> float:
+    return sum(o.creation_fee for o in fake.orders.values() if fake.lived_s(o.id) >= 600)
+
+
+def test_three_dead_cheapest_hosts_a_hedge_each_and_a_second_run_that_remembers(
+    market: Market, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake = market.fake
+    fake.never_online = set(DEAD)
+    first, code, said, ledger = market.run(one_job(), "run-1")
+    assert code == 0, [(r.job_id, r.reason) for r in first.results]
+    first_s = first.finished_at - first.started_at
+    assert "as a hedge of a late boot" in said and "runs late" in said
+    assert all(r.state == "released" for r in ledger.rentals("run-1"))
+    assert fees_paid(fake) == 0.0  # every dead order given back inside the grace
+    facts = first.results[0].attempts[-1].facts
+    assert facts["server_id"] == "200004"
+    assert facts["hedge"].startswith("3 hedge(s): NVIDIA GeForce RTX 4090 #200004 answered SSH")
+    orders_first = len(fake.orders)
+    cost_first = fake_cost_usd(fake)
+    # The two that failed are skipped now; the third was given back still booting when the
+    # fourth answered: nothing is known of it.
+    assert [market.memory_of(h) is not None for h in DEAD] == [True, True, False]
+
+    second, code, said, _ = market.run(one_job(), "run-2")
+    assert code == 0
+    second_s = second.finished_at - second.started_at
+    rented_second = [o.server_id for o in list(fake.orders.values())[orders_first:]]
+    assert not set(rented_second) & {200001, 200002}
+    assert second.results[0].attempts[-1].facts["server_id"] == "200004"
+    boot_s = float(second.results[0].attempts[-1].facts["ssh_ready_after_s"])
+    assert second_s < 3 * 40.0  # within 3x a healthy boot (5 s online, polls and SSH)
+    assert first_s < 0.75 * (3 * 120.0)  # far below waiting out each dead host in turn
+    with capsys.disabled():
+        print(
+            f"\nthree dead cheapest 4090s, 2-minute bound: first run {first_s:.0f} s to the "
+            f"pass ({orders_first} orders, ${cost_first:.4f} billed, creation fees "
+            f"{fees_paid(fake):.2f}); second run {second_s:.0f} s (orders on "
+            f"{rented_second}, the winner's boot {boot_s:.0f} s)"
+        )
+
+
+def test_a_hedge_where_both_hosts_come_up_gives_one_back_and_costs_as_billed(
+    market: Market,
+) -> None:
+    fake = market.fake
+    slow, quick = HOSTS[0], HOSTS[1]
+    fake.online_after_s_by_server = {slow: 95.0, quick: 5.0}
+    record, code, said, ledger = market.run(one_job(), "run-1")
+    assert code == 0
+    assert [o.server_id for o in fake.orders.values()] == [slow, quick]
+    assert "as a hedge of a late boot" in said
+    assert record.results[0].attempts[-1].facts["server_id"] == str(quick)
+    assert all(not o.live for o in fake.orders.values())
+    assert all(r.state == "released" for r in ledger.rentals("run-1"))
+    ours, theirs = record.total_cost_usd, fake_cost_usd(fake)
+    assert abs(ours - theirs) <= 0.01 * theirs, (ours, theirs)
+    assert float(record.results[0].attempts[-1].facts["hedge_cost_usd"]) > 0
+
+
+def test_no_hedge_when_the_budget_holds_one_boot_only_and_it_is_said(market: Market) -> None:
+    fake = market.fake
+    fake.never_online = {HOSTS[0]}
+    # One 4090 at 2.0-2.1 USD/day with the fee ($0.0875-0.0919/h) held 9 minutes at worst
+    # (the 6-minute start-up the budget allows, the 1-minute timeout, 2 minutes after it):
+    # $0.013-0.014, no creation fee. One fits $0.02, two do not.
+    pipeline = one_job("    timeout-minutes: 1\n", top="budget: 0.02\n")
+    _, code, said, _ = market.run(pipeline, "run-1")
+    assert "no hedge for the boot of" in said and "the budget cannot hold" in said
+    assert "as a hedge" not in said
+    assert code == 0  # the boot gave up, the next host came up
+    assert [o.server_id for o in fake.orders.values()] == [HOSTS[0], HOSTS[1]]
+
+
+def test_a_host_that_comes_up_but_never_answers_ssh_is_remembered_and_skipped(
+    market: Market,
+) -> None:
+    market.fake.no_sshd = {HOSTS[0]}
+    record, code, _, _ = market.run(one_job(), "run-1")
+    assert code == 0
+    assert record.results[0].attempts[-1].facts["server_id"] != str(HOSTS[0])
+    why = market.memory_of(HOSTS[0])
+    assert why is not None and why.startswith("booted but SSH never answered")
+
+
+def test_stopping_while_two_hedged_boots_are_in_flight_cancels_both(market: Market) -> None:
+    """What SIGINT comes to (the driver's cancel calls the backend's shutdown): both boots of
+    a job, the late one and its hedge, are cancelled and confirmed gone."""
+    market.fake.never_online = set(HOSTS)
+    pipeline = one_job()
+    backend, ledger = market.backend(pipeline, "run-1")
+    book = backend.server_book(pipeline.jobs, 3, None, Provisioning.ON_DEMAND, {})
+    book.want("train", 1, 3600.0, market.clock.time())
+    (first,) = [c for c in book.decide(market.clock.time()) if isinstance(c, RentServer)]
+    quote = backend._live.best(pipeline.jobs[0].gpu, {first.quote.host})  # type: ignore[union-attr]
+    assert quote is not None
+    hedge = RentServer(first.server + 1, quote, "train", 0.2, hedge_of=first.server)
+    created = threading.Semaphore(0)
+    market.fake.after_create = lambda _order: created.release()
+    heard: list[object] = []
+    threads = [
+        threading.Thread(target=backend.rent, args=(cmd, pipeline.jobs[0], heard.append))
+        for cmd in (first, hedge)
+    ]
+    for t in threads:
+        t.start()
+    for _ in threads:
+        assert created.acquire(timeout=60)  # both orders exist, neither is online
+    backend.shutdown()
+    for t in threads:
+        t.join(timeout=60)
+    assert len(market.fake.orders) == 2
+    assert market.fake.live_orders() == []
+    assert all(r.state == "released" for r in ledger.rentals("run-1"))
+    backend.hosts.close()

@@ -1,0 +1,171 @@
+"""The scenarios issue 24 names, written out instead of drawn: each is the shortest case of one
+defect, so the suite can show that it catches that defect (the tests in test_chaos.py).
+
+Seeds here are labels (negative, so they never collide with a drawn seed): `python -m
+tests.chaos --example NAME` replays one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from tests.chaos.scenario import ApiFault, Host, JobDraw, Scenario
+
+
+def _job(
+    name: str, ask: str, *, spot: bool = False, needs: tuple[str, ...] = (), sleep_s: float = 3.0
+) -> JobDraw:
+    return JobDraw(name, needs, ask, spot, sleep_s, "pass", 0, False)
+
+
+def two_job_leak() -> Scenario:
+    """One spot job on any RTX, one on-demand job on an RTX 4090, no needs, 3 s each: the spot
+    job took the 4090 rented for the other, which rented again; a third order booted on after
+    both had passed, never cancelled (3 of 3 runs in the issue)."""
+    hosts = tuple(Host(99170 + i, "RTX 4090", 72.0 + 12 * i, 48.0 + 6 * i) for i in range(3))
+    return Scenario(
+        seed=-1,
+        jobs=(_job("a", "RTX", spot=True), _job("b", "RTX 4090")),
+        hosts=(*hosts, Host(99175, "RTX 3090", 240.0, 200.0)),
+        api_faults=(),
+        currency="USD-Blockchain",
+        concurrency=3,
+        budget_usd=None,
+        boot_s=1.5,
+        cancel_lag_s=0.5,
+    )
+
+
+def chain_of_three() -> Scenario:
+    """one -> two -> three, 2 s each, estimated shorter than a boot (the issue: 0.1 min against
+    the fake's 30 s boots; here 1.2 s against 2.5 s), concurrency 3, one GPU type: the whole
+    chain runs on one server, so one order (the issue saw a second rented ahead for nothing)."""
+    jobs = (
+        _job("one", "RTX 4090", sleep_s=2.0),
+        _job("two", "RTX 4090", needs=("one",), sleep_s=2.0),
+        _job("three", "RTX 4090", needs=("two",), sleep_s=2.0),
+    )
+    return Scenario(
+        seed=-2,
+        jobs=jobs,
+        hosts=tuple(Host(99170 + i, "RTX 4090", 96.0 + 24 * i, 72.0) for i in range(3)),
+        api_faults=(),
+        currency="USD-Blockchain",
+        concurrency=3,
+        budget_usd=None,
+        boot_s=2.5,
+        cancel_lag_s=0.5,
+        estimate_minutes=0.02,
+    )
+
+
+def racing_cleanup() -> Scenario:
+    """Two runs on one key race for the one host; the loser's create is refused
+    (server-already-rented), it ends, and its always-run cleanup must leave the winner's order
+    alone while the winner's job still runs."""
+    return Scenario(
+        seed=-3,
+        jobs=(_job("train", "RTX 4090", sleep_s=8.0),),
+        hosts=(Host(99170, "RTX 4090", 96.0, 72.0),),
+        api_faults=(),
+        currency="USD-Blockchain",
+        concurrency=1,
+        budget_usd=None,
+        boot_s=1.0,
+        cancel_lag_s=0.5,
+        race=True,
+    )
+
+
+def signal_during_create(name: str = "SIGINT") -> Scenario:
+    """SIGINT (or SIGTERM) 1 s into a `create_order` that answers 6 s late: the order exists
+    once the answer comes; the run must cancel it before it exits (the issue: no cancel)."""
+    return Scenario(
+        seed=-4,
+        jobs=(_job("a", "RTX 4090"),),
+        hosts=(Host(99170, "RTX 4090", 96.0, 72.0),),
+        api_faults=(),
+        currency="USD-Blockchain",
+        concurrency=1,
+        budget_usd=None,
+        boot_s=1.0,
+        cancel_lag_s=0.5,
+        signal=(name, 1.0),
+        signal_anchor="create_order",
+        reply_delay_s=(("create_order", 6.0),),
+    )
+
+
+def cancels_failing_at_the_end() -> Scenario:
+    """Every cancel fails (502) from the job's end on; SIGINT 1 s after the first cancel: the
+    run must stop within GitHub's bound and exit 130, leaving the order to the always-run
+    cleanup step (the issue: signals ignored for 37-39 s, exit 0)."""
+    return Scenario(
+        seed=-5,
+        jobs=(_job("a", "RTX 4090", sleep_s=1.0),),
+        hosts=(Host(99170, "RTX 4090", 96.0, 72.0),),
+        api_faults=(ApiFault(0.0, "bad_gateway", "cancel_order", 200),),
+        currency="USD-Blockchain",
+        concurrency=1,
+        budget_usd=None,
+        boot_s=1.0,
+        cancel_lag_s=0.5,
+        signal=("SIGINT", 1.0),
+        signal_anchor="cancel_order",
+        faults_end_with_run=True,
+        cleanup=True,
+    )
+
+
+def cost_under_faults() -> Scenario:
+    """Spot preemption, a lagging cancel and a create answered HTTP 500 although it rented:
+    the summary's cost must still be the bill within 1 % (the issue: 4-6 % off)."""
+    jobs = (
+        _job("a", "RTX 4090", spot=True, sleep_s=4.0),
+        _job("b", "RTX 3090", sleep_s=2.0),
+        _job("c", "RTX", needs=("b",), sleep_s=2.0),
+    )
+    jobs = (dataclasses.replace(jobs[0], retries=1), *jobs[1:])  # preempted: retried
+    return Scenario(
+        seed=-6,
+        jobs=jobs,
+        hosts=(
+            Host(99170, "RTX 4090", 96.0, 72.0, "preempt", 2.5),
+            Host(99171, "RTX 4090", 120.0, 90.0),
+            Host(99172, "RTX 3090", 72.0, 54.0),
+        ),
+        api_faults=(ApiFault(0.0, "db_error_but_created", "create_order"),),
+        currency="USD-Blockchain",
+        concurrency=3,
+        budget_usd=None,
+        boot_s=1.0,
+        cancel_lag_s=1.5,
+    )
+
+
+def rerent_while_released() -> Scenario:
+    """One 3090 for sale; a spot job, then an on-demand job that needs it: the second must wait
+    for the first's order to be released, not have its create refused and fail with no offer
+    (test_reuse_gives_an_on_demand_job_no_spot_server's race)."""
+    return Scenario(
+        seed=-7,
+        jobs=(_job("a", "RTX 3090", spot=True, sleep_s=1.0), _job("b", "RTX 3090", needs=("a",))),
+        hosts=(Host(99170, "RTX 3090", 72.0, 54.0),),
+        api_faults=(),
+        currency="USD-Blockchain",
+        concurrency=1,
+        budget_usd=None,
+        boot_s=1.0,
+        cancel_lag_s=1.0,
+    )
+
+
+EXAMPLES = {
+    "two_job_leak": two_job_leak,
+    "chain_of_three": chain_of_three,
+    "racing_cleanup": racing_cleanup,
+    "signal_during_create": signal_during_create,
+    "cancels_failing_at_the_end": cancels_failing_at_the_end,
+    "cost_under_faults": cost_under_faults,
+    "rerent_while_released": rerent_while_released,
+}

@@ -1,0 +1,200 @@
+"""What must hold after every chaos scenario (design.md §7, issue 24 part 4), as named checks.
+
+Each check reads the outcome (the fake's orders and requests, each run's exit code, output,
+summary.json and ledger) and answers violations: (invariant, detail). An empty list: all held.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from runner.backends.clore.market import offer_from_server
+from runner.backends.clore.models import MarketServer
+from tests.chaos.harness import Outcome, RunResult
+from tests.fakes.clore_api import FakeClore, FakeOrder
+
+EXIT_CODES = {0, 1, 3, 130}
+SETTLED = {"passed", "failed", "timed_out", "error", "skipped", "cancelled"}
+COST_TOLERANCE = 0.01  # cost = bill within 1 %...
+COST_FLOOR_USD = 2e-5  # ...or this much: summary.json rounds to 1e-6, a bill is a few cents
+INVARIANTS = (
+    "exit_code",
+    "traceback",
+    "hung",
+    "leak",
+    "foreign_cancel",
+    "cost_vs_bill",
+    "budget",
+    "settled",
+    "idle_order",
+    "signal",
+)
+UNRELEASED_WARNING = "not confirmed released"  # how a run says it left an order to cleanup
+SIGNAL_BOUND_S = 10.0  # GitHub: SIGTERM, then SIGKILL 7.5-10 s later
+
+
+@dataclass(frozen=True)
+class Violation:
+    invariant: str
+    run: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.invariant} (run {self.run}): {self.detail}"
+
+
+def check(outcome: Outcome) -> list[Violation]:
+    fake = outcome.market.fake
+    found: list[Violation] = []
+    for run in outcome.runs:
+        for name, detail in _checks(outcome, fake, run):
+            found.append(Violation(name, run.caller, detail))
+    return found
+
+
+def _checks(outcome: Outcome, fake: FakeClore, run: RunResult) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    mine = [o for o in fake.orders.values() if o.creator == run.caller]
+    killed = run.signalled == "SIGKILL" and run.code == -9
+    if run.hung:
+        out.append(("hung", f"still running after its bound; killed (exit {run.code})"))
+    elif not killed and run.code not in EXIT_CODES:
+        out.append(("exit_code", f"exit {run.code}"))
+    if run.signalled in ("SIGINT", "SIGTERM") and not run.hung:
+        took = run.signal_to_exit_s or 0.0
+        if took > SIGNAL_BOUND_S:
+            out.append(("signal", f"{run.signalled}: exit {run.code} {took:.1f} s later"))
+        elif run.code != 130 and took > 1.0:
+            out.append(("signal", f"{run.signalled}: exit {run.code}, not 130 ({took:.1f} s)"))
+    for where, text in (("run", run.stdout + run.stderr), ("cleanup", run.cleanup_output)):
+        if "Traceback" in text:
+            out.append(("traceback", f"in the {where}'s output: {_around(text, 'Traceback')}"))
+    out += _leaks(fake, run, mine, killed)
+    foreign = sorted(
+        {
+            r.body["id"]
+            for r in fake.calls("cancel_order")
+            if r.caller == run.caller
+            and isinstance(r.body, dict)
+            and isinstance(r.body.get("id"), int)
+            and r.body["id"] in fake.orders
+            and fake.orders[r.body["id"]].creator != run.caller
+        }
+    )
+    if foreign:
+        out.append(("foreign_cancel", f"cancelled orders another run created: {foreign}"))
+    billed = sum(billed_usd(fake, o) for o in mine)
+    budget = outcome.scenario.budget_usd
+    if budget is not None and billed > budget + 1e-9:
+        out.append(("budget", f"billed ${billed:.6f} over the budget ${budget}"))
+    if killed:
+        return out
+    out += _summary_checks(outcome, fake, run, mine, billed)
+    return out
+
+
+def _leaks(
+    fake: FakeClore, run: RunResult, mine: list[FakeOrder], killed: bool
+) -> list[tuple[str, str]]:
+    """No process end but SIGKILL with an order whose cancel was never sent; an order whose
+    cancel failed may be left to the always-run cleanup step if the run says so; after that
+    step, nothing of the run's is live."""
+    tried = {
+        r.body.get("id")
+        for r in fake.calls("cancel_order")
+        if r.caller == run.caller and isinstance(r.body, dict)
+    }
+    out = []
+    never = [o for o in run.live_at_exit if o not in tried]
+    if not killed and never:
+        out.append(("leak", f"cancel never sent, live when the run ended: {_orders(fake, never)}"))
+    said = UNRELEASED_WARNING in run.stdout + run.stderr
+    if not killed and run.live_at_exit and not never and not said:
+        out.append(("leak", f"live when the run ended, unsaid: {_orders(fake, run.live_at_exit)}"))
+    live = [o.id for o in mine if o.live]
+    if live:
+        where = "after the cleanup step" if run.cleaned_up else "after the run"
+        out.append(("leak", f"live {where}: {_orders(fake, live)}"))
+    return out
+
+
+def _summary_checks(
+    outcome: Outcome, fake: FakeClore, run: RunResult, mine: list[FakeOrder], billed: float
+) -> list[tuple[str, str]]:
+    summary = run.summary
+    if summary is None or "jobs" not in summary:
+        return [("settled", f"no summary.json (exit {run.code})")]
+    out: list[tuple[str, str]] = []
+    cost = float(summary.get("total_cost_usd") or 0.0)
+    # An order left live bills on past the run's end: that is the leak's finding, not this one.
+    if not run.live_at_exit and abs(cost - billed) > max(COST_TOLERANCE * billed, COST_FLOOR_USD):
+        off = 100 * (cost - billed) / billed if billed else float("inf")
+        out.append(
+            (
+                "cost_vs_bill",
+                f"summary ${cost:.6f}, billed ${billed:.6f} ({off:+.1f} %) over {len(mine)} orders",
+            )
+        )
+    wanted = {j.name for j in outcome.scenario.jobs}
+    statuses = {j.get("id"): j.get("status") for j in summary["jobs"]}
+    unsettled = sorted(k for k in wanted if statuses.get(k) not in SETTLED)
+    if unsettled:
+        out.append(("settled", f"jobs not settled: {[(k, statuses.get(k)) for k in unsettled]}"))
+    if run.signalled is None:
+        idle = _idle_orders(outcome, run, mine, summary)
+        if idle:
+            out.append(("idle_order", idle))
+    return out
+
+
+def _idle_orders(
+    outcome: Outcome, run: RunResult, mine: list[FakeOrder], summary: dict[str, object]
+) -> str:
+    """Orders that ran no job and that no host fault, rent-ahead notice or lost create explains.
+
+    summary.json's attempt facts carry `order_id`; nothing there says "rented ahead" or "hedge"
+    yet, so the run's own "renting ... ahead of its needs" line on its output is the explanation
+    looked for, matched to the order through the ledger's job of that order."""
+    used = {
+        str(a.get("facts", {}).get("order_id"))
+        for j in summary.get("jobs", [])  # type: ignore[attr-defined]
+        for a in j.get("attempt_details", [])
+    }
+    faulty = {h.server_id for h in outcome.scenario.hosts if h.fault}
+    job_of = {order: job for job, order, _ in run.ledger if order is not None}
+    unexplained = []
+    for order in mine:
+        if str(order.id) in used or order.server_id in faulty:
+            continue
+        job = job_of.get(order.id)
+        if job is not None and any(
+            f"{job}: renting" in line and "ahead of its needs" in line
+            for line in run.stdout.splitlines()
+        ):
+            continue
+        unexplained.append(f"{order.id} (server {order.server_id}, job {job})")
+    return f"orders that ran no job: {', '.join(unexplained)}" if unexplained else ""
+
+
+def billed_usd(fake: FakeClore, order: FakeOrder) -> float:
+    """What the wallet lost for the order, in USD at the server's own rate (fees included)."""
+    offer = offer_from_server(
+        MarketServer.model_validate(fake.servers[order.server_id]), order.currency
+    )
+    return fake.billed(order.id) * (offer.usd_per_unit or 0.0)
+
+
+def _orders(fake: FakeClore, ids: list[int]) -> str:
+    parts = []
+    for order_id in ids:
+        order = fake.orders[order_id]
+        cancels = [r for r in fake.calls("cancel_order") if (r.body or {}).get("id") == order_id]
+        tried = ", ".join(f"{r.status}/{r.code}" for r in cancels) or "never cancelled"
+        kind = "spot" if order.spot else "on-demand"
+        parts.append(f"{order_id} ({kind} on {order.server_id}; cancels: {tried})")
+    return "; ".join(parts)
+
+
+def _around(text: str, needle: str) -> str:
+    lines = [line for line in text[text.find(needle) :].splitlines() if line.strip()]
+    return " | ".join(lines[-3:])

@@ -1,0 +1,195 @@
+"""The randomized fault suite's quick set (issue 24, part 4; design.md §7).
+
+Every case is a scenario played by the real CLI against the fake Clore on real sshds
+(tests/chaos/harness.py) and checked against every invariant (tests/chaos/invariants.py). The
+selected cases of a session are played together, a few at a time (`verdicts`), then each test
+reads its own verdict. A failure prints the scenario, its seed and the command that replays it:
+`python -m tests.chaos SEED --small` (the quick set's seeds are drawn small), or
+`python -m tests.chaos --example NAME`.
+
+While the defects the suite found are not fixed on main (the findings: notes/chaos-findings.md),
+the quick set is seeds that hold every invariant but those in TOLERATED, and every defect has a
+test of its own here, a strict xfail naming its finding: when a fix lands, that test passes,
+fails as XPASS, and the mark comes off (and the invariant leaves TOLERATED).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.chaos import examples
+from tests.chaos.invariants import INVARIANTS, Violation
+from tests.chaos.scenario import Scenario, draw
+from tests.chaos.suite import Verdict, play_all
+
+PARALLEL = 4  # scenarios at once: each is mostly waiting (boots, jobs' sleeps, start-up)
+
+# Small scenarios (3-5 jobs) that hold every invariant today but those TOLERATED: a mix of
+# plain runs, API and host faults, SIGINT, SIGTERM, SIGKILL + cleanup, and a race.
+QUICK_SEEDS = [
+    100, 101, 102, 104, 105, 106, 108, 111, 113, 114,
+    117, 119, 120, 121, 122, 125, 128, 131, 133, 135,
+]  # fmt: skip
+
+# Invariants broken in nearly every run today: a quick seed may break them (they are reported,
+# not failed) until the fix lands; the strict xfails below prove each on a case of its own.
+TOLERATED: dict[str, str] = {
+    "cost_vs_bill": "F1: summary.json's cost is over the bill (runs billed on their own clock "
+    "from `ct`, and the API's final spend never takes an overcharge back)",
+}
+
+# Drawn seeds (small) that break an invariant today, with the finding that explains it.
+# Only seeds that break it every time are listed (a strict xfail must not flake): most
+# defects depend on timing, and their examples below show them reliably.
+KNOWN_FAILING: dict[int, tuple[str, str]] = {}
+
+
+def _exactly_one_order(verdict: Verdict) -> list[str]:
+    orders = verdict.outcome.market.fake.orders
+    return [] if len(orders) == 1 else [f"{len(orders)} orders for a chain on one server"]
+
+
+def _passed_on_one_order_each(verdict: Verdict) -> list[str]:
+    """The issue's figures for the two-job pipeline: exit 0, no more orders than jobs."""
+    orders = len(verdict.outcome.market.fake.orders)
+    jobs = len(verdict.scenario.jobs)
+    return _all_pass(verdict) + ([f"{orders} orders for {jobs} jobs"] if orders > jobs else [])
+
+
+def _interrupted(verdict: Verdict) -> list[str]:
+    codes = verdict.exit_codes
+    return [] if codes == [130] else [f"exit codes {codes}, not [130]"]
+
+
+def _all_pass(verdict: Verdict) -> list[str]:
+    codes = verdict.exit_codes
+    return [] if codes == [0] else [f"exit codes {codes}: a job failed for want of the host"]
+
+
+# The issue's defects, one case each: (scenario, the invariants it must hold, an extra check,
+# the finding while it fails today or None).
+Check = Callable[[Verdict], list[str]]
+EXAMPLES: dict[str, tuple[Callable[[], Scenario], tuple[str, ...], Check | None, str | None]] = {
+    "two_job_leak": (
+        examples.two_job_leak, ("leak", "idle_order"), _passed_on_one_order_each,
+        None,  # was F2, fixed on main
+    ),
+    "chain_of_three": (
+        examples.chain_of_three, ("leak",), _exactly_one_order,
+        None,  # was F6, fixed on main
+    ),
+    "racing_cleanup": (
+        examples.racing_cleanup, ("foreign_cancel", "leak"), None,
+        None,  # was F3, fixed on main
+    ),
+    "signal_during_create": (
+        examples.signal_during_create, ("leak",), _interrupted,
+        None,  # was F4, fixed on main
+    ),
+    "cancels_failing_at_the_end": (
+        examples.cancels_failing_at_the_end, ("signal", "leak"), _interrupted,
+        None,  # was F5, fixed on main
+    ),
+    "cost_under_faults": (
+        examples.cost_under_faults, ("cost_vs_bill", "leak"), None, TOLERATED["cost_vs_bill"],
+    ),
+    "rerent_while_released": (
+        examples.rerent_while_released, ("leak",), _all_pass, None,
+    ),
+}  # fmt: skip
+
+
+def _known(finding: str) -> pytest.MarkDecorator:
+    """A strict xfail for a finding: only the check's own failure counts as the defect (an
+    error in the harness, say, fails the test instead of passing for the defect)."""
+    return pytest.mark.xfail(reason=finding, strict=True, raises=pytest.fail.Exception)
+
+
+def _case_scenario(case: str) -> Scenario:
+    kind, _, name = case.partition(":")
+    return EXAMPLES[name][0]() if kind == "example" else draw(int(name), small=True)
+
+
+@pytest.fixture(scope="session")
+def verdicts(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Verdict]:
+    """Every chaos case this session selected, played at once, PARALLEL at a time."""
+    params = (getattr(item, "callspec", None) for item in request.session.items)
+    cases = sorted(
+        {p.params["case"] for p in params if p and isinstance(p.params.get("case"), str)}
+    )
+    folder = tmp_path_factory.mktemp("chaos")
+    played = play_all([_case_scenario(c) for c in cases], folder, jobs=PARALLEL)
+    by_seed = {v.scenario.seed: v for v in played}
+    return {c: by_seed[_case_scenario(c).seed] for c in cases}
+
+
+def _failing(violations: list[Violation], only: tuple[str, ...] | None = None) -> list[Violation]:
+    if only is not None:
+        return [v for v in violations if v.invariant in only]
+    return [v for v in violations if v.invariant not in TOLERATED]
+
+
+@pytest.mark.parametrize("case", [f"seed:{s}" for s in QUICK_SEEDS])
+def test_a_drawn_scenario_holds_every_invariant(case: str, verdicts: dict[str, Verdict]) -> None:
+    verdict = verdicts[case]
+    if _failing(verdict.violations):
+        pytest.fail(verdict.report(), pytrace=False)
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        pytest.param(f"seed:{seed}", marks=_known(finding))
+        for seed, (_, finding) in KNOWN_FAILING.items()
+    ],
+)
+def test_a_seed_that_found_a_defect(case: str, verdicts: dict[str, Verdict]) -> None:
+    verdict = verdicts[case]
+    invariant = KNOWN_FAILING[int(case.partition(":")[2])][0]
+    if _failing(verdict.violations, (invariant,)):
+        pytest.fail(verdict.report(), pytrace=False)
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        pytest.param(
+            f"example:{name}",
+            marks=[_known(finding)] if finding else [],
+        )
+        for name, (_, _, _, finding) in EXAMPLES.items()
+    ],
+)
+def test_an_issue_example(case: str, verdicts: dict[str, Verdict]) -> None:
+    verdict = verdicts[case]
+    _, held, extra, _ = EXAMPLES[case.partition(":")[2]]
+    problems = [str(v) for v in _failing(verdict.violations, held)]
+    problems += [
+        str(v)
+        for v in _failing(verdict.violations)
+        if v.invariant in ("traceback", "exit_code", "hung")
+    ]
+    problems += extra(verdict) if extra is not None else []
+    if problems:
+        pytest.fail("\n".join(problems) + "\n" + verdict.report(), pytrace=False)
+
+
+def test_a_seed_draws_the_same_scenario_every_time(tmp_path: Path) -> None:
+    for seed in (1, 17, 123456):
+        assert draw(seed) == draw(seed)
+        assert draw(seed).pipeline(str(tmp_path)) == draw(seed).pipeline(str(tmp_path))
+    assert draw(1) != draw(2)
+    sizes = {len(draw(s, small=True).jobs) for s in range(200)}
+    assert sizes == {3, 4, 5}
+    assert {len(draw(s).jobs) for s in range(300)} == set(range(3, 11))
+
+
+def test_every_invariant_is_named() -> None:
+    assert set(TOLERATED) <= set(INVARIANTS)
+    assert {i for i, _ in KNOWN_FAILING.values()} <= set(INVARIANTS)
+    assert set(QUICK_SEEDS).isdisjoint(KNOWN_FAILING)
