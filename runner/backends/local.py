@@ -48,8 +48,11 @@ DRAIN_AFTER_EXIT_S = 2.0  # how long a leftover child may hold the pipes after t
 _READ_CHUNK = 1 << 16
 _ASK_EVERY_S = 0.1  # while output flows, how often the script is asked whether it ended
 # clore-run's own secrets: a job inherits this process's environment, but not these (a script
-# printing its environment would put them in logs that CI uploads).
-_NOT_FOR_JOBS = frozenset({"CLORE_API_KEY", "CLORE_RUN_TOKEN"})
+# printing its environment would put them in logs that CI uploads). A job that needs one of
+# them gets it only by asking in the pipeline (`env: {PGPASSWORD: ${{ env.PGPASSWORD }}}`).
+_NOT_FOR_JOBS = frozenset(
+    {"CLORE_API_KEY", "CLORE_RUN_TOKEN", "CLORE_RUN_COORDINATOR", "PGPASSWORD"}
+)
 
 
 class LocalBackend(FixedServers):

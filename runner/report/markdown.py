@@ -105,9 +105,9 @@ def _jobs_table(s: Mapping[str, Any], cmp: Any) -> str:
             status += " (allowed)"
         elif j["flaky"]:
             status += " (flaky)"
-        server = remote(j["host"].get("server_id") or j["server"]) or "–"
+        server = remote((j["host"] or {}).get("server_id") or j["server"] or "") or "–"
         row = (
-            f"| {cell(j['name'])} | {status} | {remote(j['gpu']) or '–'} | {server} | "
+            f"| {cell(j['name'])} | {status} | {remote(j['gpu'] or '') or '–'} | {server} | "
             f"{duration(j['duration_s'])} | {rate(j['usd_per_hour'])} | {money(j['cost_usd'])} "
             f"| {j['attempts']} |"
         )
