@@ -121,7 +121,11 @@ class LocalBackend(FixedServers):
     ) -> RunOutcome:
         workdir = place.facts["workdir"]
         if request.workspace_root is not None:
-            stages.stage("uploading", "copying the workspace")
+            count = len(request.workspace_files)
+            # "uploading the workspace (3 files, a local copy)": nothing leaves this machine
+            stages.stage(
+                "uploading", f"the workspace ({count} file{'s' * (count != 1)}, a local copy)"
+            )
             copy_workspace(request.workspace_root, request.workspace_files, Path(workdir))
             stages.stage("running")
         # Not in the workdir: the job's folder holds only the workspace and its output.
