@@ -20,6 +20,7 @@ import pytest
 from pytest_httpserver import HTTPServer
 from werkzeug.serving import WSGIRequestHandler
 
+from runner.backends.clore.api import CloreClient
 from runner.backends.clore.backend import Budget, CloreBackend
 from runner.backends.clore.host_memory import HostRecorder
 from runner.backends.clore.provision import Provisioner, ProvisionOptions
@@ -47,6 +48,7 @@ class Market:
     clock: FastClock
     sshd: SshServer
     tmp: Path
+    client: CloreClient | None = None
 
     def backend(self, pipeline: Pipeline, run_id: str) -> tuple[CloreBackend, Ledger]:
         key = ClientKey.generate()
@@ -54,7 +56,11 @@ class Market:
         options = ProvisionOptions(
             pause=self.clock.pause, ssh=ConnectOptions(tries=3, backoff_s=0.05, max_backoff_s=0.2)
         )
-        client = self.fake.client()
+        # One client for every run of a test: its limiter spaces the second run's first call
+        # after the first run's last, as the limiter file shared by processes does.
+        if self.client is None:
+            self.client = self.fake.client()
+        client = self.client
         ledger = Ledger(self.tmp / "ledger.db")
         provisioner = Provisioner(
             client, ledger, run_id, key, HostKeyStore(), self.clock, pipeline.currency, options
