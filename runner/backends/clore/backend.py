@@ -27,6 +27,7 @@ from runner.backends.base import (
     ServerReport,
     StageSink,
 )
+from runner.backends.clore import bill
 from runner.backends.clore import errors as api_errors
 from runner.backends.clore.api import CloreClient
 from runner.backends.clore.hedge_log import HedgeLog
@@ -593,7 +594,7 @@ class _LiveMarket(OfferMarket):
         if bid_per_day is None or offer.usd_per_unit is None:
             return None
         listed = per_hour(bid_per_day) * offer.usd_per_unit
-        return money.with_fee_per_hour(listed, offer.spot_fee_rate)
+        return bill.with_fee_per_hour(listed, offer.spot_fee_rate)
 
 
 def _offer_label(offer: Offer) -> str:

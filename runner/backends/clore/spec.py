@@ -7,13 +7,14 @@ the functions: the registry that lists this spec is loaded by every run.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from runner.backends.base import Backend
 from runner.backends.spec import BackendSpec, Reconcile, Say, Setup, Waits
 
 if TYPE_CHECKING:
     from runner.backends.clore.api import CloreClient
+    from runner.backends.clore.backend import CloreBackend
     from runner.core.model import Pipeline
     from runner.stores.ledger import RentalLedger
 
@@ -104,11 +105,9 @@ def _plan(pipeline: Pipeline, result: dict[str, Any]) -> tuple[str, bool]:
 
 
 def _waits(backend: Backend, say: Say) -> Waits:
-    from runner.backends.clore.backend import CloreBackend
     from runner.backends.clore.waits import ApiWaits
 
-    assert isinstance(backend, CloreBackend)
-    return ApiWaits.attach(backend.client, say)
+    return ApiWaits.attach(cast("CloreBackend", backend).client, say)  # what _build made
 
 
 SPEC = BackendSpec(
