@@ -8,22 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 from runner.core import graph
-from runner.core.model import GpuAsk, Job, Pipeline
+from runner.core.model import Job, Pipeline, gpu_json
 
 PLAN_SCHEMA_VERSION = 1
-
-
-def gpu_dict(gpu: GpuAsk | None) -> dict[str, Any] | None:
-    if gpu is None:
-        return None
-    return {
-        "type": gpu.type,
-        "count": gpu.count,
-        "min_vram_gb": gpu.min_vram_gb,
-        "max_usd_per_hour": gpu.max_usd_per_hour,
-        "spot": gpu.spot,
-        "min_reliability": gpu.min_reliability,
-    }
 
 
 def build_plan(pipeline: Pipeline) -> dict[str, Any]:
@@ -60,7 +47,7 @@ def _job_dict(job: Job, wave: int) -> dict[str, Any]:
         "retries": job.retries,
         "if": job.condition.value,
         "not_before": job.not_before,
-        "gpu": gpu_dict(job.gpu),
+        "gpu": gpu_json(job.gpu),
         "image": job.image,
     }
 
@@ -95,7 +82,7 @@ def render_plan(plan: dict[str, Any]) -> str:
     budget = f", budget ${plan['budget_usd']:.2f}" if plan["budget_usd"] else ""
     ahead = plan["provision"] == "ahead"
     lines = [
-        f"{plan['pipeline']} ({plan['source']}): {len(jobs)} jobs, "
+        f"{plan['pipeline']} ({plan['source']}): {len(jobs)} job{'s' if len(jobs) != 1 else ''}, "
         f"concurrency {plan['concurrency']}{budget}",
         f"provision: {plan['provision']} ("
         + (

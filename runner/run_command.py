@@ -6,7 +6,6 @@ Kept apart from cli.py so the flag parsing stays thin and this stays testable.
 from __future__ import annotations
 
 import dataclasses
-import fcntl
 import os
 import shutil
 import signal
@@ -27,12 +26,13 @@ from runner.core import graph
 from runner.core.model import WORKSPACE_ALL, Job, Pipeline, RunRecord, RunStatus
 from runner.core.retry import backoff_s
 from runner.errors import UsageError
+from runner.file_lock import hold_lock
 from runner.pipeline_run import PipelineRun, RunSettings, new_run_id
-from runner.report import ReportPaths, github_actions, write_reports
+from runner.report import REPORT_FILES, ReportPaths, github_actions, write_reports
 from runner.spec.diagnostics import Diagnostic, SpecError, did_you_mean
 from runner.workspace import Workspace, workspace_files
 
-_OUTPUTS = ("logs", "artifacts", "junit.xml", "summary.json", "summary.md")
+_OUTPUTS = ("logs", "artifacts", *REPORT_FILES)
 LOCK_NAME = ".clore-run.lock"  # in every output folder clore-run wrote: it is ours
 EXIT_CODES = {
     RunStatus.PASSED: 0,
@@ -121,20 +121,13 @@ def output_folder(out_dir: Path) -> Iterator[None]:
             f"--out {out_dir}: it already holds {', '.join(foreign)}, not written by clore-run",
             "choose an empty folder or a previous clore-run output folder",
         )
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        lock = lock_path.open("a+")
-    except OSError as exc:
-        raise UsageError(
+    lock = hold_lock(
+        lock_path,
+        lambda exc: UsageError(
             f"--out {out_dir}: cannot write there ({exc.strerror})", "choose a writable folder"
-        ) from None
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        lock.close()
-        raise UsageError(
-            f"--out {out_dir}: another clore-run is writing there", "use another --out"
-        ) from None
+        ),
+        UsageError(f"--out {out_dir}: another clore-run is writing there", "use another --out"),
+    )
     try:
         for stale in ("logs", "artifacts"):
             shutil.rmtree(out_dir / stale, ignore_errors=True)
@@ -218,6 +211,7 @@ def execute(
                 record = pipeline_run.run(
                     lambda early: _reports_before_give_back(console, options, early)
                 )
+                _say_given_back(console, backend)
             finally:
                 console.close()
         left = pipeline_run.driver.give_back_warnings  # said on screen when they happened
@@ -232,6 +226,23 @@ def execute(
     # A signal after the jobs ended cut the give-back short: the run was interrupted all the
     # same, and what it left unconfirmed is `clore-run cleanup`'s.
     return record, EXIT_CODES[RunStatus.INTERRUPTED] if pipeline_run.interrupted else code
+
+
+def _say_given_back(console: Console, backend: Backend) -> None:
+    """One line naming the servers the run gave back, with what each cost as billed: at the
+    end of every run that rented, Ctrl-C included (a person stopping a run wants to see it).
+    A server not confirmed gone is said by the backend itself, with `clore-run cleanup`."""
+    given = getattr(backend, "orders_given_back", None)  # a renting backend's record
+    if not given:
+        return
+    servers = ", ".join(_server_cost(order) for order in given[:10])
+    more = f" and {len(given) - 10} more" if len(given) > 10 else ""
+    console.notice(f"given back: {servers}{more}")
+
+
+def _server_cost(order: dict[str, str]) -> str:
+    cost = order.get("order_cost_usd")
+    return f"#{order.get('server_id', '?')}" + (f" (${float(cost):.4f})" if cost else "")
 
 
 def _baseline_durations(baseline: dict[str, Any] | None) -> dict[str, float]:

@@ -947,3 +947,61 @@ def test_readme_example_uses_only_real_inputs() -> None:
     for step in uses:
         assert set(step["with"]) <= set(action()["inputs"])
         assert "pipeline" in step["with"]
+
+
+# --- the host history in the Actions cache ----------------------------------------------------
+
+HOSTS_KEY_STEP, RESTORE_HOSTS, FIND_HOSTS, SAVE_HOSTS = (
+    "Key the host history",
+    "Restore the host history",
+    "Look for the host history",
+    "Save the host history",
+)
+
+
+@pytest.mark.parametrize(
+    ("inputs", "kept"),
+    [
+        ({}, True),
+        ({"coordinator": "postgresql://u@h/db"}, False),  # the database holds it
+        ({"backend": "local"}, False),
+        ({"mode": "runner-start"}, False),
+    ],
+)
+def test_the_host_history_is_cached_only_for_clore_runs_without_a_coordinator(
+    inputs: dict[str, str], kept: bool
+) -> None:
+    assert condition(step_named(HOSTS_KEY_STEP).get("if"), _context(**inputs), "success") is kept
+
+
+def test_the_host_history_is_restored_and_saved_beside_the_ledger_under_a_key_per_run(
+    tmp_path: Path,
+) -> None:
+    ledger_dir = step_named(RUN_STEP)["env"]["CLORE_RUN_LEDGER"].rsplit("/", 1)[0]
+    restore, save = step_named(RESTORE_HOSTS), step_named(SAVE_HOSTS)
+    assert restore["uses"].startswith("actions/cache/restore@")
+    assert save["uses"].startswith("actions/cache/save@")
+    assert restore["with"]["path"] == save["with"]["path"] == f"{ledger_dir}/hosts.db*"
+    key = "${{ steps.hosts-key.outputs.key }}"
+    assert restore["with"]["key"] == save["with"]["key"] == key
+    assert restore["with"]["restore-keys"] == "${{ steps.hosts-key.outputs.prefix }}"
+    # Saved whatever became of the run, when it wrote a history.
+    ctx = _context()
+    ctx["steps"]["hosts-file"] = {"outputs": {"found": "true"}}
+    for status in ("success", "failure", "cancelled"):
+        assert condition(save.get("if"), ctx, status)
+    ctx["steps"]["hosts-file"] = {"outputs": {}}
+    assert not condition(save.get("if"), ctx, "success")
+    # Two runs (or two legs of one matrix job) never share a key; both restore by the prefix.
+    outputs = []
+    for n in range(2):
+        out = tmp_path / f"out{n}"
+        env = {
+            "GITHUB_OUTPUT": str(out), "RUNNER_OS": "Linux", "GITHUB_RUN_ID": "77",
+            "GITHUB_RUN_ATTEMPT": "1", "GITHUB_JOB": "gpu", "PATH": os.environ["PATH"],
+        }  # fmt: skip
+        subprocess.run(["bash", "-c", step_named(HOSTS_KEY_STEP)["run"]], env=env, check=True)
+        outputs.append(dict(line.split("=", 1) for line in out.read_text().splitlines()))
+    assert outputs[0]["key"] != outputs[1]["key"]
+    assert all(o["key"].startswith(o["prefix"]) for o in outputs)
+    assert outputs[0]["prefix"] == "clore-run-hosts-Linux-"

@@ -139,7 +139,7 @@ def test_retry_passes_on_second_attempt(tmp_path: Path) -> None:
     attempts = record.results[0].attempts
     assert [a.exit_code for a in attempts] == [1, 0]
     log = (tmp_path / "out" / "logs" / "flaky.log").read_text()
-    assert "attempt 1 test_failure" in log and "attempt 2 passed" in log
+    assert "attempt 1 failed: exit code 1" in log and "attempt 2 passed" in log
 
 
 def test_timeout_kills_background_children(tmp_path: Path) -> None:
@@ -413,6 +413,19 @@ def test_an_out_folder_of_the_users_is_refused_not_emptied(tmp_path: Path) -> No
     with pytest.raises(UsageError, match="not written by clore-run"):
         run(tmp_path, "jobs:\n  a: {run: 'true'}\n", out_dir=mine)
     assert (mine / "logs" / "keep.txt").read_text() == "precious"
+
+
+def test_a_folder_holding_any_report_s_name_is_refused(tmp_path: Path) -> None:
+    """Every file the reports write counts, timeline.svg too (run's list had left it out)."""
+    from runner.report import REPORT_FILES
+
+    for name in REPORT_FILES:
+        mine = tmp_path / name.replace(".", "-")
+        mine.mkdir()
+        (mine / name).write_text("mine")
+        with pytest.raises(UsageError, match=f"already holds {name}, not written by clore-run"):
+            run(tmp_path, "jobs:\n  a: {run: 'true'}\n", out_dir=mine)
+        assert (mine / name).read_text() == "mine"
 
 
 def test_a_previous_clore_run_folder_is_reused_and_cleaned(tmp_path: Path) -> None:

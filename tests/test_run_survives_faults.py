@@ -15,6 +15,7 @@ import textwrap
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -307,7 +308,7 @@ def test_the_concurrency_flag_reaches_the_clore_backend(
 
     def clore_backend(pipeline: Pipeline, ledger: Path, run_id: str, **_pool: object) -> object:
         seen.append(pipeline.concurrency)
-        return object()
+        return SimpleNamespace(client=SimpleNamespace(retry=SimpleNamespace(max_attempts=1)))
 
     # The run command imports these when it runs, so they are patched where they live.
     monkeypatch.setattr(factory, "clore_backend", clore_backend)

@@ -11,7 +11,11 @@ import typer
 # value, an environment variable), so `count: "${{ matrix.gpus }}"` is a valid integer once the
 # loader substituted it. The schema sees the file before that: it must let such strings through
 # wherever a number, a boolean or a fixed word is expected, or it rejects what `validate` accepts.
-EXPRESSION = {"type": "string", "pattern": r"\$\{\{.*\}\}", "description": "a ${{ }} expression"}
+EXPRESSION = {
+    "type": "string",
+    "pattern": r"^\$\{\{.*\}\}$",  # one whole expression, as the loader reads it
+    "description": "a ${{ }} expression",
+}
 _NOT_SUBSTITUTED = frozenset({"if", "needs", "strategy"})  # the loader leaves these as written
 _KEPT_ON_TOP = ("title", "description", "default")
 
@@ -49,6 +53,8 @@ def _accept_expressions(properties: dict[str, Any]) -> None:
 
 def _needs_expression(prop: dict[str, Any]) -> bool:
     """True when the property takes a scalar that a free string would not satisfy."""
+    if "pattern" in prop and "anyOf" in prop:  # a string held to a pattern (`not-before`)
+        return True
     options = prop.get("anyOf", [prop])
     if any(o.get("type") == "string" and "enum" not in o and "pattern" not in o for o in options):
         return False  # already takes any string

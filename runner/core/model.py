@@ -7,6 +7,7 @@ seconds passed in by the caller, never read from a clock here.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -77,6 +78,11 @@ class GpuAsk:
     max_usd_per_hour: float | None = None
     spot: bool = False
     min_reliability: float | None = None
+
+
+def gpu_json(gpu: GpuAsk | None) -> dict[str, object] | None:
+    """A job's GPU ask as plan's JSON and serve's store write it: its fields by name."""
+    return None if gpu is None else dataclasses.asdict(gpu)
 
 
 @dataclass(frozen=True)

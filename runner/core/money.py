@@ -1,19 +1,17 @@
-"""Money as Clore bills it: pure arithmetic, stdlib only, every name carrying its unit.
+"""Money in the units the marketplace quotes and we show: pure arithmetic, stdlib only, every
+name carrying its unit.
 
-Clore quotes prices PER DAY in a native currency (bitcoin, CLORE-Blockchain, USD-Blockchain); we
-show and cap USD PER HOUR. On top of the listed price the renter pays its half of the base
-marketplace fee (documented: 5 % on-demand, 2.5 % / 2 = 1.25 % spot; an account holding CLORE
-may pay less, which `renter_fees` reports). The one-off creation fee is charged only for an order
-that lives 10 minutes or more. An order's `spend` holds the listed price alone, so the wallet
-loses `spend` x (1 + fee rate), plus the creation fee past 10 minutes.
+Prices are quoted PER DAY and shown and capped PER HOUR. The core plans with one fee rule of the
+marketplace it rents on: a one-off creation fee charged only for an order that lives
+CREATION_FEE_GRACE_S or more (Clore's 10 minutes), so a budget's worst case counts it whenever a
+rental could live that long. What a renter pays on top of a listed price, and what an order
+cost, are the backend's (runner/backends/clore/bill.py).
 
 Names: `*_per_day` / `*_per_hour` are prices, `*_native` amounts in the order currency,
 `*_usd` US dollars, `*_s` seconds, `*_fee_rate` a fraction (0.05 is 5 %).
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 HOURS_PER_DAY = 24.0
 SECONDS_PER_HOUR = 3600.0
@@ -26,16 +24,6 @@ CREATION_FEE_GRACE_S = 600.0
 # host costs minutes of rental and never the fee. The SSH probe after "online" adds at most
 # about 3 minutes, and the cancel goes out before the 10-minute mark.
 DEFAULT_BOOT_BOUND_S = 360.0
-# The renter's half of the base fee, as documented; the account's own rates replace them.
-DOCUMENTED_ON_DEMAND_FEE_RATE = 0.05
-DOCUMENTED_SPOT_FEE_RATE = 0.0125
-# A rate outside [0, MAX_PLAUSIBLE_FEE_RATE] is read as a misunderstood reply (a percentage
-# sent as 5, say), not as a fee: the documented rate is safer than a 500 % surcharge or a 0.
-MAX_PLAUSIBLE_FEE_RATE = 0.5
-# No creation fee is documented; the one captured real order carried 0.1 USD-Blockchain. It
-# stands in, in USD, where the account's own fee for the currency is unknown: a worst case
-# needs some figure, and a plan made without an API key has no other.
-FALLBACK_CREATION_FEE_USD = 0.1
 
 
 def per_hour_from_per_day(price_per_day: float) -> float:
@@ -46,49 +34,6 @@ def per_hour_from_per_day(price_per_day: float) -> float:
 def per_day_from_per_hour(price_per_hour: float) -> float:
     """The inverse of `per_hour_from_per_day`, for turning a per-hour cap into a per-day bid."""
     return price_per_hour * HOURS_PER_DAY
-
-
-@dataclass(frozen=True)
-class RenterFeeRates:
-    """The renter's base fee rates and where they come from ("account": the API's
-    `renter_fees` for this key; "documented": Clore's published rates, used when the account's
-    could not be read)."""
-
-    on_demand_fee_rate: float = DOCUMENTED_ON_DEMAND_FEE_RATE
-    spot_fee_rate: float = DOCUMENTED_SPOT_FEE_RATE
-    source: str = "documented"
-    note: str = ""  # why the documented rates are used, when they are
-
-    def fee_rate(self, spot: bool) -> float:
-        return self.spot_fee_rate if spot else self.on_demand_fee_rate
-
-
-DOCUMENTED_RATES = RenterFeeRates()
-
-
-def renter_fee_rates(
-    account_on_demand_fee_rate: float | None, account_spot_fee_rate: float | None
-) -> RenterFeeRates:
-    """The account's rates where both are plausible fractions, else the documented ones."""
-    on_demand, spot = account_on_demand_fee_rate, account_spot_fee_rate
-    if on_demand is not None and spot is not None and _plausible(on_demand) and _plausible(spot):
-        return RenterFeeRates(on_demand, spot, "account")
-    return RenterFeeRates(note="renter_fees gave no usable rate for this currency")
-
-
-def _plausible(fee_rate: float) -> bool:
-    return 0.0 <= fee_rate <= MAX_PLAUSIBLE_FEE_RATE
-
-
-def with_fee_per_hour(listed_price_per_hour: float, fee_rate: float) -> float:
-    """What an hour costs the renter: the listed price plus the renter's fee on top."""
-    return listed_price_per_hour * (1.0 + fee_rate)
-
-
-def listed_per_hour_under_cap(cap_with_fee_per_hour: float, fee_rate: float) -> float:
-    """The highest listed price whose cost with fee stays within a cap (the inverse of
-    `with_fee_per_hour`), for turning a user's `max-price` into a bid limit."""
-    return cap_with_fee_per_hour / (1.0 + fee_rate)
 
 
 def creation_fee_charged(lived_s: float) -> bool:
@@ -104,50 +49,6 @@ def worst_case_usd(
     hours = max(0.0, longest_hold_s) / SECONDS_PER_HOUR
     fee_usd = creation_fee_usd if creation_fee_charged(longest_hold_s) else 0.0
     return with_fee_usd_per_hour * hours + fee_usd
-
-
-@dataclass(frozen=True)
-class BilledCost:
-    """One order's cost in USD as the wallet loses it, in its parts."""
-
-    rental_usd: float  # `spend`: the listed price for the time held
-    renter_fee_usd: float  # the renter's share of the base fee, on top
-    creation_fee_usd: float  # 0 for an order cancelled within 10 minutes
-
-    @property
-    def total_usd(self) -> float:
-        return self.rental_usd + self.renter_fee_usd + self.creation_fee_usd
-
-
-def billed_cost(
-    spend_native: float,
-    usd_per_native_unit: float,
-    fee_rate: float,
-    creation_fee_native: float,
-    lived_s: float,
-) -> BilledCost:
-    """What an order cost, from the API's `spend` (the listed price alone) and its lifetime."""
-    rental_usd = max(0.0, spend_native) * usd_per_native_unit
-    fee_native = creation_fee_native if creation_fee_charged(lived_s) else 0.0
-    return BilledCost(
-        rental_usd=rental_usd,
-        renter_fee_usd=rental_usd * fee_rate,
-        creation_fee_usd=max(0.0, fee_native) * usd_per_native_unit,
-    )
-
-
-def estimated_cost(
-    with_fee_usd_per_hour: float, held_s: float, fee_rate: float, creation_fee_usd: float
-) -> BilledCost:
-    """Our own estimate of an order's cost when the API reports no `spend`: the same parts,
-    from the hourly price with fee and the time held."""
-    total_rent_usd = with_fee_usd_per_hour * max(0.0, held_s) / SECONDS_PER_HOUR
-    rental_usd = total_rent_usd / (1.0 + fee_rate)
-    return BilledCost(
-        rental_usd=rental_usd,
-        renter_fee_usd=total_rent_usd - rental_usd,
-        creation_fee_usd=creation_fee_usd if creation_fee_charged(held_s) else 0.0,
-    )
 
 
 def usd_text(amount_usd: float) -> str:

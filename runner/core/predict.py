@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from runner.core.hedge import NO_HEDGE, HedgePolicy
 from runner.core.model import Pipeline, Provisioning, RunStatus
 from runner.core.rentals import BootTimes, Market
 from runner.core.servers import ServerBook
@@ -27,6 +28,7 @@ class Prediction:
     cost_usd: tuple[float, float, float]
     servers_rented: int  # at the expected boot
     fits: bool  # every job found a server within the budget (at the expected boot)
+    dead_fraction: float = 0.0  # the share of hosts simulated as never coming up
 
     def to_json(self) -> tuple[dict[str, object], dict[str, object]]:
         """The plan's `makespan` and `cost` fields."""
@@ -54,7 +56,11 @@ def predict(
     *,
     durations_s: Mapping[str, float] | None = None,
     provisioning: Provisioning | None = None,
+    hedge: HedgePolicy = NO_HEDGE,
+    dead_fraction: float = 0.0,
 ) -> Prediction:
+    """`dead_fraction`: the share of hosts that never come online (the host history's failed
+    boots), each given up after the slowest boot; `hedge`: the run's hedging policy."""
     known = durations_s or {}
     seconds = {j.id: known.get(j.id, j.duration_hint_s) for j in pipeline.jobs}
     low, high = boot_range_s
@@ -70,8 +76,9 @@ def predict(
             provisioning=mode,
             boot=BootTimes(default_s=boots[1], allowance_s=max(high, 2 * boots[1])),
             durations_s=seconds,
+            hedge=hedge,
         )
-        model = MarketModel((), boot_s=(boot, boot))
+        model = MarketModel((), boot_s=(boot, boot), dead_fraction=dead_fraction)
         runs.append(simulate_servers(pipeline.jobs, book, model, lambda j, a: seconds[j]))
     mid = runs[1]
     return Prediction(
@@ -81,6 +88,7 @@ def predict(
         cost_usd=_spread([r.cost_usd for r in runs]),
         servers_rented=mid.rents,
         fits=mid.status is not RunStatus.ERROR,
+        dead_fraction=dead_fraction,
     )
 
 

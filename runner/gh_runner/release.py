@@ -8,7 +8,7 @@ repeated with backoff, with one more cancel for an order still live, for `confir
 
 Cost as billed: the API's `spend` (the listed price for the time held) plus the renter's fee,
 plus the creation fee once the order lived 10 minutes, in USD at the server's own ratio
-(`runner.core.money.billed_cost`); our estimate only when the API reports no `spend`.
+(`runner.core.bill.billed_cost`); our estimate only when the API reports no `spend`.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ import contextlib
 from dataclasses import dataclass
 from typing import Literal
 
+from runner.backends.clore import bill
 from runner.backends.clore.api import CloreClient
 from runner.backends.clore.errors import CloreApiError
 from runner.backends.clore.models import Order
 from runner.clock import Clock
-from runner.core import money
 from runner.gh_runner.record import RunnerRental
 
 Kind = Literal["cancelled", "ended", "not-listed", "not-ours", "still-live", "error"]
@@ -33,7 +33,7 @@ class Released:
     rental: RunnerRental
     kind: Kind
     detail: str = ""
-    cost: money.BilledCost | None = None
+    cost: bill.BilledCost | None = None
     estimated: bool = False  # the API gave no `spend`: our own figure
     lived_s: float = 0.0
 
@@ -105,10 +105,10 @@ def _billed(
         # held, so it says how long (the creation fee hangs on that), if shorter than the cap.
         lived_s = min(lived_s, order.spend / order.price * 86400.0)
     if order.spend is not None:
-        cost = money.billed_cost(
+        cost = bill.billed_cost(
             order.spend, rental.usd_per_unit, rental.fee_rate, rental.creation_fee_native, lived_s
         )
         return Released(rental, kind, cost=cost, lived_s=lived_s)
     creation_fee_usd = rental.creation_fee_native * rental.usd_per_unit
-    cost = money.estimated_cost(rental.usd_per_hour, lived_s, rental.fee_rate, creation_fee_usd)
+    cost = bill.estimated_cost(rental.usd_per_hour, lived_s, rental.fee_rate, creation_fee_usd)
     return Released(rental, kind, cost=cost, estimated=True, lived_s=lived_s)

@@ -146,14 +146,14 @@ def start_runners(
 ) -> RunnerRecord:
     """Rent, register and start `request.runners` runners; the record of them all."""
     provisioner = Provisioner(
-        tools.client,
-        tools.ledger,
-        request.run_id,
-        tools.key,
-        tools.host_keys,
-        tools.clock,
-        tools.currency,
-        tools.options,
+        client=tools.client,
+        ledger=tools.ledger,
+        run_id=request.run_id,
+        key=tools.key,
+        host_keys=tools.host_keys,
+        clock=tools.clock,
+        currency=tools.currency,
+        options=tools.options,
     )
     offers = _ranked_offers(provisioner, tools, request)
     shared = _Shared(request.budget_usd)

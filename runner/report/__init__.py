@@ -22,7 +22,11 @@ if TYPE_CHECKING:
     from runner.report.summary import Summary
     from runner.report.timeline import Timeline
 
-__all__ = ["ReportPaths", "load_summary", "with_comparison", "write_reports"]
+__all__ = ["REPORT_FILES", "ReportPaths", "load_summary", "with_comparison", "write_reports"]
+
+# Every file write_reports writes into the output folder, in the order it writes them: `run`
+# reads this list to tell a clore-run output folder from a folder of the user's.
+REPORT_FILES = ("junit.xml", "summary.json", "summary.md", "timeline.svg")
 
 
 class ReportPaths(NamedTuple):
@@ -49,7 +53,7 @@ def write_reports(
     baseline: dict[str, Any] | None = None,
     notes: Sequence[str] = (),
 ) -> ReportPaths:
-    """Write junit.xml, summary.json and summary.md into `out_dir`, each atomically.
+    """Write REPORT_FILES into `out_dir`, each atomically.
     `notes` join the summary's warnings.
 
     Bad job JUnit files and a bad baseline become warnings. OSError (e.g. an unwritable
@@ -60,7 +64,8 @@ def write_reports(
     from runner.report.summary import build_summary
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    paths = ReportPaths(out_dir / "junit.xml", out_dir / "summary.json", out_dir / "summary.md")
+    junit_xml, summary_json, summary_md, timeline_svg = (out_dir / n for n in REPORT_FILES)
+    paths = ReportPaths(junit_xml, summary_json, summary_md)
     junit = build_junit(out_dir, record)
     atomic_write(paths.junit, junit.xml)
     summary = build_summary(out_dir, record, junit)
@@ -72,14 +77,13 @@ def write_reports(
     _write_atomically(paths.summary_json, written)
     timeline = timeline_of(summary)  # drawn twice: in summary.md and as timeline.svg
     atomic_write(paths.summary_md, render_markdown(summary, timeline).encode("utf-8"))
-    svg = out_dir / "timeline.svg"
-    atomic_write(svg, svg_of(summary, timeline).encode("utf-8"))
+    atomic_write(timeline_svg, svg_of(summary, timeline).encode("utf-8"))
     return ReportPaths(
         paths.junit,
         paths.summary_json,
         paths.summary_md,
         tuple(summary["warnings"]),
-        svg,
+        timeline_svg,
         summary if written == body else None,
     )
 

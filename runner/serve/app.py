@@ -11,16 +11,19 @@ functions at runtime, and some name values local to the functions that build the
 
 import hmac
 import logging
+import re
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NamedTuple
 
 import anyio
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp
 
 from runner import __version__
@@ -43,22 +46,46 @@ from runner.serve.middleware import MAX_BODY_BYTES, BodyLimit, ErrorCounter, Err
 from runner.serve.queue_reads import FINAL
 from runner.serve.service import LoopNotRunning, Service
 from runner.serve.store import StoreError
-from runner.serve.submit import Problem, SubmissionError, prepare_job, prepare_pipeline
+from runner.serve.submit import (
+    Problem,
+    SubmissionError,
+    UnknownNeeds,
+    prepare_job,
+    prepare_pipeline,
+)
 
 log = logging.getLogger("clore_run.serve")
 
 LOG_POLL_S = 0.2  # how often a followed log looks for more output
+# While a followed job has not started, a line saying why, at once and then this often: a person
+# sees why nothing comes, and a client or proxy that drops an idle stream sees it alive.
+WAITING_NOTE_S = 15.0
+_METHODS = frozenset({"GET", "PUT", "POST", "DELETE", "OPTIONS", "HEAD", "PATCH", "TRACE"})
+_UNPARSABLE = "There was an error parsing the body"  # FastAPI's 400 for a body it cannot decode
 _ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorReply} for code in (401, 404, 409, 413, 422, 503)
 }
+_JSON_ERROR: dict[str, Any] = {
+    "description": "Error",
+    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorReply"}}},
+}
+# The pipeline file as the body: its YAML, described by the pipeline format's own schema (the
+# one `clore-run schema` prints, without the `${{ env.X }}` forms: a submission is read with no
+# environment). What JSON Schema cannot say (a need naming no job of the file, a cycle) is 422.
 _YAML_BODY = {
     "requestBody": {
         "required": True,
-        "content": {
-            "application/yaml": {"schema": {"type": "string"}},
-            "text/plain": {"schema": {"type": "string"}},
-        },
+        "content": {"application/yaml": {"schema": {"$ref": "#/components/schemas/Pipeline"}}},
     }
+}
+
+
+# What a client (or a fuzzer) may do with a submission's ids: their server ids, not the keys sent.
+_FIRST_ID = {"job_id": "$response.body#/ids/0"}
+_JOB_LINKS = {
+    "GetJob": {"operationId": "get_job_jobs__job_id__get", "parameters": _FIRST_ID},
+    "GetJobLog": {"operationId": "job_log_jobs__job_id__log_get", "parameters": _FIRST_ID},
+    "CancelJob": {"operationId": "cancel_job_jobs__job_id__delete", "parameters": _FIRST_ID},
 }
 
 
@@ -77,6 +104,7 @@ def create_app(
         description="A persistent GPU job queue. Auth: `Authorization: Bearer $CLORE_RUN_TOKEN`.",
     )
     _handlers(api)
+    _document_pipelines(api)
     api.include_router(_routes(service, tally), dependencies=[Depends(_auth(token))])
     sessions = dashboard.mount(api, service, token)  # its pages log in, then keep a cookie
 
@@ -98,6 +126,28 @@ def create_app(
     return ErrorCounter(TokenGate(limited, token, session_ok, COOKIE), tally)
 
 
+def _document_pipelines(api: FastAPI) -> None:
+    """Put the pipeline format's schema among the document's components, for POST /pipelines."""
+    make = api.openapi
+
+    def openapi() -> dict[str, Any]:
+        if api.openapi_schema is not None:
+            return api.openapi_schema
+        from runner.spec.models import PipelineSchema
+
+        document = make()
+        schemas = document.setdefault("components", {}).setdefault("schemas", {})
+        pipeline = PipelineSchema.model_json_schema(
+            by_alias=True, ref_template="#/components/schemas/{model}"
+        )
+        for name, definition in pipeline.pop("$defs", {}).items():
+            schemas.setdefault(name, definition)  # GpuSpec and Strategy are POST /jobs' too
+        schemas["Pipeline"] = pipeline
+        return document
+
+    api.openapi = openapi  # type: ignore[method-assign]
+
+
 def _auth(token: str) -> Callable[..., None]:
     expected = token.encode()
     bearer = HTTPBearer(auto_error=False, description="The server's CLORE_RUN_TOKEN.")
@@ -114,6 +164,20 @@ def _auth(token: str) -> Callable[..., None]:
 
 
 def _handlers(api: FastAPI) -> None:
+    @api.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        if exc.status_code == 405:
+            # Starlette names the methods of the first route of the path only (POST for
+            # /jobs): a client is told every method the path takes.
+            allow = ", ".join(_allowed_methods(api, request.url.path))
+            allow = allow or (exc.headers or {}).get("Allow", "")  # the dashboard's pages
+            return JSONResponse({"detail": "method not allowed"}, 405, {"Allow": allow})
+        if exc.status_code == 400 and exc.detail == _UNPARSABLE:
+            # A body that is not UTF-8 fails before JSON decoding: the same 422 as bad JSON.
+            problem = {"loc": ["body"], "msg": "the body is not JSON text", "type": "json_invalid"}
+            return JSONResponse({"detail": [{**problem, "hint": ""}]}, 422)
+        return await http_exception_handler(request, exc)
+
     @api.exception_handler(RequestValidationError)
     async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
         # Without the input it was given: a NaN or 1e999 there made the reply itself invalid
@@ -135,6 +199,10 @@ def _handlers(api: FastAPI) -> None:
     async def bad_submission(_: Request, exc: SubmissionError) -> JSONResponse:
         return JSONResponse({"detail": [_problem(p) for p in exc.problems]}, 422)
 
+    @api.exception_handler(UnknownNeeds)
+    async def unknown_needs(_: Request, exc: UnknownNeeds) -> JSONResponse:
+        return JSONResponse({"detail": [_problem(p) for p in exc.problems]}, 409)
+
     @api.exception_handler(StoreError)
     async def store_down(_: Request, exc: StoreError) -> JSONResponse:
         log.error("%s", exc)
@@ -150,6 +218,18 @@ def _handlers(api: FastAPI) -> None:
         return JSONResponse({"detail": "internal error; the server log has the details"}, 500)
 
 
+def _allowed_methods(api: FastAPI, path: str) -> list[str]:
+    """The methods the API document gives the request's path (included routers are not in
+    the app's route list to ask)."""
+    methods: set[str] = set()
+    for template, operations in api.openapi().get("paths", {}).items():
+        if re.fullmatch(re.sub(r"\\\{[^}]*\\\}", "[^/]+", re.escape(template)), path):
+            methods |= {m.upper() for m in operations if m.upper() in _METHODS}
+    if "GET" in methods:
+        methods.add("HEAD")  # Starlette answers HEAD wherever GET is
+    return sorted(methods)
+
+
 def _problem(p: Problem) -> dict[str, Any]:
     return {"loc": list(p.loc), "msg": p.msg, "hint": p.hint, "line": p.line, "column": p.column}
 
@@ -158,14 +238,21 @@ def _routes(service: Service, tally: ErrorTally) -> APIRouter:
     router = APIRouter(responses=_ERRORS)
     store = service.store
 
-    @router.post("/pipelines", status_code=201, openapi_extra=_YAML_BODY, tags=["submit"])
+    @router.post(
+        "/pipelines",
+        status_code=201,
+        openapi_extra=_YAML_BODY,
+        tags=["submit"],
+        responses={201: {"links": _JOB_LINKS}},
+    )
     async def submit_pipeline(
         request: Request,
         after: Annotated[
             list[str], Query(description="Server ids the pipeline's root jobs also need.")
         ] = [],  # noqa: B006 - FastAPI copies query defaults
     ) -> Submitted:
-        """Queue a pipeline (its YAML as the body). 422 lists located problems."""
+        """Queue a pipeline (its YAML as the body). 422 lists located problems; 409: `after`
+        names a job the queue does not hold."""
         raw = await request.body()
         try:
             text = raw.decode("utf-8")
@@ -175,7 +262,7 @@ def _routes(service: Service, tally: ErrorTally) -> APIRouter:
         done = await run_in_threadpool(service.submit, prepared, "pipeline")
         return Submitted(ids=list(done.ids), warnings=list(done.warnings))
 
-    @router.post("/jobs", status_code=201, tags=["submit"])
+    @router.post("/jobs", status_code=201, tags=["submit"], responses={201: {"links": _JOB_LINKS}})
     def submit_job(body: JobSubmission) -> Submitted:
         """Queue one job (a matrix gives several)."""
         prepared = prepare_job(body.model_dump(by_alias=True, exclude_unset=True, mode="json"))
@@ -223,9 +310,8 @@ def _routes(service: Service, tally: ErrorTally) -> APIRouter:
         path = service.options.data_dir / "logs" / f"{job_id}.log"
         if (elsewhere := service.log_elsewhere(job_id, path)) is not None:
             raise HTTPException(409, elsewhere)  # N servers: the one that runs it has it
-        return StreamingResponse(
-            _tail(path, follow, lambda: _settled(service, job_id)), media_type="text/plain"
-        )
+        follow_up = _Follow(lambda: _settled(service, job_id), lambda: _waiting(service, job_id))
+        return StreamingResponse(_tail(path, follow, follow_up), media_type="text/plain")
 
     @router.delete("/jobs/{job_id}", tags=["jobs"], responses={202: {"model": Cancelled}})
     def cancel_job(job_id: str) -> JSONResponse:
@@ -250,12 +336,18 @@ def _routes(service: Service, tally: ErrorTally) -> APIRouter:
             spend_usd_total=store.timing()["spend"],
             spend_usd_today=service.spent_today(),
             daily_spend_limit_usd=service.options.daily_spend_limit_usd,
-            held_until=held
+            held_until=views.api_time(held)
             if (held := service.held_until) and held > service.clock.time()
             else None,
         )
 
-    @router.get("/metrics", response_class=PlainTextResponse, tags=["server"])
+    @router.get(
+        "/metrics",
+        response_class=PlainTextResponse,
+        tags=["server"],
+        # The route's class would document its errors as text: they are JSON, as everywhere.
+        responses={401: _JSON_ERROR, 503: _JSON_ERROR},
+    )
     def prometheus() -> PlainTextResponse:
         """Prometheus text format."""
         text = metrics.render(
@@ -270,23 +362,45 @@ def _routes(service: Service, tally: ErrorTally) -> APIRouter:
     return router
 
 
+class _Follow(NamedTuple):
+    """What a followed log asks about its job."""
+
+    settled: Callable[[], bool]
+    waiting: Callable[[], str | None]  # why it has not started; None once it has
+
+
 def _settled(service: Service, job_id: str) -> bool:
     found = service.store.job(job_id)
     return found is None or found[0].status in FINAL
 
 
-async def _tail(path: Path, follow: bool, settled: Callable[[], bool]) -> AsyncIterator[bytes]:
+def _waiting(service: Service, job_id: str) -> str | None:
+    found = service.store.job(job_id)
+    if found is None or found[0].status != "queued":
+        return None
+    why = service.waiting_for(job_id) or "queued"
+    return f"[clore-run] {job_id} has not started yet: {why}\n"
+
+
+async def _tail(path: Path, follow: bool, job: _Follow) -> AsyncIterator[bytes]:
     """The file from the start; when following, more as it grows, until the job settles.
     Each look is a short call in the thread pool: a follower waiting for a job that has not
     started holds no thread (40 of them would stop every other route)."""
     offset = 0
+    noted_at: float | None = None
     while True:
-        done = not follow or await run_in_threadpool(settled)  # first: the last bytes are sent
+        done = not follow or await run_in_threadpool(job.settled)  # first: the last bytes are sent
         while chunk := await run_in_threadpool(_read, path, offset):
             offset += len(chunk)
             yield chunk
         if done:
             return
+        now = anyio.current_time()
+        if offset == 0 and (noted_at is None or now - noted_at >= WAITING_NOTE_S):
+            note = await run_in_threadpool(job.waiting)
+            if note is not None:
+                noted_at = now
+                yield note.encode("utf-8", "replace")
         await anyio.sleep(LOG_POLL_S)
 
 

@@ -11,7 +11,15 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from runner.core.model import Condition, FailureKind, GpuAsk, Job, Location, Priority
+from runner.core.model import (
+    Condition,
+    FailureKind,
+    GpuAsk,
+    Job,
+    Location,
+    Priority,
+    gpu_json,
+)
 
 
 def job_to_json(job: Job) -> dict[str, Any]:
@@ -23,7 +31,7 @@ def job_to_json(job: Job) -> dict[str, Any]:
         "priority": job.priority.name.lower(),
         "timeout_s": job.timeout_s,
         "retries": job.retries,
-        "gpu": gpu_to_json(job.gpu),
+        "gpu": gpu_json(job.gpu),
         "image": job.image,
         "env": dict(job.env),
         "workspace": job.workspace,
@@ -68,19 +76,6 @@ def job_from_json(data: Mapping[str, Any]) -> Job:
         boot_timeout_s=data.get("boot_timeout_s"),
         location=Location(**location) if location else None,
     )
-
-
-def gpu_to_json(gpu: GpuAsk | None) -> dict[str, Any] | None:
-    if gpu is None:
-        return None
-    return {
-        "type": gpu.type,
-        "count": gpu.count,
-        "min_vram_gb": gpu.min_vram_gb,
-        "max_usd_per_hour": gpu.max_usd_per_hour,
-        "spot": gpu.spot,
-        "min_reliability": gpu.min_reliability,
-    }
 
 
 def _location_to_json(location: Location | None) -> dict[str, Any] | None:

@@ -11,7 +11,6 @@ root's alone. (A server run as root has root's jobs, which can read anything any
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 import signal
@@ -27,6 +26,7 @@ from typing import IO
 
 from runner import redact
 from runner.errors import InfrastructureError, UsageError
+from runner.file_lock import hold_lock
 from runner.process_guard import make_non_dumpable
 from runner.serve.backends import BackendChoice, build, pool_seat
 from runner.serve.fleet import FleetOptions
@@ -167,19 +167,13 @@ def lock_db(db: Path) -> IO[bytes]:
     attempts for a dead server's (kill them, run them again). The lock is the process's for
     as long as the returned file is open; the kernel drops it when the process dies."""
     path = db.with_name(db.name + ".lock")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        file = path.open("ab")
-    except OSError as exc:
-        raise UsageError(f"--db {db}: cannot create {path} ({exc})") from None
-    try:
-        fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        file.close()
-        raise UsageError(
+    return hold_lock(
+        path,
+        lambda exc: UsageError(f"--db {db}: cannot create {path} ({exc})"),
+        UsageError(
             f"--db {db}: another clore-run serve is using it", "stop it, or pass another --db"
-        ) from None
-    return file
+        ),
+    )
 
 
 def hide_from_same_user(secrets_taken: list[str]) -> None:

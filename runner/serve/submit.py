@@ -49,6 +49,11 @@ class SubmissionError(Exception):
         self.problems = tuple(problems)
 
 
+class UnknownNeeds(SubmissionError):
+    """A valid submission needs jobs the queue does not hold (HTTP 409: the same request is
+    accepted once they are there; the request itself is not malformed)."""
+
+
 @dataclass(frozen=True)
 class Prepared:
     """A validated submission whose jobs still have their local ids."""
@@ -125,7 +130,7 @@ def check_known(prepared: Prepared, known: set[str]) -> None:
         if need not in known
     ]
     if missing:
-        raise SubmissionError(missing)
+        raise UnknownNeeds(missing)
 
 
 def _id_hint(need: str) -> str:

@@ -4,6 +4,7 @@ The loader uses `iso_time` too, on values it reads before the models do.
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
 from typing import Any
 
@@ -21,8 +22,8 @@ def scalar_strings(value: Any) -> Any:
     for key, item in value.items():
         if isinstance(item, bool):
             out[key] = "true" if item else "false"
-        elif isinstance(item, (int, float)):
-            out[key] = str(item)
+        elif isinstance(item, int) or (isinstance(item, float) and math.isfinite(item)):
+            out[key] = str(item)  # .nan and 1e999 are left as numbers: no string to export
         else:
             out[key] = item
     return out
@@ -35,4 +36,11 @@ def iso_time(value: Any) -> Any:
             return datetime.fromisoformat(value.replace("Z", "+00:00"))
         except ValueError:
             return value  # left for the type check to reject with its own message
+    return value
+
+
+def whole_number(value: Any) -> Any:
+    """`retries: 2.0` is 2: JSON Schema's integers include 2.0, and so do the models'."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
     return value

@@ -33,6 +33,7 @@ from runner.spec import matrix as matrix_mod
 from runner.spec.coercions import iso_time
 from runner.spec.diagnostics import Diagnostic, KeyPath, SpecError, did_you_mean, format_path
 from runner.spec.expressions import Contexts, ExpressionError, parse_condition, substitute
+from runner.spec.limits import MAX_JOB_ID
 from runner.spec.models import Defaults, JobSpec, PipelineHeader, Strategy
 from runner.spec.pydantic_errors import diagnostics_from
 from runner.spec.yaml_source import Source, parse_yaml
@@ -40,7 +41,6 @@ from runner.spec.yaml_source import Source, parse_yaml
 _M = TypeVar("_M", bound=BaseModel)
 
 DEFAULT_TIMEOUT_MINUTES = 60.0
-MAX_JOB_ID = 100
 MAX_JOBS = 10_000  # per pipeline, matrices expanded: beyond it a queue holds a file, not a plan
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _JOB_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")  # fullmatch: `$` would allow "id\n"
@@ -186,6 +186,8 @@ class _PipelineBuilder:
         settings = {k: v for k, v in data.items() if k not in ("jobs", "defaults")}
         settings = self._substitute(settings, Contexts({}, self.environ), ())
         jobs = {} if data["jobs"] is None else data["jobs"]  # `jobs:` alone: _jobs_raw says so
+        if data.get("defaults", {}) is None:  # `defaults:` with every key commented out
+            data = {**data, "defaults": {}}
         header: PipelineHeader | None = self._validate(
             PipelineHeader, {**data, **settings, "jobs": jobs}, ()
         )
@@ -203,7 +205,7 @@ class _PipelineBuilder:
                     self.source.error(("jobs",), "`jobs` must be a non-empty mapping of job ids")
                 )
             return None
-        if not isinstance(data.get("defaults", {}), dict):
+        if not isinstance(data.get("defaults") or {}, dict):
             return None  # the model reports it
         for key in jobs:
             if not _JOB_KEY.fullmatch(key):
@@ -225,7 +227,7 @@ class _PipelineBuilder:
             self.problems.append(self.source.error(path, "a job must be a mapping with `run:`"))
             return []
         strategy: Strategy | None = None
-        if "strategy" in raw:
+        if raw.get("strategy") is not None:  # `strategy: null` is none, as for every key
             strategy = self._validate(Strategy, raw["strategy"], (*path, "strategy"))
             if strategy is None:
                 return []
@@ -252,12 +254,13 @@ class _PipelineBuilder:
         """
         path: KeyPath = ("jobs", key)
         before = len(self.problems)
-        run_at = (*path, "run") if "run" in job else ("defaults", "run")
-        run = job.get("run", defaults.get("run"))
-        if run is None and "run" not in job:
+        own = job.get("run")  # `run: null` is no script: the default's, if any, applies
+        if own is None and defaults.get("run") is None:
             self.problems.append(self.source.error(path, "no `run:` script", "add `run: ...`"))
-        elif isinstance(run, str) and not run.strip():
-            self.problems.append(self.source.error(run_at, "the run script is empty"))
+        # Both scripts, the default's even where a job has its own: a bad default is a bad
+        # file, as its other keys are (and as the schema says).
+        for where, run in (((*path, "run"), own), (("defaults", "run"), defaults.get("run"))):
+            self._check_script(where, run)
         for where, raw in (((*path, "if"), job), (("defaults", "if"), defaults)):
             if isinstance(raw.get("if"), str):
                 try:
@@ -273,6 +276,20 @@ class _PipelineBuilder:
                     self.source.error(where, "the time has no zone", "end it with Z or +02:00")
                 )
         return len(self.problems) == before
+
+    def _check_script(self, where: KeyPath, run: Any) -> None:
+        if not isinstance(run, str):
+            return  # absent, or not text: the model reports its type
+        if not run.strip():
+            self.problems.append(self.source.error(where, "the run script is empty"))
+        elif "\0" in run:
+            self.problems.append(
+                self.source.error(
+                    where,
+                    "the run script holds a NUL character (\\0), which no shell reads",
+                    "remove it; pass binary data in a file (artifacts, the workspace)",
+                )
+            )
 
     def _check_fetched_paths(self, at: KeyPath, raw: dict[str, Any]) -> None:
         """Artifacts and the junit file are fetched from the job's folder: a path that leaves

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -29,9 +30,9 @@ def expand(matrix: Mapping[str, Any]) -> list[Combination]:
             raise MatrixError("a matrix key needs a list of values", key, f"{key}: [a, b]")
         if not values:
             raise MatrixError("empty list of values", key, "give at least one value")
-        if not all(isinstance(v, _SCALARS) for v in values):
+        if not all(_scalar(v) for v in values):
             raise MatrixError("matrix values must be strings, numbers or booleans", key)
-    include = _entries(matrix.get("include", []), "include")
+    include = _once(_entries(matrix.get("include", []), "include"))
     exclude = _entries(matrix.get("exclude", []), "exclude")
     _check_size(axes, len(include))
     combos = (
@@ -74,9 +75,28 @@ def _entries(value: Any, key: str) -> list[Combination]:
     if not isinstance(value, list) or not all(isinstance(e, dict) for e in value):
         raise MatrixError(f"`{key}` must be a list of mappings", key)
     for entry in value:
-        if not all(isinstance(v, _SCALARS) for v in entry.values()):
+        if not all(_scalar(v) for v in entry.values()):
             raise MatrixError("matrix values must be strings, numbers or booleans", key)
+        if key == "exclude" and not entry:
+            raise MatrixError("an empty `exclude` entry excludes every combination", key)
     return [dict(e) for e in value]
+
+
+def _once(entries: list[Combination]) -> list[Combination]:
+    """Entries written twice are one: a second copy changes nothing, or makes a job twice."""
+    seen: set[tuple[tuple[str, str, str], ...]] = set()
+    out = []
+    for entry in entries:
+        key = tuple((str(k), type(v).__name__, repr(v)) for k, v in entry.items())
+        if key not in seen:
+            seen.add(key)
+            out.append(entry)
+    return out
+
+
+def _scalar(value: Any) -> bool:
+    """A string, a boolean or a finite number (`.nan` and `.inf` name no job)."""
+    return isinstance(value, _SCALARS) and (not isinstance(value, float) or math.isfinite(value))
 
 
 def _matches(combo: Combination, entry: Combination) -> bool:

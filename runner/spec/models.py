@@ -11,8 +11,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-from runner.spec.coercions import iso_time, one_or_many, scalar_strings
-from runner.spec.limits import MAX_CONCURRENCY, MAX_MINUTES
+from runner.spec.coercions import iso_time, one_or_many, scalar_strings, whole_number
+from runner.spec.limits import MAX_CONCURRENCY, MAX_MINUTES, MIN_MINUTES
+from runner.spec.schema_rules import finite_numbers, job_rules, pipeline_rules, strategy_rules
 
 PriorityName = Literal["low", "normal", "high", "urgent"]
 CurrencyName = Literal["bitcoin", "CLORE-Blockchain", "USD-Blockchain"]
@@ -26,6 +27,7 @@ EnvMap = Annotated[
     dict[str, str],
     BeforeValidator(scalar_strings, json_schema_input_type=dict[str, str | int | float | bool]),
 ]
+WholeNumber = Annotated[int, BeforeValidator(whole_number)]
 IsoTime = Annotated[datetime, BeforeValidator(iso_time, json_schema_input_type=str)]
 
 
@@ -39,6 +41,7 @@ class StrictModel(BaseModel):
         populate_by_name=False,
         allow_inf_nan=False,
         defer_build=True,
+        json_schema_extra=finite_numbers,
     )
 
 
@@ -48,7 +51,7 @@ class GpuSpec(StrictModel):
     type: str | None = Field(
         None, description='GPU model, matched case-insensitively as a substring ("RTX", "4090").'
     )
-    count: int = Field(1, ge=1, le=16, description="Number of GPUs on the server.")
+    count: WholeNumber = Field(1, ge=1, le=16, description="Number of GPUs on the server.")
     min_vram_gb: float = Field(0, ge=0, alias="min-vram-gb", description="Minimum VRAM per GPU.")
     max_price: float | None = Field(
         None, gt=0, alias="max-price", description="Maximum USD per hour for the whole server."
@@ -60,6 +63,8 @@ class GpuSpec(StrictModel):
 
 
 class Strategy(StrictModel):
+    model_config = ConfigDict(json_schema_extra=strategy_rules)
+
     fail_fast: bool = Field(
         True, alias="fail-fast", description="Cancel the other matrix jobs when one fails."
     )
@@ -72,6 +77,8 @@ class Strategy(StrictModel):
 class JobSettings(StrictModel):
     """Keys a job and `defaults` share."""
 
+    model_config = ConfigDict(json_schema_extra=job_rules)
+
     image: str | None = Field(None, description="Docker image for rented servers.")
     ssh: Literal["clore", "image"] | None = Field(
         None,
@@ -80,21 +87,24 @@ class JobSettings(StrictModel):
     )
     timeout_minutes: float | None = Field(
         None,
-        gt=0,
+        ge=MIN_MINUTES,
         le=MAX_MINUTES,
         alias="timeout-minutes",
         description="Per attempt; any positive number.",
     )
     boot_timeout_minutes: float | None = Field(
         None,
-        gt=0,
+        ge=MIN_MINUTES,
         le=MAX_MINUTES,
         alias="boot-timeout-minutes",
         description="A rented server's longest wait from the order to online (default 6: a "
         "server that never comes up is given back before Clore charges its creation fee at 10); "
         "part of the budget's worst case.",
     )
-    retries: int | None = Field(None, ge=0, le=20, description="Extra attempts after a failure.")
+    # bounds before the conversion: after it, pydantic writes them into the schema unchecked
+    retries: Annotated[int, Field(ge=0, le=20), BeforeValidator(whole_number)] | None = Field(
+        None, description="Extra attempts after a failure."
+    )
     gpu: GpuSpec | None = None
     workspace: bool | Literal["all"] | None = Field(
         None,
@@ -116,7 +126,7 @@ class JobSettings(StrictModel):
     )
     estimate_minutes: float | None = Field(
         None,
-        gt=0,
+        ge=MIN_MINUTES,
         le=MAX_MINUTES,
         alias="estimate-minutes",
         description="Expected duration, for plans.",
@@ -136,9 +146,13 @@ class JobSpec(JobSettings):
 
 class PipelineSettings(StrictModel):
     name: str | None = Field(None, description="Pipeline name (default: the file name).")
-    concurrency: int = Field(3, ge=1, le=MAX_CONCURRENCY, description="Max servers held at once.")
+    concurrency: WholeNumber = Field(
+        3, ge=1, le=MAX_CONCURRENCY, description="Max servers held at once."
+    )
     budget: float | None = Field(None, gt=0, description="USD, hard cap on the whole run.")
-    timeout_minutes: float | None = Field(None, gt=0, le=MAX_MINUTES, alias="timeout-minutes")
+    timeout_minutes: float | None = Field(
+        None, ge=MIN_MINUTES, le=MAX_MINUTES, alias="timeout-minutes"
+    )
     currency: CurrencyName = Field("CLORE-Blockchain", description="What orders are paid in.")
     provision: ProvisionName = Field(
         "ahead",
@@ -161,6 +175,6 @@ class PipelineHeader(PipelineSettings):
 class PipelineSchema(PipelineSettings):
     """The complete format, for the JSON Schema."""
 
-    model_config = ConfigDict(title="clore-run pipeline")
+    model_config = ConfigDict(title="clore-run pipeline", json_schema_extra=pipeline_rules)
     defaults: Defaults | None = None
     jobs: dict[str, JobSpec] = Field(description="The jobs, by id.")

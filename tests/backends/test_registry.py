@@ -43,13 +43,15 @@ def test_the_default_is_clore_with_a_key_else_local(monkeypatch: pytest.MonkeyPa
 
 
 def test_the_action_s_docs_list_the_registry() -> None:
-    """action.yml and the README say what `described()` says: paste it there after a change."""
+    """action.yml, the README and docs/cli.md say what `described()` says: paste it there
+    after a change."""
     action = yaml.safe_load((ROOT / "action.yml").read_text(encoding="utf-8"))
     assert action["inputs"]["backend"]["description"] == described()
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert f"| `backend` | `clore` | {described()}" in readme
     names = "|".join(BACKENDS)
-    assert "`--backend " + names.replace("|", "\\|") + "`" in readme  # the run options' table
+    cli = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+    assert "`--backend " + names.replace("|", "\\|") + "`" in cli  # the run options' table
 
 
 def test_local_builds_and_ssh_asks_for_hosts(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from runner.backends.clore import bill
 from runner.core import money
 
 
@@ -17,27 +18,27 @@ def test_per_day_and_per_hour_are_inverse() -> None:
 
 
 def test_documented_rates_when_the_account_gives_none_or_nonsense() -> None:
-    fallback = money.renter_fee_rates(None, None)
+    fallback = bill.renter_fee_rates(None, None)
     assert (fallback.on_demand_fee_rate, fallback.spot_fee_rate) == (0.05, 0.0125)
     assert fallback.source == "documented" and fallback.note
-    assert money.renter_fee_rates(0.05, None).source == "documented"
-    assert money.renter_fee_rates(5.0, 1.25).source == "documented"  # percent, not fraction
-    assert money.renter_fee_rates(-0.01, 0.01).source == "documented"
-    rates = money.renter_fee_rates(0.025, 0.00625)
+    assert bill.renter_fee_rates(0.05, None).source == "documented"
+    assert bill.renter_fee_rates(5.0, 1.25).source == "documented"  # percent, not fraction
+    assert bill.renter_fee_rates(-0.01, 0.01).source == "documented"
+    rates = bill.renter_fee_rates(0.025, 0.00625)
     assert (rates.fee_rate(False), rates.fee_rate(True), rates.source) == (
         0.025,
         0.00625,
         "account",
     )
-    assert money.DOCUMENTED_RATES.fee_rate(False) == 0.05
-    assert money.DOCUMENTED_RATES.fee_rate(True) == 0.0125
+    assert bill.DOCUMENTED_RATES.fee_rate(False) == 0.05
+    assert bill.DOCUMENTED_RATES.fee_rate(True) == 0.0125
 
 
 def test_the_referral_example_100_clore_per_day_costs_105() -> None:
     # Clore's worked example: 100 CLORE/day on-demand, renter base fee 5 CLORE.
-    per_day = money.with_fee_per_hour(100.0, 0.05)
+    per_day = bill.with_fee_per_hour(100.0, 0.05)
     assert per_day == pytest.approx(105.0)
-    assert money.listed_per_hour_under_cap(per_day, 0.05) == pytest.approx(100.0)
+    assert bill.listed_per_hour_under_cap(per_day, 0.05) == pytest.approx(100.0)
 
 
 def test_worst_case_includes_the_creation_fee_only_from_ten_minutes() -> None:
@@ -47,23 +48,23 @@ def test_worst_case_includes_the_creation_fee_only_from_ten_minutes() -> None:
 
 
 def test_billed_cost_parts() -> None:
-    short = money.billed_cost(0.5, 2.0, 0.05, 0.1, lived_s=599.9)
+    short = bill.billed_cost(0.5, 2.0, 0.05, 0.1, lived_s=599.9)
     assert (short.rental_usd, short.renter_fee_usd, short.creation_fee_usd) == (
         1.0,
         pytest.approx(0.05),
         0.0,
     )
-    long = money.billed_cost(0.5, 2.0, 0.05, 0.1, lived_s=600)
+    long = bill.billed_cost(0.5, 2.0, 0.05, 0.1, lived_s=600)
     assert long.creation_fee_usd == pytest.approx(0.2)
     assert long.total_usd == pytest.approx(1.25)
 
 
 def test_estimated_cost_splits_the_fee_back_out() -> None:
-    cost = money.estimated_cost(1.05, 3600, 0.05, 0.1)
+    cost = bill.estimated_cost(1.05, 3600, 0.05, 0.1)
     assert cost.rental_usd == pytest.approx(1.0)
     assert cost.renter_fee_usd == pytest.approx(0.05)
     assert cost.creation_fee_usd == 0.1
-    assert money.estimated_cost(1.05, 60, 0.05, 0.1).creation_fee_usd == 0.0
+    assert bill.estimated_cost(1.05, 60, 0.05, 0.1).creation_fee_usd == 0.0
 
 
 @given(
@@ -76,9 +77,9 @@ def test_estimate_and_billing_agree_for_the_same_order(
 ) -> None:
     """An order billed from its spend and estimated from its hourly price cost the same."""
     spend_native = price * held_s / money.SECONDS_PER_DAY
-    billed = money.billed_cost(spend_native, 1.0, rate, 0.1, held_s)
-    hourly = money.with_fee_per_hour(money.per_hour_from_per_day(price), rate)
-    estimated = money.estimated_cost(hourly, held_s, rate, 0.1)
+    billed = bill.billed_cost(spend_native, 1.0, rate, 0.1, held_s)
+    hourly = bill.with_fee_per_hour(money.per_hour_from_per_day(price), rate)
+    estimated = bill.estimated_cost(hourly, held_s, rate, 0.1)
     assert math.isclose(billed.total_usd, estimated.total_usd, rel_tol=1e-9, abs_tol=1e-9)
     assert billed.total_usd <= money.worst_case_usd(hourly, held_s, 0.1) * (1 + 1e-9) + 1e-12
 

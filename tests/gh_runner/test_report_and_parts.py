@@ -12,7 +12,7 @@ import pytest
 import requests
 from pytest_httpserver import HTTPServer
 
-from runner.core import money
+from runner.backends.clore import bill
 from runner.gh_runner import errors as e
 from runner.gh_runner.github import JitConfig, RunnerApi, Scope
 from runner.gh_runner.publish import post_section
@@ -55,7 +55,7 @@ def _rental(**change: object) -> RunnerRental:
 
 
 def _stopped(kind: str = "cancelled") -> Stopped:
-    cost = money.billed_cost(0.05, 1.0, 0.05, 0.1, 300.0)
+    cost = bill.billed_cost(0.05, 1.0, 0.05, 0.1, 300.0)
     return Stopped(
         Released(_rental(), kind, cost=cost, lived_s=300.0), "removed: it never took a job"
     )  # type: ignore[arg-type]

@@ -81,7 +81,8 @@ def test_not_before_with_an_injected_clock(tmp_path: Path) -> None:
         clock.unix += 1
         srv.service.wake()
         job = srv.api.wait_status(night, FINAL)
-        assert job["status"] == "passed" and job["started_at"] == 1_800_003_600.0
+        # ISO 8601 in UTC, as summary.json writes times (not unix seconds)
+        assert job["status"] == "passed" and job["started_at"] == "2027-01-15T09:00:00.000+00:00"
 
 
 def test_a_not_before_past_year_9999_in_utc_is_shown_not_a_500(tmp_path: Path) -> None:
@@ -149,10 +150,15 @@ def test_bad_requests_get_4xx_naming_the_field(tmp_path: Path) -> None:
         unknown_after = api.request(
             "POST", "/pipelines", data=b"jobs: {a: {run: x}}", params={"after": "s9.x"}
         )
-        assert unknown_after.status_code == 422
+        # A valid request that needs what the queue does not hold (yet): a conflict with its
+        # state, not a malformed body.
+        assert unknown_after.status_code == 409
         assert unknown_after.json()["detail"][0]["loc"] == ["query", "after", 0]
+        unknown_need = api.request("POST", "/jobs", json={"run": "x", "needs": ["s9.x"]})
+        assert unknown_need.status_code == 409
+        assert unknown_need.json()["detail"][0]["loc"] == ["body", "needs", 0]
         no_run = api.request("POST", "/jobs", json={"id": "x"})
-        assert no_run.status_code == 422 and "run" in no_run.json()["detail"][0]["msg"]
+        assert no_run.status_code == 422 and no_run.json()["detail"][0]["loc"] == ["body", "run"]
         wrong_type = api.request("POST", "/jobs", json={"run": "x", "timeout-minutes": "soon"})
         assert wrong_type.status_code == 422
         assert wrong_type.json()["detail"][0]["loc"] == ["body", "timeout-minutes"]
@@ -166,6 +172,12 @@ def test_bad_requests_get_4xx_naming_the_field(tmp_path: Path) -> None:
         assert not_json.status_code == 422
         not_utf8 = api.request("POST", "/pipelines", data=b"jobs: \xff")
         assert not_utf8.status_code == 422
+        # FastAPI answers 400 for JSON that is not UTF-8: the same 422 as any bad JSON here
+        not_utf8_json = api.request(
+            "POST", "/jobs", data=b'{"run": "\xff"}', headers={"Content-Type": "application/json"}
+        )
+        assert not_utf8_json.status_code == 422
+        assert not_utf8_json.json()["detail"][0]["type"] == "json_invalid"
         assert api.get("/jobs", params={"status": "bogus"}).status_code == 422
         assert api.get("/jobs", params={"limit": 0}).status_code == 422
         big = api.request("POST", "/pipelines", data=b"#" * (1 << 20 + 1))
@@ -246,3 +258,30 @@ def test_a_thousand_queued_jobs_list_and_status_latency(tmp_path: Path) -> None:
                 }
             )
         )
+
+
+def test_a_path_names_all_its_methods_in_allow(tmp_path: Path) -> None:
+    """Starlette named only the first route's method (POST for /jobs)."""
+    with thread_server(tmp_path) as srv:
+        for path, methods in (("/jobs", "GET, HEAD, POST"), ("/jobs/s1.x", "DELETE, GET, HEAD")):
+            reply = srv.api.request("OPTIONS", path)
+            assert reply.status_code == 405 and reply.headers["Allow"] == methods, path
+        assert srv.api.request("PUT", "/stats").headers["Allow"] == "GET, HEAD"
+
+
+def test_the_document_says_what_each_route_answers(tmp_path: Path) -> None:
+    with thread_server(tmp_path) as srv:
+        document = srv.api.get("/openapi.json").json()
+    metrics = document["paths"]["/metrics"]["get"]["responses"]
+    assert list(metrics["401"]["content"]) == ["application/json"]  # as every route's 401
+    assert "text/plain" in metrics["200"]["content"]
+    job = document["components"]["schemas"]["JobSubmission"]
+    assert "run" in job["required"] and job["properties"]["run"]["type"] == "string"
+    body = document["paths"]["/pipelines"]["post"]["requestBody"]["content"]
+    assert body == {"application/yaml": {"schema": {"$ref": "#/components/schemas/Pipeline"}}}
+    pipeline = document["components"]["schemas"]["Pipeline"]
+    assert pipeline["properties"]["jobs"]["minProperties"] == 1
+    operations = {op["operationId"] for path in document["paths"].values() for op in path.values()}
+    for route in ("/jobs", "/pipelines"):  # a submission's links lead to its server ids
+        links = document["paths"][route]["post"]["responses"]["201"]["links"]
+        assert {link["operationId"] for link in links.values()} <= operations

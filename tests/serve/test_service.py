@@ -6,10 +6,12 @@ import threading
 from contextlib import AbstractContextManager, ExitStack
 from pathlib import Path
 
+import pytest
 import requests
 
 from runner.backends.base import NO_STAGES, OutputSink, Place, RunOutcome, RunRequest, StageSink
 from runner.core.model import FailureKind
+from runner.serve import app
 from runner.serve.service import Service
 from tests.fakes.fake_clock import FakeClock
 from tests.fakes.passing_backend import PassingBackend
@@ -37,7 +39,7 @@ def test_the_daily_spend_limit_holds_starts_until_the_next_utc_day(tmp_path: Pat
         srv.api.wait_status("s1.b", FINAL)
         stats = srv.api.get("/stats").json()
         assert (stats["spend_usd_today"], stats["daily_spend_limit_usd"]) == (5.0, 4.0)
-        assert stats["held_until"] == 1_800_057_600.0  # 2027-01-16T00:00:00Z
+        assert stats["held_until"] == "2027-01-16T00:00:00.000+00:00"
         assert srv.api.job("s1.c")["waiting_for"] == (
             "the daily spend limit (until 2027-01-16T00:00:00Z)"
         )
@@ -133,6 +135,26 @@ def test_followers_of_a_waiting_job_do_not_starve_the_api(tmp_path: Path) -> Non
                 streams.enter_context(requests.get(url, headers=headers, stream=True, timeout=30))
             reply = requests.get(f"{srv.api.url}/stats", headers=headers, timeout=5)
             assert reply.status_code == 200 and reply.json()["counts"]["queued"] == 1
+
+
+def test_a_followed_job_that_waits_says_why_at_once_and_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No byte for as long as the job waited left a client (or a proxy) with a dead-looking
+    stream: a line says why, at once and every WAITING_NOTE_S, until the log begins."""
+    monkeypatch.setattr(app, "WAITING_NOTE_S", 0.3)
+    with thread_server(tmp_path, clock=FakeClock()) as srv:
+        (night,) = srv.api.submit(
+            "jobs:\n  night:\n    not-before: 2030-01-01T00:00:00Z\n    run: echo late\n"
+        )
+        url = f"{srv.api.url}/jobs/{night}/log?follow=true"
+        with requests.get(url, headers=srv.api.session.headers, stream=True, timeout=10) as r:
+            lines = r.iter_lines()
+            note = f"[clore-run] {night} has not started yet: not before 2030-01-01T00:00:00Z"
+            assert next(lines).decode() == note
+            assert next(lines).decode() == note  # again, WAITING_NOTE_S later
+        plain = srv.api.get(f"/jobs/{night}/log")  # not following: the log alone, empty
+        assert plain.status_code == 200 and plain.content == b""
 
 
 class SlowToDie(PassingBackend):

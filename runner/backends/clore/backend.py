@@ -27,6 +27,7 @@ from runner.backends.base import (
     ServerReport,
     StageSink,
 )
+from runner.backends.clore import bill
 from runner.backends.clore import errors as api_errors
 from runner.backends.clore.api import CloreClient
 from runner.backends.clore.hedge_log import HedgeLog
@@ -65,8 +66,8 @@ _ANY_GPU = GpuAsk()
 DEFAULT_BOOT_S = 180.0
 # A rent being set up, once cancelled, ends within this: its create answered and its order
 # found (or not), its cancel sent and confirmed. A run that ended waits that long for it; a run
-# being stopped by a signal waits only its short confirm bound, the cancel sent if the order
-# is known, and leaves the rest to `clore-run cleanup`.
+# stopped by a signal waits only until its `signal_setup_within_s` is over, and leaves the
+# rest to `clore-run cleanup`.
 SETUP_ENDS_WITHIN_S = 180.0
 
 
@@ -107,6 +108,7 @@ class CloreBackend:
     # shutdown waits on it for the rentals being set up.
     _lock: threading.Condition = field(default_factory=threading.Condition)
     _closing: bool = False
+    _hurry_at: float | None = None  # when the run was told to stop (monotonic seconds)
     _market: tuple[float, list[Offer]] | None = None
     _live: _LiveMarket | None = None
     _idle_usd: float = 0.0
@@ -247,7 +249,10 @@ class CloreBackend:
         return cost
 
     def _rest(self, rental: Rental, final_usd: float) -> float:
-        return max(0.0, final_usd - float(rental.facts.get("billed_usd", 0)))
+        """What the order's final figure adds to the shares billed on our own clock, or takes
+        back (negative): a preempted spot order stops billing, an order's `ct` is in whole
+        seconds. The run's total is then what the provider billed."""
+        return final_usd - float(rental.facts.get("billed_usd", 0))
 
     def _give_back_idle(
         self, helds: list[_Held], within_s: float | None = None
@@ -276,7 +281,9 @@ class CloreBackend:
     def stop_soon(self) -> None:
         """The run is being stopped (a signal): every wait of the give-back is cut to what
         fits in CI's grace, the cancels sent first."""
-        self.provisioner.hurry.set()
+        if not self.provisioner.hurry.is_set():
+            self._hurry_at = time.monotonic()
+            self.provisioner.hurry.set()
 
     def shutdown(self) -> None:
         """Give back everything held, all orders cancelled first and then confirmed together.
@@ -304,8 +311,9 @@ class CloreBackend:
         within_s = options.shutdown_confirm_within_s if stopped else None
         if held:
             self._give_back_idle(held, within_s)
-        self._wait_for_setups(options.shutdown_confirm_within_s if stopped else SETUP_ENDS_WITHIN_S)
+        self._wait_for_setups(SETUP_ENDS_WITHIN_S)
         self.provisioner.close_pool()
+        self.hosts.close()
         self._check_ledger()
 
     def _check_ledger(self) -> None:
@@ -525,14 +533,15 @@ class CloreBackend:
         that the ledger check after this sees them gone."""
         # Real seconds: the rentals' threads run on them, whatever clock the run is on.
         deadline = time.monotonic() + within_s
-        hurried = False
         with self._lock:
-            while self._setting_up and time.monotonic() < deadline:
-                if not hurried and self.provisioner.hurry.is_set():  # a signal meanwhile
-                    hurried = True
-                    limit = time.monotonic() + self.provisioner.options.shutdown_confirm_within_s
-                    deadline = min(deadline, limit)
+            while self._setting_up and time.monotonic() < self._bound(deadline):
                 self._lock.wait(timeout=0.05)
+
+    def _bound(self, deadline: float) -> float:
+        """`deadline`, or sooner once a signal asked the run to stop."""
+        if self._hurry_at is None:
+            return deadline
+        return min(deadline, self._hurry_at + self.provisioner.options.signal_setup_within_s)
 
 
 class _LiveMarket(OfferMarket):
@@ -585,7 +594,7 @@ class _LiveMarket(OfferMarket):
         if bid_per_day is None or offer.usd_per_unit is None:
             return None
         listed = per_hour(bid_per_day) * offer.usd_per_unit
-        return money.with_fee_per_hour(listed, offer.spot_fee_rate)
+        return bill.with_fee_per_hour(listed, offer.spot_fee_rate)
 
 
 def _offer_label(offer: Offer) -> str:

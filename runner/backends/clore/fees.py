@@ -10,10 +10,10 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
+from runner.backends.clore import bill
 from runner.backends.clore import errors as e
 from runner.backends.clore.api import CloreClient
 from runner.backends.clore.models import RenterFees
-from runner.core import money
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +23,7 @@ class FeeSchedule:
     """What renting costs on top of the listed price, for orders paid in `currency`."""
 
     currency: str
-    rates: money.RenterFeeRates = money.DOCUMENTED_RATES
+    rates: bill.RenterFeeRates = bill.DOCUMENTED_RATES
     on_demand_creation_fee_native: float | None = None
     spot_creation_fee_native: float | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
@@ -41,7 +41,7 @@ class FeeSchedule:
     def creation_fee_usd(self, spot: bool, usd_per_unit: float | None) -> float:
         native = self.creation_fee_native(spot)
         if native is None or usd_per_unit is None:
-            return money.FALLBACK_CREATION_FEE_USD
+            return bill.FALLBACK_CREATION_FEE_USD
         return native * usd_per_unit
 
     def describe(self) -> str:
@@ -52,7 +52,7 @@ class FeeSchedule:
 
 
 def fee_schedule_from(reply: RenterFees, currency: str) -> FeeSchedule:
-    rates = money.renter_fee_rates(reply.fee_rate(False, currency), reply.fee_rate(True, currency))
+    rates = bill.renter_fee_rates(reply.fee_rate(False, currency), reply.fee_rate(True, currency))
     return FeeSchedule(
         currency,
         rates,
@@ -73,4 +73,4 @@ def read_fee_schedule(client: CloreClient, currency: str) -> FeeSchedule:
     except e.CloreApiError as exc:
         log.warning("renter_fees: %s; using the documented fee rates", exc.message)
         note = f"renter_fees could not be read ({exc.message})"
-        return FeeSchedule(currency, money.RenterFeeRates(note=note), notes=(note,))
+        return FeeSchedule(currency, bill.RenterFeeRates(note=note), notes=(note,))

@@ -56,11 +56,11 @@ class HostRecorder:
         self._record(server_id, "preempted", None)
 
     def _record(self, server_id: int, kind: EventKind, boot_s: float | None) -> None:
-        if self.history is None or self._broken:
-            return
         event = HostEvent(str(server_id), kind, self.clock.time(), boot_s, self.run_id)
         try:
             with self._lock:
+                if self.history is None or self._broken:
+                    return
                 self.history.record(event)
         except HostHistoryError as exc:
             self._give_up(exc)
@@ -72,5 +72,9 @@ class HostRecorder:
             self.say(f"warning: the host history is not kept this run: {exc}")
 
     def close(self) -> None:
-        if self.history is not None:
-            self.history.close()
+        """Close the history (its file whole on disk: the action caches it next). A rent
+        that ends after this writes nothing."""
+        with self._lock:
+            history, self.history = self.history, None
+        if history is not None:
+            history.close()

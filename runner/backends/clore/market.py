@@ -19,6 +19,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from runner.backends.clore import bill
 from runner.backends.clore.models import MarketServer
 from runner.core import hosts, money
 from runner.core.hosts import HostMemory
@@ -65,8 +66,8 @@ class Offer:
     rented: bool
     cuda_version: str | None
     location: str | None  # country code
-    on_demand_fee_rate: float = money.DOCUMENTED_ON_DEMAND_FEE_RATE
-    spot_fee_rate: float = money.DOCUMENTED_SPOT_FEE_RATE
+    on_demand_fee_rate: float = bill.DOCUMENTED_ON_DEMAND_FEE_RATE
+    spot_fee_rate: float = bill.DOCUMENTED_SPOT_FEE_RATE
 
     def fee_rate(self, spot: bool) -> float:
         return self.spot_fee_rate if spot else self.on_demand_fee_rate
@@ -126,7 +127,7 @@ def usd_per_unit(
 def _usd_per_hour(price_per_day: float | None, rate: float | None, fee_rate: float) -> float | None:
     if price_per_day is None or price_per_day <= 0 or rate is None:
         return None  # 0 or missing: not offered in this currency
-    return money.with_fee_per_hour(per_hour(price_per_day * rate), fee_rate)
+    return bill.with_fee_per_hour(per_hour(price_per_day * rate), fee_rate)
 
 
 def _positive(value: float | None) -> float | None:
@@ -137,7 +138,7 @@ def offer_from_server(
     server: MarketServer,
     currency: str,
     fallback_rates: Mapping[str, float] | None = None,
-    fees: money.RenterFeeRates = money.DOCUMENTED_RATES,
+    fees: bill.RenterFeeRates = bill.DOCUMENTED_RATES,
 ) -> Offer:
     """Price one marketplace server for orders paid in `currency`, the renter's fee included."""
     model, count = parse_gpu(server.specs.gpu, server.gpu_array)
@@ -171,7 +172,7 @@ def offers_from_servers(
     servers: Iterable[MarketServer],
     currency: str,
     fallback_rates: Mapping[str, float] | None = None,
-    fees: money.RenterFeeRates = money.DOCUMENTED_RATES,
+    fees: bill.RenterFeeRates = bill.DOCUMENTED_RATES,
 ) -> list[Offer]:
     return [offer_from_server(s, currency, fallback_rates, fees) for s in servers]
 
@@ -257,7 +258,7 @@ def expected_rank_key(
     reliability = offer.reliability or 0.0
     if price is None:
         return (math.inf, math.inf, -reliability, offer.server_id)
-    fee_usd = money.FALLBACK_CREATION_FEE_USD
+    fee_usd = bill.FALLBACK_CREATION_FEE_USD
     chance = memory.fail_chance(str(offer.server_id))
     expected = hosts.expected_usd_per_hour(price, fee_usd, chance, given_up_after_s)
     return (expected / max(reliability, RELIABILITY_FLOOR), price, -reliability, offer.server_id)
@@ -371,7 +372,7 @@ def spot_bid_per_day(
     if max_usd_per_hour is not None:
         if offer.usd_per_unit is None:
             return None  # a cap we cannot convert is a cap we cannot honour
-        listed_cap = money.listed_per_hour_under_cap(max_usd_per_hour, offer.spot_fee_rate)
+        listed_cap = bill.listed_per_hour_under_cap(max_usd_per_hour, offer.spot_fee_rate)
         bid = min(bid, per_day(listed_cap) / offer.usd_per_unit)
     if bid < floor or (rival > 0 and bid <= rival):
         return None

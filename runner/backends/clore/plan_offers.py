@@ -10,9 +10,17 @@ from __future__ import annotations
 from typing import Any
 
 from runner.backends.clore.fees import FeeSchedule
-from runner.backends.clore.market import Offer, best_offer, explain_no_fit
+from runner.backends.clore.market import (
+    Offer,
+    best_offer,
+    explain_no_fit,
+    matching_offers,
+    skipped_ids,
+)
 from runner.backends.clore.quotes import OfferMarket
 from runner.core import money
+from runner.core.hedge import HedgePolicy
+from runner.core.hosts import HostMemory
 from runner.core.model import GpuAsk, Job, Pipeline
 from runner.core.predict import Prediction, predict
 from runner.plan import format_duration
@@ -24,21 +32,25 @@ BOOT_RANGE_S = (120.0, 480.0)
 
 
 def plan_offers(
-    pipeline: Pipeline, offers: list[Offer], fees: FeeSchedule | None = None
+    pipeline: Pipeline,
+    offers: list[Offer],
+    fees: FeeSchedule | None = None,
+    memory: HostMemory | None = None,
 ) -> dict[str, Any]:
     """`fees`: the account's, as `renter_fees` gave them (the offers are priced with its rates);
-    None: the documented rates and creation fee."""
+    None: the documented rates and creation fee. `memory`: the host history (hosts that
+    failed lately skipped, and said so; the rest ranked by expected cost)."""
     fees = fees if fees is not None else FeeSchedule(pipeline.currency)
     jobs: dict[str, Any] = {}
     ceiling = estimate = 0.0
     for job in pipeline.jobs:
-        entry = _job_entry(job, offers, pipeline.currency, fees)
+        entry = _job_entry(job, offers, pipeline.currency, fees, memory)
         jobs[job.id] = entry
         if entry["offer"] is not None:
             ceiling += entry["ceiling_usd"]
             estimate += entry["estimate_usd"]
     budget = pipeline.budget_usd
-    prediction = predict_run(pipeline, offers)
+    prediction = predict_run(pipeline, offers, memory)
     makespan, cost = prediction.to_json()
     return {
         "currency": pipeline.currency,
@@ -60,9 +72,17 @@ def plan_offers(
     }
 
 
-def predict_run(pipeline: Pipeline, offers: list[Offer]) -> Prediction:
-    """The run simulated on these offers: the same core decides rents, reuse and give-backs."""
-    return predict(pipeline, OfferMarket(offers, pipeline.currency), BOOT_RANGE_S)
+def predict_run(
+    pipeline: Pipeline, offers: list[Offer], memory: HostMemory | None = None
+) -> Prediction:
+    """The run simulated on these offers: the same core decides rents, reuse, give-backs and
+    hedges. With a host history of some boots, that share of hosts never comes up."""
+    market = OfferMarket(offers, pipeline.currency)
+    dead = 0.0
+    if memory is not None:
+        market.remember(memory, money.DEFAULT_BOOT_BOUND_S)
+        dead = memory.market.fail_rate if memory.market.boots else 0.0
+    return predict(pipeline, market, BOOT_RANGE_S, hedge=HedgePolicy(), dead_fraction=dead)
 
 
 def render_prediction(prediction: Prediction) -> str:
@@ -71,19 +91,28 @@ def render_prediction(prediction: Prediction) -> str:
     b_low, _, b_high = prediction.boot_s
     how = "rented ahead" if prediction.provisioning.value == "ahead" else "rented on demand"
     verdict = "" if prediction.fits else " (some job finds no server within the budget)"
+    dead = prediction.dead_fraction
+    failing = (
+        f", {dead * 100:.0f} % of boots failing as the host history says, hedged" if dead else ""
+    )
     return (
-        f"simulated run ({how}, boots {b_low:g}-{b_high:g} s, {prediction.servers_rented} "
+        f"simulated run ({how}, boots {b_low:g}-{b_high:g} s{failing}, "
+        f"{prediction.servers_rented} "
         f"rental(s)): makespan {format_duration(low)}-{format_duration(high)} "
         f"(expected {format_duration(mid)}), cost ${c_low:.2f}-${c_high:.2f} "
         f"(expected ${c_mid:.2f}){verdict}"
     )
 
 
-def _job_entry(job: Job, offers: list[Offer], currency: str, fees: FeeSchedule) -> dict[str, Any]:
+def _job_entry(
+    job: Job, offers: list[Offer], currency: str, fees: FeeSchedule, memory: HostMemory | None
+) -> dict[str, Any]:
     ask = job.gpu or _ANY_GPU
-    offer = best_offer(offers, ask)
+    offer = best_offer(offers, ask, memory=memory)
+    fitting = {o.server_id for o in matching_offers(offers, ask)}
+    skipped = [f"#{i}: {why}" for i, why in sorted(skipped_ids(memory).items()) if i in fitting]
     if offer is None:
-        return {"offer": None, "why": explain_no_fit(offers, ask, currency)}
+        return {"offer": None, "why": explain_no_fit(offers, ask, currency), "skipped": skipped}
     usd_per_hour = offer.usd_per_hour(ask.spot) or 0.0
     fee_usd = fees.creation_fee_usd(ask.spot, offer.usd_per_unit)
     return {
@@ -95,6 +124,7 @@ def _job_entry(job: Job, offers: list[Offer], currency: str, fees: FeeSchedule) 
             "reliability": offer.reliability,
             "location": offer.location,
         },
+        "skipped": skipped,
         "ceiling_usd": round(money.worst_case_usd(usd_per_hour, job.timeout_s, fee_usd), 6),
         "estimate_usd": round(money.worst_case_usd(usd_per_hour, job.duration_hint_s, fee_usd), 6),
     }
@@ -104,6 +134,7 @@ def render_offers(data: dict[str, Any]) -> str:
     lines = [f"offers today ({data['currency']}; {data['fees']['said']}):"]
     for job_id, entry in data["jobs"].items():
         offer = entry["offer"]
+        lines += [f"  {job_id}: skipped: {said}" for said in entry.get("skipped", ())]
         if offer is None:
             lines.append(f"  {job_id}: {entry['why']}".replace("\n", "\n    "))
             continue

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from runner.backends.base import NO_STAGES, StageSink
+from runner.backends.clore import bill
 from runner.backends.clore import errors as api_errors
 from runner.backends.clore.api import CloreClient, OrderRequest, may_have_created
 from runner.backends.clore.fees import FeeSchedule, read_fee_schedule
@@ -81,6 +82,10 @@ class ProvisionOptions:
     # in all, so it confirms for less and leaves the rest to the cleanup step.
     confirm_within_s: float = 30.0
     shutdown_confirm_within_s: float = 4.0
+    # A run stopped by a signal waits this long, from the signal, for rents under way: a
+    # create already sent is answered, its order found and cancelled, before CI's SIGKILL
+    # (10 s after its SIGINT). One not sent by then is given up at once.
+    signal_setup_within_s: float = 9.0
     first_confirm_pause_s: float = 1.0
     # How to pause between polls: the real clock waits on the cancel event; tests pass their
     # fake clock's sleep so nothing waits real seconds.
@@ -124,9 +129,9 @@ class Rental:
         end = self.cancelled_at if self.cancelled_at is not None else now_unix
         return max(0.0, end - self.held_since)
 
-    def billed_cost(self, spend_native: float, now_unix: float) -> money.BilledCost:
+    def billed_cost(self, spend_native: float, now_unix: float) -> bill.BilledCost:
         """What the order cost as the wallet loses it, from the API's `spend`."""
-        return money.billed_cost(
+        return bill.billed_cost(
             spend_native,
             self.usd_per_unit,
             self.fee_rate,
@@ -134,10 +139,10 @@ class Rental:
             self.lived_s(now_unix),
         )
 
-    def estimated_cost(self, now_unix: float) -> money.BilledCost:
+    def estimated_cost(self, now_unix: float) -> bill.BilledCost:
         """Our own figure, for when the API reports no `spend`."""
         held_s = self.lived_s(now_unix)
-        return money.estimated_cost(self.usd_per_hour, held_s, self.fee_rate, self.creation_fee_usd)
+        return bill.estimated_cost(self.usd_per_hour, held_s, self.fee_rate, self.creation_fee_usd)
 
 
 @dataclass
@@ -281,7 +286,7 @@ class Provisioner:
     def usd_per_hour(self, offer: Offer, price_per_day: float, spot: bool = False) -> float:
         """USD per hour of a rental at `price_per_day` listed, the renter's fee included."""
         listed = per_hour(price_per_day) * (offer.usd_per_unit or 0.0)
-        return money.with_fee_per_hour(listed, offer.fee_rate(spot))
+        return bill.with_fee_per_hour(listed, offer.fee_rate(spot))
 
     def creation_fee_usd(self, offer: Offer, spot: bool) -> float:
         return self.fees().creation_fee_usd(spot, offer.usd_per_unit)
@@ -484,7 +489,7 @@ class Provisioner:
             rental.offer = replace(
                 offer,
                 spot_min_price_per_day=floor,
-                spot_usd_per_hour=money.with_fee_per_hour(listed_usd_per_hour, offer.spot_fee_rate),
+                spot_usd_per_hour=bill.with_fee_per_hour(listed_usd_per_hour, offer.spot_fee_rate),
             )
         ask = rental.max_usd_per_hour
         bid = spot_bid_per_day(rental.offer, ask, self._keep_book(offer.server_id, book))

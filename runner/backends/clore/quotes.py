@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Set
 from dataclasses import replace
 
+from runner.backends.clore import bill
 from runner.backends.clore.market import (
     Offer,
     explain_no_fit,
@@ -34,7 +35,7 @@ class OfferMarket:
         self,
         offers: Iterable[Offer],
         currency: str,
-        creation_fee_usd: float = money.FALLBACK_CREATION_FEE_USD,
+        creation_fee_usd: float = bill.FALLBACK_CREATION_FEE_USD,
     ) -> None:
         self._offers = list(offers)
         self._by_host = {str(o.server_id): o for o in self._offers}
@@ -103,4 +104,4 @@ class OfferMarket:
         if bid_per_day is None or offer.usd_per_unit is None:
             return None
         listed = per_hour(bid_per_day) * offer.usd_per_unit
-        return money.with_fee_per_hour(listed, offer.spot_fee_rate)
+        return bill.with_fee_per_hour(listed, offer.spot_fee_rate)

@@ -7,13 +7,14 @@ the functions: the registry that lists this spec is loaded by every run.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from runner.backends.base import Backend
 from runner.backends.spec import BackendSpec, Reconcile, Say, Setup, Waits
 
 if TYPE_CHECKING:
     from runner.backends.clore.api import CloreClient
+    from runner.backends.clore.backend import CloreBackend
     from runner.core.model import Pipeline
     from runner.stores.ledger import RentalLedger
 
@@ -85,6 +86,7 @@ def _plan(pipeline: Pipeline, result: dict[str, Any]) -> tuple[str, bool]:
     from runner.backends.clore.market import offers_from_servers
     from runner.backends.clore.plan_offers import plan_offers, render_offers
     from runner.backends.clore.waits import on_stderr
+    from runner.stores.hosts import hosts_target, read_memory
 
     client = CloreClient.from_env()
     on_stderr(client)
@@ -92,7 +94,10 @@ def _plan(pipeline: Pipeline, result: dict[str, Any]) -> tuple[str, bool]:
     fees = read_fee_schedule(client, pipeline.currency)
     servers = client.marketplace().servers
     offers = offers_from_servers(servers, pipeline.currency, fees=fees.rates)
-    result["clore"] = plan_offers(pipeline, offers, fees)
+    memory, note = read_memory(hosts_target(_where(Setup(pipeline, "plan"))[0]))
+    result["clore"] = plan_offers(pipeline, offers, fees, memory)
+    if note:
+        result["clore"]["summary"] += f"\n{note}"
     # The run simulated on these offers, at the top where a reader of the plan looks first.
     result["makespan"] = result["clore"]["makespan"]
     result["cost"] = result["clore"]["cost"]
@@ -100,11 +105,9 @@ def _plan(pipeline: Pipeline, result: dict[str, Any]) -> tuple[str, bool]:
 
 
 def _waits(backend: Backend, say: Say) -> Waits:
-    from runner.backends.clore.backend import CloreBackend
     from runner.backends.clore.waits import ApiWaits
 
-    assert isinstance(backend, CloreBackend)
-    return ApiWaits.attach(backend.client, say)
+    return ApiWaits.attach(cast("CloreBackend", backend).client, say)  # what _build made
 
 
 SPEC = BackendSpec(

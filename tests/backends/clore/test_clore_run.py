@@ -403,9 +403,13 @@ def test_sigterm_mid_run_cancels_everything_fast(setup: Setup) -> None:
     )
     (setup.tmp / "ws").mkdir()
     options = RunOptions(out_dir=setup.tmp / "out", workspace_root=setup.tmp / "ws")
-    record, code = execute(pipeline, signalling, options, io.StringIO())
+    screen = io.StringIO()
+    record, code = execute(pipeline, signalling, options, screen)
     took = time.monotonic() - sent[0]
     assert code == 130
+    # Stopped by hand, the run still says which servers it gave back (and what they cost).
+    (given,) = [line for line in screen.getvalue().splitlines() if "given back: " in line]
+    assert given.count("#") == 2, given
     assert took < 7.0, took
     assert {r.job_id: r.status for r in record.results} == {
         "a": JobStatus.CANCELLED,
@@ -494,7 +498,11 @@ def test_a_rental_that_arrives_after_shutdown_is_still_counted(setup: Setup) -> 
     def rent_while_shutting_down(
         job: object, offer: object, cancel: object, *rest: object, **kw: object
     ) -> object:
-        hand.backend.stop_soon()  # the run is cancelled while this rental is being set up...
+        # The run is cancelled while this rental is being set up (on this very thread, so
+        # the shutdown's wait for it cannot end but by its bound)...
+        options = hand.backend.provisioner.options
+        hand.backend.provisioner.options = dataclasses.replace(options, signal_setup_within_s=0)
+        hand.backend.stop_soon()
         hand.backend.shutdown()
         never = threading.Event()  # ...past the rental's last look at its cancel
         return rent(job, offer, never, *rest, **kw)  # type: ignore[arg-type]

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from runner.backends.clore import bill
 from runner.backends.clore.market import (
     Offer,
     best_offer,
@@ -24,16 +25,15 @@ from runner.backends.clore.market import (
     spot_bid_per_day,
 )
 from runner.backends.clore.models import MarketServer
-from runner.core import money
 from runner.core.model import GpuAsk
 from tests.fakes.clore_api import SAMPLE_SERVERS
 
 SERVERS = [MarketServer.model_validate(s) for s in SAMPLE_SERVERS]
 # Most tests here check the listed-price arithmetic; the fee tests at the end add the fees.
-NO_FEES = money.RenterFeeRates(0.0, 0.0, "none")
+NO_FEES = bill.RenterFeeRates(0.0, 0.0, "none")
 
 
-def offers(currency: str = "CLORE-Blockchain", fees: money.RenterFeeRates = NO_FEES) -> list[Offer]:
+def offers(currency: str = "CLORE-Blockchain", fees: bill.RenterFeeRates = NO_FEES) -> list[Offer]:
     return offers_from_servers(SERVERS, currency, fees=fees)
 
 

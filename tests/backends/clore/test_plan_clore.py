@@ -133,3 +133,31 @@ def test_plan_without_the_accounts_fee_rates_uses_the_documented_ones_and_says_s
     plan = json.loads(out)["clore"]
     assert code == 0 and plan["fees"]["source"] == "documented"
     assert plan["jobs"]["prepare"]["offer"]["usd_per_hour"] == pytest.approx(2 / 24 * 1.05, 1e-3)
+
+
+def test_plan_skips_a_host_that_failed_lately_says_why_and_simulates_failing_boots(
+    api_env: FakeClore,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The host history beside the default ledger: the 3090 88028 never booted 2 h ago."""
+    import time
+
+    from runner.core.hosts import HostEvent
+    from runner.stores.hosts import open_hosts
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("CLORE_RUN_COORDINATOR", raising=False)
+    with open_hosts(tmp_path / ".clore-run" / "hosts.db") as history:
+        history.record(HostEvent("88028", "never_up", time.time() - 2 * 3600))
+        history.record(HostEvent("100201", "up", time.time() - 3 * 3600, 50.0))
+    pipeline = EXAMPLES / "ml-pipeline.yml"
+    code, out, _ = run_cli(["plan", str(pipeline), "--backend", "clore"], capsys)
+    assert code == 0
+    assert "prepare: skipped: #88028: never booted 2 h ago" in out
+    assert "40 % of boots failing as the host history says, hedged" in out  # (1 + 0.6) / 4
+    code, out, _ = run_cli(["plan", str(pipeline), "--backend", "clore", "--json"], capsys)
+    prepare = json.loads(out)["clore"]["jobs"]["prepare"]
+    assert prepare["offer"]["server_id"] != 88028
+    assert prepare["skipped"] == ["#88028: never booted 2 h ago"]

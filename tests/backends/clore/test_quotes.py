@@ -6,10 +6,10 @@ import dataclasses
 
 import pytest
 
+from runner.backends.clore import bill
 from runner.backends.clore.market import Offer, offers_from_servers
 from runner.backends.clore.models import MarketServer
 from runner.backends.clore.quotes import OfferMarket
-from runner.core import money
 from runner.core.model import GpuAsk
 from tests.fakes.clore_api import SAMPLE_SERVERS
 
@@ -29,7 +29,7 @@ def test_the_best_quote_is_the_best_offer_priced_with_the_renters_fee() -> None:
     assert quote is not None and "3090" in quote.gpu_model
     offer = m.offer(quote)
     assert quote.usd_per_hour == offer.on_demand_usd_per_hour  # the fee is already on it
-    assert quote.creation_fee_usd == money.FALLBACK_CREATION_FEE_USD
+    assert quote.creation_fee_usd == bill.FALLBACK_CREATION_FEE_USD
     other = m.best(GpuAsk(type="3090"), {quote.host})
     assert other is None or other.host != quote.host  # an excluded host is never offered
 
