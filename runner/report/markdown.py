@@ -58,11 +58,11 @@ def render_markdown(s: Mapping[str, Any], timeline: Timeline | None = None) -> s
 
 def _headline(s: Mapping[str, Any], cmp: Any) -> str:
     jobs, by, tests = len(s["jobs"]), s["jobs_by_status"], s["tests"]
-    counted = [status for status in _COUNTED if by.get(status)]
+    present = [status for status in _COUNTED if by.get(status)]
     text = f"## {icon(s['status'])} {cell(s['pipeline']['name'])}: {s['status']}\n\n"
     text += f"**{jobs} job{_plural(jobs)}**"
-    if counted:
-        text += ":" + ",".join(f" {by[status]} {human(status)}" for status in counted)
+    if present:
+        text += ":" + ",".join(f" {by[status]} {counted(status)}" for status in present)
     text += "\n"
     if tests["total"]:
         text += f" · **tests**: {tests['passed']} passed"
@@ -105,9 +105,9 @@ def _jobs_table(s: Mapping[str, Any], cmp: Any) -> str:
             status += " (allowed)"
         elif j["flaky"]:
             status += " (flaky)"
-        server = remote(j["host"].get("server_id") or j["server"]) or "–"
+        server = remote((j["host"] or {}).get("server_id") or j["server"] or "") or "–"
         row = (
-            f"| {cell(j['name'])} | {status} | {remote(j['gpu']) or '–'} | {server} | "
+            f"| {cell(j['name'])} | {status} | {remote(j['gpu'] or '') or '–'} | {server} | "
             f"{duration(j['duration_s'])} | {rate(j['usd_per_hour'])} | {money(j['cost_usd'])} "
             f"| {j['attempts']} |"
         )
@@ -240,6 +240,11 @@ def rate(value: object) -> str:
 def human(status: object) -> str:
     """`timed_out` -> `timed out`."""
     return str(status).replace("_", " ")
+
+
+def counted(status: object) -> str:
+    """A status after a count: `2 errored`, not `2 error` (the others read as they are)."""
+    return "errored" if status == "error" else human(status)
 
 
 def duration(value: object) -> str:
