@@ -1,7 +1,5 @@
-"""`clore-run run`: load, select, prepare the output folder, run on a backend, report.
-
-Kept apart from cli.py so the flag parsing stays thin and this stays testable.
-"""
+"""`clore-run run` once its flags are read (runner.cli.run_flags): select the jobs, prepare the
+output folder, run on the backend, report. No Typer here: tests and embedders call `execute`."""
 
 from __future__ import annotations
 
