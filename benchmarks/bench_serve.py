@@ -32,6 +32,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from datetime import datetime
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -96,7 +97,7 @@ def submit_to_start(http: requests.Session, url: str, n: int) -> list[float]:
             job = http.get(f"{url}/jobs/{job_id}", timeout=30).json()
             if job["started_at"] is not None and job["status"] != "running":
                 break
-        out.append(job["started_at"] - began)
+        out.append(datetime.fromisoformat(job["started_at"]).timestamp() - began)
     return out
 
 

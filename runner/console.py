@@ -229,6 +229,13 @@ class Console:
                 data += f"\n... more output in logs/{job.id}.log\n".encode()
             buffer = self._buffers.setdefault((job.id, stream), LineBuffer())
             lines, drawing = buffer.feed(data)
+            if lines:
+                # The other stream's unfinished line (a progress bar on stderr) came first:
+                # its state now goes before these lines, not after the job's last words.
+                other = self._buffers.get((job.id, "stderr" if stream == "stdout" else "stdout"))
+                rest = other.flush() if other is not None else None
+                if rest:
+                    self._line(job, rest)
             for line in lines:
                 self._line(job, line)
             self.board.set_progress(job, drawing)

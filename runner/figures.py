@@ -25,6 +25,11 @@ def human(status: object) -> str:
     return str(status).replace("_", " ")
 
 
+def counted(status: object) -> str:
+    """A status after a count: `2 errored`, not `2 error` (the others read as they are)."""
+    return "errored" if status == "error" else human(status)
+
+
 def duration(value: object) -> str:
     """12.3s, 4m 05s, 2h 03m."""
     if not isinstance(value, (int, float)):

@@ -18,6 +18,16 @@ from runner.backends.base import BackendStage, Place, RunOutcome, Stream
 from runner.core.model import FailureKind, Job
 
 _STREAMS: tuple[Stream, ...] = ("stdout", "stderr")
+# An attempt's end in the log, in words: `attempt 1 failed: exit code 3`, not the enum's name.
+VERDICTS = {
+    FailureKind.TEST_FAILURE: "failed",
+    FailureKind.TIMEOUT: "timed out",
+    FailureKind.SERVER_LOST: "lost its server",
+    FailureKind.SSH_FAILED: "could not reach its server over SSH",
+    FailureKind.PROVISIONING_FAILED: "could not get its server ready",
+    FailureKind.UNAVAILABLE: "found no server",
+    FailureKind.CANCELLED: "was cancelled",
+}
 
 
 class AttemptConsole(Protocol):
@@ -59,6 +69,10 @@ class JobLog:
         # Made at a stream's first output: most short jobs print nothing on one or both,
         # and a redactor made and flushed for nothing reads the environment twice.
         self._redacted: dict[Stream, redact.Stream] = {}
+        # Whether what the file holds ends a line: a line of ours (a note, the verdict) after
+        # output that did not (a progress bar's last `\r` redraw) starts on a line of its own.
+        self._at_line_start = True
+        self._last_stream: Stream | None = None
 
     def header(self, place: str) -> None:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -73,7 +87,12 @@ class JobLog:
     def _emit(self, stream: Stream, data: bytes) -> None:
         if not data:
             return
-        _write_all(self._fd, self._path, data)
+        # The other stream left its line unfinished (a progress bar's `\r` redraws): this
+        # stream's bytes start a line of their own in the file instead of being spliced in.
+        split = stream != self._last_stream and not self._at_line_start
+        self._last_stream = stream
+        _write_all(self._fd, self._path, b"\n" + data if split else data)
+        self._at_line_start = data.endswith(b"\n")
         self.console.output(self.job, stream, data)
 
     def note(self, text: str) -> None:
@@ -93,7 +112,7 @@ class JobLog:
                 if redacted is not None:
                     self._emit(stream, redacted.flush())
             self.console.flush_job(self.job)
-            verdict = "passed" if outcome.failure is None else outcome.failure.value
+            verdict = "passed" if outcome.failure is None else VERDICTS[outcome.failure]
             detail = f": {outcome.message}" if outcome.message else ""
             if outcome.failure is FailureKind.TIMEOUT and outcome.message.startswith("timed out"):
                 verdict, detail = outcome.message, ""  # "timed out after 6 s", said once
@@ -102,7 +121,10 @@ class JobLog:
             os.close(self._fd)  # even when the disk is full: no descriptor left behind
 
     def _raw(self, text: str) -> None:
+        if not self._at_line_start:
+            text = "\n" + text
         _write_all(self._fd, self._path, redact.text(text).encode("utf-8", "replace"))
+        self._at_line_start = text.endswith("\n")
 
 
 def _open_log(path: str) -> int:

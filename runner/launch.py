@@ -6,18 +6,34 @@ guard may start the process again, and everything imported before that would be 
 
 from __future__ import annotations
 
+import signal
 import sys
+from types import FrameType
 
 from runner import collector
 from runner.process_guard import protect
 
+EXIT_INTERRUPTED = 130
+
 
 def main() -> None:
-    collector.hold()  # until the work begins (runner.collector)
-    protect(starts_processes=not _starts_nothing(sys.argv[1:]))
-    from runner.cli import main as cli_main
-
+    # Until a command takes the signals over (run's stop_on_signals), SIGTERM and SIGHUP stop
+    # the process as Ctrl-C does: through the CLI's error boundary, or here while it is still
+    # being imported, with exit 130 and one line, never a traceback or a bare -15.
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _interrupt)
+    try:
+        collector.hold()  # until the work begins (runner.collector)
+        protect(starts_processes=not _starts_nothing(sys.argv[1:]))
+        from runner.cli import main as cli_main
+    except KeyboardInterrupt:
+        print("clore-run: interrupted", file=sys.stderr)
+        sys.exit(EXIT_INTERRUPTED)
     cli_main()
+
+
+def _interrupt(signum: int, _frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
 def _starts_nothing(args: list[str]) -> bool:

@@ -82,7 +82,7 @@ def render_plan(plan: dict[str, Any]) -> str:
     budget = f", budget ${plan['budget_usd']:.2f}" if plan["budget_usd"] else ""
     ahead = plan["provision"] == "ahead"
     lines = [
-        f"{plan['pipeline']} ({plan['source']}): {len(jobs)} jobs, "
+        f"{plan['pipeline']} ({plan['source']}): {len(jobs)} job{'s' if len(jobs) != 1 else ''}, "
         f"concurrency {plan['concurrency']}{budget}",
         f"provision: {plan['provision']} ("
         + (

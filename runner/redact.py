@@ -7,7 +7,9 @@ summary.md, the step summary, step outputs, the PR comment — passes its text t
   caller's environment counts as it is;
 - every value `register()`ed: the process registers its secrets at start, before it takes them
   out of its environment (serve removes them, and the launcher re-executes without them), so
-  they stay known after they are gone from `os.environ`.
+  they stay known after they are gone from `os.environ`;
+- the password inside any of those that is a URL (`postgresql://user:PASSWORD@host/db`, the
+  coordinator), as written and percent-decoded: a job may print it alone.
 A value shorter than `MIN_SECRET_CHARS` is never treated as a secret: it would redact ordinary
 words. Redact before cutting text short: a cut can leave a secret's head, which no longer
 matches.
@@ -18,7 +20,7 @@ from __future__ import annotations
 import functools
 import os
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 SECRET_ENV_VARS = (
     "CLORE_API_KEY",
@@ -26,6 +28,8 @@ SECRET_ENV_VARS = (
     "GITHUB_TOKEN",
     "CLORE_GITHUB_TOKEN",
     "CLORE_RUNNER_TOKEN",  # may administer a repository's runners (clore-run runner)
+    "CLORE_RUN_COORDINATOR",  # the shared PostgreSQL's URL, its password in it
+    "PGPASSWORD",  # libpq's: the coordinator's password when the URL leaves it out
 )
 MIN_SECRET_CHARS = 6
 MASK = "***"
@@ -38,9 +42,10 @@ _generation = 0  # changes with every change to _registered: the key of the cach
 def register(*values: str) -> None:
     """Remember secrets for the rest of the process (blank or short values are ignored)."""
     global _generation
+    found = _with_passwords(v.strip() for v in values)
     with _lock:
         before = len(_registered)
-        _registered.update(v.strip() for v in values if len(v.strip()) >= MIN_SECRET_CHARS)
+        _registered.update(v for v in found if len(v) >= MIN_SECRET_CHARS)
         if len(_registered) != before:
             _generation += 1
 
@@ -48,6 +53,27 @@ def register(*values: str) -> None:
 def register_from(env: Mapping[str, str]) -> None:
     """Remember the values of `SECRET_ENV_VARS` found in `env`."""
     register(*(env.get(name, "") for name in SECRET_ENV_VARS))
+
+
+def _with_passwords(values: Iterable[str]) -> set[str]:
+    """`values`, and the password of each that is a URL with one (as written, and decoded)."""
+    found = set()
+    for value in values:
+        found.add(value)
+        if "://" in value and "@" in value:
+            found.update(url_passwords(value))
+    return found
+
+
+def url_passwords(url: str) -> tuple[str, ...]:
+    """The password in `url` as written and percent-decoded; () when it has none."""
+    from urllib.parse import unquote, urlsplit  # only for a secret that is a URL
+
+    try:
+        written = urlsplit(url).netloc.rpartition("@")[0].partition(":")[2]
+    except ValueError:
+        return ()
+    return (written, unquote(written)) if written else ()
 
 
 def forget_all() -> None:
@@ -135,7 +161,7 @@ _POSIX = os.name == "posix"  # elsewhere os.environ's own dict is keyed by upper
 @functools.lru_cache(maxsize=32)
 def _sorted_secrets(from_env: tuple[str | bytes | None, ...], generation: int) -> tuple[str, ...]:
     # Read after `generation` was: the registered set is at least that generation's.
-    values = {os.fsdecode(v).strip() for v in from_env if v}  # decoded as os.environ decodes
+    values = _with_passwords(os.fsdecode(v).strip() for v in from_env if v)  # as os.environ
     with _lock:
         found = values | _registered
     return tuple(sorted((s for s in found if len(s) >= MIN_SECRET_CHARS), key=len, reverse=True))

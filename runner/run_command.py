@@ -206,6 +206,7 @@ def execute(
                 record = pipeline_run.run(
                     lambda early: _reports_before_give_back(console, options, early)
                 )
+                _say_given_back(console, backend)
             finally:
                 console.close()
         left = pipeline_run.driver.give_back_warnings  # said on screen when they happened
@@ -220,6 +221,23 @@ def execute(
     # A signal after the jobs ended cut the give-back short: the run was interrupted all the
     # same, and what it left unconfirmed is `clore-run cleanup`'s.
     return record, EXIT_CODES[RunStatus.INTERRUPTED] if pipeline_run.interrupted else code
+
+
+def _say_given_back(console: Console, backend: Backend) -> None:
+    """One line naming the servers the run gave back, with what each cost as billed: at the
+    end of every run that rented, Ctrl-C included (a person stopping a run wants to see it).
+    A server not confirmed gone is said by the backend itself, with `clore-run cleanup`."""
+    given = getattr(backend, "orders_given_back", None)  # a renting backend's record
+    if not given:
+        return
+    servers = ", ".join(_server_cost(order) for order in given[:10])
+    more = f" and {len(given) - 10} more" if len(given) > 10 else ""
+    console.notice(f"given back: {servers}{more}")
+
+
+def _server_cost(order: dict[str, str]) -> str:
+    cost = order.get("order_cost_usd")
+    return f"#{order.get('server_id', '?')}" + (f" (${float(cost):.4f})" if cost else "")
 
 
 def _baseline_durations(baseline: dict[str, Any] | None) -> dict[str, float]:

@@ -90,3 +90,24 @@ _NAME_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u
 def unsafe_file_name(name: str) -> bool:
     """True when `name` (a path or one part of it) holds a character no artifact's name may."""
     return _NAME_UNSAFE.search(name) is not None
+
+
+# The same sequences, and the control characters a terminal acts on (tab and newline kept), in
+# a log's raw bytes: cleaned as bytes, a UTF-8 character cut at a chunk's edge stays whole.
+_ANSI_BYTES = re.compile(rb"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])")
+_CONTROL_BYTES = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def log_bytes(chunk: bytes) -> bytes:
+    """A log's bytes as a person should read them in a page: escape sequences and control
+    characters out (`clore-run logs` shows no tofu either), a line redrawn with `\\r` (a
+    progress bar) at its latest state. Bytes with none of them come back as they are."""
+    if not _CONTROL_BYTES.search(chunk) and b"\r" not in chunk:
+        return chunk
+    lines = chunk.split(b"\n")
+    for i, line in enumerate(lines):
+        if b"\r" in line:
+            drawn = [part for part in line.split(b"\r") if part.strip()]
+            line = drawn[-1] if drawn else b""
+        lines[i] = _CONTROL_BYTES.sub(b"", _ANSI_BYTES.sub(b"", line))
+    return b"\n".join(lines)

@@ -58,8 +58,10 @@ def test_validate_accepts_every_example(capsys: pytest.CaptureFixture[str]) -> N
     code, out, err = cli(capsys, "validate", *EXAMPLES)
     assert code == 0
     assert err == ""
+    counts = {p: len(load_pipeline(p, environ={}).jobs) for p in EXAMPLES}
+    assert 1 in counts.values()  # first-clore.yml: "1 job", not "1 jobs"
     assert out.splitlines() == [
-        f"{p}: ok ({len(load_pipeline(p, environ={}).jobs)} jobs)" for p in EXAMPLES
+        f"{p}: ok ({n} job{'s' if n != 1 else ''})" for p, n in counts.items()
     ]
 
 
@@ -269,7 +271,7 @@ def test_validate_warns_on_yaml_1_1_surprises_and_passes(
     path = write(tmp_path, "jobs:\n  a: {run: echo, env: {PY: 3.10}}\n")
     code, out, err = cli(capsys, "validate", path)
     assert code == 0
-    assert out == f"{path}: ok (1 jobs)\n"
+    assert out == f"{path}: ok (1 job)\n"
     assert err == (
         f"{path}:2:28: warning: jobs.a.env.PY: unquoted 3.10 is read as the number 3.1"
         ' (quote it: "3.10")\n'
@@ -382,9 +384,9 @@ def test_usage_errors_exit_2(
     assert message in out + err
 
 
-def test_no_arguments_shows_help_and_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+def test_no_arguments_shows_help_and_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = cli(capsys)
-    assert code == 2
+    assert code == 0  # asking what it can do is not a usage error (issue 28)
     assert "validate" in out + err
     assert "schema" in out + err
 

@@ -60,3 +60,22 @@ def test_signal_cancels_cleanly(tmp_path: Path, sig: signal.Signals) -> None:
     }
     child = int(pidfile.read_text())
     assert not alive(child)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_while_starting_up_exits_130_without_a_traceback(sig: signal.Signals) -> None:
+    """Before any command takes the signals over (imports, the process guard): one line and
+    130, as CI expects of an interrupted step, not a traceback or a bare -15."""
+    code = (
+        "import os, signal, sys\n"
+        "import runner.launch as launch\n"
+        f"launch.protect = lambda **kw: os.kill(os.getpid(), {int(sig)})\n"
+        "sys.argv = ['clore-run', '--version']\n"
+        "launch.main()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=marked_env(), timeout=60
+    )
+    assert done.returncode == 130, (done.returncode, done.stderr)
+    assert "Traceback" not in done.stderr
+    assert "clore-run: interrupted" in done.stderr

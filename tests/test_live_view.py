@@ -67,7 +67,7 @@ def test_the_clock_advances_while_a_job_is_quiet_and_stages_and_costs_show() -> 
     console.job_started(build, 1)
     console.stage(build, "renting", "RTX 4090 #88028", usd_per_hour=0.72)
     first = screen_at(console, clock.unix + 5)
-    assert any("renting RTX 4090 #88028 $0.72/h" in line for line in first)
+    assert any("renting $0.72/h RTX 4090 #88028" in line for line in first)
     clock.unix += 30
     console.stage(build, "booting", "order 7")
     at_40 = "\n".join(screen_at(console, clock.unix + 10))
@@ -377,3 +377,16 @@ def test_plain_lines_to_a_closed_pipe_do_not_fail_the_jobs_and_stop_being_tried(
     console.output(job, "stdout", b"line\n")
     console.job_done(job, JobResult("build", JobStatus.PASSED))
     assert stream.writes == 1  # the console knows the stream is gone: no write after that
+
+
+def test_at_80_columns_a_rent_ahead_row_says_the_gpu_price_and_its_numbers() -> None:
+    """A server rented for a job not started yet: the GPU as people name it (not `NVIDIA
+    GeForce R…`), the price whole, and the time/try/cost columns filled."""
+    clock = FakeClock()
+    jobs = (Job(id="train-rtx-4090-ddp", name="train", run="x"),)
+    console = Console(FakeTty(), live=True, jobs=jobs, clock=clock, tick_s=0, width=80, height=24)
+    console.stage(jobs[0], "renting", "2x NVIDIA GeForce RTX 4090 #100706", usd_per_hour=0.35)
+    (row,) = [line for line in screen_at(console, clock.unix + 12) if line.startswith("train")]
+    assert "renting $0.35/h 2x RTX 4090 #100706" in row, row
+    assert row.split()[-3:] == ["12s", "1", "$0.0012"], row
+    console.close()

@@ -139,7 +139,7 @@ def test_retry_passes_on_second_attempt(tmp_path: Path) -> None:
     attempts = record.results[0].attempts
     assert [a.exit_code for a in attempts] == [1, 0]
     log = (tmp_path / "out" / "logs" / "flaky.log").read_text()
-    assert "attempt 1 test_failure" in log and "attempt 2 passed" in log
+    assert "attempt 1 failed: exit code 1" in log and "attempt 2 passed" in log
 
 
 def test_timeout_kills_background_children(tmp_path: Path) -> None:

@@ -48,8 +48,11 @@ DRAIN_AFTER_EXIT_S = 2.0  # how long a leftover child may hold the pipes after t
 _READ_CHUNK = 1 << 16
 _ASK_EVERY_S = 0.1  # while output flows, how often the script is asked whether it ended
 # clore-run's own secrets: a job inherits this process's environment, but not these (a script
-# printing its environment would put them in logs that CI uploads).
-_NOT_FOR_JOBS = frozenset({"CLORE_API_KEY", "CLORE_RUN_TOKEN"})
+# printing its environment would put them in logs that CI uploads). A job that needs one of
+# them gets it only by asking in the pipeline (`env: {PGPASSWORD: ${{ env.PGPASSWORD }}}`).
+_NOT_FOR_JOBS = frozenset(
+    {"CLORE_API_KEY", "CLORE_RUN_TOKEN", "CLORE_RUN_COORDINATOR", "PGPASSWORD"}
+)
 
 
 class LocalBackend(FixedServers):
@@ -118,7 +121,11 @@ class LocalBackend(FixedServers):
     ) -> RunOutcome:
         workdir = place.facts["workdir"]
         if request.workspace_root is not None:
-            stages.stage("uploading", "copying the workspace")
+            count = len(request.workspace_files)
+            # "uploading the workspace (3 files, a local copy)": nothing leaves this machine
+            stages.stage(
+                "uploading", f"the workspace ({count} file{'s' * (count != 1)}, a local copy)"
+            )
             copy_workspace(request.workspace_root, request.workspace_files, Path(workdir))
             stages.stage("running")
         # Not in the workdir: the job's folder holds only the workspace and its output.

@@ -63,6 +63,9 @@ def _click_exit_code(exc: Exception, echo: Echo) -> int | None:
         return int(getattr(exc, "exit_code", 0))
     show = getattr(exc, "show", None)
     if callable(show) and hasattr(exc, "exit_code"):
+        from runner.cli.help_words import reword
+
+        reword(exc)
         show()
         return EXIT_USAGE
     return None

@@ -79,7 +79,7 @@ def register(app: typer.Typer, client_factory: ClientFactory | None = None) -> N
                 if run_id is None:  # the shared ledger also holds live runs: only the dead
                     return
         except CloreRunError as exc:
-            _fail(str(exc))
+            _fail(str(exc), exc.exit_code)  # a bad --ledger is a usage error
         if not ledger_exists(ledger_path):
             typer.echo(f"no ledger at {ledger_path}: nothing to clean up")
             return
@@ -288,6 +288,6 @@ def _line(action: Action) -> str:
     return f"{r.run_id}/{r.job_id}  server {r.server_id}  order {order}  {action.describe()}"
 
 
-def _fail(message: str) -> NoReturn:
+def _fail(message: str, exit_code: int = 3) -> NoReturn:
     typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(3)
+    raise typer.Exit(exit_code)

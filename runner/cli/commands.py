@@ -22,6 +22,7 @@ from runner.cli import (
     serve,
     validate,
 )
+from runner.cli.help_words import plain_metavars
 from runner.cli.root import app
 from runner.errors import UsageError
 
@@ -46,6 +47,9 @@ for _command in (
 def run_app(argv: list[str]) -> object:
     """Parse `argv` and run its command; the result (an exit code or None) goes to the boundary."""
     command = typer.main.get_command(app)
+    plain_metavars(command)
+    if not argv:  # a bare `clore-run`: what it can do, as a success
+        argv = ["--help"]
     args = _insert_run(command, argv)
     return command.main(args=args, prog_name="clore-run", standalone_mode=False)
 

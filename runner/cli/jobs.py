@@ -88,9 +88,16 @@ def _job_row(job: dict[str, Any], now: float) -> tuple[str, ...]:
         console_line(str(job["name"]))[:40],
         str(job["attempts"]),
         usd_text(float(job["cost_usd"])),
-        _ago(now - float(job["submitted_at"])),
+        _ago(now - _unix(job["submitted_at"])),
         reason,
     )
+
+
+def _unix(stamp: str) -> float:
+    """An API time (ISO 8601) as unix seconds."""
+    import datetime as dt
+
+    return dt.datetime.fromisoformat(stamp).timestamp()
 
 
 def _ago(seconds: float) -> str:

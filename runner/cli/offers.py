@@ -87,7 +87,7 @@ def _memory(ledger_arg: str | None, coordinator: str | None) -> tuple[HostMemory
     try:
         target = ledger_target(ledger_arg, coordinator_from(coordinator), DEFAULT_PATH)
     except CloreRunError as exc:
-        _fail(str(exc))
+        _fail(str(exc), exc.exit_code)  # a bad --ledger is a usage error
     return read_memory(hosts_target(target))
 
 
@@ -122,9 +122,9 @@ def _fetch_offers(make_client: ClientFactory, currency: str) -> list[Offer]:
     return offers_from_servers(servers, currency, fees=fees.rates)
 
 
-def _fail(message: str) -> NoReturn:
+def _fail(message: str, exit_code: int = 3) -> NoReturn:
     typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(3)
+    raise typer.Exit(exit_code)
 
 
 def render_table(offers: list[Offer]) -> str:

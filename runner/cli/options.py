@@ -11,14 +11,14 @@ import typer
 
 from runner.backends.registry import BACKENDS
 from runner.ledger import DEFAULT_PATH as DEFAULT_LEDGER
-from runner.stores.target import COORDINATOR_ENV
+from runner.stores.target import COORDINATOR_ENV, COORDINATOR_FILE_ENV, PASSWORD_SOURCES
 
 LedgerOption = Annotated[
     str | None,
     typer.Option(
         "--ledger",
         help="The record of rentals (what `cleanup` cancels): a file or a postgresql:// URL "
-        f"(default: {DEFAULT_LEDGER}, or the coordinator)",
+        f"without a password (default: {DEFAULT_LEDGER}, or the coordinator)",
         metavar="FILE|URL",
     ),
 ]
@@ -31,7 +31,9 @@ CoordinatorOption = Annotated[
     typer.Option(
         "--coordinator",
         help="The shared PostgreSQL (postgresql://...) of pools, the ledger and serve's queue; "
-        f"default ${COORDINATOR_ENV}.",
+        f"default ${COORDINATOR_ENV}, else the URL in the file ${COORDINATOR_FILE_ENV} names. "
+        "Its password never goes here (every local user can read a command line with ps: it "
+        f"is refused): give it by {PASSWORD_SOURCES}.",
         metavar="URL",
     ),
 ]

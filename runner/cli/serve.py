@@ -24,6 +24,7 @@ from runner.cli.options import (
 )
 from runner.errors import UsageError
 from runner.serve import DEFAULT_SERVER
+from runner.stores.target import PASSWORD_SOURCES
 
 if TYPE_CHECKING:  # requests loads only for the client commands that use it
     from runner.serve.client import ClientError
@@ -49,7 +50,8 @@ def serve(
         str | None,
         typer.Option(
             help="The queue database: a SQLite file (one server), or a postgresql:// URL that "
-            f"N servers share (default: the coordinator, else {DEFAULT_DB})",
+            f"N servers share (default: the coordinator, else {DEFAULT_DB}). A password is "
+            f"refused here (ps shows it): give it by {PASSWORD_SOURCES}.",
             metavar="FILE|URL",
         ),
     ] = None,
@@ -92,7 +94,7 @@ def serve(
     from runner.serve.backends import BackendChoice
     from runner.serve.server_cmd import ServeOptions, run_server
     from runner.stores.target import (
-        check_url,
+        argument_url,
         coordinator_from,
         is_postgres_url,
         ledger_target,
@@ -108,7 +110,7 @@ def serve(
         )
     where: Path | str = Path(db) if db else Path(DEFAULT_DB)
     if db and is_postgres_url(db):
-        where = check_url(db, "--db")
+        where = argument_url(db, "--db")
     elif not db and shared is not None:
         where = shared
     if pool is not None and isinstance(where, str) and where != shared:

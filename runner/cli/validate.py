@@ -40,7 +40,8 @@ def validate_files(paths: list[Path], say: Echo) -> int:
             failed = True
         else:
             show_warnings(pipeline, say)
-            say(f"{path}: ok ({len(pipeline.jobs)} jobs)")
+            count = len(pipeline.jobs)
+            say(f"{path}: ok ({count} job{'s' if count != 1 else ''})")
     return EXIT_USAGE if failed else 0
 
 

@@ -15,7 +15,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from runner.figures import duration, human, money, pct, rate
+from runner.figures import counted, duration, human, money, pct, rate
 from runner.untrusted import console_line
 
 FAILED_LOG_LINES = 5  # per failed job; the whole log is in logs/<job>.log
@@ -86,7 +86,7 @@ def _left_out(jobs: list[Mapping[str, Any]], shown: list[Mapping[str, Any]]) -> 
     ids = {j["id"] for j in shown}
     for job in jobs:
         if job["id"] not in ids:
-            counts[human(job["status"])] = counts.get(human(job["status"]), 0) + 1
+            counts[counted(job["status"])] = counts.get(counted(job["status"]), 0) + 1
     words = ", ".join(f"{n} {status}" for status, n in counts.items())
     return f"… and {len(jobs) - len(shown)} more jobs ({words}): every job is in summary.md"
 
@@ -193,7 +193,7 @@ def _totals(summary: Mapping[str, Any]) -> Text:
 def totals_parts(summary: Mapping[str, Any]) -> list[Cell]:
     """The totals line, (text, style) by part; it wraps at the width."""
     by = summary.get("jobs_by_status", {})
-    counts = ", ".join(f"{n} {human(status)}" for status, n in by.items())
+    counts = ", ".join(f"{n} {counted(status)}" for status, n in by.items())
     status = summary["status"]
     parts = [(status, _STYLE.get(status, "bold red"))]
     parts.append((f": {counts} · {money(summary['total_cost_usd'])}", ""))

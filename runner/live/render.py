@@ -14,7 +14,7 @@ from rich.text import Text
 
 from runner.figures import duration, money, rate
 from runner.live import board as B
-from runner.live.words import clock_time, seconds
+from runner.live.words import clock_time, seconds, short_gpu_names
 from runner.untrusted import console_line
 
 _STYLE = {
@@ -47,19 +47,26 @@ def render_board(
     table.add_column("try", no_wrap=True, justify="right", width=3)
     table.add_column("cost", no_wrap=True, justify="right", width=7)
     for row in shown:
-        table.add_row(
-            Text(row.job.id),
-            stage_cell(row, now),
-            Text(ticking(row.elapsed_s(now)) if row.first_began is not None else ""),
-            Text(str(row.attempt) if row.attempt else ""),
-            Text(money(row.cost_usd(now)) if row.attempt else ""),
-        )
+        table.add_row(Text(row.job.id), stage_cell(row, now), *number_cells(row, now))
     parts: list[RenderableType] = [header(board, now, started), table]
     if hidden:
         tally = B.counts_by_stage(hidden)
         more = ", ".join(f"{n} {stage}" for stage, n in tally.items())
         parts.append(Text(f"… {len(hidden)} more: {more}", style="dim", no_wrap=True))
     return Group(*parts)
+
+
+def number_cells(row: B.Row, now: float) -> tuple[Text, Text, Text]:
+    """time, try, cost. A server rented ahead of its job's first attempt fills them too: the
+    time it has been renting, the attempt it is for, and what it costs so far."""
+    active = row.stage in B.ACTIVE and row.stage_since is not None
+    if row.first_began is not None:
+        time = ticking(row.elapsed_s(now))
+    else:
+        time = ticking(now - row.stage_since) if active and row.stage_since is not None else ""
+    tries = str(row.attempt) if row.attempt else ("1" if active else "")
+    billed = row.attempt or row.billing_since is not None
+    return Text(time), Text(tries), Text(money(row.cost_usd(now)) if billed else "")
 
 
 def header(board: B.Board, now: float, started: float) -> Text:
@@ -95,10 +102,12 @@ def stage_cell(row: B.Row, now: float) -> Text:
         return Text(words, style="yellow", no_wrap=True, overflow="ellipsis")
     text = Text(no_wrap=True, overflow="ellipsis")
     text.append(row.stage, style="cyan" if row.stage in B.ACTIVE else "dim")
+    detail = short_gpu_names(console_line(row.detail))
     if row.stage == "renting" and row.usd_per_hour is not None:
-        text.append(f" {console_line(row.detail)} {rate(row.usd_per_hour)}/h")
-    elif row.detail:
-        text.append(" " + console_line(row.detail))
+        # The price first: at 80 columns the cell is cut at its end, never mid-price.
+        text.append(f" {rate(row.usd_per_hour)}/h {detail}".rstrip())
+    elif detail:
+        text.append(" " + detail)
     if row.stage in B.ACTIVE and row.stage_since is not None and row.stage != "running":
         text.append(f" {ticking(now - row.stage_since)}", style="dim")
     if row.progress:

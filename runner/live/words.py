@@ -80,3 +80,14 @@ def _server(attempt: Attempt) -> str:
 def _short(message: str, limit: int = 120) -> str:
     text = " ".join(message.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+_GPU_VENDOR = ("NVIDIA GeForce ", "NVIDIA ")
+
+
+def short_gpu_names(text: str) -> str:
+    """`NVIDIA GeForce RTX 4090 #100706` -> `RTX 4090 #100706`: at 80 columns the vendor's
+    words took the room of the model (`NVIDIA GeForce R…`)."""
+    for vendor in _GPU_VENDOR:
+        text = text.replace(vendor, "")
+    return text

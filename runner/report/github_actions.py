@@ -105,8 +105,13 @@ def _print_tail(log: Path, stream: TextIO, max_lines: int) -> None:
         return
     from runner.report.text import tail_lines
 
-    lines = tail_lines(log, max_lines, max_bytes=_LOG_GROUP_BYTES)
-    if lines and log.stat().st_size > sum(len(x) + 1 for x in lines):
+    # One line more than shown tells whether any was left out. (Comparing the file's size with
+    # the lines' length said so for logs cut nowhere: the lines are decoded, their colour
+    # codes and `\r` redraws taken out.)
+    lines = tail_lines(log, max_lines + 1, max_bytes=_LOG_GROUP_BYTES)
+    cut = len(lines) > max_lines or log.stat().st_size > _LOG_GROUP_BYTES
+    lines = lines[-max_lines:] if max_lines > 0 else []
+    if cut:
         print(f"... (earlier lines in {log})", file=stream)
     for line in lines:
         print(redact.text(line), file=stream)

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from runner import untrusted
-from runner.figures import duration, human, money, pct, rate
+from runner.figures import counted, duration, human, money, pct, rate
 from runner.report.text import escape_text
 
 if TYPE_CHECKING:
@@ -59,11 +59,11 @@ def render_markdown(s: Mapping[str, Any], timeline: Timeline | None = None) -> s
 
 def _headline(s: Mapping[str, Any], cmp: Any) -> str:
     jobs, by, tests = len(s["jobs"]), s["jobs_by_status"], s["tests"]
-    counted = [status for status in _COUNTED if by.get(status)]
+    present = [status for status in _COUNTED if by.get(status)]
     text = f"## {icon(s['status'])} {cell(s['pipeline']['name'])}: {s['status']}\n\n"
     text += f"**{jobs} job{_plural(jobs)}**"
-    if counted:
-        text += ":" + ",".join(f" {by[status]} {human(status)}" for status in counted)
+    if present:
+        text += ":" + ",".join(f" {by[status]} {counted(status)}" for status in present)
     text += "\n"
     if tests["total"]:
         text += f" · **tests**: {tests['passed']} passed"
@@ -106,9 +106,9 @@ def _jobs_table(s: Mapping[str, Any], cmp: Any) -> str:
             status += " (allowed)"
         elif j["flaky"]:
             status += " (flaky)"
-        server = remote(j["host"].get("server_id") or j["server"]) or "–"
+        server = remote((j["host"] or {}).get("server_id") or j["server"] or "") or "–"
         row = (
-            f"| {cell(j['name'])} | {status} | {remote(j['gpu']) or '–'} | {server} | "
+            f"| {cell(j['name'])} | {status} | {remote(j['gpu'] or '') or '–'} | {server} | "
             f"{duration(j['duration_s'])} | {rate(j['usd_per_hour'])} | {money(j['cost_usd'])} "
             f"| {j['attempts']} |"
         )

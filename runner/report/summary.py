@@ -1,6 +1,7 @@
 """`summary.json`: the run in numbers, and the baseline comparison.
 
 Schema 1 (`"schema": 1`; fields are only ever added within a version; absent facts are `null`).
+Its JSON Schema: schemas/summary.schema.json in the repository (tests hold both to it).
 Times are ISO 8601 UTC strings, durations seconds, money USD.
 
     schema              1
@@ -25,10 +26,11 @@ Times are ISO 8601 UTC strings, durations seconds, money USD.
       duration_s        all attempts together
       exit_code         int | null (last attempt)
       cost_usd          all attempts together
-      server            str (last attempt; "" when it never ran)
+      server            str (last attempt) | null when it never ran
       usd_per_hour      float | null (last attempt)
-      gpu               "RTX 4090 x2" | ""
-      host              {gpu, gpu_count, driver, cuda, host_fingerprint, server_id}: those known
+      gpu               "RTX 4090 x2" | null when not known
+      host              {gpu, gpu_count, driver, cuda, host_fingerprint, server_id}: those known;
+                        null when none is
       location          null | {"file", "line", "column"} of the job in the pipeline file
       tests             {"total", "failures", "errors", "skipped"}
       flaky             passed, but only after a retry
@@ -138,7 +140,7 @@ def _job(
     return {
         "id": result.job_id,
         "name": job.name if job else result.job_id,
-        "group": job.group if job else "",
+        "group": job.group if job and job.group else None,
         "status": result.status.value,
         "allowed_failure": job is not None and allowed_failure(job, result),
         "reason": redact(result.reason),
@@ -146,10 +148,10 @@ def _job(
         "duration_s": _round(result.duration_s, 3),
         "exit_code": result.exit_code,
         "cost_usd": _round(result.cost_usd, 6),
-        "server": result.server,
+        "server": result.server or None,
         "usd_per_hour": F.usd_per_hour(last) if last else None,
-        "gpu": F.gpu_label(facts),
-        "host": {k: facts[k] for k in F.HOST_KEYS if facts.get(k)},
+        "gpu": F.gpu_label(facts) or None,
+        "host": {k: facts[k] for k in F.HOST_KEYS if facts.get(k)} or None,
         "location": _location(job),
         "tests": {
             "total": counts.tests if counts else 0,
@@ -203,7 +205,7 @@ def _attempt(attempt: Attempt, origin: float, redact: Callable[[str], str]) -> S
         "exit_code": attempt.exit_code,
         "failure": attempt.failure.value if attempt.failure else None,
         "message": redact(attempt.message),
-        "server": attempt.server,
+        "server": attempt.server or None,
         "cost_usd": _round(attempt.cost_usd, 6),
         "usd_per_hour": F.usd_per_hour(attempt),
         "facts": dict(attempt.facts),

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from runner.spec.diagnostics import did_you_mean
 from runner.spec.models import GpuSpec, JobSpec, NameList, Strategy
 
+_EXAMPLE = "2026-12-02T08:42:23.120+00:00"
 Status = Literal[
     "queued", "running", "passed", "failed", "timed_out", "error", "skipped", "cancelled"
 ]
@@ -71,6 +72,12 @@ class Submitted(BaseModel):
     warnings: list[str] = Field(default_factory=list)
 
 
+# Times as summary.json writes them: ISO 8601 in UTC (here to the millisecond, for latencies).
+Time = Annotated[
+    str, Field(description="ISO 8601, UTC: 2026-12-02T08:42:23.120+00:00", examples=[_EXAMPLE])
+]
+
+
 class JobSummary(BaseModel):
     id: str
     name: str
@@ -81,9 +88,9 @@ class JobSummary(BaseModel):
         "shown as 'failed (allowed)'; it does not fail what needs it.",
     )
     priority: str
-    submitted_at: float
-    started_at: float | None = Field(description="When its first attempt started.")
-    finished_at: float | None
+    submitted_at: Time
+    started_at: Time | None = Field(description="When its first attempt started.")
+    finished_at: Time | None
     reason: str
     attempts: int
     cost_usd: float
@@ -92,8 +99,8 @@ class JobSummary(BaseModel):
 
 class AttemptView(BaseModel):
     number: int
-    started_at: float
-    finished_at: float | None
+    started_at: Time
+    finished_at: Time | None
     exit_code: int | None
     failure: str | None
     message: str
@@ -130,7 +137,7 @@ class Stats(BaseModel):
     spend_usd_total: float
     spend_usd_today: float
     daily_spend_limit_usd: float | None
-    held_until: float | None = Field(description="The daily limit holds starts until then.")
+    held_until: Time | None = Field(description="The daily limit holds starts until then.")
 
 
 class Health(BaseModel):

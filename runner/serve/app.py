@@ -336,7 +336,7 @@ def _routes(service: Service, tally: ErrorTally) -> APIRouter:
             spend_usd_total=store.timing()["spend"],
             spend_usd_today=service.spent_today(),
             daily_spend_limit_usd=service.options.daily_spend_limit_usd,
-            held_until=held
+            held_until=views.api_time(held)
             if (held := service.held_until) and held > service.clock.time()
             else None,
         )

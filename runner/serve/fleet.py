@@ -233,11 +233,14 @@ class Listener:
     def _run(self) -> None:
         import psycopg
 
+        from runner.stores.pg import with_password
         from runner.stores.pg_queue import CHANNEL
 
         while not self._stop.is_set():
             try:
-                with psycopg.connect(self.url, autocommit=True, connect_timeout=5) as conn:
+                with psycopg.connect(
+                    with_password(self.url), autocommit=True, connect_timeout=5
+                ) as conn:
                     conn.execute(f"LISTEN {CHANNEL}")
                     while not self._stop.is_set():
                         for _ in conn.notifies(timeout=self.poll_s, stop_after=1):

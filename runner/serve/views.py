@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, overload
 
 from runner.core.scheduler import JobState, Phase
 from runner.serve.api_models import AttemptView, JobDetail, JobSummary
@@ -34,9 +34,9 @@ def summary(
         status=row.status,
         allowed_failure=row.continue_on_error or allowed_failure(row.status, spec),
         priority=row.priority,
-        submitted_at=row.submitted_at,
-        started_at=row.first_started_at,
-        finished_at=row.finished_at,
+        submitted_at=api_time(row.submitted_at),
+        started_at=api_time(row.first_started_at),
+        finished_at=api_time(row.finished_at),
         reason=row.reason,
         attempts=row.attempts,
         cost_usd=row.cost_usd,
@@ -48,7 +48,16 @@ def detail(
     store: QueueStore, row: JobRow, spec: dict[str, Any], waits_for: str | None
 ) -> JobDetail:
     """`waits_for`: the scheduler's own answer to why the job has not started (`waiting_for`)."""
-    attempts = [AttemptView.model_validate(a) for a in store.attempts(row.id)]
+    attempts = [
+        AttemptView.model_validate(
+            {
+                **a,
+                "started_at": api_time(a["started_at"]),
+                "finished_at": api_time(a["finished_at"]),
+            }
+        )
+        for a in store.attempts(row.id)
+    ]
     return JobDetail(
         **summary(row, spec, waits_for).model_dump(),
         needs=list(spec.get("needs", [])),
@@ -71,6 +80,21 @@ def waiting_for(state: JobState, need_out: bool, now: float, held_until: float |
     if held_until is not None and now < held_until:
         return f"the daily spend limit (until {iso(held_until)})"
     return "a free slot"
+
+
+@overload
+def api_time(when: float) -> str: ...
+@overload
+def api_time(when: float | None) -> str | None: ...
+def api_time(when: float | None) -> str | None:
+    """A time in a reply: ISO 8601 in UTC as summary.json writes it, to the millisecond."""
+    if when is None:
+        return None
+    try:
+        moment = dt.datetime.fromtimestamp(when, dt.timezone.utc)
+    except (OverflowError, ValueError, OSError):  # past year 9999: said, not a crash
+        return iso(when)
+    return moment.isoformat(timespec="milliseconds")
 
 
 def iso(when: float) -> str:

@@ -30,7 +30,7 @@ from psycopg import errors as pg_errors
 
 from runner.clock import SYSTEM_CLOCK, Clock
 from runner.errors import InfrastructureError
-from runner.stores.target import redact_url
+from runner.stores.target import libpq_password, redact_url
 
 T = TypeVar("T")
 Conn = psycopg.Connection[tuple[Any, ...]]
@@ -214,7 +214,7 @@ class PgDatabase:
         t = self.timeouts
         try:
             conn = psycopg.connect(
-                self.url,
+                with_password(self.url),
                 autocommit=True,
                 connect_timeout=t.connect_s,
                 application_name="clore-run",
@@ -307,6 +307,13 @@ _CONNECT_WORDS = (
     ("No route to host", "no route to the host"),
     ("password authentication failed", "the password was refused"),
 )
+
+
+def with_password(url: str) -> str:
+    """`url` as psycopg's connection string, with $PGPASSWORD added where libpq would have
+    used it (see `libpq_password`)."""
+    extra = libpq_password(url)
+    return psycopg.conninfo.make_conninfo(url, **extra) if extra else url
 
 
 def connect_words(exc: BaseException) -> str:

@@ -80,7 +80,7 @@ def test_validate_says_ok_or_each_error_and_exits_0_or_2(
     assert got == code
     assert "Traceback" not in out + err
     if code == 0:
-        assert out.splitlines()[-1].endswith("ok (4 jobs)" if "hello" in files else "ok (1 jobs)")
+        assert out.splitlines()[-1].endswith("ok (4 jobs)" if "hello" in files else "ok (1 job)")
     if "bad" in files:
         near_miss = "unknown key 'timout-minutes' (did you mean 'timeout-minutes'?)"
         assert f"bad.yml:4:5: jobs.a.timout-minutes: {near_miss}" in err  # from the model's keys

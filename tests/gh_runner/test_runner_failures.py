@@ -94,9 +94,9 @@ def test_a_job_past_max_minutes_is_stopped_on_the_server_and_stop_still_cancels(
     real_install = start_module.install_runner
 
     def install_with_a_short_cap(*args: object) -> str:
-        # The cap as the server sees it, shortened to 2 s of real time (the fake clock is not
+        # The cap as the server sees it, shortened to 3 s of real time (the fake clock is not
         # the server's): what is tested is that `timeout` ends the runner there.
-        return real_install(*args[:4], 2.0)  # type: ignore[arg-type]
+        return real_install(*args[:4], 3.0)  # type: ignore[arg-type]
 
     monkeypatch.setattr(start_module, "install_runner", install_with_a_short_cap)
     host.github.job = "run:60"  # the user's job would run a minute

@@ -191,3 +191,16 @@ def test_outputs_json_round_trip(tmp_path: Path, value: str) -> None:
     out = tmp_path / "output"
     write_outputs(out, {"v": json.dumps(value)})
     assert json.loads(parse_env_file(out.read_text())["v"]) == value
+
+
+def test_log_group_says_earlier_lines_only_when_some_were_left_out(tmp_path: Path) -> None:
+    log = tmp_path / "job.log"
+    # Colour codes, a `\r` redraw and a multi-byte character: the lines shown are shorter
+    # than the file, yet none was left out.
+    log.write_bytes("\x1b[32mok\x1b[0m\n 50%\r100%\nété\n".encode())
+    whole = io.StringIO()
+    print_log_group("job", log, whole, max_lines=10)
+    assert "earlier lines" not in whole.getvalue()
+    cut = io.StringIO()
+    print_log_group("job", log, cut, max_lines=2)
+    assert f"... (earlier lines in {log})" in cut.getvalue()

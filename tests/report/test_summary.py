@@ -72,7 +72,7 @@ def _reference_markdown(summary: dict[str, Any]) -> str:
     )
     env.filters.update(
         cell=md.cell, money=md.money, rate=md.rate, duration=md.duration, pct=md.pct,
-        icon=md.icon, fence=md.fence, html_text=md.html_text, human=md.human,
+        icon=md.icon, fence=md.fence, html_text=md.html_text, human=md.human, counted=md.counted,
         gantt=md.summary_gantt,
         remote=lambda value, limit=200: untrusted.markdown(str(value), limit),
     )  # fmt: skip
@@ -97,6 +97,8 @@ def _variants(summary: dict[str, Any]) -> list[dict[str, Any]]:
         {"ci": {"run_id": "7", "run_url": "https://x/7", "sha": ""}},
         {"ci": None, "comparison": None},
         {"jobs": [dict(j, attempt_details=[], attempts=0) for j in summary["jobs"]]},
+        # a failure continue-on-error allows, beside one that fails the run
+        {"jobs": [dict(job, allowed_failure=True, id="allowed"), job]},
     ]
     if summary["comparison"]:
         cmp = summary["comparison"]
@@ -151,7 +153,13 @@ def test_job_fields_costs_per_attempt_and_host(tmp_path: Path) -> None:
         ("test (RTX 4090)", "job"),
     ]
     assert _job(s, "unit")["flaky"] is True
-    assert _job(s, "report")["host"] == {} and _job(s, "report")["usd_per_hour"] is None
+    report = _job(s, "report")  # never ran: what it would have run on is not known
+    assert (report["host"], report["gpu"], report["server"], report["usd_per_hour"]) == (
+        None,
+        None,
+        None,
+        None,
+    )
 
 
 def test_log_tail_only_for_jobs_that_did_not_pass(tmp_path: Path) -> None:

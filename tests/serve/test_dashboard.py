@@ -468,3 +468,27 @@ def test_a_running_job_shows_its_server_price_and_cost_so_far(tmp_path: Path) ->
         assert "RTX 4090 &lt;b&gt;x1&lt;/b&gt;" in page and "workdir" not in page
         gate.touch()
         srv.api.wait_status(job, FINAL)
+
+
+def test_the_log_view_gets_no_escape_sequences_and_a_bar_at_its_last_state(
+    tmp_path: Path,
+) -> None:
+    """As `clore-run logs` shows it: a browser would draw ESC and friends as tofu."""
+    with thread_server(tmp_path) as srv:
+        (job,) = srv.api.submit(
+            "jobs:\n  a:\n    run: printf '\\033[31mred\\033[0m\\n 50%%\\r100%%\\nbell\\007\\n'\n"
+        )
+        srv.api.wait_status(job, FINAL)
+        browser = logged_in(srv.api.url)
+        log = browser.get(f"{srv.api.url}/ui/jobs/{job}/log?tail=1000")
+        assert b"red\n100%\nbell\n" in log.content
+        assert not [b for b in log.content if b < 0x20 and b not in (0x0A, 0x09)]
+        raw = (srv.service.options.data_dir / "logs" / f"{job}.log").read_bytes()
+        assert int(log.headers["x-log-end"]) == len(raw)  # offsets are the file's
+
+
+def test_a_running_jobs_log_is_read_to_its_last_whole_line() -> None:
+    from runner.serve.dashboard.routes import _whole_lines
+
+    assert _whole_lines(100, 120, b"one\ntwo\n\x1b[3") == (108, b"one\ntwo\n")
+    assert _whole_lines(100, 103, b"\x1b[3") == (100, b"")

@@ -39,7 +39,7 @@ def test_the_daily_spend_limit_holds_starts_until_the_next_utc_day(tmp_path: Pat
         srv.api.wait_status("s1.b", FINAL)
         stats = srv.api.get("/stats").json()
         assert (stats["spend_usd_today"], stats["daily_spend_limit_usd"]) == (5.0, 4.0)
-        assert stats["held_until"] == 1_800_057_600.0  # 2027-01-16T00:00:00Z
+        assert stats["held_until"] == "2027-01-16T00:00:00.000+00:00"
         assert srv.api.job("s1.c")["waiting_for"] == (
             "the daily spend limit (until 2027-01-16T00:00:00Z)"
         )

@@ -60,9 +60,16 @@ def test_pool_commands_and_flags_say_what_is_wrong(
         "--coordinator", "postgresql://127.0.0.1:1/none",
     )  # fmt: skip
     assert code == 2 and "pool name 'bad name' is not valid" in err
+    # A password on the command line is refused (ps shows it to every local user) ...
     code, _, err = cli(
         capsys, "pool", "show", "--coordinator", "postgresql://u:secret@127.0.0.1:1/none"
     )
+    assert code == 2 and "holds a password" in err and "PGPASSWORD" in err
+    assert "secret" not in err
+    # ... and taken from the environment, where it is never shown either.
+    monkeypatch.setenv("CLORE_RUN_COORDINATOR", "postgresql://u:secret@127.0.0.1:1/none")
+    code, _, err = cli(capsys, "pool", "show")
+    monkeypatch.delenv("CLORE_RUN_COORDINATOR")
     assert code == 3 and "secret" not in err
     # libpq's nested wording (host, port, the socket's text, the phrase twice) is not shown.
     assert ": cannot connect: connection refused (is the server up" in err

@@ -21,6 +21,7 @@ from runner.serve.dashboard.session import COOKIE, SESSION_S, Session, Sessions
 from runner.serve.dashboard.throttle import LoginThrottle
 from runner.serve.http_limits import address_of
 from runner.serve.queue_reads import FINAL, STATUSES, JobMatch
+from runner.untrusted import log_bytes
 
 LOG_CHUNK = 64 << 10  # the tail a job page opens with, and each "earlier" step
 LOG_FOLLOW_MAX = 256 << 10  # the most one follow read sends
@@ -205,6 +206,9 @@ def _page_routes(
             raise NotFound(f"no job '{job_id}'")
         final = found[0].status in FINAL  # read before the file: its last bytes count
         begin, stop, chunk, size = _log_range(reads.log_path(settings, job_id), tail, start, end)
+        if not final:
+            stop, chunk = _whole_lines(begin, stop, chunk)
+        chunk = log_bytes(chunk)  # offsets stay the file's: the page reads on from `stop`
         headers = {
             "X-Log-Start": str(begin),
             "X-Log-End": str(stop),
@@ -348,6 +352,16 @@ def _log_range(
         if 0 <= cut < len(chunk) - 1:
             begin, chunk = begin + cut + 1, chunk[cut + 1 :]
     return begin, stop, chunk, size
+
+
+def _whole_lines(begin: int, stop: int, chunk: bytes) -> tuple[int, bytes]:
+    """A running job's log up to its last complete line: an escape sequence cut between two
+    reads would be cleaned as two halves, and show. A chunk that is one unfinished line as
+    long as a read goes as it is (its rest follows)."""
+    cut = chunk.rfind(b"\n")
+    if cut == -1:
+        return (stop, chunk) if len(chunk) >= LOG_FOLLOW_MAX else (begin, b"")
+    return begin + cut + 1, chunk[: cut + 1]
 
 
 def _inside(folder: Path, name: str) -> Path | None:

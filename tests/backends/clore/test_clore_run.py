@@ -403,9 +403,13 @@ def test_sigterm_mid_run_cancels_everything_fast(setup: Setup) -> None:
     )
     (setup.tmp / "ws").mkdir()
     options = RunOptions(out_dir=setup.tmp / "out", workspace_root=setup.tmp / "ws")
-    record, code = execute(pipeline, signalling, options, io.StringIO())
+    screen = io.StringIO()
+    record, code = execute(pipeline, signalling, options, screen)
     took = time.monotonic() - sent[0]
     assert code == 130
+    # Stopped by hand, the run still says which servers it gave back (and what they cost).
+    (given,) = [line for line in screen.getvalue().splitlines() if "given back: " in line]
+    assert given.count("#") == 2, given
     assert took < 7.0, took
     assert {r.job_id: r.status for r in record.results} == {
         "a": JobStatus.CANCELLED,
