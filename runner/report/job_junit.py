@@ -43,6 +43,7 @@ _RESULT_TAGS: tuple[Outcome, ...] = ("error", "failure", "skipped")
 RERUN_TAGS = ("rerunFailure", "flakyFailure", "rerunError", "flakyError")
 _OUTPUTS = ("system-out", "system-err")
 _RERUN_CHILDREN = ("stackTrace", *_OUTPUTS)
+_WATCHED = frozenset({"testcase", "property", *_OUTPUTS})  # what matters outside a testcase
 _SEVERITY = {"passed": 0, "skipped": 1, "failure": 2, "error": 3}
 
 
@@ -145,6 +146,7 @@ class _Open:
     """A testcase being read."""
 
     attrs: dict[str, str]
+    counted_only: bool = False  # past MAX_CASES: only its outcome is kept
     outcome: Outcome = "passed"
     result: dict[str, str] = field(default_factory=dict)
     details: str = ""
@@ -200,21 +202,29 @@ class _Collector:
         return parser
 
     def start(self, tag: str, attrs: dict[str, str]) -> None:
+        """Every element: kept short, since most are neither a testcase nor inside one."""
         stack = self.stack
-        if not stack:
-            if tag not in ("testsuites", "testsuite"):
-                raise _Unusable(f"is not JUnit: its root element is <{clip(xml_safe(tag), 40)}>")
-            self.root_seen = True
         if len(stack) >= MAX_DEPTH:
             raise _Unusable(f"nests elements deeper than {MAX_DEPTH}, which JUnit never does")
-        parent = stack[-1] if stack else ""
+        if not stack:
+            self._root(tag)
         stack.append(tag)
+        if tag in _WATCHED or self.case is not None or self.text is not None:
+            self._start(tag, attrs, stack)
+
+    def _root(self, tag: str) -> None:
+        if tag not in ("testsuites", "testsuite"):
+            raise _Unusable(f"is not JUnit: its root element is <{clip(xml_safe(tag), 40)}>")
+        self.root_seen = True
+
+    def _start(self, tag: str, attrs: dict[str, str], stack: list[str]) -> None:
         if self.text is not None:  # inside a text kept whole: a child's text is part of it
             return
+        parent = stack[-2] if len(stack) > 1 else ""
         case = self.case
         if case is None:
             if tag == "testcase":
-                self.case = _Open(attrs)
+                self.case = _Open(attrs, counted_only=len(self.cases) >= MAX_CASES)
             elif tag == "property" and parent == "properties" and stack[-3:-2] == ["testsuite"]:
                 self._property(attrs)
             elif tag in _OUTPUTS and parent == "testsuite":
@@ -222,7 +232,10 @@ class _Collector:
         elif parent == "testcase":
             if tag in _RESULT_TAGS and _SEVERITY[tag] > _SEVERITY[case.outcome]:
                 case.outcome, case.result = tag, attrs
-                self._capture(_Text(MAX_OUTPUT_CHARS))
+                if not case.counted_only:
+                    self._capture(_Text(MAX_OUTPUT_CHARS))
+            elif case.counted_only:
+                return
             elif tag in RERUN_TAGS and len(case.reruns) < MAX_RERUNS:
                 self.rerun, self.rerun_texts = attrs, {}
             elif tag in _OUTPUTS:
@@ -239,6 +252,9 @@ class _Collector:
 
     def end(self, tag: str) -> None:
         stack = self.stack
+        if self.case is None and self.text is None:  # most elements: nothing kept
+            stack.pop()
+            return
         captured = None
         if self.text is not None and len(stack) == self.text_depth:
             captured, self.text = self.text, None

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import io
+import json
 import threading
 from pathlib import Path
 
@@ -662,8 +663,11 @@ def test_a_rental_left_unconfirmed_is_named_with_the_cleanup_command(setup: Setu
     record, code = execute(pipeline, backend, options, console)
     assert code == 0, record.results
     assert [r.state for r in ledger.rentals("run-1")] == ["intent", "released"]
-    assert "1 rental(s) of run run-1 not confirmed released" in console.getvalue()
+    assert console.getvalue().count("1 rental(s) of run run-1 not confirmed released") == 1
     assert "clore-run cleanup --run run-1" in console.getvalue()
+    # The reports say it too, where CI looks: summary.json's warnings (and so an annotation).
+    summary = json.loads((setup.tmp / "out" / "summary.json").read_text())
+    assert any("not confirmed released" in w for w in summary["warnings"]), summary["warnings"]
 
 
 def test_a_create_still_waiting_for_its_slot_gives_up_on_cancel(setup: Setup) -> None:
