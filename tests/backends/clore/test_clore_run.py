@@ -799,3 +799,17 @@ def test_a_spot_job_leaves_the_server_rented_for_an_on_demand_job_alone(setup: S
     assert all(r.state == "released" for r in ledger.rentals("run-1"))
     theirs = fake_cost_usd(setup.fake)
     assert abs(record.total_cost_usd - theirs) <= 0.01 * theirs, (record.total_cost_usd, theirs)
+
+
+def test_an_order_that_lists_its_tag_only_once_online_is_still_found_after_a_good_create(
+    setup: Setup,
+) -> None:
+    """Whether a booting order lists its http_port (our tag) is unconfirmed: if it does not,
+    the run's own recovery after a create answered as a success takes the one live order on
+    the server made in the create's window, not skips the host and leaves it booting."""
+    setup.fake.tag_only_online = True
+    setup.fake.online_after_s = 120.0  # longer than the create's recovery looks
+    record, code, ledger = setup.run(parse_pipeline(_ONE_3090, "p.yml", {}))
+    assert code == 0, record.results
+    assert len(setup.fake.orders) == 1
+    assert [r.state for r in ledger.rentals("run-1")] == ["released"]
