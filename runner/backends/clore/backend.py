@@ -414,7 +414,7 @@ class CloreBackend:
                 )
             label = _offer_label(offer)
             self.hedges.rented(cmd, label)
-            hedging = f" (a hedge: server {cmd.hedge_of} boots late)" if cmd.hedge_of else ""
+            hedging = " (a hedge: its other boot runs late)" if cmd.hedge_of is not None else ""
             stages.stage("renting", label + hedging, hourly)
             rental = self.provisioner.rent(
                 job, offer, cancel, stages, track=lambda r: self._track(cmd.server, r)
