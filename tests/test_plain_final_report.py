@@ -118,3 +118,17 @@ def test_the_row_cap_holds_in_the_plain_report() -> None:
     plain = rich_text(CASES["200 short jobs, past the row cap"])
     rows = [line for line in plain.splitlines() if re.match(r"j\d+ ", line)]
     assert len(rows) == MAX_TABLE_ROWS
+
+
+def test_the_totals_line_counts_errors_in_words() -> None:
+    from runner.live.final import totals_parts
+
+    summary = {
+        "status": "error",
+        "jobs_by_status": {"error": 2, "skipped": 2},
+        "total_cost_usd": 0.0,
+        "budget_usd": None,
+        "duration_s": 32.4,
+    }
+    line = "".join(text for text, _ in totals_parts(summary))
+    assert line.startswith("error: 2 errored, 2 skipped · ")  # not "error: 2 error"

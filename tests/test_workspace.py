@@ -184,8 +184,11 @@ def test_a_first_pipeline_alone_in_a_fresh_folder_runs_and_runs_again(
     for _ in range(2):  # the second time beside the first run's clore-run-results/
         pipeline = load_pipeline(Path("pipeline.yml"))
         options = RunOptions(out_dir=Path("clore-run-results"), workspace_root=folder)
-        _, code = execute(pipeline, LocalBackend(), options, io.StringIO())
+        screen = io.StringIO()
+        _, code = execute(pipeline, LocalBackend(), options, screen)
         assert code == 0
+        # what the stage says in words (was "uploading copying the workspace")
+        assert "[a] uploading the workspace (1 file, a local copy)" in screen.getvalue()
     (folder / "train.py").write_text("print(1)\n")  # a real folder: the protection holds
     with pytest.raises(SpecError, match="not in a git work tree"):
         execute(load_pipeline(Path("pipeline.yml")), LocalBackend(), options, io.StringIO())

@@ -21,7 +21,18 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 from typing import Any
+
+RECOVER_ENV = "CHAOS_RECOVER_DELAYS_S"  # a scenario that needs the real schedule sets it
+REAL_SHUTDOWN_ENV = "CHAOS_REAL_SHUTDOWN"  # set: the cancel confirmations keep their defaults
+
+
+def recover_delays_s() -> tuple[float, ...]:
+    """How long the client gives `my_orders` to show a new order: short, for a fake that shows
+    one within 0.3 s, unless the scenario asks for another schedule (the real one, say)."""
+    given = os.environ.get(RECOVER_ENV, "")
+    return tuple(float(x) for x in given.split(",")) if given else (0.3, 0.5, 0.8, 1.2)
 
 
 def shorten_pace() -> None:
@@ -33,7 +44,7 @@ def shorten_pace() -> None:
     def fast_client(cls: type[api.CloreClient], environ: Any = None, **kw: Any) -> Any:
         kw.setdefault("limiter", ratelimit.RateLimiter(min_interval_s=0.02, create_interval_s=0.1))
         kw.setdefault("retry", api.RetryPolicy(base_s=0.2, cap_s=1.0, max_total_s=10.0))
-        kw.setdefault("recover_delays_s", (0.3, 0.5, 0.8, 1.2))
+        kw.setdefault("recover_delays_s", recover_delays_s())
         return from_env(cls, environ, **kw)
 
     api.CloreClient.from_env = classmethod(fast_client)  # type: ignore[assignment,method-assign]
@@ -46,6 +57,9 @@ def shorten_pace() -> None:
         "shutdown_confirm_within_s": 2.0,
         "first_confirm_pause_s": 0.2,
     }
+    if os.environ.get(REAL_SHUTDOWN_ENV):
+        for name in ("confirm_within_s", "shutdown_confirm_within_s", "first_confirm_pause_s"):
+            del wanted[name]
     known = {f.name for f in dataclasses.fields(provision.ProvisionOptions)}
     options = provision.ProvisionOptions(**{k: v for k, v in wanted.items() if k in known})
     factory.Provisioner = functools.partial(  # type: ignore[misc]

@@ -60,26 +60,33 @@ def chain_of_three() -> Scenario:
 
 
 def racing_cleanup() -> Scenario:
-    """Two runs on one key race for the one host; the loser's create is refused
-    (server-already-rented), it ends, and its always-run cleanup must leave the winner's order
-    alone while the winner's job still runs."""
+    """Two runs on one key race for the one host. The first run's create is refused (code 6,
+    server-offline), the second's, 1.5 s later, rents it: the first ends (exit 3) and its
+    always-run cleanup must leave the second's order alone while its job runs. A refused
+    create made nothing; a time window after it (the issue: send - 1 s ... answer + 15 s)
+    would claim the other run's order. (The issue's own case, refused as server-already-rented
+    after the other's create, falls in that window only when the other's whole-second `ct`
+    does: 1 in 4 tries here; `race` seeds play it.)"""
     return Scenario(
         seed=-3,
         jobs=(_job("train", "RTX 4090", sleep_s=8.0),),
         hosts=(Host(99170, "RTX 4090", 96.0, 72.0),),
-        api_faults=(),
+        api_faults=(ApiFault(0.0, "server_offline", "create_order"),),
         currency="USD-Blockchain",
         concurrency=1,
         budget_usd=None,
         boot_s=1.0,
         cancel_lag_s=0.5,
         race=True,
+        second_run_delay_s=1.5,
     )
 
 
 def signal_during_create(name: str = "SIGINT") -> Scenario:
     """SIGINT (or SIGTERM) 1 s into a `create_order` that answers 6 s late: the order exists
-    once the answer comes; the run must cancel it before it exits (the issue: no cancel)."""
+    once the answer comes; the run must cancel it before it exits (the issue: no cancel). The
+    fake lists a new order 3 s late (its default), and the client looks for it and confirms
+    cancels on the real schedules, as in the issue."""
     return Scenario(
         seed=-4,
         jobs=(_job("a", "RTX 4090"),),
@@ -93,6 +100,9 @@ def signal_during_create(name: str = "SIGINT") -> Scenario:
         signal=(name, 1.0),
         signal_anchor="create_order",
         reply_delay_s=(("create_order", 6.0),),
+        recover_delays_s=(2.0, 3.5, 5.0, 8.0, 12.0, 20.0),
+        real_shutdown=True,
+        appear_after_s=3.0,
     )
 
 

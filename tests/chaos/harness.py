@@ -9,6 +9,7 @@ of its own (`caller` "a" or "b"), so the fake knows which run created and cancel
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sqlite3
 import subprocess
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.chaos.entry import REAL_SHUTDOWN_ENV, RECOVER_ENV
 from tests.chaos.market import Market, SshdPool, market
 from tests.chaos.scenario import Scenario
 from tests.fakes.clore_api import API_KEY
@@ -76,9 +78,8 @@ class _Process:
         self.ended.set()
 
 
-def _env(url: str) -> dict[str, str]:
-    import os
-
+def _env(scenario: Scenario, url: str) -> dict[str, str]:
+    recover = scenario.recover_delays_s
     keep = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "CLORE_"))}
     keep.pop("CI", None)
     return marked_env(
@@ -88,6 +89,8 @@ def _env(url: str) -> dict[str, str]:
             "CLORE_API_URL": url,
             "PYTHONPATH": str(REPO),
             "NO_COLOR": "1",
+            RECOVER_ENV: ",".join(map(str, recover)) if recover else "",
+            REAL_SHUTDOWN_ENV: "1" if scenario.real_shutdown else "",
         }
     )
 
@@ -105,7 +108,7 @@ def _start(m: Market, caller: str, pipeline: Path, folder: Path) -> _Process:
             stderr=err,
             stdin=subprocess.DEVNULL,
             cwd=folder,
-            env=_env(m.url(caller)),
+            env=_env(m.scenario, m.url(caller)),
         )
     return _Process(RunResult(caller, command), proc, folder)
 
@@ -158,7 +161,7 @@ def _cleanup(m: Market, p: _Process) -> None:
             capture_output=True,
             stdin=subprocess.DEVNULL,
             cwd=p.folder,
-            env=_env(m.url(p.result.caller)),
+            env=_env(m.scenario, m.url(p.result.caller)),
             timeout=CLEANUP_BOUND_S,
         )
         p.result.cleanup_code = done.returncode
@@ -177,6 +180,8 @@ def play(scenario: Scenario, m: Market, folder: Path) -> list[RunResult]:
     m.start()
     procs = [_start(m, "a", pipeline, folder / "a")]
     if scenario.race:
+        if scenario.second_run_delay_s:
+            time.sleep(scenario.second_run_delay_s)  # a scheduled start, not a wait for a state
         procs.append(_start(m, "b", pipeline, folder / "b"))
     started = time.monotonic()
     first = procs[0]

@@ -96,18 +96,20 @@ def _checks(outcome: Outcome, fake: FakeClore, run: RunResult) -> list[tuple[str
 def _leaks(
     fake: FakeClore, run: RunResult, mine: list[FakeOrder], killed: bool
 ) -> list[tuple[str, str]]:
-    """No process end but SIGKILL with an order whose cancel was never sent; an order whose
-    cancel failed may be left to the always-run cleanup step if the run says so; after that
-    step, nothing of the run's is live."""
+    """No process end but SIGKILL with an order it knew (its ledger has the id) and never sent
+    a cancel for; an order whose cancel failed may be left to the always-run cleanup step if
+    the run says so, and one whose create was still unanswered to that step; after it,
+    nothing of the run's is live."""
     tried = {
         r.body.get("id")
         for r in fake.calls("cancel_order")
         if r.caller == run.caller and isinstance(r.body, dict)
     }
     out = []
+    known = {order for _, order, _ in run.ledger if order is not None}
     never = [o for o in run.live_at_exit if o not in tried]
-    if not killed and never:
-        out.append(("leak", f"cancel never sent, live when the run ended: {_orders(fake, never)}"))
+    if not killed and [o for o in never if o in known]:
+        out.append(("leak", f"id known, cancel never sent: {_orders(fake, never)}"))
     said = UNRELEASED_WARNING in run.stdout + run.stderr
     if not killed and run.live_at_exit and not never and not said:
         out.append(("leak", f"live when the run ended, unsaid: {_orders(fake, run.live_at_exit)}"))

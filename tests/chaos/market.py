@@ -31,6 +31,7 @@ _FAULTS: dict[str, Fault] = {
     "rate_limited": Faults.RATE_LIMITED,
     "db_error_but_created": Faults.DB_ERROR_BUT_CREATED,
     "cancel_refused_once": Faults.DB_ERROR,
+    "server_offline": Faults.SERVER_OFFLINE,
 }
 _VRAM = {"RTX 4090": 24, "RTX 3090": 24, "A100": 80}
 
@@ -102,7 +103,8 @@ class Market:
         self.fake = FakeClore(self.http, RealClock(), servers=servers)  # type: ignore[arg-type]
         self.fake.refused_currencies = {}
         self.fake.enforce_rate_limits = False  # the runs' pacing is shortened (entry.py)
-        self.fake.appear_after_s = min(0.3, scenario.boot_s)
+        appear = scenario.appear_after_s
+        self.fake.appear_after_s = min(0.3, scenario.boot_s) if appear is None else appear
         self.fake.online_after_s = scenario.boot_s
         self.fake.cancel_lag_s = scenario.cancel_lag_s
         self.fake.ssh_host = "127.0.0.1"

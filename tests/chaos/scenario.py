@@ -77,7 +77,12 @@ class Scenario:
     estimate_minutes: float = 0.02  # every job's `estimate-minutes` (what rent-ahead plans on)
     market_lag_s: float = 2.0  # the marketplace shows a rental this late (runs race in it)
     faults_end_with_run: bool = False  # the API heals when the run ends (before its cleanup)
-    cleanup: bool = False  # run the always-run `cleanup` step after the run (SIGKILL, race: always)
+    cleanup: bool = False  # run the always-run `cleanup` step after the run (see harness.py)
+    second_run_delay_s: float = 0.0  # a race's second run starts this much later
+    # The client's wait for a new order in my_orders (None: the suite's short one; see entry.py)
+    recover_delays_s: tuple[float, ...] | None = None
+    real_shutdown: bool = False  # the cancel confirmations' default bounds (entry.py)
+    appear_after_s: float | None = None  # my_orders lists a new order this late (None: 0.3 s)
 
     def pipeline(self, marker_dir: str) -> str:
         """The pipeline file; a flaky job's first attempt leaves a marker in `marker_dir`."""

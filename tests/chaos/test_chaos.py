@@ -7,10 +7,11 @@ reads its own verdict. A failure prints the scenario, its seed and the command t
 `python -m tests.chaos SEED --small` (the quick set's seeds are drawn small), or
 `python -m tests.chaos --example NAME`.
 
-While the defects the suite found are not fixed on main (the findings: notes/chaos-findings.md),
-the quick set is seeds that hold every invariant but those in TOLERATED, and every defect has a
-test of its own here, a strict xfail naming its finding: when a fix lands, that test passes,
-fails as XPASS, and the mark comes off (and the invariant leaves TOLERATED).
+A defect the suite finds is held here until it is fixed: its invariant in TOLERATED while it
+breaks most runs, a seed that shows it every time in KNOWN_FAILING, and a case of its own in
+EXAMPLES, each a strict xfail naming the finding (notes/chaos-findings.md): when the fix
+lands the test XPASSes, fails, and the mark comes off. The issue's six defects were held so
+and are fixed on main; every case here now holds every invariant.
 """
 
 from __future__ import annotations
@@ -27,21 +28,18 @@ from tests.chaos.suite import Verdict, play_all
 
 PARALLEL = 4  # scenarios at once: each is mostly waiting (boots, jobs' sleeps, start-up)
 
-# Small scenarios (3-5 jobs) that hold every invariant today but those TOLERATED: a mix of
-# plain runs, API and host faults, SIGINT, SIGTERM, SIGKILL + cleanup, and a race.
+# Small scenarios (3-5 jobs): plain runs, API and host faults, SIGINT, SIGTERM, SIGKILL +
+# cleanup, races (120, 138); 105, 110 and 138 found F2 and F3 before those were fixed.
 QUICK_SEEDS = [
-    100, 101, 102, 104, 105, 106, 108, 111, 113, 114,
-    117, 119, 120, 121, 122, 125, 128, 131, 133, 135,
+    100, 101, 102, 104, 105, 106, 108, 110, 113, 114,
+    117, 119, 120, 121, 122, 125, 128, 131, 133, 138,
 ]  # fmt: skip
 
-# Invariants broken in nearly every run today: a quick seed may break them (they are reported,
-# not failed) until the fix lands; the strict xfails below prove each on a case of its own.
-TOLERATED: dict[str, str] = {
-    "cost_vs_bill": "F1: summary.json's cost is over the bill (runs billed on their own clock "
-    "from `ct`, and the API's final spend never takes an overcharge back)",
-}
+# Invariants broken in nearly every run while a defect is open: a quick seed may break them
+# (reported, not failed) until the fix lands; a strict xfail proves it on a case of its own.
+TOLERATED: dict[str, str] = {}  # none left: F1 (cost over the bill) was the last, fixed
 
-# Drawn seeds (small) that break an invariant today, with the finding that explains it.
+# Drawn seeds (small) that break an invariant, with the finding that explains it.
 # Only seeds that break it every time are listed (a strict xfail must not flake): most
 # defects depend on timing, and their examples below show them reliably.
 KNOWN_FAILING: dict[int, tuple[str, str]] = {}
@@ -94,7 +92,8 @@ EXAMPLES: dict[str, tuple[Callable[[], Scenario], tuple[str, ...], Check | None,
         None,  # was F5, fixed on main
     ),
     "cost_under_faults": (
-        examples.cost_under_faults, ("cost_vs_bill", "leak"), None, TOLERATED["cost_vs_bill"],
+        examples.cost_under_faults, ("cost_vs_bill", "leak"), None,
+        None,  # was F1, fixed on main
     ),
     "rerent_while_released": (
         examples.rerent_while_released, ("leak",), _all_pass, None,

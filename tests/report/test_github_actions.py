@@ -193,6 +193,16 @@ def test_outputs_json_round_trip(tmp_path: Path, value: str) -> None:
     assert json.loads(parse_env_file(out.read_text())["v"]) == value
 
 
+def test_run_warnings_become_annotations_with_no_command_inside() -> None:
+    from runner.report.github_actions import annotate_run_warnings
+
+    out = io.StringIO()
+    annotate_run_warnings(["1 rental(s) not confirmed released\n::error::fake"], out)
+    (line,) = out.getvalue().splitlines()
+    assert line.startswith("::warning title=clore-run::1 rental(s) not confirmed released%0A")
+    assert "\n::error::" not in out.getvalue()
+
+
 def test_log_group_says_earlier_lines_only_when_some_were_left_out(tmp_path: Path) -> None:
     log = tmp_path / "job.log"
     # Colour codes, a `\r` redraw and a multi-byte character: the lines shown are shorter

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import io
+import json
 import threading
 from pathlib import Path
 
@@ -662,8 +663,11 @@ def test_a_rental_left_unconfirmed_is_named_with_the_cleanup_command(setup: Setu
     record, code = execute(pipeline, backend, options, console)
     assert code == 0, record.results
     assert [r.state for r in ledger.rentals("run-1")] == ["intent", "released"]
-    assert "1 rental(s) of run run-1 not confirmed released" in console.getvalue()
+    assert console.getvalue().count("1 rental(s) of run run-1 not confirmed released") == 1
     assert "clore-run cleanup --run run-1" in console.getvalue()
+    # The reports say it too, where CI looks: summary.json's warnings (and so an annotation).
+    summary = json.loads((setup.tmp / "out" / "summary.json").read_text())
+    assert any("not confirmed released" in w for w in summary["warnings"]), summary["warnings"]
 
 
 def test_a_create_still_waiting_for_its_slot_gives_up_on_cancel(setup: Setup) -> None:
@@ -795,3 +799,36 @@ def test_a_spot_job_leaves_the_server_rented_for_an_on_demand_job_alone(setup: S
     assert all(r.state == "released" for r in ledger.rentals("run-1"))
     theirs = fake_cost_usd(setup.fake)
     assert abs(record.total_cost_usd - theirs) <= 0.01 * theirs, (record.total_cost_usd, theirs)
+
+
+def test_an_order_that_lists_its_tag_only_once_online_is_still_found_after_a_good_create(
+    setup: Setup,
+) -> None:
+    """Whether a booting order lists its http_port (our tag) is unconfirmed: if it does not,
+    the run's own recovery after a create answered as a success takes the one live order on
+    the server made in the create's window, not skips the host and leaves it booting."""
+    setup.fake.tag_only_online = True
+    setup.fake.online_after_s = 120.0  # longer than the create's recovery looks
+    record, code, ledger = setup.run(parse_pipeline(_ONE_3090, "p.yml", {}))
+    assert code == 0, record.results
+    assert len(setup.fake.orders) == 1
+    assert [r.state for r in ledger.rentals("run-1")] == ["released"]
+
+
+def test_a_rent_that_comes_to_nothing_says_so_after_its_renting_line(setup: Setup) -> None:
+    """A 'renting … #host' line must not stand for a server never held: the host that never
+    came up is followed by a 'not rented' line with the reason."""
+    first = next(s["id"] for s in setup.fake.servers.values() if "3090" in s["specs"]["gpu"])
+    setup.fake.never_online.add(first)
+    pipeline = parse_pipeline(_ONE_3090, "p.yml", {})
+    backend, _ = setup.backend(pipeline)
+    (setup.tmp / "ws").mkdir()
+    console = io.StringIO()
+    options = RunOptions(out_dir=setup.tmp / "out", workspace_root=setup.tmp / "ws")
+    execute(pipeline, backend, options, console)  # the only USD 3090: the job errors
+    lines = console.getvalue().splitlines()
+    renting = next(i for i, line in enumerate(lines) if "renting" in line and f"#{first}" in line)
+    assert any(
+        f"#{first} not rented: order" in line and "not online" in line
+        for line in lines[renting + 1 :]
+    ), lines

@@ -1,0 +1,115 @@
+"""Renting ahead of need, pure.
+
+Once every need of a job has an expected end, the job is due a server one expected boot
+before those ends (runner/core/ends.py). Then it is planned onto a server it fits that will be
+free for it by then (next on that server, after the job running there or the jobs already
+planned onto it), or, when none will be, a server is rented for it now: renting ahead is for a
+job that would otherwise wait for a boot. At the cap the job waits for a slot to open. A rent
+ahead is a convenience: it never takes money a ready job may need.
+"""
+
+from __future__ import annotations
+
+import math
+
+from runner.core.budget import Budget
+from runner.core.ends import Ends
+from runner.core.events import SetTimer
+from runner.core.fleet import AFTER_SCRIPT_S, BOOTING, EPS_S, TIMER, Fleet
+from runner.core.known_jobs import KnownJobs
+from runner.core.rentals import CoreCommand, rental_cost_usd
+from runner.core.renting import Renter
+
+
+class RentAhead:
+    """Plans the due jobs of a book onto servers, renting ahead where none will be free."""
+
+    def __init__(
+        self,
+        fleet: Fleet,
+        jobs: KnownJobs,
+        budget: Budget,
+        ends: Ends,
+        renter: Renter,
+        out: list[CoreCommand],
+        cap: int,
+    ) -> None:
+        self._fleet = fleet
+        self._jobs = jobs
+        self._budget = budget
+        self._ends = ends
+        self._renter = renter
+        self._out = out
+        self._cap = cap
+
+    def rent_ahead(self, now: float) -> None:
+        """Plan each due job onto a server that will be free for it, or rent one now. At the
+        cap, a job that would need a new server waits for a slot to open."""
+        jobs, ends, fleet = self._jobs, self._ends, self._fleet
+        due = ends.due
+        if jobs.raises and due:
+            jobs.make_raises()
+        for job_id in sorted(due, key=jobs.key_of):
+            del due[job_id]
+            if job_id not in ends.eta or job_id in fleet.claims:
+                continue
+            eta = ends.needs_end(job_id, now)
+            ends.eta[job_id] = eta
+            start_at = eta - fleet.boot.expected_s
+            if start_at > now + EPS_S:  # its needs are later than first thought
+                self._out.append(SetTimer(start_at, (TIMER, "ahead", job_id)))
+            elif self._server_will_be_free(job_id, eta, now):
+                continue
+            elif len(fleet.servers) >= self._cap:
+                ends.starved[job_id] = None
+            else:
+                self._rent_for(job_id, eta, now)
+
+    def _server_will_be_free(self, job_id: str, eta: float, now: float) -> bool:
+        """A server it fits will be there when its needs are done: expect that one (next on
+        it, or after the job it is meant for), and plan the job's end on it."""
+        fleet, ends, boot = self._fleet, self._ends, self._fleet.boot
+        for server in fleet.servers.values():
+            if not self._jobs.fits(server.quote, job_id):
+                continue
+            last = server.after[-1] if server.after else server.claim
+            if last is None:
+                ahead_of_it = server.job
+            elif ends.end_of(last) < math.inf:
+                ahead_of_it = last
+            else:
+                continue
+            if ahead_of_it is not None:
+                free_by, worst_free = ends.end_of(ahead_of_it), ends.worst_of(ahead_of_it)
+            elif server.state is BOOTING:
+                free_by = server.since + boot.expected_s
+                worst_free = server.since + boot.allowance_s
+            else:
+                free_by = worst_free = now
+            # Waiting for a held server is right unless a server rented now would be up
+            # sooner: renting ahead is for a job that would otherwise wait for a boot.
+            if free_by > max(eta, now + boot.expected_s) + EPS_S:
+                continue
+            if server.claim is None:
+                fleet.claim(job_id, server)
+            else:
+                fleet.plan_after(job_id, server)
+            ends.plan_end(job_id, max(eta, free_by), worst_free, now)
+            return True
+        return False
+
+    def _rent_for(self, job_id: str, eta: float, now: float) -> None:
+        record = self._jobs.records[job_id]
+        job, fleet, ends = record.job, self._fleet, self._ends
+        quote = self._jobs.market.best(job.gpu, fleet.not_to_rent())
+        if quote is None:
+            return  # it rents (or fails) when it is ready
+        worst_ready = max((ends.worst_of(n) for n in record.needs), default=now)
+        wait_s = max(fleet.boot.allowance_s, worst_ready - now)
+        hold_s = wait_s + job.timeout_s + AFTER_SCRIPT_S
+        cost = rental_cost_usd(quote.usd_per_hour, hold_s, quote.creation_fee_usd)
+        if self._budget.over(cost, now) > 0:
+            return  # ahead is a convenience: it never takes money a ready job may need
+        self._renter.rent(job_id, quote, now + hold_s, cost, now, ahead=True)
+        boot = fleet.boot
+        ends.plan_end(job_id, max(eta, now + boot.expected_s), now + boot.allowance_s, now)

@@ -1,0 +1,117 @@
+"""Hedged boots, the book's side, pure: when a boot runs late, a second host beside it.
+
+The policy (how late is late, whether the cap allows one) is runner/core/hedge.py. Here: a
+timer per boot for when it would be late; at that time a boot still booting for a waiting job
+gets a second fitting host, if the cap and the budget allow (its worst case reserved like any
+rent), or a note that says why not; the first of the pair to answer SSH wins and the other goes
+back at once; a job that starts elsewhere sends back every boot still meant for it. The pairs
+themselves live in the fleet (`Fleet.pairs`, `Fleet.unpair`).
+"""
+
+from __future__ import annotations
+
+from runner.core.budget import Budget
+from runner.core.events import SetTimer
+from runner.core.fleet import AFTER_SCRIPT_S, BOOTING, EPS_S, TIMER, Fleet, Server, label
+from runner.core.hedge import HedgePolicy
+from runner.core.known_jobs import Known, KnownJobs
+from runner.core.money import usd_text
+from runner.core.rentals import CoreCommand, JobNote, rental_cost_usd
+
+# A late boot that cannot be hedged yet (its job not ready, or its hedge still booting) is
+# looked at again this often: a hedge that fails leaves a boot to hedge again at once.
+HEDGE_AGAIN_S = 10.0
+
+
+class Hedger:
+    """Hedges the slow boots of a fleet."""
+
+    def __init__(
+        self,
+        policy: HedgePolicy,
+        fleet: Fleet,
+        jobs: KnownJobs,
+        budget: Budget,
+        out: list[CoreCommand],
+        cap: int,
+    ) -> None:
+        self.policy = policy
+        self._fleet = fleet
+        self._jobs = jobs
+        self._budget = budget
+        self._out = out
+        self._cap = cap
+
+    def arm(self, server: Server) -> None:
+        """Look at this boot again when it has run long enough to be hedged."""
+        if self.policy.enabled:
+            at = server.since + self._after_s(server)
+            self._out.append(SetTimer(at, (TIMER, "hedge", server.id)))
+
+    def _after_s(self, server: Server) -> float:
+        q = server.quote
+        boot = self._fleet.boot
+        expected = q.boot_s if q.boot_s is not None else boot.expected_s
+        record = self._jobs.records.get(server.claim or "")
+        own = record.job.boot_timeout_s if record is not None else None  # the job's own bound
+        bound_s = own if own is not None else boot.allowance_s
+        return self.policy.after_s(expected, q.fail_chance or 0.0, bound_s)
+
+    def hedge_due(self, now: float) -> None:
+        """Each boot due and still booting for a waiting job gets a second fitting host, if
+        the policy, the cap and the budget allow; a slow boot that gets none says why."""
+        fleet = self._fleet
+        due, fleet.to_hedge = fleet.to_hedge, []
+        for server_id in due:
+            server = fleet.servers.get(server_id)
+            if server is None or server.state is not BOOTING or server.claim is None:
+                continue  # up, given back, or meant for no job now
+            if now + EPS_S < server.since + self._after_s(server):
+                continue  # not late (a timer of an earlier plan): its own timer comes
+            want = self._jobs.waiting.get(server.claim)
+            if want is None or server_id in fleet.pairs:
+                # Rented ahead, its job not ready yet; or hedged already, and the hedge may
+                # fail first: look again in a while.
+                self._out.append(SetTimer(now + HEDGE_AGAIN_S, (TIMER, "hedge", server_id)))
+                continue
+            self._hedge(server, server.claim, want, now)
+
+    def _hedge(self, server: Server, job_id: str, want: Known, now: float) -> None:
+        fleet = self._fleet
+        why = self.policy.may_hedge(len(fleet.servers), self._cap)
+        quote = None
+        if why is None:
+            quote = self._jobs.market.best(want.job.gpu, fleet.not_to_rent())
+            why = "no other host fits" if quote is None else None
+        hold_s = fleet.boot.allowance_s + want.timeout_s + AFTER_SCRIPT_S
+        cost = rental_cost_usd(quote.usd_per_hour, hold_s, quote.creation_fee_usd) if quote else 0
+        if quote is not None and self._budget.over(cost, now) > 0:
+            why = f"the budget cannot hold a second boot's worst case ({usd_text(cost)})"
+        if why is not None or quote is None:
+            late = now - server.since
+            said = f"no hedge for the boot of {label(server.quote)} ({late:.0f} s so far): {why}"
+            self._out.append(JobNote(job_id, said))
+            return
+        hedge = fleet.rent_hedge(server, job_id, quote, now + hold_s, cost, now)
+        slow = f"the boot of {label(server.quote)} runs late ({now - server.since:.0f} s)"
+        said = f"{slow}: renting {label(quote)} beside it; the first to answer SSH runs it"
+        self._out.append(JobNote(job_id, said))
+        self.arm(hedge)
+
+    def won(self, server: Server, now: float) -> None:
+        """One of a hedged pair answers SSH: the other, still booting, goes back at once."""
+        fleet = self._fleet
+        other = fleet.servers.get(fleet.pairs.get(server.id, -1))
+        if other is not None and other.state is BOOTING and other.job is None:
+            fleet.release(other, now, f"hedge: {label(server.quote)} answered SSH first")
+        else:
+            fleet.unpair(server)
+
+    def drop(self, job_id: str, started_on: Server, now: float) -> None:
+        """The job started: a boot still meant for it (its hedge, or a boot the job did not
+        wait for) goes back at once."""
+        fleet = self._fleet
+        for server_id in list(fleet.pairs):
+            server = fleet.servers.get(server_id)
+            if server is not None and server.claim == job_id and server.state is BOOTING:
+                fleet.release(server, now, f"hedge: {job_id} started on {label(started_on.quote)}")

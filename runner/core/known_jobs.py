@@ -1,0 +1,269 @@
+"""The jobs a server book knows, and the ranked queue of those waiting for a server, pure.
+
+One record per job (`Known`): its needs and dependents the book holds, its key (user
+priority, minus its remaining critical path, file order), its expected and worst ends once
+known, and, while it waits for a server, the attempt that waits. Waiting jobs are queued in a
+heap by key; an entry is stale once its job is placed, dropped or wanted again (a newer
+sequence number), and skipped when popped. Jobs added later raise the ranks of the older
+jobs they need (runner/core/ranks.py), before any key is read. A settled job is forgotten
+once no dependent of it wants anything more: a queue that runs for months holds only what
+may still ask for a server.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from runner.core import graph
+from runner.core.model import FailureKind, Job
+from runner.core.ranks import Key, Ranked, raise_ranks
+from runner.core.rentals import Market, NoMarket, Quote
+
+Entry = tuple[Key, int, str]  # a queue entry: key, sequence number, job
+
+
+@dataclass(frozen=True)
+class Unplaceable:
+    """An attempt the book could not give a server: it ends with `failure`."""
+
+    job_id: str
+    attempt: int
+    failure: FailureKind
+    message: str
+
+
+class Known:
+    """A job the book holds, everything it keeps about it in one record: one is made for each
+    job added and dropped when the job is forgotten, so a job costs one entry of one dict,
+    not one in each of eight."""
+
+    __slots__ = (
+        "attempt", "dependents", "end", "ends_known", "expected_s", "job", "key", "needs",
+        "open", "rent_failures", "seq", "settled", "timeout_s", "worst_end",
+    )  # fmt: skip
+
+    def __init__(
+        self, job: Job, needs: tuple[str, ...], key: Key, expected_s: float | None
+    ) -> None:
+        self.job = job
+        self.needs = needs  # its needs the book holds
+        self.key = key
+        self.expected_s = expected_s  # how long it should run (None: unknown)
+        # The jobs needing it, in the order added (None: none yet; most jobs are leaves, and
+        # an empty dict each is 10,000 more objects for the garbage collector to walk).
+        self.dependents: dict[str, None] | None = None
+        self.open = 0  # how many of those are not settled yet
+        self.ends_known = 0  # how many of its needs have an expected end
+        self.end: float | None = None  # its expected (or actual) end, once known
+        self.worst_end: float | None = None  # and at the latest
+        self.settled = False
+        self.rent_failures: tuple[str, ...] = ()  # this attempt's failed rents: why
+        # While it waits for a server (in `KnownJobs.waiting`): the attempt that waits, its
+        # timeout, and the sequence number of its live entry in the queue.
+        self.attempt = 0
+        self.timeout_s = 0.0
+        self.seq = 0
+
+
+class KnownJobs:
+    """The jobs a book holds, which of them wait for a server, in what order, and why."""
+
+    def __init__(self, market: Market, durations_s: Mapping[str, float] | None = None) -> None:
+        self.market = market
+        self._fits_all = type(market) is NoMarket  # fixed hosts: every job fits each
+        # Unsettled jobs, and settled ones a dependent still needs (for their ends and warm
+        # files): forgotten after that.
+        self.records: dict[str, Known] = {}
+        self._known_s = dict(durations_s or {})
+        # The scheduler of the same run orders its ready jobs by these: it takes them from here.
+        self.ranks: dict[str, float] = {}
+        self.waiting: dict[str, Known] = {}  # ready jobs with no server yet
+        self.queue: list[Entry] = []
+        # Raises of older jobs' ranks not made yet, (job, rank of a new dependent): made
+        # before a rank is read (`make_raises`).
+        self.raises: list[tuple[str, float]] = []
+        self._seq = itertools.count()
+        self.retrying: set[str] = set()  # an attempt ended, the job is not final yet
+        self.retry_at: dict[str, float] = {}  # retrying jobs: when the retry is due
+        self.why: dict[str, str] = {}  # waiting jobs: what they wait for, when known
+        self.unplaceable: list[Unplaceable] = []
+
+    def add(self, jobs: Sequence[Job]) -> list[str]:
+        """Hold `jobs`. A need the book does not hold is settled already. A job's rank counts
+        its dependents in the book: a later batch raises the ranks of the jobs it needs.
+        Returns the new jobs whose needs all have an expected end (none: all of them)."""
+        known = self.records
+        older = bool(known)  # jobs from earlier batches, whose ranks these may raise
+        fresh = {j.id: j for j in jobs}
+        if older:
+            needs = {j.id: tuple(n for n in j.needs if n in fresh or n in known) for j in jobs}
+            inside: Mapping[str, Sequence[str]] = {
+                i: [n for n in ns if n in fresh] for i, ns in needs.items()
+            }
+        else:  # every need the book will hold is in this batch
+            needs = {j.id: held_needs(j, fresh) for j in jobs}
+            inside = needs
+        below = graph.dependents_of(inside)
+        order = graph.topological_order(inside, below)
+        hint = {j.id: j.duration_hint_s for j in jobs}
+        self.ranks = rank = graph.upward_ranks(inside, hint.__getitem__, order, below)
+        known_s = self._known_s
+        for job in jobs:
+            key = (-int(job.priority), -rank[job.id], job.index)
+            known[job.id] = Known(job, needs[job.id], key, known_s.get(job.id, job.estimate_s))
+        if older:
+            self._link_to_older(jobs, fresh)
+        else:  # the batch's own dependents, in the same order, and no end is known yet
+            for job_id, children in below.items():
+                if children:
+                    record = known[job_id]
+                    record.dependents = dict.fromkeys(children)
+                    record.open = len(children)
+        return [j.id for j in jobs if known[j.id].ends_known == len(known[j.id].needs)]
+
+    def _link_to_older(self, jobs: Sequence[Job], fresh: Mapping[str, Job]) -> None:
+        known = self.records
+        for job in jobs:
+            record = known[job.id]
+            for need in record.needs:
+                held = known[need]
+                if held.dependents is None:
+                    held.dependents = {}
+                held.dependents[job.id] = None
+                held.open += 1
+            record.ends_known = sum(known[n].end is not None for n in record.needs)
+        self.raises.extend(
+            (n, self.ranks[j.id]) for j in jobs for n in known[j.id].needs if n not in fresh
+        )
+        if self.waiting:  # queued under their keys, and numbered in the order raised
+            self.make_raises()
+
+    def make_raises(self) -> None:
+        """Raise the ranks of older jobs that new dependents lengthen (runner/core/ranks.py).
+        A waiting job is queued again under its new key, its old entry made stale by a new
+        sequence number.
+
+        Only the keys of waiting and due jobs are read, so the raises wait while no job
+        waits (serve adds a chain a job at a time while its head runs), and are made before
+        a job waits, a due one is ordered or a job settles. With no job waiting none is
+        queued, so the sequence numbers come out the same in any order too."""
+        raises, self.raises = self.raises, []
+        raise_ranks(raises, self._unsettled, _held_needs_of, self._queue_again)
+
+    def _unsettled(self, job_id: str) -> Known | None:
+        record = self.records[job_id]
+        return None if record.settled else record  # a settled job's rank orders nothing
+
+    def _queue_again(self, job_id: str, record: Ranked) -> None:
+        if job_id in self.waiting:
+            assert isinstance(record, Known)
+            record.seq = next(self._seq)
+            heapq.heappush(self.queue, (record.key, record.seq, job_id))
+
+    # -- waiting -----------------------------------------------------------------------------
+
+    def want(self, job_id: str, attempt: int, timeout_s: float) -> Known:
+        """The job waits for a server for attempt `attempt`: queued under its key."""
+        if self.raises:
+            self.make_raises()
+        record = self.records[job_id]
+        record.attempt, record.timeout_s = attempt, timeout_s
+        record.seq = seq = next(self._seq)
+        self.waiting[job_id] = record
+        heapq.heappush(self.queue, (record.key, seq, job_id))
+        # Membership tests before removals: most of these hold nothing for this job, and a
+        # test is cheaper than a call.
+        if job_id in self.retrying:
+            self.retrying.discard(job_id)
+        if job_id in self.retry_at:
+            del self.retry_at[job_id]
+        if record.rent_failures:
+            record.rent_failures = ()
+        return record
+
+    def pop_waiting(self) -> Entry | None:
+        """The best waiting job's queue entry, taken off the queue (None: none waits); stale
+        entries on the way are dropped. The caller pushes back what it does not place."""
+        queue, waiting = self.queue, self.waiting
+        while queue:
+            entry = heapq.heappop(queue)
+            want = waiting.get(entry[2])
+            if want is not None and want.seq == entry[1]:
+                return entry
+        return None
+
+    def push_back(self, seen: Iterable[Entry]) -> None:
+        """Queue again the entries of jobs still waiting (one placed or failed is not)."""
+        queue, waiting = self.queue, self.waiting
+        for entry in seen:
+            if entry[2] in waiting:
+                heapq.heappush(queue, entry)
+
+    def fail(self, job_id: str, want: Known, kind: FailureKind, message: str) -> None:
+        """The waiting attempt gets no server: it ends with `kind`."""
+        del self.waiting[job_id]
+        self.unplaceable.append(Unplaceable(job_id, want.attempt, kind, message))
+
+    # -- settling ----------------------------------------------------------------------------
+
+    def settle(self, job_id: str) -> Known | None:
+        """The job is final: it wants nothing more. Its record (None: not held) stays until
+        `forget_settled`, once its end has been told to its dependents."""
+        if self.raises:  # a raise stops at settled jobs: make them first
+            self.make_raises()
+        known = self.records
+        record = known.get(job_id)
+        if record is not None and not record.settled:
+            record.settled = True
+            for need in record.needs:
+                known[need].open -= 1
+        # Tests before removals, as in `want`: most of these do not hold the job.
+        if job_id in self.retrying:
+            self.retrying.discard(job_id)
+        if job_id in self.retry_at:
+            del self.retry_at[job_id]
+        if job_id in self.waiting:
+            del self.waiting[job_id]
+        return record
+
+    def forget_settled(self, job_id: str, record: Known) -> None:
+        """Forget the settled job, and each of its needs, once no dependent wants more."""
+        known = self.records
+        if not record.open:
+            self._forget(job_id, record)
+        for need in record.needs:
+            held = known.get(need)
+            if held is not None and held.settled and not held.open:
+                self._forget(need, held)
+
+    def _forget(self, job_id: str, record: Known) -> None:
+        known = self.records
+        for need in record.needs:  # settled, and now no dependent of anything
+            held = known.get(need)
+            if held is not None and held.dependents is not None:
+                held.dependents.pop(job_id, None)
+        del known[job_id]
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def fits(self, quote: Quote, job_id: str) -> bool:
+        return self._fits_all or self.market.fits(quote, self.records[job_id].job.gpu)
+
+    def key_of(self, job_id: str) -> Key:
+        return self.records[job_id].key
+
+
+def _held_needs_of(record: Ranked) -> tuple[str, ...]:
+    assert isinstance(record, Known)
+    return record.needs
+
+
+def held_needs(job: Job, fresh: Mapping[str, Job]) -> tuple[str, ...]:
+    """The job's needs among `fresh`: usually all of them, and then its own tuple."""
+    for need in job.needs:
+        if need not in fresh:
+            return tuple(n for n in job.needs if n in fresh)
+    return job.needs
