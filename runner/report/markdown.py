@@ -76,6 +76,10 @@ def _headline(s: Mapping[str, Any], cmp: Any) -> str:
     text += f" · **cost**: {money(s['total_cost_usd'])}"
     if s["budget_usd"]:
         text += f" ({s['budget_used_pct']}% of the {rate(s['budget_usd'])} budget)"
+    hedges = s.get("hedges") or {}
+    if hedges.get("boots_given_back"):
+        given_back = hedges["boots_given_back"]
+        text += f" (hedged boots: {given_back} given back, {money(hedges['cost_usd'])})"
     text += f" · **time**: {duration(s['duration_s'])} · **backend**: {cell(s['backend'])}\n"
     if cmp:
         total = cmp["total"]
