@@ -120,6 +120,8 @@ def _finish(m: Market, p: _Process, bound_s: float) -> None:
         result.code = p.proc.wait(timeout=bound_s)
     except subprocess.TimeoutExpired:
         result.hung = True
+        p.proc.send_signal(signal.SIGUSR2)  # its threads' stacks to its stderr (entry.py)
+        time.sleep(1.0)  # for the dump to be written; the process is killed anyway
         p.proc.kill()
         result.code = p.proc.wait(timeout=10)
     p.ended.wait(10)
