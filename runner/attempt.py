@@ -14,10 +14,9 @@ from pathlib import Path
 
 from runner.backends.base import Backend, Place, RunOutcome, RunRequest
 from runner.clock import Clock
-from runner.console import Console
 from runner.core.model import Attempt, FailureKind, Job
 from runner.errors import CloreRunError, JobCannotRun, RunMustStop, local_fault_from
-from runner.joblog import JobLog
+from runner.joblog import AttemptConsole, JobLog
 
 
 def _nothing(_place: Place) -> None:
@@ -75,7 +74,7 @@ class AttemptRunner:
     backend: Backend
     out_dir: Path  # logs/<job>.log and artifacts/<job>/ go here
     clock: Clock
-    console: Console
+    console: AttemptConsole
     extra_env: Mapping[str, str] = field(default_factory=dict)
     workspace_root: Path | None = None  # None: jobs start in an empty folder
     workspace_files: tuple[str, ...] = ()

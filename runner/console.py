@@ -20,11 +20,11 @@ from runner import redact
 from runner.backends.base import BackendStage, Place, Stream
 from runner.clock import SYSTEM_CLOCK, Clock
 from runner.core.model import Attempt, Job, JobResult
+from runner.figures import money
 from runner.live import board as B
 from runner.live.lines import LineBuffer
 from runner.live.words import STATUS_WORDS, clock_time, retry_line, seconds, status_text
 from runner.report.github_actions import print_log_group
-from runner.report.markdown import money
 from runner.untrusted import console_line
 
 if TYPE_CHECKING:  # rich is imported for a terminal, or for the final table

@@ -11,10 +11,10 @@ import errno
 import os
 import time
 from pathlib import Path
+from typing import Protocol
 
 from runner import redact
-from runner.backends.base import BackendStage, RunOutcome, Stream
-from runner.console import Console
+from runner.backends.base import BackendStage, Place, RunOutcome, Stream
 from runner.core.model import FailureKind, Job
 
 _STREAMS: tuple[Stream, ...] = ("stdout", "stderr")
@@ -30,10 +30,29 @@ VERDICTS = {
 }
 
 
+class AttemptConsole(Protocol):
+    """What an attempt shows a person as it runs: `run`'s runner.console.Console; a queue
+    server, where nobody watches, shows nothing (runner.serve.quiet_console)."""
+
+    def placed(self, job: Job, place: Place) -> None: ...
+
+    def stage(
+        self, job: Job, stage: BackendStage, detail: str = "", usd_per_hour: float | None = None
+    ) -> None: ...
+
+    def note(self, job: Job, text: str) -> None: ...
+
+    def notice(self, text: str) -> None: ...
+
+    def output(self, job: Job, stream: Stream, data: bytes) -> None: ...
+
+    def flush_job(self, job: Job) -> None: ...
+
+
 class JobLog:
     """The OutputSink and StageSink for one attempt of one job."""
 
-    def __init__(self, out_dir: Path, job: Job, attempt: int, console: Console) -> None:
+    def __init__(self, out_dir: Path, job: Job, attempt: int, console: AttemptConsole) -> None:
         self.job = job
         self.attempt = attempt
         self.console = console

@@ -1,7 +1,5 @@
-"""`clore-run run`: load, select, prepare the output folder, run on a backend, report.
-
-Kept apart from cli.py so the flag parsing stays thin and this stays testable.
-"""
+"""`clore-run run` once its flags are read (runner.cli.run_flags): select the jobs, prepare the
+output folder, run on the backend, report. No Typer here: tests and embedders call `execute`."""
 
 from __future__ import annotations
 
@@ -44,11 +42,10 @@ EXIT_CODES = {
 
 @dataclass
 class RunOptions:
-    """The `run` command's options (the CLI's flags, or a caller's)."""
+    """The `run` command's options (the CLI's flags, or a caller's). The pipeline carries its
+    concurrency and budget, --concurrency and --budget applied (runner.cli.run_flags)."""
 
     out_dir: Path = Path("clore-run-results")
-    concurrency: int | None = None
-    budget_usd: float | None = None
     jobs: Sequence[str] = ()
     workspace_root: Path | None = None  # default: the current directory
     baseline: dict[str, Any] | None = None
@@ -162,9 +159,7 @@ def execute(
 ) -> tuple[RunRecord, int]:
     """Run `pipeline` and write the reports; return the record and the exit code."""
     pipeline = select_jobs(pipeline, options.jobs)
-    if options.budget_usd is not None:
-        pipeline = dataclasses.replace(pipeline, budget_usd=options.budget_usd)
-    wanted = cap = options.concurrency or pipeline.concurrency
+    wanted = cap = pipeline.concurrency
     backend_cap = backend.capacity()
     if backend_cap is not None:
         cap = min(cap, backend_cap)

@@ -60,13 +60,7 @@ def run_with(flags: RunFlags, echo: Echo) -> int:
             hint="use " + " or ".join(f"--backend {n}" for n in renting_backends()),
         )
     budget, concurrency = flags.budget, flags.concurrency
-    options = RunOptions(
-        out_dir=flags.out,
-        concurrency=concurrency,
-        budget_usd=budget,
-        jobs=flags.job,
-        baseline=_read_baseline(flags.baseline),
-    )
+    options = RunOptions(out_dir=flags.out, jobs=flags.job, baseline=_read_baseline(flags.baseline))
     if budget is not None:
         if not budget > 0 or budget == float("inf"):  # as the file's `budget:` must be
             raise UsageError(
@@ -74,7 +68,8 @@ def run_with(flags: RunFlags, echo: Echo) -> int:
                 "for example --budget 2.50",
             )
         loaded = dataclasses.replace(loaded, budget_usd=budget)
-    if concurrency is not None:  # the clore backend caps the servers it holds at this
+    # The pipeline carries both from here on: the run, its console and the backend read them.
+    if concurrency is not None:
         if not 1 <= concurrency <= MAX_CONCURRENCY:  # as the file's `concurrency:` must be
             raise UsageError(
                 f"--concurrency {concurrency}: must be from 1 to {MAX_CONCURRENCY} servers "

@@ -55,7 +55,7 @@ def usd_text(amount_usd: float) -> str:
     """An amount in a sentence: $0.25, $0.0062, $12.50. Below $10 up to four decimals, so
     fractions of a cent show and two different amounts never read alike ("$0.01 would be
     exceeded by $0.01" was a shortfall of $0.0062), at least two. The reports' columns keep
-    four decimals below $10 (report.markdown.money): the same precision."""
+    four decimals below $10 (runner.figures.money): the same precision."""
     sign = "-" if amount_usd < 0 and round(amount_usd, 4) != 0 else ""
     size = abs(amount_usd)
     if size >= 10:

@@ -9,9 +9,10 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 
 from runner.core.money import usd_text
+from runner.figures import duration, money, rate
 from runner.gh_runner.record import RunnerRecord
 from runner.gh_runner.stop import Stopped
-from runner.report.markdown import cell, duration, money, rate, remote
+from runner.report.markdown import cell, remote
 
 TITLE = "GPU runners"
 

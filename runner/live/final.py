@@ -15,7 +15,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from runner.report.markdown import counted, duration, human, money, pct, rate
+from runner.figures import counted, duration, human, money, pct, rate
 from runner.untrusted import console_line
 
 FAILED_LOG_LINES = 5  # per failed job; the whole log is in logs/<job>.log

@@ -12,9 +12,9 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from runner.figures import duration, money, rate
 from runner.live import board as B
 from runner.live.words import clock_time, seconds, short_gpu_names
-from runner.report.markdown import duration, money, rate
 from runner.untrusted import console_line
 
 _STYLE = {

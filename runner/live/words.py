@@ -9,7 +9,7 @@ import time
 
 from runner.core.model import Attempt, FailureKind, Job, JobResult, JobStatus
 from runner.core.retry import MAX_INFRA_RETRIES, RETRY_TABLE
-from runner.report.markdown import duration
+from runner.figures import duration
 
 _BAD = (JobStatus.FAILED, JobStatus.TIMED_OUT, JobStatus.ERROR)
 

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from runner import untrusted
+from runner.figures import counted, duration, human, money, pct, rate
 from runner.report.text import escape_text
 
 if TYPE_CHECKING:
@@ -75,6 +76,10 @@ def _headline(s: Mapping[str, Any], cmp: Any) -> str:
     text += f" · **cost**: {money(s['total_cost_usd'])}"
     if s["budget_usd"]:
         text += f" ({s['budget_used_pct']}% of the {rate(s['budget_usd'])} budget)"
+    hedges = s.get("hedges") or {}
+    if hedges.get("boots_given_back"):
+        given_back = hedges["boots_given_back"]
+        text += f" (hedged boots: {given_back} given back, {money(hedges['cost_usd'])})"
     text += f" · **time**: {duration(s['duration_s'])} · **backend**: {cell(s['backend'])}\n"
     if cmp:
         total = cmp["total"]
@@ -219,54 +224,6 @@ def html_text(value: object, limit: int = _CELL_LIMIT) -> str:
     if len(text) > limit:
         text = text[: limit - 1] + "…"
     return escape_text(text)
-
-
-def money(value: object) -> str:
-    """$0.0124, $12.50: below $10 four decimals, so fractions of a cent of GPU time show."""
-    if not isinstance(value, (int, float)):
-        return "–"
-    if value == 0:
-        return "$0.00"
-    return f"${value:.4f}" if abs(value) < 10 else f"${value:.2f}"
-
-
-def rate(value: object) -> str:
-    """An hourly price: $0.72, $0.045 (three decimals below ten cents)."""
-    if not isinstance(value, (int, float)):
-        return "–"
-    return f"${value:.3f}" if abs(value) < 0.1 else f"${value:.2f}"
-
-
-def human(status: object) -> str:
-    """`timed_out` -> `timed out`."""
-    return str(status).replace("_", " ")
-
-
-def counted(status: object) -> str:
-    """A status after a count: `2 errored`, not `2 error` (the others read as they are)."""
-    return "errored" if status == "error" else human(status)
-
-
-def duration(value: object) -> str:
-    """12.3s, 4m 05s, 2h 03m."""
-    if not isinstance(value, (int, float)):
-        return "–"
-    if value < 60:
-        return f"{value:.1f}s"
-    minutes, seconds = divmod(round(value), 60)
-    if minutes < 60:
-        return f"{minutes}m {seconds:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h {minutes:02d}m"
-
-
-def pct(value: object) -> str:
-    """+38%, -5%, ±0%; "new" when there was nothing to compare with."""
-    if not isinstance(value, (int, float)):
-        return "new"
-    if round(value) == 0:
-        return "±0%"
-    return f"{value:+.0f}%"
 
 
 def icon(status: object) -> str:

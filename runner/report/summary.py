@@ -11,6 +11,9 @@ Times are ISO 8601 UTC strings, durations seconds, money USD.
     status              "passed" | "failed" | "error" | "interrupted"
     started_at, finished_at, duration_s
     total_cost_usd      float
+    hedges              {"boots_given_back": int, "cost_usd": float}: boots given back because
+                        their hedge answered first (or the other way round), and what they
+                        cost (in total_cost_usd already); from the attempts' facts
     budget_usd          float | null; budget_used_pct: float | null
     jobs_by_status      {"passed": 2, "skipped": 1, ...}
     tests               {"total", "passed", "failures", "errors", "skipped", "flaky_jobs"}
@@ -95,6 +98,7 @@ def build_summary(
         "finished_at": iso(record.finished_at),
         "duration_s": _round(max(0.0, record.finished_at - record.started_at), 3),
         "total_cost_usd": _round(total, 6),
+        "hedges": _hedges(record),
         "budget_usd": budget,
         "budget_used_pct": _round(100.0 * total / budget, 1) if budget else None,
         "jobs_by_status": dict(Counter(r.status.value for r in record.results)),
@@ -104,6 +108,16 @@ def build_summary(
         "comparison": None,
         "jobs": jobs,
     }
+
+
+def _hedges(record: RunRecord) -> dict[str, Any]:
+    """Hedged boots over the run: the losers given back and their cost, from the facts."""
+    given_back, cost = 0, 0.0
+    for result in record.results:
+        for attempt in result.attempts:
+            given_back += int(F.to_float(attempt.facts.get("boots_given_back")) or 0)
+            cost += F.to_float(attempt.facts.get("hedge_cost_usd")) or 0.0
+    return {"boots_given_back": given_back, "cost_usd": _round(cost, 6)}
 
 
 def ci_info(env: Mapping[str, str]) -> dict[str, str | None] | None:

@@ -4,7 +4,7 @@ one, amber for one that was retried. Every text is XML-escaped; a hover shows ea
 
 from __future__ import annotations
 
-from runner.report.markdown import duration
+from runner.figures import duration
 from runner.report.text import escape_text as escape
 from runner.report.timeline import Span, Timeline
 

@@ -146,39 +146,53 @@ async def receive_within(receive: Receive, deadline: float) -> dict[str, Any] | 
 
 class Waiting:
     """The connections waiting for a request's head, oldest first: all of them and by client
-    address. Used on the event loop's thread only."""
+    address. Those that never sent a whole head (`fresh`) make room before those kept alive
+    after a reply: a client that was served keeps its connection while new ones crowd in.
+    Used on the event loop's thread only."""
 
     def __init__(self, per_address: int = WAITING_PER_ADDRESS, total: int = MAX_WAITING) -> None:
         self.per_address = per_address
         self.total = total
-        self._all: dict[HeaderDeadline, str] = {}  # dicts keep insertion order: oldest first
-        self._by_address: dict[str, dict[HeaderDeadline, None]] = {}
+        # dicts keep insertion order: oldest first. [fresh, kept alive], in all and by address
+        self._all: tuple[dict[HeaderDeadline, str], dict[HeaderDeadline, str]] = ({}, {})
+        self._by_address: dict[str, tuple[dict[HeaderDeadline, str], ...]] = {}
 
-    def add(self, conn: HeaderDeadline, address: str) -> HeaderDeadline | None:
+    def add(self, conn: HeaderDeadline, address: str, fresh: bool) -> HeaderDeadline | None:
         """Count `conn` as waiting; the connection to close to make room for it, if any."""
-        mine = self._by_address.setdefault(address, {})
+        mine = self._by_address.setdefault(address, ({}, {}))
         oldest = None
-        if len(mine) >= self.per_address:
-            oldest = next(iter(mine))
-        elif len(self._all) >= self.total:
-            oldest = next(iter(self._all))
+        if sum(map(len, mine)) >= self.per_address:
+            oldest = _first(mine)
+        elif len(self) >= self.total:
+            oldest = _first(self._all)
         if oldest is not None:
             self.discard(oldest)
-        mine[conn] = None
-        self._all[conn] = address
+        kind = 0 if fresh else 1
+        mine[kind][conn] = address
+        self._all[kind][conn] = address
         return oldest
 
     def discard(self, conn: HeaderDeadline) -> None:
-        address = self._all.pop(conn, None)
-        if address is None:
-            return
-        mine = self._by_address[address]
-        del mine[conn]
-        if not mine:
-            del self._by_address[address]
+        for kind in self._all:
+            address = kind.pop(conn, None)
+            if address is not None:
+                mine = self._by_address[address]
+                for group in mine:
+                    group.pop(conn, None)
+                if not any(mine):
+                    del self._by_address[address]
+                return
 
     def __len__(self) -> int:
-        return len(self._all)
+        return sum(map(len, self._all))
+
+
+def _first(groups: tuple[dict[HeaderDeadline, str], ...]) -> HeaderDeadline | None:
+    """The oldest of the first group that has any."""
+    for group in groups:
+        if group:
+            return next(iter(group))
+    return None
 
 
 def address_of(client: tuple[str, int] | None) -> str:
@@ -207,11 +221,11 @@ class HeaderDeadline(H11Protocol):
     def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)
         self._address = address_of(self.client)
-        self._arm()
+        self._arm(fresh=True)
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
-        self._arm()
+        self._arm(fresh=False)
 
     def handle_events(self) -> None:
         super().handle_events()
@@ -223,11 +237,11 @@ class HeaderDeadline(H11Protocol):
         self._disarm()
         super().connection_lost(exc)
 
-    def _arm(self) -> None:
+    def _arm(self, fresh: bool) -> None:
         self._disarm()
         if not self.transport.is_closing():
             self._deadline = self.loop.call_later(self.header_timeout_s, self._expired)
-            crowded_out = self.waiting.add(self, self._address)
+            crowded_out = self.waiting.add(self, self._address, fresh)
             if crowded_out is not None:
                 crowded_out._expired()
 
@@ -242,6 +256,9 @@ class HeaderDeadline(H11Protocol):
         cycle = self.cycle
         if cycle is None or cycle.response_complete:
             self.transport.close()
+            # Not counted against uvicorn's limit from now: connection_lost comes a loop turn
+            # later, and a burst of new connections crowding old ones out filled it meanwhile.
+            self.connections.discard(self)
 
 
 def uvicorn_limits(

@@ -3,25 +3,13 @@ logs go to `<data>/logs/<job>.log` (every attempt appended), and nobody watches 
 
 from __future__ import annotations
 
-from typing import TextIO
-
 from runner.backends.base import BackendStage, Place, Stream
-from runner.console import Console
 from runner.core.model import Job
 
 
-class QuietConsole(Console):
-    """JobLog also echoes output to a console; a server has nobody watching one, and must
-    not keep per-job console state for months (nor a redraw thread)."""
-
-    def __init__(self, stream: TextIO, live: bool = False) -> None:
-        super().__init__(stream, live=False, tick_s=0, heartbeat_s=0)
-
-    def output(self, job: Job, stream: Stream, data: bytes) -> None:
-        return None
-
-    def flush_job(self, job: Job) -> None:
-        return None
+class QuietConsole:
+    """An AttemptConsole (runner.joblog) that shows nothing: a server has nobody watching, and
+    must not keep per-job console state for months (nor a redraw thread)."""
 
     def placed(self, job: Job, place: Place) -> None:
         return None
@@ -32,4 +20,13 @@ class QuietConsole(Console):
         return None
 
     def note(self, job: Job, text: str) -> None:
+        return None
+
+    def notice(self, text: str) -> None:
+        return None
+
+    def output(self, job: Job, stream: Stream, data: bytes) -> None:
+        return None
+
+    def flush_job(self, job: Job) -> None:
         return None

@@ -28,7 +28,6 @@ from __future__ import annotations
 import concurrent.futures
 import datetime as dt
 import functools
-import io
 import logging
 import math
 import os
@@ -151,7 +150,7 @@ class Service:
             backend,
             options.data_dir,
             clock,
-            QuietConsole(io.StringIO(), live=False),
+            QuietConsole(),
             {ENV_NAME: options.instance},  # no workspace: a queue's jobs start in empty folders
         )
         self.shared = shared(store)  # other instances work on it: claim jobs, hold a lease

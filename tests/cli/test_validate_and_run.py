@@ -282,3 +282,29 @@ def test_a_missing_pipeline_is_one_line(
     code, _, err = cli(capsys, ["run", "nope.yml", "--backend", "local"])
     assert (code, err) == (2, "nope.yml:1:1: file not found (check the path)\n")
     assert re.fullmatch(r"[^\n]*\n", err)
+
+
+def test_budget_and_concurrency_flags_reach_the_run_once(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """--budget and --concurrency replace the file's values in the pipeline, the one carrier
+    the console, the reports and the backend read: one job at a time, the flag's budget."""
+    import itertools
+    import json
+
+    monkeypatch.chdir(tmp_path)
+    jobs = "".join(f"  j{i}: {{run: 'sleep 0.1', workspace: false}}\n" for i in range(3))
+    (tmp_path / "p.yml").write_text("budget: 9\nconcurrency: 5\njobs:\n" + jobs)
+    args = ["run", "p.yml", "--out", "out", "--backend", "local"]
+    code, _, err = cli(capsys, [*args, "--budget", "2.5", "--concurrency", "1"])
+    assert code == 0, err
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text(encoding="utf-8"))
+    assert summary["budget_usd"] == 2.5
+    spans = sorted(
+        (a["offset_s"], a["offset_s"] + a["duration_s"])
+        for job in summary["jobs"]
+        for a in job["attempt_details"]
+    )
+    # One after the other (the report rounds to the millisecond); at once they would overlap
+    # by most of their 0.1 s.
+    assert all(end <= start + 0.005 for (_, end), (start, _) in itertools.pairwise(spans))

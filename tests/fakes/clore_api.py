@@ -329,6 +329,7 @@ class FakeClore:
         self.refused_currencies: dict[int, set[str]] = {100504: {"USD-Blockchain"}}
         self.appear_after_s = 3.0
         self.online_after_s = 30.0
+        self.tag_only_online = False  # True: http_port (our tag) listed only once online
         self.ssh_host = "n1.us.clorecloud.net"
         self.ssh_port: int | None = None  # None: a port derived from the order id
         self.enforce_rate_limits = True
@@ -829,7 +830,9 @@ class FakeClore:
             "gpu_array": server.get("gpu_array", []),
         }
         http = [p for p, kind in order.ports.items() if kind == "http"]
-        if http:  # the container port of the order's one HTTP port, a string (the capture's)
+        if http and (reply["online"] or not self.tag_only_online):
+            # The container port of the order's one HTTP port, a string (the capture's, of an
+            # order online: whether a booting order lists it is unconfirmed, hence the knob).
             reply["http_port"] = http[0]
         if reply["online"]:
             # Connection fields exist only once the order is up (absent before: tolerated).

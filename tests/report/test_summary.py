@@ -97,6 +97,7 @@ def _variants(summary: dict[str, Any]) -> list[dict[str, Any]]:
         {"ci": {"run_id": "7", "run_url": "https://x/7", "sha": ""}},
         {"ci": None, "comparison": None},
         {"jobs": [dict(j, attempt_details=[], attempts=0) for j in summary["jobs"]]},
+        {"hedges": {"boots_given_back": 3, "cost_usd": 0.0123}},
         # a failure continue-on-error allows, beside one that fails the run
         {"jobs": [dict(job, allowed_failure=True, id="allowed"), job]},
     ]
@@ -129,6 +130,27 @@ def test_run_fields(tmp_path: Path) -> None:
         "total": 10, "passed": 3, "failures": 3, "errors": 1, "skipped": 3, "flaky_jobs": 1,
     }  # fmt: skip
     assert s["ci"] is None and s["comparison"] is None
+    assert s["hedges"] == {"boots_given_back": 0, "cost_usd": 0.0}
+
+
+def test_hedged_boots_are_summed_from_the_attempts_facts_and_shown_by_the_cost(
+    tmp_path: Path,
+) -> None:
+    record = mixed_record()
+    first = record.results[0]
+    hedged = dataclasses.replace(
+        first.attempts[-1],
+        facts={**first.attempts[-1].facts, "boots_given_back": "2", "hedge_cost_usd": "0.0042"},
+    )
+    record = dataclasses.replace(
+        record,
+        results=(dataclasses.replace(first, attempts=(*first.attempts[:-1], hedged)),
+                 *record.results[1:]),
+    )  # fmt: skip
+    write_reports(tmp_path, record)
+    s = load_summary(tmp_path / "summary.json")
+    assert s["hedges"] == {"boots_given_back": 2, "cost_usd": 0.0042}
+    assert "(hedged boots: 2 given back, $0.0042)" in render_markdown(s)
 
 
 def test_job_fields_costs_per_attempt_and_host(tmp_path: Path) -> None:

@@ -32,7 +32,14 @@ from runner.backends.clore.models import (
     SpotMarket,
     Wallet,
 )
-from runner.backends.clore.ownership import Claim, CreateJournal, OffsetMeter, find_ours, new_tag
+from runner.backends.clore.ownership import (
+    Claim,
+    CreateJournal,
+    OffsetMeter,
+    after_success,
+    find_ours,
+    new_tag,
+)
 from runner.backends.clore.ratelimit import DEFAULT_LIMITER, RateLimiter
 from runner.untrusted import console_line
 
@@ -356,7 +363,7 @@ class CloreClient:
         for delay in self.recover_delays_s:
             self.limiter.clock.sleep(delay)
             try:
-                verdict = find_ours(self.my_orders(), claim, taken)
+                orders = self.my_orders()
             except e.CloreApiError as exc:
                 raise e.OrderOutcomeUnknownError(
                     f"could not check my_orders after create_order on server "
@@ -365,8 +372,12 @@ class CloreClient:
                     endpoint="create_order",
                     hint="a billed server may exist: run `clore-run cleanup`",
                 ) from (cause or exc)
+            verdict = find_ours(orders, claim, taken)
             if verdict.order is not None and not verdict.order.expired:
                 return verdict.order
+            accepted = after_success(orders, claim, taken) if cause is None else None
+            if accepted is not None:  # our create succeeded: the tag is just not listed yet
+                return accepted
             if verdict.not_ours:
                 log.info("server %s: not our order: %s", claim.server_id, verdict.describe())
         return None

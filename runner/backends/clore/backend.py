@@ -348,7 +348,8 @@ class CloreBackend:
             market = _LiveMarket(self, self._offers())
         except api_errors.CloreApiError as exc:
             # Nothing can be rented: each job ends saying why, and the reports are written.
-            market = _LiveMarket(self, [], unread=f"the marketplace could not be read: {exc}")
+            what = "the marketplace" if exc.endpoint == "marketplace" else "the Clore API"
+            market = _LiveMarket(self, [], unread=f"{what} could not be read: {exc}")
         self._live = market
         bound_s = self.provisioner.options.online_timeout_s
         memory = self.hosts.memory()
@@ -413,7 +414,7 @@ class CloreBackend:
                 )
             label = _offer_label(offer)
             self.hedges.rented(cmd, label)
-            hedging = f" (a hedge: server {cmd.hedge_of} boots late)" if cmd.hedge_of else ""
+            hedging = " (a hedge: its other boot runs late)" if cmd.hedge_of is not None else ""
             stages.stage("renting", label + hedging, hourly)
             rental = self.provisioner.rent(
                 job, offer, cancel, stages, track=lambda r: self._track(cmd.server, r)

@@ -2,7 +2,8 @@
 
 The core decides hedges (runner/core/hedge.py); the backend tells this log each rent, each
 give-back and each placement, and puts what it answers in the winning attempt's facts
-(`boots_rented`, `hedge`, `hedge_cost_usd`), which summary.json carries.
+(`boots_rented`, `boots_given_back`, `hedge`, `hedge_cost_usd`), which summary.json carries
+(and sums in its `hedges`).
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ class HedgeLog:
         winner = labels.get(server, f"server {server}")
         others = ", ".join(label for s, label in boots if s != server)
         return {
+            "boots_given_back": str(len(boots) - 1),
             "boots_rented": "; ".join(label for _, label in boots),
             "hedge": f"{len(boots) - 1} hedge(s): {winner} answered SSH first; {others} given back",
         }

@@ -269,6 +269,30 @@ def find_ours(orders: Iterable[Order], claim: Claim, taken: Collection[int] = ()
     return Verdict(None, tuple(reasons), ambiguous=doubtful)
 
 
+def after_success(
+    orders: Iterable[Order], claim: Claim, taken: Collection[int] = ()
+) -> Order | None:
+    """After a create the API answered as a success, while the tag is not listed yet: the one
+    live order on the server, made in the create's window, that lists no tag at all and
+    whose echoed image, currency and bid agree. A server holds one renter at a time, so with
+    our create accepted an order listed on it since then is ours; an order still listed from
+    before (a cancel lagging) is outside the window. Only the run that got the answer may
+    use this: nothing later can tell that the answer was a success."""
+    low, high = claim.window()
+    fits = [
+        o
+        for o in orders
+        if o.si == claim.server_id
+        and o.id not in taken
+        and not o.expired
+        and not (o.http_port or "").strip()
+        and o.ct is not None
+        and low <= o.ct <= high
+        and claim._echo_mismatch(o) is None
+    ]
+    return fits[0] if len(fits) == 1 else None
+
+
 def _maybe_ours(order: Order, claim: Claim) -> bool:
     """An order that failed a check yet may be ours: it echoes our tag, or none at all, and
     was made in the create's window (or says not when)."""

@@ -84,6 +84,7 @@ def test_the_winning_attempt_says_which_boots_raced_and_what_the_losers_cost() -
     log.given_back(1, "hedge: RTX 4090 #200002 answered SSH first", 0.0031)
     log.given_back(2, "no job waiting can use it within a boot", 0.5)  # not a hedge's loser
     assert log.facts("train", 2) == {
+        "boots_given_back": "1",
         "boots_rented": "RTX 4090 #200001; RTX 4090 #200002",
         "hedge": "1 hedge(s): RTX 4090 #200002 answered SSH first; RTX 4090 #200001 given back",
     }
