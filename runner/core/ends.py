@@ -45,6 +45,13 @@ class Ends:
             self.due.update(self.starved)
             self.starved.clear()
 
+    def ready(self, job_id: str) -> None:
+        """The job waits for a server now: it is no longer planned ahead."""
+        if job_id in self.eta:
+            del self.eta[job_id]
+        if job_id in self.due:
+            del self.due[job_id]
+
     def drop(self, job_id: str) -> None:
         """The job is ready (or final): nothing is rented ahead for it any more."""
         if job_id in self.eta:

@@ -125,9 +125,7 @@ class Fleet:
     of a server's state. `out` is the book's list of commands; `on_free` is told each time a
     server is given back (a slot under the cap opens)."""
 
-    def __init__(
-        self, budget: Budget, out: list[CoreCommand], boot: BootTimes, on_free: Callable[[], None]
-    ) -> None:
+    def __init__(self, budget: Budget, out: list[CoreCommand], boot: BootTimes) -> None:
         self.budget = budget
         self.boot = boot  # boot times, learned from each boot seen
         self.servers: dict[int, Server] = {}
@@ -146,7 +144,7 @@ class Fleet:
         self.to_hedge: list[int] = []
         self.excluded = Exclusions()
         self._out = out
-        self._on_free = on_free
+        self.on_free: Callable[[], None] = _nothing
         self._ids = itertools.count(1)
 
     # -- coming in ---------------------------------------------------------------------------
@@ -234,7 +232,7 @@ class Fleet:
             self.budget.given_back(server.id, now)
             server.state = RELEASING
             self.releasing[server.id] = server
-        self._on_free()
+        self.on_free()
         self._out.append(ReleaseServer(server.id, reason, server.rented))
 
     def released(self, server_id: int, cost_usd: float | None) -> None:
@@ -348,6 +346,10 @@ class Fleet:
 
     def idle_views(self) -> list[ServerView]:
         return [_view(s) for s in sorted(self.idle.values(), key=by_id)]
+
+
+def _nothing() -> None:
+    pass
 
 
 def _view(s: Server) -> ServerView:

@@ -85,8 +85,9 @@ class ServerBook:
         self._out: list[CoreCommand] = []  # every part adds its commands here
         out = self._out
         self._jobs = jobs_ = KnownJobs(market or NoMarket(), durations_s)
-        self._fleet = fleet = Fleet(self.budget, out, boot or BootTimes(), self._slot_freed)
+        self._fleet = fleet = Fleet(self.budget, out, boot or BootTimes())
         self._ends = ends = Ends(jobs_, fleet, out, renting, provisioning)
+        fleet.on_free = ends.wake_starved  # a server given back opens a slot under the cap
         self._hedger = hedger = Hedger(hedge, fleet, jobs_, self.budget, out, cap)
         self._placer = Placer(fleet, jobs_, self.budget, ends, hedger, out, cap, renting)
         self._renter = renter = Renter(fleet, jobs_, self.budget, ends, hedger, out, cap, renting)
@@ -104,9 +105,6 @@ class ServerBook:
         for quote in fixed_hosts:
             fleet.add_fixed(quote, now)
         self.add_jobs(jobs, now)
-
-    def _slot_freed(self) -> None:
-        self._ends.wake_starved()
 
     # -- what the book is told -------------------------------------------------------------
 
@@ -135,11 +133,7 @@ class ServerBook:
         """The job is ready for attempt `attempt` and needs a server."""
         self._dirty = True
         self._jobs.want(job_id, attempt, timeout_s)
-        ends = self._ends
-        if job_id in ends.eta:
-            del ends.eta[job_id]
-        if job_id in ends.due:
-            del ends.due[job_id]
+        self._ends.ready(job_id)
 
     def drop(self, job_id: str) -> int | None:
         """The job no longer wants a server (killed while waiting): the number of the attempt
@@ -270,7 +264,7 @@ class ServerBook:
         self._out.clear()
         return out
 
-    # -- reading ---------------------------------------------------------------------------
+    # -- reading (delegated to the part that holds each figure) ------------------------------
 
     @property
     def boot(self) -> BootTimes:
@@ -318,24 +312,23 @@ class ServerBook:
 
     @property
     def spent_usd(self) -> float:
-        """What the servers given back (and failed rents) cost."""
-        return self.budget.spent_usd
+        return self.budget.spent_usd  # the servers given back (and failed rents)
 
     def cost_usd(self, now: float) -> float:
-        """Spent, plus what the servers held have cost so far."""
-        return self.budget.cost_usd(now)
+        return self.budget.cost_usd(now)  # spent, and what the servers held cost so far
 
     def committed_usd(self, now: float) -> float:
-        """Spent, plus the reservation (or the cost so far, if more) of every server held."""
-        return self.budget.committed_usd(now)
+        return self.budget.committed_usd(now)  # spent, and every reservation (or cost so far)
 
     def servers(self) -> list[ServerView]:
         return self._fleet.views()
 
+    def idle_servers(self) -> list[ServerView]:
+        return self._fleet.idle_views()  # up and running nothing
+
     @property
     def held(self) -> int:
-        """Servers held (booting, idle or busy)."""
-        return len(self._fleet.servers)
+        return len(self._fleet.servers)  # booting, idle or busy
 
     @property
     def in_use(self) -> int:
@@ -344,32 +337,24 @@ class ServerBook:
         costs nothing and is no one's). Two ints, so another thread may read it."""
         return len(self._fleet.rented) + self._fleet.fixed_busy
 
-    def idle_servers(self) -> list[ServerView]:
-        """The servers up and running nothing."""
-        return self._fleet.idle_views()
-
     @property
     def idle_count(self) -> int:
-        """How many servers are up and running nothing."""
         return len(self._fleet.idle)
 
     @property
     def jobs_known(self) -> int:
-        """Jobs the book holds: unsettled ones, and settled ones a dependent still needs."""
-        return len(self._jobs.records)
+        return len(self._jobs.records)  # unsettled, and settled ones a dependent still needs
 
     @property
     def running_count(self) -> int:
-        """Jobs running on a server now (at most the cap)."""
-        return len(self._fleet.on)
+        return len(self._fleet.on)  # at most the cap
 
     @property
     def waiting_count(self) -> int:
         return len(self._jobs.waiting)
 
     def waiting(self) -> list[str]:
-        """Jobs that are ready and have no server yet."""
-        return list(self._jobs.waiting)
+        return list(self._jobs.waiting)  # ready, with no server yet
 
     def wait_reason(self, job_id: str) -> str | None:
         """What a waiting job waits for ("budget", "cap", "boot", "reuse", "release"), if
@@ -385,13 +370,11 @@ class ServerBook:
 
     @property
     def dirty(self) -> bool:
-        """Told something since its last decision (else a decision would decide nothing)."""
-        return self._dirty
+        return self._dirty  # told something since its last decision
 
     @property
     def renting(self) -> bool:
-        """Does this book rent (a market), or hold only servers that already exist?"""
-        return self._renting
+        return self._renting  # False: it holds only servers that already exist
 
     @property
     def expected_boot_s(self) -> float:

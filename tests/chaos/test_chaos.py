@@ -16,6 +16,7 @@ and are fixed on main; every case here now holds every invariant.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
@@ -42,7 +43,15 @@ TOLERATED: dict[str, str] = {}  # none left: F1 (cost over the bill) was the las
 # Drawn seeds (small) that break an invariant, with the finding that explains it.
 # Only seeds that break it every time are listed (a strict xfail must not flake): most
 # defects depend on timing, and their examples below show them reliably.
-KNOWN_FAILING: dict[int, tuple[str, str]] = {}
+# A case "big:N" is seed N drawn full size (3-10 jobs), as the long run draws them.
+KNOWN_FAILING: dict[str, tuple[str, str]] = {
+    "big:1094": (
+        "hung",
+        "F9: after a late-sshd boot is given up and a rental ahead is preempted while booting, "
+        "the run idles for ever, a fitting server held",
+    ),
+}
+KNOWN_BOUND_S = 40.0  # the known hang needs no 90 s to show: its healthy run takes ~15 s
 
 
 def _exactly_one_order(verdict: Verdict) -> list[str]:
@@ -109,7 +118,11 @@ def _known(finding: str) -> pytest.MarkDecorator:
 
 def _case_scenario(case: str) -> Scenario:
     kind, _, name = case.partition(":")
-    return EXAMPLES[name][0]() if kind == "example" else draw(int(name), small=True)
+    if kind == "example":
+        return EXAMPLES[name][0]()
+    if kind == "big":
+        return dataclasses.replace(draw(int(name)), run_bound_s=KNOWN_BOUND_S)
+    return draw(int(name), small=True)
 
 
 @pytest.fixture(scope="session")
@@ -142,14 +155,11 @@ def test_a_drawn_scenario_holds_every_invariant(case: str, verdicts: dict[str, V
 
 @pytest.mark.parametrize(
     "case",
-    [
-        pytest.param(f"seed:{seed}", marks=_known(finding))
-        for seed, (_, finding) in KNOWN_FAILING.items()
-    ],
+    [pytest.param(case, marks=_known(finding)) for case, (_, finding) in KNOWN_FAILING.items()],
 )
 def test_a_seed_that_found_a_defect(case: str, verdicts: dict[str, Verdict]) -> None:
     verdict = verdicts[case]
-    invariant = KNOWN_FAILING[int(case.partition(":")[2])][0]
+    invariant = KNOWN_FAILING[case][0]
     if _failing(verdict.violations, (invariant,)):
         pytest.fail(verdict.report(), pytrace=False)
 
@@ -191,4 +201,4 @@ def test_a_seed_draws_the_same_scenario_every_time(tmp_path: Path) -> None:
 def test_every_invariant_is_named() -> None:
     assert set(TOLERATED) <= set(INVARIANTS)
     assert {i for i, _ in KNOWN_FAILING.values()} <= set(INVARIANTS)
-    assert set(QUICK_SEEDS).isdisjoint(KNOWN_FAILING)
+    assert {f"seed:{s}" for s in QUICK_SEEDS}.isdisjoint(KNOWN_FAILING)

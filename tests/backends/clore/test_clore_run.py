@@ -813,3 +813,22 @@ def test_an_order_that_lists_its_tag_only_once_online_is_still_found_after_a_goo
     assert code == 0, record.results
     assert len(setup.fake.orders) == 1
     assert [r.state for r in ledger.rentals("run-1")] == ["released"]
+
+
+def test_a_rent_that_comes_to_nothing_says_so_after_its_renting_line(setup: Setup) -> None:
+    """A 'renting … #host' line must not stand for a server never held: the host that never
+    came up is followed by a 'not rented' line with the reason."""
+    first = next(s["id"] for s in setup.fake.servers.values() if "3090" in s["specs"]["gpu"])
+    setup.fake.never_online.add(first)
+    pipeline = parse_pipeline(_ONE_3090, "p.yml", {})
+    backend, _ = setup.backend(pipeline)
+    (setup.tmp / "ws").mkdir()
+    console = io.StringIO()
+    options = RunOptions(out_dir=setup.tmp / "out", workspace_root=setup.tmp / "ws")
+    execute(pipeline, backend, options, console)  # the only USD 3090: the job errors
+    lines = console.getvalue().splitlines()
+    renting = next(i for i, line in enumerate(lines) if "renting" in line and f"#{first}" in line)
+    assert any(
+        f"#{first} not rented: order" in line and "not online" in line
+        for line in lines[renting + 1 :]
+    ), lines
