@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from runner.backends.base import Backend
 from runner.backends.spec import BackendSpec, Reconcile, Say, Setup, Waits
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the backend's types load with the backend
+    from runner.backends.base import Backend
     from runner.core.model import Pipeline
 
 
