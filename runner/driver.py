@@ -316,6 +316,7 @@ class Driver(Generic[C]):
         # What the give-back could not confirm (a cancel refused, an order never found): the
         # run's reports say it too, and `clore-run cleanup` finishes it.
         self.give_back_warnings: list[str] = []
+        self._rents_said: dict[int, str] = {}  # rents under way: the job and host said
 
     # -- any thread ------------------------------------------------------------------------
 
@@ -461,6 +462,7 @@ class Driver(Generic[C]):
         elif isinstance(posted, _MustStop):
             self.feed(self.options.must_stop(posted.reason, now), now)
         elif isinstance(posted, _FromServer):
+            self._rent_over(posted.event)
             self._apply(self._placing.handle(posted.event, now), now)
         elif posted is not None and not isinstance(posted, _Quit):
             self.feed(posted, now)
@@ -623,8 +625,16 @@ class Driver(Generic[C]):
             f"{cmd.for_job}: renting {cmd.quote.gpu_model or 'a server'} #{cmd.quote.host}"
             f"{ahead} (${cmd.quote.usd_per_hour:.3f}/h, up to ${cmd.worst_case_usd:.2f})"
         )
+        self._rents_said[cmd.server] = f"{cmd.for_job}: #{cmd.quote.host}"
         # Not joined at the end: the backend's shutdown cancels rents under way, and waits.
         self._off_loop([], self._rent_off_loop, cmd, self._jobs[cmd.for_job])
+
+    def _rent_over(self, event: ServerEvent) -> None:
+        """A rent said on screen ends: one that came to nothing says so, or its "renting"
+        line would stand for a server never held (a rent given up before its create)."""
+        said = self._rents_said.pop(event.server, None)
+        if said is not None and isinstance(event, RentFailed):
+            self.options.notice(f"{said} not rented: {event.reason}")
 
     def _job_note(self, cmd: JobNote, now: float) -> None:
         self.options.notice(f"{cmd.job_id}: {cmd.text}")

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-from runner.backends.base import Backend
+from typing import TYPE_CHECKING
+
 from runner.backends.spec import BackendSpec, Reconcile, Setup
+
+if TYPE_CHECKING:  # the backend's types load with the backend
+    from runner.backends.base import Backend
 
 
 def _build(setup: Setup) -> Backend:

@@ -20,8 +20,10 @@ tests/serve/test_fleet_clore.py patches the client's limiter for its `serve` pro
 from __future__ import annotations
 
 import dataclasses
+import faulthandler
 import functools
 import os
+import signal
 from typing import Any
 
 RECOVER_ENV = "CHAOS_RECOVER_DELAYS_S"  # a scenario that needs the real schedule sets it
@@ -68,6 +70,8 @@ def shorten_pace() -> None:
 
 
 def main() -> None:
+    # A hung run is asked for its threads' stacks (SIGUSR2, on its stderr) before it is killed.
+    faulthandler.register(signal.SIGUSR2, all_threads=True)
     shorten_pace()
     from runner.launch import main as launch
 

@@ -27,7 +27,6 @@ from tests.fakes.clore_api import API_KEY
 from tests.processes import marked_env
 
 REPO = Path(__file__).resolve().parents[2]
-RUN_BOUND_S = 90.0  # a run that has not ended by then is hung: a finding, and killed
 CLEANUP_BOUND_S = 60.0
 
 
@@ -120,6 +119,8 @@ def _finish(m: Market, p: _Process, bound_s: float) -> None:
         result.code = p.proc.wait(timeout=bound_s)
     except subprocess.TimeoutExpired:
         result.hung = True
+        p.proc.send_signal(signal.SIGUSR2)  # its threads' stacks to its stderr (entry.py)
+        time.sleep(1.0)  # for the dump to be written; the process is killed anyway
         p.proc.kill()
         result.code = p.proc.wait(timeout=10)
     p.ended.wait(10)
@@ -189,8 +190,8 @@ def play(scenario: Scenario, m: Market, folder: Path) -> list[RunResult]:
         _signal(m, first, *scenario.signal, anchor=scenario.signal_anchor)
     left = list(procs)
     while left:  # each run's cleanup as soon as it ends, while the other may still run
-        done = _first_to_end(left, started)
-        _finish(m, done, max(1.0, started + RUN_BOUND_S - time.monotonic()))
+        done = _first_to_end(left, started, scenario.run_bound_s)
+        _finish(m, done, max(1.0, started + scenario.run_bound_s - time.monotonic()))
         if scenario.faults_end_with_run:
             m.heal()
         # The action's always-run step: after a kill, in a race (the other run's orders must
@@ -206,7 +207,7 @@ def _signal(m: Market, p: _Process, name: str, at_s: float, anchor: str = "") ->
     """`name` to the run `at_s` after its first API call (to `anchor`, if given), unless it
     ended: a signal during Python's start-up, before the CLI is there to handle it, tells
     nothing about rentals."""
-    bound = time.monotonic() + RUN_BOUND_S
+    bound = time.monotonic() + m.scenario.run_bound_s
     caller = p.result.caller
     while not any(r.caller == caller and r.endpoint.startswith(anchor) for r in m.fake.requests):
         if p.proc.poll() is not None or time.monotonic() > bound:
@@ -220,8 +221,8 @@ def _signal(m: Market, p: _Process, name: str, at_s: float, anchor: str = "") ->
         p.signalled_at = time.monotonic()
 
 
-def _first_to_end(procs: list[_Process], started: float) -> _Process:
-    while time.monotonic() - started < RUN_BOUND_S:
+def _first_to_end(procs: list[_Process], started: float, bound_s: float) -> _Process:
+    while time.monotonic() - started < bound_s:
         for p in procs:
             if p.ended.wait(0.05 / len(procs)):
                 return p

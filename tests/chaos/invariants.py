@@ -29,6 +29,7 @@ INVARIANTS = (
     "idle_order",
     "signal",
 )
+EXPLAINED = ("ahead of its needs", "as a hedge of a late boot")  # a rent that may run nothing
 UNRELEASED_WARNING = "not confirmed released"  # how a run says it left an order to cleanup
 SIGNAL_BOUND_S = 10.0  # GitHub: SIGTERM, then SIGKILL 7.5-10 s later
 
@@ -155,8 +156,9 @@ def _idle_orders(
     """Orders that ran no job and that no host fault, rent-ahead notice or lost create explains.
 
     summary.json's attempt facts carry `order_id`; nothing there says "rented ahead" or "hedge"
-    yet, so the run's own "renting ... ahead of its needs" line on its output is the explanation
-    looked for, matched to the order through the ledger's job of that order."""
+    yet, so the run's own line "JOB: renting ... ahead of its needs" (or "... as a hedge of a
+    late boot") on its output is the explanation looked for, matched to the order through the
+    ledger's job of that order."""
     used = {
         str(a.get("facts", {}).get("order_id"))
         for j in summary.get("jobs", [])  # type: ignore[attr-defined]
@@ -170,7 +172,7 @@ def _idle_orders(
             continue
         job = job_of.get(order.id)
         if job is not None and any(
-            f"{job}: renting" in line and "ahead of its needs" in line
+            f"{job}: renting" in line and any(why in line for why in EXPLAINED)
             for line in run.stdout.splitlines()
         ):
             continue

@@ -82,6 +82,7 @@ class Scenario:
     # The client's wait for a new order in my_orders (None: the suite's short one; see entry.py)
     recover_delays_s: tuple[float, ...] | None = None
     real_shutdown: bool = False  # the cancel confirmations' default bounds (entry.py)
+    run_bound_s: float = 90.0  # a run not ended by then is hung: a finding, and killed
     appear_after_s: float | None = None  # my_orders lists a new order this late (None: 0.3 s)
 
     def pipeline(self, marker_dir: str) -> str:

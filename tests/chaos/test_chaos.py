@@ -16,6 +16,7 @@ and are fixed on main; every case here now holds every invariant.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
@@ -42,7 +43,14 @@ TOLERATED: dict[str, str] = {}  # none left: F1 (cost over the bill) was the las
 # Drawn seeds (small) that break an invariant, with the finding that explains it.
 # Only seeds that break it every time are listed (a strict xfail must not flake): most
 # defects depend on timing, and their examples below show them reliably.
-KNOWN_FAILING: dict[int, tuple[str, str]] = {}
+# A case "big:N" is seed N drawn full size (3-10 jobs), as the long run draws them.
+KNOWN_FAILING: dict[str, tuple[str, str]] = {
+    # F9, fixed: after a late-sshd boot was given up, j1 waited for ever beside the server
+    # rented ahead for j2, which needs j1 (a job may take a server rented ahead for a job not
+    # ready yet). Kept as a case that must hold.
+    "big:1094": ("hung", ""),
+}
+KNOWN_BOUND_S = 40.0  # the known hang needs no 90 s to show: its healthy run takes ~15 s
 
 
 def _exactly_one_order(verdict: Verdict) -> list[str]:
@@ -109,7 +117,11 @@ def _known(finding: str) -> pytest.MarkDecorator:
 
 def _case_scenario(case: str) -> Scenario:
     kind, _, name = case.partition(":")
-    return EXAMPLES[name][0]() if kind == "example" else draw(int(name), small=True)
+    if kind == "example":
+        return EXAMPLES[name][0]()
+    if kind == "big":
+        return dataclasses.replace(draw(int(name)), run_bound_s=KNOWN_BOUND_S)
+    return draw(int(name), small=True)
 
 
 @pytest.fixture(scope="session")
@@ -118,9 +130,8 @@ def verdicts(
 ) -> dict[str, Verdict]:
     """Every chaos case this session selected, played at once, PARALLEL at a time."""
     params = (getattr(item, "callspec", None) for item in request.session.items)
-    cases = sorted(
-        {p.params["case"] for p in params if p and isinstance(p.params.get("case"), str)}
-    )
+    selected = {p.params["case"] for p in params if p and isinstance(p.params.get("case"), str)}
+    cases = sorted(selected - {"quick-set"})
     folder = tmp_path_factory.mktemp("chaos")
     played = play_all([_case_scenario(c) for c in cases], folder, jobs=PARALLEL)
     by_seed = {v.scenario.seed: v for v in played}
@@ -143,13 +154,13 @@ def test_a_drawn_scenario_holds_every_invariant(case: str, verdicts: dict[str, V
 @pytest.mark.parametrize(
     "case",
     [
-        pytest.param(f"seed:{seed}", marks=_known(finding))
-        for seed, (_, finding) in KNOWN_FAILING.items()
+        pytest.param(case, marks=[_known(finding)] if finding else [])
+        for case, (_, finding) in KNOWN_FAILING.items()
     ],
 )
 def test_a_seed_that_found_a_defect(case: str, verdicts: dict[str, Verdict]) -> None:
     verdict = verdicts[case]
-    invariant = KNOWN_FAILING[int(case.partition(":")[2])][0]
+    invariant = KNOWN_FAILING[case][0]
     if _failing(verdict.violations, (invariant,)):
         pytest.fail(verdict.report(), pytrace=False)
 
@@ -191,4 +202,23 @@ def test_a_seed_draws_the_same_scenario_every_time(tmp_path: Path) -> None:
 def test_every_invariant_is_named() -> None:
     assert set(TOLERATED) <= set(INVARIANTS)
     assert {i for i, _ in KNOWN_FAILING.values()} <= set(INVARIANTS)
-    assert set(QUICK_SEEDS).isdisjoint(KNOWN_FAILING)
+    assert {f"seed:{s}" for s in QUICK_SEEDS}.isdisjoint(KNOWN_FAILING)
+
+
+@pytest.mark.parametrize("case", ["quick-set"])  # the fixture plays what the session selected
+def test_the_quick_set_is_not_vacuous(case: str, verdicts: dict[str, Verdict]) -> None:
+    """The invariants hold trivially for runs that rent nothing: the quick set must rent,
+    run jobs, and end every way (a harness that broke the CLI would pass everything else)."""
+    played = [v for c, v in verdicts.items() if c.startswith("seed:")]
+    if len(played) < len(QUICK_SEEDS):
+        pytest.skip("only part of the quick set was selected")
+    orders = sum(len(v.outcome.market.fake.orders) for v in played)
+    passed = sum(
+        j["status"] == "passed"
+        for v in played
+        for run in v.outcome.runs
+        for j in (run.summary or {}).get("jobs", [])
+    )
+    codes = {code for v in played for code in v.exit_codes}
+    assert orders >= 30 and passed >= 30, (orders, passed)
+    assert {0, 1, 3, 130, -9} <= codes, codes

@@ -114,6 +114,14 @@ def test_a_logged_in_login_link_redirects_only_to_a_path_here(tmp_path: Path) ->
             query = requests.compat.urlencode({"next": target})
             reply = browser.get(f"{srv.api.url}/login?{query}", allow_redirects=False)
             assert (reply.status_code, reply.headers["location"]) == (303, "/"), target
+        # A page asked for before logging in is where the login sends back, even one whose
+        # path needs quoting.
+        anonymous = requests.get(f"{srv.api.url}/ui/jobs/s9.a%20b%C3%A9", allow_redirects=False)
+        back = urllib.parse.parse_qs(anonymous.headers["location"].split("?", 1)[1])["next"][0]
+        after = requests.post(
+            f"{srv.api.url}/login", data={"token": TOKEN, "next": back}, allow_redirects=False
+        )
+        assert after.headers["location"] == "/ui/jobs/s9.a%20b%C3%A9"
         raw = browser.get(f"{srv.api.url}/login?next=/%09/127.0.0.2:18200/x", allow_redirects=False)
         assert raw.headers["location"] == "/"
         here = browser.get(f"{srv.api.url}/login?next=/ui/spend%3Fx%3D1", allow_redirects=False)

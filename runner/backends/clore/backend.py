@@ -348,7 +348,8 @@ class CloreBackend:
             market = _LiveMarket(self, self._offers())
         except api_errors.CloreApiError as exc:
             # Nothing can be rented: each job ends saying why, and the reports are written.
-            market = _LiveMarket(self, [], unread=f"the marketplace could not be read: {exc}")
+            what = "the marketplace" if exc.endpoint == "marketplace" else "the Clore API"
+            market = _LiveMarket(self, [], unread=f"{what} could not be read: {exc}")
         self._live = market
         bound_s = self.provisioner.options.online_timeout_s
         memory = self.hosts.memory()

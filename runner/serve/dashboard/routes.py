@@ -74,7 +74,9 @@ def mount(
     async def to_login(request: Request, exc: LoginNeeded) -> Response:
         if exc.fragment:  # a page script's fetch: it sends the browser to the form itself
             return _with_headers(Response("log in again", 401, media_type="text/plain"))
-        target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        # Quoted: the path arrives decoded, and `_safe_next` sends a space or non-ASCII home.
+        path = urllib.parse.quote(request.url.path)
+        target = path + (f"?{request.url.query}" if request.url.query else "")
         return _redirect("/login?" + urllib.parse.urlencode({"next": target}))
 
     @api.exception_handler(NotFound)

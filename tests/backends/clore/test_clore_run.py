@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from runner.backends.base import NO_STAGES, Place
+from runner.backends.clore.api import RetryPolicy
 from runner.backends.clore.backend import CloreBackend
 from runner.core.events import AttemptEnded
 from runner.core.model import Attempt, JobStatus, Pipeline, RunRecord
@@ -809,6 +810,36 @@ def test_an_order_that_lists_its_tag_only_once_online_is_still_found_after_a_goo
     the server made in the create's window, not skips the host and leaves it booting."""
     setup.fake.tag_only_online = True
     setup.fake.online_after_s = 120.0  # longer than the create's recovery looks
+    record, code, ledger = setup.run(parse_pipeline(_ONE_3090, "p.yml", {}))
+    assert code == 0, record.results
+    assert len(setup.fake.orders) == 1
+    assert [r.state for r in ledger.rentals("run-1")] == ["released"]
+
+
+def test_a_rent_that_comes_to_nothing_says_so_after_its_renting_line(setup: Setup) -> None:
+    """A 'renting … #host' line must not stand for a server never held: the host that never
+    came up is followed by a 'not rented' line with the reason."""
+    first = next(s["id"] for s in setup.fake.servers.values() if "3090" in s["specs"]["gpu"])
+    setup.fake.never_online.add(first)
+    pipeline = parse_pipeline(_ONE_3090, "p.yml", {})
+    backend, _ = setup.backend(pipeline)
+    (setup.tmp / "ws").mkdir()
+    console = io.StringIO()
+    options = RunOptions(out_dir=setup.tmp / "out", workspace_root=setup.tmp / "ws")
+    execute(pipeline, backend, options, console)  # the only USD 3090: the job errors
+    lines = console.getvalue().splitlines()
+    renting = next(i for i, line in enumerate(lines) if "renting" in line and f"#{first}" in line)
+    assert any(
+        f"#{first} not rented: order" in line and "not online" in line
+        for line in lines[renting + 1 :]
+    ), lines
+
+
+def test_a_failed_look_for_the_new_order_does_not_abandon_it(setup: Setup) -> None:
+    """my_orders failing right after a good create (every retry of one read): the search goes
+    on at its next delay and finds the order, instead of blaming the host and leaving the order
+    booting for cleanup (the fault suite's F10)."""
+    setup.fake.fail_next("my_orders", Faults.BAD_GATEWAY, times=RetryPolicy().max_attempts)
     record, code, ledger = setup.run(parse_pipeline(_ONE_3090, "p.yml", {}))
     assert code == 0, record.results
     assert len(setup.fake.orders) == 1

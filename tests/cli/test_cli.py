@@ -21,7 +21,7 @@ import runner
 from runner.cli import main
 from runner.spec.loader import load_pipeline
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("*.yml"))
 ML = ROOT / "examples" / "ml-pipeline.yml"
 HELLO = ROOT / "examples" / "hello.yml"
