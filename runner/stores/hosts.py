@@ -10,8 +10,9 @@ The history is advice, not a record of money: a write that fails is reported and
 run does not stop because it could not remember a host), and a file that cannot be read is an
 empty history. Rows older than `KEEP_S` are dropped when the store opens, so it stays small.
 
-The rows and their rules (`HostHistory`) are written once for both stores, as the ledger's are:
-a store says how it runs a statement and what its messages call it.
+The rows and their rules (`HostHistory`, runner/stores/host_history.py) are written once for
+both stores, as the ledger's are: a store says how it runs a statement and what its messages
+call it. This module is the SQLite store and the factory that picks one.
 """
 
 from __future__ import annotations
@@ -20,17 +21,29 @@ import threading
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from runner import sqlite_files
 from runner.clock import SYSTEM_CLOCK, Clock
-from runner.core.hosts import EVENT_KINDS, HostEvent, HostMemory
-from runner.errors import InfrastructureError
+from runner.core.hosts import EVENT_KINDS, HostMemory
 from runner.ledger import Execute
+from runner.stores.host_history import KEEP_S, HostHistory, HostHistoryError
 from runner.stores.target import is_postgres_url, require_psycopg
 
+T = TypeVar("T")
+
+__all__ = [
+    "FILE_NAME",
+    "KEEP_S",
+    "HostFile",
+    "HostHistory",
+    "HostHistoryError",
+    "hosts_target",
+    "open_hosts",
+    "read_memory",
+]
+
 FILE_NAME = "hosts.db"
-KEEP_S = 30 * 86400.0  # a host's month-old boots say little about it today
 _BUSY_TIMEOUT_S = 10.0
 _KINDS = ", ".join(f"'{k}'" for k in EVENT_KINDS)
 SCHEMA_VERSION = 1
@@ -47,79 +60,6 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
     ),
 )
 assert len(MIGRATIONS) == SCHEMA_VERSION
-T = TypeVar("T")
-_H = TypeVar("_H", bound="HostHistory")
-
-
-class HostHistoryError(InfrastructureError):
-    """The host history cannot be opened, read or written."""
-
-
-class HostHistory:
-    """The history's rows and rules, for every store: a store gives `_transact` (statements
-    with `?` placeholders as one unit, failures as HostHistoryError) and `where`."""
-
-    _clock: Clock
-
-    @property
-    def where(self) -> str:
-        raise NotImplementedError
-
-    def _transact(self, doing: str, work: Callable[[Execute], T]) -> T:
-        raise NotImplementedError
-
-    def close(self) -> None:
-        raise NotImplementedError
-
-    def __enter__(self: _H) -> _H:
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self.close()
-
-    def record(self, event: HostEvent) -> None:
-        """Remember one event of one host."""
-        if event.kind not in EVENT_KINDS:
-            raise ValueError(f"unknown host event {event.kind!r}; one of {', '.join(EVENT_KINDS)}")
-        self._transact(
-            "record a host event",
-            lambda execute: execute(
-                "INSERT INTO host_events (host, kind, at, boot_s, run_id) VALUES (?, ?, ?, ?, ?)",
-                (event.host, event.kind, event.at, event.boot_s, event.run_id),
-            ),
-        )
-
-    def events(self, host: str | None = None) -> list[HostEvent]:
-        """Every event remembered (of one host), oldest first."""
-        query = "SELECT host, kind, at, boot_s, run_id FROM host_events"
-        args: tuple[Any, ...] = ()
-        if host is not None:
-            query, args = query + " WHERE host = ?", (host,)
-        rows = self._transact(
-            "read host events", lambda execute: execute(query + " ORDER BY at", args).fetchall()
-        )
-        return [HostEvent(str(h), k, float(at), b, str(r)) for h, k, at, b, r in rows]
-
-    def memory(self) -> HostMemory:
-        """The history as of now, for the rules of runner/core/hosts.py."""
-        return HostMemory.of(self.events(), self._clock.time())
-
-    def clear(self, host: str | None = None) -> int:
-        """Forget one host (or every host); how many events went."""
-        query, args = "DELETE FROM host_events", tuple[str, ...]()
-        if host is not None:
-            query, args = query + " WHERE host = ?", (host,)
-        return int(self._transact("clear host events", lambda ex: ex(query, args).rowcount))
-
-    def prune(self, older_than_s: float = KEEP_S) -> int:
-        """Drop events older than `older_than_s`."""
-        cut = self._clock.time() - older_than_s
-        return int(
-            self._transact(
-                "prune host events",
-                lambda ex: ex("DELETE FROM host_events WHERE at < ?", (cut,)).rowcount,
-            )
-        )
 
 
 class HostFile(HostHistory):

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 from runner.clock import SYSTEM_CLOCK, Clock
 from runner.core.hosts import EVENT_KINDS
 from runner.ledger import Cursor, Execute
-from runner.stores.hosts import KEEP_S, HostHistory, HostHistoryError
+from runner.stores.host_history import KEEP_S, HostHistory, HostHistoryError
 from runner.stores.pg import Conn, PgDatabase, Timeouts
 
 T = TypeVar("T")

@@ -185,7 +185,8 @@ def test_a_hedge_where_both_hosts_come_up_gives_one_back_and_costs_as_billed(
     assert all(r.state == "released" for r in ledger.rentals("run-1"))
     ours, theirs = record.total_cost_usd, fake_cost_usd(fake)
     assert abs(ours - theirs) <= 0.01 * theirs, (ours, theirs)
-    assert float(facts["hedge_cost_usd"]) > 0
+    # (What the loser cost lands in the facts once its cancel is confirmed: a job as short as
+    # this one may end first. tests/backends/clore/test_host_memory.py checks the figure.)
 
 
 def test_no_hedge_when_the_budget_holds_one_boot_only_and_it_is_said(market: Market) -> None:
