@@ -21,7 +21,7 @@ from runner.core.ranks import Key
 from runner.core.rentals import CoreCommand, StartOn
 
 
-class Placer:
+class Placement:
     """Starts waiting jobs on the idle servers of a fleet."""
 
     def __init__(
@@ -110,10 +110,14 @@ class Placer:
         return min(warm, key=jobs.key_of)
 
     def _may_take(self, job_id: str, server: Server) -> bool:
-        """A job takes a server rented for another only when the two can swap."""
+        """A job takes a server rented for another only when the other loses nothing by it:
+        the other is not ready yet (rented ahead: it follows this job there; it may even need
+        this job, which would otherwise wait for ever), or the two can swap."""
         claimant = server.claim
         if claimant is None or claimant == job_id or server.rented_for != claimant:
             return True  # otherwise anyone's by rank, as a list schedule
+        if claimant not in self._jobs.waiting:
+            return True
         own = self._fleet.claimed(job_id)
         return (
             own is not None
@@ -134,7 +138,10 @@ class Placer:
             del jobs.why[job_id]
         claimant = server.claim
         if claimant is not None and claimant != job_id and server.rented_for == claimant:
-            fleet.swap(job_id, claimant, server)
+            if claimant in jobs.waiting:
+                fleet.swap(job_id, claimant, server)
+            elif job_id in fleet.claims:  # rented ahead: its job follows this one here
+                fleet.unclaim(job_id)
         else:
             if job_id in fleet.claims:
                 fleet.unclaim(job_id)

@@ -359,19 +359,18 @@ class CloreClient:
     def _recover(
         self, claim: Claim, taken: Collection[int], cause: e.CloreApiError | None
     ) -> Order | None:
-        """Wait with backoff for this create's order to show in my_orders."""
+        """Wait with backoff for this create's order to show in my_orders. A read that fails
+        (after its own retries) does not end the search: the order may well exist, and
+        giving up on it would leave it booting, billed, for `cleanup`."""
+        failed: e.CloreApiError | None = None
         for delay in self.recover_delays_s:
             self.limiter.clock.sleep(delay)
             try:
                 orders = self.my_orders()
             except e.CloreApiError as exc:
-                raise e.OrderOutcomeUnknownError(
-                    f"could not check my_orders after create_order on server "
-                    f"{claim.server_id}: {exc.message}",
-                    server_id=claim.server_id,
-                    endpoint="create_order",
-                    hint="a billed server may exist: run `clore-run cleanup`",
-                ) from (cause or exc)
+                failed = exc
+                continue
+            failed = None
             verdict = find_ours(orders, claim, taken)
             if verdict.order is not None and not verdict.order.expired:
                 return verdict.order
@@ -380,6 +379,14 @@ class CloreClient:
                 return accepted
             if verdict.not_ours:
                 log.info("server %s: not our order: %s", claim.server_id, verdict.describe())
+        if failed is not None:
+            raise e.OrderOutcomeUnknownError(
+                f"could not check my_orders after create_order on server "
+                f"{claim.server_id}: {failed.message}",
+                server_id=claim.server_id,
+                endpoint="create_order",
+                hint="a billed server may exist: run `clore-run cleanup`",
+            ) from (cause or failed)
         return None
 
     def _read(

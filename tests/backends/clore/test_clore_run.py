@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from runner.backends.base import NO_STAGES, Place
+from runner.backends.clore.api import RetryPolicy
 from runner.backends.clore.backend import CloreBackend
 from runner.core.events import AttemptEnded
 from runner.core.model import Attempt, JobStatus, Pipeline, RunRecord
@@ -832,3 +833,14 @@ def test_a_rent_that_comes_to_nothing_says_so_after_its_renting_line(setup: Setu
         f"#{first} not rented: order" in line and "not online" in line
         for line in lines[renting + 1 :]
     ), lines
+
+
+def test_a_failed_look_for_the_new_order_does_not_abandon_it(setup: Setup) -> None:
+    """my_orders failing right after a good create (every retry of one read): the search goes
+    on at its next delay and finds the order, instead of blaming the host and leaving the order
+    booting for cleanup (the fault suite's F10)."""
+    setup.fake.fail_next("my_orders", Faults.BAD_GATEWAY, times=RetryPolicy().max_attempts)
+    record, code, ledger = setup.run(parse_pipeline(_ONE_3090, "p.yml", {}))
+    assert code == 0, record.results
+    assert len(setup.fake.orders) == 1
+    assert [r.state for r in ledger.rentals("run-1")] == ["released"]
