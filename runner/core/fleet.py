@@ -71,7 +71,7 @@ class Server:
     # it, and no other decision gives it back, until that retry runs or the job is final.
     kept_for: str | None = None
     # The job it was rented for, until a job runs on it: that job's, which no other takes
-    # unless the two swap (`Placer._may_take`).
+    # unless the two swap (`Placement._may_take`).
     rented_for: str | None = None
     last_job: str | None = None
     idle_since: float = 0.0  # when its last job ended (or it came up)

@@ -21,7 +21,7 @@ from runner.core.ranks import Key
 from runner.core.rentals import CoreCommand, StartOn
 
 
-class Placer:
+class Placement:
     """Starts waiting jobs on the idle servers of a fleet."""
 
     def __init__(

@@ -32,7 +32,7 @@ from runner.core.hedge import NO_HEDGE, HedgePolicy
 from runner.core.hedging import HEDGE_AGAIN_S, Hedger
 from runner.core.known_jobs import KnownJobs, Unplaceable
 from runner.core.model import Job
-from runner.core.placement import Placer
+from runner.core.placement import Placement
 from runner.core.rentals import (
     BootTimes,
     CoreCommand,
@@ -89,7 +89,7 @@ class ServerBook:
         self._ends = ends = Ends(jobs_, fleet, out, renting, provisioning)
         fleet.on_free = ends.wake_starved  # a server given back opens a slot under the cap
         self._hedger = hedger = Hedger(hedge, fleet, jobs_, self.budget, out, cap)
-        self._placer = Placer(fleet, jobs_, self.budget, ends, hedger, out, cap, renting)
+        self._placer = Placement(fleet, jobs_, self.budget, ends, hedger, out, cap, renting)
         self._renter = renter = Renter(fleet, jobs_, self.budget, ends, hedger, out, cap, renting)
         self._ahead = RentAhead(fleet, jobs_, self.budget, ends, renter, out, cap)
         self._giver = GiveBack(fleet, jobs_, self.budget, ends, out, renting)

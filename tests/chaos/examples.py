@@ -170,6 +170,25 @@ def rerent_while_released() -> Scenario:
     )
 
 
+def ahead_takes_the_last_slot() -> Scenario:
+    """Concurrency 1, j1 (3090) then j2 (4090, needs j1). j1's first create is refused
+    (server-offline); while j1 waits to try again, j2 is rented ahead of its needs and takes
+    the only slot: j1 can never rent, j2 never starts, the run hangs holding j2's server
+    (seed 1076, a race, found it)."""
+    return Scenario(
+        seed=-8,
+        jobs=(_job("j1", "RTX 3090", sleep_s=1.0), _job("j2", "RTX 4090", needs=("j1",))),
+        hosts=(Host(99170, "RTX 3090", 72.0, 54.0), Host(99171, "RTX 4090", 96.0, 72.0)),
+        api_faults=(ApiFault(0.0, "server_offline", "create_order"),),
+        currency="USD-Blockchain",
+        concurrency=1,
+        budget_usd=None,
+        boot_s=1.0,
+        cancel_lag_s=0.5,
+        run_bound_s=40.0,
+    )
+
+
 EXAMPLES = {
     "two_job_leak": two_job_leak,
     "chain_of_three": chain_of_three,
@@ -178,4 +197,5 @@ EXAMPLES = {
     "cancels_failing_at_the_end": cancels_failing_at_the_end,
     "cost_under_faults": cost_under_faults,
     "rerent_while_released": rerent_while_released,
+    "ahead_takes_the_last_slot": ahead_takes_the_last_slot,
 }

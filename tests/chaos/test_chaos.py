@@ -106,6 +106,10 @@ EXAMPLES: dict[str, tuple[Callable[[], Scenario], tuple[str, ...], Check | None,
     "rerent_while_released": (
         examples.rerent_while_released, ("leak",), _all_pass, None,
     ),
+    "ahead_takes_the_last_slot": (
+        examples.ahead_takes_the_last_slot, ("hung", "leak", "settled"), None,
+        "F12: a rent ahead takes the last slot while the job it waits for has none: deadlock",
+    ),
 }  # fmt: skip
 
 

@@ -21,7 +21,7 @@ from runner.core.hedge import NO_HEDGE, HedgePolicy
 from runner.core.hedging import Hedger
 from runner.core.known_jobs import KnownJobs
 from runner.core.model import GpuAsk, Job
-from runner.core.placement import Placer
+from runner.core.placement import Placement
 from runner.core.rentals import (
     BootTimes,
     CoreCommand,
@@ -73,7 +73,7 @@ class Parts:
     fleet: Fleet
     ends: Ends
     hedger: Hedger
-    placer: Placer
+    placer: Placement
     renter: Renter
     ahead: RentAhead
     giver: GiveBack
@@ -120,7 +120,7 @@ def parts(
     fleet = Fleet(budget, out, boot)
     ends = Ends(known, fleet, out, renting, provisioning)
     hedger = Hedger(hedge, fleet, known, budget, out, cap)
-    placer = Placer(fleet, known, budget, ends, hedger, out, cap, renting)
+    placer = Placement(fleet, known, budget, ends, hedger, out, cap, renting)
     renter = Renter(fleet, known, budget, ends, hedger, out, cap, renting)
     ahead = RentAhead(fleet, known, budget, ends, renter, out, cap)
     giver = GiveBack(fleet, known, budget, ends, out, renting)

@@ -139,3 +139,15 @@ def test_known_durations_stand_in_for_estimates() -> None:
     jobs.add([job("a", minutes=5), job("b", minutes=None)])
     assert jobs.records["a"].expected_s == 42.0
     assert jobs.records["b"].expected_s is None
+
+
+def test_an_entry_of_a_job_placed_meanwhile_is_not_pushed_back() -> None:
+    jobs = KnownJobs(NoMarket())
+    jobs.add(pipeline(job("a"), job("b")))
+    jobs.want("a", 1, 60.0)
+    jobs.want("b", 1, 60.0)
+    entry = jobs.pop_waiting()
+    assert entry is not None and entry[2] == "a"
+    del jobs.waiting["a"]  # placed on the server it was popped for
+    jobs.push_back([entry])
+    assert [e[2] for e in jobs.queue] == ["b"]  # the queue holds no dead weight

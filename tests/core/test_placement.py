@@ -88,3 +88,26 @@ def test_no_more_than_the_cap_run_and_fixed_hosts_plan_no_ends() -> None:
     assert [s.job_id for s in starts(p.said())] == ["a", "b"]
     assert p.jobs.records["a"].end is None
     assert p.fleet.fixed_busy == 2 and list(p.jobs.waiting) == ["c"]
+
+
+def test_a_job_takes_a_server_rented_ahead_for_a_job_not_ready_which_follows_it() -> None:
+    """F9: j2 needs j1; j1's own boot was given up while the server rented ahead for j2 is
+    up. j1 takes it (else it would wait for ever beside it), and j2 stays its next job."""
+    p = parts(pipeline(job("j1"), job("j2", "j1")))
+    ahead = p.fleet.rent("j2", A3090, 1000.0, 0.0, 0.0, ahead=True)
+    p.fleet.ready(ahead, 50.0)
+    p.want("j1")
+    p.placer.place(50.0)
+    assert starts(p.said()) == [StartOn("j1", 1, ahead.id, 600.0)]
+    assert (ahead.claim, p.fleet.claims) == ("j2", {"j2": ahead.id})
+
+
+def test_a_job_that_takes_a_server_rented_ahead_leaves_its_own_boot() -> None:
+    p = parts(pipeline(job("j1", gpu="RTX"), job("j2", "j1", gpu="3090")))
+    ahead = p.fleet.rent("j2", A3090, 1000.0, 0.0, 0.0, ahead=True)
+    own = p.fleet.rent("j1", B4090, 1000.0, 0.0, 0.0, ahead=False)  # booting; fits no j2
+    p.fleet.ready(ahead, 50.0)
+    p.want("j1")
+    p.placer.place(50.0)
+    assert starts(p.said()) == [StartOn("j1", 1, ahead.id, 600.0)]
+    assert own.claim is None and p.fleet.claims == {"j2": ahead.id}  # giving back decides
