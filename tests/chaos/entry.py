@@ -6,6 +6,8 @@ What is shortened, and only that (nothing here changes a decision the run makes)
 - the API client's pacing (1.1 s between calls, 5.5 s before a create): the fake does not enforce
   it here, and a ten-job run would spend a minute in gaps. 429s still come, as injected faults;
 - its retry back-off (2 s doubling up to 30 s, 90 s in all): 0.2 s doubling up to 1 s, 10 s;
+  and its wait after a 429 on create (6 s, 12 s, ...: it holds every call of the process),
+  0.6 s, 1.2 s, ..., or it would starve the shortened look-ups below;
 - how long it gives `my_orders` to show a new order (2 s ... 20 s, 50 s in all; `cleanup` waits
   as long for a refused create's order): 2.8 s in all, the fake showing one within 0.3 s;
 - the provisioner's polling (first poll after 3 s, then up to 30 s apart), its SSH connect
@@ -49,6 +51,8 @@ def shorten_pace() -> None:
         kw.setdefault("recover_delays_s", recover_delays_s())
         return from_env(cls, environ, **kw)
 
+    if hasattr(api, "CREATE_RATE_LIMIT_WAIT_S"):  # a 429 on create: 6 s, then 12 s, ...
+        api.CREATE_RATE_LIMIT_WAIT_S = 0.6
     api.CloreClient.from_env = classmethod(fast_client)  # type: ignore[assignment,method-assign]
     wanted = {
         "online_timeout_s": 8.0,
