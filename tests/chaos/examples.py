@@ -25,6 +25,7 @@ def two_job_leak() -> Scenario:
     hosts = tuple(Host(99170 + i, "RTX 4090", 72.0 + 12 * i, 48.0 + 6 * i) for i in range(3))
     return Scenario(
         seed=-1,
+        replay="--example two_job_leak",
         jobs=(_job("a", "RTX", spot=True), _job("b", "RTX 4090")),
         hosts=(*hosts, Host(99175, "RTX 3090", 240.0, 200.0)),
         api_faults=(),
@@ -47,6 +48,7 @@ def chain_of_three() -> Scenario:
     )
     return Scenario(
         seed=-2,
+        replay="--example chain_of_three",
         jobs=jobs,
         hosts=tuple(Host(99170 + i, "RTX 4090", 96.0 + 24 * i, 72.0) for i in range(3)),
         api_faults=(),
@@ -69,6 +71,7 @@ def racing_cleanup() -> Scenario:
     does: 1 in 4 tries here; `race` seeds play it.)"""
     return Scenario(
         seed=-3,
+        replay="--example racing_cleanup",
         jobs=(_job("train", "RTX 4090", sleep_s=8.0),),
         hosts=(Host(99170, "RTX 4090", 96.0, 72.0),),
         api_faults=(ApiFault(0.0, "server_offline", "create_order"),),
@@ -89,6 +92,7 @@ def signal_during_create(name: str = "SIGINT") -> Scenario:
     cancels on the real schedules, as in the issue."""
     return Scenario(
         seed=-4,
+        replay="--example signal_during_create",
         jobs=(_job("a", "RTX 4090"),),
         hosts=(Host(99170, "RTX 4090", 96.0, 72.0),),
         api_faults=(),
@@ -112,6 +116,7 @@ def cancels_failing_at_the_end() -> Scenario:
     cleanup step (the issue: signals ignored for 37-39 s, exit 0)."""
     return Scenario(
         seed=-5,
+        replay="--example cancels_failing_at_the_end",
         jobs=(_job("a", "RTX 4090", sleep_s=1.0),),
         hosts=(Host(99170, "RTX 4090", 96.0, 72.0),),
         api_faults=(ApiFault(0.0, "bad_gateway", "cancel_order", 200),),
@@ -138,6 +143,7 @@ def cost_under_faults() -> Scenario:
     jobs = (dataclasses.replace(jobs[0], retries=1), *jobs[1:])  # preempted: retried
     return Scenario(
         seed=-6,
+        replay="--example cost_under_faults",
         jobs=jobs,
         hosts=(
             Host(99170, "RTX 4090", 96.0, 72.0, "preempt", 2.5),
@@ -159,6 +165,7 @@ def rerent_while_released() -> Scenario:
     (test_reuse_gives_an_on_demand_job_no_spot_server's race)."""
     return Scenario(
         seed=-7,
+        replay="--example rerent_while_released",
         jobs=(_job("a", "RTX 3090", spot=True, sleep_s=1.0), _job("b", "RTX 3090", needs=("a",))),
         hosts=(Host(99170, "RTX 3090", 72.0, 54.0),),
         api_faults=(),
@@ -177,6 +184,7 @@ def ahead_takes_the_last_slot() -> Scenario:
     (seed 1076, a race, found it)."""
     return Scenario(
         seed=-8,
+        replay="--example ahead_takes_the_last_slot",
         jobs=(_job("j1", "RTX 3090", sleep_s=1.0), _job("j2", "RTX 4090", needs=("j1",))),
         hosts=(Host(99170, "RTX 3090", 72.0, 54.0), Host(99171, "RTX 4090", 96.0, 72.0)),
         api_faults=(ApiFault(0.0, "server_offline", "create_order"),),

@@ -58,8 +58,8 @@ class Outcome:
     folder: Path
 
 
-def reproduce_command(seed: int) -> str:
-    return f"python -m tests.chaos {seed}"
+def reproduce_command(scenario: Scenario) -> str:
+    return f"python -m tests.chaos {scenario.replay or scenario.seed}"
 
 
 class _Process:

@@ -82,6 +82,7 @@ class Scenario:
     # The client's wait for a new order in my_orders (None: the suite's short one; see entry.py)
     recover_delays_s: tuple[float, ...] | None = None
     real_shutdown: bool = False  # the cancel confirmations' default bounds (entry.py)
+    replay: str = ""  # the arguments of `python -m tests.chaos` that play it again
     run_bound_s: float = 90.0  # a run not ended by then is hung: a finding, and killed
     appear_after_s: float | None = None  # my_orders lists a new order this late (None: 0.3 s)
 
@@ -164,6 +165,7 @@ def draw(seed: int, *, small: bool = False) -> Scenario:
     budget = rng.choice((None, None, None, 0.6, 1.5, 3.0))
     return Scenario(
         seed=seed,
+        replay=f"{seed} --small" if small else str(seed),
         jobs=jobs,
         hosts=hosts,
         api_faults=faults,

@@ -31,7 +31,7 @@ class Verdict:
         """What a failure prints: the seed, how to replay it, what broke, what the runs said."""
         lines = [
             f"chaos {self.scenario.describe()}",
-            f"reproduce: {reproduce_command(self.scenario.seed)}",
+            f"reproduce: {reproduce_command(self.scenario)}",
             f"exit codes: {self.exit_codes}",
         ]
         lines += [f"  VIOLATION {v}" for v in self.violations]

@@ -198,6 +198,8 @@ def test_a_seed_draws_the_same_scenario_every_time(tmp_path: Path) -> None:
         assert draw(seed) == draw(seed)
         assert draw(seed).pipeline(str(tmp_path)) == draw(seed).pipeline(str(tmp_path))
     assert draw(1) != draw(2)
+    assert (draw(7).replay, draw(7, small=True).replay) == ("7", "7 --small")
+    assert all(make().replay == f"--example {name}" for name, (make, *_) in EXAMPLES.items())
     sizes = {len(draw(s, small=True).jobs) for s in range(200)}
     assert sizes == {3, 4, 5}
     assert {len(draw(s).jobs) for s in range(300)} == set(range(3, 11))
