@@ -197,6 +197,27 @@ def ahead_takes_the_last_slot() -> Scenario:
     )
 
 
+def signal_at_start() -> Scenario:
+    """Ctrl-C 0.3 s after `clore-run run` starts, before anything is rented: the run must end
+    130 without a traceback (F7: the interpreter's KeyboardInterrupt, exit -2, while the
+    modules load and the process guard starts the process again)."""
+    return Scenario(
+        seed=-9,
+        replay="--example signal_at_start",
+        jobs=(_job("a", "RTX 4090", sleep_s=1.0),),
+        hosts=(Host(99170, "RTX 4090", 96.0, 72.0),),
+        api_faults=(),
+        currency="USD-Blockchain",
+        concurrency=1,
+        budget_usd=None,
+        boot_s=1.0,
+        cancel_lag_s=0.5,
+        signal=("SIGINT", 0.3),
+        signal_anchor="start",
+        plain_cli=True,  # the CLI's own start-up, not entry.py's patching
+    )
+
+
 EXAMPLES = {
     "two_job_leak": two_job_leak,
     "chain_of_three": chain_of_three,
@@ -206,4 +227,5 @@ EXAMPLES = {
     "cost_under_faults": cost_under_faults,
     "rerent_while_released": rerent_while_released,
     "ahead_takes_the_last_slot": ahead_takes_the_last_slot,
+    "signal_at_start": signal_at_start,
 }

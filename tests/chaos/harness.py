@@ -97,7 +97,8 @@ def _env(scenario: Scenario, url: str) -> dict[str, str]:
 def _start(m: Market, caller: str, pipeline: Path, folder: Path) -> _Process:
     folder.mkdir(parents=True, exist_ok=True)
     command = [
-        sys.executable, "-m", "tests.chaos.entry", "run", str(pipeline), "--backend", "clore",
+        sys.executable, "-m", "runner" if m.scenario.plain_cli else "tests.chaos.entry",
+        "run", str(pipeline), "--backend", "clore",
         "--out", str(folder / "out"), "--ledger", str(folder / "ledger.db"),
     ]  # fmt: skip
     with (folder / "stdout").open("wb") as out, (folder / "stderr").open("wb") as err:
@@ -204,12 +205,14 @@ def play(scenario: Scenario, m: Market, folder: Path) -> list[RunResult]:
 
 
 def _signal(m: Market, p: _Process, name: str, at_s: float, anchor: str = "") -> None:
-    """`name` to the run `at_s` after its first API call (to `anchor`, if given), unless it
-    ended: a signal during Python's start-up, before the CLI is there to handle it, tells
-    nothing about rentals."""
+    """`name` to the run `at_s` after its first API call (to `anchor`, if given; "start": after
+    the process started), unless it ended. Drawn scenarios signal after the first call: a signal
+    during Python's start-up, before the CLI is there to handle it, tells nothing of rentals."""
     bound = time.monotonic() + m.scenario.run_bound_s
     caller = p.result.caller
-    while not any(r.caller == caller and r.endpoint.startswith(anchor) for r in m.fake.requests):
+    while anchor != "start" and not any(
+        r.caller == caller and r.endpoint.startswith(anchor) for r in m.fake.requests
+    ):
         if p.proc.poll() is not None or time.monotonic() > bound:
             return
         time.sleep(0.02)  # polling the fake's request log: it has no event to wait on

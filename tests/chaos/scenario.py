@@ -82,6 +82,7 @@ class Scenario:
     # The client's wait for a new order in my_orders (None: the suite's short one; see entry.py)
     recover_delays_s: tuple[float, ...] | None = None
     real_shutdown: bool = False  # the cancel confirmations' default bounds (entry.py)
+    plain_cli: bool = False  # `python -m runner` itself, without entry.py's shortened pace
     replay: str = ""  # the arguments of `python -m tests.chaos` that play it again
     run_bound_s: float = 90.0  # a run not ended by then is hung: a finding, and killed
     appear_after_s: float | None = None  # my_orders lists a new order this late (None: 0.3 s)

@@ -106,6 +106,11 @@ EXAMPLES: dict[str, tuple[Callable[[], Scenario], tuple[str, ...], Check | None,
     "rerent_while_released": (
         examples.rerent_while_released, ("leak",), _all_pass, None,
     ),
+    "signal_at_start": (
+        examples.signal_at_start, ("exit_code", "traceback"), _interrupted,
+        "F7: Ctrl-C during start-up (0.3 s in, the modules loading): KeyboardInterrupt "
+        "traceback and exit -2",
+    ),
     "ahead_takes_the_last_slot": (
         examples.ahead_takes_the_last_slot, ("hung", "leak", "settled"), None,
         "F12: a rent ahead takes the last slot while the job it waits for has none: deadlock",
