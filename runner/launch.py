@@ -26,10 +26,11 @@ def main() -> None:
         collector.hold()  # until the work begins (runner.collector)
         protect(starts_processes=not _starts_nothing(sys.argv[1:]))
         from runner.cli import main as cli_main
-    except KeyboardInterrupt:
+
+        cli_main()  # its error boundary maps an interrupt while a command runs
+    except KeyboardInterrupt:  # while starting up: the CLI's modules loading, the guard
         print("clore-run: interrupted", file=sys.stderr)
         sys.exit(EXIT_INTERRUPTED)
-    cli_main()
 
 
 def _interrupt(signum: int, _frame: FrameType | None) -> None:

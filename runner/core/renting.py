@@ -112,10 +112,19 @@ class Renter:
         if len(fleet.servers) < self._cap:
             return True
         spare = [s for s in sorted(fleet.idle.values(), key=by_id) if s.rented and s.claim is None]
-        if not spare:
-            return False
-        fleet.release(spare[0], now, "making room for a job that fits no server held")
-        return True
+        if spare:
+            fleet.release(spare[0], now, "making room for a job that fits no server held")
+            return True
+        # A rent ahead is a convenience: it never holds the slot a ready job needs. At a cap
+        # of one, a job's rent refused and retried while its dependent's server was rented
+        # ahead would wait for ever beside it (the fault suite's F12).
+        waiting = self._jobs.waiting
+        for server in sorted(fleet.servers.values(), key=by_id):
+            ahead = server.claim is not None and server.claim not in waiting
+            if server.rented and server.job is None and ahead and server.kept_for is None:
+                fleet.release(server, now, "its slot is needed by a job that is ready")
+                return True
+        return False
 
     def _rent_now(self, job_id: str, want: Known, now: float) -> None:
         fleet, budget = self._fleet, self._budget
