@@ -11,7 +11,7 @@ A defect the suite finds is held here until it is fixed: its invariant in TOLERA
 breaks most runs, a seed that shows it every time in KNOWN_FAILING, and a case of its own in
 EXAMPLES, each a strict xfail naming the finding (notes/chaos-findings.md): when the fix
 lands the test XPASSes, fails, and the mark comes off. The issue's defects were held so and
-are fixed on main; what is still held is named in EXAMPLES (F7, F12).
+are fixed on main; what is still held is named in EXAMPLES (F12).
 """
 
 from __future__ import annotations
