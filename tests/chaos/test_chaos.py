@@ -10,8 +10,8 @@ reads its own verdict. A failure prints the scenario, its seed and the command t
 A defect the suite finds is held here until it is fixed: its invariant in TOLERATED while it
 breaks most runs, a seed that shows it every time in KNOWN_FAILING, and a case of its own in
 EXAMPLES, each a strict xfail naming the finding (notes/chaos-findings.md): when the fix
-lands the test XPASSes, fails, and the mark comes off. The issue's defects were held so and
-are fixed on main; what is still held is named in EXAMPLES (F12).
+lands the test XPASSes, fails, and the mark comes off. The issue's defects, and F7, F9 and
+F12 that the suite found, were held so and are fixed on main: every case here holds.
 """
 
 from __future__ import annotations
