@@ -132,8 +132,7 @@ def _do_start(
     from runner.backends.ssh.keys import HostKeyStore
     from runner.gh_runner.publish import publish_start, write_record
     from runner.gh_runner.start import StartTools, start_runners
-    from runner.ledger import DEFAULT_PATH
-    from runner.stores.ledger import open_ledger
+    from runner.stores.ledger import DEFAULT_PATH, open_ledger
     from runner.stores.target import ledger_target
 
     token = _runner_token(wiring)
