@@ -151,6 +151,7 @@ def _do_start(
                 currency=currency,
                 options=wiring.options(),
                 hosts=host_recorder(ledger_path, request.run_id, wiring.clock),
+                hedge=wiring.hedge,
             )
             with _cancel_on_signals() as cancel:
                 record = start_runners(request, tools, cancel, typer.echo)

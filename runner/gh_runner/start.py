@@ -288,7 +288,7 @@ def _budget_stuck(book: ServerBook) -> str:
     for job_id in book.waiting():
         if book.wait_reason(job_id) == "budget":
             return (
-                f"{job_id}: no offer left within the budget beside the other runners' "
+                f"no offer left within the budget for {job_id} beside the other runners' "
                 "servers (a host failed, and the next fitting one costs more)"
             )
     return ""
