@@ -19,18 +19,16 @@ from runner import liveness
 from runner.cli.options import CoordinatorOption, LedgerOption
 from runner.clock import SYSTEM_CLOCK
 from runner.errors import CloreRunError
-from runner.ledger import DEFAULT_PATH
-from runner.stores.ledger import ledger_exists, open_ledger
+from runner.stores.ledger import DEFAULT_PATH, ledger_exists, open_ledger
 from runner.stores.target import coordinator_from, ledger_target, redact_url
 
 if TYPE_CHECKING:  # the Clore client loads only when there is something to clean up
     from runner.backends.clore.api import CloreClient
     from runner.backends.clore.cleanup import Action
-    from runner.ledger import Rental
-    from runner.stores.ledger import RentalLedger
-    from runner.stores.pg_pools import PostgresPools
+    from runner.backends.clore.reaper import Reaped
+    from runner.stores.ledger import Rental, RentalLedger
     from runner.stores.pools import HeldLease
-    from runner.stores.reaper import Reaped
+    from runner.stores.pools.postgres import PostgresPools
 
 ClientFactory = Callable[[], "CloreClient"]
 
@@ -154,7 +152,7 @@ def _reap(
     again; never "nothing to reap" while such a lease is in sight."""
     import socket
 
-    from runner.stores.pg_pools import PostgresPools
+    from runner.stores.pools.postgres import PostgresPools
 
     with PostgresPools(url) as pools:
         if dry_run:
@@ -228,7 +226,7 @@ class _Reaping:
 
     def run(self) -> list[HeldLease]:
         """Reap what can be reaped now; the live-looking leases left that hold servers."""
-        from runner.stores.reaper import reap, reap_proven_dead
+        from runner.backends.clore.reaper import reap, reap_proven_dead
 
         pools = self.pools
         while any(pools.usage(n).expired_holders for n in pools.names()):

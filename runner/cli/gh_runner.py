@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from runner.gh_runner.remote import RunnerPackage
     from runner.gh_runner.start import StartRequest
     from runner.gh_runner.stop import Stopped
-    from runner.stores.pool_seat import PoolSeat
+    from runner.stores.pools.seat import PoolSeat
 
 DEFAULT_RECORD = Path(".clore-run/runner-record.json")
 
@@ -137,8 +137,7 @@ def _do_start(
     from runner.backends.ssh.keys import HostKeyStore
     from runner.gh_runner.publish import publish_start, write_record
     from runner.gh_runner.start import StartTools, start_runners
-    from runner.ledger import DEFAULT_PATH
-    from runner.stores.ledger import open_ledger
+    from runner.stores.ledger import DEFAULT_PATH, open_ledger
     from runner.stores.target import coordinator_from, ledger_target
 
     token = _runner_token(wiring)

@@ -31,7 +31,7 @@ _GONE = ("cancelled", "ended", "not-listed")  # nothing of the order can bill an
 
 if TYPE_CHECKING:  # psycopg is an extra: imported only when a pool is used
     from runner.gh_runner.stop import Stopped
-    from runner.stores.pool_seat import PoolSeat
+    from runner.stores.pools.seat import PoolSeat
 
 
 def join(
@@ -47,8 +47,8 @@ def join(
             hint="pass --coordinator postgresql://USER@HOST/DB or set CLORE_RUN_COORDINATOR",
         )
     require_psycopg()
-    from runner.stores.pg_pools import PostgresPools
-    from runner.stores.pool_seat import PoolSeat
+    from runner.stores.pools.postgres import PostgresPools
+    from runner.stores.pools.seat import PoolSeat
 
     # A holder of its own: two starts of one workflow run share its run id.
     holder = f"{run_id}-{secrets.token_hex(3)}"
@@ -68,8 +68,8 @@ def settle(record: RunnerRecord, stopped: list[Stopped], coordinator: str | None
             f"pool {claim.name}: not settled (no coordinator given): its reservations are "
             "settled by `clore-run cleanup --coordinator` once the start's lease runs out"
         )
-    from runner.stores.pg_pools import PostgresPools
     from runner.stores.pools import Lease
+    from runner.stores.pools.postgres import PostgresPools
 
     lease = Lease(claim.holder, claim.name, claim.token, claim.ttl_s)
     settled = 0

@@ -57,7 +57,7 @@ from runner.gh_runner.remote import RunnerPackage, install_runner
 from runner.stores.ledger import RentalLedger
 
 if TYPE_CHECKING:  # psycopg is an extra: only a start that joins a pool imports it
-    from runner.stores.pool_seat import PoolSeat
+    from runner.stores.pools.seat import PoolSeat
 
 BASE_LABELS = ("self-hosted", "linux", "x64", "clore")
 _UNSAFE = re.compile(r"[^a-z0-9-]+")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from runner.stores.pg_pools import PostgresPools
+from runner.stores.pools.postgres import PostgresPools
 from tests.fakes.clore_on_sshd import fake_cost_usd
 from tests.fakes.github_runners import fake_github as fake_github
 from tests.fakes.github_runners import github_server as github_server
