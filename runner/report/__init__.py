@@ -189,7 +189,7 @@ def read_json(path: Path) -> dict[str, Any]:
 def load_summary(path: Path) -> Summary:
     """Read a summary.json, as `parse_summary` reads one. Raises OSError or ValueError (bad
     JSON, not an object, not a summary)."""
-    from runner.report.summary_model import parse_summary
+    from runner.report.summary_model import parse_summary  # pydantic: where a summary is read
 
     data = read_json(path)
     try:

@@ -11,8 +11,9 @@ readers of the file; they are not checked on reading, so a hand-edited or foreig
 compares (compare turns a number that is not finite into 0).
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: pydantic would evaluate each of the 100-odd field
+# annotations from its string, which took as long again as building the models (~20 ms at the
+# end of every run).
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
 
@@ -37,8 +38,8 @@ class Says:
         self.words = words
 
     def __get_pydantic_json_schema__(
-        self, core: CoreSchema, handler: GetJsonSchemaHandler
-    ) -> JsonSchemaValue:
+        self, core: "CoreSchema", handler: "GetJsonSchemaHandler"
+    ) -> "JsonSchemaValue":
         return {**handler(core), **self.words}
 
 
@@ -117,7 +118,7 @@ class JobDelta(Delta, _JobId):  # _JobId last: pydantic orders fields base first
 class Comparison(_Model):
     label: str = "baseline"
     baseline_run_url: str | None = None
-    total: Delta = Field(default_factory=Delta)
+    total: Delta = Delta()
     jobs: list[JobDelta] = Field(default_factory=list)
     new_jobs: list[str] = Field(default_factory=list)
     missing_jobs: list[str] = Field(default_factory=list)
@@ -206,7 +207,7 @@ class Job(_Model):
         None, description="facts of the last attempt's host, those known; null when none is"
     )
     location: Location | None = None
-    tests: JobTests = Field(default_factory=JobTests)
+    tests: JobTests = JobTests()
     flaky: bool = Field(False, description="passed, but only after a retry")
     failed_tests: list[FailedTest] = Field(default_factory=list)
     log_tail: list[str] = Field(
@@ -238,8 +239,8 @@ class Summary(_Model):
     )
 
     schema_version: Literal[1] = Field(1, alias="schema", description="the version of this format")
-    tool: Tool = Field(default_factory=Tool)
-    pipeline: PipelineRef = Field(default_factory=PipelineRef)
+    tool: Tool = Tool()
+    pipeline: PipelineRef = PipelineRef()
     backend: str = ""
     run_id: str = ""
     status: RunStatusWord = ""
@@ -248,7 +249,7 @@ class Summary(_Model):
     duration_s: Seconds = 0.0
     total_cost_usd: Usd = Field(0.0, description="jobs plus servers held idle between jobs")
     hedges: Hedges = Field(
-        default_factory=Hedges,
+        default=Hedges(),
         description="boots given back because the other boot of their job (a hedge, or the "
         "boot it hedged) answered SSH first, and what they cost (in total_cost_usd already)",
     )
@@ -257,7 +258,7 @@ class Summary(_Model):
     jobs_by_status: Annotated[
         dict[str, Count], Says(propertyNames={"enum": [s.value for s in JobStatus]})
     ] = Field(default_factory=dict)
-    tests: RunTests = Field(default_factory=RunTests)
+    tests: RunTests = RunTests()
     ci: Ci | None = Field(None, description="where the run happened, in GitHub Actions")
     warnings: list[str] = Field(default_factory=list)
     comparison: Comparison | None = Field(None, description="cost and duration against --baseline")
