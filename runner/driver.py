@@ -25,7 +25,7 @@ from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
-from runner.attempt import AttemptRunner, Kill
+from runner.attempt import Kill, Ran
 from runner.backends.base import NO_STAGES, Backend, Place, StageSink
 from runner.clock import Clock
 from runner.core.events import (
@@ -89,6 +89,22 @@ class Core(Protocol):
 
 
 C = TypeVar("C", bound=Core)
+
+
+class Attempts(Protocol):
+    """What runs each attempt on the server the core chose: runner.attempt.AttemptRunner (a
+    job's script), or `runner start`'s install of a GitHub runner. Never raises."""
+
+    def run(
+        self,
+        job: Job,
+        number: int,
+        server: int,
+        timeout_s: float,
+        kill: threading.Event,
+        placed: Callable[[Place], None],
+    ) -> Ran: ...
+
 
 CANCEL_GRACE_S = 5.0  # after a cancel, how long attempts get to report before they are settled
 
@@ -284,7 +300,7 @@ class Driver(Generic[C]):
         self,
         core: C,
         backend: Backend,
-        runner: AttemptRunner,
+        runner: Attempts,
         journal: Journal,
         clock: Clock,
         options: DriverOptions,

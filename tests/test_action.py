@@ -965,7 +965,9 @@ HOSTS_KEY_STEP, RESTORE_HOSTS, FIND_HOSTS, SAVE_HOSTS = (
         ({}, True),
         ({"coordinator": "postgresql://u@h/db"}, False),  # the database holds it
         ({"backend": "local"}, False),
-        ({"mode": "runner-start"}, False),
+        ({"mode": "runner-start"}, True),  # it rents as a run does (issue 29)
+        ({"mode": "runner-start", "coordinator": "postgresql://u@h/db"}, False),
+        ({"mode": "runner-stop"}, False),  # it rents nothing
     ],
 )
 def test_the_host_history_is_cached_only_for_clore_runs_without_a_coordinator(
