@@ -68,14 +68,6 @@ SETUP_ENDS_WITHIN_S = 180.0
 
 
 @dataclass
-class Budget:
-    """The run's budget: the core reserves each rental's worst case against it before the
-    rent (None: no limit)."""
-
-    limit_usd: float | None
-
-
-@dataclass
 class _Held:
     rental: Rental
     job: Job | None = None  # the job running on it; None: idle
@@ -87,8 +79,8 @@ class CloreBackend:
     client: CloreClient
     provisioner: Provisioner
     clock: Clock
-    concurrency: int
-    budget: Budget
+    # What orders are paid in. The run's concurrency and budget are not the backend's: the
+    # core holds them (ServerBook), from the settings the run resolved once.
     currency: str
     name: str = "clore"
     # The core's server number -> the rental carrying it out, each rental held, the rentals
@@ -121,7 +113,7 @@ class CloreBackend:
     hedges: HedgeLog = field(default_factory=HedgeLog)
 
     def capacity(self) -> int | None:
-        return self.concurrency
+        return None  # no places of its own: it rents as many as the run's concurrency allows
 
     def idle_cost_usd(self) -> float:
         """What servers held with no job on them cost (and orders that never served one)."""
@@ -355,7 +347,7 @@ class CloreBackend:
             jobs,
             cap,
             market=market,
-            budget_usd=budget_usd if budget_usd is not None else self.budget.limit_usd,
+            budget_usd=budget_usd,
             provisioning=provisioning,
             boot=boot,
             durations_s=durations_s,
