@@ -338,7 +338,7 @@ def test_spot_preemption_mid_job_is_retried_elsewhere(
     preempting = PreemptingBackend(
         **{
             f: getattr(backend, f)
-            for f in ("client", "provisioner", "clock", "concurrency", "budget", "currency")
+            for f in ("client", "provisioner", "clock", "currency")
         }
     )
 
@@ -400,7 +400,7 @@ def test_sigterm_mid_run_cancels_everything_fast(setup: Setup) -> None:
     signalling = Signalling(
         **{
             f: getattr(backend, f)
-            for f in ("client", "provisioner", "clock", "concurrency", "budget", "currency")
+            for f in ("client", "provisioner", "clock", "currency")
         }
     )
     (setup.tmp / "ws").mkdir()
@@ -747,7 +747,7 @@ def test_an_adapter_that_raises_while_renting_ends_the_job_instead_of_hanging_th
     broken = Broken(
         **{
             f: getattr(backend, f)
-            for f in ("client", "provisioner", "clock", "concurrency", "budget", "currency")
+            for f in ("client", "provisioner", "clock", "currency")
         }
     )
     (setup.tmp / "ws").mkdir()
