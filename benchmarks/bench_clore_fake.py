@@ -42,7 +42,7 @@ from runner.backends.base import (
     StageSink,
     Stream,
 )
-from runner.backends.clore.backend import Budget, CloreBackend
+from runner.backends.clore.backend import CloreBackend
 from runner.backends.clore.market import offer_from_server, offers_from_servers
 from runner.backends.clore.models import MarketServer, Order
 from runner.backends.clore.provision import Provisioner, ProvisionOptions, Rental
@@ -54,9 +54,9 @@ from runner.core.model import Pipeline, Provisioning
 from runner.core.rentals import BootTimes
 from runner.core.servers import ServerBook
 from runner.core.simulate_market import MarketModel, ServersResult, simulate_servers
-from runner.ledger import Ledger
 from runner.run_command import RunOptions, execute
 from runner.spec.loader import load_pipeline, parse_pipeline
+from runner.stores.ledger.sqlite import SqliteLedger
 from tests.fakes.clore_api import SAMPLE_SERVERS, FakeClore
 from tests.fakes.fake_clock import FakeClock
 from tests.fakes.fast_clock import SPEED, FastClock
@@ -142,7 +142,7 @@ def run(tmp: Path, http: HTTPServer, ssh_port: int, authorize: Any) -> dict[str,
     )
     provisioner = TimingProvisioner(
         client,
-        Ledger(tmp / "ledger.db"),
+        SqliteLedger(tmp / "ledger.db"),
         "bench",
         key,
         HostKeyStore(),
@@ -155,8 +155,6 @@ def run(tmp: Path, http: HTTPServer, ssh_port: int, authorize: Any) -> dict[str,
         client,
         provisioner,
         clock,
-        pipeline.concurrency,
-        Budget(pipeline.budget_usd),
         pipeline.currency,
     )
     backend.first_output = {}
@@ -317,14 +315,11 @@ def measure(
         pause=clock.pause,
         ssh=ConnectOptions(tries=3, backoff_s=0.05, max_backoff_s=0.2),
     )
-    ledger = Ledger(tmp / "ledger.db")
+    ledger = SqliteLedger(tmp / "ledger.db")
     provisioner = Provisioner(
         client, ledger, tmp.name, key, HostKeyStore(), clock, pipeline.currency, options
     )
-    backend = CloreBackend(
-        client, provisioner, clock, pipeline.concurrency, Budget(pipeline.budget_usd),
-        pipeline.currency,
-    )  # fmt: skip
+    backend = CloreBackend(client, provisioner, clock, pipeline.currency)
     (tmp / "ws").mkdir(parents=True, exist_ok=True)
     run_options = RunOptions(out_dir=tmp / "out", workspace_root=tmp / "ws", clock=clock)
     record, code = execute(pipeline, backend, run_options, io.StringIO())

@@ -21,7 +21,7 @@ from runner.backends.spec import Reconcile, Setup
 from runner.core.model import Pipeline
 
 if TYPE_CHECKING:
-    from runner.stores.pool_seat import PoolSeat
+    from runner.stores.pools.seat import PoolSeat
 
 
 @dataclass(frozen=True)
@@ -34,12 +34,13 @@ class BackendChoice:
     coordinator: str | None = None
 
 
-def build(choice: BackendChoice, capacity: int, instance: str) -> tuple[Backend, Reconcile]:
+def build(choice: BackendChoice, instance: str) -> tuple[Backend, Reconcile]:
     """The backend, and its restart reconcile (made now: it may read the environment's key,
-    which leaves the environment before jobs run)."""
+    which leaves the environment before jobs run). The server's --concurrency is not the
+    backend's: the core holds it (runner.serve.service)."""
     spec = backend_spec(choice.name)
     setup = Setup(
-        Pipeline(name="serve", jobs=(), concurrency=capacity),
+        Pipeline(name="serve", jobs=()),  # a queue has no file: each backend's keys default
         instance,
         hosts=tuple(choice.ssh_hosts),
         identity=choice.identity,
@@ -53,6 +54,6 @@ def build(choice: BackendChoice, capacity: int, instance: str) -> tuple[Backend,
 
 def pool_seat(backend: Backend) -> PoolSeat | None:
     """The budget pool seat the backend rents under, if it joined one (--pool): a shared
-    queue claims each job with a server slot of that pool (runner/stores/pg_queue.py)."""
+    queue claims each job with a server slot of that pool (runner/stores/queue/postgres.py)."""
     seat: PoolSeat | None = getattr(getattr(backend, "provisioner", None), "seat", None)
     return seat

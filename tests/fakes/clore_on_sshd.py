@@ -15,15 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from runner.backends.clore.backend import Budget, CloreBackend
+from runner.backends.clore.backend import CloreBackend
 from runner.backends.clore.market import offer_from_server
 from runner.backends.clore.models import MarketServer
 from runner.backends.clore.provision import Provisioner, ProvisionOptions
 from runner.backends.ssh.connection import ConnectOptions
 from runner.backends.ssh.keys import ClientKey, HostKeyStore
 from runner.core.model import Pipeline, RunRecord
-from runner.ledger import Ledger
 from runner.run_command import RunOptions, execute
+from runner.stores.ledger.sqlite import SqliteLedger
 from tests.fakes.clore_api import FakeClore
 from tests.fakes.fake_clock import FakeClock
 from tests.sshd_fixture import SshServer
@@ -36,11 +36,13 @@ class Setup:
     sshd: SshServer
     tmp: Path
 
-    def backend(self, pipeline: Pipeline, run_id: str = "run-1") -> tuple[CloreBackend, Ledger]:
+    def backend(
+        self, pipeline: Pipeline, run_id: str = "run-1"
+    ) -> tuple[CloreBackend, SqliteLedger]:
         client = self.fake.client()
         key = ClientKey.generate()
         self.sshd.authorize(key.public_line)  # what Clore does with `ssh_key`
-        ledger = Ledger(self.tmp / "ledger.db")
+        ledger = SqliteLedger(self.tmp / "ledger.db")
         options = ProvisionOptions(
             pause=lambda seconds, _cancel: self.clock.sleep(seconds),
             ssh=ConnectOptions(tries=3, backoff_s=0.05, max_backoff_s=0.2),
@@ -52,13 +54,11 @@ class Setup:
             client,
             provisioner,
             self.clock,
-            pipeline.concurrency,
-            Budget(pipeline.budget_usd),
             pipeline.currency,
         )
         return backend, ledger
 
-    def run(self, pipeline: Pipeline, **opts: object) -> tuple[RunRecord, int, Ledger]:
+    def run(self, pipeline: Pipeline, **opts: object) -> tuple[RunRecord, int, SqliteLedger]:
         backend, ledger = self.backend(pipeline)
         (self.tmp / "ws").mkdir(exist_ok=True)
         options = RunOptions(

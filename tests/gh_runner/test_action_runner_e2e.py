@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from runner.ledger import Ledger
+from runner.stores.ledger.sqlite import SqliteLedger
 from tests.fakes.clore_api import API_KEY, FakeOrder
 from tests.fakes.github_runners import ADMIN_TOKEN
 from tests.fakes.github_runners import REPO as REPO_NAME
@@ -138,7 +138,7 @@ def test_runner_start_then_runner_stop_through_the_actions_steps(
     assert json.loads(Path(outputs["record-path"]).read_text()) == record
     # A start that succeeded leaves its servers to the runners: no release step.
     assert not condition(step_named(RELEASE_STEP).get("if"), ctx, "success")
-    with Ledger(start.temp / "clore-run" / "ledger.db") as ledger:
+    with SqliteLedger(start.temp / "clore-run" / "ledger.db") as ledger:
         (row,) = ledger.rentals(rental["run_id"])
     assert row.order_id == rental["order_id"] and row.state == "running"
     assert (start.temp / "clore-run" / "hosts.db").exists()  # the boot was remembered
@@ -218,5 +218,5 @@ def test_a_start_step_cancelled_mid_boot_gives_everything_back(
     released = start.run(RELEASE_STEP, START_INPUTS, capture_output=True)
     said = released.stdout.decode() + released.stderr.decode()
     assert released.returncode == 0, said
-    with Ledger(start.temp / "clore-run" / "ledger.db") as ledger:
+    with SqliteLedger(start.temp / "clore-run" / "ledger.db") as ledger:
         assert ledger.unreleased() == []

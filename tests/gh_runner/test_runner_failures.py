@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from runner.cli import cleanup as cleanup_cli
 from runner.gh_runner import start as start_module
 from runner.gh_runner.record import RECORD_FILE
-from runner.ledger import Ledger
+from runner.stores.ledger.sqlite import SqliteLedger
 from tests.fakes.github_runners import ACTIONS_TOKEN
 from tests.fakes.github_runners import fake_github as fake_github
 from tests.fakes.github_runners import github_server as github_server
@@ -66,7 +66,7 @@ def test_sigterm_while_the_server_boots_cancels_the_order_and_the_registration(
     assert not order.live and host.fake.live_orders() == []
     assert host.github.runners == {} and len(host.github.removed) == 1
     assert "interrupted" in result.output
-    assert not Ledger(host.tmp / "ledger.db").unreleased()
+    assert not SqliteLedger(host.tmp / "ledger.db").unreleased()
     assert not (host.tmp / "record.json").exists()
 
 
@@ -85,7 +85,7 @@ def test_sigterm_while_the_runner_installs_gives_back_the_server_and_the_registr
     assert result.exit_code == 130, result.output
     assert cancelled.is_set() and host.fake.live_orders() == []
     assert host.github.runners == {} and len(host.github.removed) == 1
-    assert not Ledger(host.tmp / "ledger.db").unreleased()
+    assert not SqliteLedger(host.tmp / "ledger.db").unreleased()
 
 
 def test_a_job_past_max_minutes_is_stopped_on_the_server_and_stop_still_cancels(

@@ -9,8 +9,8 @@ import threading
 
 import pytest
 
-from runner.ledger import Ledger
 from runner.stores.hosts import hosts_target, open_hosts
+from runner.stores.ledger.sqlite import SqliteLedger
 from tests.fakes.clore_api import FakeClore
 from tests.fakes.fast_clock import FastClock
 from tests.fakes.github_runners import fake_github as fake_github
@@ -90,7 +90,7 @@ def test_a_boot_that_runs_late_is_hedged_and_the_loser_cancelled(host: Host) -> 
     words = " ".join(started.output.split())
     assert "runs late" in words and f"#{NEXT} beside it" in words
     assert "1 hedge(s)" in words and "answered SSH first" in words
-    with Ledger(host.tmp / "ledger.db") as ledger:
+    with SqliteLedger(host.tmp / "ledger.db") as ledger:
         rows = {r.server_id: r for r in ledger.rentals(rental.run_id)}
     # Both creates had their row first; the loser's is released, the runner's lives on.
     assert all(r.create_sent_at is not None for r in rows.values())

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from runner.backends.clore.api import CloreClient
-from runner.backends.clore.backend import Budget, CloreBackend
+from runner.backends.clore.backend import CloreBackend
 from runner.backends.clore.host_memory import HostRecorder
 from runner.backends.clore.provision import Provisioner
 from runner.backends.clore.ratelimit import SHARED_FILE
@@ -21,7 +21,7 @@ from runner.stores.pools import check_name
 from runner.stores.target import is_postgres_url, require_psycopg
 
 if TYPE_CHECKING:
-    from runner.stores.pool_seat import PoolSeat
+    from runner.stores.pools.seat import PoolSeat
 
 
 def clore_backend(
@@ -52,8 +52,6 @@ def clore_backend(
         client=client,
         provisioner=provisioner,
         clock=clock,
-        concurrency=pipeline.concurrency,
-        budget=Budget(pipeline.budget_usd),
         currency=pipeline.currency,
         hosts=host_recorder(ledger_path, run_id, clock),
     )
@@ -88,7 +86,7 @@ def _seat(pool: str, coordinator: str | None, run_id: str) -> PoolSeat:
             hint="pass --coordinator postgresql://USER@HOST/DB or set CLORE_RUN_COORDINATOR",
         )
     require_psycopg()
-    from runner.stores.pg_pools import PostgresPools
-    from runner.stores.pool_seat import PoolSeat
+    from runner.stores.pools.postgres import PostgresPools
+    from runner.stores.pools.seat import PoolSeat
 
     return PoolSeat(PostgresPools(coordinator), check_name(pool), run_id)

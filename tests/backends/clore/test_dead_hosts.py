@@ -21,17 +21,17 @@ from pytest_httpserver import HTTPServer
 from werkzeug.serving import WSGIRequestHandler
 
 from runner.backends.clore.api import CloreClient
-from runner.backends.clore.backend import Budget, CloreBackend
+from runner.backends.clore.backend import CloreBackend
 from runner.backends.clore.host_memory import HostRecorder
 from runner.backends.clore.provision import Provisioner, ProvisionOptions
 from runner.backends.ssh.connection import ConnectOptions
 from runner.backends.ssh.keys import ClientKey, HostKeyStore
 from runner.core.model import Pipeline, Provisioning, RunRecord
 from runner.core.rentals import RentServer
-from runner.ledger import Ledger
 from runner.run_command import RunOptions, execute
 from runner.spec.loader import parse_pipeline
 from runner.stores.hosts import open_hosts
+from runner.stores.ledger.sqlite import SqliteLedger
 from tests.fakes.clore_api import FakeClore
 from tests.fakes.clore_on_sshd import fake_cost_usd
 from tests.fakes.fast_clock import FastClock
@@ -50,7 +50,7 @@ class Market:
     tmp: Path
     client: CloreClient | None = None
 
-    def backend(self, pipeline: Pipeline, run_id: str) -> tuple[CloreBackend, Ledger]:
+    def backend(self, pipeline: Pipeline, run_id: str) -> tuple[CloreBackend, SqliteLedger]:
         key = ClientKey.generate()
         self.sshd.authorize(key.public_line)
         options = ProvisionOptions(
@@ -61,18 +61,16 @@ class Market:
         if self.client is None:
             self.client = self.fake.client()
         client = self.client
-        ledger = Ledger(self.tmp / "ledger.db")
+        ledger = SqliteLedger(self.tmp / "ledger.db")
         provisioner = Provisioner(
             client, ledger, run_id, key, HostKeyStore(), self.clock, pipeline.currency, options
         )
-        backend = CloreBackend(
-            client, provisioner, self.clock, 3, Budget(pipeline.budget_usd), pipeline.currency
-        )
+        backend = CloreBackend(client, provisioner, self.clock, pipeline.currency)
         history = open_hosts(self.tmp / "hosts.db", clock=self.clock)
         backend.hosts = HostRecorder(history, run_id, self.clock)
         return backend, ledger
 
-    def run(self, pipeline: Pipeline, run_id: str) -> tuple[RunRecord, int, str, Ledger]:
+    def run(self, pipeline: Pipeline, run_id: str) -> tuple[RunRecord, int, str, SqliteLedger]:
         """The pipeline through the driver; the console's text (notices included) too."""
         backend, ledger = self.backend(pipeline, run_id)
         (self.tmp / "ws").mkdir(exist_ok=True)

@@ -17,14 +17,14 @@ import pytest
 from pytest_httpserver import HTTPServer
 from werkzeug.serving import WSGIRequestHandler
 
-from runner.backends.clore.backend import Budget, CloreBackend
+from runner.backends.clore.backend import CloreBackend
 from runner.backends.clore.provision import Provisioner, ProvisionOptions
 from runner.backends.ssh.connection import ConnectOptions
 from runner.backends.ssh.keys import ClientKey, HostKeyStore
 from runner.core.model import JobStatus, Pipeline, RunRecord
-from runner.ledger import Ledger
 from runner.run_command import RunOptions, execute
 from runner.spec.loader import parse_pipeline
+from runner.stores.ledger.sqlite import SqliteLedger
 from tests.fakes.clore_api import FakeClore
 from tests.fakes.fast_clock import SPEED, FastClock
 from tests.sshd_fixture import SshServer
@@ -67,13 +67,11 @@ def run(
         ssh=ConnectOptions(tries=3, backoff_s=0.05, max_backoff_s=0.2),
     )
     client = fake.client()
-    ledger = Ledger(tmp / "ledger.db")
+    ledger = SqliteLedger(tmp / "ledger.db")
     provisioner = Provisioner(
         client, ledger, "run-1", key, HostKeyStore(), clock, pipeline.currency, options
     )
-    backend = CloreBackend(
-        client, provisioner, clock, 3, Budget(pipeline.budget_usd), pipeline.currency
-    )
+    backend = CloreBackend(client, provisioner, clock, pipeline.currency)
     (tmp / "ws").mkdir(exist_ok=True)
     run_options = RunOptions(out_dir=tmp / "out", workspace_root=tmp / "ws", clock=clock)
     record, code = execute(pipeline, backend, run_options, io.StringIO())
