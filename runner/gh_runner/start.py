@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 from runner.attempt import Ran
 from runner.backends.base import Place
 from runner.backends.clore.api import CloreClient
-from runner.backends.clore.backend import Budget, CloreBackend
+from runner.backends.clore.backend import CloreBackend
 from runner.backends.clore.host_memory import HostRecorder
 from runner.backends.clore.market import (
     Offer,
@@ -234,8 +234,6 @@ def _rent_and_install(
         client=tools.client,
         provisioner=provisioner,
         clock=tools.clock,
-        concurrency=len(registrations),
-        budget=Budget(request.budget_usd),
         currency=tools.currency,
         hosts=tools.hosts,
         hedge=tools.hedge,
@@ -282,7 +280,7 @@ def _rent_and_install(
 
 
 def _drive(
-    driver: Driver[PlacingCore],
+    driver: Driver,
     backend: CloreBackend,
     jobs: list[Job],
     cancel: threading.Event,
