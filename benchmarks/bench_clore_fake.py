@@ -42,7 +42,7 @@ from runner.backends.base import (
     StageSink,
     Stream,
 )
-from runner.backends.clore.backend import Budget, CloreBackend
+from runner.backends.clore.backend import CloreBackend
 from runner.backends.clore.market import offer_from_server, offers_from_servers
 from runner.backends.clore.models import MarketServer, Order
 from runner.backends.clore.provision import Provisioner, ProvisionOptions, Rental
@@ -155,8 +155,6 @@ def run(tmp: Path, http: HTTPServer, ssh_port: int, authorize: Any) -> dict[str,
         client,
         provisioner,
         clock,
-        pipeline.concurrency,
-        Budget(pipeline.budget_usd),
         pipeline.currency,
     )
     backend.first_output = {}
@@ -321,10 +319,7 @@ def measure(
     provisioner = Provisioner(
         client, ledger, tmp.name, key, HostKeyStore(), clock, pipeline.currency, options
     )
-    backend = CloreBackend(
-        client, provisioner, clock, pipeline.concurrency, Budget(pipeline.budget_usd),
-        pipeline.currency,
-    )  # fmt: skip
+    backend = CloreBackend(client, provisioner, clock, pipeline.currency)
     (tmp / "ws").mkdir(parents=True, exist_ok=True)
     run_options = RunOptions(out_dir=tmp / "out", workspace_root=tmp / "ws", clock=clock)
     record, code = execute(pipeline, backend, run_options, io.StringIO())

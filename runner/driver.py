@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from runner.attempt import Kill, Ran
 from runner.backends.base import NO_STAGES, Backend, Place, StageSink
@@ -55,40 +55,13 @@ from runner.core.rentals import (
     ServerReleased,
     StartOn,
 )
-from runner.core.scheduler import Entry, JobState
+from runner.core.scheduler import Entry
 from runner.errors import CloreRunError
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
 
 T = TypeVar("T")
-
-
-class Core(Protocol):
-    """What the driver needs of a core: the scheduler, or the scheduler with its servers."""
-
-    @property
-    def idle(self) -> bool: ...
-
-    @property
-    def capacity(self) -> int: ...
-
-    @property
-    def stop_reason(self) -> str | None: ...
-
-    @property
-    def stop_cause(self) -> StopCause | None: ...
-
-    def add(
-        self, jobs: Sequence[Job | Entry], settled: Mapping[str, NeedOutcome], now: float
-    ) -> Sequence[CoreCommand]: ...
-
-    def handle(self, event: Event, now: float) -> Sequence[CoreCommand]: ...
-
-    def state(self, job_id: str) -> JobState | None: ...
-
-
-C = TypeVar("C", bound=Core)
 
 
 class Attempts(Protocol):
@@ -293,22 +266,22 @@ class _Out:
         self.placed = False
 
 
-class Driver(Generic[C]):
-    """Carries one core's commands out on one backend. `add`/`feed` only on the loop thread."""
+class Driver:
+    """Carries the core's commands out on one backend. `add`/`feed` only on the loop thread.
+
+    The core is the one that holds servers (`PlacingCore`), typed as such: no other core
+    exists to drive."""
 
     def __init__(
         self,
-        core: C,
+        core: PlacingCore,
         backend: Backend,
         runner: Attempts,
         journal: Journal,
         clock: Clock,
         options: DriverOptions,
     ) -> None:
-        if not isinstance(core, PlacingCore):
-            raise TypeError("the driver runs a core that places jobs on servers (PlacingCore)")
         self.core = core
-        self._placing: PlacingCore = core
         self._releasing: list[threading.Thread] = []  # servers being given back
         self.backend = backend
         self.runner = runner
@@ -479,7 +452,7 @@ class Driver(Generic[C]):
             self.feed(self.options.must_stop(posted.reason, now), now)
         elif isinstance(posted, _FromServer):
             self._rent_over(posted.event)
-            self._apply(self._placing.handle(posted.event, now), now)
+            self._apply(self.core.handle(posted.event, now), now)
         elif posted is not None and not isinstance(posted, _Quit):
             self.feed(posted, now)
 
@@ -658,7 +631,7 @@ class Driver(Generic[C]):
     def _release(self, cmd: ReleaseServer, now: float) -> None:
         """Give a server back off the loop; at the end of a run, or once it is cancelled, the
         backend's shutdown gives back everything left in one sweep instead."""
-        if not cmd.rented or self._placing.over or self._cancel_at is not None:
+        if not cmd.rented or self.core.over or self._cancel_at is not None:
             return
         self._releasing = self._off_loop(self._releasing, self._release_off_loop, cmd)
 
@@ -695,7 +668,7 @@ class Driver(Generic[C]):
 
 
 # How `_record` carries out each kind of command.
-_RECORD: dict[type[Any], Callable[[Driver[Any], Any, float], Callable[[], None] | None]] = {
+_RECORD: dict[type[Any], Callable[[Driver, Any, float], Callable[[], None] | None]] = {
     StartOn: Driver._start_on,
     RentServer: Driver._rent,
     JobNote: Driver._job_note,

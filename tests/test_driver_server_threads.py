@@ -202,9 +202,7 @@ def _stop(reason: str, _now: float) -> Event:
     return CancelAll(reason, StopCause.INFRASTRUCTURE)
 
 
-def _driver(
-    core: PlacingCore, market: ThreadedMarket, out: Path
-) -> tuple[Driver[PlacingCore], _Results]:
+def _driver(core: PlacingCore, market: ThreadedMarket, out: Path) -> tuple[Driver, _Results]:
     runner = AttemptRunner(market, out, SYSTEM_CLOCK, Console(io.StringIO()))
     results = _Results()
     options = DriverOptions(_stop)

@@ -49,6 +49,21 @@ class Setup:
 
 
 @dataclass(frozen=True)
+class CleanupAsk:
+    """What `clore-run cleanup` was asked, as each renting backend's `cleanup` reads it."""
+
+    ledger: str | None = None  # --ledger (None: the default, or the coordinator)
+    coordinator: str | None = None  # --coordinator (None: $CLORE_RUN_COORDINATOR, if set)
+    run_id: str | None = None  # --run: only this run's rentals
+    dry_run: bool = False  # only say what would be done
+    wait: bool = False  # with a coordinator: wait for live-looking leases to expire
+    say: Say = print  # each line of what was done
+    # A stand-in for the backend's API client (tests: a fake marketplace); None: from the
+    # environment (CLORE_API_KEY ...).
+    client: Callable[[], Any] | None = None
+
+
+@dataclass(frozen=True)
 class BackendSpec:
     name: str
     summary: str  # one line: `--backend`'s help and the action's docs
@@ -62,3 +77,6 @@ class BackendSpec:
     plan: Callable[[Pipeline, dict[str, Any]], tuple[str, bool]] | None = None
     # `run`: what the backend tells of its waits on its API, attached to the backend built.
     waits: Callable[[Backend, Say], Waits] | None = None
+    # `clore-run cleanup`: give back what the ledger says this backend still holds (a dead
+    # run's rentals); a failure is raised as a CloreRunError. None: it rents nothing.
+    cleanup: Callable[[CleanupAsk], None] | None = None

@@ -34,12 +34,13 @@ class BackendChoice:
     coordinator: str | None = None
 
 
-def build(choice: BackendChoice, capacity: int, instance: str) -> tuple[Backend, Reconcile]:
+def build(choice: BackendChoice, instance: str) -> tuple[Backend, Reconcile]:
     """The backend, and its restart reconcile (made now: it may read the environment's key,
-    which leaves the environment before jobs run)."""
+    which leaves the environment before jobs run). The server's --concurrency is not the
+    backend's: the core holds it (runner.serve.service)."""
     spec = backend_spec(choice.name)
     setup = Setup(
-        Pipeline(name="serve", jobs=(), concurrency=capacity),
+        Pipeline(name="serve", jobs=()),  # a queue has no file: each backend's keys default
         instance,
         hosts=tuple(choice.ssh_hosts),
         identity=choice.identity,

@@ -104,7 +104,7 @@ def run_server(options: ServeOptions) -> None:
     lock = lock_db(options.db) if isinstance(options.db, Path) else None
     instance = uuid.uuid4().hex[:12]
     store = open_queue(options.db, lease_ttl_s=options.lease_ttl_s)
-    backend, reconcile = build(options.backend, options.concurrency, instance)
+    backend, reconcile = build(options.backend, instance)
     seat = pool_seat(backend)
     if seat is not None and (queue := shared(store)) is not None:
         queue.claim_slots_from(seat)  # a job and its pool's server slot, claimed together

@@ -165,7 +165,7 @@ class Service:
         self._retry_timer: threading.Timer | None = None  # loop thread only
         journal = self.journal
         self.placing = self._placing_core()
-        self.driver: Driver[PlacingCore] = Driver(
+        self.driver: Driver = Driver(
             self.placing,
             backend,
             runner,

@@ -62,3 +62,44 @@ def test_local_builds_and_ssh_asks_for_hosts(tmp_path: Path) -> None:
         BACKENDS["ssh"].build(setup)
     assert "re-attached" in BACKENDS["ssh"].restart(setup)({"t"})
     assert BACKENDS["local"].restart(setup)(set()) == "no process of it was left"
+
+
+def test_cleanup_asks_every_renting_backend_s_spec(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`clore-run cleanup` is each spec's `cleanup`: a second marketplace's is its entry, and
+    one that fails does not keep the next from cleaning up its own (exit: the first failure's)."""
+    import dataclasses
+
+    import typer
+    from typer.testing import CliRunner
+
+    from runner.backends.spec import CleanupAsk
+    from runner.cli.cleanup import register
+    from runner.errors import InfrastructureError
+
+    asked: list[tuple[str, CleanupAsk]] = []
+
+    def failing(ask: CleanupAsk) -> None:
+        asked.append(("clore", ask))
+        ask.say("clore: one order left")
+        raise InfrastructureError("1 rental(s) may still be billed")
+
+    def second(ask: CleanupAsk) -> None:
+        asked.append(("second", ask))
+        ask.say("second: nothing to clean up")
+
+    specs = {
+        "clore": dataclasses.replace(BACKENDS["clore"], cleanup=failing),
+        "local": BACKENDS["local"],
+        "second": dataclasses.replace(BACKENDS["clore"], name="second", cleanup=second),
+    }
+    monkeypatch.setattr("runner.cli.cleanup.BACKENDS", specs)
+    app = typer.Typer()
+    register(app)
+    app.command("other")(lambda: None)  # two commands: `cleanup` keeps its name
+    result = CliRunner().invoke(app, ["cleanup", "--dry-run", "--run", "r1", "--ledger", "l.db"])
+    assert [name for name, _ in asked] == ["clore", "second"]
+    assert all((a.dry_run, a.run_id, a.ledger) == (True, "r1", "l.db") for _, a in asked)
+    assert "clore: one order left" in result.output
+    assert "second: nothing to clean up" in result.output
+    assert "error: 1 rental(s) may still be billed" in result.output
+    assert result.exit_code == 3

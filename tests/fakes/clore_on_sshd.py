@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.backends.clore.backend import Budget, CloreBackend
+from runner.backends.clore.backend import CloreBackend
 from runner.backends.clore.market import offer_from_server
 from runner.backends.clore.models import MarketServer
 from runner.backends.clore.provision import Provisioner, ProvisionOptions
@@ -54,8 +54,6 @@ class Setup:
             client,
             provisioner,
             self.clock,
-            pipeline.concurrency,
-            Budget(pipeline.budget_usd),
             pipeline.currency,
         )
         return backend, ledger

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping, Sequence, Set
+from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
 
 from runner.backends.base import (
@@ -27,17 +27,13 @@ from runner.backends.base import (
     ServerReport,
     StageSink,
 )
-from runner.backends.clore import bill
 from runner.backends.clore import errors as api_errors
 from runner.backends.clore.api import CloreClient
 from runner.backends.clore.hedge_log import HedgeLog
 from runner.backends.clore.host_memory import HostRecorder
 from runner.backends.clore.market import (
     Offer,
-    misses,
     offers_from_servers,
-    per_hour,
-    spot_bid_per_day,
 )
 from runner.backends.clore.provision import Provisioner, Rental
 from runner.backends.clore.quotes import OfferMarket
@@ -72,14 +68,6 @@ SETUP_ENDS_WITHIN_S = 180.0
 
 
 @dataclass
-class Budget:
-    """The run's budget: the core reserves each rental's worst case against it before the
-    rent (None: no limit)."""
-
-    limit_usd: float | None
-
-
-@dataclass
 class _Held:
     rental: Rental
     job: Job | None = None  # the job running on it; None: idle
@@ -91,8 +79,8 @@ class CloreBackend:
     client: CloreClient
     provisioner: Provisioner
     clock: Clock
-    concurrency: int
-    budget: Budget
+    # What orders are paid in. The run's concurrency and budget are not the backend's: the
+    # core holds them (ServerBook), from the settings the run resolved once.
     currency: str
     name: str = "clore"
     # The core's server number -> the rental carrying it out, each rental held, the rentals
@@ -129,7 +117,7 @@ class CloreBackend:
     _handed: dict[int, tuple[int, float]] = field(default_factory=dict)
 
     def capacity(self) -> int | None:
-        return self.concurrency
+        return None  # no places of its own: it rents as many as the run's concurrency allows
 
     def idle_cost_usd(self) -> float:
         """What servers held with no job on them cost (and orders that never served one)."""
@@ -365,7 +353,7 @@ class CloreBackend:
             jobs,
             cap,
             market=market,
-            budget_usd=budget_usd if budget_usd is not None else self.budget.limit_usd,
+            budget_usd=budget_usd,
             provisioning=provisioning,
             boot=boot,
             durations_s=durations_s,
@@ -582,30 +570,14 @@ class _LiveMarket(OfferMarket):
     def __init__(self, backend: CloreBackend, offers: list[Offer], unread: str = "") -> None:
         super().__init__(offers, backend.currency)
         self._backend = backend
-        self._seen: dict[str, Offer] = dict(self._by_host)
         self._unread = unread  # why there is no snapshot, if there is none
 
     def why_none(self, ask: GpuAsk | None, excluded: Set[str]) -> str:
         return self._unread or super().why_none(ask, excluded)
 
-    def update(self, offers: list[Offer]) -> None:
+    def update(self, offers: Iterable[Offer]) -> None:
         self._unread = ""
-        self._offers = list(offers)
-        self._by_host = {str(o.server_id): o for o in self._offers}
-        self._seen.update(self._by_host)
-
-    def offer(self, quote: Quote) -> Offer:
-        return self._seen[quote.host]
-
-    def fits(self, quote: Quote, ask: GpuAsk | None) -> bool:
-        ask = ask or _ANY_GPU
-        offer = self._seen.get(quote.host)
-        if offer is None or (quote.spot and not ask.spot):
-            return False
-        # Ours now, so the market shows it rented: that does not make it unfit for our jobs.
-        if misses(replace(offer, rented=False), ask):
-            return False
-        return ask.max_usd_per_hour is None or quote.usd_per_hour <= ask.max_usd_per_hour
+        super().update(offers)
 
     def quote(self, offer: Offer, ask: GpuAsk) -> Quote | None:
         quote = super().quote(offer, ask)
@@ -614,29 +586,13 @@ class _LiveMarket(OfferMarket):
         fee = self._backend.provisioner.creation_fee_usd(offer, ask.spot)
         return replace(quote, creation_fee_usd=fee, fee_rate=offer.fee_rate(ask.spot))
 
-    def usd_per_hour(self, offer: Offer, ask: GpuAsk) -> float | None:
-        if not ask.spot:
-            return offer.on_demand_usd_per_hour
+    def rival_bids(self, offer: Offer) -> Iterable[float]:
         # The last book read, however old: the core's loop never waits for the API. A rent
         # reads it afresh (off the loop) and asks for a new price if the bid moved up.
-        rivals = self._backend.provisioner.known_rival_bids(offer.server_id)
-        bid_per_day = spot_bid_per_day(offer, ask.max_usd_per_hour, rivals)
-        if bid_per_day is None or offer.usd_per_unit is None:
-            return None
-        listed = per_hour(bid_per_day) * offer.usd_per_unit
-        return bill.with_fee_per_hour(listed, offer.spot_fee_rate)
+        return self._backend.provisioner.known_rival_bids(offer.server_id)
 
 
 def _offer_label(offer: Offer) -> str:
     """`RTX 4090 #88028`, `2x RTX 4090 #88028`: what the live view says is being rented."""
     gpus = offer.gpu_model if offer.gpu_count == 1 else offer.gpus
     return f"{gpus} #{offer.server_id}"
-
-
-def _fits(rental: Rental, ask: GpuAsk) -> bool:
-    """Could a job asking `ask` run on this rental? Its server must fit, and so must the terms
-    it is rented on: the price it pays (a spot bid can be above the spot minimum that `misses`
-    checks) and its kind (a spot server can be outbid: it is no server for an on-demand ask)."""
-    if misses(rental.offer, ask) or (rental.spot and not ask.spot):
-        return False
-    return ask.max_usd_per_hour is None or rental.usd_per_hour <= ask.max_usd_per_hour

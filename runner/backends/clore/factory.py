@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from runner.backends.clore.api import CloreClient
-from runner.backends.clore.backend import Budget, CloreBackend
+from runner.backends.clore.backend import CloreBackend
 from runner.backends.clore.host_memory import HostRecorder
 from runner.backends.clore.provision import Provisioner
 from runner.backends.clore.ratelimit import SHARED_FILE
@@ -52,8 +52,6 @@ def clore_backend(
         client=client,
         provisioner=provisioner,
         clock=clock,
-        concurrency=pipeline.concurrency,
-        budget=Budget(pipeline.budget_usd),
         currency=pipeline.currency,
         hosts=host_recorder(ledger_path, run_id, clock),
     )

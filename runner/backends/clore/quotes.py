@@ -39,6 +39,9 @@ class OfferMarket:
     ) -> None:
         self._offers = list(offers)
         self._by_host = {str(o.server_id): o for o in self._offers}
+        # Every offer seen, kept for fitting and renting after a newer snapshot (`update`)
+        # left it out: a server we rented is listed as rented, or not at all.
+        self._seen: dict[str, Offer] = dict(self._by_host)
         self.currency = currency
         self.creation_fee_usd = creation_fee_usd
         self._memory: HostMemory | None = None
@@ -50,9 +53,15 @@ class OfferMarket:
         its host's expected boot and chance of a failed one, for hedging."""
         self._memory, self._bound_s = memory, bound_s
 
+    def update(self, offers: Iterable[Offer]) -> None:
+        """A newer snapshot to choose from; the offers seen before stay known for fitting."""
+        self._offers = list(offers)
+        self._by_host = {str(o.server_id): o for o in self._offers}
+        self._seen.update(self._by_host)
+
     def offer(self, quote: Quote) -> Offer:
         """The offer a quote came from (to rent it)."""
-        return self._by_host[quote.host]
+        return self._seen[quote.host]
 
     def best(self, ask: GpuAsk | None, excluded: Set[str]) -> Quote | None:
         ask = ask or _ANY_GPU
@@ -65,7 +74,7 @@ class OfferMarket:
 
     def fits(self, quote: Quote, ask: GpuAsk | None) -> bool:
         ask = ask or _ANY_GPU
-        offer = self._by_host.get(quote.host)
+        offer = self._seen.get(quote.host)
         if offer is None or (quote.spot and not ask.spot):
             return False
         # Ours now, so the market shows it rented: that does not make it unfit for our jobs.
@@ -100,8 +109,13 @@ class OfferMarket:
         """On demand: the offer's price (fee included); spot: our bid, with its fee."""
         if not ask.spot:
             return offer.on_demand_usd_per_hour
-        bid_per_day = spot_bid_per_day(offer, ask.max_usd_per_hour)
+        bid_per_day = spot_bid_per_day(offer, ask.max_usd_per_hour, self.rival_bids(offer))
         if bid_per_day is None or offer.usd_per_unit is None:
             return None
         listed = per_hour(bid_per_day) * offer.usd_per_unit
         return bill.with_fee_per_hour(listed, offer.spot_fee_rate)
+
+    def rival_bids(self, offer: Offer) -> Iterable[float]:
+        """Others' active spot bids on `offer`'s server, per day, that ours must beat: none
+        known to a snapshot of the marketplace alone."""
+        return ()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from runner.backends.spec import BackendSpec, Reconcile, Say, Setup, Waits
+from runner.backends.spec import BackendSpec, CleanupAsk, Reconcile, Say, Setup, Waits
 
 if TYPE_CHECKING:  # the backend's types load with the backend
     from runner.backends.base import Backend
@@ -39,6 +39,12 @@ def _waits(backend: Backend, say: Say) -> Waits:
     return wiring.waits(backend, say)
 
 
+def _cleanup(ask: CleanupAsk) -> None:
+    from runner.backends.clore import sweep  # Clore's libraries: only for `clore-run cleanup`
+
+    sweep.cleanup(ask)
+
+
 SPEC = BackendSpec(
     name="clore",
     summary="servers rented on the Clore.ai marketplace; needs CLORE_API_KEY",
@@ -48,4 +54,5 @@ SPEC = BackendSpec(
     restart=_restart,
     plan=_plan,
     waits=_waits,
+    cleanup=_cleanup,
 )

@@ -21,7 +21,7 @@ from pytest_httpserver import HTTPServer
 from werkzeug.serving import WSGIRequestHandler
 
 from runner.backends.clore.api import CloreClient
-from runner.backends.clore.backend import Budget, CloreBackend
+from runner.backends.clore.backend import CloreBackend
 from runner.backends.clore.host_memory import HostRecorder
 from runner.backends.clore.provision import Provisioner, ProvisionOptions
 from runner.backends.ssh.connection import ConnectOptions
@@ -65,9 +65,7 @@ class Market:
         provisioner = Provisioner(
             client, ledger, run_id, key, HostKeyStore(), self.clock, pipeline.currency, options
         )
-        backend = CloreBackend(
-            client, provisioner, self.clock, 3, Budget(pipeline.budget_usd), pipeline.currency
-        )
+        backend = CloreBackend(client, provisioner, self.clock, pipeline.currency)
         history = open_hosts(self.tmp / "hosts.db", clock=self.clock)
         backend.hosts = HostRecorder(history, run_id, self.clock)
         return backend, ledger

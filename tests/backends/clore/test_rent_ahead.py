@@ -17,7 +17,7 @@ import pytest
 from pytest_httpserver import HTTPServer
 from werkzeug.serving import WSGIRequestHandler
 
-from runner.backends.clore.backend import Budget, CloreBackend
+from runner.backends.clore.backend import CloreBackend
 from runner.backends.clore.provision import Provisioner, ProvisionOptions
 from runner.backends.ssh.connection import ConnectOptions
 from runner.backends.ssh.keys import ClientKey, HostKeyStore
@@ -71,9 +71,7 @@ def run(
     provisioner = Provisioner(
         client, ledger, "run-1", key, HostKeyStore(), clock, pipeline.currency, options
     )
-    backend = CloreBackend(
-        client, provisioner, clock, 3, Budget(pipeline.budget_usd), pipeline.currency
-    )
+    backend = CloreBackend(client, provisioner, clock, pipeline.currency)
     (tmp / "ws").mkdir(exist_ok=True)
     run_options = RunOptions(out_dir=tmp / "out", workspace_root=tmp / "ws", clock=clock)
     record, code = execute(pipeline, backend, run_options, io.StringIO())
