@@ -798,7 +798,7 @@ def test_the_cleanup_step_cancels_a_rental_the_run_left_behind(
     with SqliteLedger(ledger_path) as ledger:  # a run killed while it held a server
         rid = ledger.record_intent("run-1", "train", 88028, 2.0, "USD-Blockchain", 2 / 24)
         order = fake_clore.add_order(88028, age_s=600)
-        ledger.set_order(rid, order)
+        ledger.set_order(rid, str(order))
         ledger.set_state(rid, "running")
     with contextlib.closing(sqlite3.connect(ledger_path)) as db, db:  # written by a run now gone
         db.execute("UPDATE rentals SET owner = ?", (ended_owner(),))

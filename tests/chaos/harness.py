@@ -147,7 +147,8 @@ def _ledger_rows(path: Path) -> list[tuple[str, int | None, str]]:
             rows = db.execute("SELECT job_id, order_id, state FROM rentals ORDER BY id").fetchall()
     except sqlite3.Error:
         return []
-    return [(str(j), o, str(s)) for j, o, s in rows]
+    # The ledger keeps order ids as text; the fake's (Clore's) are whole numbers.
+    return [(str(j), None if o is None else int(o), str(s)) for j, o, s in rows]
 
 
 def _cleanup(m: Market, p: _Process) -> None:

@@ -140,7 +140,7 @@ def test_runner_start_then_runner_stop_through_the_actions_steps(
     assert not condition(step_named(RELEASE_STEP).get("if"), ctx, "success")
     with SqliteLedger(start.temp / "clore-run" / "ledger.db") as ledger:
         (row,) = ledger.rentals(rental["run_id"])
-    assert row.order_id == rental["order_id"] and row.state == "running"
+    assert row.order_id == str(rental["order_id"]) and row.state == "running"
     assert (start.temp / "clore-run" / "hosts.db").exists()  # the boot was remembered
 
     online = host.github.wait_for("connect", rental["runner_id"])

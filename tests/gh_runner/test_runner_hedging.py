@@ -94,8 +94,8 @@ def test_a_boot_that_runs_late_is_hedged_and_the_loser_cancelled(host: Host) -> 
         rows = {r.server_id: r for r in ledger.rentals(rental.run_id)}
     # Both creates had their row first; the loser's is released, the runner's lives on.
     assert all(r.create_sent_at is not None for r in rows.values())
-    assert rows[DEAD].order_id == dead.id and rows[DEAD].state == "released"
-    assert rows[NEXT].order_id == rental.order_id and rows[NEXT].state == "running"
+    assert rows[DEAD].order_id == str(dead.id) and rows[DEAD].state == "released"
+    assert rows[NEXT].order_id == str(rental.order_id) and rows[NEXT].state == "running"
     assert _history(host) == {str(NEXT): ["ups"]}
     host.github.wait_for("done", rental.runner_id)
     _stop(host)

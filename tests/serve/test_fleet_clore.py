@@ -111,7 +111,9 @@ jobs:
     assert set(cancels) == set(fake.orders) and set(cancels.values()) == {1}
     assert fake.live_orders() == []
     rentals = _rentals(pg_url, victim.instance)
-    assert [(r.order_id, r.state) for r in rentals if r.order_id] == [(first_order, "released")]
+    assert [(r.order_id, r.state) for r in rentals if r.order_id] == [
+        (str(first_order), "released")
+    ]
     assert fake.violations == []
     if pool is not None:
         _pool_is_empty(pg_url, pool, victim.instance)

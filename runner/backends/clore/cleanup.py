@@ -32,7 +32,7 @@ from typing import Literal
 from runner.backends.clore.api import CloreClient
 from runner.backends.clore.errors import CloreApiError
 from runner.backends.clore.models import Order
-from runner.backends.clore.ownership import Claim, find_ours
+from runner.backends.clore.ownership import Claim, find_ours, order_of, record_order
 from runner.clock import Clock
 from runner.stores.ledger import Rental, RentalLedger
 
@@ -89,11 +89,11 @@ def reconcile(
         return []
     settle = sum(client.recover_delays_s) if settle_s is None else settle_s
     # Orders other unreleased rentals (any run) hold are theirs, not candidates for an intent.
-    owned = {r.order_id for r in ledger.unreleased() if r.order_id is not None}
+    owned = {order for r in ledger.unreleased() if (order := order_of(r)) is not None}
     try:
         found = _look_up(client, pending, owned, clock, settle)
     except CloreApiError as exc:
-        return [_error(r, r.order_id, f"could not list orders: {exc}") for r in pending]
+        return [_error(r, order_of(r), f"could not list orders: {exc}") for r in pending]
     if dry_run:
         return [_verdict(r, found[r.id], dry_run=True) for r in pending]
 
@@ -140,7 +140,7 @@ def _look_up(
 
 def _match(pending: list[Rental], orders: list[Order], owned: set[int]) -> dict[int, _Match]:
     by_id = {o.id: o for o in orders}
-    found = {r.id: _Match(by_id.get(r.order_id)) for r in pending if r.order_id is not None}
+    found = {r.id: _Match(by_id.get(order)) for r in pending if (order := order_of(r)) is not None}
     taken = set(owned)
     for rental in pending:
         if rental.order_id is not None:
@@ -173,7 +173,7 @@ def _unclaimed(rental: Rental, orders: list[Order]) -> _Match:
 
 def _verdict(rental: Rental, match: _Match, *, dry_run: bool) -> Action:
     order = match.order
-    order_id = order.id if order is not None else rental.order_id
+    order_id = order.id if order is not None else order_of(rental)
     if match.unproven:
         return Action(rental, "unproven", None, match.why, dry_run=dry_run)
     if order is not None and not order.expired:
@@ -191,7 +191,7 @@ def _settle(ledger: RentalLedger, rental: Rental, match: _Match) -> Action:
         ledger.set_state(rental.id, "failed", f"{note} ({match.why})" if match.why else note)
     else:
         if rental.order_id is None and action.order_id is not None:
-            ledger.set_order(rental.id, action.order_id)
+            record_order(ledger, rental.id, action.order_id)
         ledger.set_state(rental.id, "released", "cleanup: order already ended")
     return action
 
@@ -206,7 +206,7 @@ def _cancel_all(
     errors: dict[int, str] = {}
     for rental in rentals:
         if rental.order_id is None:
-            ledger.set_order(rental.id, live[rental.id].id)
+            record_order(ledger, rental.id, live[rental.id].id)
         ledger.set_state(rental.id, "releasing", "cleanup: cancelling")
         errors.update(_cancel(client, rental, live[rental.id]))
     try:

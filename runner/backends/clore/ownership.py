@@ -56,6 +56,18 @@ _PRICE_TOLERANCE = 1e-6  # relative: the bid comes back as the JSON number we se
 TAG_LOW, TAG_HIGH = 49152, 65535  # the dynamic port range: where a tag is drawn from
 
 
+def order_of(rental: Rental) -> int | None:
+    """The Clore order a ledger row names. The ledger keeps every marketplace's order ids as
+    text; Clore's are whole numbers, and this is where one becomes the other (an int never
+    equals its text: a lookup keyed by `Order.id` with the ledger's text finds nothing)."""
+    return None if rental.order_id is None else int(rental.order_id)
+
+
+def record_order(ledger: RentalLedger, rental_id: int, order_id: int) -> None:
+    """Write a Clore order id to the ledger row `rental_id`, as the ledger's text."""
+    ledger.set_order(rental_id, str(order_id))
+
+
 def new_tag() -> int:
     """A fresh tag for one create: a container port in the dynamic range, drawn at random."""
     return TAG_LOW + secrets.randbelow(TAG_HIGH - TAG_LOW + 1)

@@ -22,7 +22,7 @@ from runner.backends.clore.api import CloreClient, OrderRequest, may_have_create
 from runner.backends.clore.fees import FeeSchedule, read_fee_schedule
 from runner.backends.clore.market import Offer, per_hour, spot_bid_per_day
 from runner.backends.clore.models import Order, SpotMarket
-from runner.backends.clore.ownership import LedgerMarks
+from runner.backends.clore.ownership import LedgerMarks, order_of, record_order
 from runner.backends.clore.ratelimit import RequestAborted
 from runner.backends.ssh.connection import ConnectOptions, Endpoint, SshConnection, connect
 from runner.backends.ssh.keys import ClientKey, HostKeyStore
@@ -201,7 +201,7 @@ class Provisioner:
         rental.held_since = rental.billed_until = order.ct or self.clock.time()
         self._note_fee(rental, order)
         try:  # the order exists: from here on, every failure cancels it
-            self.ledger.set_order(rental.rental_id, order.id)
+            record_order(self.ledger, rental.rental_id, order.id)
             self.ledger.set_state(rental.rental_id, "ordered")
             stages.stage("booting", f"order {order.id}")
             order = self._wait_online(order.id, cancel, rental, self.boot_timeout_s(job))
@@ -375,7 +375,7 @@ class Provisioner:
     def _send_create(self, rental: Rental, job: Job, cancel: threading.Event) -> Order:
         """One create, with the ledger's ownership marks; the orders the ledger's other
         rentals hold are not this create's to adopt."""
-        taken = {r.order_id for r in self.ledger.unreleased() if r.order_id is not None}
+        taken = {o for r in self.ledger.unreleased() if (o := order_of(r)) is not None}
         marks = LedgerMarks(self.ledger, rental.rental_id)
         request = self._request(rental, job)
         return self.client.create_order(request, abort=cancel, journal=marks, taken=taken)

@@ -19,6 +19,7 @@ from runner.backends.clore.api import CloreClient
 from runner.backends.clore.cleanup import Action, reconcile
 from runner.backends.clore.errors import CloreApiError
 from runner.backends.clore.models import Order
+from runner.backends.clore.ownership import order_of
 from runner.clock import Clock
 from runner.core import money
 from runner.stores.ledger import Rental, RentalLedger
@@ -131,7 +132,8 @@ def billed_usd(rental: Rental, orders: dict[int, Order] | None, worst_usd: float
     renter's fee included). Without the API's figure: the reservation's worst case."""
     if rental.state == "failed" and rental.order_id is None:
         return 0.0
-    order = (orders or {}).get(rental.order_id) if rental.order_id is not None else None
+    order_id = order_of(rental)
+    order = (orders or {}).get(order_id) if order_id is not None else None
     if order is None or order.spend is None or not rental.price_per_day:
         return worst_usd
     usd_per_unit = (rental.usd_per_hour or 0.0) * 24 / rental.price_per_day

@@ -49,6 +49,8 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (  # MIGRATIONS[n]: version n -> n + 1
         "ALTER TABLE rentals ADD COLUMN tag BIGINT",
         "ALTER TABLE rentals ADD COLUMN owner TEXT",
     ),
+    # As the SQLite file's fourth: order ids as text, the marketplace's own spelling of them.
+    ("ALTER TABLE rentals ALTER COLUMN order_id TYPE TEXT USING order_id::text",),
 )
 
 

@@ -39,7 +39,7 @@ class Rental:
     run_id: str
     job_id: str
     server_id: int
-    order_id: int | None
+    order_id: str | None  # the marketplace's id of the order, as text (None: not known yet)
     state: State
     created_at: float
     updated_at: float
@@ -131,7 +131,7 @@ class RentalLedger(RowStore):
             (answered_at, self._clock.time(), rental_id),
         )
 
-    def set_order(self, rental_id: int, order_id: int) -> None:
+    def set_order(self, rental_id: int, order_id: str) -> None:
         """The order id is known. An `intent` (or a `failed` one: a cleanup running beside the
         run gave up on it too early) becomes `ordered`: an order id means a billed server."""
         changed = self._update(
@@ -200,6 +200,7 @@ def insert_statement(values: dict[str, Any]) -> str:
 
 def _rental(row: tuple[Any, ...]) -> Rental:
     values = list(row)
+    values[4] = None if values[4] is None else str(values[4])  # order_id
     values[-4] = None if values[-4] is None else bool(values[-4])  # spot (SQLite: 0 or 1)
     values[-3] = bool(values[-3])  # legacy
     values[-2] = None if values[-2] is None else int(values[-2])  # tag

@@ -33,7 +33,14 @@ _DAMAGED = (
     "your orders on clore.ai"
 )
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
+# Every column of version 3, as the fourth step copies them (a migration never changes, so it
+# names its own columns, not the rules' list of today).
+_V3_COLUMNS = (
+    "id, run_id, job_id, server_id, order_id, state, created_at, updated_at, price_per_day, "
+    "currency, usd_per_hour, note, create_sent_at, create_answered_at, api_offset_low_s, "
+    "api_offset_high_s, image, spot, legacy, tag, owner"
+)
 # MIGRATIONS[n] takes a file from user_version n to n + 1. Append, never edit.
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
     (
@@ -74,6 +81,40 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
     (
         "ALTER TABLE rentals ADD COLUMN tag INTEGER",
         "ALTER TABLE rentals ADD COLUMN owner TEXT",
+    ),
+    # Order ids as text: the ledger is every marketplace's, and an order id need not be a
+    # number (Clore's are: they become their decimal text). SQLite cannot change a column's
+    # type, so the table is made anew (no ALTER TABLE DROP COLUMN: SQLite before 3.35 lacks it).
+    (
+        f"""CREATE TABLE rentals_v4 (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            run_id TEXT NOT NULL,
+            job_id TEXT NOT NULL,
+            server_id INTEGER NOT NULL,
+            order_id TEXT,
+            state TEXT NOT NULL CHECK (state IN {STATES!r}),
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL,
+            price_per_day REAL,
+            currency TEXT,
+            usd_per_hour REAL,
+            note TEXT NOT NULL DEFAULT '',
+            create_sent_at REAL,
+            create_answered_at REAL,
+            api_offset_low_s REAL,
+            api_offset_high_s REAL,
+            image TEXT,
+            spot INTEGER,
+            legacy INTEGER NOT NULL DEFAULT 0,
+            tag INTEGER,
+            owner TEXT
+        )""",
+        f"INSERT INTO rentals_v4 ({_V3_COLUMNS}) "
+        f"SELECT {_V3_COLUMNS.replace('order_id', 'CAST(order_id AS TEXT)')} FROM rentals",
+        "DROP TABLE rentals",
+        "ALTER TABLE rentals_v4 RENAME TO rentals",
+        "CREATE INDEX rentals_by_run ON rentals (run_id)",
+        "CREATE INDEX rentals_open ON rentals (state) WHERE state NOT IN ('released', 'failed')",
     ),
 )
 assert len(MIGRATIONS) == SCHEMA_VERSION

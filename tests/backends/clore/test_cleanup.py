@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import signal
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -18,8 +20,9 @@ from typer.testing import CliRunner
 from runner.backends.clore import errors as e
 from runner.backends.clore.cleanup import Action, reconcile
 from runner.backends.clore.models import Order
+from runner.backends.clore.ownership import order_of
 from runner.cli.cleanup import register
-from runner.stores.ledger.sqlite import SqliteLedger
+from runner.stores.ledger.sqlite import MIGRATIONS, SqliteLedger
 from tests.fakes.clore_api import API_KEY, FakeClore, Fault, Faults
 from tests.fakes.fake_clock import FakeClock
 from tests.processes import marked_env
@@ -57,7 +60,7 @@ def rent(
     ledger.mark_create_answered(rid, fake.clock.time())
     if known:  # the run read the id from my_orders: the order is listed by now
         fake.clock.advance(fake.appear_after_s)
-        ledger.set_order(rid, oid)
+        ledger.set_order(rid, str(oid))
         ledger.set_state(rid, "running")
     return rid, oid
 
@@ -93,7 +96,7 @@ def sent_only(
 
 
 def states(ledger: SqliteLedger, run: str = "run-1") -> list[tuple[str, int | None, str]]:
-    return [(r.job_id, r.order_id, r.state) for r in ledger.rentals(run)]
+    return [(r.job_id, order_of(r), r.state) for r in ledger.rentals(run)]
 
 
 def kinds(actions: list[Action]) -> list[tuple[str, str, int | None]]:
@@ -123,6 +126,32 @@ def test_known_order_is_cancelled_confirmed_and_released(
     assert states(ledger) == [("train", oid, "released")]
     # Confirmed: a listing after the cancel showed it gone.
     assert [r.endpoint for r in fake_clore.requests] == ["my_orders", "cancel_order", "my_orders"]
+
+
+def test_an_order_id_written_as_a_number_by_an_older_ledger_is_still_cancelled(
+    fake_clore: FakeClore, fake_clock: FakeClock, tmp_path: Path
+) -> None:
+    """A ledger file of schema 3 held Clore's order ids as integers; opened now, its ids are
+    text, and cleanup must still match them with `my_orders`' numbers."""
+    path = tmp_path / "v3.db"
+    oid = fake_clore.add_order(88028, age_s=600)
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
+        for step in MIGRATIONS[:3]:
+            for statement in step:
+                db.execute(statement)
+        db.execute(
+            "INSERT INTO rentals (run_id, job_id, server_id, order_id, state, created_at, "
+            "updated_at, price_per_day, currency, usd_per_hour) "
+            "VALUES ('run-1', 'train', 88028, ?, 'running', ?, ?, 2.0, 'USD-Blockchain', ?)",
+            (oid, fake_clock.time(), fake_clock.time(), 2 / 24),
+        )
+        db.execute("PRAGMA user_version = 3")
+    with SqliteLedger(path, clock=fake_clock) as ledger:
+        assert ledger.rentals("run-1")[0].order_id == str(oid)
+        actions = reconcile(ledger, fake_clore.client(), dry_run=False)
+        assert kinds(actions) == [("train", "cancelled", oid)]
+        assert live(fake_clore) == [] and cancels(fake_clore) == [oid]
+        assert states(ledger) == [("train", oid, "released")]
 
 
 def test_intent_whose_create_did_create_an_order_is_found_and_cancelled(
@@ -205,7 +234,7 @@ def test_an_order_missing_even_from_completed_orders_counts_as_ended(
     fake_clore: FakeClore, ledger: SqliteLedger
 ) -> None:
     rid = intent_only(fake_clore, ledger, 88028, "train")
-    ledger.set_order(rid, 123)  # an id the API no longer lists at all
+    ledger.set_order(rid, "123")  # an id the API no longer lists at all
     reconcile(ledger, fake_clore.client(), dry_run=False)
     assert states(ledger) == [("train", 123, "released")]
 
@@ -392,7 +421,7 @@ CRASHING_RUN = textwrap.dedent(
     known = ledger.record_intent("crashed", "train", 88028, 2.0, "USD-Blockchain", 2 / 24)
     marks = LedgerMarks(ledger, known)
     order = client.create_order(OrderRequest(88028, "img", "USD-Blockchain"), journal=marks)
-    ledger.set_order(known, order.id)
+    ledger.set_order(known, str(order.id))
     ledger.set_state(known, "running")
     # ... and one whose order exists while the ledger has only the intent.
     rid = ledger.record_intent("crashed", "eval", 99173, 3.0, "USD-Blockchain", 3 / 24, image="img")

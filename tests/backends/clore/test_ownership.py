@@ -77,7 +77,7 @@ def test_cleanup_never_cancels_another_runs_order_when_its_create_was_never_sent
 
 def y_rents(fake: FakeClore, ledger: SqliteLedger, rental_id: int) -> Order:
     order = fake.client().create_order(request(), journal=LedgerMarks(ledger, rental_id))
-    ledger.set_order(rental_id, order.id)
+    ledger.set_order(rental_id, str(order.id))
     return order
 
 
@@ -310,7 +310,7 @@ def test_the_losers_cleanup_leaves_the_winners_order_alone(
         order = fake_clore.client(recover_delays_s=(0.0,)).create_order(
             request(), journal=LedgerMarks(y, won)
         )
-        y.set_order(won, order.id)
+        y.set_order(won, str(order.id))
         fake_clore.clock.advance(0.5)
         lost = intent(x)
         with pytest.raises(e.ServerAlreadyRentedError):

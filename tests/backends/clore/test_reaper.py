@@ -13,7 +13,7 @@ USD_PER_HOUR = PRICE_PER_DAY / 24 * 1.05  # the renter's 5 % on top
 CREATION_FEE = 0.1
 
 
-def rental(order_id: int | None = 7, state: str = "released") -> Rental:
+def rental(order_id: str | None = "7", state: str = "released") -> Rental:
     return Rental(
         1, "run", "job", 99173, order_id, state,  # type: ignore[arg-type]
         0.0, 0.0, PRICE_PER_DAY, "USD-Blockchain", USD_PER_HOUR, "",

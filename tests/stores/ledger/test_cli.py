@@ -61,7 +61,7 @@ def test_run_with_a_ledger_url_writes_and_releases_its_rentals_there(
     [order_id] = fake_clore.orders
     assert [(r.job_id, r.state, r.order_id) for r in _all_rentals(pg_url)] == [
         ("a", "failed", None),
-        ("a", "released", order_id),
+        ("a", "released", str(order_id)),
     ]
     assert fake_clore.live_orders() == []
 
@@ -82,7 +82,7 @@ def test_cleanup_with_a_ledger_url_cancels_what_a_dead_run_left(
     with PostgresLedger(pg_url) as ledger:  # a run killed while it held a server
         rid = ledger.record_intent("run-1", "train", 88028, 2.0, "USD-Blockchain", 2 / 24)
         order = fake_clore.add_order(88028, age_s=600)
-        ledger.set_order(rid, order)
+        ledger.set_order(rid, str(order))
         ledger.set_state(rid, "running")
     app = typer.Typer()
     register(app, client_factory=fake_clore.client)

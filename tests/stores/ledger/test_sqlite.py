@@ -25,10 +25,10 @@ def test_parent_folders_are_made_and_a_reopen_sees_every_write(tmp_path: Path) -
     path = tmp_path / "nested" / "dir" / "ledger.db"
     with SqliteLedger(path, clock=Tick()) as ledger:
         rid = ledger.record_intent("run-1", "train", 88028, 2.0, "USD-Blockchain", 2 / 24)
-        ledger.set_order(rid, 1939941)
+        ledger.set_order(rid, "1939941")
     with SqliteLedger(path) as again:
         [done] = again.rentals("run-1")
-        assert (done.id, done.order_id, done.state) == (rid, 1939941, "ordered")
+        assert (done.id, done.order_id, done.state) == (rid, "1939941", "ordered")
 
 
 def test_wal_busy_timeout_and_schema_version_are_on_the_file(tmp_path: Path) -> None:

@@ -85,7 +85,7 @@ def rent(
     order = api.create_order(request, journal=LedgerMarks(ledger, rental_id))
     if crash_after_create:
         os._exit(9)
-    ledger.set_order(rental_id, order.id)
+    ledger.set_order(rental_id, str(order.id))
     ledger.set_state(rental_id, "running")
     return rental_id, order.id
 
