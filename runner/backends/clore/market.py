@@ -26,7 +26,6 @@ from runner.core.hosts import HostMemory
 from runner.core.model import GpuAsk
 
 HOURS_PER_DAY = money.HOURS_PER_DAY
-CURRENCIES = ("bitcoin", "CLORE-Blockchain", "USD-Blockchain")
 _USD_FIELD = {
     "bitcoin": "on_demand_btc",
     "CLORE-Blockchain": "on_demand_clore",

@@ -24,6 +24,7 @@ from runner.backends.clore.market import Offer, per_hour, spot_bid_per_day
 from runner.backends.clore.models import Order, SpotMarket
 from runner.backends.clore.ownership import LedgerMarks
 from runner.backends.clore.ratelimit import RequestAborted
+from runner.backends.clore.settings import image_runs_sshd
 from runner.backends.ssh.connection import ConnectOptions, Endpoint, SshConnection, connect
 from runner.backends.ssh.keys import ClientKey, HostKeyStore
 from runner.clock import Clock
@@ -388,7 +389,7 @@ class Provisioner:
             currency=self.currency,
             spot_price_per_day=rental.price_per_day if rental.spot else None,
             ssh_key=self.key.public_line,
-            autossh_entrypoint=not job.image_runs_sshd,
+            autossh_entrypoint=not image_runs_sshd(job),
         )
 
     def _rebid_for_create(self, rental: Rental, job: Job) -> bool:
