@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from runner.backends.clore import bill
 from runner.backends.clore.fees import FeeSchedule
 from runner.backends.clore.market import (
     Offer,
@@ -82,7 +83,7 @@ def predict_run(
     market = OfferMarket(offers, CloreSettings.of(pipeline).currency)
     dead = 0.0
     if memory is not None:
-        market.remember(memory, money.DEFAULT_BOOT_BOUND_S)
+        market.remember(memory, bill.DEFAULT_BOOT_BOUND_S)
         dead = memory.market.fail_rate if memory.market.boots else 0.0
     return predict(pipeline, market, BOOT_RANGE_S, hedge=HedgePolicy(), dead_fraction=dead)
 

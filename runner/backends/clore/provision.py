@@ -69,8 +69,8 @@ def _wait_on_event(seconds: float, cancel: threading.Event) -> None:
 @dataclass(frozen=True)
 class ProvisionOptions:
     # Create -> online, image pull included, unless the job sets `boot-timeout-minutes`.
-    # (money.DEFAULT_BOOT_BOUND_S: inside the creation fee's grace, the SSH probe included.)
-    online_timeout_s: float = money.DEFAULT_BOOT_BOUND_S
+    # (bill.DEFAULT_BOOT_BOUND_S: inside the creation fee's grace, the SSH probe included.)
+    online_timeout_s: float = bill.DEFAULT_BOOT_BOUND_S
     first_poll_s: float = 3.0  # my_orders polling backoff (the rate limiter spaces it further)
     max_poll_s: float = 30.0
     ssh: ConnectOptions = field(
