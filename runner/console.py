@@ -104,7 +104,7 @@ class Console:
         self._pending: list[Text] = []
         self._stop = threading.Event()
         if self.live:
-            from rich.live import Live
+            from rich.live import Live  # rich's live display: only a terminal run draws one
 
             self._screen = Live(
                 console=self.out,
@@ -123,6 +123,7 @@ class Console:
     def out(self) -> RichConsole:
         """The rich console, made when first drawn with."""
         if self._rich is None:
+            # rich: only when something is drawn (a --json or a quiet run never is)
             from rich.console import Console as RichConsole
 
             self._rich = RichConsole(
@@ -279,6 +280,7 @@ class Console:
     ) -> RenderableType:
         """The live table at `now` (what the screen shows between lines of output), for this
         terminal's size or the one given."""
+        # the board's layout: only a live terminal draws it
         from runner.live.render import render_board
 
         with self._lock:
@@ -340,7 +342,7 @@ class Console:
         self._guard(self._write, redact.text(line.translate(_RICH_STRIPS)) + "\n")
 
     def _rich_line(self, head: str, body: str, head_style: str = "", body_style: str = "") -> None:
-        from rich.text import Text
+        from rich.text import Text  # rich: only when something is drawn
 
         line = Text(head, style=head_style)
         line.append(body, style=body_style)
@@ -375,7 +377,7 @@ class Console:
             return
         lines, self._pending = self._pending, []
         if lines:  # printing above the table redraws it too
-            from rich.console import Group
+            from rich.console import Group  # rich: only when something is drawn
 
             self._guard(lambda: self.out.print(Group(*lines), overflow="fold"))
         else:

@@ -25,7 +25,7 @@ from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from runner.attempt import AttemptRunner, Kill
+from runner.attempt import Kill, Ran
 from runner.backends.base import NO_STAGES, Backend, Place, StageSink
 from runner.clock import Clock
 from runner.core.events import (
@@ -62,6 +62,21 @@ if TYPE_CHECKING:
     from concurrent.futures import Future
 
 T = TypeVar("T")
+
+
+class Attempts(Protocol):
+    """What runs each attempt on the server the core chose: runner.attempt.AttemptRunner (a
+    job's script), or `runner start`'s install of a GitHub runner. Never raises."""
+
+    def run(
+        self,
+        job: Job,
+        number: int,
+        server: int,
+        timeout_s: float,
+        kill: threading.Event,
+        placed: Callable[[Place], None],
+    ) -> Ran: ...
 
 
 CANCEL_GRACE_S = 5.0  # after a cancel, how long attempts get to report before they are settled
@@ -261,7 +276,7 @@ class Driver:
         self,
         core: PlacingCore,
         backend: Backend,
-        runner: AttemptRunner,
+        runner: Attempts,
         journal: Journal,
         clock: Clock,
         options: DriverOptions,

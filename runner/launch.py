@@ -25,6 +25,7 @@ def main() -> None:
     try:
         collector.hold()  # until the work begins (runner.collector)
         protect(starts_processes=not _starts_nothing(sys.argv[1:]))
+        # the CLI loads after the guard is up and signals are ours
         from runner.cli import main as cli_main
 
         cli_main()  # its error boundary maps an interrupt while a command runs

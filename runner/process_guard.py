@@ -14,6 +14,12 @@ its `/proc` files and its memory become root's alone, and the same user cannot p
 run as root can still read memory; the environment block no longer holds anything to find.
 Children are dumpable again after their own exec. Only Linux has `/proc/<pid>/environ` and
 prctl; elsewhere nothing is done.
+
+A stop signal (Ctrl-C, SIGTERM, SIGHUP) that comes while the new interpreter starts would meet
+no handler of ours: Python's own KeyboardInterrupt, a traceback and exit -2 from inside its
+start-up. So those signals are blocked across the exec (the mask and what is pending survive
+it) and unblocked once the new process has taken the secrets back, inside the entry point's
+handling: a signal sent during the restart is delivered then, and answered as any other.
 """
 
 from __future__ import annotations
@@ -22,11 +28,16 @@ import contextlib
 import ctypes
 import json
 import os
+import signal
 import sys
 
 from runner import redact
 
 SECRETS_FD_VAR = "CLORE_RUN_SECRETS_FD"
+# The stop signals the first process blocked for the exec (those it had not blocked already),
+# as numbers: the new process unblocks exactly these.
+HELD_SIGNALS_VAR = "CLORE_RUN_HELD_SIGNALS"
+STOP_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
 _PR_SET_DUMPABLE = 4
 _MAX_PAYLOAD = 60_000  # a pipe holds 64 KiB without a reader; secrets are far smaller
 
@@ -43,6 +54,7 @@ def protect(*, starts_processes: bool = True) -> None:
     handed = os.environ.pop(SECRETS_FD_VAR, None)
     if handed is not None:
         _take_back(handed)
+        _release_signals(os.environ.pop(HELD_SIGNALS_VAR, ""))
     else:
         held = {k: os.environ[k] for k in redact.SECRET_ENV_VARS if os.environ.get(k)}
         redact.register_from(held)
@@ -73,10 +85,22 @@ def _restart_without(held: dict[str, str]) -> None:
     env[SECRETS_FD_VAR] = str(read_end)
     sys.stdout.flush()
     sys.stderr.flush()
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    env[HELD_SIGNALS_VAR] = ",".join(str(int(s)) for s in sorted(STOP_SIGNALS - before))
     try:
         os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
     except OSError:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
         os.close(read_end)  # carry on as we are: still non-dumpable, still redacted
+
+
+def _release_signals(held: str) -> None:
+    """Unblock the stop signals the first process held across the exec: one sent meanwhile is
+    delivered now, to the handlers the entry point has set."""
+    numbers = {int(n) for n in held.split(",") if n.isdigit()}
+    wanted = {s for s in STOP_SIGNALS if int(s) in numbers}
+    if wanted:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, wanted)
 
 
 def _take_back(handed: str) -> None:

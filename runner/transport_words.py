@@ -27,7 +27,7 @@ _ERRNO_WORDS = {
 def cause_in_words(exc: BaseException) -> str:
     """The reason a request failed, without the library's wording: 'connection refused',
     'the host name does not resolve', 'no answer (timed out)'."""
-    import requests
+    import requests  # requests: only when a request failed (the exception types to tell apart)
 
     if isinstance(exc, requests.Timeout):
         return "no answer (timed out)"

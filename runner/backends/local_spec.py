@@ -11,6 +11,7 @@ if TYPE_CHECKING:  # the backend's types load with the backend
 
 
 def _build(setup: Setup) -> Backend:
+    # a backend loads when built: the registry loads with every command
     from runner.backends.local import LocalBackend
 
     return LocalBackend()
@@ -18,6 +19,7 @@ def _build(setup: Setup) -> Backend:
 
 def _restart(setup: Setup) -> Reconcile:
     def kill_orphans(tokens: set[str]) -> str:
+        # only serve's restart reconcile loads it
         from runner.backends.local_orphans import kill_orphans as kill
 
         groups = kill(tokens)

@@ -24,7 +24,6 @@ from runner.errors import CloreRunError, UsageError
 from runner.gh_runner.wiring import TOKEN_ENV, Wiring
 
 if TYPE_CHECKING:
-    from runner.core.hosts import HostMemory
     from runner.gh_runner.github import RunnerApi, Scope
     from runner.gh_runner.record import RunnerRecord
     from runner.gh_runner.remote import RunnerPackage
@@ -128,7 +127,7 @@ def _do_start(
     record_file: Path,
     ledger_arg: str | None,
 ) -> None:
-    from runner.backends.clore.factory import share_limits
+    from runner.backends.clore.factory import host_recorder, share_limits
     from runner.backends.ssh.keys import HostKeyStore
     from runner.gh_runner.publish import publish_start, write_record
     from runner.gh_runner.start import StartTools, start_runners
@@ -152,7 +151,7 @@ def _do_start(
                 github=wiring.github(token, scope, wiring.env),
                 currency=currency,
                 options=wiring.options(),
-                memory=_memory(ledger_path, typer.echo),
+                hosts=host_recorder(ledger_path, request.run_id, wiring.clock),
             )
             with _cancel_on_signals() as cancel:
                 record = start_runners(request, tools, cancel, typer.echo)
@@ -164,16 +163,6 @@ def _do_start(
     for rental in record.runners:
         typer.echo(f"label: {rental.label}")
     typer.echo(f"record: {record_file} (give it to `clore-run runner stop --record`)")
-
-
-def _memory(ledger_path: str | Path, say: Callable[[str], None]) -> HostMemory:
-    """The host history beside the ledger, as `run` reads it (empty when there is none)."""
-    from runner.stores.hosts import hosts_target, read_memory
-
-    memory, note = read_memory(hosts_target(ledger_path))
-    if note:
-        say(f"note: {note}")
-    return memory
 
 
 def _stop_command(wiring: Wiring) -> Callable[..., None]:

@@ -12,35 +12,26 @@ from __future__ import annotations
 
 import math
 
-from runner.core.budget import Budget
+from runner.core.book_part import BookPart, BookState
 from runner.core.ends import Ends
 from runner.core.events import SetTimer
-from runner.core.fleet import AFTER_SCRIPT_S, BOOTING, EPS_S, TIMER, Fleet
-from runner.core.known_jobs import KnownJobs
-from runner.core.rentals import CoreCommand, rental_cost_usd
+from runner.core.fleet import AFTER_SCRIPT_S, BOOTING, EPS_S, TIMER
+from runner.core.rentals import rental_cost_usd
 from runner.core.renting import Renter
 
 
-class RentAhead:
+class RentAhead(BookPart):
     """Plans the due jobs of a book onto servers, renting ahead where none will be free."""
 
     def __init__(
         self,
-        fleet: Fleet,
-        jobs: KnownJobs,
-        budget: Budget,
+        state: BookState,
         ends: Ends,
         renter: Renter,
-        out: list[CoreCommand],
-        cap: int,
     ) -> None:
-        self._fleet = fleet
-        self._jobs = jobs
-        self._budget = budget
+        super().__init__(state)
         self._ends = ends
         self._renter = renter
-        self._out = out
-        self._cap = cap
 
     def rent_ahead(self, now: float) -> None:
         """Plan each due job onto a server that will be free for it, or rent one now. At the

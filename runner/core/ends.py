@@ -13,28 +13,18 @@ from __future__ import annotations
 
 import math
 
+from runner.core.book_part import BookPart, BookState
 from runner.core.events import SetTimer
-from runner.core.fleet import AFTER_SCRIPT_S, EPS_S, TIMER, Fleet
-from runner.core.known_jobs import KnownJobs
-from runner.core.rentals import CoreCommand, Provisioning
+from runner.core.fleet import AFTER_SCRIPT_S, EPS_S, TIMER
+from runner.core.rentals import Provisioning
 
 
-class Ends:
+class Ends(BookPart):
     """Expected ends of the jobs a renting book holds, and the jobs due a server ahead."""
 
-    def __init__(
-        self,
-        jobs: KnownJobs,
-        fleet: Fleet,
-        out: list[CoreCommand],
-        renting: bool,
-        provisioning: Provisioning,
-    ) -> None:
-        self._jobs = jobs
-        self._fleet = fleet
-        self._out = out
-        self._renting = renting
-        self._ahead = provisioning is Provisioning.AHEAD and renting
+    def __init__(self, state: BookState, provisioning: Provisioning) -> None:
+        super().__init__(state)
+        self._ahead = provisioning is Provisioning.AHEAD and state.renting
         self.eta: dict[str, float] = {}  # unready jobs: when all their needs should be done
         self.due: dict[str, None] = {}  # jobs whose server should be rented ahead now
         self.starved: dict[str, None] = {}  # due, but at the cap: due again when a slot opens

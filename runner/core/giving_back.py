@@ -15,34 +15,20 @@ Servers that already exist are kept to the end of the run.
 
 from __future__ import annotations
 
-from runner.core.budget import Budget
+from runner.core.book_part import BookPart, BookState
 from runner.core.ends import Ends
 from runner.core.events import SetTimer
-from runner.core.fleet import BOOTING, BUSY, EPS_S, TIMER, Fleet, Server
-from runner.core.known_jobs import KnownJobs
-from runner.core.rentals import CoreCommand
+from runner.core.fleet import BOOTING, BUSY, EPS_S, TIMER, Server
 
 _AFTER_TIE_S = 1e-3
 
 
-class GiveBack:
+class GiveBack(BookPart):
     """Decides, for each server looked at, to keep it (and until when) or give it back."""
 
-    def __init__(
-        self,
-        fleet: Fleet,
-        jobs: KnownJobs,
-        budget: Budget,
-        ends: Ends,
-        out: list[CoreCommand],
-        renting: bool,
-    ) -> None:
-        self._fleet = fleet
-        self._jobs = jobs
-        self._budget = budget
+    def __init__(self, state: BookState, ends: Ends) -> None:
+        super().__init__(state)
         self._ends = ends
-        self._out = out
-        self._renting = renting
 
     def give_back(self, now: float, stopping: bool) -> None:
         fleet = self._fleet

@@ -10,37 +10,25 @@ themselves live in the fleet (`Fleet.pairs`, `Fleet.unpair`).
 
 from __future__ import annotations
 
-from runner.core.budget import Budget
+from runner.core.book_part import BookPart, BookState
 from runner.core.events import SetTimer
-from runner.core.fleet import AFTER_SCRIPT_S, BOOTING, EPS_S, TIMER, Fleet, Server, label
+from runner.core.fleet import AFTER_SCRIPT_S, BOOTING, EPS_S, TIMER, Server, label
 from runner.core.hedge import HedgePolicy
-from runner.core.known_jobs import Known, KnownJobs
+from runner.core.known_jobs import Known
 from runner.core.money import usd_text
-from runner.core.rentals import CoreCommand, JobNote, rental_cost_usd
+from runner.core.rentals import JobNote, rental_cost_usd
 
 # A late boot that cannot be hedged yet (its job not ready, or its hedge still booting) is
 # looked at again this often: a hedge that fails leaves a boot to hedge again at once.
 HEDGE_AGAIN_S = 10.0
 
 
-class Hedger:
+class Hedger(BookPart):
     """Hedges the slow boots of a fleet."""
 
-    def __init__(
-        self,
-        policy: HedgePolicy,
-        fleet: Fleet,
-        jobs: KnownJobs,
-        budget: Budget,
-        out: list[CoreCommand],
-        cap: int,
-    ) -> None:
+    def __init__(self, state: BookState, policy: HedgePolicy) -> None:
+        super().__init__(state)
         self.policy = policy
-        self._fleet = fleet
-        self._jobs = jobs
-        self._budget = budget
-        self._out = out
-        self._cap = cap
 
     def arm(self, server: Server) -> None:
         """Look at this boot again when it has run long enough to be hedged."""

@@ -12,37 +12,27 @@ At most `cap` jobs run at once.
 
 from __future__ import annotations
 
-from runner.core.budget import Budget
+from runner.core.book_part import BookPart, BookState
 from runner.core.ends import Ends
-from runner.core.fleet import AFTER_SCRIPT_S, BOOTING, Fleet, Server, by_id
+from runner.core.fleet import AFTER_SCRIPT_S, BOOTING, Server, by_id
 from runner.core.hedging import Hedger
-from runner.core.known_jobs import Entry, KnownJobs
+from runner.core.known_jobs import Entry
 from runner.core.ranks import Key
-from runner.core.rentals import CoreCommand, StartOn
+from runner.core.rentals import StartOn
 
 
-class Placement:
+class Placement(BookPart):
     """Starts waiting jobs on the idle servers of a fleet."""
 
     def __init__(
         self,
-        fleet: Fleet,
-        jobs: KnownJobs,
-        budget: Budget,
+        state: BookState,
         ends: Ends,
         hedger: Hedger,
-        out: list[CoreCommand],
-        cap: int,
-        renting: bool,
     ) -> None:
-        self._fleet = fleet
-        self._jobs = jobs
-        self._budget = budget
+        super().__init__(state)
         self._ends = ends
         self._hedger = hedger
-        self._out = out
-        self._cap = cap
-        self._renting = renting
 
     def place(self, now: float) -> None:
         """Servers a waiting job needs the last job of go first (its files are warm there):

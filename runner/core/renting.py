@@ -14,40 +14,31 @@ release; a job no offer fits fails with why, and with the hosts that failed it.
 
 from __future__ import annotations
 
-from runner.core.budget import DAY_S, Budget
+from runner.core.book_part import BookPart, BookState
+from runner.core.budget import DAY_S
 from runner.core.ends import Ends
 from runner.core.events import SetTimer
-from runner.core.fleet import AFTER_SCRIPT_S, BOOTING, BUSY, TIMER, Fleet, Server, by_id, label
+from runner.core.fleet import AFTER_SCRIPT_S, BOOTING, BUSY, TIMER, Server, by_id, label
 from runner.core.hedging import Hedger
-from runner.core.known_jobs import Entry, Known, KnownJobs
+from runner.core.known_jobs import Entry, Known
 from runner.core.model import FailureKind
-from runner.core.rentals import CoreCommand, Quote, RentFailed, rental_cost_usd
+from runner.core.rentals import Quote, RentFailed, rental_cost_usd
 
 MAX_OFFERS_PER_ATTEMPT = 5  # hosts tried for one attempt before it fails as provisioning
 
 
-class Renter:
+class Renter(BookPart):
     """Rents servers for the waiting jobs of a book."""
 
     def __init__(
         self,
-        fleet: Fleet,
-        jobs: KnownJobs,
-        budget: Budget,
+        state: BookState,
         ends: Ends,
         hedger: Hedger,
-        out: list[CoreCommand],
-        cap: int,
-        renting: bool,
     ) -> None:
-        self._renting = renting  # False: hosts that already exist, nothing to rent
-        self._fleet = fleet
-        self._jobs = jobs
-        self._budget = budget
+        super().__init__(state)
         self._ends = ends
         self._hedger = hedger
-        self._out = out
-        self._cap = cap
         self._day_timer: int | None = None  # the day the book last asked to be woken on
 
     def rent_for_waiting(self, now: float) -> None:

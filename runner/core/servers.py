@@ -23,6 +23,7 @@ import math
 from collections.abc import Hashable, Mapping, Sequence
 
 from runner.core.ahead import RentAhead
+from runner.core.book_part import BookState
 from runner.core.budget import Budget
 from runner.core.ends import Ends
 from runner.core.events import SetTimer
@@ -86,13 +87,14 @@ class ServerBook:
         out = self._out
         self._jobs = jobs_ = KnownJobs(market or NoMarket(), durations_s)
         self._fleet = fleet = Fleet(self.budget, out, boot or BootTimes())
-        self._ends = ends = Ends(jobs_, fleet, out, renting, provisioning)
+        state = BookState(fleet, jobs_, self.budget, out, cap, renting)
+        self._ends = ends = Ends(state, provisioning)
         fleet.on_free = ends.wake_starved  # a server given back opens a slot under the cap
-        self._hedger = hedger = Hedger(hedge, fleet, jobs_, self.budget, out, cap)
-        self._placer = Placement(fleet, jobs_, self.budget, ends, hedger, out, cap, renting)
-        self._renter = renter = Renter(fleet, jobs_, self.budget, ends, hedger, out, cap, renting)
-        self._ahead = RentAhead(fleet, jobs_, self.budget, ends, renter, out, cap)
-        self._giver = GiveBack(fleet, jobs_, self.budget, ends, out, renting)
+        self._hedger = hedger = Hedger(state, hedge)
+        self._placer = Placement(state, ends, hedger)
+        self._renter = renter = Renter(state, ends, hedger)
+        self._ahead = RentAhead(state, ends, renter)
+        self._giver = GiveBack(state, ends)
         self._cancelled = False
         # Something the book was told since its last decision: without it a decision would
         # decide nothing new (most events are the scheduler's own: a placed attempt, a

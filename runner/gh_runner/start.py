@@ -1,17 +1,21 @@
 """`clore-run runner start`: rent N servers and put one just-in-time runner on each.
 
-Renting is the pipeline's own path (the Provisioner: the ledger row before the create, max price
-with the renter's fee, spot or on-demand, SSH with this start's own key); what is new here is
-only what comes after the server answers SSH. In order:
-1. the market is read once; each runner takes the best fitting offer no other runner of this
-   start has taken; the budget must cover every runner's worst case (the boot bound plus
-   `max-minutes` at the price with fee, plus the creation fee), reserved before its create;
-2. per runner, in parallel: register the JIT runner first (a token that cannot administer
-   runners, or a group GitHub refuses, fails before anything is rented), rent (a host that
-   fails is skipped for the next offer), install and start it over SSH (remote.py);
-3. the connection is closed: the runner lives on with the server;
-4. all started: the record (record.py) and the labels. Anything failed, or a signal: every
-   server rented so far is given back and every registration removed before the error leaves.
+Renting is a pipeline job's own machinery: each runner is a job of the core's book of servers
+(runner/core/servers.py: the best offer by expected cost, the budget's worst case over the boot
+bound and `max-minutes`, hedged boots, hosts that failed lately skipped), carried out by the
+driver `run` uses (runner/driver.py) on the Clore backend (the ledger row before every create,
+a hedge's too; the host history written as hosts boot or fail). What a runner's job "runs" is
+the install of the runner over SSH (remote.py). In order:
+1. the market is read once: fewer fitting offers than runners, or a budget that cannot cover
+   the best ones' worst cases, is refused before anything is registered or rented;
+2. every runner is registered (a token that cannot administer runners, or a group GitHub
+   refuses, fails before anything is rented);
+3. the driver rents a server per runner (a boot that runs late gets a second host beside it:
+   the first to answer SSH wins, the other is cancelled at once) and installs the runner;
+4. once every runner is installed, each server is handed over: the backend forgets it, so the
+   run's end does not give it back (`runner stop` and the reaper do). Anything failed, or a
+   signal: nothing is kept, the backend's shutdown gives back every server rented or being
+   rented, and every registration is removed before the error leaves.
 """
 
 from __future__ import annotations
@@ -20,10 +24,14 @@ import re
 import secrets
 import threading
 from collections.abc import Callable
-from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 
+from runner.attempt import Ran
+from runner.backends.base import Place
 from runner.backends.clore.api import CloreClient
+from runner.backends.clore.backend import CloreBackend
+from runner.backends.clore.host_memory import HostRecorder
 from runner.backends.clore.market import (
     Offer,
     describe_ask,
@@ -31,36 +39,32 @@ from runner.backends.clore.market import (
     matching_offers,
     offers_from_servers,
 )
-from runner.backends.clore.provision import (
-    ProvisionCancelled,
-    Provisioner,
-    ProvisionOptions,
-    Rental,
-    SkipOffer,
-)
+from runner.backends.clore.provision import Provisioner, ProvisionOptions, Rental
+from runner.backends.clore.settings import CloreSettings
 from runner.backends.ssh.keys import ClientKey, HostKeyStore
 from runner.clock import Clock
 from runner.core import money
-from runner.core.hosts import HostMemory
-from runner.core.model import GpuAsk, Job
-from runner.errors import InfrastructureError, JobCannotRun
+from runner.core.events import CancelAll, Event, StopCause
+from runner.core.hedge import HedgePolicy
+from runner.core.model import Attempt, FailureKind, GpuAsk, Job, JobResult, JobStatus, Provisioning
+from runner.core.placing import PlacingCore
+from runner.core.servers import ServerBook
+from runner.driver import Driver, DriverOptions
+from runner.errors import CloreRunError, InfrastructureError, JobCannotRun
 from runner.gh_runner.github import DEFAULT_GROUP_ID, Registration, RunnerApi
 from runner.gh_runner.record import RunnerRecord, RunnerRental
 from runner.gh_runner.remote import RunnerPackage, install_runner
 from runner.stores.ledger import RentalLedger
 
-MAX_HOSTS_TRIED = 5  # per runner: hosts that fail to boot are skipped, up to this many
 BASE_LABELS = ("self-hosted", "linux", "x64", "clore")
 _UNSAFE = re.compile(r"[^a-z0-9-]+")
+BARRIER_POLL_S = 0.2  # real seconds between looks at the other runners while one waits
 
 
 class StartInterrupted(InfrastructureError):
     """A signal stopped `start`; everything it rented was given back."""
 
     exit_code = 130
-
-
-_CANCELLED = (StartInterrupted, ProvisionCancelled)  # a worker's answer to the cancel
 
 
 @dataclass(frozen=True)
@@ -88,49 +92,13 @@ class StartTools:
     github: RunnerApi
     currency: str
     options: ProvisionOptions = field(default_factory=ProvisionOptions)
-    # What past runs saw of each host (hosts.db beside the ledger): hosts that failed lately
-    # are skipped, the rest ranked by expected cost. None: by price and reliability alone.
-    memory: HostMemory | None = None
+    # The host history beside the ledger, read for ranking and written as hosts boot or fail
+    # (as `run` keeps it); the default keeps none.
+    hosts: HostRecorder = field(default_factory=HostRecorder)
+    hedge: HedgePolicy = field(default_factory=HedgePolicy)
 
 
 Say = Callable[[str], None]
-
-
-@dataclass
-class _Started:
-    label: str
-    rental: Rental | None = None
-    registration: Registration | None = None
-
-
-class _Shared:
-    """What the runners of one start share: the offers taken and the budget reserved."""
-
-    def __init__(self, budget_usd: float | None) -> None:
-        self.lock = threading.Lock()
-        self.taken: set[int] = set()
-        self.budget_usd = budget_usd
-        self.reserved_usd = 0.0
-
-    def claim(
-        self, offers: list[Offer], tried: set[int], worst: Callable[[Offer], float]
-    ) -> tuple[Offer, float] | None:
-        """The best offer nobody took whose worst case still fits the budget, reserved."""
-        with self.lock:
-            for offer in offers:
-                if offer.server_id in self.taken or offer.server_id in tried:
-                    continue
-                worst_usd = worst(offer)
-                if self.budget_usd is not None and self.reserved_usd + worst_usd > self.budget_usd:
-                    continue
-                self.taken.add(offer.server_id)
-                self.reserved_usd += worst_usd
-                return offer, worst_usd
-            return None
-
-    def give_back(self, offer: Offer, worst_usd: float) -> None:
-        with self.lock:
-            self.reserved_usd -= worst_usd
 
 
 def labels_for(run_id: str, count: int) -> list[str]:
@@ -155,55 +123,39 @@ def start_runners(
         currency=tools.currency,
         options=tools.options,
     )
-    offers = _ranked_offers(provisioner, tools, request)
-    shared = _Shared(request.budget_usd)
-    started = [_Started(label) for label in labels_for(request.run_id, request.runners)]
-    with ThreadPoolExecutor(max_workers=request.runners, thread_name_prefix="runner") as pool:
-        futures: list[Future[None]] = [
-            pool.submit(_start_one, s, request, tools, provisioner, offers, shared, cancel, say)
-            for s in started
-        ]
-        failed = _wait_for_all(futures, cancel)
-        if failed is not None or cancel.is_set():
-            cancel.set()  # the others stop renting; then all of it is given back
-            _abort_installs(started)
-            wait(futures)
-    if failed is not None or cancel.is_set():
-        _undo(started, provisioner, tools, say)
-        if failed is not None and not isinstance(failed, _CANCELLED):
-            raise failed
-        raise StartInterrupted("interrupted: every server rented was given back")
-    return RunnerRecord(runners=tuple(_rental_of(s, request, tools) for s in started))
+    try:
+        ranked = _fitting_offers(provisioner, tools, request)
+    except BaseException:
+        tools.hosts.close()  # the backend's shutdown closes it on every other path
+        raise
+    registrations: dict[str, Registration] = {}
+    try:
+        for label in labels_for(request.run_id, request.runners):
+            labels = [*BASE_LABELS, *request.extra_labels, label]
+            registrations[label] = tools.github.generate_jitconfig(label, labels, request.group_id)
+            say(f"{label}: registered as runner {registrations[label].runner_id}")
+        _check_budget(provisioner, ranked, request)
+        handed = _rent_and_install(request, tools, provisioner, registrations, cancel, say)
+    except BaseException:
+        tools.hosts.close()
+        _deregister(registrations, tools, say)
+        raise
+    return RunnerRecord(
+        runners=tuple(
+            _rental_of(label, handed[label], registrations[label], request, tools)
+            for label in registrations
+        )
+    )
 
 
-def _wait_for_all(futures: list[Future[None]], cancel: threading.Event) -> BaseException | None:
-    """Until every runner is started, one failed (its error), or a signal set `cancel`. The
-    wait wakes every second to look at `cancel`: a signal handler can set an event but cannot
-    end another wait, and an install (a download over SSH) may take minutes."""
-    while not cancel.is_set():
-        done, pending = wait(futures, timeout=1.0, return_when=FIRST_EXCEPTION)
-        failed = next((f.exception() for f in done if f.exception() is not None), None)
-        if failed is not None or not pending:
-            return failed
-    return None
-
-
-def _abort_installs(started: list[_Started]) -> None:
-    """Close the connections of installs under way: their `conn.run` ends at once (the
-    servers are given back next, which stops what the installer left running there)."""
-    for s in started:
-        conn = s.rental.conn if s.rental is not None else None
-        if conn is not None:
-            conn.close()
-
-
-def _ranked_offers(
+def _fitting_offers(
     provisioner: Provisioner, tools: StartTools, request: StartRequest
 ) -> list[Offer]:
-    servers = tools.client.marketplace().servers
+    """The offers that fit, best first; fewer than runners is refused before anything is
+    registered (the core reads the market again to rent, and ranks it the same way)."""
     rates = provisioner.fees().rates
-    offers = offers_from_servers(servers, tools.currency, fees=rates)
-    ranked = matching_offers(offers, request.ask, memory=tools.memory)
+    offers = offers_from_servers(tools.client.marketplace().servers, tools.currency, fees=rates)
+    ranked = matching_offers(offers, request.ask, memory=tools.hosts.memory())
     if len(ranked) < request.runners:
         why = (
             explain_no_fit(offers, request.ask, tools.currency)
@@ -217,6 +169,25 @@ def _ranked_offers(
     return ranked
 
 
+def _check_budget(provisioner: Provisioner, ranked: list[Offer], request: StartRequest) -> None:
+    """Refused before anything is rented: a budget the best offers cannot fit (each runner's
+    worst case: the boot bound and `max-minutes` at the price with fee, plus the creation
+    fee). The core checks every rent against it again, a hedge's too."""
+    if request.budget_usd is None:
+        return
+    job = _job("check", request)
+    worst = sorted(provisioner.worst_case_usd(job, offer) for offer in ranked)
+    needed = sum(worst[: request.runners])
+    if needed > request.budget_usd:
+        raise JobCannotRun(
+            f"no offer left within the budget: {request.runners} runner(s) may cost "
+            f"{money.usd_text(needed)} at worst (renter fee and creation fee included, over "
+            f"the boot bound and {request.max_minutes:g} min), the budget is "
+            f"{money.usd_text(request.budget_usd)}",
+            "raise --budget, or lower --max-minutes or --max-price",
+        )
+
+
 def _job(label: str, request: StartRequest) -> Job:
     return Job(
         id=label,
@@ -225,99 +196,267 @@ def _job(label: str, request: StartRequest) -> Job:
         timeout_s=request.max_minutes * 60.0,
         gpu=request.ask,
         image=request.image,
+        workspace=False,
     )
 
 
-def _start_one(
-    started: _Started,
+def _rent_and_install(
     request: StartRequest,
     tools: StartTools,
     provisioner: Provisioner,
-    offers: list[Offer],
-    shared: _Shared,
+    registrations: dict[str, Registration],
     cancel: threading.Event,
     say: Say,
-) -> None:
-    # Registered first: a token or group GitHub refuses fails before anything is rented.
-    labels = [*BASE_LABELS, *request.extra_labels, started.label]
-    started.registration = tools.github.generate_jitconfig(started.label, labels, request.group_id)
-    say(f"{started.label}: registered as runner {started.registration.runner_id}")
-    job = _job(started.label, request)
-    started.rental = _rent(job, provisioner, offers, shared, cancel, say)
-    rental = started.rental
+) -> dict[str, Rental]:
+    """The runners' jobs, driven as `run` drives a pipeline's; each label's rental, handed
+    over, once every runner is installed."""
     if cancel.is_set():
-        raise StartInterrupted("interrupted")
-    limit_s = rental.held_since + request.max_minutes * 60.0 - tools.clock.time()
-    assert rental.conn is not None  # rent() returns a connected rental
-    said = install_runner(
-        rental.conn, started.label, started.registration.jit_config, request.package, limit_s
+        raise StartInterrupted("interrupted: nothing was rented")
+    backend = CloreBackend(
+        client=tools.client,
+        provisioner=provisioner,
+        clock=tools.clock,
+        settings=CloreSettings(currency=tools.currency),
+        hosts=tools.hosts,
+        hedge=tools.hedge,
     )
-    rental.conn.close()
-    rental.conn = None
-    say(f"{started.label}: {said}")
+    jobs = [_job(label, request) for label in registrations]
+    # Twice as many servers as runners: room for a hedge beside every boot.
+    book = backend.server_book(jobs, 2 * len(jobs), request.budget_usd, Provisioning.ON_DEMAND, {})
+    journal = _Journal(say)
+    installs = _Installs(backend, request, registrations, tools.clock, say)
+    driver = Driver(
+        PlacingCore(jobs, book),
+        backend,
+        installs,
+        journal,
+        tools.clock,
+        DriverOptions(must_stop=_must_stop, notice=say),
+    )
+    journal.failed = lambda reason: driver.cancel(reason, StopCause.INFRASTRUCTURE)
+    installs.stuck = lambda: driver.call(lambda _now: _budget_stuck(book)).result(timeout=10.0)
+    _drive(driver, backend, jobs, cancel, tools.clock)
+    for warning in driver.give_back_warnings:
+        say(f"warning: {warning}")
+    if cancel.is_set() or len(installs.handed) < len(jobs):
+        _give_back(provisioner, list(installs.handed.values()), tools, say)
+        if cancel.is_set():
+            raise StartInterrupted("interrupted: every server rented was given back")
+        raise _failure(journal.results)
+    return installs.handed
 
 
-def _rent(
-    job: Job,
-    provisioner: Provisioner,
-    offers: list[Offer],
-    shared: _Shared,
+def _drive(
+    driver: Driver,
+    backend: CloreBackend,
+    jobs: list[Job],
     cancel: threading.Event,
-    say: Say,
-) -> Rental:
-    tried: set[int] = set()
-    skipped: list[str] = []
-    while len(tried) < MAX_HOSTS_TRIED and not cancel.is_set():
-        claimed = shared.claim(offers, tried, lambda o: provisioner.worst_case_usd(job, o))
-        if claimed is None:
-            break
-        offer, worst_usd = claimed
-        tried.add(offer.server_id)
-        price = offer.usd_per_hour(job.gpu is not None and job.gpu.spot) or 0.0
-        say(
-            f"{job.id}: renting #{offer.server_id} {offer.gpus} at {price:.3f} $/h "
-            f"(renter fee included; worst case {money.usd_text(worst_usd)})"
-        )
-        try:
-            rental = provisioner.rent(job, offer, cancel)
-        except SkipOffer as exc:
-            shared.give_back(offer, worst_usd)
-            skipped.append(exc.message)
-            say(f"{job.id}: skipped: {exc.message}")
-            continue
-        say(
-            f"{job.id}: order {rental.order_id} up, SSH ready after "
-            f"{rental.facts.get('ssh_ready_after_s', '?')} s"
-        )
-        return rental
-    if cancel.is_set():
-        raise StartInterrupted("interrupted while renting")
-    reason = "; ".join(skipped) or "no offer left within the budget"
-    raise JobCannotRun(f"{job.id}: no server could be rented ({reason})")
+    clock: Clock,
+) -> None:
+    """Until every runner's job is over, whatever happens (a signal sets `cancel`: a handler
+    can set an event but not stop the loop, so a watcher posts the cancel to it)."""
+    over = threading.Event()
+
+    def watch() -> None:
+        while not over.is_set():
+            if cancel.wait(0.1):
+                backend.stop_soon()
+                driver.cancel("interrupted", StopCause.INTERRUPTED)
+                return
+
+    watcher = threading.Thread(target=watch, name="runner-signals", daemon=True)
+    watcher.start()
+    try:
+        driver.add(jobs, {}, clock.time())
+        driver.run_until_idle()
+    finally:
+        over.set()
+        driver.finish_work()
+        driver.give_back()
+        watcher.join()
 
 
-def _undo(started: list[_Started], provisioner: Provisioner, tools: StartTools, say: Say) -> None:
-    """Give back every server and remove every registration this start made."""
-    rentals = [s.rental for s in started if s.rental is not None]
+def _must_stop(reason: str, _now: float) -> Event:
+    """A rent no rent could pass (a refused key, no balance): every runner stops."""
+    return CancelAll(reason, StopCause.INFRASTRUCTURE)
+
+
+def _budget_stuck(book: ServerBook) -> str:
+    """A runner that waits for money the others' servers hold: they live on past this start
+    (its run never ends to free it), so it never gets a server."""
+    for job_id in book.waiting():
+        if book.wait_reason(job_id) == "budget":
+            return (
+                f"{job_id}: no offer left within the budget beside the other runners' "
+                "servers (a host failed, and the next fitting one costs more)"
+            )
+    return ""
+
+
+def _failure(results: list[JobResult]) -> CloreRunError:
+    """The first runner that failed, in words (the others were stopped for it)."""
+    failed = [r for r in results if r.status is not JobStatus.CANCELLED] or results
+    if not failed:
+        return JobCannotRun("no runner was started")
+    result = failed[0]
+    last = result.attempts[-1].message if result.attempts else ""
+    return JobCannotRun(f"{result.job_id}: {result.reason or last or result.status.value}")
+
+
+def _give_back(
+    provisioner: Provisioner, rentals: list[Rental], tools: StartTools, say: Say
+) -> None:
     if rentals:
-        within_s = tools.options.shutdown_confirm_within_s
-        provisioner.release_all(rentals, within_s=within_s)
+        provisioner.release_all(rentals, within_s=tools.options.shutdown_confirm_within_s)
         for rental in rentals:
             say(f"{rental.job_id}: order {rental.order_id} cancelled")
-    for s in started:
-        if s.registration is None:
-            continue
+
+
+def _deregister(registrations: dict[str, Registration], tools: StartTools, say: Say) -> None:
+    """Remove every registration this start made (on any error, and on a signal)."""
+    for label, registration in registrations.items():
         try:
-            tools.github.delete_runner(s.registration.runner_id)
+            tools.github.delete_runner(registration.runner_id)
         except InfrastructureError as exc:
-            say(f"{s.label}: could not remove runner {s.registration.runner_id}: {exc}")
+            say(f"{label}: could not remove runner {registration.runner_id}: {exc}")
 
 
-def _rental_of(started: _Started, request: StartRequest, tools: StartTools) -> RunnerRental:
-    rental, registration = started.rental, started.registration
-    assert rental is not None and registration is not None and rental.order_id is not None
+class _Journal:
+    """What the driver reports of the runners' jobs: said, kept, and a failure stops them all
+    (a start is whole or nothing)."""
+
+    def __init__(self, say: Say) -> None:
+        self.say = say
+        self.results: list[JobResult] = []
+        self.failed: Callable[[str], None] = lambda _reason: None
+
+    def batch(self) -> nullcontext[None]:
+        return nullcontext()
+
+    def attempt_started(self, job: Job, number: int, now: float) -> None:
+        return None
+
+    def attempt_placed(self, job: Job, number: int, place: Place, now: float) -> None:
+        hedge = place.facts.get("hedge")
+        self.say(f"{job.id}: on {place.name}" + (f" ({hedge})" if hedge else ""))
+
+    def attempt_ended(self, job: Job, attempt: Attempt) -> None:
+        if attempt.failure is not None and attempt.message:
+            self.say(f"{job.id}: {attempt.message}")
+
+    def requeued(self, job: Job, at: float, retries_used: int, infra_used: int) -> None:
+        self.say(f"{job.id}: trying another server")
+
+    def waits_until(self, job: Job, at: float) -> None:
+        return None
+
+    def settled(self, job: Job, result: JobResult, now: float) -> None:
+        self.results.append(result)
+        if result.status is not JobStatus.PASSED:
+            self.failed(f"{job.id}: {result.reason or result.status.value}")
+
+
+class _Installs:
+    """Each runner job's attempt: install the runner on the server the core chose, then wait
+    for the others; once all are installed, hand the server over (the driver's end gives back
+    only what was not). Never raises (the driver's contract)."""
+
+    def __init__(
+        self,
+        backend: CloreBackend,
+        request: StartRequest,
+        registrations: dict[str, Registration],
+        clock: Clock,
+        say: Say,
+    ) -> None:
+        self.backend = backend
+        self.request = request
+        self.registrations = registrations
+        self.clock = clock
+        self.say = say
+        self.handed: dict[str, Rental] = {}
+        self.stuck: Callable[[], str] = lambda: ""
+        self._installed: set[str] = set()
+        self._lock = threading.Lock()
+        self._all_in = threading.Event()
+
+    def run(
+        self,
+        job: Job,
+        number: int,
+        server: int,
+        timeout_s: float,
+        kill: threading.Event,
+        placed: Callable[[Place], None],
+    ) -> Ran:
+        began = self.clock.time()
+        place: Place | None = None
+        try:
+            place = self.backend.place(server, job, kill)
+            placed(place)
+            self._install(job, place)
+            failure, message = self._wait_for_all(job, kill)
+            if failure is None:
+                self._hand_over(job, place, server)
+        except CloreRunError as exc:
+            failure, message = FailureKind.UNAVAILABLE, str(exc)
+        except Exception as exc:  # a bug must not hang the start
+            failure, message = FailureKind.PROVISIONING_FAILED, f"internal: {exc!r}"
+        if place is not None and job.id not in self.handed:
+            self.backend.attempt_done(place)  # idle again: the driver's end gives it back
+        name = place.name if place is not None else ""
+        code = 0 if failure is None else None
+        return Ran(Attempt(number, began, self.clock.time(), code, failure, message, name))
+
+    def _hand_over(self, job: Job, place: Place, server: int) -> None:
+        worst_usd = self.backend.provisioner.worst_case_usd(job, self._rental(place).offer)
+        rental = self.backend.hand_over(place, server, worst_usd)
+        if rental.conn is not None:  # the runner lives on without us
+            rental.conn.close()
+            rental.conn = None
+        self.handed[job.id] = rental
+
+    def _rental(self, place: Place) -> Rental:
+        rental = self.backend.rental_at(place)
+        if rental is None or rental.conn is None:
+            raise InfrastructureError(f"{place.name}: the server is no longer held")
+        return rental
+
+    def _install(self, job: Job, place: Place) -> None:
+        rental = self._rental(place)
+        assert rental.conn is not None
+        limit_s = rental.held_since + self.request.max_minutes * 60.0 - self.clock.time()
+        config = self.registrations[job.id].jit_config
+        said = install_runner(rental.conn, job.id, config, self.request.package, limit_s)
+        self.say(f"{job.id}: {said}")
+        with self._lock:
+            self._installed.add(job.id)
+            if len(self._installed) == len(self.registrations):
+                self._all_in.set()
+
+    def _wait_for_all(self, job: Job, kill: threading.Event) -> tuple[FailureKind | None, str]:
+        """Until every runner is installed (a server handed over early would leave the core's
+        budget, and a runner still renting could spend its money), a kill (another failed, or
+        a signal), or a runner that can never get a server."""
+        while not self._all_in.wait(BARRIER_POLL_S):
+            if kill.is_set():
+                return FailureKind.CANCELLED, "stopped: another runner failed, or a signal"
+            stuck = self.stuck()
+            if stuck:
+                return FailureKind.UNAVAILABLE, stuck
+        return None, ""
+
+
+def _rental_of(
+    label: str,
+    rental: Rental,
+    registration: Registration,
+    request: StartRequest,
+    tools: StartTools,
+) -> RunnerRental:
+    assert rental.order_id is not None
     return RunnerRental(
-        label=started.label,
+        label=label,
         runner_id=registration.runner_id,
         scope=tools.github.scope.path,
         order_id=rental.order_id,

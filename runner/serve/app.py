@@ -133,6 +133,7 @@ def _document_pipelines(api: FastAPI) -> None:
     def openapi() -> dict[str, Any]:
         if api.openapi_schema is not None:
             return api.openapi_schema
+        # the pipeline model's schema: only when the OpenAPI document is asked for
         from runner.spec.models import PipelineSchema
 
         document = make()

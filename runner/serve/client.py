@@ -130,6 +130,7 @@ def _item(item: Any) -> str:
 def key_path(loc: Any) -> str:
     """A reply's `loc` (["body", "needs", 0]) spelt as `validate` spells key paths:
     `needs[0]` (where in the request it was, "body" or "query", is said by the route)."""
+    # the loader's key paths: only for a refused request
     from runner.spec.diagnostics import format_path
 
     parts = [p for p in loc if isinstance(p, (str, int))] if isinstance(loc, list) else []
@@ -140,6 +141,7 @@ def key_path(loc: Any) -> str:
 
 def _short(exc: Exception) -> str:
     """The reason in words, never requests' nested text (a person reads it)."""
+    # requests' exception types: only for a failed request
     from runner.transport_words import cause_in_words
 
     return cause_in_words(exc)

@@ -231,7 +231,7 @@ class Listener:
             self._thread.join(timeout=self.poll_s + 10)
 
     def _run(self) -> None:
-        import psycopg
+        import psycopg  # the PostgreSQL extra: only serve on a shared queue listens
 
         from runner.stores.pg import with_password
         from runner.stores.pg_queue import CHANNEL

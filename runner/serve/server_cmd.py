@@ -89,6 +89,7 @@ def bind(host: str, port: int) -> socket.socket:
 def run_server(options: ServeOptions) -> None:
     token = read_token()
     try:
+        # uvicorn and the app: only `serve` itself loads them (its other commands don't)
         import uvicorn
 
         from runner.serve.app import create_app

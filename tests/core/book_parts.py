@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from runner.core.ahead import RentAhead
+from runner.core.book_part import BookState
 from runner.core.budget import Budget
 from runner.core.ends import Ends
 from runner.core.events import SetTimer
@@ -118,12 +119,13 @@ def parts(
     budget = Budget(budget_usd)
     known = KnownJobs(ModelMarket(offers) if offers is not None else NoMarket())
     fleet = Fleet(budget, out, boot)
-    ends = Ends(known, fleet, out, renting, provisioning)
-    hedger = Hedger(hedge, fleet, known, budget, out, cap)
-    placer = Placement(fleet, known, budget, ends, hedger, out, cap, renting)
-    renter = Renter(fleet, known, budget, ends, hedger, out, cap, renting)
-    ahead = RentAhead(fleet, known, budget, ends, renter, out, cap)
-    giver = GiveBack(fleet, known, budget, ends, out, renting)
+    state = BookState(fleet, known, budget, out, cap, renting)
+    ends = Ends(state, provisioning)
+    hedger = Hedger(state, hedge)
+    placer = Placement(state, ends, hedger)
+    renter = Renter(state, ends, hedger)
+    ahead = RentAhead(state, ends, renter)
+    giver = GiveBack(state, ends)
     made = Parts(out, budget, known, fleet, ends, hedger, placer, renter, ahead, giver)
 
     def freed() -> None:  # as the book wires it, and counted

@@ -18,7 +18,7 @@ def test_a_host_that_fails_is_skipped_for_the_next_offer(host: Host) -> None:
     args[args.index("USD-Blockchain")] = "CLORE-Blockchain"
     started = host.invoke(args)
     assert started.exit_code == 0, started.output
-    assert "skipped: server" in started.output
+    assert "not rented: server" in started.output  # the pipeline's words for a host skipped
     (rental,) = host.record().runners
     creates = [c.body["renting_server"] for c in host.fake.calls("create_order")]
     assert len(creates) == 2 and creates[1] == rental.server_id != creates[0]

@@ -131,3 +131,40 @@ def test_only_commands_that_start_nothing_skip_the_restart(
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [f"restarted {restarted}", "dumpable 0"]
+
+
+# Sends itself Ctrl-C just before the restart's exec: the signal must reach the new process
+# (held across the exec) and be answered there, by the entry point's handling.
+SIGNAL_PROBE = textwrap.dedent(
+    """
+    import os, signal, sys
+    from runner import process_guard
+    restarted = process_guard.SECRETS_FD_VAR in os.environ
+    if not restarted:
+        real_execve = os.execve
+        def execve(*args):
+            os.kill(os.getpid(), signal.SIGINT)  # as if it came during the new start-up
+            real_execve(*args)
+        os.execve = execve
+    try:
+        process_guard.protect()
+    except KeyboardInterrupt:
+        print("interrupted in", "the new process" if restarted else "the first process")
+        print("still blocked", sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, [])))
+        sys.exit(130)
+    print("no interrupt")
+    """
+)
+
+
+def test_ctrl_c_during_the_restart_reaches_the_new_process_not_its_start_up() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", SIGNAL_PROBE],
+        env=_env(CLORE_API_KEY=KEY),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.returncode == 130, done.stderr
+    assert done.stdout.splitlines() == ["interrupted in the new process", "still blocked []"]

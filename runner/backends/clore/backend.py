@@ -112,6 +112,10 @@ class CloreBackend:
     hosts: HostRecorder = field(default_factory=HostRecorder)
     hedge: HedgePolicy = field(default_factory=HedgePolicy)
     hedges: HedgeLog = field(default_factory=HedgeLog)
+    # Servers handed over to what lives on them past the run (a GitHub runner, which `clore-run
+    # runner stop` cancels): never given back here. The core's number -> (rental id, what the
+    # server may still cost: its worst case, which the core's budget keeps counting).
+    _handed: dict[int, tuple[int, float]] = field(default_factory=dict)
 
     def capacity(self) -> int | None:
         return None  # no places of its own: it rents as many as the run's concurrency allows
@@ -315,6 +319,8 @@ class CloreBackend:
             left = ledger.unreleased(run_id)
         except InfrastructureError:
             return
+        handed = {rental_id for rental_id, _ in self._handed.values()}
+        left = [r for r in left if r.id not in handed]
         if left:
             servers = ", ".join(str(r.server_id) for r in left)
             raise InfrastructureError(
@@ -480,12 +486,35 @@ class CloreBackend:
             place.facts["cost_usd"] = f"{self._bill(held.rental):.6f}"
         place.facts.update(self.hedges.cost_facts(held.rental.job_id))
 
+    def rental_at(self, place: Place) -> Rental | None:
+        """The rental `place` is on, for work of the caller's own over its SSH connection
+        (a runner's install); None once it is no longer held."""
+        held = self._find(place)
+        return held.rental if held is not None else None
+
+    def hand_over(self, place: Place, server: int, worst_case_usd: float) -> Rental:
+        """The rental `place` is on leaves the run with its order live: it is not given back
+        here, ever (neither by `release_server` nor by `shutdown`). Raises when it is no
+        longer held."""
+        with self._lock:
+            held = self._held.pop(int(place.facts.get("rental_id", "-1")), None)
+            if held is None:
+                raise InfrastructureError(f"server {server} is no longer held")
+            self._rentals_of.pop(server, None)
+            self._handed[server] = (held.rental.rental_id, worst_case_usd)
+        return held.rental
+
     def lost(self, server: int) -> bool:
         with self._lock:
             held = self._held.get(self._rentals_of.get(server, -1))
             return held is None or held.rental.lost
 
     def release_server(self, server: int, reason: str, report: ServerReport) -> None:
+        with self._lock:
+            handed = self._handed.get(server)
+        if handed is not None:  # not ours to give back: it may cost all of its worst case
+            report(ServerReleased(server, handed[1]))
+            return
         booted = self._stop_rent(server)
         with self._lock:
             held = self._held.pop(self._rentals_of.pop(server, -1), None)

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 def mount(api: FastAPI, service: Service, token: str) -> Sessions:
     """Add the dashboard's routes to the API app, for the service it serves. Returns its
     sessions, so the API's token gate can let a logged-in browser through."""
+    # jinja2 and the dashboard's routes: only a serve with the dashboard on loads them
     from runner.serve.dashboard import routes
     from runner.serve.dashboard.throttle import LoginThrottle
 

@@ -1,0 +1,39 @@
+"""What the parts of a ServerBook share, pure.
+
+The book is carved into parts (the ends, placing, renting, renting ahead, hedging, giving
+back), and each works on the same few things: one fleet, one ranked queue of jobs, one budget,
+one list of commands the book answers with, one cap, and whether the book rents at all. They
+are made once, in `BookState`, and every part takes them from there, so a new part cannot be
+given a different budget or a list of its own that nobody reads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from runner.core.budget import Budget
+from runner.core.fleet import Fleet
+from runner.core.known_jobs import KnownJobs
+from runner.core.rentals import CoreCommand
+
+
+@dataclass(frozen=True)
+class BookState:
+    fleet: Fleet
+    jobs: KnownJobs
+    budget: Budget
+    out: list[CoreCommand]  # every part adds its commands here
+    cap: int  # servers at once
+    renting: bool  # False: hosts that already exist, nothing to rent
+
+
+class BookPart:
+    """A part of the book, over the state every part shares."""
+
+    def __init__(self, state: BookState) -> None:
+        self._fleet = state.fleet
+        self._jobs = state.jobs
+        self._budget = state.budget
+        self._out = state.out
+        self._cap = state.cap
+        self._renting = state.renting
