@@ -11,7 +11,7 @@
 #   INPUT_JOBS         --job NAME for each name (separated by spaces, commas or newlines)
 #   INPUT_OUT          --out DIR
 #   INPUT_BASELINE     --baseline SUMMARY.json
-#   INPUT_POOL         --pool NAME
+#   INPUT_POOL         --pool NAME (runner-start too)
 #   CLORE_RUN_LEDGER   --ledger FILE (the always-run cleanup step reads the same file); not
 #                      with a coordinator, which holds the ledger itself (runner-start too)
 #   mode runner-start (`clore-run runner start`):
@@ -80,6 +80,7 @@ runner-start)
     [[ -z "${INPUT_RUNNERS:-}" ]] || args+=(--runners "$INPUT_RUNNERS")
     [[ -z "${INPUT_CURRENCY:-}" ]] || args+=(--currency "$INPUT_CURRENCY")
     [[ -z "${INPUT_BUDGET:-}" ]] || args+=(--budget "$INPUT_BUDGET")
+    [[ -z "${INPUT_POOL:-}" ]] || args+=(--pool "$INPUT_POOL")
     [[ -z "${INPUT_RUNNER_GROUP:-}" ]] || args+=(--runner-group "$INPUT_RUNNER_GROUP")
     [[ -z "${CLORE_RUNNER_RECORD_FILE:-}" ]] || args+=(--record-file "$CLORE_RUNNER_RECORD_FILE")
     args+=(${ledger[@]+"${ledger[@]}"})

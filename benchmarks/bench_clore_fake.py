@@ -55,9 +55,9 @@ from runner.core.model import Pipeline, Provisioning
 from runner.core.rentals import BootTimes
 from runner.core.servers import ServerBook
 from runner.core.simulate_market import MarketModel, ServersResult, simulate_servers
-from runner.ledger import Ledger
 from runner.run_command import RunOptions, execute
 from runner.spec.loader import load_pipeline, parse_pipeline
+from runner.stores.ledger.sqlite import SqliteLedger
 from tests.fakes.clore_api import SAMPLE_SERVERS, FakeClore
 from tests.fakes.fake_clock import FakeClock
 from tests.fakes.fast_clock import SPEED, FastClock
@@ -143,7 +143,7 @@ def run(tmp: Path, http: HTTPServer, ssh_port: int, authorize: Any) -> dict[str,
     )
     provisioner = TimingProvisioner(
         client,
-        Ledger(tmp / "ledger.db"),
+        SqliteLedger(tmp / "ledger.db"),
         "bench",
         key,
         HostKeyStore(),
@@ -316,7 +316,7 @@ def measure(
         pause=clock.pause,
         ssh=ConnectOptions(tries=3, backoff_s=0.05, max_backoff_s=0.2),
     )
-    ledger = Ledger(tmp / "ledger.db")
+    ledger = SqliteLedger(tmp / "ledger.db")
     provisioner = Provisioner(
         client,
         ledger,

@@ -28,13 +28,13 @@ from pathlib import Path
 from pytest_httpserver import HTTPServer
 from werkzeug.serving import WSGIRequestHandler
 
-from runner.stores.pg_ledger import PostgresLedger
-from runner.stores.pg_pools import PostgresPools
-from runner.stores.reaper import reap
+from runner.backends.clore.reaper import reap
+from runner.stores.ledger.postgres import PostgresLedger
+from runner.stores.pools.postgres import PostgresPools
 from tests.fakes.clore_api import FakeClore
 from tests.fakes.fake_clock import START_UNIX, FakeClock
 from tests.pg_fixture import PgCluster, start_cluster
-from tests.stores.test_pool_processes import Worker
+from tests.stores.pools.test_processes import Worker
 
 
 def contenders(

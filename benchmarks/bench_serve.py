@@ -121,8 +121,8 @@ def fill(http: requests.Session, url: str, total: int) -> float:
 
 def queue_up(target: str | Path, total: int) -> None:
     """`total` jobs straight into the store, 10 submissions, before any server starts."""
-    from runner.serve.queue_store import open_queue
     from runner.serve.submit import prepare_pipeline, with_server_ids
+    from runner.stores.queue import open_queue
 
     store = open_queue(target)
     per = max(1, total // 10)
@@ -140,7 +140,7 @@ def queue_up(target: str | Path, total: int) -> None:
 
 def start_times(target: str | Path) -> tuple[int, list[float]]:
     """Jobs not queued any more, and the first start of each that started."""
-    from runner.serve.queue_store import open_queue
+    from runner.stores.queue import open_queue
 
     store = open_queue(target)
     try:

@@ -31,7 +31,7 @@ import yaml
 from pydantic import ValidationError
 from pytest_httpserver import HTTPServer
 
-from runner.ledger import Ledger
+from runner.stores.ledger.sqlite import SqliteLedger
 from tests.fakes.clore_api import API_KEY, FakeClore
 from tests.gha import (
     EXPRESSION,
@@ -795,7 +795,7 @@ def test_the_cleanup_step_cancels_a_rental_the_run_left_behind(
         interpolate(step_named(CLEANUP_STEP)["env"]["CLORE_RUN_LEDGER"], job.context({}))
     )
     assert ledger_path.is_relative_to(job.temp)
-    with Ledger(ledger_path) as ledger:  # a run killed while it held a server
+    with SqliteLedger(ledger_path) as ledger:  # a run killed while it held a server
         rid = ledger.record_intent("run-1", "train", 88028, 2.0, "USD-Blockchain", 2 / 24)
         order = fake_clore.add_order(88028, age_s=600)
         ledger.set_order(rid, order)
@@ -810,7 +810,7 @@ def test_the_cleanup_step_cancels_a_rental_the_run_left_behind(
     assert fake_clore.live_orders() == []
     assert [r.body["id"] for r in fake_clore.calls("cancel_order")] == [order]
     assert f"order {order}  cancelled; marked released" in out
-    with Ledger(ledger_path) as ledger:
+    with SqliteLedger(ledger_path) as ledger:
         assert ledger.unreleased() == []
     assert all(line == f"::add-mask::{API_KEY}" for line in out.splitlines() if API_KEY in line)
 
@@ -965,7 +965,9 @@ HOSTS_KEY_STEP, RESTORE_HOSTS, FIND_HOSTS, SAVE_HOSTS = (
         ({}, True),
         ({"coordinator": "postgresql://u@h/db"}, False),  # the database holds it
         ({"backend": "local"}, False),
-        ({"mode": "runner-start"}, False),
+        ({"mode": "runner-start"}, True),  # it rents as a run does (issue 29)
+        ({"mode": "runner-start", "coordinator": "postgresql://u@h/db"}, False),
+        ({"mode": "runner-stop"}, False),  # it rents nothing
     ],
 )
 def test_the_host_history_is_cached_only_for_clore_runs_without_a_coordinator(

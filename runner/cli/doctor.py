@@ -17,7 +17,7 @@ import typer
 from runner.cli.boundary import EXIT_INTERRUPTED
 from runner.core.model import GpuAsk
 from runner.errors import CloreRunError
-from runner.ledger import DEFAULT_PATH
+from runner.stores.ledger import DEFAULT_PATH
 
 if TYPE_CHECKING:  # the Clore client loads only when doctor runs
     from runner.backends.clore.api import CloreClient
@@ -118,12 +118,12 @@ def _client_from_env() -> CloreClient:
 def _real_tools(client: CloreClient, ledger_path: Path) -> CanaryTools:
     from runner.backends.clore.doctor import CanaryTools, canary_options
     from runner.backends.ssh.keys import ClientKey, HostKeyStore
-    from runner.ledger import Ledger
+    from runner.stores.ledger.sqlite import SqliteLedger
 
     return CanaryTools(
         client=client,
         clock=client.limiter.clock,
-        ledger=Ledger(ledger_path),
+        ledger=SqliteLedger(ledger_path),
         key=ClientKey.generate(),
         host_keys=HostKeyStore(),
         options=canary_options(),

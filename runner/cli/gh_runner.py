@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
-from runner.cli.options import LedgerOption
+from runner.cli.options import CoordinatorOption, LedgerOption, PoolOption
 from runner.errors import CloreRunError, UsageError
 from runner.gh_runner.wiring import TOKEN_ENV, Wiring
 
@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     from runner.gh_runner.record import RunnerRecord
     from runner.gh_runner.remote import RunnerPackage
     from runner.gh_runner.start import StartRequest
+    from runner.gh_runner.stop import Stopped
+    from runner.stores.pools.seat import PoolSeat
 
 DEFAULT_RECORD = Path(".clore-run/runner-record.json")
 
@@ -85,6 +87,8 @@ def _start_command(wiring: Wiring) -> Callable[..., None]:
             Path, typer.Option("--record-file", help="Where the rental record is written.")
         ] = DEFAULT_RECORD,
         ledger_arg: LedgerOption = None,
+        pool: PoolOption = None,
+        coordinator: CoordinatorOption = None,
     ) -> None:
         """Rent server(s), register a just-in-time runner on each, print the label(s)."""
         from runner.backends.clore.settings import CURRENCIES
@@ -114,7 +118,7 @@ def _start_command(wiring: Wiring) -> Callable[..., None]:
             scope = _scope(repo, org, wiring)
         except CloreRunError as exc:
             _usage(str(exc))
-        _do_start(wiring, request, scope, currency, record_file, ledger_arg)
+        _do_start(wiring, request, scope, currency, record_file, ledger_arg, pool, coordinator)
 
     return start
 
@@ -126,22 +130,26 @@ def _do_start(
     currency: str,
     record_file: Path,
     ledger_arg: str | None,
+    pool: str | None,
+    coordinator: str | None,
 ) -> None:
     from runner.backends.clore.factory import host_recorder, share_limits
     from runner.backends.ssh.keys import HostKeyStore
     from runner.gh_runner.publish import publish_start, write_record
     from runner.gh_runner.start import StartTools, start_runners
-    from runner.ledger import DEFAULT_PATH
-    from runner.stores.ledger import open_ledger
-    from runner.stores.target import ledger_target
+    from runner.stores.ledger import DEFAULT_PATH, open_ledger
+    from runner.stores.target import coordinator_from, ledger_target
 
     token = _runner_token(wiring)
     try:
+        shared = coordinator_from(coordinator)
         client = wiring.clore()
-        ledger_path = ledger_target(ledger_arg, None, DEFAULT_PATH)
+        ledger_path = ledger_target(ledger_arg, shared, DEFAULT_PATH)
         share_limits(client, ledger_path)
         key = wiring.key()
+        options = wiring.options()
         with open_ledger(ledger_path) as ledger:
+            seat = _seat(pool, shared, request, options.online_timeout_s)
             tools = StartTools(
                 client=client,
                 clock=wiring.clock,
@@ -150,8 +158,10 @@ def _do_start(
                 host_keys=HostKeyStore(),
                 github=wiring.github(token, scope, wiring.env),
                 currency=currency,
-                options=wiring.options(),
+                options=options,
                 hosts=host_recorder(ledger_path, request.run_id, wiring.clock),
+                hedge=wiring.hedge,
+                seat=seat,
             )
             with _cancel_on_signals() as cancel:
                 record = start_runners(request, tools, cancel, typer.echo)
@@ -163,6 +173,16 @@ def _do_start(
     for rental in record.runners:
         typer.echo(f"label: {rental.label}")
     typer.echo(f"record: {record_file} (give it to `clore-run runner stop --record`)")
+
+
+def _seat(
+    pool: str | None, coordinator: str | None, request: StartRequest, boot_bound_s: float
+) -> PoolSeat | None:
+    if pool is None:
+        return None
+    from runner.gh_runner.pool import join
+
+    return join(pool, coordinator, request.run_id, request.max_minutes, boot_bound_s)
 
 
 def _stop_command(wiring: Wiring) -> Callable[..., None]:
@@ -180,6 +200,7 @@ def _stop_command(wiring: Wiring) -> Callable[..., None]:
         comment_header: Annotated[
             str, typer.Option(help="The sticky comment to add the section to.")
         ] = "",
+        coordinator: CoordinatorOption = None,
     ) -> None:
         """Remove the runners' registrations, cancel their servers, report what they cost."""
         from runner.gh_runner.publish import publish_stop
@@ -206,6 +227,7 @@ def _stop_command(wiring: Wiring) -> Callable[..., None]:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(exc.exit_code) from None
         typer.echo(runners_markdown(stopped))
+        _settle_pool(parsed, stopped, coordinator)
         said = publish_stop(stopped, env, comment, comment_header, wiring.http())
         if said:
             typer.echo(said)
@@ -219,6 +241,21 @@ def _stop_command(wiring: Wiring) -> Callable[..., None]:
             raise typer.Exit(3)
 
     return stop
+
+
+def _settle_pool(record: RunnerRecord, stopped: list[Stopped], coordinator: str | None) -> None:
+    """The runners' reservations in the start's pool, settled at what was billed."""
+    if record.pool is None:
+        return
+    from runner.gh_runner.pool import settle
+    from runner.stores.target import coordinator_from
+
+    try:
+        shared = coordinator_from(coordinator)
+    except CloreRunError as exc:
+        typer.echo(f"warning: {exc}", err=True)
+        shared = None
+    typer.echo(settle(record, stopped, shared))
 
 
 def _read_record(path: Path | None, text: str | None) -> RunnerRecord:

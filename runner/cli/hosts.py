@@ -15,7 +15,7 @@ import typer
 from runner.cli.options import CoordinatorOption, LedgerOption
 from runner.core.hosts import HostMemory, HostRecord, ago_text, kind_words
 from runner.errors import CloreRunError
-from runner.ledger import DEFAULT_PATH
+from runner.stores.ledger import DEFAULT_PATH
 from runner.stores.target import coordinator_from, ledger_target
 
 _COLUMNS = ("HOST", "UP", "MEAN BOOT", "NEVER UP", "SSH FAILED", "PREEMPTED", "LAST", "NOW")

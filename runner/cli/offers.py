@@ -80,8 +80,8 @@ def register(app: typer.Typer, client_factory: ClientFactory | None = None) -> N
 
 def _memory(ledger_arg: str | None, coordinator: str | None) -> tuple[HostMemory, str]:
     """The host history beside the ledger, as `run` would read it (empty if none yet)."""
-    from runner.ledger import DEFAULT_PATH
     from runner.stores.hosts import hosts_target, read_memory
+    from runner.stores.ledger import DEFAULT_PATH
     from runner.stores.target import coordinator_from, ledger_target
 
     try:

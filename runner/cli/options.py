@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from runner.backends.registry import BACKENDS
-from runner.ledger import DEFAULT_PATH as DEFAULT_LEDGER
+from runner.stores.ledger import DEFAULT_PATH as DEFAULT_LEDGER
 from runner.stores.target import COORDINATOR_ENV, COORDINATOR_FILE_ENV, PASSWORD_SOURCES
 
 LedgerOption = Annotated[

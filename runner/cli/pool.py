@@ -13,8 +13,8 @@ from runner.cli.options import CoordinatorOption
 from runner.stores.target import COORDINATOR_ENV, coordinator_from, require_psycopg
 
 if TYPE_CHECKING:
-    from runner.stores.pg_pools import PostgresPools
     from runner.stores.pools import PoolUsage
+    from runner.stores.pools.postgres import PostgresPools
 
 
 def register(app: typer.Typer) -> None:
@@ -80,7 +80,7 @@ def _pools(coordinator: str | None) -> PostgresPools:
             hint=f"pass --coordinator postgresql://USER@HOST/DB or set {COORDINATOR_ENV}",
         )
     require_psycopg()
-    from runner.stores.pg_pools import PostgresPools
+    from runner.stores.pools.postgres import PostgresPools
 
     return PostgresPools(url)
 

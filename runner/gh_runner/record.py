@@ -48,15 +48,30 @@ class RunnerRental(_Strict):
     creation_fee_native: float  # charged once the order lives 10 minutes
     usd_per_hour: float  # listed price with the renter's fee, for the report
     gpus: str = ""
+    # Its worst case reserved in the start's budget pool (`pool`): stop settles it.
+    reservation_id: int | None = None
+
+
+class PoolClaim(_Strict):
+    """The budget pool a start reserved in: its lease (holder and fencing token), which stop
+    settles the runners' reservations under and then ends. Not secret: the coordinator's URL
+    is not in it, stop has its own."""
+
+    name: str
+    holder: str
+    token: int
+    ttl_s: float
 
 
 class RunnerRecord(_Strict):
     version: Literal[1] = RECORD_VERSION
     runners: tuple[RunnerRental, ...]
+    pool: PoolClaim | None = None
 
     def to_json(self) -> str:
         """One line: it travels as a job output."""
-        return json.dumps(self.model_dump(mode="json"), separators=(",", ":"), sort_keys=True)
+        data = self.model_dump(mode="json", exclude_none=True)
+        return json.dumps(data, separators=(",", ":"), sort_keys=True)
 
     @property
     def labels(self) -> list[str]:

@@ -65,14 +65,39 @@ def release(
         if why is not None:
             return Released(rental, "not-ours", f"{why}: not cancelled")
         if order.expired:
-            return _billed(rental, order, "ended", clock, rental.cap_unix)
+            return _billed(rental, order, "ended", clock, rental.cap_unix, _preempted(rental))
+        offline = _offline(rental, order)
         ended_at = clock.time()
         order = _cancel_and_confirm(client, order, clock, confirm_within_s)
     except CloreApiError as exc:
         return Released(rental, "error", f"order {rental.order_id}: {exc}")
     if not order.expired:
         return Released(rental, "still-live", f"order {order.id} is still listed after its cancel")
-    return _billed(rental, order, "cancelled", clock, ended_at)
+    return _billed(rental, order, "cancelled", clock, ended_at, offline)
+
+
+def _offline(rental: RunnerRental, order: Order) -> str:
+    """Words for an order listed but not online when stop comes: a spot order outbid (Clore
+    stops its container and its billing, and keeps it listed until its bid wins again), or a
+    host gone down. Its runner died with the container, and the job on it failed; no bid is
+    raised to win it back: the runner's one-time registration is spent, the container would
+    come back with no runner in it. Cancelled like any other."""
+    if order.online:
+        return ""
+    why = "spot: outbid, or its host down" if rental.spot else "its host down"
+    return (
+        f"order {order.id} on server {order.si} was offline when stop came ({why}): its "
+        "runner died with its container, a job on it failed (re-run it); cancelled"
+    )
+
+
+def _preempted(rental: RunnerRental) -> str:
+    if not rental.spot:
+        return ""
+    return (
+        f"spot order {rental.order_id} had already ended when stop came (preempted): its "
+        "runner died with it, a job on it failed (re-run it)"
+    )
 
 
 def _find(client: CloreClient, order_id: int) -> Order | None:
@@ -97,7 +122,12 @@ def _cancel_and_confirm(client: CloreClient, order: Order, clock: Clock, within_
 
 
 def _billed(
-    rental: RunnerRental, order: Order, kind: Kind, clock: Clock, ended_unix: float
+    rental: RunnerRental,
+    order: Order,
+    kind: Kind,
+    clock: Clock,
+    ended_unix: float,
+    detail: str = "",
 ) -> Released:
     lived_s = max(0.0, min(ended_unix, clock.time()) - rental.created_unix)
     if kind == "ended" and order.spend is not None and order.price:
@@ -108,7 +138,7 @@ def _billed(
         cost = bill.billed_cost(
             order.spend, rental.usd_per_unit, rental.fee_rate, rental.creation_fee_native, lived_s
         )
-        return Released(rental, kind, cost=cost, lived_s=lived_s)
+        return Released(rental, kind, detail, cost=cost, lived_s=lived_s)
     creation_fee_usd = rental.creation_fee_native * rental.usd_per_unit
     cost = bill.estimated_cost(rental.usd_per_hour, lived_s, rental.fee_rate, creation_fee_usd)
-    return Released(rental, kind, cost=cost, estimated=True, lived_s=lived_s)
+    return Released(rental, kind, detail, cost=cost, estimated=True, lived_s=lived_s)

@@ -26,6 +26,7 @@ import threading
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from runner.attempt import Ran
 from runner.backends.base import Place
@@ -52,9 +53,12 @@ from runner.core.servers import ServerBook
 from runner.driver import Driver, DriverOptions
 from runner.errors import CloreRunError, InfrastructureError, JobCannotRun
 from runner.gh_runner.github import DEFAULT_GROUP_ID, Registration, RunnerApi
-from runner.gh_runner.record import RunnerRecord, RunnerRental
+from runner.gh_runner.record import PoolClaim, RunnerRecord, RunnerRental
 from runner.gh_runner.remote import RunnerPackage, install_runner
 from runner.stores.ledger import RentalLedger
+
+if TYPE_CHECKING:  # psycopg is an extra: only a start that joins a pool imports it
+    from runner.stores.pools.seat import PoolSeat
 
 BASE_LABELS = ("self-hosted", "linux", "x64", "clore")
 _UNSAFE = re.compile(r"[^a-z0-9-]+")
@@ -96,6 +100,9 @@ class StartTools:
     # (as `run` keeps it); the default keeps none.
     hosts: HostRecorder = field(default_factory=HostRecorder)
     hedge: HedgePolicy = field(default_factory=HedgePolicy)
+    # The budget pool this start joined (`--pool`): every rent reserves its worst case there
+    # before its create; the runners' reservations outlive the start, and `stop` settles them.
+    seat: PoolSeat | None = None
 
 
 Say = Callable[[str], None]
@@ -122,11 +129,13 @@ def start_runners(
         clock=tools.clock,
         currency=tools.currency,
         options=tools.options,
+        seat=tools.seat,
     )
     try:
         ranked = _fitting_offers(provisioner, tools, request)
     except BaseException:
-        tools.hosts.close()  # the backend's shutdown closes it on every other path
+        tools.hosts.close()  # the backend's shutdown closes them on every other path
+        provisioner.close_pool()
         raise
     registrations: dict[str, Registration] = {}
     try:
@@ -138,14 +147,24 @@ def start_runners(
         handed = _rent_and_install(request, tools, provisioner, registrations, cancel, say)
     except BaseException:
         tools.hosts.close()
+        provisioner.close_pool()
         _deregister(registrations, tools, say)
         raise
     return RunnerRecord(
         runners=tuple(
             _rental_of(label, handed[label], registrations[label], request, tools)
             for label in registrations
-        )
+        ),
+        pool=_claim(tools.seat),
     )
+
+
+def _claim(seat: PoolSeat | None) -> PoolClaim | None:
+    """The pool lease the runners' reservations are under, for `stop` to settle them."""
+    if seat is None:
+        return None
+    lease = seat.keeper.lease
+    return PoolClaim(name=seat.pool, holder=seat.holder, token=lease.token, ttl_s=lease.ttl_s)
 
 
 def _fitting_offers(
@@ -235,14 +254,29 @@ def _rent_and_install(
     )
     journal.failed = lambda reason: driver.cancel(reason, StopCause.INFRASTRUCTURE)
     installs.stuck = lambda: driver.call(lambda _now: _budget_stuck(book)).result(timeout=10.0)
-    _drive(driver, backend, jobs, cancel, tools.clock)
+    whole = False
+    try:
+        _drive(driver, backend, jobs, cancel, tools.clock)
+    finally:
+        whole = not cancel.is_set() and len(installs.handed) == len(jobs)
+        if not whole:  # while the pool seat is there to settle their reservations
+            _give_back(provisioner, list(installs.handed.values()), tools, say)
+        seat = provisioner.seat if whole else None
+        if seat is not None:
+            provisioner.seat = None  # its reservations go on with the runners' servers
+        driver.give_back()
     for warning in driver.give_back_warnings:
         say(f"warning: {warning}")
-    if cancel.is_set() or len(installs.handed) < len(jobs):
-        _give_back(provisioner, list(installs.handed.values()), tools, say)
+    if not whole:
         if cancel.is_set():
             raise StartInterrupted("interrupted: every server rented was given back")
         raise _failure(journal.results)
+    if seat is not None:
+        # Not `leave`: that would hand the reservations to a reaper at once. The lease lasts
+        # its ttl (the runners' cap and the reaper's grace): `stop` settles and ends it, or a
+        # pool reaper does once it has run out.
+        seat.keeper.stop()
+        seat.pools.close()
     return installs.handed
 
 
@@ -272,7 +306,6 @@ def _drive(
     finally:
         over.set()
         driver.finish_work()
-        driver.give_back()
         watcher.join()
 
 
@@ -287,7 +320,7 @@ def _budget_stuck(book: ServerBook) -> str:
     for job_id in book.waiting():
         if book.wait_reason(job_id) == "budget":
             return (
-                f"{job_id}: no offer left within the budget beside the other runners' "
+                f"no offer left within the budget for {job_id} beside the other runners' "
                 "servers (a host failed, and the next fitting one costs more)"
             )
     return ""
@@ -471,4 +504,5 @@ def _rental_of(
         creation_fee_native=rental.creation_fee_native,
         usd_per_hour=rental.usd_per_hour,
         gpus=rental.offer.gpus,
+        reservation_id=rental.reservation.id if rental.reservation is not None else None,
     )

@@ -1,5 +1,6 @@
 """What `runner start|stop` talk to and wait on, built in one place so tests swap all of it:
-the Clore client, the GitHub runners API, the clock, the provisioning options and the key."""
+the Clore client, the GitHub runners API, the clock, the provisioning options, the key and
+the hedging policy."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from runner.clock import SYSTEM_CLOCK, Clock
+from runner.core.hedge import HedgePolicy
 
 if TYPE_CHECKING:
     from runner.backends.clore.api import CloreClient
@@ -61,3 +63,4 @@ class Wiring:
     key: Callable[[], ClientKey] = _key
     http: Callable[[], Http] = _http
     env: Mapping[str, str] = field(default_factory=lambda: os.environ)
+    hedge: HedgePolicy = field(default_factory=HedgePolicy)  # hedged boots, as `run` has them

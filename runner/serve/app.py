@@ -43,9 +43,7 @@ from runner.serve.api_models import (
 from runner.serve.dashboard.session import COOKIE
 from runner.serve.http_limits import BODY_TIMEOUT_S, TokenGate
 from runner.serve.middleware import MAX_BODY_BYTES, BodyLimit, ErrorCounter, ErrorTally
-from runner.serve.queue_reads import FINAL
 from runner.serve.service import LoopNotRunning, Service
-from runner.serve.store import StoreError
 from runner.serve.submit import (
     Problem,
     SubmissionError,
@@ -53,6 +51,7 @@ from runner.serve.submit import (
     prepare_job,
     prepare_pipeline,
 )
+from runner.stores.queue import FINAL, QueueError
 
 log = logging.getLogger("clore_run.serve")
 
@@ -204,8 +203,8 @@ def _handlers(api: FastAPI) -> None:
     async def unknown_needs(_: Request, exc: UnknownNeeds) -> JSONResponse:
         return JSONResponse({"detail": [_problem(p) for p in exc.problems]}, 409)
 
-    @api.exception_handler(StoreError)
-    async def store_down(_: Request, exc: StoreError) -> JSONResponse:
+    @api.exception_handler(QueueError)
+    async def store_down(_: Request, exc: QueueError) -> JSONResponse:
         log.error("%s", exc)
         return JSONResponse({"detail": "the queue database is unavailable"}, 503)
 

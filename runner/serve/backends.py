@@ -21,7 +21,7 @@ from runner.backends.spec import Reconcile, Setup
 from runner.core.model import Pipeline
 
 if TYPE_CHECKING:
-    from runner.stores.pool_seat import PoolSeat
+    from runner.stores.pools.seat import PoolSeat
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,6 @@ def build(choice: BackendChoice, instance: str) -> tuple[Backend, Reconcile]:
 
 def pool_seat(backend: Backend) -> PoolSeat | None:
     """The budget pool seat the backend rents under, if it joined one (--pool): a shared
-    queue claims each job with a server slot of that pool (runner/stores/pg_queue.py)."""
+    queue claims each job with a server slot of that pool (runner/stores/queue/postgres.py)."""
     seat: PoolSeat | None = getattr(getattr(backend, "provisioner", None), "seat", None)
     return seat

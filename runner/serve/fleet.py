@@ -28,9 +28,8 @@ from typing import TYPE_CHECKING, Protocol
 
 from runner.core.model import Attempt, Job, JobResult
 from runner.errors import InfrastructureError
-from runner.serve.queue_reads import OpenAttempt, Unsettled
-from runner.serve.queue_store import SharedQueueStore
 from runner.serve.views import iso
+from runner.stores.queue import OpenAttempt, SharedQueueStore, Unsettled
 
 if TYPE_CHECKING:
     from runner.backends.base import Place
@@ -234,7 +233,7 @@ class Listener:
         import psycopg  # the PostgreSQL extra: only serve on a shared queue listens
 
         from runner.stores.pg import with_password
-        from runner.stores.pg_queue import CHANNEL
+        from runner.stores.queue.postgres import CHANNEL
 
         while not self._stop.is_set():
             try:

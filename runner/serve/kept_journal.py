@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from runner.backends.base import Place
 from runner.core.model import Attempt, Job, JobResult
 from runner.driver import Journal
-from runner.serve.store import StoreError
+from runner.stores.queue import QueueError
 
 log = logging.getLogger("clore_run.serve")
 
@@ -39,7 +39,7 @@ def _nobody(job_id: str, number: int, why: str) -> None:
 
 
 class KeptJournal:
-    """Wraps a store's journal; same calls, none of them raises a StoreError."""
+    """Wraps a store's journal; same calls, none of them raises a QueueError."""
 
     def __init__(
         self,
@@ -117,7 +117,7 @@ class KeptJournal:
                 with self.inner.batch():
                     for write in pending:
                         write()
-            except StoreError as exc:
+            except QueueError as exc:
                 refusal = exc.message
                 continue
             if self.failure is not None:

@@ -30,8 +30,8 @@ from runner.file_lock import hold_lock
 from runner.process_guard import make_non_dumpable
 from runner.serve.backends import BackendChoice, build, pool_seat
 from runner.serve.fleet import FleetOptions
-from runner.serve.queue_store import open_queue, shared
 from runner.serve.service import Service, ServiceOptions
+from runner.stores.queue import open_queue, shared
 
 MIN_TOKEN_CHARS = 16
 _MAKE_TOKEN = (

@@ -61,11 +61,9 @@ from runner.serve.fleet import (
     waiting_elsewhere,
 )
 from runner.serve.kept_journal import KeptJournal
-from runner.serve.queue_reads import OpenAttempt, Unsettled
-from runner.serve.queue_store import QueueStore, shared
 from runner.serve.quiet_console import QuietConsole
-from runner.serve.store import StoreError
 from runner.serve.submit import Prepared, check_known, with_server_ids
+from runner.stores.queue import OpenAttempt, QueueError, QueueStore, Unsettled, shared
 
 log = logging.getLogger("clore_run.serve")
 
@@ -223,7 +221,7 @@ class Service:
         self.driver.close()
         try:
             self.store.end_instance(self.options.instance, self.clock.time())
-        except StoreError as exc:  # its open attempts tell the next start what was left
+        except QueueError as exc:  # its open attempts tell the next start what was left
             log.error("%s", exc)
 
     def wake(self) -> None:

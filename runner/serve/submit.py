@@ -22,9 +22,9 @@ from typing import Any
 import yaml
 
 from runner.core.model import Job, Pipeline
-from runner.serve.codec import job_to_json
 from runner.spec.diagnostics import Diagnostic, KeyPath, SpecError
 from runner.spec.loader import parse_pipeline
+from runner.stores.queue.codec import job_to_json
 
 DEFAULT_KEY = "job"
 _SERVER_ID = re.compile(r"^s[0-9]+\.")

@@ -8,8 +8,7 @@ from typing import Any, overload
 
 from runner.core.scheduler import JobState, Phase
 from runner.serve.api_models import AttemptView, JobDetail, JobSummary
-from runner.serve.queue_reads import JobRow
-from runner.serve.queue_store import QueueStore
+from runner.stores.queue import JobRow, QueueStore
 
 _ALLOWABLE = ("failed", "timed_out", "error")
 

@@ -23,8 +23,8 @@ from runner.backends.clore.settings import CloreSettings
 from runner.backends.ssh.connection import ConnectOptions
 from runner.backends.ssh.keys import ClientKey, HostKeyStore
 from runner.core.model import Pipeline, RunRecord
-from runner.ledger import Ledger
 from runner.run_command import RunOptions, execute
+from runner.stores.ledger.sqlite import SqliteLedger
 from tests.fakes.clore_api import FakeClore
 from tests.fakes.fake_clock import FakeClock
 from tests.sshd_fixture import SshServer
@@ -37,11 +37,13 @@ class Setup:
     sshd: SshServer
     tmp: Path
 
-    def backend(self, pipeline: Pipeline, run_id: str = "run-1") -> tuple[CloreBackend, Ledger]:
+    def backend(
+        self, pipeline: Pipeline, run_id: str = "run-1"
+    ) -> tuple[CloreBackend, SqliteLedger]:
         client = self.fake.client()
         key = ClientKey.generate()
         self.sshd.authorize(key.public_line)  # what Clore does with `ssh_key`
-        ledger = Ledger(self.tmp / "ledger.db")
+        ledger = SqliteLedger(self.tmp / "ledger.db")
         options = ProvisionOptions(
             pause=lambda seconds, _cancel: self.clock.sleep(seconds),
             ssh=ConnectOptions(tries=3, backoff_s=0.05, max_backoff_s=0.2),
@@ -64,7 +66,7 @@ class Setup:
         )
         return backend, ledger
 
-    def run(self, pipeline: Pipeline, **opts: object) -> tuple[RunRecord, int, Ledger]:
+    def run(self, pipeline: Pipeline, **opts: object) -> tuple[RunRecord, int, SqliteLedger]:
         backend, ledger = self.backend(pipeline)
         (self.tmp / "ws").mkdir(exist_ok=True)
         options = RunOptions(

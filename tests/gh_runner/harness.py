@@ -27,6 +27,7 @@ from runner.backends.clore.provision import ProvisionOptions
 from runner.backends.ssh.connection import ConnectOptions
 from runner.backends.ssh.keys import ClientKey
 from runner.cli.gh_runner import register
+from runner.core.hedge import HedgePolicy
 from runner.gh_runner.github import RunnerApi, Scope
 from runner.gh_runner.record import RunnerRecord, parse_record
 from runner.gh_runner.wiring import Wiring
@@ -53,6 +54,7 @@ class Host:
     ended: dict[int, float] = field(default_factory=dict)  # order id -> monotonic
     labels: dict[int, str] = field(default_factory=dict)  # order id -> runner label
     outputs: list[str] = field(default_factory=list)  # everything the CLI printed
+    hedge: HedgePolicy = field(default_factory=HedgePolicy)  # start's, as `run` has it
 
     def __post_init__(self) -> None:
         self.key = ClientKey.generate()
@@ -88,6 +90,7 @@ class Host:
             key=lambda: self.key,
             http=Http,
             env=dict(env if env is not None else self.env),
+            hedge=self.hedge,
         )
 
     def app(self, env: Mapping[str, str] | None = None) -> typer.Typer:

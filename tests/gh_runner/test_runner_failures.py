@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from runner.cli import cleanup as cleanup_cli
 from runner.gh_runner import start as start_module
 from runner.gh_runner.record import RECORD_FILE
-from runner.ledger import Ledger
+from runner.stores.ledger.sqlite import SqliteLedger
 from tests.fakes.github_runners import ACTIONS_TOKEN
 from tests.fakes.github_runners import fake_github as fake_github
 from tests.fakes.github_runners import github_server as github_server
@@ -66,7 +66,7 @@ def test_sigterm_while_the_server_boots_cancels_the_order_and_the_registration(
     assert not order.live and host.fake.live_orders() == []
     assert host.github.runners == {} and len(host.github.removed) == 1
     assert "interrupted" in result.output
-    assert not Ledger(host.tmp / "ledger.db").unreleased()
+    assert not SqliteLedger(host.tmp / "ledger.db").unreleased()
     assert not (host.tmp / "record.json").exists()
 
 
@@ -85,7 +85,7 @@ def test_sigterm_while_the_runner_installs_gives_back_the_server_and_the_registr
     assert result.exit_code == 130, result.output
     assert cancelled.is_set() and host.fake.live_orders() == []
     assert host.github.runners == {} and len(host.github.removed) == 1
-    assert not Ledger(host.tmp / "ledger.db").unreleased()
+    assert not SqliteLedger(host.tmp / "ledger.db").unreleased()
 
 
 def test_a_job_past_max_minutes_is_stopped_on_the_server_and_stop_still_cancels(
@@ -205,3 +205,32 @@ def test_stop_needs_exactly_one_record(host: Host, tmp_path: Path) -> None:
     assert host.invoke(["runner", "stop"]).exit_code == 2
     missing = host.invoke(["runner", "stop", "--record", str(tmp_path / "nope.json")])
     assert missing.exit_code == 2 and "nope.json" in missing.output
+
+
+def test_a_spot_runner_outbid_under_its_job_is_reported_and_cancelled_by_stop(
+    host: Host,
+) -> None:
+    """Clore stops an outbid spot order's container (the runner dies with it, the job on it
+    fails) and keeps the order listed, offline, until its bid wins again. `stop` says so and
+    cancels it: no bid is raised, since the runner's one-time registration is spent."""
+    from tests.gh_runner.harness import kill_runner
+
+    host.github.job = "wait"  # the job is on the runner when the rival bid comes
+    started = host.invoke(host.start_args("--spot"))
+    assert started.exit_code == 0, started.output
+    (rental,) = host.record().runners
+    assert rental.spot
+    host.github.wait_for("connect", rental.runner_id)
+    host.fake.outbid_now(rental.order_id)
+    kill_runner(host.home / rental.label)  # what stopping its container does to it
+    host.job_runs()
+    stopped = host.invoke(["runner", "stop", "--record", str(host.tmp / "record.json")])
+    assert stopped.exit_code == 0, stopped.output
+    words = " ".join(stopped.output.split())
+    assert f"order {rental.order_id} on server {rental.server_id} was offline when stop came" in (
+        words
+    )
+    assert "(spot: outbid, or its host down)" in words and "failed (re-run it)" in words
+    assert host.fake.live_orders() == []
+    assert [c.body["id"] for c in host.fake.calls("cancel_order")] == [rental.order_id]
+    assert not host.fake.calls("set_spot_price")  # no bid raised to win it back

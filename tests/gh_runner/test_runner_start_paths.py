@@ -133,3 +133,22 @@ def test_a_host_the_history_says_failed_lately_is_not_rented(host: Host) -> None
     assert started.exit_code == 3, started.output
     assert "no offer fits" in started.output
     assert host.fake.calls("create_order") == [] and host.github.seen == []
+
+
+def test_a_runner_whose_next_host_the_budget_cannot_hold_ends_the_start(host: Host) -> None:
+    """Two runners, a budget for the two best offers' worst cases ($0.20 + $0.16): the best
+    host's sshd never answers, and the next fitting one costs more than what is left beside
+    the other runner's server, which lives on past the start. The start ends (exit 3, all
+    given back), where the core alone would wait for that money for ever."""
+    host.fake.no_sshd.add(88028)
+    args = host.start_args("--gpu", "RTX", "--runners", "2", "--budget", "0.37")
+    args[args.index("USD-Blockchain")] = "CLORE-Blockchain"
+    started = host.invoke(args)
+    assert started.exit_code == 3, started.output
+    words = " ".join(started.output.split())
+    assert "no offer left within the budget for clore-" in words
+    assert "beside the other runners' servers" in words
+    assert host.fake.live_orders() == [] and len(host.fake.orders) == 2
+    # The runner installed had taken its job (the stand-in's at once) and removed itself.
+    assert host.github.runners == {} and "could not remove" not in words
+    assert not (host.tmp / "record.json").exists()

@@ -26,7 +26,7 @@ from runner.backends.local import LocalBackend
 from runner.clock import SYSTEM_CLOCK, Clock
 from runner.serve.app import create_app
 from runner.serve.service import Service, ServiceOptions
-from runner.serve.store import Store
+from runner.stores.queue.sqlite import SqliteQueue
 from tests.processes import marked_env
 
 TOKEN = "t-" + secrets.token_urlsafe(24)
@@ -110,7 +110,7 @@ def thread_server(
     daily_spend_limit: float | None = None,
     app_options: dict[str, Any] | None = None,
     uvicorn_options: dict[str, Any] | None = None,
-    store_type: Callable[[Path], Store] = Store,
+    store_type: Callable[[Path], SqliteQueue] = SqliteQueue,
     journal_retry_s: float = 5.0,
 ) -> Iterator[ThreadServer]:
     """The app and the service in this process; uvicorn on a free loopback port (with the

@@ -20,8 +20,8 @@ from runner.core.model import Job
 from runner.serve.dashboard.pictures import dag, timeline
 from runner.serve.dashboard.session import COOKIE, SESSION_S, Sessions
 from runner.serve.dashboard.throttle import FREE_TRIES
-from runner.serve.queue_reads import JobMatch
-from runner.serve.store import Store
+from runner.stores.queue import JobMatch
+from runner.stores.queue.sqlite import SqliteQueue
 from tests.fakes.fake_clock import FakeClock
 from tests.serve.harness import FINAL, TOKEN, thread_server, wait_until
 
@@ -278,7 +278,7 @@ def test_text_from_jobs_and_servers_is_escaped(tmp_path: Path) -> None:
 
 
 def test_the_queue_is_paged_and_filtered_by_the_server(tmp_path: Path) -> None:
-    store = Store(tmp_path / "q.db")
+    store = SqliteQueue(tmp_path / "q.db")
     ids = fill(store, 260)
     try:
         seen: list[str] = []
@@ -428,7 +428,7 @@ def test_the_timeline_spans_the_attempts() -> None:
     assert len(again.rows) == 1  # one lane per job
 
 
-def fill(store: Store, total: int) -> list[str]:
+def fill(store: SqliteQueue, total: int) -> list[str]:
     """`total` queued jobs named job_<i>, in two submissions; their ids in order."""
     half = total // 2
     ids: list[str] = []

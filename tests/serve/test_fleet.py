@@ -15,8 +15,7 @@ from pathlib import Path
 from runner.backends.local_orphans import ENV_NAME
 from runner.core.model import Job, JobResult, JobStatus
 from runner.serve.fleet import Fleet, FleetOptions, log_elsewhere
-from runner.serve.queue_reads import Unsettled
-from runner.serve.queue_store import open_queue, shared
+from runner.stores.queue import Unsettled, open_queue, shared
 from tests.processes import alive
 from tests.serve.harness import (
     FINAL,
@@ -201,8 +200,8 @@ class _Hooks:
 
 
 def test_no_job_is_claimed_without_a_server_slot_in_the_pool(pg_url: str) -> None:
-    from runner.stores.pg_pools import PostgresPools
-    from runner.stores.pool_seat import PoolSeat
+    from runner.stores.pools.postgres import PostgresPools
+    from runner.stores.pools.seat import PoolSeat
 
     admin = PostgresPools(pg_url)
     admin.create("ci", 10.0, per_day=False, max_servers=2)
@@ -296,7 +295,7 @@ def test_a_cancel_the_dead_server_took_is_carried_out_by_its_taker(
     request and is killed (-9) before it acts. The taker cancels the job: it does not retry it,
     its orphaned process is killed, and it ran once. (With the request cleared when taken, as
     it was, the taker retries the job and the cancel is lost: this test then fails.)"""
-    from runner.stores.pg_queue import PostgresQueue
+    from runner.stores.queue.postgres import PostgresQueue
 
     long_job = gated_job(tmp_path)
     servers = start_serves(2, pg_url, *serve_options(tmp_path))

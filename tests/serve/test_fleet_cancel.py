@@ -9,8 +9,8 @@ import signal
 from pathlib import Path
 
 from runner.core.model import Attempt, FailureKind, Job
-from runner.serve.queue_store import open_queue, shared
-from runner.stores.pg_queue import CANCELLED_IN_HAND_OVER
+from runner.stores.queue import open_queue, shared
+from runner.stores.queue.postgres import CANCELLED_IN_HAND_OVER
 from tests.serve.harness import _ENTRY, FINAL, start_serves, stop_and_show, wait_until
 from tests.serve.test_fleet import lines, marked, serve_options
 

@@ -13,9 +13,9 @@ import pytest
 from pytest_httpserver import HTTPServer
 
 from runner.clock import SystemClock
-from runner.ledger import Rental
-from runner.stores.pg_ledger import PostgresLedger
-from runner.stores.pg_pools import PostgresPools
+from runner.stores.ledger import Rental
+from runner.stores.ledger.postgres import PostgresLedger
+from runner.stores.pools.postgres import PostgresPools
 from tests.fakes.clore_api import API_KEY, FakeClore, FakeOrder
 from tests.serve.harness import _ENTRY, FINAL, ServeProcess, start_serves, wait_until
 from tests.sshd_fixture import SshServer

@@ -12,12 +12,12 @@ from pathlib import Path
 
 from runner.backends.base import NO_STAGES, OutputSink, Place, RunOutcome, RunRequest, StageSink
 from runner.core.model import Job
-from runner.serve.store import Store
+from runner.stores.queue.sqlite import SqliteQueue
 from tests.fakes.passing_backend import PassingBackend
 from tests.serve.harness import FINAL, thread_server, wait_until
 
 
-class FullDiskStore(Store):
+class FullDiskStore(SqliteQueue):
     """Every write fails as SQLite fails on a full disk while `full` is set; reads work."""
 
     full = False

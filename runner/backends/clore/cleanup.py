@@ -34,8 +34,7 @@ from runner.backends.clore.errors import CloreApiError
 from runner.backends.clore.models import Order
 from runner.backends.clore.ownership import Claim, find_ours
 from runner.clock import Clock
-from runner.ledger import Rental
-from runner.stores.ledger import RentalLedger
+from runner.stores.ledger import Rental, RentalLedger
 
 CONFIRM_WAIT_S = 5.0  # before the last look after a second cancel (G-gv waited 2-12 s)
 

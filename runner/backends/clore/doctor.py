@@ -26,7 +26,7 @@ from runner.backends.ssh.keys import ClientKey, HostKeyStore
 from runner.clock import Clock
 from runner.core.model import GpuAsk, Job
 from runner.errors import InfrastructureError
-from runner.ledger import Ledger
+from runner.stores.ledger.sqlite import SqliteLedger
 from runner.untrusted import console_line
 
 CANARY_LIMIT_S = 300.0  # the canary holds its server at most this long
@@ -110,7 +110,7 @@ class CanaryTools:
 
     client: CloreClient
     clock: Clock
-    ledger: Ledger
+    ledger: SqliteLedger
     key: ClientKey
     host_keys: HostKeyStore
     options: ProvisionOptions

@@ -22,7 +22,7 @@ from runner.stores.pools import check_name
 from runner.stores.target import is_postgres_url, require_psycopg
 
 if TYPE_CHECKING:
-    from runner.stores.pool_seat import PoolSeat
+    from runner.stores.pools.seat import PoolSeat
 
 
 def clore_backend(
@@ -88,7 +88,7 @@ def _seat(pool: str, coordinator: str | None, run_id: str) -> PoolSeat:
             hint="pass --coordinator postgresql://USER@HOST/DB or set CLORE_RUN_COORDINATOR",
         )
     require_psycopg()
-    from runner.stores.pg_pools import PostgresPools
-    from runner.stores.pool_seat import PoolSeat
+    from runner.stores.pools.postgres import PostgresPools
+    from runner.stores.pools.seat import PoolSeat
 
     return PoolSeat(PostgresPools(coordinator), check_name(pool), run_id)

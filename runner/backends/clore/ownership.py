@@ -42,8 +42,7 @@ from email.utils import parsedate_to_datetime
 from typing import Protocol
 
 from runner.backends.clore.models import Order
-from runner.ledger import LedgerError, Rental
-from runner.stores.ledger import RentalLedger
+from runner.stores.ledger import LedgerError, Rental, RentalLedger
 
 # Without one reply carrying a `Date`, our clock and the API's are assumed this far apart at most.
 UNMEASURED_OFFSET_S = 30.0

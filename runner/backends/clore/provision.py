@@ -31,12 +31,11 @@ from runner.clock import Clock
 from runner.core import money
 from runner.core.model import Job
 from runner.errors import InfrastructureError, RunMustStop
-from runner.ledger import LedgerError, State
-from runner.stores.ledger import RentalLedger
+from runner.stores.ledger import LedgerError, RentalLedger, State
 from runner.stores.pools import Reservation
 
 if TYPE_CHECKING:  # psycopg is an extra: only a run that joins a pool imports it
-    from runner.stores.pool_seat import PoolSeat
+    from runner.stores.pools.seat import PoolSeat
 
 # A plain CUDA image: with `autossh_entrypoint` Clore runs sshd in any image, so the default
 # need not be one of Clore's own.

@@ -23,16 +23,14 @@ from runner.backends.clore.waits import on_stderr
 from runner.backends.spec import CleanupAsk, Say
 from runner.clock import SYSTEM_CLOCK
 from runner.errors import CloreRunError, InfrastructureError
-from runner.ledger import DEFAULT_PATH
-from runner.stores.ledger import ledger_exists, open_ledger
+from runner.stores.ledger import DEFAULT_PATH, ledger_exists, open_ledger
 from runner.stores.target import coordinator_from, ledger_target, redact_url
 
 if TYPE_CHECKING:
-    from runner.ledger import Rental
-    from runner.stores.ledger import RentalLedger
-    from runner.stores.pg_pools import PostgresPools
+    from runner.backends.clore.reaper import Reaped
+    from runner.stores.ledger import Rental, RentalLedger
     from runner.stores.pools import HeldLease
-    from runner.stores.reaper import Reaped
+    from runner.stores.pools.postgres import PostgresPools
 
 ClientFactory = Callable[[], CloreClient]
 
@@ -122,7 +120,7 @@ def _reap(url: str, ledger_url: str | Path, make_client: ClientFactory, ask: Cle
     again; never "nothing to reap" while such a lease is in sight."""
     import socket  # only with a coordinator: the reaper's name
 
-    from runner.stores.pg_pools import PostgresPools  # psycopg: the postgres extra, if used
+    from runner.stores.pools.postgres import PostgresPools  # psycopg: the postgres extra
 
     with PostgresPools(url) as pools:
         if ask.dry_run:
@@ -186,7 +184,7 @@ class _Reaping:
 
     def run(self) -> list[HeldLease]:
         """Reap what can be reaped now; the live-looking leases left that hold servers."""
-        from runner.stores.reaper import reap, reap_proven_dead  # only with a coordinator
+        from runner.backends.clore.reaper import reap, reap_proven_dead  # with a coordinator
 
         pools = self.pools
         while any(pools.usage(n).expired_holders for n in pools.names()):

@@ -14,14 +14,13 @@ from runner.backends.clore.cleanup import reconcile
 from runner.backends.clore.fees import read_fee_schedule
 from runner.backends.clore.market import offers_from_servers
 from runner.backends.clore.plan_offers import plan_offers, render_offers
+from runner.backends.clore.reaper import reap_holder
 from runner.backends.clore.settings import CloreSettings
 from runner.backends.clore.waits import ApiWaits, on_stderr
 from runner.backends.spec import Reconcile, Say, Setup, Waits
 from runner.core.model import Pipeline
-from runner.ledger import DEFAULT_PATH
 from runner.stores.hosts import hosts_target, read_memory
-from runner.stores.ledger import RentalLedger, open_ledger
-from runner.stores.reaper import reap_holder
+from runner.stores.ledger import DEFAULT_PATH, RentalLedger, open_ledger
 from runner.stores.target import coordinator_from, ledger_target
 
 
@@ -65,7 +64,7 @@ def _reap_pool_holder(
     through the ledger and its reservations settled at what they were billed, so its servers
     and money go back to the pool at once, not when its pool lease runs out and a
     `clore-run cleanup --coordinator` reaps it. How many rentals could not be cancelled."""
-    from runner.stores.pg_pools import PostgresPools  # psycopg: the postgres extra, if used
+    from runner.stores.pools.postgres import PostgresPools  # psycopg: the postgres extra, if used
 
     with PostgresPools(coordinator) as pools:
         reaped = reap_holder(pools, ledger, client, token, f"serve {instance}")

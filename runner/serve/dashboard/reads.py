@@ -13,9 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from runner.serve.queue_reads import FINAL, STATUSES, JobMatch, JobRow
-from runner.serve.queue_store import QueueStore
 from runner.serve.views import status_words
+from runner.stores.queue import FINAL, STATUSES, JobMatch, JobRow, QueueStore
 
 PAGE_SIZE = 50
 MAX_PAGE_SIZE = 200

@@ -12,8 +12,8 @@ import jinja2
 
 from runner.serve.dashboard import pictures
 from runner.serve.dashboard.reads import PAGE_SIZE, SubmissionData
-from runner.serve.queue_reads import JobMatch, JobRow
 from runner.serve.views import status_words
+from runner.stores.queue import JobMatch, JobRow
 
 TEMPLATES = Path(__file__).with_name("templates")
 

@@ -20,7 +20,7 @@ from runner.serve.dashboard.render import Renderer
 from runner.serve.dashboard.session import COOKIE, SESSION_S, Session, Sessions
 from runner.serve.dashboard.throttle import LoginThrottle
 from runner.serve.http_limits import address_of
-from runner.serve.queue_reads import FINAL, STATUSES, JobMatch
+from runner.stores.queue import FINAL, STATUSES, JobMatch
 from runner.untrusted import log_bytes
 
 LOG_CHUNK = 64 << 10  # the tail a job page opens with, and each "earlier" step

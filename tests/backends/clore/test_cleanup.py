@@ -19,7 +19,7 @@ from runner.backends.clore import errors as e
 from runner.backends.clore.cleanup import Action, reconcile
 from runner.backends.clore.models import Order
 from runner.cli.cleanup import register
-from runner.ledger import Ledger
+from runner.stores.ledger.sqlite import SqliteLedger
 from tests.fakes.clore_api import API_KEY, FakeClore, Fault, Faults
 from tests.fakes.fake_clock import FakeClock
 from tests.processes import marked_env
@@ -35,14 +35,14 @@ def _within_rate_limits(fake_clore: FakeClore) -> Iterator[None]:
 
 
 @pytest.fixture
-def ledger(tmp_path: Path, fake_clock: FakeClock) -> Iterator[Ledger]:
-    with Ledger(tmp_path / "ledger.db", clock=fake_clock) as ledger:
+def ledger(tmp_path: Path, fake_clock: FakeClock) -> Iterator[SqliteLedger]:
+    with SqliteLedger(tmp_path / "ledger.db", clock=fake_clock) as ledger:
         yield ledger
 
 
 def rent(
     fake: FakeClore,
-    ledger: Ledger,
+    ledger: SqliteLedger,
     server: int,
     job: str,
     *,
@@ -62,12 +62,14 @@ def rent(
     return rid, oid
 
 
-def intent_only(fake: FakeClore, ledger: Ledger, server: int, job: str, run: str = "run-1") -> int:
+def intent_only(
+    fake: FakeClore, ledger: SqliteLedger, server: int, job: str, run: str = "run-1"
+) -> int:
     """A run that wrote its intent and died before create_order went out."""
     return ledger.record_intent(run, job, server, 2.0, "USD-Blockchain", 2 / 24, image="old")
 
 
-def send(fake: FakeClore, ledger: Ledger, rental_id: int) -> None:
+def send(fake: FakeClore, ledger: SqliteLedger, rental_id: int) -> None:
     """The run marks its create sent, the clock offset measured as the fake's Date shows it,
     with the create's tag."""
     ahead = fake.api_clock_ahead_s
@@ -81,14 +83,16 @@ def tag_of(rental_id: int) -> int:
     return 50000 + rental_id
 
 
-def sent_only(fake: FakeClore, ledger: Ledger, server: int, job: str, run: str = "run-1") -> int:
+def sent_only(
+    fake: FakeClore, ledger: SqliteLedger, server: int, job: str, run: str = "run-1"
+) -> int:
     """A run that sent its create and died before any answer."""
     rid = intent_only(fake, ledger, server, job, run)
     send(fake, ledger, rid)
     return rid
 
 
-def states(ledger: Ledger, run: str = "run-1") -> list[tuple[str, int | None, str]]:
+def states(ledger: SqliteLedger, run: str = "run-1") -> list[tuple[str, int | None, str]]:
     return [(r.job_id, r.order_id, r.state) for r in ledger.rentals(run)]
 
 
@@ -108,7 +112,7 @@ def cancels(fake: FakeClore) -> list[int]:
 
 
 def test_known_order_is_cancelled_confirmed_and_released(
-    fake_clore: FakeClore, ledger: Ledger
+    fake_clore: FakeClore, ledger: SqliteLedger
 ) -> None:
     _, oid = rent(fake_clore, ledger, 88028, "train")
     fake_clore.clock.advance(600)
@@ -122,7 +126,7 @@ def test_known_order_is_cancelled_confirmed_and_released(
 
 
 def test_intent_whose_create_did_create_an_order_is_found_and_cancelled(
-    fake_clore: FakeClore, ledger: Ledger
+    fake_clore: FakeClore, ledger: SqliteLedger
 ) -> None:
     fake_clore.add_order(88028, age_s=3600)  # an older order on that server, ended long ago
     fake_clore.end_order(next(iter(fake_clore.orders)))
@@ -135,7 +139,7 @@ def test_intent_whose_create_did_create_an_order_is_found_and_cancelled(
 
 
 def test_a_young_intent_waits_for_my_orders_to_catch_up(
-    fake_clore: FakeClore, ledger: Ledger
+    fake_clore: FakeClore, ledger: SqliteLedger
 ) -> None:
     # Killed right after create_order: the order is not listed yet (my_orders lags by 3 s here).
     rid = sent_only(fake_clore, ledger, 88028, "train")
@@ -152,7 +156,7 @@ def test_a_young_intent_waits_for_my_orders_to_catch_up(
 
 
 def test_a_sent_create_that_made_nothing_is_marked_failed_after_a_look(
-    fake_clore: FakeClore, ledger: Ledger
+    fake_clore: FakeClore, ledger: SqliteLedger
 ) -> None:
     sent_only(fake_clore, ledger, 88028, "train")
     client = fake_clore.client()
@@ -167,7 +171,7 @@ def test_a_sent_create_that_made_nothing_is_marked_failed_after_a_look(
 
 
 def test_an_intent_whose_create_never_went_out_needs_no_wait(
-    fake_clore: FakeClore, ledger: Ledger
+    fake_clore: FakeClore, ledger: SqliteLedger
 ) -> None:
     intent_only(fake_clore, ledger, 88028, "train")
     reconcile(ledger, fake_clore.client(), dry_run=False)
@@ -175,7 +179,7 @@ def test_an_intent_whose_create_never_went_out_needs_no_wait(
     assert states(ledger) == [("train", None, "failed")]
 
 
-def test_an_old_empty_intent_needs_no_wait(fake_clore: FakeClore, ledger: Ledger) -> None:
+def test_an_old_empty_intent_needs_no_wait(fake_clore: FakeClore, ledger: SqliteLedger) -> None:
     intent_only(fake_clore, ledger, 88028, "train")
     fake_clore.clock.advance(3600)
     reconcile(ledger, fake_clore.client(), dry_run=False)
@@ -184,7 +188,7 @@ def test_an_old_empty_intent_needs_no_wait(fake_clore: FakeClore, ledger: Ledger
 
 
 def test_orders_that_already_ended_are_released_not_cancelled(
-    fake_clore: FakeClore, ledger: Ledger
+    fake_clore: FakeClore, ledger: SqliteLedger
 ) -> None:
     _, known = rent(fake_clore, ledger, 88028, "known")
     _, unknown = rent(fake_clore, ledger, 99173, "unknown", known=False)
@@ -198,7 +202,7 @@ def test_orders_that_already_ended_are_released_not_cancelled(
 
 
 def test_an_order_missing_even_from_completed_orders_counts_as_ended(
-    fake_clore: FakeClore, ledger: Ledger
+    fake_clore: FakeClore, ledger: SqliteLedger
 ) -> None:
     rid = intent_only(fake_clore, ledger, 88028, "train")
     ledger.set_order(rid, 123)  # an id the API no longer lists at all
@@ -206,7 +210,7 @@ def test_an_order_missing_even_from_completed_orders_counts_as_ended(
     assert states(ledger) == [("train", 123, "released")]
 
 
-def test_dry_run_changes_nothing(fake_clore: FakeClore, ledger: Ledger) -> None:
+def test_dry_run_changes_nothing(fake_clore: FakeClore, ledger: SqliteLedger) -> None:
     _, known = rent(fake_clore, ledger, 88028, "known")
     _, unknown = rent(fake_clore, ledger, 99173, "unknown", known=False)
     intent_only(fake_clore, ledger, 100201, "nothing")
@@ -228,7 +232,7 @@ def test_dry_run_changes_nothing(fake_clore: FakeClore, ledger: Ledger) -> None:
     assert {r.endpoint for r in fake_clore.requests} == {"my_orders"}
 
 
-def test_a_second_run_does_nothing(fake_clore: FakeClore, ledger: Ledger) -> None:
+def test_a_second_run_does_nothing(fake_clore: FakeClore, ledger: SqliteLedger) -> None:
     rent(fake_clore, ledger, 88028, "a")
     rent(fake_clore, ledger, 99173, "b", known=False)
     intent_only(fake_clore, ledger, 100201, "c")
@@ -241,7 +245,7 @@ def test_a_second_run_does_nothing(fake_clore: FakeClore, ledger: Ledger) -> Non
 
 
 def test_cancel_ok_but_still_listed_is_cancelled_again(
-    fake_clore: FakeClore, ledger: Ledger
+    fake_clore: FakeClore, ledger: SqliteLedger
 ) -> None:
     _, oid = rent(fake_clore, ledger, 88028, "train")
     fake_clore.fail_next("cancel_order", CANCEL_OK_BUT_KEPT)
@@ -252,7 +256,7 @@ def test_cancel_ok_but_still_listed_is_cancelled_again(
 
 
 def test_still_listed_after_two_cancels_stays_unreleased(
-    fake_clore: FakeClore, ledger: Ledger
+    fake_clore: FakeClore, ledger: SqliteLedger
 ) -> None:
     _, oid = rent(fake_clore, ledger, 88028, "train")
     fake_clore.fail_next("cancel_order", CANCEL_OK_BUT_KEPT, times=2)
@@ -263,7 +267,9 @@ def test_still_listed_after_two_cancels_stays_unreleased(
     assert [r.id for r in ledger.unreleased()] == [action.rental.id]
 
 
-def test_one_failed_cancel_does_not_stop_the_others(fake_clore: FakeClore, ledger: Ledger) -> None:
+def test_one_failed_cancel_does_not_stop_the_others(
+    fake_clore: FakeClore, ledger: SqliteLedger
+) -> None:
     _, a = rent(fake_clore, ledger, 88028, "a")
     _, b = rent(fake_clore, ledger, 99173, "b")
     fake_clore.fail_next("cancel_order", Faults.UNKNOWN_APP_ERROR)  # a's first cancel
@@ -274,7 +280,7 @@ def test_one_failed_cancel_does_not_stop_the_others(fake_clore: FakeClore, ledge
 
 
 def test_a_refused_cancel_is_reported_and_the_rest_released(
-    fake_clore: FakeClore, ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+    fake_clore: FakeClore, ledger: SqliteLedger, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _, a = rent(fake_clore, ledger, 88028, "a")
     _, b = rent(fake_clore, ledger, 99173, "b")
@@ -298,7 +304,7 @@ def test_a_refused_cancel_is_reported_and_the_rest_released(
 
 
 def test_unlistable_orders_leave_every_rental_as_it_was(
-    fake_clore: FakeClore, ledger: Ledger
+    fake_clore: FakeClore, ledger: SqliteLedger
 ) -> None:
     rent(fake_clore, ledger, 88028, "a")
     intent_only(fake_clore, ledger, 99173, "b")
@@ -311,7 +317,7 @@ def test_unlistable_orders_leave_every_rental_as_it_was(
 
 
 def test_an_unconfirmable_cancel_stays_unreleased(
-    fake_clore: FakeClore, ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+    fake_clore: FakeClore, ledger: SqliteLedger, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     rent(fake_clore, ledger, 88028, "a")
     client = fake_clore.client()
@@ -328,7 +334,7 @@ def test_an_unconfirmable_cancel_stays_unreleased(
     assert live(fake_clore) == [] and [r.state for r in ledger.unreleased()] == ["releasing"]
 
 
-def test_only_the_named_run_is_touched(fake_clore: FakeClore, ledger: Ledger) -> None:
+def test_only_the_named_run_is_touched(fake_clore: FakeClore, ledger: SqliteLedger) -> None:
     _, mine = rent(fake_clore, ledger, 88028, "a", run="mine")
     _, theirs = rent(fake_clore, ledger, 99173, "b", run="theirs")
     actions = reconcile(ledger, fake_clore.client(), dry_run=False, run_id="mine")
@@ -338,7 +344,7 @@ def test_only_the_named_run_is_touched(fake_clore: FakeClore, ledger: Ledger) ->
 
 
 def test_an_intent_never_claims_an_order_another_rental_owns(
-    fake_clore: FakeClore, ledger: Ledger
+    fake_clore: FakeClore, ledger: SqliteLedger
 ) -> None:
     # Run A died before its create on server 88028; run B later rented 88028 and is running.
     intent_only(fake_clore, ledger, 88028, "a", run="A")
@@ -351,7 +357,7 @@ def test_an_intent_never_claims_an_order_another_rental_owns(
 
 
 def test_two_intents_on_one_server_each_get_their_own_order(
-    fake_clore: FakeClore, ledger: Ledger
+    fake_clore: FakeClore, ledger: SqliteLedger
 ) -> None:
     _, first = rent(fake_clore, ledger, 88028, "first", known=False)
     fake_clore.end_order(first)
@@ -371,7 +377,7 @@ CRASHING_RUN = textwrap.dedent(
     from runner.backends.clore.api import CloreClient, OrderRequest
     from runner.backends.clore.ownership import LedgerMarks
     from runner.backends.clore.ratelimit import RateLimiter
-    from runner.ledger import Ledger
+    from runner.stores.ledger.sqlite import SqliteLedger
 
     path, url, key, now = sys.argv[1:]
 
@@ -380,7 +386,7 @@ CRASHING_RUN = textwrap.dedent(
         def time(self): return float(now)
         def sleep(self, seconds): pass
 
-    ledger = Ledger(path, clock=ApiTime())
+    ledger = SqliteLedger(path, clock=ApiTime())
     client = CloreClient(key, base_url=url, limiter=RateLimiter(ApiTime()))
     # One rental the run knows all about ...
     known = ledger.record_intent("crashed", "train", 88028, 2.0, "USD-Blockchain", 2 / 24)
@@ -464,7 +470,7 @@ def test_after_kill_9_cleanup_leaves_no_order_of_that_run_active(
     fake_clore.enforce_rate_limits, fake_clore.appear_after_s = True, 3.0
     fake_clore.clock.advance(120)
 
-    with Ledger(path, clock=fake_clore.clock) as ledger:
+    with SqliteLedger(path, clock=fake_clore.clock) as ledger:
         assert [(r.job_id, r.state, r.order_id is None) for r in ledger.rentals("crashed")] == [
             ("train", "running", False),
             ("eval", "intent", True),
@@ -492,7 +498,7 @@ def app_for(fake: FakeClore | None) -> typer.Typer:
 
 
 def test_command_prints_one_line_per_rental_then_nothing(
-    fake_clore: FakeClore, ledger: Ledger
+    fake_clore: FakeClore, ledger: SqliteLedger
 ) -> None:
     _, a = rent(fake_clore, ledger, 88028, "train")
     intent_only(fake_clore, ledger, 99173, "eval")
@@ -509,7 +515,7 @@ def test_command_prints_one_line_per_rental_then_nothing(
     assert again.stdout == f"nothing to clean up: every rental in {ledger.path} is released\n"
 
 
-def test_command_dry_run_and_run_filter(fake_clore: FakeClore, ledger: Ledger) -> None:
+def test_command_dry_run_and_run_filter(fake_clore: FakeClore, ledger: SqliteLedger) -> None:
     _, mine = rent(fake_clore, ledger, 88028, "train", run="mine")
     rent(fake_clore, ledger, 99173, "eval", run="theirs")
     args = ["cleanup", "--ledger", str(ledger.path), "--run", "mine", "--dry-run"]
@@ -520,7 +526,7 @@ def test_command_dry_run_and_run_filter(fake_clore: FakeClore, ledger: Ledger) -
 
 
 def test_command_exits_3_while_anything_may_still_be_billed(
-    fake_clore: FakeClore, ledger: Ledger
+    fake_clore: FakeClore, ledger: SqliteLedger
 ) -> None:
     rent(fake_clore, ledger, 88028, "train")
     fake_clore.fail_next("cancel_order", CANCEL_OK_BUT_KEPT, times=2)
@@ -532,7 +538,7 @@ def test_command_exits_3_while_anything_may_still_be_billed(
 
 
 def test_command_without_a_key_exits_3_and_says_how_to_set_it(
-    fake_clore: FakeClore, ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+    fake_clore: FakeClore, ledger: SqliteLedger, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     rent(fake_clore, ledger, 88028, "train")
     monkeypatch.delenv("CLORE_API_KEY", raising=False)
@@ -550,7 +556,7 @@ def test_command_needs_no_key_when_there_is_nothing_to_do(
     result = cli.invoke(app_for(None), ["cleanup", "--ledger", str(missing)])
     assert result.exit_code == 0 and "nothing to clean up" in result.stdout
     assert not missing.exists()  # a cleanup does not create ledgers
-    Ledger(tmp_path / "empty.db").close()
+    SqliteLedger(tmp_path / "empty.db").close()
     empty = cli.invoke(app_for(None), ["cleanup", "--ledger", str(tmp_path / "empty.db")])
     assert empty.exit_code == 0 and "every rental" in empty.stdout
 
@@ -564,7 +570,7 @@ def test_command_on_a_corrupt_ledger_exits_3_naming_it(tmp_path: Path) -> None:
     assert isinstance(result.exception, SystemExit)  # no traceback
 
 
-def test_a_dry_run_writes_nothing_at_all(fake_clore: FakeClore, ledger: Ledger) -> None:
+def test_a_dry_run_writes_nothing_at_all(fake_clore: FakeClore, ledger: SqliteLedger) -> None:
     """`cleanup --dry-run` could not read a ledger it may not write (read-only disk, another
     user's file): it opens it read-only, makes no side file, changes no byte."""
     _, order = rent(fake_clore, ledger, 88028, "train")
@@ -576,8 +582,8 @@ def test_a_dry_run_writes_nothing_at_all(fake_clore: FakeClore, ledger: Ledger) 
     assert result.stdout == f"run-1/train  server 88028  order {order}  would cancel\n"
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
 
-    from runner.ledger import Ledger as SqliteLedger
-    from runner.ledger import LedgerError
+    from runner.stores.ledger import LedgerError
+    from runner.stores.ledger.sqlite import SqliteLedger
 
     with SqliteLedger(ledger.path, read_only=True) as look:
         assert [r.job_id for r in look.unreleased()] == ["train"]

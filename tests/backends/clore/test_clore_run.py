@@ -604,7 +604,7 @@ def test_when_only_a_server_this_run_holds_fits_the_next_job_waits_for_it(setup:
 def test_a_ledger_failing_after_the_create_does_not_leave_the_order_running(
     setup: Setup,
 ) -> None:
-    from runner.ledger import LedgerError
+    from runner.stores.ledger import LedgerError
 
     hand = ByHand(setup, _two_jobs())
     ledger = hand.ledger

@@ -29,10 +29,10 @@ from runner.backends.ssh.connection import ConnectOptions
 from runner.backends.ssh.keys import ClientKey, HostKeyStore
 from runner.core.model import Pipeline, Provisioning, RunRecord
 from runner.core.rentals import RentServer
-from runner.ledger import Ledger
 from runner.run_command import RunOptions, execute
 from runner.spec.loader import parse_pipeline
 from runner.stores.hosts import open_hosts
+from runner.stores.ledger.sqlite import SqliteLedger
 from tests.fakes.clore_api import FakeClore
 from tests.fakes.clore_on_sshd import fake_cost_usd
 from tests.fakes.fast_clock import FastClock
@@ -51,7 +51,7 @@ class Market:
     tmp: Path
     client: CloreClient | None = None
 
-    def backend(self, pipeline: Pipeline, run_id: str) -> tuple[CloreBackend, Ledger]:
+    def backend(self, pipeline: Pipeline, run_id: str) -> tuple[CloreBackend, SqliteLedger]:
         key = ClientKey.generate()
         self.sshd.authorize(key.public_line)
         options = ProvisionOptions(
@@ -62,7 +62,7 @@ class Market:
         if self.client is None:
             self.client = self.fake.client()
         client = self.client
-        ledger = Ledger(self.tmp / "ledger.db")
+        ledger = SqliteLedger(self.tmp / "ledger.db")
         provisioner = Provisioner(
             client,
             ledger,
@@ -78,7 +78,7 @@ class Market:
         backend.hosts = HostRecorder(history, run_id, self.clock)
         return backend, ledger
 
-    def run(self, pipeline: Pipeline, run_id: str) -> tuple[RunRecord, int, str, Ledger]:
+    def run(self, pipeline: Pipeline, run_id: str) -> tuple[RunRecord, int, str, SqliteLedger]:
         """The pipeline through the driver; the console's text (notices included) too."""
         backend, ledger = self.backend(pipeline, run_id)
         (self.tmp / "ws").mkdir(exist_ok=True)

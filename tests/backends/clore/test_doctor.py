@@ -18,7 +18,7 @@ from runner.backends.clore.provision import ProvisionOptions
 from runner.backends.ssh.connection import ConnectOptions
 from runner.backends.ssh.keys import ClientKey, HostKeyStore
 from runner.cli.doctor import register
-from runner.ledger import Ledger
+from runner.stores.ledger.sqlite import SqliteLedger
 from tests.fakes.clore_api import API_KEY, FakeClore, Faults
 from tests.fakes.fake_clock import FakeClock
 from tests.processes import marked_env
@@ -44,7 +44,7 @@ def app_for(fake: FakeClore, sshd: SshServer | None = None, **client_kwargs: obj
             pause=lambda seconds, _cancel: clock.sleep(seconds),
             ssh=ConnectOptions(tries=3, backoff_s=0.05, max_backoff_s=0.2),
         )
-        return CanaryTools(client, clock, Ledger(ledger_path), key, HostKeyStore(), options)
+        return CanaryTools(client, clock, SqliteLedger(ledger_path), key, HostKeyStore(), options)
 
     register(app, lambda: fake.client(**client_kwargs), tools)
     return app
@@ -122,7 +122,7 @@ def test_canary_rents_once_connects_gives_back_and_prints_the_billed_cost(
     assert "creation fee $0.000000" in out  # cancelled within 10 minutes
     assert canary_fake.lived_s(order.id) < 300
     assert canary_fake.violations == []  # one client, one limiter: doctor's reads and the canary
-    assert not Ledger(tmp_path / "l.db").unreleased()
+    assert not SqliteLedger(tmp_path / "l.db").unreleased()
 
 
 def test_canary_whose_server_never_answers_ssh_exits_3_with_nothing_left(
@@ -136,7 +136,7 @@ def test_canary_whose_server_never_answers_ssh_exits_3_with_nothing_left(
     assert result.exit_code == 3, result.output
     assert "sshd never answered on 127.0.0.1" in result.output
     assert len(canary_fake.orders) == 1 and canary_fake.live_orders() == []
-    assert not Ledger(tmp_path / "l.db").unreleased()
+    assert not SqliteLedger(tmp_path / "l.db").unreleased()
 
 
 def test_the_weekly_canary_workflow_runs_the_canary_and_always_cleans_up() -> None:

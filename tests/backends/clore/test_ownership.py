@@ -25,7 +25,8 @@ from runner.backends.clore.ownership import (
     find_ours,
 )
 from runner.cli.cleanup import register
-from runner.ledger import Ledger, LedgerError
+from runner.stores.ledger import LedgerError
+from runner.stores.ledger.sqlite import SqliteLedger
 from tests.fakes.clore_api import FakeClore, Faults
 from tests.fakes.fake_clock import FakeClock
 
@@ -39,15 +40,15 @@ def _within_rate_limits(fake_clore: FakeClore) -> Iterator[None]:
     assert fake_clore.violations == []
 
 
-def ledger_at(tmp_path: Path, name: str, clock: FakeClock) -> Ledger:
-    return Ledger(tmp_path / name / "ledger.db", clock=clock)
+def ledger_at(tmp_path: Path, name: str, clock: FakeClock) -> SqliteLedger:
+    return SqliteLedger(tmp_path / name / "ledger.db", clock=clock)
 
 
 def request(server: int = SERVER, image: str = IMAGE, bid: float | None = None) -> OrderRequest:
     return OrderRequest(server, image, "USD-Blockchain", bid, ssh_key="ssh-ed25519 AAAA k")
 
 
-def intent(ledger: Ledger, server: int = SERVER, image: str = IMAGE, run: str = "X") -> int:
+def intent(ledger: SqliteLedger, server: int = SERVER, image: str = IMAGE, run: str = "X") -> int:
     return ledger.record_intent(run, "job", server, 2.0, "USD-Blockchain", 2 / 24, image=image)
 
 
@@ -74,7 +75,7 @@ def test_cleanup_never_cancels_another_runs_order_when_its_create_was_never_sent
     assert fake_clore.calls("cancel_order") == []
 
 
-def y_rents(fake: FakeClore, ledger: Ledger, rental_id: int) -> Order:
+def y_rents(fake: FakeClore, ledger: SqliteLedger, rental_id: int) -> Order:
     order = fake.client().create_order(request(), journal=LedgerMarks(ledger, rental_id))
     ledger.set_order(rental_id, order.id)
     return order
@@ -167,7 +168,7 @@ def test_a_row_from_before_the_marks_is_listed_not_cancelled(
     fake_clore: FakeClore, tmp_path: Path
 ) -> None:
     path = tmp_path / "old" / "ledger.db"
-    with Ledger(path, clock=fake_clore.clock) as ledger:
+    with SqliteLedger(path, clock=fake_clore.clock) as ledger:
         intent(ledger)
     db = sqlite3.connect(path)  # as a clore-run without ownership marks left it
     db.execute("UPDATE rentals SET legacy = 1")
@@ -175,7 +176,7 @@ def test_a_row_from_before_the_marks_is_listed_not_cancelled(
     db.close()
     theirs = fake_clore.add_order(SERVER, age_s=0, image=IMAGE)
     fake_clore.clock.advance(120)
-    with Ledger(path, clock=fake_clore.clock) as ledger:
+    with SqliteLedger(path, clock=fake_clore.clock) as ledger:
         actions = reconcile(ledger, fake_clore.client(), dry_run=False)
         assert [a.kind for a in actions] == ["unproven"]
         assert not actions[0].resolved
@@ -266,7 +267,7 @@ def test_two_orders_fitting_one_claim_prove_neither() -> None:
 
 
 def test_rows_of_a_version_1_ledger_become_legacy(tmp_path: Path) -> None:
-    from runner.ledger import MIGRATIONS
+    from runner.stores.ledger.sqlite import MIGRATIONS
 
     path = tmp_path / "v1.db"
     db = sqlite3.connect(path)
@@ -279,7 +280,7 @@ def test_rows_of_a_version_1_ledger_become_legacy(tmp_path: Path) -> None:
     db.execute("PRAGMA user_version = 1")
     db.commit()
     db.close()
-    with Ledger(path) as ledger:
+    with SqliteLedger(path) as ledger:
         (row,) = ledger.rentals("old")
         assert row.legacy and row.create_sent_at is None
         new = ledger.record_intent("new", "j", 1, None, None, None)

@@ -23,9 +23,9 @@ from runner.backends.clore.settings import CloreSettings
 from runner.backends.ssh.connection import ConnectOptions
 from runner.backends.ssh.keys import ClientKey, HostKeyStore
 from runner.core.model import JobStatus, Pipeline, RunRecord
-from runner.ledger import Ledger
 from runner.run_command import RunOptions, execute
 from runner.spec.loader import parse_pipeline
+from runner.stores.ledger.sqlite import SqliteLedger
 from tests.fakes.clore_api import FakeClore
 from tests.fakes.fast_clock import SPEED, FastClock
 from tests.sshd_fixture import SshServer
@@ -68,7 +68,7 @@ def run(
         ssh=ConnectOptions(tries=3, backoff_s=0.05, max_backoff_s=0.2),
     )
     client = fake.client()
-    ledger = Ledger(tmp / "ledger.db")
+    ledger = SqliteLedger(tmp / "ledger.db")
     provisioner = Provisioner(
         client,
         ledger,

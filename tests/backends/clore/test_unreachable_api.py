@@ -85,9 +85,9 @@ def test_doctor_says_each_wait_and_stops_at_the_first_unreachable_read(
 
 
 def test_cleanup_says_each_wait_in_words(fake_clore: FakeClore, tmp_path: Path) -> None:
-    from runner.ledger import Ledger
+    from runner.stores.ledger.sqlite import SqliteLedger
 
-    with Ledger(tmp_path / "ledger.db") as ledger:  # a rental a dead run left, sent or not
+    with SqliteLedger(tmp_path / "ledger.db") as ledger:  # a rental a dead run left, sent or not
         rid = ledger.record_intent("run-1", "a", 7, 2.0, "USD-Blockchain", 2 / 24)
         ledger.mark_create_sent(rid, 0.0, None)
     client = _unreachable(fake_clore)

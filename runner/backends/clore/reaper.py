@@ -1,0 +1,153 @@
+"""Reaping: what happens to a pool holder that stopped heartbeating (killed, frozen, cut off).
+
+A reaper (any run or serve instance, or `clore-run cleanup --coordinator URL`) takes an expired
+lease, or the live lease of a holder it can prove dead (a process of its own host that is gone:
+`reap_proven_dead`), with a new fencing token, which fences the old holder out. It then does
+what that holder can no longer do: reconciles its rentals with `my_orders` (a rental whose
+create was sent but whose order id was never written is found there by its create's tag),
+cancels what is live, and settles each reservation with what its rental was billed. A rental
+whose cancel is not confirmed keeps its reservation (the server may bill on): the lease expires
+again and the next reaper retries.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from runner import liveness
+from runner.backends.clore.api import CloreClient
+from runner.backends.clore.cleanup import Action, reconcile
+from runner.backends.clore.errors import CloreApiError
+from runner.backends.clore.models import Order
+from runner.clock import Clock
+from runner.core import money
+from runner.stores.ledger import Rental, RentalLedger
+from runner.stores.pools import Lease, Reservation
+from runner.stores.pools.postgres import PostgresPools
+
+REAPER_TTL_S = 300.0  # a reconcile waits for my_orders to settle: minutes at worst
+
+
+@dataclass(frozen=True)
+class Reaped:
+    """What one reaped lease came to."""
+
+    lease: Lease
+    actions: list[Action]
+    settled: dict[int, float]  # reservation id -> USD billed
+    left: list[Reservation]  # not settled: their rental could not be confirmed released
+
+    @property
+    def done(self) -> bool:
+        return not self.left
+
+
+def reap(
+    pools: PostgresPools,
+    ledger: RentalLedger,
+    client: CloreClient,
+    reaper: str,
+    *,
+    limit: int = 10,
+    clock: Clock | None = None,
+    settle_s: float | None = None,
+) -> list[Reaped]:
+    """Take and settle up to `limit` expired leases (none is taken twice across reapers)."""
+    out = []
+    for lease in pools.take_expired(reaper, REAPER_TTL_S, limit):
+        actions = reconcile(
+            ledger, client, dry_run=False, run_id=lease.holder, clock=clock, settle_s=settle_s
+        )
+        out.append(_settle(pools, ledger, client, lease, actions))
+    return out
+
+
+def reap_holder(
+    pools: PostgresPools, ledger: RentalLedger, client: CloreClient, holder: str, reaper: str
+) -> Reaped | None:
+    """Reap `holder` now, its lease expired or not (it is known dead: a serve instance whose
+    queue lease was taken). None: it held no lease. A lease taken twice (a rerun) is harmless:
+    each take fences the one before, and a settle only touches what is unsettled."""
+    lease = pools.take_holder(holder, reaper, REAPER_TTL_S)
+    if lease is None:
+        return None
+    actions = reconcile(ledger, client, dry_run=False, run_id=holder)
+    return _settle(pools, ledger, client, lease, actions)
+
+
+def reap_proven_dead(
+    pools: PostgresPools, ledger: RentalLedger, client: CloreClient, reaper: str
+) -> list[Reaped]:
+    """Reap at once every live lease whose holder is provably dead: a process on this host
+    (same boot, same pid namespace) that is gone, or whose pid another process now holds."""
+    out = []
+    for held in pools.live_leases():
+        if liveness.state(liveness.Holder.parse(held.owner)) is False:
+            done = reap_holder(pools, ledger, client, held.holder, reaper)
+            if done is not None:
+                out.append(done)
+    return out
+
+
+def _settle(
+    pools: PostgresPools,
+    ledger: RentalLedger,
+    client: CloreClient,
+    lease: Lease,
+    actions: list[Action],
+) -> Reaped:
+    rentals = {r.id: r for r in ledger.rentals(lease.holder)}
+    orders = _orders(client, [r for r in rentals.values() if r.order_id is not None])
+    settled: dict[int, float] = {}
+    left: list[Reservation] = []
+    for reservation in pools.reservations(lease.holder):
+        rental = rentals.get(reservation.rental_id) if reservation.rental_id else None
+        if reservation.rental_id is None:
+            billed = 0.0  # tied before any create is sent: no rental, no bill
+        elif rental is None or rental.state not in ("released", "failed"):
+            left.append(reservation)
+            continue
+        else:
+            billed = billed_usd(rental, orders, reservation.amount_usd)
+        pools.settle(lease, reservation.id, billed)
+        settled[reservation.id] = billed
+    if not left:
+        pools.finish(lease)
+    return Reaped(lease, actions, settled, left)
+
+
+def _orders(client: CloreClient, rentals: list[Rental]) -> dict[int, Order] | None:
+    if not rentals:
+        return {}
+    try:
+        return {o.id: o for o in client.my_orders(return_completed=True)}
+    except CloreApiError:
+        return None
+
+
+def billed_usd(rental: Rental, orders: dict[int, Order] | None, worst_usd: float) -> float:
+    """What `rental` cost in USD: its order's `spend`, and its creation fee only if it lived
+    10 minutes (the fee's grace, reference §4), converted at the rental's own rate (the
+    renter's fee included). Without the API's figure: the reservation's worst case."""
+    if rental.state == "failed" and rental.order_id is None:
+        return 0.0
+    order = (orders or {}).get(rental.order_id) if rental.order_id is not None else None
+    if order is None or order.spend is None or not rental.price_per_day:
+        return worst_usd
+    usd_per_unit = (rental.usd_per_hour or 0.0) * 24 / rental.price_per_day
+    spend_native = max(0.0, float(order.spend))
+    fee_native = float(order.creation_fee or 0.0)
+    if not money.creation_fee_charged(_billed_s(spend_native, order, rental)):
+        fee_native = 0.0
+    return (spend_native + fee_native) * usd_per_unit
+
+
+def _billed_s(spend_native: float, order: Order, rental: Rental) -> float:
+    """How long the order was billed: `spend` accrues at its price per day. The API lists no
+    end time, and `ct` to the reaper's clock would count the time the order sat ended or
+    cancelled before the reaper came; an outbid stretch (not billed) is not counted either,
+    so a spot order outbid past the 10-minute mark may be settled without a fee it paid."""
+    price_per_day = float(order.price or rental.price_per_day or 0.0)
+    if price_per_day <= 0:
+        return 0.0
+    return spend_native / price_per_day * money.SECONDS_PER_DAY

@@ -1,0 +1,88 @@
+"""The host history's rows and rules, written once for both halves (runner/stores/hosts/sqlite.py
+and runner/stores/hosts/postgres.py), as the ledger's are: a half says how it runs a statement
+and what its messages call it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from runner.clock import Clock
+from runner.core.hosts import EVENT_KINDS, HostEvent, HostMemory
+from runner.errors import InfrastructureError
+from runner.stores.sql import Execute
+
+KEEP_S = 30 * 86400.0  # a host's month-old boots say little about it today
+T = TypeVar("T")
+_H = TypeVar("_H", bound="HostHistory")
+
+
+class HostHistoryError(InfrastructureError):
+    """The host history cannot be opened, read or written."""
+
+
+class HostHistory:
+    """The history's rows and rules, for every store: a store gives `_transact` (statements
+    with `?` placeholders as one unit, failures as HostHistoryError) and `where`."""
+
+    _clock: Clock
+
+    @property
+    def where(self) -> str:
+        raise NotImplementedError
+
+    def _transact(self, doing: str, work: Callable[[Execute], T]) -> T:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: _H) -> _H:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def record(self, event: HostEvent) -> None:
+        """Remember one event of one host."""
+        if event.kind not in EVENT_KINDS:
+            raise ValueError(f"unknown host event {event.kind!r}; one of {', '.join(EVENT_KINDS)}")
+        self._transact(
+            "record a host event",
+            lambda execute: execute(
+                "INSERT INTO host_events (host, kind, at, boot_s, run_id) VALUES (?, ?, ?, ?, ?)",
+                (event.host, event.kind, event.at, event.boot_s, event.run_id),
+            ),
+        )
+
+    def events(self, host: str | None = None) -> list[HostEvent]:
+        """Every event remembered (of one host), oldest first."""
+        query = "SELECT host, kind, at, boot_s, run_id FROM host_events"
+        args: tuple[Any, ...] = ()
+        if host is not None:
+            query, args = query + " WHERE host = ?", (host,)
+        rows = self._transact(
+            "read host events", lambda execute: execute(query + " ORDER BY at", args).fetchall()
+        )
+        return [HostEvent(str(h), k, float(at), b, str(r)) for h, k, at, b, r in rows]
+
+    def memory(self) -> HostMemory:
+        """The history as of now, for the rules of runner/core/hosts.py."""
+        return HostMemory.of(self.events(), self._clock.time())
+
+    def clear(self, host: str | None = None) -> int:
+        """Forget one host (or every host); how many events went."""
+        query, args = "DELETE FROM host_events", tuple[str, ...]()
+        if host is not None:
+            query, args = query + " WHERE host = ?", (host,)
+        return int(self._transact("clear host events", lambda ex: ex(query, args).rowcount))
+
+    def prune(self, older_than_s: float = KEEP_S) -> int:
+        """Drop events older than `older_than_s`."""
+        cut = self._clock.time() - older_than_s
+        return int(
+            self._transact(
+                "prune host events",
+                lambda ex: ex("DELETE FROM host_events WHERE at < ?", (cut,)).rowcount,
+            )
+        )

@@ -1,0 +1,166 @@
+"""The rental ledger's SQLite half: one row per rental in a file, written before any API call
+that can cost money.
+
+It is what `clore-run cleanup` reconciles with the marketplace's orders after a crash, so it
+must survive one:
+- WAL mode with `synchronous=FULL`: each write is on disk when the call returns, so an intent
+  recorded just before the create is there after a `kill -9` or a lost VM. Writes are a few
+  per rental, so an fsync each costs nothing that matters.
+- `busy_timeout`: a run and a `cleanup` (two processes) may write at the same moment.
+- One connection (`check_same_thread=False`) behind a lock, shared by the driver's worker threads:
+  writes are single short statements that SQLite serialises anyway, and a single connection is
+  one thing to close (per-thread connections would outlive threads nobody can close them from).
+- `PRAGMA user_version` numbers the schema, so a later version can migrate an older file and an
+  older clore-run refuses a newer file instead of misreading it.
+Every SQLite failure becomes a LedgerError (exit 3) naming the file, never a traceback. The rows
+and their rules are runner/stores/ledger/rows.py, written once for both halves.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any, TypeVar
+
+from runner.clock import SYSTEM_CLOCK, Clock
+from runner.stores import sqlite as sqlite_files
+from runner.stores.ledger.rows import STATES, LedgerError, RentalLedger, insert_statement
+from runner.stores.sql import Execute
+
+DEFAULT_PATH = Path(".clore-run/ledger.db")
+BUSY_TIMEOUT_MS = 10_000  # a cleanup beside a busy run waits, it does not fail
+T = TypeVar("T")
+
+SCHEMA_VERSION = 3
+# MIGRATIONS[n] takes a file from user_version n to n + 1. Append, never edit.
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    (
+        f"""CREATE TABLE rentals (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            run_id TEXT NOT NULL,
+            job_id TEXT NOT NULL,
+            server_id INTEGER NOT NULL,
+            order_id INTEGER,
+            state TEXT NOT NULL CHECK (state IN {STATES!r}),
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL,
+            price_per_day REAL,
+            currency TEXT,
+            usd_per_hour REAL,
+            note TEXT NOT NULL DEFAULT ''
+        )""",
+        "CREATE INDEX rentals_by_run ON rentals (run_id)",
+        "CREATE INDEX rentals_open ON rentals (state) WHERE state NOT IN ('released', 'failed')",
+    ),
+    # Ownership marks: when the create was sent and answered (our clock), the clock offset to
+    # the API measured then, and what the order was asked to be (the API echoes these back).
+    # Rows from before have none of it (`legacy`): their orders cannot be proven ours.
+    (
+        "ALTER TABLE rentals ADD COLUMN create_sent_at REAL",
+        "ALTER TABLE rentals ADD COLUMN create_answered_at REAL",
+        "ALTER TABLE rentals ADD COLUMN api_offset_low_s REAL",
+        "ALTER TABLE rentals ADD COLUMN api_offset_high_s REAL",
+        "ALTER TABLE rentals ADD COLUMN image TEXT",
+        "ALTER TABLE rentals ADD COLUMN spot INTEGER",
+        "ALTER TABLE rentals ADD COLUMN legacy INTEGER NOT NULL DEFAULT 0",
+        "UPDATE rentals SET legacy = 1",
+    ),
+    # The create's tag (the proof that an order is its own: see backends/clore/ownership.py)
+    # and the process that recorded the intent (runner/liveness.py: a cleanup on the same host
+    # leaves the rentals of a run still running alone). Older rows have neither: a create sent
+    # without a tag proves no order its own.
+    (
+        "ALTER TABLE rentals ADD COLUMN tag INTEGER",
+        "ALTER TABLE rentals ADD COLUMN owner TEXT",
+    ),
+)
+assert len(MIGRATIONS) == SCHEMA_VERSION
+
+
+class SqliteLedger(RentalLedger):
+    """The ledger at `path` (parent folders created). Thread-safe."""
+
+    def __init__(
+        self,
+        path: Path | str = DEFAULT_PATH,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+        read_only: bool = False,
+    ) -> None:
+        self.path = Path(path)
+        self._clock = clock
+        self._lock = threading.Lock()
+        if read_only:
+            self._db = self._open_read_only()
+            return
+        with self._guard("open"):
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            # `timeout` is SQLite's busy_timeout: wait out another process's write lock.
+            self._db = sqlite_files.connect(self.path, BUSY_TIMEOUT_MS / 1000)
+        try:
+            with self._guard("open"):
+                self._setup()
+        except LedgerError:
+            self._db.close()
+            raise
+
+    @property
+    def where(self) -> str:
+        return str(self.path)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    # --- plumbing --------------------------------------------------------------------------
+
+    def _transact(self, doing: str, work: Callable[[Execute], T]) -> T:
+        # Autocommit: each statement is its own transaction; the lock keeps threads apart.
+        with self._lock, self._guard(doing):
+            return work(self._db.execute)
+
+    def _insert_intent(self, values: dict[str, Any]) -> int:
+        with self._lock, self._guard("record an intent"):
+            rental_id = self._db.execute(insert_statement(values), tuple(values.values())).lastrowid
+        assert rental_id is not None
+        return rental_id
+
+    def _open_read_only(self) -> sqlite3.Connection:
+        """For a look that must write nothing (`cleanup --dry-run`, a ledger on a read-only
+        disk or another user's): no folder made, no migration, no WAL switch. With no -wal file
+        beside it the file is complete, and read as immutable (no lock or -shm file either)."""
+        wal = self.path.with_name(self.path.name + "-wal")
+        mode = "ro" if wal.exists() else "ro&immutable=1"
+        uri = f"{self.path.resolve().as_uri()}?mode={mode}"
+        with self._guard("open"):
+            db = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None)
+            try:
+                found = db.execute("PRAGMA user_version").fetchone()[0]
+            except BaseException:
+                db.close()
+                raise
+        if found != SCHEMA_VERSION:
+            db.close()
+            raise LedgerError(
+                f"ledger {self.path} has schema version {found}, this clore-run reads "
+                f"{SCHEMA_VERSION}",
+                hint="run it once without --dry-run to bring the file up to date",
+            )
+        return db
+
+    def _setup(self) -> None:
+        sqlite_files.prepare(
+            self._db, MIGRATIONS, SCHEMA_VERSION, error=LedgerError, name=f"ledger {self.path}"
+        )
+
+    def _guard(self, doing: str) -> AbstractContextManager[None]:
+        return sqlite_files.failures_as(
+            LedgerError,
+            f"ledger {self.path}",
+            doing,
+            "if the file is damaged, move it aside; the rentals it lists may still be "
+            "billed: check your orders on clore.ai",
+        )

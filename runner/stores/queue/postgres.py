@@ -1,0 +1,850 @@
+"""The queue's PostgreSQL half: what runner/stores/queue/sqlite.py keeps in SQLite, shared by N
+`serve` instances on one database.
+
+The rows are the SQLite half's, and so are the reads, written once for both
+(runner/stores/queue/rows.py; this half gives its table names and SQL words). What sharing
+adds:
+- every job has an `owner` (the instance whose scheduling core holds it, None while nobody
+  does). An instance claims runnable jobs (queued, unowned, due, every need settled) with
+  `FOR UPDATE SKIP LOCKED`: two instances claiming at once take different rows, neither waits.
+- instances hold leases (`expires_at`, on the database's clock) that they heartbeat; the
+  instance token, new at every start, is the fencing token: every write the scheduling loop
+  makes names it (`owner = me`), so once another instance has taken a dead one's jobs, a late
+  write of the dead one touches no row and raises LeaseLost.
+- an instance whose lease expired is taken (SKIP LOCKED again, one taker) by another: its
+  queued jobs become unowned, its running ones become the taker's, who records their attempts
+  as lost and retries them by the retry table (runner/serve/fleet.py).
+- `NOTIFY clore_run_queue` after a submission, a settlement and a release wakes the others;
+  they poll behind it, so a lost notification costs a poll interval, never a job.
+A transaction is run again after a lost connection (runner/stores/pg.py), so each is safe to
+repeat: a submission and a claim carry a key of their own and find their first landing.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from runner.core.model import Attempt, FailureKind, Job, JobResult
+from runner.stores.pg import Conn, LeaseLine, PgDatabase, Timeouts
+from runner.stores.queue.codec import dumps, job_from_json, job_to_json
+from runner.stores.queue.rows import (
+    FINAL,
+    JOB_COLUMNS,
+    STATUSES,
+    OpenAttempt,
+    QueueDialect,
+    QueueError,
+    QueueReads,
+    Unsettled,
+    placed_facts,
+    unsettled_from,
+)
+from runner.stores.target import redact_url
+
+if TYPE_CHECKING:
+    from runner.stores.pools.seat import PoolSeat
+
+CHANNEL = "clore_run_queue"
+# A job asked to be cancelled while its instance stopped: the hand-over's kill of its attempt
+# was the cancel's (the attempt is not `server_lost`: its server was fine, nothing retries it).
+CANCELLED_IN_HAND_OVER = "cancelled by request while its queue server shut down"
+POSTGRES = QueueDialect(
+    jobs="queue_jobs",
+    attempts="queue_attempts",
+    submissions="queue_submissions",
+    find="strpos",
+    day="floor({} / 86400)",
+    arrays=True,
+)
+_STATUS_LIST = ", ".join(f"'{s}'" for s in STATUSES)
+_FINAL_LIST = ", ".join(f"'{s}'" for s in FINAL)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (  # MIGRATIONS[n]: version n -> n + 1; append only
+    (
+        """CREATE TABLE queue_submissions (
+            id BIGSERIAL PRIMARY KEY,
+            key TEXT NOT NULL UNIQUE,
+            kind TEXT NOT NULL,
+            label TEXT NOT NULL,
+            submitted_at DOUBLE PRECISION NOT NULL
+        )""",
+        f"""CREATE TABLE queue_jobs (
+            seq BIGSERIAL PRIMARY KEY,
+            id TEXT NOT NULL UNIQUE,
+            submission BIGINT NOT NULL REFERENCES queue_submissions (id),
+            name TEXT NOT NULL,
+            spec TEXT NOT NULL,
+            status TEXT NOT NULL CHECK (status IN ({_STATUS_LIST})),
+            priority TEXT NOT NULL,
+            rank INTEGER NOT NULL,
+            submitted_at DOUBLE PRECISION NOT NULL,
+            first_started_at DOUBLE PRECISION,
+            finished_at DOUBLE PRECISION,
+            reason TEXT NOT NULL DEFAULT '',
+            attempts INTEGER NOT NULL DEFAULT 0,
+            cost_usd DOUBLE PRECISION NOT NULL DEFAULT 0,
+            retries_used INTEGER NOT NULL DEFAULT 0,
+            infra_used INTEGER NOT NULL DEFAULT 0,
+            retry_at DOUBLE PRECISION,
+            not_before DOUBLE PRECISION,
+            failure_origin TEXT NOT NULL DEFAULT '',
+            owner TEXT,
+            claim TEXT,
+            cancel_requested BOOLEAN NOT NULL DEFAULT false
+        )""",
+        "CREATE INDEX queue_jobs_by_status ON queue_jobs (status, seq)",
+        "CREATE INDEX queue_jobs_claimable ON queue_jobs (rank DESC, seq) "
+        "WHERE status = 'queued' AND owner IS NULL",
+        "CREATE INDEX queue_jobs_owned ON queue_jobs (owner) WHERE status IN ('queued', 'running')",
+        "CREATE INDEX queue_jobs_claim ON queue_jobs (claim)",
+        """CREATE TABLE queue_needs (
+            job TEXT NOT NULL,
+            need TEXT NOT NULL,
+            PRIMARY KEY (job, need)
+        )""",
+        """CREATE TABLE queue_attempts (
+            job_id TEXT NOT NULL REFERENCES queue_jobs (id),
+            number INTEGER NOT NULL,
+            instance TEXT NOT NULL,
+            started_at DOUBLE PRECISION NOT NULL,
+            finished_at DOUBLE PRECISION,
+            exit_code INTEGER,
+            failure TEXT,
+            message TEXT NOT NULL DEFAULT '',
+            server TEXT NOT NULL DEFAULT '',
+            cost_usd DOUBLE PRECISION NOT NULL DEFAULT 0,
+            facts TEXT NOT NULL DEFAULT '{}',
+            PRIMARY KEY (job_id, number)
+        )""",
+        "CREATE INDEX queue_attempts_by_end ON queue_attempts (finished_at)",
+        """CREATE TABLE queue_instances (
+            token TEXT PRIMARY KEY,
+            pid INTEGER NOT NULL,
+            backend TEXT NOT NULL,
+            url TEXT NOT NULL DEFAULT '',
+            started_at DOUBLE PRECISION NOT NULL,
+            stopped_at DOUBLE PRECISION,
+            expires_at TIMESTAMPTZ NOT NULL,
+            taken_by TEXT,
+            taken_key TEXT
+        )""",
+        "CREATE INDEX queue_instances_live ON queue_instances (expires_at) WHERE taken_by IS NULL",
+    ),
+    # The server slot (a reservation in the budget pool, runner/stores/pools/postgres.py) the job's
+    # claim holds for it, to give back when the job settles or is requeued.
+    ("ALTER TABLE queue_jobs ADD COLUMN pool_slot BIGINT",),
+    # A cancel request stays until the job settles; `cancel_seen_by` is the owner that took it
+    # (so it is passed on once per owner, and a taker carries out what a dead owner took).
+    ("ALTER TABLE queue_jobs ADD COLUMN cancel_seen_by TEXT",),
+    # Dashboard sessions logged out before they expire: every instance's check reads them.
+    (
+        "CREATE TABLE queue_ended_sessions "
+        "(nonce TEXT PRIMARY KEY, expires DOUBLE PRECISION NOT NULL)",
+    ),
+)
+
+# The claimer's lease runs: one woken from a freeze past its ttl claims nothing (in the moment
+# before its refused heartbeat stops it, a claim would strand jobs until a taker recovered them).
+_LIVE_LEASE = (
+    "EXISTS (SELECT 1 FROM queue_instances i WHERE i.token = %(me)s AND i.taken_by IS NULL "
+    "AND i.stopped_at IS NULL AND i.expires_at > now())"
+)
+_OWNED = "EXISTS (SELECT 1 FROM queue_jobs o WHERE o.id = %(job)s AND o.owner = %(me)s)"
+
+
+class LeaseLost(QueueError):
+    """This instance no longer owns the job: its lease expired and another took its work."""
+
+
+@dataclass(frozen=True)
+class Taken:
+    """A dead instance's work, now the taker's: the jobs it was running, their open attempts."""
+
+    token: str
+    running: list[Unsettled]
+    open_attempts: dict[str, OpenAttempt]
+    cancelled: list[str] = field(default_factory=list)  # its jobs a cancel was asked for
+
+
+@dataclass(frozen=True)
+class Whereabouts:
+    """Who holds a job and where that instance said it listens."""
+
+    owner: str | None
+    url: str
+    alive: bool
+
+
+class PostgresQueue(QueueReads):
+    """The queue in the database at `url`. Thread-safe. `shared` tells the service that other
+    instances may work on the same rows (so jobs are claimed, not all loaded at start)."""
+
+    shared = True
+    _dialect = POSTGRES
+
+    def __init__(
+        self, url: str, *, timeouts: Timeouts | None = None, skip_locked: bool = True
+    ) -> None:
+        # `skip_locked=False` exists for one test only: it shows that without the row locks
+        # of a claim, two instances take the same job (the test must be able to fail).
+        self._claim_lock = "FOR UPDATE OF j SKIP LOCKED" if skip_locked else ""
+        self.url = url
+        self.path = redact_url(url)  # what messages name (server_cmd prints it)
+        self.db = PgDatabase(url, what="queue database", error=QueueError, timeouts=timeouts)
+        self._lease = LeaseLine(self.db)
+        self._batch = threading.local()
+        self._seat: PoolSeat | None = None
+        self._slots_in_claim = True
+        self.db.migrate("queue", MIGRATIONS)
+
+    def close(self) -> None:
+        self._lease.close()
+        self.db.close()
+
+    # -- instances -------------------------------------------------------------------------
+
+    def begin_instance(self, token: str, pid: int, backend: str, now: float) -> None:
+        self.join(token, pid, backend, now, 30.0)
+
+    def join(self, token: str, pid: int, backend: str, now: float, ttl_s: float) -> None:
+        """Record the instance with a lease of `ttl_s` on the database's clock."""
+        url = ""
+
+        def insert(conn: Conn) -> None:
+            conn.execute(
+                "INSERT INTO queue_instances (token, pid, backend, url, started_at, expires_at) "
+                "VALUES (%s, %s, %s, %s, %s, now() + make_interval(secs => %s)) "
+                "ON CONFLICT (token) DO NOTHING",
+                (token, pid, backend, url, now, ttl_s),
+            )
+
+        self.db.run("record the server start", insert)
+
+    def set_url(self, token: str, url: str) -> None:
+        self._write(
+            "record where the server listens",
+            "UPDATE queue_instances SET url = %s WHERE token = %s",
+            (url, token),
+        )
+
+    def heartbeat(self, token: str, ttl_s: float) -> bool:
+        """Extend the lease; False once it was taken (or never was), the caller must stop."""
+
+        def beat(conn: Conn) -> int:
+            cursor = conn.execute(
+                "UPDATE queue_instances SET expires_at = now() + make_interval(secs => %s) "
+                "WHERE token = %s AND taken_by IS NULL AND stopped_at IS NULL "
+                "AND expires_at > now()",
+                (ttl_s, token),
+            )
+            return cursor.rowcount
+
+        return self._lease.run(ttl_s, "renew the server's lease", beat) == 1
+
+    def end_session(self, nonce: str, expires: float, now: float) -> None:
+        """A dashboard logout, for every instance (expired ones are dropped on the way)."""
+
+        def end(conn: Conn) -> None:
+            conn.execute("DELETE FROM queue_ended_sessions WHERE expires <= %s", (now,))
+            conn.execute(
+                "INSERT INTO queue_ended_sessions (nonce, expires) VALUES (%s, %s) "
+                "ON CONFLICT (nonce) DO NOTHING",
+                (nonce, expires),
+            )
+
+        self._run("record a logout", end)
+
+    def session_ended(self, nonce: str) -> bool:
+        return bool(self._select("SELECT 1 FROM queue_ended_sessions WHERE nonce = ?", (nonce,)))
+
+    def end_instance(self, token: str, now: float) -> None:
+        """A clean stop: its queued jobs go back to everyone (those a cancel was asked for
+        are cancelled), its lease ends now (a running job it could not hand over is recovered,
+        or cancelled as asked, by whoever takes it next)."""
+
+        def end(conn: Conn) -> None:
+            args = {"me": token, "now": now}
+            _, slots = _give_back(conn, "owner = %(me)s AND status = 'queued'", args, "%(now)s")
+            _release(conn, slots, f"stop of {token}")
+            conn.execute(
+                "UPDATE queue_instances SET stopped_at = %(now)s, expires_at = now() "
+                "WHERE token = %(me)s AND taken_by IS NULL",
+                args,
+            )
+            conn.execute(f"NOTIFY {CHANNEL}")
+
+        self.db.run("record the server stop", end)
+
+    def take_dead(self, taker: str, limit: int = 5) -> list[Taken]:
+        """Take instances whose lease expired: one taker each (SKIP LOCKED), in one
+        transaction with their jobs (queued ones to everyone, running ones to the taker)."""
+        key = uuid.uuid4().hex
+
+        def take(conn: Conn) -> list[Taken]:
+            tokens = [
+                r[0]
+                for r in conn.execute(
+                    "SELECT token FROM queue_instances WHERE taken_key = %s", (key,)
+                ).fetchall()
+            ]  # a landed first try, when the reply to its COMMIT was lost
+            if not tokens:
+                tokens = _dead_to_take(conn, taker, limit)
+            return [self._take_one(conn, taker, key, token) for token in tokens]
+
+        taken = self.db.run("take the work of a dead server", take)
+        return taken
+
+    def _take_one(self, conn: Conn, taker: str, key: str, token: str) -> Taken:
+        conn.execute(
+            "UPDATE queue_instances SET taken_by = %s, taken_key = %s, "
+            "stopped_at = coalesce(stopped_at, extract(epoch FROM now())) WHERE token = %s",
+            (taker, key, token),
+        )
+        cancelled = _cancel_held(conn, token, taker, key)
+        given = conn.execute(
+            "UPDATE queue_jobs SET owner = NULL, claim = NULL "
+            "WHERE owner = %s AND status = 'queued' RETURNING pool_slot",
+            (token,),
+        ).fetchall()
+        rows = conn.execute(
+            f"UPDATE queue_jobs SET owner = %s, claim = %s WHERE owner IN (%s, %s) "
+            f"AND status = 'running' AND (owner = %s OR claim = %s) "
+            f"RETURNING {JOB_COLUMNS}, spec, pool_slot",
+            (taker, key, token, taker, token, key),
+        ).fetchall()
+        # Every slot the dead instance's claims held goes back: its running attempts are lost,
+        # and their retries reserve anew when they rent.
+        slots = [r[0] for r in given] + [r[-1] for r in rows] + [r[1] for r in cancelled]
+        _release(conn, slots, f"take-over of {token}")
+        running = sorted((unsettled_from(r[:-1]) for r in rows), key=lambda u: u.row.seq)
+        ids = [u.row.id for u in running]
+        opened = conn.execute(
+            "SELECT job_id, number, instance, started_at FROM queue_attempts "
+            "WHERE finished_at IS NULL AND job_id = ANY(%s)",
+            (ids,),
+        ).fetchall()
+        if rows or cancelled:
+            conn.execute(f"NOTIFY {CHANNEL}")
+        attempts = {r[0]: OpenAttempt(*r) for r in opened}
+        return Taken(token, running, attempts, [str(r[0]) for r in cancelled])
+
+    def live_instances(self) -> list[tuple[str, str]]:
+        """(token, url) of the instances whose lease runs."""
+        rows = self._select(
+            "SELECT token, url FROM queue_instances WHERE taken_by IS NULL "
+            "AND stopped_at IS NULL AND expires_at > now() ORDER BY started_at",
+            (),
+        )
+        return [(str(t), str(u)) for t, u in rows]
+
+    # -- claims ----------------------------------------------------------------------------
+
+    def claim_slots_from(self, seat: PoolSeat, *, in_claim: bool = True) -> None:
+        """From now on each job is claimed together with a server slot in `seat`'s budget
+        pool, which lives in this database: in one transaction, under the pool row's lock, so
+        no job is claimed without a slot (and no slot held for a job not claimed).
+        `in_claim=False` exists for one test only: the slots taken in a transaction of their
+        own after the claim's, which the test sees claim jobs with no slot."""
+        self._seat = seat
+        self._slots_in_claim = in_claim
+
+    def claim(self, token: str, limit: int, now: float) -> list[Unsettled]:
+        """Up to `limit` runnable jobs for `token`: queued, nobody's, due (retry time and
+        not-before at or before `now`, the instances' own clock, as the core's timers are),
+        every need settled. Highest priority first, then submission order. Nothing while
+        `token`'s lease has expired (or was taken, or ended). With a pool (claim_slots_from),
+        no more jobs than the pool has server slots for, each holding one."""
+        if limit <= 0:
+            return []
+        key = uuid.uuid4().hex
+        seat = self._seat
+        in_claim = seat is not None and self._slots_in_claim
+        apart = 0
+        if seat is not None and not in_claim:  # the twin: the room read before, on its own
+            apart = self.db.run("count the pool's room", lambda conn: _room(conn, seat, limit))
+
+        def take(conn: Conn) -> tuple[list[Unsettled], dict[str, int]]:
+            rows = conn.execute(
+                f"SELECT {JOB_COLUMNS}, spec, pool_slot FROM queue_jobs "
+                "WHERE claim = %s AND owner = %s",
+                (key, token),
+            ).fetchall()
+            if rows:  # a landed first try, when the reply to its COMMIT was lost
+                slots = {str(r[1]): int(r[-1]) for r in rows if r[-1] is not None}
+                return [unsettled_from(r[:-1]) for r in rows], slots
+            want = limit if seat is None else _room(conn, seat, limit) if in_claim else apart
+            if want <= 0:
+                return [], {}
+            claimed = self._claim_rows(conn, token, key, want, now)
+            if seat is None or not in_claim or not claimed:
+                return claimed, {}
+            return claimed, _hold(conn, seat, key, [u.row.id for u in claimed])
+
+        claimed, slots = self.db.run("claim jobs", take)
+        if seat is not None and not in_claim and claimed:
+            slots = self._hold_apart(seat, key, claimed)
+        if seat is not None:
+            seat.hold_slots(slots)
+        return sorted(claimed, key=lambda u: (-u.job.priority, u.row.seq))
+
+    def _claim_rows(
+        self, conn: Conn, token: str, key: str, limit: int, now: float
+    ) -> list[Unsettled]:
+        rows = conn.execute(
+            f"""UPDATE queue_jobs SET owner = %(me)s, claim = %(key)s WHERE seq IN (
+                SELECT j.seq FROM queue_jobs j
+                WHERE {_LIVE_LEASE} AND j.status = 'queued' AND j.owner IS NULL
+                AND (j.retry_at IS NULL OR j.retry_at <= %(now)s)
+                AND (j.not_before IS NULL OR j.not_before <= %(now)s)
+                AND NOT EXISTS (
+                    SELECT 1 FROM queue_needs n JOIN queue_jobs d ON d.id = n.need
+                    WHERE n.job = j.id AND d.status IN ('queued', 'running'))
+                ORDER BY j.rank DESC, j.seq
+                LIMIT %(limit)s
+                {self._claim_lock}
+            ) RETURNING {JOB_COLUMNS}, spec""",
+            {"me": token, "key": key, "now": now, "limit": limit},
+        ).fetchall()
+        return [unsettled_from(r) for r in rows]
+
+    def _hold_apart(self, seat: PoolSeat, key: str, claimed: list[Unsettled]) -> dict[str, int]:
+        """The test's twin: the slots in a transaction after the claim's (the bug it shows)."""
+
+        def hold(conn: Conn) -> dict[str, int]:
+            room = max(0, _room(conn, seat, len(claimed)))
+            return _hold(conn, seat, key, [u.row.id for u in claimed[:room]]) if room else {}
+
+        return self.db.run("hold server slots", hold)
+
+    def cancel_requests(self, token: str) -> list[str]:
+        """Jobs this instance holds that another instance was asked to cancel (each passed on
+        once). The request stays on the row until the job settles: if this instance dies
+        before it carries it out, the instance that takes its work does (take_dead)."""
+
+        def take(conn: Conn) -> list[str]:
+            rows = conn.execute(
+                "UPDATE queue_jobs SET cancel_seen_by = %s WHERE owner = %s "
+                "AND cancel_requested AND cancel_seen_by IS DISTINCT FROM %s "
+                "AND status IN ('queued', 'running') RETURNING id",
+                (token, token, token),
+            ).fetchall()
+            return [str(r[0]) for r in rows]
+
+        return self.db.run("take the cancel requests", take)
+
+    def cancel_elsewhere(self, job_id: str, now: float) -> str:
+        """Cancel a job this instance does not hold: a queued one nobody holds is settled
+        here; one another instance holds gets a request its owner acts on. As
+        Service.cancel: 'cancelled', 'cancelling', 'unknown' or 'final:<status>'."""
+
+        def cancel(conn: Conn) -> str:
+            row = conn.execute(
+                "SELECT status, owner FROM queue_jobs WHERE id = %s FOR UPDATE", (job_id,)
+            ).fetchone()
+            if row is None:
+                return "unknown"
+            status, owner = row
+            if status in FINAL:
+                return f"final:{status}"
+            if owner is None:
+                conn.execute(
+                    "UPDATE queue_jobs SET status = 'cancelled', reason = 'cancelled by request', "
+                    "finished_at = %s, retry_at = NULL, failure_origin = id WHERE id = %s",
+                    (now, job_id),
+                )
+                conn.execute(f"NOTIFY {CHANNEL}")
+                return "cancelled"
+            conn.execute("UPDATE queue_jobs SET cancel_requested = true WHERE id = %s", (job_id,))
+            conn.execute(f"NOTIFY {CHANNEL}")
+            return "cancelling"
+
+        return self.db.run("cancel a job", cancel)
+
+    def whereabouts(self, job_id: str) -> Whereabouts:
+        rows = self._select(
+            "SELECT coalesce(j.owner, a.instance), coalesce(i.url, ''), "
+            "coalesce(i.taken_by IS NULL AND i.stopped_at IS NULL AND i.expires_at > now(), "
+            "false) FROM queue_jobs j "
+            "LEFT JOIN queue_attempts a ON a.job_id = j.id AND a.number = j.attempts "
+            "LEFT JOIN queue_instances i ON i.token = coalesce(j.owner, a.instance) "
+            "WHERE j.id = ?",
+            (job_id,),
+        )
+        if not rows:
+            return Whereabouts(None, "", False)
+        owner, url, alive = rows[0]
+        return Whereabouts(owner, str(url), bool(alive))
+
+    def notify(self) -> None:
+        self._write("wake the other servers", f"NOTIFY {CHANNEL}", ())
+
+    # -- submissions -----------------------------------------------------------------------
+
+    def submit(
+        self, kind: str, label: str, make: Callable[[int], Sequence[Job]], now: float
+    ) -> list[tuple[int, Job]]:
+        key = uuid.uuid4().hex
+
+        def insert(conn: Conn) -> list[tuple[int, Job]]:
+            found = conn.execute(
+                "SELECT id FROM queue_submissions WHERE key = %s", (key,)
+            ).fetchone()
+            if found is not None:  # a landed first try: its jobs, not a second copy
+                rows = conn.execute(
+                    "SELECT seq, spec FROM queue_jobs WHERE submission = %s ORDER BY seq",
+                    (found[0],),
+                ).fetchall()
+                return [(int(s), job_from_json(json.loads(spec))) for s, spec in rows]
+            row = conn.execute(
+                "INSERT INTO queue_submissions (key, kind, label, submitted_at) "
+                "VALUES (%s, %s, %s, %s) RETURNING id",
+                (key, kind, label, now),
+            ).fetchone()
+            assert row is not None
+            number = int(row[0])
+            out = []
+            jobs = list(make(number))
+            with conn.cursor() as cursor:
+                for job in jobs:
+                    seq = cursor.execute(
+                        "INSERT INTO queue_jobs (id, submission, name, spec, status, priority, "
+                        "rank, submitted_at, not_before) "
+                        "VALUES (%s, %s, %s, %s, 'queued', %s, %s, %s, %s) RETURNING seq",
+                        (
+                            job.id, number, job.name, dumps(job_to_json(job)),
+                            job.priority.name.lower(), int(job.priority), now, job.not_before,
+                        ),
+                    ).fetchone()  # fmt: skip
+                    assert seq is not None
+                    out.append((int(seq[0]), job))
+                needs = [(job.id, need) for job in jobs for need in dict.fromkeys(job.needs)]
+                if needs:
+                    cursor.executemany("INSERT INTO queue_needs (job, need) VALUES (%s, %s)", needs)
+            conn.execute(f"NOTIFY {CHANNEL}")
+            return out
+
+        return self.db.run("queue the jobs", insert)
+
+    # -- what the scheduling loop writes (fenced by the owner) -----------------------------
+
+    def start_attempt(self, job_id: str, number: int, instance: str, now: float) -> None:
+        self._start_attempt(job_id, number, instance, now, fenced=False)
+
+    def fenced_start_attempt(self, job_id: str, number: int, instance: str, now: float) -> None:
+        """Record the start while `instance` holds the job, else raise LeaseLost."""
+        self._start_attempt(job_id, number, instance, now, fenced=True)
+
+    def _start_attempt(
+        self, job_id: str, number: int, instance: str, now: float, *, fenced: bool
+    ) -> None:
+        args = {"job": job_id, "me": instance, "n": number, "now": now}
+        fence = " AND owner = %(me)s" if fenced else ""
+
+        def start(conn: Conn) -> None:
+            cursor = conn.execute(
+                "UPDATE queue_jobs SET status = 'running', attempts = %(n)s, retry_at = NULL, "
+                "first_started_at = coalesce(first_started_at, %(now)s) "
+                f"WHERE id = %(job)s{fence}",
+                args,
+            )
+            if fenced:
+                self._owned(cursor.rowcount, job_id, instance)
+            conn.execute(
+                "INSERT INTO queue_attempts (job_id, number, instance, started_at) "
+                "VALUES (%(job)s, %(n)s, %(me)s, %(now)s) ON CONFLICT (job_id, number) DO "
+                "UPDATE SET instance = excluded.instance, started_at = excluded.started_at, "
+                "finished_at = NULL, exit_code = NULL, failure = NULL, message = '', "
+                "server = '', cost_usd = 0, facts = '{}'",
+                args,
+            )
+
+        self._run("record an attempt start", start)
+
+    def place_attempt(
+        self, job_id: str, number: int, server: str, facts: Mapping[str, str], usd_per_hour: float
+    ) -> None:
+        self._write(
+            "record where an attempt runs",
+            "UPDATE queue_attempts SET server = %s, facts = %s WHERE job_id = %s AND number = %s "
+            "AND finished_at IS NULL",
+            (server, placed_facts(facts, usd_per_hour), job_id, number),
+        )
+
+    def end_attempt(self, job_id: str, attempt: Attempt, *, requeue: bool = False) -> None:
+        self._end_attempt(job_id, attempt, requeue, None)
+
+    def fenced_end_attempt(
+        self, job_id: str, attempt: Attempt, owner: str, *, requeue: bool = False
+    ) -> None:
+        """Complete the attempt row while `owner` holds the job, else raise LeaseLost.
+        `requeue`: the job goes back to everyone (a server handing over at shutdown), or is
+        cancelled if a cancel was asked for it meanwhile."""
+        self._end_attempt(job_id, attempt, requeue, owner)
+
+    def _end_attempt(self, job_id: str, attempt: Attempt, requeue: bool, owner: str | None) -> None:
+        args = {
+            "job": job_id, "me": owner, "n": attempt.number, "end": attempt.finished_at,
+            "code": attempt.exit_code,
+            "failure": attempt.failure.value if attempt.failure else None,
+            "msg": attempt.message, "server": attempt.server, "cost": attempt.cost_usd,
+            "facts": dumps(dict(attempt.facts)),
+        }  # fmt: skip
+        fence = f" AND {_OWNED}" if owner is not None else ""
+
+        def end(conn: Conn) -> None:
+            cursor = conn.execute(
+                "UPDATE queue_attempts SET finished_at = %(end)s, exit_code = %(code)s, "
+                "failure = %(failure)s, message = %(msg)s, server = %(server)s, "
+                "cost_usd = %(cost)s, facts = %(facts)s "
+                f"WHERE job_id = %(job)s AND number = %(n)s{fence}",
+                args,
+            )
+            if owner is not None:
+                self._owned(cursor.rowcount, job_id, owner)
+            conn.execute(
+                "UPDATE queue_jobs SET cost_usd = (SELECT coalesce(sum(cost_usd), 0) "
+                "FROM queue_attempts WHERE job_id = %(job)s) WHERE id = %(job)s",
+                args,
+            )
+            if requeue:
+                cancelled, slots = _give_back(conn, "id = %(job)s", args, "%(end)s")
+                if cancelled:  # the hand-over's kill ended it for the cancel, not a lost server
+                    conn.execute(
+                        "UPDATE queue_attempts SET failure = %(cancel)s, message = %(why)s "
+                        "WHERE job_id = %(job)s AND number = %(n)s",
+                        {
+                            **args,
+                            "cancel": FailureKind.CANCELLED.value,
+                            "why": CANCELLED_IN_HAND_OVER,
+                        },
+                    )
+                _release(conn, slots, f"requeue of {job_id}")
+
+        self._run("record an attempt end", end)
+
+    def requeue(self, job_id: str, at: float, retries_used: int, infra_used: int) -> None:
+        self._requeue(job_id, at, retries_used, infra_used, None)
+
+    def fenced_requeue(
+        self, job_id: str, at: float, retries_used: int, infra_used: int, owner: str
+    ) -> None:
+        self._requeue(job_id, at, retries_used, infra_used, owner)
+
+    def _requeue(
+        self, job_id: str, at: float, retries_used: int, infra_used: int, owner: str | None
+    ) -> None:
+        fence = " AND owner = %(me)s" if owner is not None else ""
+        args = {"job": job_id, "me": owner, "at": at, "r": retries_used, "i": infra_used}
+
+        def write(conn: Conn) -> None:
+            cursor = conn.execute(
+                "UPDATE queue_jobs SET status = 'queued', retry_at = %(at)s, retries_used = %(r)s, "
+                f"infra_used = %(i)s WHERE id = %(job)s{fence} RETURNING pool_slot",
+                args,
+            )
+            if owner is not None:
+                self._owned(cursor.rowcount, job_id, owner)
+            _release(conn, [r[0] for r in cursor.fetchall()], f"requeue of {job_id}")
+
+        self._run("requeue a job", write)
+
+    def settle(self, result: JobResult, now: float) -> None:
+        self._settle(result, now, None)
+
+    def fenced_settle(self, result: JobResult, now: float, owner: str) -> None:
+        self._settle(result, now, owner)
+
+    def _settle(self, result: JobResult, now: float, owner: str | None) -> None:
+        fence = " AND owner = %(me)s" if owner is not None else ""
+        args = {
+            "job": result.job_id, "me": owner, "status": result.status.value,
+            "reason": result.reason, "now": now, "origin": result.failure_origin,
+        }  # fmt: skip
+
+        def write(conn: Conn) -> None:
+            cursor = conn.execute(
+                "UPDATE queue_jobs SET status = %(status)s, reason = %(reason)s, "
+                "finished_at = %(now)s, retry_at = NULL, failure_origin = %(origin)s "
+                f"WHERE id = %(job)s{fence} RETURNING pool_slot",
+                args,
+            )
+            if owner is not None:
+                self._owned(cursor.rowcount, result.job_id, owner)
+            _release(conn, [r[0] for r in cursor.fetchall()], f"end of {result.job_id}")
+            conn.execute(f"NOTIFY {CHANNEL}")
+
+        self._run("settle a job", write)
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """The writes inside as one transaction (on this thread), all of them or none."""
+        if getattr(self._batch, "conn", None) is not None:
+            yield
+            return
+        with self.db.transaction("record a batch of changes") as conn:
+            self._batch.conn = conn
+            try:
+                yield
+            finally:
+                self._batch.conn = None
+
+    # -- plumbing --------------------------------------------------------------------------
+
+    def _owned(self, rowcount: int, job_id: str, owner: str) -> None:
+        if rowcount == 0:
+            raise LeaseLost(
+                f"{self.db.where}: job {job_id} is no longer held by server {owner} "
+                "(its lease expired and another server took its work)"
+            )
+
+    def _run(self, doing: str, work: Callable[[Conn], None]) -> None:
+        """`work` inside the open batch on this thread, else in a transaction of its own."""
+        conn = getattr(self._batch, "conn", None)
+        if conn is not None:
+            work(conn)
+        else:
+            self.db.run(doing, work)
+
+    def _write(self, doing: str, query: str, args: Sequence[Any] | Mapping[str, Any]) -> None:
+        def write(conn: Conn) -> None:
+            conn.execute(query.encode(), args)
+
+        self._run(doing, write)
+
+    def _select(self, query: str, args: Sequence[Any]) -> list[tuple[Any, ...]]:
+        """A read inside the open batch on this thread, else on its own. Placeholders are
+        written `?` (QueueReads' statements serve SQLite too) and become psycopg's `%s`."""
+        statement = query.replace("?", "%s").encode()
+
+        def read(conn: Conn) -> list[tuple[Any, ...]]:
+            return conn.execute(statement, args).fetchall()
+
+        conn: Conn | None = getattr(self._batch, "conn", None)
+        return read(conn) if conn is not None else self.db.run("read the queue", read)
+
+
+def _dead_to_take(conn: Conn, taker: str, limit: int) -> list[str]:
+    """Instances whose lease expired that `taker` may take now, each locked for it.
+
+    Nothing while the taker's own lease has run out: an instance woken from a freeze past its
+    ttl must not take the instance that took its work (it would recover its own job twice) in
+    the moment before its refused heartbeat stops it.
+    Left for a later round: one with a job row still locked. Its client stopped (frozen,
+    killed) inside a transaction, which the database rolls back when it ends that session;
+    waiting for the lock here would hold this store's connection, and every write the
+    taker's scheduling loop makes, for as long."""
+    live = conn.execute(f"SELECT {_LIVE_LEASE}", {"me": taker}).fetchone()
+    if not (live and live[0]):
+        return []
+    expired = conn.execute(
+        "SELECT token FROM queue_instances WHERE taken_by IS NULL "
+        "AND expires_at < now() AND token <> %s "
+        "ORDER BY expires_at LIMIT %s FOR UPDATE SKIP LOCKED",
+        (taker, limit),
+    ).fetchall()
+    free = []
+    for (token,) in expired:
+        owned = _count(conn, "SELECT count(*) FROM queue_jobs WHERE owner = %s", token)
+        lockable = _count(
+            conn,
+            "SELECT count(*) FROM (SELECT 1 FROM queue_jobs WHERE owner = %s "
+            "FOR UPDATE SKIP LOCKED) AS rows_now_ours",
+            token,
+        )
+        if lockable == owned:
+            free.append(str(token))
+    return free
+
+
+def _count(conn: Conn, query: str, token: str) -> int:
+    row = conn.execute(query.encode(), (token,)).fetchone()
+    return int(row[0]) if row else 0
+
+
+def _room(conn: Conn, seat: PoolSeat, want: int) -> int:
+    """How many server slots the seat's pool has room for, up to `want`; the pool row stays
+    locked until the calling transaction ends. 0 when the seat's pool lease was taken (the
+    seat's keeper says so, and the serve instance stops)."""
+    lease = seat.keeper.lease
+    row = conn.execute(
+        "SELECT clore_run_claim_room(%s, %s, %s, %s)", (lease.holder, lease.token, seat.pool, want)
+    ).fetchone()
+    if row is None or row[0] is None:
+        raise QueueError(f"no budget pool named {seat.pool!r} in the queue database")
+    return max(0, int(row[0]))
+
+
+def _hold(conn: Conn, seat: PoolSeat, key: str, ids: list[str]) -> dict[str, int]:
+    """One slot per claimed job, tied to its row (after _room in the same transaction)."""
+    rows = conn.execute(
+        "UPDATE queue_jobs q SET pool_slot = s.o_id "
+        "FROM clore_run_hold_slots(%s, %s, %s, %s) s WHERE q.id = s.o_job "
+        "RETURNING q.id, q.pool_slot",
+        (seat.holder, seat.pool, key, ids),
+    ).fetchall()
+    return {str(job): int(slot) for job, slot in rows}
+
+
+def _cancel_held(conn: Conn, dead: str, taker: str, key: str) -> list[tuple[str, int | None]]:
+    """A dead instance's jobs with a cancel request are cancelled by its taker, in the
+    take-over's transaction: retried (running) or given to everyone (queued), a job asked to
+    be cancelled would run again. Their open attempts end `server_lost` (their server went with
+    the instance; the taker's recovery kills or cancels what is left of it)."""
+    conn.execute(
+        "UPDATE queue_jobs SET status = 'cancelled', reason = 'cancelled by request', "
+        "finished_at = extract(epoch FROM now()), retry_at = NULL, failure_origin = id, "
+        "owner = %s, claim = %s WHERE owner = %s AND cancel_requested "
+        "AND status IN ('queued', 'running')",
+        (taker, key, dead),
+    )
+    rows = conn.execute(  # these, or the first try's when its reply was lost (`key`)
+        "SELECT id, pool_slot FROM queue_jobs WHERE owner = %s AND claim = %s "
+        "AND status = 'cancelled'",
+        (taker, key),
+    ).fetchall()
+    if rows:
+        conn.execute(
+            "UPDATE queue_attempts SET finished_at = extract(epoch FROM now()), "
+            "failure = 'server_lost', message = %s WHERE job_id = ANY(%s) AND finished_at IS NULL",
+            (f"lost with server {dead}; cancelled by request", [r[0] for r in rows]),
+        )
+    return [(str(job), slot) for job, slot in rows]
+
+
+def _give_back(
+    conn: Conn, which: str, args: Mapping[str, Any], finished_at: str
+) -> tuple[list[str], list[int | None]]:
+    """A clean stop's jobs (`which`, of this instance) back to everyone, as queued: except
+    those a cancel was asked for, which are cancelled here (finished at `finished_at`).
+    Given back with the request on them, another instance would claim such a job and start it
+    again before its own pass of the requests cancelled it. The ids of those cancelled, and
+    the pool slots of all of them, to release."""
+    cancelled = conn.execute(
+        "UPDATE queue_jobs SET status = 'cancelled', reason = 'cancelled by request', "
+        f"finished_at = {finished_at}, retry_at = NULL, failure_origin = id "
+        f"WHERE {which} AND cancel_requested AND status IN ('queued', 'running') "
+        "RETURNING id, pool_slot",
+        args,
+    ).fetchall()
+    given = conn.execute(
+        "UPDATE queue_jobs SET status = 'queued', owner = NULL, claim = NULL "
+        f"WHERE {which} AND status IN ('queued', 'running') RETURNING pool_slot",
+        args,
+    ).fetchall()
+    if cancelled:
+        conn.execute(f"NOTIFY {CHANNEL}")  # its dependents can be settled now
+    slots = [r[1] for r in cancelled] + [r[0] for r in given]
+    return [str(r[0]) for r in cancelled], slots
+
+
+def _release(conn: Conn, slots: Sequence[int | None], by: str) -> None:
+    """Give back the claims' server slots that are still held (none: no round trip)."""
+    held = [slot for slot in slots if slot is not None]
+    if held:
+        conn.execute("SELECT clore_run_release_slots(%s, %s)", (held, by))

@@ -1,0 +1,44 @@
+"""What a reaper settles a dead holder's rental at: what the order was billed, no more."""
+
+from __future__ import annotations
+
+import pytest
+
+from runner.backends.clore.models import Order
+from runner.backends.clore.reaper import billed_usd
+from runner.stores.ledger import Rental
+
+PRICE_PER_DAY = 2.0  # USD-Blockchain: one unit is one USD
+USD_PER_HOUR = PRICE_PER_DAY / 24 * 1.05  # the renter's 5 % on top
+CREATION_FEE = 0.1
+
+
+def rental(order_id: int | None = 7, state: str = "released") -> Rental:
+    return Rental(
+        1, "run", "job", 99173, order_id, state,  # type: ignore[arg-type]
+        0.0, 0.0, PRICE_PER_DAY, "USD-Blockchain", USD_PER_HOUR, "",
+    )  # fmt: skip
+
+
+def order(lived_s: float) -> Order:
+    spend = PRICE_PER_DAY * lived_s / 86400
+    return Order(id=7, si=99173, price=PRICE_PER_DAY, spend=spend, creation_fee=CREATION_FEE)
+
+
+def test_an_order_reaped_inside_the_grace_is_settled_without_the_creation_fee() -> None:
+    """The issue's case: an order that lived 64 s was settled with the $0.10 creation fee
+    ($0.1067 against the $0.0016 the wallet lost)."""
+    billed = billed_usd(rental(), {7: order(64)}, worst_usd=5.0)
+    assert billed == pytest.approx(PRICE_PER_DAY * 64 / 86400 * 1.05)
+    assert billed < 0.002
+
+
+def test_an_order_that_lived_ten_minutes_is_settled_with_the_fee() -> None:
+    billed = billed_usd(rental(), {7: order(601)}, worst_usd=5.0)
+    assert billed == pytest.approx((PRICE_PER_DAY * 601 / 86400 + CREATION_FEE) * 1.05)
+
+
+def test_without_the_apis_figure_the_worst_case_stands_and_nothing_created_costs_nothing() -> None:
+    assert billed_usd(rental(), None, worst_usd=5.0) == 5.0
+    assert billed_usd(rental(), {}, worst_usd=5.0) == 5.0
+    assert billed_usd(rental(order_id=None, state="failed"), None, worst_usd=5.0) == 0.0
