@@ -88,6 +88,7 @@ def _seat(pool: str, coordinator: str | None, run_id: str) -> PoolSeat:
             hint="pass --coordinator postgresql://USER@HOST/DB or set CLORE_RUN_COORDINATOR",
         )
     require_psycopg()
+    # psycopg (the postgres extra): only a run that joins a pool loads it
     from runner.stores.pools.postgres import PostgresPools
     from runner.stores.pools.seat import PoolSeat
 
