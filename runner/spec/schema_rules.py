@@ -44,15 +44,8 @@ OUTSIDE = r"^[/~]|(?:^|/)\.\.(?:/|$)"
 _MAX_FLOAT = 1.7976931348623157e308
 _FINITE_ONLY = {"anyOf": [{"not": {"maximum": 0}}, {"not": {"minimum": 0}}, {"const": 0}]}
 FINITE = {"type": "number", "minimum": -_MAX_FLOAT, "maximum": _MAX_FLOAT, **_FINITE_ONLY}
-# An env value: text, a boolean, or a number the loader writes out (an integer of any size is
-# exact as text; a float must be finite: 1e999 has no text to export).
 SCALAR_VALUE = {
-    "anyOf": [
-        {"type": "string", "pattern": _NO_NUL},
-        {"type": "boolean"},
-        {"type": "integer"},
-        FINITE,
-    ],
+    "anyOf": [{"type": "string", "pattern": _NO_NUL}, {"type": "boolean"}, FINITE],
 }
 
 
