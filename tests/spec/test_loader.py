@@ -746,3 +746,14 @@ def test_a_backend_s_key_is_checked_as_every_key(text: str, error: str) -> None:
     with pytest.raises(SpecError) as caught:
         parse_pipeline(text, "p.yml", {})
     assert str(caught.value) == error
+
+
+def test_an_env_integer_past_a_float_s_range_is_refused_as_the_schema_refuses_it() -> None:
+    """The schema's numbers are finite floats: a 310-digit integer passed the loader (written
+    out exactly) while `clore-run schema` refused it; schemathesis found the two disagreeing."""
+    largest = "1" + "0" * 308  # 1e308: a float still holds it
+    p = parse(f"jobs:\n  k:\n    env: {{k: {largest}}}\n    run: x\n")
+    assert p.jobs[0].env["k"] == largest
+    with pytest.raises(SpecError) as caught:
+        parse(f"jobs:\n  k:\n    env: {{k: {largest}0}}\n    run: x\n")
+    assert str(caught.value).startswith("p.yml:3:14: jobs.k.env.k: input should be a valid string")
