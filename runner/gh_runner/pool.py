@@ -1,4 +1,4 @@
-"""A runner start's budget pool (`--pool`, as `run` has it: runner/stores/pools.py).
+"""A runner start's budget pool (`--pool`, as `run` has it: runner/stores/pools/__init__.py).
 
 A pipeline run's reservations end with the run; a runner's server outlives its start, so its
 reservation must too. The order:
