@@ -14,7 +14,7 @@ import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from runner import redact
 from runner.backends.base import BackendStage, Place, Stream
@@ -32,6 +32,8 @@ if TYPE_CHECKING:  # rich is imported for a terminal, or for the final table
     from rich.console import RenderableType
     from rich.live import Live
     from rich.text import Text
+
+    from runner.report.summary_model import Summary
 
 CONSOLE_CAP_BYTES = 1 << 20  # per job; the rest is in logs/<job>.log
 HEARTBEAT_S = 180.0  # plain lines: a job quiet this long gets a line saying it is alive
@@ -301,7 +303,7 @@ class Console:
                 self._guard(self._screen.stop)
                 self._screen = None
 
-    def final_report(self, summary: Mapping[str, Any], out_dir: Path) -> None:
+    def final_report(self, summary: Summary, out_dir: Path) -> None:
         """The run's summary on screen: the table of summary.md, the failed jobs' last lines,
         totals, budget and baseline, and where the reports are."""
         with self._lock:

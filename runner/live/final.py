@@ -1,14 +1,13 @@
 """The end of a run on screen: the table of summary.md, the failed jobs' last log lines, totals,
 budget use, the baseline delta, and where the reports are.
 
-Drawn from the summary dict, as summary.md is, so the screen and the file cannot disagree.
+Drawn from the summary, as summary.md is, so the screen and the file cannot disagree.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from rich import box
 from rich.console import Group, RenderableType
@@ -17,6 +16,9 @@ from rich.text import Text
 
 from runner.figures import counted, duration, human, money, pct, rate
 from runner.untrusted import console_line
+
+if TYPE_CHECKING:
+    from runner.report.summary_model import Comparison, Job, Summary
 
 FAILED_LOG_LINES = 5  # per failed job; the whole log is in logs/<job>.log
 MAX_FAILED_LOGS = 5
@@ -46,52 +48,51 @@ class Column(NamedTuple):
 Cell = tuple[str, str]  # (text, style)
 
 
-def status_word(job: Mapping[str, Any]) -> str:
+def status_word(job: Job) -> str:
     """A job's status as summary.md words it: `failed (allowed)`, `passed (flaky)`."""
-    word = human(job["status"])
-    if job.get("allowed_failure"):
+    word = human(job.status)
+    if job.allowed_failure:
         word += " (allowed)"
-    elif job.get("flaky"):
+    elif job.flaky:
         word += " (flaky)"
     return word
 
 
-def render_final(summary: Mapping[str, Any], out_dir: Path) -> RenderableType:
-    shown = shown_jobs(summary["jobs"])
+def render_final(summary: Summary, out_dir: Path) -> RenderableType:
+    shown = shown_jobs(summary.jobs)
     parts: list[RenderableType] = [Text(""), jobs_table(summary, shown)]
-    left_out = len(summary["jobs"]) - len(shown)
+    left_out = len(summary.jobs) - len(shown)
     if left_out:
-        parts.append(Text(_left_out(summary["jobs"], shown), style="dim"))
+        parts.append(Text(_left_out(summary.jobs, shown), style="dim"))
     parts.extend(_failed_logs(summary))
     parts.append(_totals(summary))
-    comparison = summary.get("comparison")
-    if comparison:
-        parts.append(_baseline(comparison))
+    if summary.comparison:
+        parts.append(_baseline(summary.comparison))
     parts.append(Text(reports_line(out_dir), style="dim"))
     return Group(*parts)
 
 
-def shown_jobs(jobs: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+def shown_jobs(jobs: list[Job]) -> list[Job]:
     """At most MAX_TABLE_ROWS jobs, in the run's order: every one that did not pass before any
     that passed."""
     if len(jobs) <= MAX_TABLE_ROWS:
         return jobs
-    order = sorted(range(len(jobs)), key=lambda i: jobs[i]["status"] == "passed")
+    order = sorted(range(len(jobs)), key=lambda i: jobs[i].status == "passed")
     keep = sorted(order[:MAX_TABLE_ROWS])
     return [jobs[i] for i in keep]
 
 
-def _left_out(jobs: list[Mapping[str, Any]], shown: list[Mapping[str, Any]]) -> str:
+def _left_out(jobs: list[Job], shown: list[Job]) -> str:
     counts: dict[str, int] = {}
-    ids = {j["id"] for j in shown}
+    ids = {j.id for j in shown}
     for job in jobs:
-        if job["id"] not in ids:
-            counts[counted(job["status"])] = counts.get(counted(job["status"]), 0) + 1
+        if job.id not in ids:
+            counts[counted(job.status)] = counts.get(counted(job.status), 0) + 1
     words = ", ".join(f"{n} {status}" for status, n in counts.items())
     return f"… and {len(jobs) - len(shown)} more jobs ({words}): every job is in summary.md"
 
 
-def jobs_table(summary: Mapping[str, Any], shown: list[Mapping[str, Any]] | None = None) -> Table:
+def jobs_table(summary: Summary, shown: list[Job] | None = None) -> Table:
     columns, rows = table_cells(summary, shown)
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
     for column in columns:
@@ -112,15 +113,15 @@ def jobs_table(summary: Mapping[str, Any], shown: list[Mapping[str, Any]] | None
 
 
 def table_cells(
-    summary: Mapping[str, Any], shown: list[Mapping[str, Any]] | None = None
+    summary: Summary, shown: list[Job] | None = None
 ) -> tuple[list[Column], list[list[Cell]]]:
     """The jobs table's columns and rows (each cell its text and style)."""
-    compare = {j["id"]: j for j in (summary.get("comparison") or {}).get("jobs", [])}
+    compare = {j.id: j for j in summary.comparison.jobs} if summary.comparison else {}
     # Names, GPU and the note give way on a narrow terminal; numbers are cut last.
-    jobs = summary["jobs"]
+    jobs = summary.jobs
     # A column nobody has a value in (GPU and $/h on the local backend) is left out.
-    gpus = any(j.get("gpu") for j in jobs)
-    rates = any(j.get("usd_per_hour") is not None for j in jobs)
+    gpus = any(j.gpu for j in jobs)
+    rates = any(j.usd_per_hour is not None for j in jobs)
     columns = [Column("job", max_width=32, gives_way=True), Column("status", min_width=8)]
     if gpus:
         columns.append(Column("gpu", max_width=20, gives_way=True))
@@ -134,28 +135,28 @@ def table_cells(
     rows: list[list[Cell]] = []
     for job in jobs if shown is None else shown:
         word = status_word(job)
-        style = _STYLE.get(job["status"], "bold red" if job["status"] in _BAD else "")
-        if job.get("allowed_failure"):
+        style = _STYLE.get(job.status, "bold red" if job.status in _BAD else "")
+        if job.allowed_failure:
             style = "yellow"
-        cells = [(console_line(job["name"]), ""), (word, style)]
+        cells = [(console_line(job.name), ""), (word, style)]
         if gpus:
-            cells.append((console_line(job.get("gpu") or "–"), ""))
-        cells.append((duration(job["duration_s"]), ""))
+            cells.append((console_line(job.gpu or "–"), ""))
+        cells.append((duration(job.duration_s), ""))
         if rates:
-            cells.append((rate(job.get("usd_per_hour")), ""))
-        cells += [(money(job["cost_usd"]), ""), (str(job["attempts"]), "")]
+            cells.append((rate(job.usd_per_hour), ""))
+        cells += [(money(job.cost_usd), ""), (str(job.attempts), "")]
         if compare:
-            delta = compare.get(job["id"], {})
+            delta = compare.get(job.id)
             cells += [
-                (pct(delta.get("cost_delta_pct")), ""),
-                (pct(delta.get("duration_delta_pct")), ""),
+                (pct(delta.cost_delta_pct if delta else None), ""),
+                (pct(delta.duration_delta_pct if delta else None), ""),
             ]
-        cells.append((console_line(" ".join(str(job.get("reason") or "").split())), ""))
+        cells.append((console_line(" ".join(job.reason.split())), ""))
         rows.append(cells)
     return columns, rows
 
 
-def _failed_logs(summary: Mapping[str, Any]) -> list[RenderableType]:
+def _failed_logs(summary: Summary) -> list[RenderableType]:
     out: list[RenderableType] = []
     for kind, line in failed_log_lines(summary):
         if kind == "title":
@@ -169,37 +170,36 @@ def _failed_logs(summary: Mapping[str, Any]) -> list[RenderableType]:
     return out
 
 
-def failed_log_lines(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
+def failed_log_lines(summary: Summary) -> list[tuple[str, str]]:
     """(kind, text): a failed job's "title", its last log lines ("line", cut to the width with an
     ellipsis), and a last line counting the failed jobs left out ("more")."""
     out: list[tuple[str, str]] = []
-    failed = [j for j in summary["jobs"] if j.get("log_tail")]
+    failed = [j for j in summary.jobs if j.log_tail]
     for job in failed[:MAX_FAILED_LOGS]:
-        out.append(("title", f"{console_line(job['name'])}: last lines of logs/{job['id']}.log"))
-        for line in job["log_tail"][-FAILED_LOG_LINES:]:
+        out.append(("title", f"{console_line(job.name)}: last lines of logs/{job.id}.log"))
+        for line in job.log_tail[-FAILED_LOG_LINES:]:
             out.append(("line", "  " + console_line(line)))
     if len(failed) > MAX_FAILED_LOGS:
         out.append(("more", f"… and {len(failed) - MAX_FAILED_LOGS} more failed jobs in logs/"))
     return out
 
 
-def _totals(summary: Mapping[str, Any]) -> Text:
+def _totals(summary: Summary) -> Text:
     text = Text(no_wrap=False)
     for part, style in totals_parts(summary):
         text.append(part, style=style)
     return text
 
 
-def totals_parts(summary: Mapping[str, Any]) -> list[Cell]:
+def totals_parts(summary: Summary) -> list[Cell]:
     """The totals line, (text, style) by part; it wraps at the width."""
-    by = summary.get("jobs_by_status", {})
-    counts = ", ".join(f"{n} {counted(status)}" for status, n in by.items())
-    status = summary["status"]
+    counts = ", ".join(f"{n} {counted(status)}" for status, n in summary.jobs_by_status.items())
+    status = summary.status
     parts = [(status, _STYLE.get(status, "bold red"))]
-    parts.append((f": {counts} · {money(summary['total_cost_usd'])}", ""))
-    if summary.get("budget_usd"):
-        parts.append((f" ({summary['budget_used_pct']:g}% of {rate(summary['budget_usd'])})", ""))
-    parts.append((f" · {duration(summary['duration_s'])}", ""))
+    parts.append((f": {counts} · {money(summary.total_cost_usd)}", ""))
+    if summary.budget_usd:
+        parts.append((f" ({summary.budget_used_pct:g}% of {rate(summary.budget_usd)})", ""))
+    parts.append((f" · {duration(summary.duration_s)}", ""))
     return parts
 
 
@@ -208,14 +208,14 @@ def reports_line(out_dir: Path) -> str:
     return f"reports: {where} (summary.md, junit.xml, logs/)"
 
 
-def _baseline(comparison: Mapping[str, Any]) -> Text:
+def _baseline(comparison: Comparison) -> Text:
     return Text(baseline_line(comparison))
 
 
-def baseline_line(comparison: Mapping[str, Any]) -> str:
-    total = comparison["total"]
+def baseline_line(comparison: Comparison) -> str:
+    total = comparison.total
     return (
-        f"{pct(total['cost_delta_pct'])} cost, {pct(total['duration_delta_pct'])} time vs "
-        f"{console_line(str(comparison.get('label', 'the baseline')))} "
-        f"({money(total['cost_usd'])} vs {money(total['baseline_cost_usd'])})"
+        f"{pct(total.cost_delta_pct)} cost, {pct(total.duration_delta_pct)} time vs "
+        f"{console_line(comparison.label)} "
+        f"({money(total.cost_usd)} vs {money(total.baseline_cost_usd)})"
     )

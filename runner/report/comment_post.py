@@ -11,12 +11,12 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import requests
 
 from runner.clock import SYSTEM_CLOCK, Clock
-from runner.report import load_summary, with_comparison
+from runner.report import load_summary, read_json, with_comparison
 from runner.report.comment import (
     api_url,
     comment_body,
@@ -28,6 +28,9 @@ from runner.report.comment import (
 from runner.report.github_actions import append_step_summary, command, is_active
 from runner.report.github_api import GitHubApi, GitHubError, RateLimited, ReadOnly
 from runner.report.markdown import render_markdown
+
+if TYPE_CHECKING:
+    from runner.report.summary_model import Summary
 
 
 @dataclass(frozen=True)
@@ -67,8 +70,8 @@ def post_comment(
     repo = env.get("GITHUB_REPOSITORY", "")
     if not token or not repo:
         return Outcome(2, "need a token (--token or GITHUB_TOKEN) and GITHUB_REPOSITORY", "error")
-    run_url = (summary.get("ci") or {}).get("run_url")
-    name = header or str((summary.get("pipeline") or {}).get("name") or "default")
+    run_url = summary.ci.run_url if summary.ci else None
+    name = header or summary.pipeline.name or "default"
     body = comment_body(render_markdown(summary), name, run_url)
     api = GitHubApi(api_url(env), token, http.session, http.clock)
     outcome = _post(api, repo, env, name, body)
@@ -79,11 +82,11 @@ def post_comment(
     return outcome
 
 
-def _compared(summary: dict[str, Any], baseline_path: Path | None) -> tuple[dict[str, Any], str]:
+def _compared(summary: Summary, baseline_path: Path | None) -> tuple[Summary, str]:
     if baseline_path is None:
         return summary, ""
     try:
-        baseline = load_summary(baseline_path)
+        baseline = read_json(baseline_path)
     except (OSError, ValueError) as exc:
         return summary, f"baseline ignored: {exc}"
     return with_comparison(summary, baseline), ""

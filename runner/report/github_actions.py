@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import os
 import sys
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from runner import redact
 from runner.report.markdown import cut_markdown
+from runner.report.text import tail_lines
 from runner.untrusted import console_line
 
 # Every command passes through mask_secrets and, on a bad pipeline, annotate_spec_error: what
@@ -25,6 +27,8 @@ from runner.untrusted import console_line
 if TYPE_CHECKING:
     from runner.core.model import SpecWarning
     from runner.report import ReportPaths
+    from runner.report.summary_model import Job as SummaryJob
+    from runner.report.summary_model import Summary
 
 STEP_SUMMARY_LIMIT = 1024 * 1024  # bytes per step; over it GitHub drops the whole summary
 _SUMMARY_MARGIN = 4096  # other writers in the same step, and GitHub's added newlines
@@ -89,7 +93,6 @@ def print_log_group(
 ) -> None:
     """A job's log in a group. Commands in it are switched off: the log comes from a rented
     machine, and a line like `::add-mask::` or `::error::` in it must not act on this runner."""
-    import uuid
 
     stream = out or sys.stdout
     token = f"clore-run-{uuid.uuid4().hex}"
@@ -103,7 +106,6 @@ def _print_tail(log: Path, stream: TextIO, max_lines: int) -> None:
     if not log.is_file():
         print(f"(no log at {log})", file=stream)
         return
-    from runner.report.text import tail_lines
 
     # One line more than shown tells whether any was left out. (Comparing the file's size with
     # the lines' length said so for logs cut nowhere: the lines are decoded, their colour
@@ -118,7 +120,7 @@ def _print_tail(log: Path, stream: TextIO, max_lines: int) -> None:
 
 
 def annotate_failures(
-    summary: Mapping[str, Any],
+    summary: Summary,
     out: TextIO | None = None,
     workspace: str | None = None,
     limit: int = ERROR_ANNOTATION_LIMIT,
@@ -129,13 +131,13 @@ def annotate_failures(
     more failed instead. Returns how many annotations were printed.
     """
     stream = out or sys.stdout
-    failed = [j for j in summary.get("jobs", []) if j.get("status") in _FAILED]
+    failed = [j for j in summary.jobs if j.status in _FAILED]
     shown = failed if len(failed) <= limit else failed[: limit - 1]
     for job in shown:
         print(redact.text(_job_annotation(job, summary, workspace)), file=stream)
     if len(shown) < len(failed):
         rest = len(failed) - len(shown)
-        source = _repo_path(summary.get("pipeline", {}).get("source", ""), workspace)
+        source = _repo_path(summary.pipeline.source, workspace)
         msg = f"{rest} more failed jobs; see the job summary"
         print(command("error", msg, file=source, title="clore-run"), file=stream)
     stream.flush()
@@ -203,29 +205,27 @@ def annotate_spec_warnings(
     stream.flush()
 
 
-def _job_annotation(
-    job: Mapping[str, Any], summary: Mapping[str, Any], workspace: str | None
-) -> str:
-    loc = job.get("location") or {}
-    source = loc.get("file") or summary.get("pipeline", {}).get("source", "")
-    status = str(job.get("status", "")).replace("_", " ")
-    if job.get("allowed_failure"):
+def _job_annotation(job: SummaryJob, summary: Summary, workspace: str | None) -> str:
+    loc = job.location
+    source = (loc.file if loc else "") or summary.pipeline.source
+    status = job.status.replace("_", " ")
+    if job.allowed_failure:
         status += " (allowed)"
     # The reason and the test names may come from the server: no command may be read from them.
-    reason = console_line(str(job.get("reason") or status))
-    message = f"job '{console_line(str(job.get('name')))}' {status}: {reason}"
-    tests = [t for t in job.get("failed_tests", []) if t.get("scope") == "test"]
+    reason = console_line(job.reason or status)
+    message = f"job '{console_line(job.name)}' {status}: {reason}"
+    tests = [t for t in job.failed_tests if t.scope == "test"]
     if tests:
-        names = ", ".join(console_line(str(t.get("name", ""))) for t in tests[:5])
+        names = ", ".join(console_line(t.name) for t in tests[:5])
         more = f" and {len(tests) - 5} more" if len(tests) > 5 else ""
         message += f"\nfailed tests: {names}{more}"
     return command(
-        "warning" if job.get("allowed_failure") else "error",
+        "warning" if job.allowed_failure else "error",
         message,
         file=_repo_path(source, workspace),
-        line=loc.get("line"),
-        col=loc.get("column"),
-        title=f"clore-run: {job.get('name')} {status}",
+        line=loc.line if loc else None,
+        col=loc.column if loc else None,
+        title=f"clore-run: {job.name} {status}",
     )
 
 
@@ -244,7 +244,6 @@ def _repo_path(path: str, workspace: str | None) -> str:
 
 def write_outputs(path: Path, outputs: Mapping[str, str]) -> None:
     """Append step outputs to the `GITHUB_OUTPUT` file with the multi-line delimiter syntax."""
-    import uuid
 
     chunks = []
     for name, value in outputs.items():
@@ -289,13 +288,13 @@ def publish(
         return
     summary = paths.read_summary()
     annotate_failures(summary, out, env.get("GITHUB_WORKSPACE"))
-    annotate_run_warnings(summary.get("warnings") or [], out)
+    annotate_run_warnings(summary.warnings, out)
     if env.get("GITHUB_OUTPUT"):
         write_outputs(
             Path(env["GITHUB_OUTPUT"]),
             {
-                "status": str(summary.get("status", "")),
-                "total-cost-usd": f"{float(summary.get('total_cost_usd') or 0.0):.4f}",
+                "status": summary.status,
+                "total-cost-usd": f"{summary.total_cost_usd:.4f}",
                 "junit-path": str(paths.junit),
                 "summary-path": str(paths.summary_json),
                 "summary-md-path": str(paths.summary_md),

@@ -1,6 +1,6 @@
-"""`summary.md`: the summary dict rendered as Markdown, and a clean cut.
+"""`summary.md`: the summary rendered as Markdown, and a clean cut.
 
-It reads the summary dict alone, so `clore-run comment SUMMARY.json` renders the same Markdown
+It reads the summary alone, so `clore-run comment SUMMARY.json` renders the same Markdown
 later from the JSON file. Written in Python rather than as a jinja2 template: importing jinja2
 took longer than writing every other report of a run of 200 short jobs.
 """
@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, NamedTuple
+from collections.abc import Callable
+from typing import TYPE_CHECKING, NamedTuple
 
 from runner import untrusted
 from runner.figures import counted, duration, human, money, pct, rate
 from runner.report.text import escape_text
 
 if TYPE_CHECKING:
+    from runner.report.summary_model import Comparison, Summary
+    from runner.report.summary_model import Job as SummaryJob
     from runner.report.timeline import Timeline
 
 _ICONS = {
@@ -40,16 +42,15 @@ MAX_FAILED_LOGS = 20
 _COUNTED = ("passed", "failed", "timed_out", "error", "skipped", "cancelled")
 
 
-def render_markdown(s: Mapping[str, Any], timeline: Timeline | None = None) -> str:
-    """Render `summary.md` from a summary dict (schema 1); `timeline`: its model, when already
-    built. Every value from a job or a test goes through `cell` (one line, `|` and `<`
-    escaped), `remote` (text a server could have written), or `html_text` inside an HTML
-    element."""
-    cmp = s["comparison"]
+def render_markdown(s: Summary, timeline: Timeline | None = None) -> str:
+    """Render `summary.md` from a summary; `timeline`: its model, when already built. Every
+    value from a job or a test goes through `cell` (one line, `|` and `<` escaped), `remote`
+    (text a server could have written), or `html_text` inside an HTML element."""
+    cmp = s.comparison
     parts = [_headline(s, cmp), _jobs_table(s, cmp), _failed_tests(s), _failed_logs(s)]
-    if s["warnings"]:
+    if s.warnings:
         parts.append("\n### Warnings\n\n")
-        parts.extend(f"- {cell(w, 500)}\n" for w in s["warnings"])
+        parts.extend(f"- {cell(w, 500)}\n" for w in s.warnings)
     chart = summary_gantt(s, timeline)
     if chart:
         parts.append(f"\n### Timeline\n\n```mermaid\n{chart}```\n")
@@ -57,37 +58,40 @@ def render_markdown(s: Mapping[str, Any], timeline: Timeline | None = None) -> s
     return "".join(parts)
 
 
-def _headline(s: Mapping[str, Any], cmp: Any) -> str:
-    jobs, by, tests = len(s["jobs"]), s["jobs_by_status"], s["tests"]
+def _headline(s: Summary, cmp: Comparison | None) -> str:
+    jobs, by, tests = len(s.jobs), s.jobs_by_status, s.tests
     present = [status for status in _COUNTED if by.get(status)]
-    text = f"## {icon(s['status'])} {cell(s['pipeline']['name'])}: {s['status']}\n\n"
+    text = f"## {icon(s.status)} {cell(s.pipeline.name)}: {s.status}\n\n"
     text += f"**{jobs} job{_plural(jobs)}**"
     if present:
         text += ":" + ",".join(f" {by[status]} {counted(status)}" for status in present)
     text += "\n"
-    if tests["total"]:
-        text += f" · **tests**: {tests['passed']} passed"
-        for key, word in (("failures", "failed"), ("errors", "errored"), ("skipped", "skipped")):
-            if tests[key]:
-                text += f", {tests[key]} {word}"
-        if tests["flaky_jobs"]:
-            text += f", {tests['flaky_jobs']} flaky job{_plural(tests['flaky_jobs'])}"
+    if tests.total:
+        text += f" · **tests**: {tests.passed} passed"
+        for count, word in (
+            (tests.failures, "failed"),
+            (tests.errors, "errored"),
+            (tests.skipped, "skipped"),
+        ):
+            if count:
+                text += f", {count} {word}"
+        if tests.flaky_jobs:
+            text += f", {tests.flaky_jobs} flaky job{_plural(tests.flaky_jobs)}"
         text += "\n"
-    text += f" · **cost**: {money(s['total_cost_usd'])}"
-    if s["budget_usd"]:
-        text += f" ({s['budget_used_pct']}% of the {rate(s['budget_usd'])} budget)"
-    hedges = s.get("hedges") or {}
-    if hedges.get("boots_given_back"):
-        given_back = hedges["boots_given_back"]
-        text += f" (hedged boots: {given_back} given back, {money(hedges['cost_usd'])})"
-    text += f" · **time**: {duration(s['duration_s'])} · **backend**: {cell(s['backend'])}\n"
+    text += f" · **cost**: {money(s.total_cost_usd)}"
+    if s.budget_usd:
+        text += f" ({s.budget_used_pct}% of the {rate(s.budget_usd)} budget)"
+    if s.hedges.boots_given_back:
+        given_back = s.hedges.boots_given_back
+        text += f" (hedged boots: {given_back} given back, {money(s.hedges.cost_usd)})"
+    text += f" · **time**: {duration(s.duration_s)} · **backend**: {cell(s.backend)}\n"
     if cmp:
-        total = cmp["total"]
+        total = cmp.total
         text += (
-            f"\n**{pct(total['cost_delta_pct'])} GPU cost vs {cell(cmp['label'])}** "
-            f"({money(total['cost_usd'])} vs {money(total['baseline_cost_usd'])}), "
-            f"**{pct(total['duration_delta_pct'])} time** ({duration(total['duration_s'])} vs "
-            f"{duration(total['baseline_duration_s'])})\n"
+            f"\n**{pct(total.cost_delta_pct)} GPU cost vs {cell(cmp.label)}** "
+            f"({money(total.cost_usd)} vs {money(total.baseline_cost_usd)}), "
+            f"**{pct(total.duration_delta_pct)} time** ({duration(total.duration_s)} vs "
+            f"{duration(total.baseline_duration_s)})\n"
         )
     return text + "\n"
 
@@ -96,73 +100,73 @@ def _plural(count: object) -> str:
     return "s" if count != 1 else ""
 
 
-def _jobs_table(s: Mapping[str, Any], cmp: Any) -> str:
-    deltas = {j["id"]: j for j in cmp["jobs"]} if cmp else {}
+def _jobs_table(s: Summary, cmp: Comparison | None) -> str:
+    deltas = {j.id: j for j in cmp.jobs} if cmp else {}
     rows = [
         "| Job | Status | GPU | Server | Time | $/h | Cost | Attempts |"
         + (" Δ cost | Δ time |" if cmp else "")
         + " Note |\n",
         "|---|---|---|---|--:|--:|--:|--:|" + ("--:|--:|" if cmp else "") + "---|\n",
     ]
-    for j in s["jobs"]:
-        status = f"{icon(j['status'])} {human(j['status'])}"
-        if j["allowed_failure"]:
+    for j in s.jobs:
+        status = f"{icon(j.status)} {human(j.status)}"
+        if j.allowed_failure:
             status += " (allowed)"
-        elif j["flaky"]:
+        elif j.flaky:
             status += " (flaky)"
-        server = remote((j["host"] or {}).get("server_id") or j["server"] or "") or "–"
+        server = remote((j.host or {}).get("server_id") or j.server or "") or "–"
         row = (
-            f"| {cell(j['name'])} | {status} | {remote(j['gpu'] or '') or '–'} | {server} | "
-            f"{duration(j['duration_s'])} | {rate(j['usd_per_hour'])} | {money(j['cost_usd'])} "
-            f"| {j['attempts']} |"
+            f"| {cell(j.name)} | {status} | {remote(j.gpu or '') or '–'} | {server} | "
+            f"{duration(j.duration_s)} | {rate(j.usd_per_hour)} | {money(j.cost_usd)} "
+            f"| {j.attempts} |"
         )
         if cmp:
-            d = deltas.get(j["id"])
-            row += f" {pct(d['cost_delta_pct'] if d else None)} |"
-            row += f" {pct(d['duration_delta_pct'] if d else None)} |"
-        rows.append(f"{row} {remote(j['reason'])} |\n")
+            d = deltas.get(j.id)
+            row += f" {pct(d.cost_delta_pct if d else None)} |"
+            row += f" {pct(d.duration_delta_pct if d else None)} |"
+        rows.append(f"{row} {remote(j.reason)} |\n")
     return "".join(rows)
 
 
-def _failed_tests(s: Mapping[str, Any]) -> str:
+def _failed_tests(s: Summary) -> str:
     """'Failed tests', then those of jobs whose failure `continue-on-error` allows: they did
     not fail the run, and a reader must not take them for what did."""
-    failing = [j for j in s["jobs"] if not j["allowed_failure"]]
-    allowed = [j for j in s["jobs"] if j["allowed_failure"]]
+    failing = [j for j in s.jobs if not j.allowed_failure]
+    allowed = [j for j in s.jobs if j.allowed_failure]
     return _tests_list(failing, "Failed tests") + _tests_list(
         allowed, "Allowed to fail (continue-on-error)"
     )
 
 
-def _tests_list(jobs: list[Mapping[str, Any]], title: str) -> str:
-    failed = [(j, t) for j in jobs for t in j["failed_tests"]]
+def _tests_list(jobs: list[SummaryJob], title: str) -> str:
+    failed = [(j, t) for j in jobs for t in j.failed_tests]
     if not failed:
         return ""
     lines = [f"\n### {title}\n\n"]
     for j, t in failed[:MAX_FAILED_TESTS]:
-        mark = "💥" if t["kind"] == "error" else "❌"
-        if t["scope"] == "job":
+        mark = "💥" if t.kind == "error" else "❌"
+        if t.scope == "job":
             what = "the job"
         else:
-            what = remote((f"{t['classname']}." if t["classname"] else "") + str(t["name"]))
-        message = f": {remote(t['message'], 300)}" if t["message"] else ""
-        lines.append(f"- {mark} **{cell(j['name'])}** · {what}{message}\n")
+            what = remote((f"{t.classname}." if t.classname else "") + t.name)
+        message = f": {remote(t.message, 300)}" if t.message else ""
+        lines.append(f"- {mark} **{cell(j.name)}** · {what}{message}\n")
     if len(failed) > MAX_FAILED_TESTS:
         lines.append(f"- … and {len(failed) - MAX_FAILED_TESTS} more in junit.xml\n")
     return "".join(lines)
 
 
-def _failed_logs(s: Mapping[str, Any]) -> str:
-    logs = [j for j in s["jobs"] if j["log_tail"]]
+def _failed_logs(s: Summary) -> str:
+    logs = [j for j in s.jobs if j.log_tail]
     if not logs:
         return ""
     parts = ["\n### Logs of failed jobs\n"]
     for j in logs[:MAX_FAILED_LOGS]:
-        text = "\n".join(map(str, j["log_tail"]))
+        text = "\n".join(j.log_tail)
         marker = fence(text)
         parts.append(
-            f"\n<details><summary>{html_text(j['name'])}: last {len(j['log_tail'])} lines of "
-            f"logs/{html_text(j['id'])}.log</summary>\n\n{marker}text\n{text}\n{marker}\n\n"
+            f"\n<details><summary>{html_text(j.name)}: last {len(j.log_tail)} lines of "
+            f"logs/{html_text(j.id)}.log</summary>\n\n{marker}text\n{text}\n{marker}\n\n"
             "</details>\n"
         )
     if len(logs) > MAX_FAILED_LOGS:
@@ -171,17 +175,17 @@ def _failed_logs(s: Mapping[str, Any]) -> str:
     return "".join(parts)
 
 
-def _footer(s: Mapping[str, Any], cmp: Any) -> str:
+def _footer(s: Summary, cmp: Comparison | None) -> str:
     text = "<sub>"
-    ci = s["ci"]
+    ci = s.ci
     if ci:
-        text += f"[CI run {cell(ci['run_id'])}]({ci['run_url']})"
-        if ci["sha"]:
-            text += f" · commit {cell(ci['sha'][:7])}"
+        text += f"[CI run {cell(ci.run_id)}]({ci.run_url})"
+        if ci.sha:
+            text += f" · commit {cell(ci.sha[:7])}"
         text += " · "
-    if cmp and cmp["baseline_run_url"]:
-        text += f"[baseline run]({cmp['baseline_run_url']}) · "
-    return text + f"clore-run {s['tool']['version']} · started {s['started_at']}</sub>"
+    if cmp and cmp.baseline_run_url:
+        text += f"[baseline run]({cmp.baseline_run_url}) · "
+    return text + f"clore-run {s.tool.version} · started {s.started_at}</sub>"
 
 
 def remote(value: object, limit: int = _CELL_LIMIT) -> str:
@@ -197,13 +201,13 @@ def _remote(text: str, limit: int) -> str:
     return untrusted.markdown(text, limit)
 
 
-def summary_gantt(summary: Mapping[str, Any], timeline: Timeline | None = None) -> str:
+def summary_gantt(summary: Summary, timeline: Timeline | None = None) -> str:
     """The run's timeline as Mermaid source, "" when nothing ran."""
     from runner.report.mermaid import gantt  # with the reports, not with the console
     from runner.report.timeline import build_timeline, records_from_summary
 
     model = build_timeline(records_from_summary(summary)) if timeline is None else timeline
-    return gantt(model, str(summary.get("pipeline", {}).get("name", "")))
+    return gantt(model, summary.pipeline.name)
 
 
 def cell(value: object, limit: int = _CELL_LIMIT) -> str:

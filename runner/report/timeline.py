@@ -6,7 +6,11 @@ summary.md's Mermaid chart, timeline.svg and serve's job pages draw from the sam
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Literal, NamedTuple
+from datetime import datetime
+from typing import TYPE_CHECKING, Literal, NamedTuple
+
+if TYPE_CHECKING:
+    from runner.report.summary_model import Summary
 
 Phase = Literal["setup", "run"]  # setup: renting, booting, connecting — before the script ran
 SETUP_MIN_S = 0.5  # a shorter wait for a place (a local slot) is not worth drawing
@@ -91,31 +95,28 @@ def _spans(record: AttemptRecord, origin: float, retried: bool, several: bool) -
     return out
 
 
-def records_from_summary(summary: Mapping[str, Any]) -> list[AttemptRecord]:
-    """The attempt records of a summary dict (summary.json, schema 1)."""
-    origin = _unix(summary.get("started_at")) or 0.0
+def records_from_summary(summary: Summary) -> list[AttemptRecord]:
+    """The attempt records of a summary (summary.json, schema 1)."""
+    origin = _unix(summary.started_at) or 0.0
     out: list[AttemptRecord] = []
-    for job in summary.get("jobs", []):
-        for attempt in job.get("attempt_details", []):
-            offset = attempt.get("offset_s")
-            if isinstance(offset, (int, float)):
-                began = origin + offset
-            else:
-                began = _unix(attempt.get("started_at")) or origin
-            took = attempt.get("duration_s")
-            ended = began + (took if isinstance(took, (int, float)) else 0.0)
-            setup = attempt.get("setup_s", 0.0)  # absent (an older summary): it ran at once
-            placed = began + setup if isinstance(setup, (int, float)) else None
-            number = attempt.get("number")
+    for job in summary.jobs:
+        for attempt in job.attempt_details:
+            if attempt.offset_s is not None:
+                began = origin + attempt.offset_s
+            else:  # a summary from before offset_s
+                began = _unix(attempt.started_at) or origin
+            ended = began + attempt.duration_s
+            setup = attempt.setup_s  # absent (an older summary): 0, it ran at once
+            placed = None if setup is None else began + setup
             out.append(
                 AttemptRecord(
-                    str(job["id"]),
-                    str(job.get("name") or job["id"]),
-                    number if isinstance(number, int) else 1,
-                    float(began),
-                    float(ended),
+                    job.id,
+                    job.name or job.id,
+                    attempt.number,
+                    began,
+                    ended,
                     placed,
-                    attempt.get("failure"),
+                    attempt.failure,
                 )
             )
     return out
@@ -124,7 +125,6 @@ def records_from_summary(summary: Mapping[str, Any]) -> list[AttemptRecord]:
 def _unix(value: object) -> float | None:
     if not isinstance(value, str) or not value:
         return None
-    from datetime import datetime
 
     try:
         return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()

@@ -30,6 +30,7 @@ from psycopg import errors as pg_errors
 
 from runner.clock import SYSTEM_CLOCK, Clock
 from runner.errors import InfrastructureError
+from runner.stores.sql import Cursor, Execute, RowStore
 from runner.stores.target import libpq_password, redact_url
 
 T = TypeVar("T")
@@ -260,6 +261,36 @@ class PgDatabase:
                 hint="the database is overloaded or a lock is held; try again",
             )
         return self._error(f"{self.where}: cannot {doing}: {_first_line(exc)}")
+
+
+class PgRows(RowStore):
+    """A store's PostgreSQL half, for every store whose rules are a `RowStore`: its statements
+    run on `db`, each `_transact` one transaction, run again after a lost connection (so the
+    rules make each safe to repeat)."""
+
+    db: PgDatabase
+
+    @property
+    def where(self) -> str:
+        return self.db.where
+
+    def close(self) -> None:
+        self.db.close()
+
+    def _transact(self, doing: str, work: Callable[[Execute], T]) -> T:
+        def run(conn: Conn) -> T:
+            def execute(statement: str, args: Sequence[Any]) -> Cursor:
+                return conn.execute(marks(statement), args)
+
+            return work(execute)
+
+        return self.db.run(doing, run)
+
+
+def marks(statement: str) -> bytes:
+    """A statement written with `?` placeholders (the rules serve SQLite too) as psycopg's,
+    `%s`; so no rule holds a literal `?` or `%`."""
+    return statement.replace("?", "%s").encode()
 
 
 class LeaseLine:

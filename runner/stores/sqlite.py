@@ -9,11 +9,16 @@ alike too: the store's own error (exit 3) naming the file, never a traceback.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
+from typing import TypeVar
 
 from runner.errors import InfrastructureError
+from runner.stores.sql import Execute, RowStore
+
+T = TypeVar("T")
 
 
 class NewerSchema(Exception):
@@ -27,6 +32,57 @@ class WalRefused(Exception):
     def __init__(self, mode: object) -> None:
         super().__init__(f"SQLite refused WAL mode (got {mode!r})")
         self.mode = mode
+
+
+class SqliteRows(RowStore):
+    """A store's SQLite half, for every store: one file, one connection (autocommit) behind a
+    lock shared by threads, every failure the store's error naming the file."""
+
+    path: Path
+    _db: sqlite3.Connection
+
+    def _name(self, path: Path, what: str, error: type[InfrastructureError], damaged: str) -> None:
+        """What the file is (`what` in messages) and its error, with the hint `damaged` where
+        the file itself may be at fault; before anything is opened."""
+        self.path = path
+        self._what = what
+        self._error = error
+        self._damaged = damaged
+        self._lock = threading.RLock()
+
+    def _open(self, migrations: Sequence[Sequence[str]], busy_timeout_s: float) -> None:
+        """Open the file (parent folders made) and bring its schema to len(migrations)."""
+        with self._guard("open"):
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = connect(self.path, busy_timeout_s)
+        try:
+            with self._guard("open"):
+                prepare(
+                    self._db,
+                    migrations,
+                    len(migrations),
+                    error=self._error,
+                    name=f"{self._what} {self.path}",
+                )
+        except self._error:
+            self._db.close()
+            raise
+
+    @property
+    def where(self) -> str:
+        return str(self.path)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def _transact(self, doing: str, work: Callable[[Execute], T]) -> T:
+        # Autocommit: each statement is its own transaction; the lock keeps threads apart.
+        with self._lock, self._guard(doing):
+            return work(self._db.execute)
+
+    def _guard(self, doing: str) -> AbstractContextManager[None]:
+        return failures_as(self._error, f"{self._what} {self.path}", doing, self._damaged)
 
 
 def connect(path: Path, busy_timeout_s: float) -> sqlite3.Connection:

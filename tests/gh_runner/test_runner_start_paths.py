@@ -3,7 +3,10 @@ that cannot cover the worst case give everything back, and the options that are 
 
 from __future__ import annotations
 
+import threading
+
 import pytest
+from typer.testing import Result
 
 from tests.fakes.clore_api import Faults
 from tests.fakes.github_runners import fake_github as fake_github
@@ -143,7 +146,13 @@ def test_a_runner_whose_next_host_the_budget_cannot_hold_ends_the_start(host: Ho
     host.fake.no_sshd.add(88028)
     args = host.start_args("--gpu", "RTX", "--runners", "2", "--budget", "0.37")
     args[args.index("USD-Blockchain")] = "CLORE-Blockchain"
-    started = host.invoke(args)
+    results: list[Result] = []
+    # Without the check, the start would wait for that money for ever: bounded, it fails.
+    worker = threading.Thread(target=lambda: results.append(host.invoke(args)), daemon=True)
+    worker.start()
+    worker.join(120.0)
+    assert results, "the start never ended: a runner waits for money that never comes free"
+    (started,) = results
     assert started.exit_code == 3, started.output
     words = " ".join(started.output.split())
     assert "no offer left within the budget for clore-" in words

@@ -12,12 +12,13 @@ from rich.console import Console as RichConsole
 
 from runner.console import Console
 from runner.live.final import MAX_TABLE_ROWS, render_final
+from runner.report.summary_model import Summary, parse_summary
 
 OUT = Path("out")
 STATUSES = ("passed", "failed", "timed_out", "error", "skipped", "cancelled", "interrupted")
 
 
-def rich_text(summary: dict[str, Any], width: int = 120) -> str:
+def rich_text(summary: Summary, width: int = 120) -> str:
     """What the console printed with rich before: its console as made for a pipe."""
     buffer = io.StringIO()
     console = RichConsole(
@@ -37,15 +38,15 @@ def job(
     }  # fmt: skip
 
 
-def summary_of(jobs: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+def summary_of(jobs: list[dict[str, Any]], **extra: Any) -> Summary:
     by: dict[str, int] = {}
     for j in jobs:
         by[j["status"]] = by.get(j["status"], 0) + 1
-    return {
+    return parse_summary({
         "jobs": jobs, "status": "failed" if by.keys() - {"passed"} else "passed",
         "jobs_by_status": by, "total_cost_usd": sum(j["cost_usd"] for j in jobs),
         "duration_s": 61.0, **extra,
-    }  # fmt: skip
+    })  # fmt: skip
 
 
 CASES = {
@@ -130,5 +131,5 @@ def test_the_totals_line_counts_errors_in_words() -> None:
         "budget_usd": None,
         "duration_s": 32.4,
     }
-    line = "".join(text for text, _ in totals_parts(summary))
+    line = "".join(text for text, _ in totals_parts(parse_summary(summary)))
     assert line.startswith("error: 2 errored, 2 skipped · ")  # not "error: 2 error"

@@ -329,6 +329,7 @@ def test_a_kill_for_a_timeout_ends_the_attempt_timed_out_not_cancelled(tmp_path:
 
 def test_a_long_run_shows_the_jobs_that_did_not_pass_and_counts_the_rest() -> None:
     from runner.live.final import MAX_TABLE_ROWS, render_final
+    from runner.report.summary_model import parse_summary
 
     def job(i: int, status: str) -> dict[str, object]:
         return {
@@ -350,7 +351,7 @@ def test_a_long_run_shows_the_jobs_that_did_not_pass_and_counts_the_rest() -> No
         "duration_s": 60.0,
     }
     rec = RichConsole(width=120, record=True, file=io.StringIO())
-    rec.print(render_final(summary, Path("out")))
+    rec.print(render_final(parse_summary(summary), Path("out")))
     lines = rec.export_text().splitlines()
     rows = [line.split()[0] for line in lines if re.match(r"j\d+ ", line)]
     assert len(rows) == MAX_TABLE_ROWS

@@ -22,6 +22,7 @@ from runner.report.github_actions import (
     publish,
     write_outputs,
 )
+from runner.report.summary_model import parse_summary
 from tests.report.records import mixed_record
 from tests.report.records import write_outputs as write_run_outputs
 
@@ -112,10 +113,11 @@ def test_publish_does_nothing_outside_actions(tmp_path: Path) -> None:
 
 def test_annotations_stay_within_the_per_step_limit() -> None:
     jobs = [
-        {"name": f"j{i}", "status": "failed", "location": {"file": "/ws/ci/p.yml", "line": i}}
+        {"id": f"j{i}", "name": f"j{i}", "status": "failed",
+         "location": {"file": "/ws/ci/p.yml", "line": i}}
         for i in range(1, 16)
-    ]
-    summary = {"pipeline": {"source": "/ws/ci/p.yml"}, "jobs": jobs}
+    ]  # fmt: skip
+    summary = parse_summary({"pipeline": {"source": "/ws/ci/p.yml"}, "jobs": jobs})
     stdout = io.StringIO()
     assert annotate_failures(summary, stdout, workspace="/ws") == 10
     lines = stdout.getvalue().splitlines()
@@ -129,8 +131,11 @@ def test_annotation_of_a_pipeline_given_from_a_subdirectory_points_into_the_repo
     # `cd gpu && clore-run run pipeline.yml`: the file is gpu/pipeline.yml in the repository.
     (tmp_path / "gpu").mkdir()
     monkeypatch.chdir(tmp_path / "gpu")
-    jobs = [{"name": "j", "status": "failed", "location": {"file": "pipeline.yml", "line": 4}}]
-    summary = {"pipeline": {"source": "pipeline.yml"}, "jobs": jobs}
+    jobs = [
+        {"id": "j", "name": "j", "status": "failed",
+         "location": {"file": "pipeline.yml", "line": 4}}
+    ]  # fmt: skip
+    summary = parse_summary({"pipeline": {"source": "pipeline.yml"}, "jobs": jobs})
     stdout = io.StringIO()
     annotate_failures(summary, stdout, workspace=str(tmp_path))
     assert stdout.getvalue().startswith("::error file=gpu/pipeline.yml,line=4")

@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 
 from runner.core.model import JobResult, JobStatus, RunRecord, RunStatus
-from runner.report import load_summary, write_reports
-from runner.report.compare import BadBaseline, compare
+from runner.report import load_summary, read_json, write_reports
+from runner.report.compare import BadBaseline, compare, parse_baseline
 from runner.report.markdown import cell, render_markdown
+from runner.report.summary_model import parse_summary
 from tests.report.records import CI_ENV, baseline_summary, mixed_record, write_outputs
 
 ISSUE_3_JOB_FIELDS = {
@@ -30,7 +31,7 @@ def ci_env(monkeypatch: pytest.MonkeyPatch) -> None:
 def _write(tmp_path: Path, baseline: dict[str, Any] | None = None) -> dict[str, Any]:
     write_outputs(tmp_path)
     paths = write_reports(tmp_path, mixed_record(), baseline)
-    return load_summary(paths.summary_json)
+    return read_json(paths.summary_json)  # as a reader of the file gets it
 
 
 def _job(summary: dict[str, Any], job_id: str) -> dict[str, Any]:
@@ -73,7 +74,7 @@ def _reference_markdown(summary: dict[str, Any]) -> str:
     env.filters.update(
         cell=md.cell, money=md.money, rate=md.rate, duration=md.duration, pct=md.pct,
         icon=md.icon, fence=md.fence, html_text=md.html_text, human=md.human, counted=md.counted,
-        gantt=md.summary_gantt,
+        gantt=lambda s: md.summary_gantt(parse_summary(s)),
         remote=lambda value, limit=200: untrusted.markdown(str(value), limit),
     )  # fmt: skip
     return env.get_template("summary.md.j2").render(s=summary)
@@ -110,7 +111,7 @@ def _variants(summary: dict[str, Any]) -> list[dict[str, Any]]:
 def test_summary_md_is_what_its_jinja2_template_rendered(tmp_path: Path, ci_env: None) -> None:
     for i, baseline in enumerate((baseline_summary(), None)):
         for n, summary in enumerate(_variants(_write(tmp_path / str(i), baseline))):
-            assert render_markdown(summary) == _reference_markdown(summary), (i, n)
+            assert render_markdown(parse_summary(summary)) == _reference_markdown(summary), (i, n)
 
 
 def test_run_fields(tmp_path: Path) -> None:
@@ -148,9 +149,9 @@ def test_hedged_boots_are_summed_from_the_attempts_facts_and_shown_by_the_cost(
                  *record.results[1:]),
     )  # fmt: skip
     write_reports(tmp_path, record)
-    s = load_summary(tmp_path / "summary.json")
+    s = read_json(tmp_path / "summary.json")
     assert s["hedges"] == {"boots_given_back": 2, "cost_usd": 0.0042}
-    assert "(hedged boots: 2 given back, $0.0042)" in render_markdown(s)
+    assert "(hedged boots: 2 given back, $0.0042)" in render_markdown(parse_summary(s))
 
 
 def test_job_fields_costs_per_attempt_and_host(tmp_path: Path) -> None:
@@ -238,13 +239,13 @@ def test_secrets_are_redacted_from_every_report_field(
     for path in (paths.summary_json, paths.summary_md, paths.junit):
         text = path.read_text()
         assert key[:10] not in text, (path.name, text[text.find(key[:10]) - 200 :][:400])
-    assert key[:10] not in json.dumps(paths.read_summary())  # what the end of the run shows
+    assert key[:10] not in json.dumps(paths.read_summary().to_json())  # the end of the run shows
     # A field only the file's redaction catches (a GPU name): the end shows the file's text.
     gpu = dataclasses.replace(record.results[0].attempts[0], facts={"gpu": f"RTX {key}"})
     first = dataclasses.replace(record.results[0], attempts=(gpu,))
     paths = write_reports(tmp_path, dataclasses.replace(record, results=(first,)))
     assert paths.summary is None
-    assert _job(paths.read_summary(), "build")["gpu"] == "RTX ***"
+    assert _job(paths.read_summary().to_json(), "build")["gpu"] == "RTX ***"
 
 
 def test_the_summary_kept_is_what_summary_json_reads_back(tmp_path: Path, ci_env: None) -> None:
@@ -252,9 +253,9 @@ def test_the_summary_kept_is_what_summary_json_reads_back(tmp_path: Path, ci_env
     value, type for type (a tuple would read back as a list), comparison and warnings included."""
     write_outputs(tmp_path)
     paths = write_reports(tmp_path, mixed_record(), baseline_summary(), notes=("a note",))
-    assert paths.summary is not None and paths.summary["comparison"] is not None
+    assert paths.summary is not None and paths.summary.comparison is not None
     assert paths.summary == load_summary(paths.summary_json)
-    assert json.dumps(paths.summary) == json.dumps(load_summary(paths.summary_json))
+    assert json.dumps(paths.summary.to_json()) == json.dumps(read_json(paths.summary_json))
 
 
 def test_ci_links(tmp_path: Path, ci_env: None) -> None:
@@ -282,7 +283,7 @@ def test_comparison_with_baseline(tmp_path: Path) -> None:
 def test_comparison_from_zero_cost_has_no_percentage() -> None:
     base = {"schema": 1, "total_cost_usd": 0, "duration_s": 0, "jobs": [{"id": "a"}]}
     cur = {"total_cost_usd": 0.5, "duration_s": 0, "jobs": [{"id": "a", "cost_usd": 0.5}]}
-    c = compare(cur, base)
+    c = compare(parse_summary(cur), parse_baseline(base)).model_dump()
     assert c["total"]["cost_delta_pct"] is None and c["total"]["duration_delta_pct"] == 0.0
     assert c["label"] == "baseline"
 
@@ -292,7 +293,7 @@ def test_comparison_from_zero_cost_has_no_percentage() -> None:
 )
 def test_unusable_baseline_is_a_warning(tmp_path: Path, baseline: dict[str, Any]) -> None:
     with pytest.raises(BadBaseline):
-        compare({"jobs": []}, baseline)
+        compare(parse_summary({"jobs": []}), parse_baseline(baseline))
     s = _write(tmp_path, baseline)
     assert s["comparison"] is None
     assert any(w.startswith("baseline ignored") for w in s["warnings"])
@@ -341,7 +342,7 @@ def test_names_in_the_html_summary_line_are_not_markdown_escaped(tmp_path: Path)
     s = _write(tmp_path)
     job = _job(s, "test-4090")
     job["name"] = "test | fp8 <x> & co"
-    md = render_markdown(s)
+    md = render_markdown(parse_summary(s))
     assert "<summary>test | fp8 &lt;x&gt; &amp; co: last 30 lines of logs/test-4090.log" in md
     assert "| test \\| fp8 &lt;x> &amp; co |" in md  # the table row keeps its Markdown escapes
 
@@ -354,7 +355,7 @@ def test_cell_filter() -> None:
 
 def test_log_with_backticks_cannot_close_its_fence(tmp_path: Path) -> None:
     s = _write(tmp_path)
-    md = render_markdown(s)
+    md = render_markdown(parse_summary(s))
     block = md.split("logs/test-4090.log</summary>\n\n", 1)[1]
     fence = block.split("text\n", 1)[0]
     assert fence == "````"  # longer than the ``` inside the log
@@ -392,7 +393,7 @@ def test_interrupted_run_with_no_results_still_reports(tmp_path: Path) -> None:
         record.pipeline, (), RunStatus.INTERRUPTED, record.started_at, record.started_at + 3
     )
     paths = write_reports(tmp_path, record)
-    s = load_summary(paths.summary_json)
+    s = read_json(paths.summary_json)
     assert s["status"] == "interrupted" and s["jobs"] == [] and s["tests"]["total"] == 0
     assert "interrupted" in paths.summary_md.read_text()
 
@@ -404,7 +405,7 @@ def test_long_failure_lists_are_capped(tmp_path: Path) -> None:
     s["jobs"] = [
         {**job, "id": f"j{i}", "failed_tests": [test] * 5, "log_tail": ["x"]} for i in range(30)
     ]
-    md = render_markdown(s)
+    md = render_markdown(parse_summary(s))
     assert md.count(r"tests\.test\_model\.test\_backward") == 100
     assert "… and 50 more in junit.xml" in md
     assert md.count("<details>") == 20 and "the logs of 10 more failed jobs" in md

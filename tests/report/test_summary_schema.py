@@ -1,6 +1,7 @@
 """summary.json against its published JSON Schema (schemas/summary.schema.json), as check-jsonschema
-reads it; the pipeline examples against `clore-run schema`, the same way; and the field list the
-docs print held to the schema, so neither drifts from what is written."""
+reads it, and that file held to the model it is generated from; the pipeline examples against
+`clore-run schema`, the same way; and the field list the docs print held to the schema, so neither
+drifts from what is written."""
 
 from __future__ import annotations
 
@@ -14,11 +15,14 @@ from typing import Any
 import jsonschema
 import pytest
 from hypothesis import given, settings
+from pydantic import BaseModel, ValidationError
 
 from runner.cli.schema import pipeline_schema
 from runner.report import write_reports
 from runner.report.junit import build_junit
 from runner.report.summary import SCHEMA_VERSION, build_summary
+from runner.report.summary_model import Summary, parse_summary
+from runner.report.summary_schema import REGENERATE, schema_text
 from tests.report.records import CI_ENV, baseline_summary, mixed_record, write_outputs
 from tests.report.test_junit import _records
 
@@ -100,7 +104,61 @@ def test_any_run_makes_a_summary_the_schema_takes(record: Any) -> None:
 def _summary_of(record: Any) -> dict[str, Any]:
     out = Path("/nonexistent")
     summary = build_summary(out, record, build_junit(out, record), env={})
-    return json.loads(json.dumps(summary))  # as a reader gets it
+    return json.loads(json.dumps(summary.to_json()))  # as a reader gets it
+
+
+def test_the_published_schema_is_the_one_the_model_makes() -> None:
+    assert SCHEMA.read_text(encoding="utf-8") == schema_text(), (
+        f"schemas/summary.schema.json is not what the summary model makes: run `{REGENERATE}`"
+    )
+
+
+def _unset_fields(model: BaseModel, where: str = "summary") -> list[str]:
+    """Fields of `model` and the models in it that were left to their defaults."""
+    unset = [
+        f"{where}.{name}" for name in type(model).model_fields if name not in model.model_fields_set
+    ]
+    for name in type(model).model_fields:
+        value = getattr(model, name)
+        for i, item in enumerate(value if isinstance(value, list) else [value]):
+            if isinstance(item, BaseModel):
+                unset += _unset_fields(
+                    item, f"{where}.{name}" + (f".{i}" if isinstance(value, list) else "")
+                )
+    return unset
+
+
+@given(_records())
+@settings(max_examples=30, deadline=None)
+def test_the_builder_says_every_field(record: Any) -> None:
+    """The model's defaults are for reading older files: a run's summary sets every field."""
+    out = Path("/nonexistent")
+    summary = build_summary(out, record, build_junit(out, record), env=CI_ENV)
+    assert _unset_fields(summary) == []
+
+
+def test_a_summary_reads_back_as_written_and_an_older_or_newer_one_reads_too(
+    tmp_path: Path,
+) -> None:
+    write_outputs(tmp_path)
+    paths = write_reports(tmp_path, mixed_record(), baseline_summary())
+    written = json.loads(paths.summary_json.read_text(encoding="utf-8"))
+    assert paths.summary is not None and _unset_fields(paths.summary) == []  # comparison too
+    assert parse_summary(written) == paths.summary
+    newer = {**written, "surprise": 1, "jobs": [{**written["jobs"][0], "new_fact": "x"}]}
+    assert parse_summary(newer).jobs[0] == parse_summary(written).jobs[0]
+    older = {k: v for k, v in written.items() if k != "hedges"}
+    gone = ("setup_s", "offset_s")  # fields an older summary lacks
+    older["jobs"] = [
+        {**j, "attempt_details": [{k: v for k, v in a.items() if k not in gone}
+                                  for a in j["attempt_details"]]}
+        for j in written["jobs"]
+    ]  # fmt: skip
+    read = parse_summary(older)
+    assert read.hedges.boots_given_back == 0
+    assert {a.setup_s for j in read.jobs for a in j.attempt_details} == {0.0}  # ran at once
+    with pytest.raises(ValidationError, match="surprise"):
+        Summary.model_validate(newer)  # building: an unknown field is an error
 
 
 def test_every_example_pipeline_passes_check_jsonschema(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ import pytest
 
 from runner.report import write_reports
 from runner.report.mermaid import MAX_TASKS, gantt
+from runner.report.summary_model import parse_summary
 from runner.report.timeline import AttemptRecord, build_timeline, records_from_summary
 from runner.report.timeline_svg import render_svg
 from tests.report.records import mixed_record
@@ -53,7 +54,8 @@ def summary_of(tmp_path: Path) -> dict[str, object]:
 
 def test_mermaid_has_one_running_task_per_attempt_and_setup_apart(tmp_path: Path) -> None:
     summary = summary_of(tmp_path)
-    chart = parse_gantt(gantt(build_timeline(records_from_summary(summary)), "gpu-tests"))
+    model = build_timeline(records_from_summary(parse_summary(summary)))
+    chart = parse_gantt(gantt(model, "gpu-tests"))
     attempts = [(j["name"], a) for j in summary["jobs"] for a in j["attempt_details"]]  # type: ignore[index,union-attr]
     assert set(chart) == {"renting / booting", "running"}
     assert len(chart["running"]) == len(attempts)  # every attempt here got a place
@@ -154,7 +156,7 @@ def test_timeline_svg_has_a_bar_per_span_and_a_lane_per_job(tmp_path: Path) -> N
     ns = "{http://www.w3.org/2000/svg}"
     bars = [r for r in root.iter(f"{ns}rect") if r.find(f"{ns}title") is not None]
     summary = summary_of(tmp_path)
-    model = build_timeline(records_from_summary(summary))
+    model = build_timeline(records_from_summary(parse_summary(summary)))
     assert len(bars) == len(model.spans) and len(model.jobs) == 5  # two jobs never ran
     colours = {r.get("fill") for r in bars}
     assert {"#afb8c1", "#2da44e", "#cf222e", "#d4a72c"} <= colours
@@ -203,7 +205,7 @@ def test_a_failure_continue_on_error_allows_reads_failed_allowed_in_every_report
     }
     assert props["clore.status"] == "failed (allowed)"
     out = io.StringIO()
-    annotate_failures(summary, out)
+    annotate_failures(parse_summary(summary), out)
     lines = out.getvalue().splitlines()
     assert any(x.startswith("::warning ") and "failed (allowed)" in x for x in lines)
     assert not any(x.startswith("::error ") and "RTX 4090" in x for x in lines)
@@ -219,5 +221,5 @@ def test_unknown_ci_facts_are_null_not_empty() -> None:
     env = {"GITHUB_SERVER_URL": "https://github.com", "GITHUB_REPOSITORY": "o/r"}
     info = ci_info({**env, "GITHUB_RUN_ID": "7"})
     assert info is not None
-    assert info["run_attempt"] is None and info["sha"] is None and info["event_name"] is None
-    assert info["run_url"] == "https://github.com/o/r/actions/runs/7"
+    assert info.run_attempt is None and info.sha is None and info.event_name is None
+    assert info.run_url == "https://github.com/o/r/actions/runs/7"

@@ -4,16 +4,11 @@ run and `serve` instance of an organisation learns from the others' boots."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
-
 from runner.clock import SYSTEM_CLOCK, Clock
 from runner.core.hosts import EVENT_KINDS
 from runner.stores.hosts.rows import KEEP_S, HostHistory, HostHistoryError
-from runner.stores.pg import Conn, PgDatabase, Timeouts
-from runner.stores.sql import Cursor, Execute
+from runner.stores.pg import PgDatabase, PgRows, Timeouts
 
-T = TypeVar("T")
 _KINDS = ", ".join(f"'{k}'" for k in EVENT_KINDS)
 MIGRATIONS: tuple[tuple[str, ...], ...] = (  # MIGRATIONS[n]: version n -> n + 1; append only
     (
@@ -30,8 +25,9 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (  # MIGRATIONS[n]: version n -> n + 1
 )
 
 
-class PostgresHosts(HostHistory):
-    """The host history in the database at `url`. Thread-safe."""
+class PostgresHosts(PgRows, HostHistory):
+    """The host history in the database at `url`. Thread-safe. An insert run twice after a
+    lost connection leaves one event twice: advice, not money."""
 
     def __init__(
         self, url: str, *, clock: Clock = SYSTEM_CLOCK, timeouts: Timeouts | None = None
@@ -40,20 +36,3 @@ class PostgresHosts(HostHistory):
         self.db = PgDatabase(url, what="host history", error=HostHistoryError, timeouts=timeouts)
         self.db.migrate("hosts", MIGRATIONS)
         self.prune(KEEP_S)
-
-    @property
-    def where(self) -> str:
-        return self.db.where
-
-    def close(self) -> None:
-        self.db.close()
-
-    def _transact(self, doing: str, work: Callable[[Execute], T]) -> T:
-        # An insert run twice after a lost connection leaves one event twice: advice, not money.
-        def run(conn: Conn) -> T:
-            def execute(statement: str, args: Sequence[Any]) -> Cursor:
-                return conn.execute(statement.replace("?", "%s").encode(), args)
-
-            return work(execute)
-
-        return self.db.run(doing, run)

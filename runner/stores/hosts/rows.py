@@ -4,44 +4,22 @@ and what its messages call it."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
-from runner.clock import Clock
 from runner.core.hosts import EVENT_KINDS, HostEvent, HostMemory
 from runner.errors import InfrastructureError
-from runner.stores.sql import Execute
+from runner.stores.sql import RowStore
 
 KEEP_S = 30 * 86400.0  # a host's month-old boots say little about it today
-T = TypeVar("T")
-_H = TypeVar("_H", bound="HostHistory")
 
 
 class HostHistoryError(InfrastructureError):
     """The host history cannot be opened, read or written."""
 
 
-class HostHistory:
-    """The history's rows and rules, for every store: a store gives `_transact` (statements
-    with `?` placeholders as one unit, failures as HostHistoryError) and `where`."""
-
-    _clock: Clock
-
-    @property
-    def where(self) -> str:
-        raise NotImplementedError
-
-    def _transact(self, doing: str, work: Callable[[Execute], T]) -> T:
-        raise NotImplementedError
-
-    def close(self) -> None:
-        raise NotImplementedError
-
-    def __enter__(self: _H) -> _H:
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self.close()
+class HostHistory(RowStore):
+    """The history's rows and rules, for both halves: a half gives what every `RowStore` half
+    does (`_transact`, failures as HostHistoryError; `where`; `close`)."""
 
     def record(self, event: HostEvent) -> None:
         """Remember one event of one host."""

@@ -4,19 +4,12 @@ without carrying another run's rentals (which `cleanup` would then chase)."""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
-from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import TypeVar
 
 from runner.clock import SYSTEM_CLOCK, Clock
 from runner.core.hosts import EVENT_KINDS
-from runner.stores import sqlite as sqlite_files
 from runner.stores.hosts.rows import HostHistory, HostHistoryError
-from runner.stores.sql import Execute
-
-T = TypeVar("T")
+from runner.stores.sqlite import SqliteRows
 
 FILE_NAME = "hosts.db"
 _BUSY_TIMEOUT_S = 10.0
@@ -37,46 +30,18 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
 
-class SqliteHosts(HostHistory):
+class SqliteHosts(SqliteRows, HostHistory):
     """The history in a SQLite file (parent folders made). Thread-safe."""
 
     def __init__(self, path: Path | str, *, clock: Clock = SYSTEM_CLOCK) -> None:
-        self.path = Path(path)
         self._clock = clock
-        self._lock = threading.Lock()
-        with self._guard("open"):
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite_files.connect(self.path, _BUSY_TIMEOUT_S)
+        damaged = (
+            "it is only advice: move the file aside (or `clore-run hosts --clear`) to start afresh"
+        )
+        self._name(Path(path), "host history", HostHistoryError, damaged)
+        self._open(MIGRATIONS, _BUSY_TIMEOUT_S)
         try:
-            with self._guard("open"):
-                sqlite_files.prepare(
-                    self._db,
-                    MIGRATIONS,
-                    SCHEMA_VERSION,
-                    error=HostHistoryError,
-                    name=f"host history {self.path}",
-                )
             self.prune()
         except HostHistoryError:
-            self._db.close()
+            self.close()
             raise
-
-    @property
-    def where(self) -> str:
-        return str(self.path)
-
-    def close(self) -> None:
-        with self._lock:
-            self._db.close()
-
-    def _transact(self, doing: str, work: Callable[[Execute], T]) -> T:
-        with self._lock, self._guard(doing):
-            return work(self._db.execute)
-
-    def _guard(self, doing: str) -> AbstractContextManager[None]:
-        return sqlite_files.failures_as(
-            HostHistoryError,
-            f"host history {self.path}",
-            doing,
-            "it is only advice: move the file aside (or `clore-run hosts --clear`) to start afresh",
-        )

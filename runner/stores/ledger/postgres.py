@@ -10,15 +10,11 @@ connection: an intent carries a key of its own, so a repeated insert finds the f
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 from runner.clock import SYSTEM_CLOCK, Clock
 from runner.stores.ledger.rows import STATES, LedgerError, RentalLedger, insert_statement
-from runner.stores.pg import Conn, PgDatabase, Timeouts
-from runner.stores.sql import Cursor, Execute
-
-T = TypeVar("T")
+from runner.stores.pg import PgDatabase, PgRows, Timeouts
 
 _STATE_LIST = ", ".join(f"'{s}'" for s in STATES)
 MIGRATIONS: tuple[tuple[str, ...], ...] = (  # MIGRATIONS[n]: version n -> n + 1; append only
@@ -56,7 +52,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (  # MIGRATIONS[n]: version n -> n + 1
 )
 
 
-class PostgresLedger(RentalLedger):
+class PostgresLedger(PgRows, RentalLedger):
     """The ledger in the database at `url`. Thread-safe; `clock` gives unix seconds."""
 
     def __init__(
@@ -69,22 +65,6 @@ class PostgresLedger(RentalLedger):
         self._clock = clock
         self.db = PgDatabase(url, what="ledger", error=LedgerError, timeouts=timeouts)
         self.db.migrate("ledger", MIGRATIONS)
-
-    @property
-    def where(self) -> str:
-        return self.db.where
-
-    def close(self) -> None:
-        self.db.close()
-
-    def _transact(self, doing: str, work: Callable[[Execute], T]) -> T:
-        def run(conn: Conn) -> T:
-            def execute(statement: str, args: Sequence[Any]) -> Cursor:
-                return conn.execute(statement.replace("?", "%s").encode(), args)
-
-            return work(execute)
-
-        return self.db.run(doing, run)
 
     def _insert_intent(self, values: dict[str, Any]) -> int:
         # A key of its own, made once: the insert run again after a lost connection (its

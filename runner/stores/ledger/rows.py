@@ -10,14 +10,12 @@ LedgerError (exit 3) naming the store, never a traceback.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar, get_args
+from typing import Any, Literal, get_args
 
 from runner import liveness
-from runner.clock import Clock
 from runner.errors import InfrastructureError
-from runner.stores.sql import Execute
+from runner.stores.sql import Execute, RowStore
 
 State = Literal["intent", "ordered", "running", "releasing", "released", "failed"]
 STATES: tuple[State, ...] = get_args(State)
@@ -60,36 +58,13 @@ class Rental:
     owner: str | None = None  # the process that recorded it (runner/liveness.py Holder.text)
 
 
-T = TypeVar("T")
-_L = TypeVar("_L", bound="RentalLedger")
-
-
-class RentalLedger:
-    """The ledger's rows and rules, written once for every store: a store gives a transaction
-    (`_transact`: statements with `?` placeholders, run as one unit, its failures turned into
-    LedgerError), the insert of an intent (`_insert_intent`, which differs in how it learns the
-    new id) and the name that messages give it (`where`)."""
-
-    _clock: Clock
-
-    @property
-    def where(self) -> str:
-        raise NotImplementedError
-
-    def _transact(self, doing: str, work: Callable[[Execute], T]) -> T:
-        raise NotImplementedError
+class RentalLedger(RowStore):
+    """The ledger's rows and rules, written once for both halves: a half gives what every
+    `RowStore` half does (`_transact`, failures as LedgerError; `where`; `close`) and the
+    insert of an intent (`_insert_intent`, which differs in how it learns the new id)."""
 
     def _insert_intent(self, values: dict[str, Any]) -> int:
         raise NotImplementedError
-
-    def close(self) -> None:
-        raise NotImplementedError
-
-    def __enter__(self: _L) -> _L:
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self.close()
 
     # --- writes ----------------------------------------------------------------------------
 

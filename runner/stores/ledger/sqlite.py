@@ -19,20 +19,19 @@ and their rules are runner/stores/ledger/rows.py, written once for both halves.
 from __future__ import annotations
 
 import sqlite3
-import threading
-from collections.abc import Callable
-from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from runner.clock import SYSTEM_CLOCK, Clock
-from runner.stores import sqlite as sqlite_files
 from runner.stores.ledger.rows import STATES, LedgerError, RentalLedger, insert_statement
-from runner.stores.sql import Execute
+from runner.stores.sqlite import SqliteRows
 
 DEFAULT_PATH = Path(".clore-run/ledger.db")
 BUSY_TIMEOUT_MS = 10_000  # a cleanup beside a busy run waits, it does not fail
-T = TypeVar("T")
+_DAMAGED = (
+    "if the file is damaged, move it aside; the rentals it lists may still be billed: check "
+    "your orders on clore.ai"
+)
 
 SCHEMA_VERSION = 3
 # MIGRATIONS[n] takes a file from user_version n to n + 1. Append, never edit.
@@ -80,7 +79,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
 
-class SqliteLedger(RentalLedger):
+class SqliteLedger(SqliteRows, RentalLedger):
     """The ledger at `path` (parent folders created). Thread-safe."""
 
     def __init__(
@@ -90,37 +89,12 @@ class SqliteLedger(RentalLedger):
         clock: Clock = SYSTEM_CLOCK,
         read_only: bool = False,
     ) -> None:
-        self.path = Path(path)
         self._clock = clock
-        self._lock = threading.Lock()
+        self._name(Path(path), "ledger", LedgerError, _DAMAGED)
         if read_only:
             self._db = self._open_read_only()
             return
-        with self._guard("open"):
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            # `timeout` is SQLite's busy_timeout: wait out another process's write lock.
-            self._db = sqlite_files.connect(self.path, BUSY_TIMEOUT_MS / 1000)
-        try:
-            with self._guard("open"):
-                self._setup()
-        except LedgerError:
-            self._db.close()
-            raise
-
-    @property
-    def where(self) -> str:
-        return str(self.path)
-
-    def close(self) -> None:
-        with self._lock:
-            self._db.close()
-
-    # --- plumbing --------------------------------------------------------------------------
-
-    def _transact(self, doing: str, work: Callable[[Execute], T]) -> T:
-        # Autocommit: each statement is its own transaction; the lock keeps threads apart.
-        with self._lock, self._guard(doing):
-            return work(self._db.execute)
+        self._open(MIGRATIONS, BUSY_TIMEOUT_MS / 1000)
 
     def _insert_intent(self, values: dict[str, Any]) -> int:
         with self._lock, self._guard("record an intent"):
@@ -150,17 +124,3 @@ class SqliteLedger(RentalLedger):
                 hint="run it once without --dry-run to bring the file up to date",
             )
         return db
-
-    def _setup(self) -> None:
-        sqlite_files.prepare(
-            self._db, MIGRATIONS, SCHEMA_VERSION, error=LedgerError, name=f"ledger {self.path}"
-        )
-
-    def _guard(self, doing: str) -> AbstractContextManager[None]:
-        return sqlite_files.failures_as(
-            LedgerError,
-            f"ledger {self.path}",
-            doing,
-            "if the file is damaged, move it aside; the rentals it lists may still be "
-            "billed: check your orders on clore.ai",
-        )

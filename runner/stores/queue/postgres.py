@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from runner.core.model import Attempt, FailureKind, Job, JobResult
-from runner.stores.pg import Conn, LeaseLine, PgDatabase, Timeouts
+from runner.stores.pg import Conn, LeaseLine, PgDatabase, Timeouts, marks
 from runner.stores.queue.codec import dumps, job_from_json, job_to_json
 from runner.stores.queue.rows import (
     FINAL,
@@ -720,7 +720,7 @@ class PostgresQueue(QueueReads):
     def _select(self, query: str, args: Sequence[Any]) -> list[tuple[Any, ...]]:
         """A read inside the open batch on this thread, else on its own. Placeholders are
         written `?` (QueueReads' statements serve SQLite too) and become psycopg's `%s`."""
-        statement = query.replace("?", "%s").encode()
+        statement = marks(query)
 
         def read(conn: Conn) -> list[tuple[Any, ...]]:
             return conn.execute(statement, args).fetchall()

@@ -15,17 +15,16 @@ by a dead server is how the next one knows what was interrupted.
 from __future__ import annotations
 
 import sqlite3
-import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from runner.core.model import Attempt, Job, JobResult
 from runner.core.outcome import BAD as BAD_STATUSES
-from runner.stores import sqlite as sqlite_files
 from runner.stores.queue.codec import dumps, job_to_json
 from runner.stores.queue.rows import STATUSES, QueueDialect, QueueError, QueueReads, placed_facts
+from runner.stores.sqlite import SqliteRows
 
 BUSY_TIMEOUT_S = 10.0
 SQLITE = QueueDialect(
@@ -102,28 +101,16 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (  # MIGRATIONS[n]: version n -> n + 1
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
 
-class SqliteQueue(QueueReads):
+class SqliteQueue(SqliteRows, QueueReads):
     """The queue database at `path` (parent folders created). Thread-safe."""
 
     _dialect = SQLITE
 
     def __init__(self, path: Path | str) -> None:
-        self.path = Path(path)
-        self._lock = threading.RLock()
         self._batched = False  # inside batch(): writes join its one transaction
-        with self._guard("open"):
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite_files.connect(self.path, BUSY_TIMEOUT_S)
-        try:
-            with self._lock, self._guard("open"):
-                self._setup()
-        except QueueError:
-            self._db.close()
-            raise
-
-    def close(self) -> None:
-        with self._lock:
-            self._db.close()
+        damaged = "if the file is damaged, move it aside (queued jobs in it are lost)"
+        self._name(Path(path), "queue database", QueueError, damaged)
+        self._open(MIGRATIONS, BUSY_TIMEOUT_S)
 
     # -- instances -------------------------------------------------------------------------
 
@@ -247,23 +234,6 @@ class SqliteQueue(QueueReads):
 
     # -- plumbing --------------------------------------------------------------------------
 
-    def _setup(self) -> None:
-        sqlite_files.prepare(
-            self._db,
-            MIGRATIONS,
-            SCHEMA_VERSION,
-            error=QueueError,
-            name=f"queue database {self.path}",
-        )
-
-    def _guard(self, doing: str) -> AbstractContextManager[None]:
-        return sqlite_files.failures_as(
-            QueueError,
-            f"queue database {self.path}",
-            doing,
-            "if the file is damaged, move it aside (queued jobs in it are lost)",
-        )
-
     @contextmanager
     def batch(self) -> Iterator[None]:
         """The writes inside as one transaction: one sync to disk for a whole batch (a failure
@@ -292,8 +262,7 @@ class SqliteQueue(QueueReads):
                 raise
 
     def _select(self, query: str, args: Sequence[Any]) -> list[tuple[Any, ...]]:
-        with self._lock, self._guard("read the queue"):
-            return self._db.execute(query, args).fetchall()
+        return self._transact("read the queue", lambda execute: execute(query, args).fetchall())
 
 
 def _prio(job: Job) -> str:
