@@ -47,6 +47,7 @@ from runner.backends.clore.market import offer_from_server, offers_from_servers
 from runner.backends.clore.models import MarketServer, Order
 from runner.backends.clore.provision import Provisioner, ProvisionOptions, Rental
 from runner.backends.clore.quotes import OfferMarket
+from runner.backends.clore.settings import CloreSettings
 from runner.backends.ssh.connection import ConnectOptions
 from runner.backends.ssh.keys import ClientKey, HostKeyStore
 from runner.core import graph
@@ -147,7 +148,7 @@ def run(tmp: Path, http: HTTPServer, ssh_port: int, authorize: Any) -> dict[str,
         key,
         HostKeyStore(),
         clock,
-        pipeline.currency,
+        CloreSettings.of(pipeline).currency,
         options,
     )
     provisioner.online_at, provisioner.settled = {}, {}
@@ -155,7 +156,7 @@ def run(tmp: Path, http: HTTPServer, ssh_port: int, authorize: Any) -> dict[str,
         client,
         provisioner,
         clock,
-        pipeline.currency,
+        CloreSettings.of(pipeline),
     )
     backend.first_output = {}
     (tmp / "ws").mkdir()
@@ -317,9 +318,16 @@ def measure(
     )
     ledger = SqliteLedger(tmp / "ledger.db")
     provisioner = Provisioner(
-        client, ledger, tmp.name, key, HostKeyStore(), clock, pipeline.currency, options
+        client,
+        ledger,
+        tmp.name,
+        key,
+        HostKeyStore(),
+        clock,
+        CloreSettings.of(pipeline).currency,
+        options,
     )
-    backend = CloreBackend(client, provisioner, clock, pipeline.currency)
+    backend = CloreBackend(client, provisioner, clock, CloreSettings.of(pipeline))
     (tmp / "ws").mkdir(parents=True, exist_ok=True)
     run_options = RunOptions(out_dir=tmp / "out", workspace_root=tmp / "ws", clock=clock)
     record, code = execute(pipeline, backend, run_options, io.StringIO())
@@ -342,11 +350,12 @@ def measure(
 
 def simulated(pipeline: Pipeline, boot_s: float) -> ServersResult:
     """The same pipeline through the core on the fake's offers, each job `JOB_S`."""
+    currency = CloreSettings.of(pipeline).currency
     backend_offers = offers_from_servers(
-        [MarketServer.model_validate(s) for s in SAMPLE_SERVERS], pipeline.currency
+        [MarketServer.model_validate(s) for s in SAMPLE_SERVERS], currency
     )
     book = ServerBook(
-        pipeline.jobs, pipeline.concurrency, market=OfferMarket(backend_offers, pipeline.currency),
+        pipeline.jobs, pipeline.concurrency, market=OfferMarket(backend_offers, currency),
         budget_usd=pipeline.budget_usd, provisioning=pipeline.provisioning,
         boot=BootTimes(default_s=boot_s, allowance_s=900.0),
     )  # fmt: skip

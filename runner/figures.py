@@ -50,3 +50,15 @@ def pct(value: object) -> str:
     if round(value) == 0:
         return "±0%"
     return f"{value:+.0f}%"
+
+
+def format_duration(seconds: float) -> str:
+    """The plan's compact form: 45s, 4m, 4m05s, 2h03m."""
+    seconds = round(seconds)
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    if minutes:
+        return f"{minutes}m{secs:02d}s" if secs else f"{minutes}m"
+    return f"{secs}s"

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from runner.backends.registry import pipeline_key_values
 from runner.core import graph
 from runner.core.model import Job, Pipeline, gpu_json
+from runner.figures import format_duration
 
 PLAN_SCHEMA_VERSION = 1
 
@@ -27,7 +29,7 @@ def build_plan(pipeline: Pipeline) -> dict[str, Any]:
         "concurrency": pipeline.concurrency,
         "budget_usd": pipeline.budget_usd,
         "timeout_s": pipeline.timeout_s,
-        "currency": pipeline.currency,
+        **pipeline_key_values(pipeline),  # the backends' own keys, as the run uses them
         "waves": grouped,
         "jobs": [_job_dict(j, wave_of[j.id]) for j in pipeline.jobs],
         "critical_path": {"jobs": path, "duration_s": length_s},
@@ -50,17 +52,6 @@ def _job_dict(job: Job, wave: int) -> dict[str, Any]:
         "gpu": gpu_json(job.gpu),
         "image": job.image,
     }
-
-
-def format_duration(seconds: float) -> str:
-    seconds = round(seconds)
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    if hours:
-        return f"{hours}h{minutes:02d}m"
-    if minutes:
-        return f"{minutes}m{secs:02d}s" if secs else f"{minutes}m"
-    return f"{secs}s"
 
 
 def describe_gpu(gpu: dict[str, Any] | None) -> str:

@@ -245,6 +245,7 @@ def _baseline_durations(baseline: dict[str, Any] | None) -> dict[str, float]:
     imports) loads only when there is a baseline: without one, a run does not need it."""
     if not baseline:
         return {}
+    # the predictor and its market simulation: only with a baseline
     from runner.core.predict import past_durations
 
     return past_durations(baseline)

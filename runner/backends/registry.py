@@ -7,12 +7,16 @@ against it (tests/backends/test_registry.py).
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from runner.backends import local_spec
 from runner.backends.clore import spec as clore
-from runner.backends.spec import BackendSpec
+from runner.backends.spec import BackendSpec, PipelineKey
 from runner.backends.ssh import spec as ssh
 from runner.errors import UsageError
+
+if TYPE_CHECKING:
+    from runner.core.model import Pipeline
 
 BACKENDS: dict[str, BackendSpec] = {
     "clore": clore.SPEC,
@@ -50,3 +54,15 @@ def described() -> str:
     """The backends as the action's docs list them (action.yml's `backend` input, README)."""
     named = [f"{name} ({spec.summary})" for name, spec in BACKENDS.items()]
     return "Where jobs run: " + ", ".join(named[:-1]) + f" or {named[-1]}."
+
+
+def pipeline_keys(level: str) -> tuple[PipelineKey, ...]:
+    """The backends' own keys of the pipeline file at `level` ("pipeline": the top level;
+    "job": a job's and `defaults:`), in the registry's order: the file's models accept them."""
+    return tuple(key for spec in BACKENDS.values() for key in spec.keys if key.level == level)
+
+
+def pipeline_key_values(pipeline: Pipeline) -> dict[str, str | None]:
+    """The backends' top-level keys as a run uses them: the file's value, else the default
+    (plan shows them)."""
+    return {k.name: pipeline.backend_keys.get(k.name, k.default) for k in pipeline_keys("pipeline")}

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 if TYPE_CHECKING:
     from runner.backends.base import Backend
@@ -39,13 +39,31 @@ Reconcile = Callable[[set[str]], str]
 class Setup:
     """What `run` and `serve` know when they build a backend: the flags as given."""
 
-    pipeline: Pipeline  # concurrency, budget, currency and `hosts:` (serve: its own settings)
+    # The file as loaded, --budget and --concurrency applied (which the core holds, not the
+    # backend): `hosts:`, and the backends' own keys (`backend_keys`). serve: a stub.
+    pipeline: Pipeline
     run_id: str  # the run's id; serve: the instance's token
     hosts: tuple[str, ...] = ()  # --ssh-host (run also says --host)
     identity: Path | None = None  # --identity
     ledger: str | Path | None = None  # --ledger (None: the default, or the coordinator)
     pool: str | None = None  # --pool
     coordinator: str | None = None  # --coordinator (None: $CLORE_RUN_COORDINATOR, if set)
+
+
+@dataclass(frozen=True)
+class PipelineKey:
+    """A key of the pipeline file that one backend reads and no other part does (Clore's
+    `currency:`). The file's models accept it where `level` says, as one of `choices`, with
+    the same located errors as any key (runner/spec/models.py); the loaded pipeline carries it
+    by name, as written, in `Pipeline.backend_keys` or `Job.backend_keys`, to the backend's
+    own settings. The core never reads it."""
+
+    name: str  # as written in the file
+    level: Literal["pipeline", "job"]  # the top level, or a job's (and `defaults:`)
+    choices: tuple[str, ...]
+    description: str  # `clore-run schema` shows it to editors
+    default: str | None = None  # what the run uses when the file says nothing (None: nothing)
+    hint: str = ""  # said after a value not among the choices
 
 
 @dataclass(frozen=True)
@@ -77,6 +95,8 @@ class BackendSpec:
     plan: Callable[[Pipeline, dict[str, Any]], tuple[str, bool]] | None = None
     # `run`: what the backend tells of its waits on its API, attached to the backend built.
     waits: Callable[[Backend, Say], Waits] | None = None
+    # Keys of the pipeline file that only this backend reads.
+    keys: tuple[PipelineKey, ...] = ()
     # `clore-run cleanup`: give back what the ledger says this backend still holds (a dead
     # run's rentals); a failure is raised as a CloreRunError. None: it rents nothing.
     cleanup: Callable[[CleanupAsk], None] | None = None

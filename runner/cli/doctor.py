@@ -55,7 +55,7 @@ def register(
         """Check the API key, balances, fee rates and marketplace; with --canary, rent once."""
         from runner.backends.clore import doctor as checks
         from runner.backends.clore import waits
-        from runner.backends.clore.market import CURRENCIES
+        from runner.backends.clore.settings import CURRENCIES
 
         if currency not in CURRENCIES:
             typer.echo(f"error: --currency must be one of {', '.join(CURRENCIES)}", err=True)

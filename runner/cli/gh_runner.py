@@ -91,7 +91,7 @@ def _start_command(wiring: Wiring) -> Callable[..., None]:
         coordinator: CoordinatorOption = None,
     ) -> None:
         """Rent server(s), register a just-in-time runner on each, print the label(s)."""
-        from runner.backends.clore.market import CURRENCIES
+        from runner.backends.clore.settings import CURRENCIES
         from runner.core.model import GpuAsk
         from runner.gh_runner.start import StartRequest
 

@@ -44,11 +44,11 @@ def register(app: typer.Typer, client_factory: ClientFactory | None = None) -> N
         """List the offers that fit, cheapest expected cost per reliable hour first; hosts
         that failed lately (the host history beside the ledger) are skipped, and said so."""
         from runner.backends.clore.market import (
-            CURRENCIES,
             explain_no_fit,
             matching_offers,
             skipped_ids,
         )
+        from runner.backends.clore.settings import CURRENCIES
 
         if currency not in CURRENCIES:
             typer.echo(f"error: --currency must be one of {', '.join(CURRENCIES)}", err=True)

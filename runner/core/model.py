@@ -132,7 +132,6 @@ class Job:
     retries: int = 0
     gpu: GpuAsk | None = None
     image: str | None = None
-    image_runs_sshd: bool = False  # `ssh: image`: no Clore entrypoint around the image
     env: Mapping[str, str] = field(default_factory=_frozen_env)
     workspace: bool | Literal["all"] = True  # "all": copy a folder outside git too
     artifacts: tuple[str, ...] = ()
@@ -146,6 +145,9 @@ class Job:
     estimate_s: float | None = None  # expected duration, for critical paths and plans
     boot_timeout_s: float | None = None  # a rented server's order -> online (None: default)
     location: Location | None = None
+    # Keys of the job (or `defaults:`) that one backend reads and nothing else does, by name
+    # as written (runner.backends.spec.PipelineKey): the core carries them untouched.
+    backend_keys: Mapping[str, str] = field(default_factory=_frozen_env)
 
     @property
     def duration_hint_s(self) -> float:
@@ -169,11 +171,14 @@ class Pipeline:
     concurrency: int = 3
     budget_usd: float | None = None
     timeout_s: float | None = None
-    currency: str = "CLORE-Blockchain"
     hosts: tuple[str, ...] = ()
     source: str = ""  # the pipeline file path
     provisioning: Provisioning = Provisioning.AHEAD
     warnings: tuple[SpecWarning, ...] = ()  # shown by validate, plan and run; never fatal
+    # Top-level keys that one backend reads and nothing else does, by name as written
+    # (runner.backends.spec.PipelineKey; a key the file leaves out is absent, its default the
+    # backend's): the core carries them untouched.
+    backend_keys: Mapping[str, str] = field(default_factory=_frozen_env)
 
     def job(self, job_id: str) -> Job:
         for job in self.jobs:

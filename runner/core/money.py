@@ -18,12 +18,6 @@ SECONDS_PER_HOUR = 3600.0
 SECONDS_PER_DAY = 86400.0
 # "If the renter cancels within 10 minutes, no creation fee is charged" (Clore's host fee guide).
 CREATION_FEE_GRACE_S = 600.0
-# How long a rented server may take from the create to coming online before it is given up,
-# unless a job sets `boot-timeout-minutes`. Most real orders that fail never come online
-# (reference/clore-api.md §8): this bound ends well inside the creation fee's grace, so such a
-# host costs minutes of rental and never the fee. The SSH probe after "online" adds at most
-# about 3 minutes, and the cancel goes out before the 10-minute mark.
-DEFAULT_BOOT_BOUND_S = 360.0
 
 
 def per_hour_from_per_day(price_per_day: float) -> float:

@@ -38,6 +38,7 @@ def join(
     pool: str, coordinator: str | None, run_id: str, max_minutes: float, boot_bound_s: float
 ) -> PoolSeat:
     """This start's seat in `pool`, its lease as long as the runners may live."""
+    # the pools' store: only a start or stop with --pool
     from runner.stores.pools import check_name
     from runner.stores.target import require_psycopg
 
@@ -47,6 +48,7 @@ def join(
             hint="pass --coordinator postgresql://USER@HOST/DB or set CLORE_RUN_COORDINATOR",
         )
     require_psycopg()
+    # the PostgreSQL extra, checked just above
     from runner.stores.pools.postgres import PostgresPools
     from runner.stores.pools.seat import PoolSeat
 
@@ -68,6 +70,7 @@ def settle(record: RunnerRecord, stopped: list[Stopped], coordinator: str | None
             f"pool {claim.name}: not settled (no coordinator given): its reservations are "
             "settled by `clore-run cleanup --coordinator` once the start's lease runs out"
         )
+    # the pools' store: only a start or stop with --pool
     from runner.stores.pools import Lease
     from runner.stores.pools.postgres import PostgresPools
 

@@ -41,6 +41,7 @@ from runner.backends.clore.market import (
     offers_from_servers,
 )
 from runner.backends.clore.provision import Provisioner, ProvisionOptions, Rental
+from runner.backends.clore.settings import CloreSettings
 from runner.backends.ssh.keys import ClientKey, HostKeyStore
 from runner.clock import Clock
 from runner.core import money
@@ -234,7 +235,7 @@ def _rent_and_install(
         client=tools.client,
         provisioner=provisioner,
         clock=tools.clock,
-        currency=tools.currency,
+        settings=CloreSettings(currency=tools.currency),
         hosts=tools.hosts,
         hedge=tools.hedge,
     )

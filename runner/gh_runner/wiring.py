@@ -23,12 +23,14 @@ TOKEN_ENV = "CLORE_RUNNER_TOKEN"  # the token that may administer runners (not G
 
 
 def _clore() -> CloreClient:
+    # a runner command builds it: the CLI imports this module for every command
     from runner.backends.clore.api import CloreClient
 
     return CloreClient.from_env()
 
 
 def _github(token: str, scope: Scope, env: Mapping[str, str]) -> RunnerApi:
+    # a runner command builds it: the CLI imports this module for every command
     from runner.gh_runner.github import RunnerApi
     from runner.report.comment import api_url
     from runner.report.github_api import GitHubApi
@@ -37,18 +39,21 @@ def _github(token: str, scope: Scope, env: Mapping[str, str]) -> RunnerApi:
 
 
 def _options() -> ProvisionOptions:
+    # a runner command builds it: the CLI imports this module for every command
     from runner.backends.clore.provision import ProvisionOptions
 
     return ProvisionOptions()
 
 
 def _key() -> ClientKey:
+    # a runner command builds it: the CLI imports this module for every command
     from runner.backends.ssh.keys import ClientKey
 
     return ClientKey.generate()
 
 
 def _http() -> Http:
+    # a runner command builds it: the CLI imports this module for every command
     from runner.report.comment_post import Http
 
     return Http()

@@ -116,6 +116,7 @@ def write_reports(
     Bad job JUnit files and a bad baseline become warnings. OSError (e.g. an unwritable
     `out_dir`) is raised: the caller decides what an unwritable output means.
     """
+    # a writer loads when its report is written: `validate` and the CLI import this package
     from runner.report.junit import build_junit
     from runner.report.summary import build_summary
 
@@ -144,6 +145,7 @@ def write_reports(
 
 def timeline_of(summary: Summary) -> Timeline:
     """The timeline model of a summary."""
+    # a writer loads when its report is written: `validate` and the CLI import this package
     from runner.report.timeline import build_timeline, records_from_summary
 
     return build_timeline(records_from_summary(summary))
@@ -151,6 +153,7 @@ def timeline_of(summary: Summary) -> Timeline:
 
 def svg_of(summary: Summary, timeline: Timeline | None = None) -> str:
     """timeline.svg of a summary (`timeline`: its model, when already built)."""
+    # a writer loads when its report is written: `validate` and the CLI import this package
     from runner.report.timeline_svg import render_svg
 
     model = timeline_of(summary) if timeline is None else timeline
@@ -160,6 +163,7 @@ def svg_of(summary: Summary, timeline: Timeline | None = None) -> str:
 def with_comparison(summary: Summary, baseline: Mapping[str, Any]) -> Summary:
     """`summary` with its `comparison` filled in from `baseline` (an earlier summary.json's
     JSON object), or a warning when the baseline is unusable."""
+    # a writer loads when its report is written: `validate` and the CLI import this package
     from runner.report.compare import BadBaseline, compare, parse_baseline
 
     try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from runner import redact
 from runner.report.markdown import cut_markdown
+from runner.report.text import tail_lines
 from runner.untrusted import console_line
 
 # Every command passes through mask_secrets and, on a bad pipeline, annotate_spec_error: what
@@ -91,7 +93,6 @@ def print_log_group(
 ) -> None:
     """A job's log in a group. Commands in it are switched off: the log comes from a rented
     machine, and a line like `::add-mask::` or `::error::` in it must not act on this runner."""
-    import uuid
 
     stream = out or sys.stdout
     token = f"clore-run-{uuid.uuid4().hex}"
@@ -105,7 +106,6 @@ def _print_tail(log: Path, stream: TextIO, max_lines: int) -> None:
     if not log.is_file():
         print(f"(no log at {log})", file=stream)
         return
-    from runner.report.text import tail_lines
 
     # One line more than shown tells whether any was left out. (Comparing the file's size with
     # the lines' length said so for logs cut nowhere: the lines are decoded, their colour
@@ -244,7 +244,6 @@ def _repo_path(path: str, workspace: str | None) -> str:
 
 def write_outputs(path: Path, outputs: Mapping[str, str]) -> None:
     """Append step outputs to the `GITHUB_OUTPUT` file with the multi-line delimiter syntax."""
-    import uuid
 
     chunks = []
     for name, value in outputs.items():

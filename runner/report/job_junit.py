@@ -98,7 +98,7 @@ class _Unusable(ValueError):
 
 def read_job_junit(path: Path, label: str) -> JobJUnit:
     """Parse `path`; `label` names it in warnings. Never raises."""
-    from xml.parsers import expat
+    from xml.parsers import expat  # only a job with a JUnit file parses XML
 
     try:
         size = path.stat().st_size
@@ -189,7 +189,7 @@ class _Collector:
         self.root_seen = False
 
     def parser(self) -> XMLParserType:
-        from xml.parsers import expat
+        from xml.parsers import expat  # only a job with a JUnit file parses XML
 
         parser = expat.ParserCreate()
         parser.StartDoctypeDeclHandler = _refuse  # before any entity is expanded, any encoding

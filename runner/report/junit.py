@@ -24,6 +24,7 @@ import dataclasses
 import os
 import time
 from collections.abc import Callable, Iterable
+from datetime import datetime, timezone
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
@@ -118,7 +119,7 @@ def _own_junit(out_dir: Path, job: Job) -> JobJUnit | None:
     """What the job's own JUnit file held, None when it has none."""
     if not job.junit:
         return None
-    from runner.report.job_junit import Case, JobJUnit, read_job_junit
+    from runner.report.job_junit import Case, JobJUnit, read_job_junit  # a job with its own file
 
     label = f"job '{job.id}' ({job.junit})"
     base = (out_dir / "artifacts" / job.id).resolve()
@@ -285,8 +286,6 @@ def _allowed_case(case: Case) -> Case:
     with what failed, so the passing run's report does not fail the check."""
     if case.outcome not in ("failure", "error"):
         return case
-    import dataclasses
-
     message = f"{ALLOWED}: {case.message}" if case.message else ALLOWED
     return dataclasses.replace(case, outcome="skipped", message=message)
 
@@ -361,7 +360,7 @@ def _reason(result: JobResult) -> str:
 
 def _job_failure(job: Job, result: JobResult, redact: Callable[[str], str]) -> Case:
     """The job-level testcase as a failed test, for the summary's "failed tests" list."""
-    from runner.report.job_junit import Case
+    from runner.report.job_junit import Case  # only for a failed job
 
     outcome: Outcome = "error" if result.status is JobStatus.ERROR else "failure"
     first = result.attempts[0] if result.attempts else None
@@ -451,7 +450,6 @@ def iso(unix_seconds: float) -> str:
     whole = int(unix_seconds) if 0 <= unix_seconds < _YEAR_10000 else -1
     if whole >= 0 and unix_seconds - whole < 0.999999:
         return _iso_second(whole)
-    from datetime import datetime, timezone
 
     return datetime.fromtimestamp(unix_seconds, timezone.utc).isoformat(timespec="seconds")
 

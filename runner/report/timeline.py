@@ -6,6 +6,7 @@ summary.md's Mermaid chart, timeline.svg and serve's job pages draw from the sam
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
 if TYPE_CHECKING:
@@ -124,7 +125,6 @@ def records_from_summary(summary: Summary) -> list[AttemptRecord]:
 def _unix(value: object) -> float | None:
     if not isinstance(value, str) or not value:
         return None
-    from datetime import datetime
 
     try:
         return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()

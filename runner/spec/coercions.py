@@ -4,7 +4,7 @@ The loader uses `iso_time` too, on values it reads before the models do.
 
 from __future__ import annotations
 
-import math
+import sys
 from datetime import datetime
 from typing import Any
 
@@ -22,11 +22,18 @@ def scalar_strings(value: Any) -> Any:
     for key, item in value.items():
         if isinstance(item, bool):
             out[key] = "true" if item else "false"
-        elif isinstance(item, int) or (isinstance(item, float) and math.isfinite(item)):
-            out[key] = str(item)  # .nan and 1e999 are left as numbers: no string to export
+        elif isinstance(item, (int, float)) and _finite(item):
+            out[key] = str(item)
         else:
             out[key] = item
     return out
+
+
+def _finite(number: float) -> bool:
+    """A number the schema takes (a finite float). .nan, 1e999 and an integer past a float's
+    range are left as numbers, so that the model refuses them as the schema does: no string
+    to export for the first two, and the schema's numbers end at a float's range."""
+    return -sys.float_info.max <= number <= sys.float_info.max  # False for NaN; exact for ints
 
 
 def iso_time(value: Any) -> Any:

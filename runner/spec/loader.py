@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path, PurePosixPath
@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from runner.backends.registry import pipeline_keys
 from runner.core import graph
 from runner.core.model import (
     Condition,
@@ -34,7 +35,7 @@ from runner.spec.coercions import iso_time
 from runner.spec.diagnostics import Diagnostic, KeyPath, SpecError, did_you_mean, format_path
 from runner.spec.expressions import Contexts, ExpressionError, parse_condition, substitute
 from runner.spec.limits import MAX_JOB_ID
-from runner.spec.models import Defaults, JobSpec, PipelineHeader, Strategy
+from runner.spec.models import Defaults, JobSpec, PipelineHeader, Strategy, field_name
 from runner.spec.pydantic_errors import diagnostics_from
 from runner.spec.yaml_source import Source, parse_yaml
 
@@ -130,11 +131,11 @@ class _PipelineBuilder:
             concurrency=header.concurrency,
             budget_usd=header.budget,
             timeout_s=header.timeout_minutes * 60 if header.timeout_minutes else None,
-            currency=header.currency,
             hosts=tuple(header.hosts),
             source=self.source.file,
             provisioning=Provisioning(header.provision),
             warnings=self._retyped_warnings(),
+            backend_keys=_backend_keys("pipeline", lambda name: _given(header, name)),
         )
 
     def _quote_hint(self, problem: Diagnostic) -> Diagnostic:
@@ -480,7 +481,6 @@ class _PipelineBuilder:
             retries=pick("retries") or 0,
             gpu=_gpu(spec, defaults),
             image=pick("image"),
-            image_runs_sshd=pick("ssh") == "image",
             env=MappingProxyType({**pipeline_env, **(defaults.env or {}), **(spec.env or {})}),
             workspace=pick("workspace") if pick("workspace") is not None else True,
             artifacts=tuple(pick("artifacts") or ()),
@@ -496,7 +496,20 @@ class _PipelineBuilder:
             estimate_s=float(estimate) * 60 if estimate else None,
             boot_timeout_s=float(boot) * 60 if boot else None,
             location=Location(self.source.file, line, col),
+            backend_keys=_backend_keys("job", pick),
         )
+
+
+def _backend_keys(level: str, value: Callable[[str], Any]) -> Mapping[str, str]:
+    """The backends' own keys at `level` that the file gives (`value` reads one by its model
+    name), by their names in the file: the backend applies its defaults."""
+    given = ((key.name, value(field_name(key.name))) for key in pipeline_keys(level))
+    return MappingProxyType({name: v for name, v in given if v is not None})
+
+
+def _given(model: BaseModel, name: str) -> Any:
+    """The value the file gave to field `name` (None when it gave none: not its default)."""
+    return getattr(model, name) if name in model.model_fields_set else None
 
 
 def _gpu(spec: JobSpec, defaults: Defaults) -> GpuAsk | None:

@@ -7,16 +7,16 @@ descriptions feed `clore-run schema`, which editors use to complete and check pi
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model
 
+from runner.backends.registry import pipeline_keys
 from runner.spec.coercions import iso_time, one_or_many, scalar_strings, whole_number
 from runner.spec.limits import MAX_CONCURRENCY, MAX_MINUTES, MIN_MINUTES
 from runner.spec.schema_rules import finite_numbers, job_rules, pipeline_rules, strategy_rules
 
 PriorityName = Literal["low", "normal", "high", "urgent"]
-CurrencyName = Literal["bitcoin", "CLORE-Blockchain", "USD-Blockchain"]
 ProvisionName = Literal["ahead", "on-demand"]
 
 
@@ -43,6 +43,37 @@ class StrictModel(BaseModel):
         defer_build=True,
         json_schema_extra=finite_numbers,
     )
+
+
+def field_name(key: str) -> str:
+    """The model's name of a file's key: `min-vram-gb` is `min_vram_gb`."""
+    return key.replace("-", "_")
+
+
+def _backend_keys(level: str) -> type[StrictModel]:
+    """A base model holding the backends' own keys at `level` (runner.backends.registry),
+    each one of its choices: the models below accept them as their own keys, with the same
+    located errors as any other, and `clore-run schema` lists them."""
+    fields: dict[str, Any] = {}
+    for key in pipeline_keys(level):
+        choice: Any = Literal.__getitem__(key.choices)  # the choices come from the registry
+        kind = choice if key.default is not None else choice | None
+        alias = key.name if field_name(key.name) != key.name else None
+        fields[field_name(key.name)] = (
+            kind,
+            Field(key.default, alias=alias, description=key.description),
+        )
+    return create_model(f"BackendKeys_{level}", __base__=StrictModel, **fields)
+
+
+# mypy sees the plain base: the keys are the registry's, known when this module runs, and are
+# read by name (runner.spec.loader), never as attributes.
+if TYPE_CHECKING:
+    _JobKeys = StrictModel
+    _PipelineKeys = StrictModel
+else:
+    _JobKeys = _backend_keys("job")
+    _PipelineKeys = _backend_keys("pipeline")
 
 
 class GpuSpec(StrictModel):
@@ -74,17 +105,12 @@ class Strategy(StrictModel):
     )
 
 
-class JobSettings(StrictModel):
-    """Keys a job and `defaults` share."""
+class JobSettings(_JobKeys):
+    """Keys a job and `defaults` share (the backends' own among them)."""
 
     model_config = ConfigDict(json_schema_extra=job_rules)
 
     image: str | None = Field(None, description="Docker image for rented servers.")
-    ssh: Literal["clore", "image"] | None = Field(
-        None,
-        description="Who runs sshd on a rented server: `clore` (default: Clore's entrypoint "
-        "starts it, so any image works) or `image` (the image runs its own).",
-    )
     timeout_minutes: float | None = Field(
         None,
         ge=MIN_MINUTES,
@@ -144,7 +170,7 @@ class JobSpec(JobSettings):
     strategy: Strategy | None = None
 
 
-class PipelineSettings(StrictModel):
+class PipelineSettings(_PipelineKeys):
     name: str | None = Field(None, description="Pipeline name (default: the file name).")
     concurrency: WholeNumber = Field(
         3, ge=1, le=MAX_CONCURRENCY, description="Max servers held at once."
@@ -153,7 +179,6 @@ class PipelineSettings(StrictModel):
     timeout_minutes: float | None = Field(
         None, ge=MIN_MINUTES, le=MAX_MINUTES, alias="timeout-minutes"
     )
-    currency: CurrencyName = Field("CLORE-Blockchain", description="What orders are paid in.")
     provision: ProvisionName = Field(
         "ahead",
         description="When a job's server is rented: ahead (once its needs are expected to end "

@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from runner.backends.registry import pipeline_keys
 from runner.spec.diagnostics import Diagnostic, KeyPath, did_you_mean
 from runner.spec.yaml_source import Source
 
@@ -16,9 +17,10 @@ _HINTS = {
     "estimate-minutes": "minutes as a positive number",
     "max-price": "USD per hour for the whole server, e.g. 0.40",
     "priority": "one of low, normal, high, urgent",
-    "currency": "bitcoin, CLORE-Blockchain or USD-Blockchain",
     "not-before": "an ISO-8601 time with zone, e.g. 2026-12-01T02:00:00Z",
     "needs": "a job id or a list of job ids",
+    # the backends' own keys (runner.backends.registry) say theirs
+    **{k.name: k.hint for level in ("pipeline", "job") for k in pipeline_keys(level) if k.hint},
 }
 
 

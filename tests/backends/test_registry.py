@@ -103,3 +103,23 @@ def test_cleanup_asks_every_renting_backend_s_spec(monkeypatch: pytest.MonkeyPat
     assert "second: nothing to clean up" in result.output
     assert "error: 1 rental(s) may still be billed" in result.output
     assert result.exit_code == 3
+
+
+def test_the_backends_own_pipeline_keys_are_declared_once() -> None:
+    """The file's models take these from the registry: a name twice would be one key with two
+    meanings, and the core model names none of them."""
+    import dataclasses
+
+    from runner.backends.registry import pipeline_key_values, pipeline_keys
+
+    keys = [*pipeline_keys("pipeline"), *pipeline_keys("job")]
+    assert [(k.name, k.level) for k in keys] == [("currency", "pipeline"), ("ssh", "job")]
+    assert len({k.name for k in keys}) == len(keys)
+    assert all(k.default is None or k.default in k.choices for k in keys)
+    fields = {f.name for f in dataclasses.fields(Pipeline)} | {
+        f.name for f in dataclasses.fields(Job)
+    }
+    assert not fields & {k.name for k in keys}
+    pipeline = Pipeline(name="p", jobs=(), backend_keys={"currency": "bitcoin"})
+    assert pipeline_key_values(pipeline) == {"currency": "bitcoin"}
+    assert pipeline_key_values(Pipeline(name="p", jobs=())) == {"currency": "CLORE-Blockchain"}

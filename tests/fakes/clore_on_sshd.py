@@ -19,6 +19,7 @@ from runner.backends.clore.backend import CloreBackend
 from runner.backends.clore.market import offer_from_server
 from runner.backends.clore.models import MarketServer
 from runner.backends.clore.provision import Provisioner, ProvisionOptions
+from runner.backends.clore.settings import CloreSettings
 from runner.backends.ssh.connection import ConnectOptions
 from runner.backends.ssh.keys import ClientKey, HostKeyStore
 from runner.core.model import Pipeline, RunRecord
@@ -48,13 +49,20 @@ class Setup:
             ssh=ConnectOptions(tries=3, backoff_s=0.05, max_backoff_s=0.2),
         )
         provisioner = Provisioner(
-            client, ledger, run_id, key, HostKeyStore(), self.clock, pipeline.currency, options
+            client,
+            ledger,
+            run_id,
+            key,
+            HostKeyStore(),
+            self.clock,
+            CloreSettings.of(pipeline).currency,
+            options,
         )
         backend = CloreBackend(
             client,
             provisioner,
             self.clock,
-            pipeline.currency,
+            CloreSettings.of(pipeline),
         )
         return backend, ledger
 

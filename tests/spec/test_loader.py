@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from runner.backends.clore.settings import CloreSettings, image_runs_sshd
 from runner.core.model import Condition, GpuAsk, Location, Pipeline, Priority
 from runner.spec.diagnostics import SpecError
 from runner.spec.loader import load_pipeline, parse_pipeline
@@ -62,7 +63,7 @@ def test_hello_example() -> None:
 def test_ml_pipeline_example() -> None:
     p = load_pipeline(EXAMPLES / "ml-pipeline.yml", environ={})
     assert (p.name, p.concurrency, p.budget_usd, p.timeout_s) == ("ml-pipeline", 2, 3.0, 14400.0)
-    assert p.currency == "CLORE-Blockchain"
+    assert CloreSettings.of(p).currency == "CLORE-Blockchain"
     assert ids(p) == ["prepare", "train-rtx-3090", "train-rtx-4090", "evaluate", "report"]
     prepare = p.job("prepare")
     assert prepare.gpu == GpuAsk(type="RTX", count=1, min_vram_gb=8.0, max_usd_per_hour=0.30)
@@ -100,7 +101,7 @@ def test_gpu_tests_example() -> None:
 def test_top_level_defaults_and_name_from_the_file() -> None:
     p = parse("jobs:\n  a:\n    run: x\n", file="some/dir/nightly-gpu.yml")
     assert p.name == "nightly-gpu"
-    assert (p.concurrency, p.budget_usd, p.timeout_s, p.currency) == (
+    assert (p.concurrency, p.budget_usd, p.timeout_s, CloreSettings.of(p).currency) == (
         3,
         None,
         None,
@@ -124,7 +125,7 @@ def test_top_level_settings() -> None:
         """
     )
     assert (p.name, p.concurrency, p.budget_usd, p.timeout_s) == ("n", 7, 2.5, 90.0)
-    assert (p.currency, p.hosts) == ("bitcoin", ("root@h1:2222",))
+    assert (CloreSettings.of(p).currency, p.hosts) == ("bitcoin", ("root@h1:2222",))
 
 
 def test_job_keys_and_their_defaults() -> None:
@@ -677,3 +678,82 @@ def test_a_retyped_value_that_fails_says_to_quote_it() -> None:
 def test_quoted_values_give_no_warning() -> None:
     pipeline = parse('env: {V: "3.10", B: "yes"}\njobs:\n  a: {run: echo, env: {X: \'on\'}}\n')
     assert pipeline.warnings == ()
+
+
+def test_clore_s_own_keys_reach_its_settings_and_nothing_else() -> None:
+    """`currency:` and a job's `ssh:` are Clore's (declared in its registry entry): the
+    pipeline carries them by name, as written, and Clore's settings read them; a job's own
+    `ssh:` wins over `defaults:`, and `null` leaves the default's."""
+    p = parse(
+        """
+        currency: ${{ env.CUR }}
+        defaults: {ssh: image}
+        jobs:
+          a: {run: x}
+          b: {run: y, ssh: clore}
+          c: {run: z, ssh: null}
+        """,
+        {"CUR": "USD-Blockchain"},
+    )
+    assert dict(p.backend_keys) == {"currency": "USD-Blockchain"}
+    assert CloreSettings.of(p).currency == "USD-Blockchain"
+    assert [dict(j.backend_keys) for j in p.jobs] == [
+        {"ssh": "image"},
+        {"ssh": "clore"},
+        {"ssh": "image"},
+    ]
+    assert [image_runs_sshd(j) for j in p.jobs] == [True, False, True]
+    plain = parse("jobs:\n  a: {run: x}\n")
+    assert (dict(plain.backend_keys), dict(plain.jobs[0].backend_keys)) == ({}, {})
+    assert (CloreSettings.of(plain).currency, image_runs_sshd(plain.jobs[0])) == (
+        "CLORE-Blockchain",
+        False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        (
+            "currency: dogecoin\njobs:\n  a: {run: x}\n",
+            "p.yml:1:11: currency: input should be 'bitcoin', 'CLORE-Blockchain' or "
+            "'USD-Blockchain', got 'dogecoin' (bitcoin, CLORE-Blockchain or USD-Blockchain)",
+        ),
+        (
+            "currency: null\njobs:\n  a: {run: x}\n",
+            "p.yml:1:11: currency: input should be 'bitcoin', 'CLORE-Blockchain' or "
+            "'USD-Blockchain', got None (bitcoin, CLORE-Blockchain or USD-Blockchain)",
+        ),
+        (
+            "jobs:\n  a:\n    run: x\n    ssh: sometimes\n",
+            "p.yml:4:10: jobs.a.ssh: input should be 'clore' or 'image', got 'sometimes'",
+        ),
+        (
+            "defaults: {ssh: imag}\njobs:\n  a:\n    run: x\n",
+            "p.yml:1:17: defaults.ssh: input should be 'clore' or 'image', got 'imag'",
+        ),
+        (
+            "jobs:\n  a:\n    run: x\n    sssh: image\n",
+            "p.yml:4:5: jobs.a.sssh: unknown key 'sssh' (did you mean 'ssh'?)",
+        ),
+        (
+            "curency: bitcoin\njobs:\n  a: {run: x}\n",
+            "p.yml:1:1: curency: unknown key 'curency' (did you mean 'currency'?)",
+        ),
+    ],
+)
+def test_a_backend_s_key_is_checked_as_every_key(text: str, error: str) -> None:
+    with pytest.raises(SpecError) as caught:
+        parse_pipeline(text, "p.yml", {})
+    assert str(caught.value) == error
+
+
+def test_an_env_integer_past_a_float_s_range_is_refused_as_the_schema_refuses_it() -> None:
+    """The schema's numbers are finite floats: a 310-digit integer passed the loader (written
+    out exactly) while `clore-run schema` refused it; schemathesis found the two disagreeing."""
+    largest = "1" + "0" * 308  # 1e308: a float still holds it
+    p = parse(f"jobs:\n  k:\n    env: {{k: {largest}}}\n    run: x\n")
+    assert p.jobs[0].env["k"] == largest
+    with pytest.raises(SpecError) as caught:
+        parse(f"jobs:\n  k:\n    env: {{k: {largest}0}}\n    run: x\n")
+    assert str(caught.value).startswith("p.yml:3:14: jobs.k.env.k: input should be a valid string")

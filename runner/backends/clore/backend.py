@@ -37,6 +37,7 @@ from runner.backends.clore.market import (
 )
 from runner.backends.clore.provision import Provisioner, Rental
 from runner.backends.clore.quotes import OfferMarket
+from runner.backends.clore.settings import CloreSettings
 from runner.backends.ssh.exec import run_job
 from runner.clock import Clock
 from runner.core import money
@@ -79,9 +80,9 @@ class CloreBackend:
     client: CloreClient
     provisioner: Provisioner
     clock: Clock
-    # What orders are paid in. The run's concurrency and budget are not the backend's: the
-    # core holds them (ServerBook), from the settings the run resolved once.
-    currency: str
+    # The file's Clore keys (what orders are paid in). The run's concurrency and budget are
+    # not the backend's: the core holds them (ServerBook), from the settings the run resolved.
+    settings: CloreSettings
     name: str = "clore"
     # The core's server number -> the rental carrying it out, each rental held, the rentals
     # being set up (their cancel: shutdown sets it), and the hosts a job's rents skipped.
@@ -129,7 +130,8 @@ class CloreBackend:
         if self._market is None or now - self._market[0] > MARKET_TTL_S:
             rates = self.provisioner.fees().rates  # read first: the offers' $/h include them
             servers = self.client.marketplace().servers
-            self._market = (now, offers_from_servers(servers, self.currency, fees=rates))
+            currency = self.settings.currency
+            self._market = (now, offers_from_servers(servers, currency, fees=rates))
         return self._market[1]
 
     def _hourly(self, job: Job, offer: Offer) -> float:
@@ -160,17 +162,18 @@ class CloreBackend:
             raise RunMustStop(str(exc)) from None
         except api_errors.CloreApiError:
             return  # not knowing is no reason to stop: the create says not_enough_balance
-        wallet = wallets.get(self.currency)
+        currency = self.settings.currency
+        wallet = wallets.get(currency)
         balance = wallet.balance if wallet is not None else 0.0
         if balance is None or offer.usd_per_unit is None or offer.usd_per_unit <= 0:
             return
         needed = worst_case_usd / offer.usd_per_unit
         if balance < needed:
             raise RunMustStop(
-                f"the {self.currency} wallet holds {balance:g}, and the first rental may cost "
-                f"up to {needed:g} {self.currency} (${worst_case_usd:.2f}, fees included): "
+                f"the {currency} wallet holds {balance:g}, and the first rental may cost "
+                f"up to {needed:g} {currency} (${worst_case_usd:.2f}, fees included): "
                 "nothing was rented",
-                f"top up the {self.currency} wallet on clore.ai, or pay in another currency "
+                f"top up the {currency} wallet on clore.ai, or pay in another currency "
                 "(`currency:` in the pipeline)",
             )
 
@@ -568,7 +571,7 @@ class _LiveMarket(OfferMarket):
     offer seen this run kept for fitting (a server we hold is listed as rented)."""
 
     def __init__(self, backend: CloreBackend, offers: list[Offer], unread: str = "") -> None:
-        super().__init__(offers, backend.currency)
+        super().__init__(offers, backend.settings.currency)
         self._backend = backend
         self._unread = unread  # why there is no snapshot, if there is none
 

@@ -25,6 +25,12 @@ MAX_PLAUSIBLE_FEE_RATE = 0.5
 # stands in, in USD, where the account's own fee for the currency is unknown: a worst case
 # needs some figure, and a plan made without an API key has no other.
 FALLBACK_CREATION_FEE_USD = 0.1
+# How long a rented server may take from the create to coming online before it is given up,
+# unless a job sets `boot-timeout-minutes`. Most real orders that fail never come online
+# (reference/clore-api.md §8): this bound ends well inside the creation fee's grace, so such a
+# host costs minutes of rental and never the fee. The SSH probe after "online" adds at most
+# about 3 minutes, and the cancel goes out before the 10-minute mark.
+DEFAULT_BOOT_BOUND_S = 360.0
 
 
 @dataclass(frozen=True)

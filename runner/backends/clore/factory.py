@@ -11,6 +11,7 @@ from runner.backends.clore.backend import CloreBackend
 from runner.backends.clore.host_memory import HostRecorder
 from runner.backends.clore.provision import Provisioner
 from runner.backends.clore.ratelimit import SHARED_FILE
+from runner.backends.clore.settings import CloreSettings
 from runner.backends.ssh.keys import ClientKey, HostKeyStore
 from runner.clock import Clock, SystemClock
 from runner.core.model import Pipeline
@@ -37,6 +38,7 @@ def clore_backend(
     client = CloreClient.from_env()
     share_limits(client, ledger_path)
     clock = SystemClock()
+    settings = CloreSettings.of(pipeline)  # the file's Clore keys, from here on
     provisioner = Provisioner(
         client=client,
         ledger=open_ledger(ledger_path),
@@ -44,7 +46,7 @@ def clore_backend(
         key=ClientKey.generate(),
         host_keys=HostKeyStore(),
         clock=clock,
-        currency=pipeline.currency,
+        currency=settings.currency,
     )
     if pool is not None:
         provisioner.seat = _seat(pool, coordinator, run_id)
@@ -52,7 +54,7 @@ def clore_backend(
         client=client,
         provisioner=provisioner,
         clock=clock,
-        currency=pipeline.currency,
+        settings=settings,
         hosts=host_recorder(ledger_path, run_id, clock),
     )
 
@@ -86,6 +88,7 @@ def _seat(pool: str, coordinator: str | None, run_id: str) -> PoolSeat:
             hint="pass --coordinator postgresql://USER@HOST/DB or set CLORE_RUN_COORDINATOR",
         )
     require_psycopg()
+    # psycopg (the postgres extra): only a run that joins a pool loads it
     from runner.stores.pools.postgres import PostgresPools
     from runner.stores.pools.seat import PoolSeat
 

@@ -26,7 +26,6 @@ from runner.core.hosts import HostMemory
 from runner.core.model import GpuAsk
 
 HOURS_PER_DAY = money.HOURS_PER_DAY
-CURRENCIES = ("bitcoin", "CLORE-Blockchain", "USD-Blockchain")
 _USD_FIELD = {
     "bitcoin": "on_demand_btc",
     "CLORE-Blockchain": "on_demand_clore",
@@ -276,7 +275,7 @@ def matching_offers(
     ask: GpuAsk,
     excluded: Collection[int] = (),
     memory: HostMemory | None = None,
-    given_up_after_s: float = money.DEFAULT_BOOT_BOUND_S,
+    given_up_after_s: float = bill.DEFAULT_BOOT_BOUND_S,
 ) -> list[Offer]:
     """The offers that fit `ask`, best first (see `rank_key`). With the host `memory`: hosts
     it says to skip are left out, and the rest rank by expected cost (`expected_rank_key`)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from runner.backends.clore import bill
 from runner.backends.clore.fees import FeeSchedule
 from runner.backends.clore.market import (
     Offer,
@@ -18,12 +19,13 @@ from runner.backends.clore.market import (
     skipped_ids,
 )
 from runner.backends.clore.quotes import OfferMarket
+from runner.backends.clore.settings import CloreSettings
 from runner.core import money
 from runner.core.hedge import HedgePolicy
 from runner.core.hosts import HostMemory
 from runner.core.model import GpuAsk, Job, Pipeline
 from runner.core.predict import Prediction, predict
-from runner.plan import format_duration
+from runner.figures import format_duration
 
 _ANY_GPU = GpuAsk()
 # How long a Clore server takes from the create to answering SSH (image pull, boot, sshd):
@@ -40,11 +42,12 @@ def plan_offers(
     """`fees`: the account's, as `renter_fees` gave them (the offers are priced with its rates);
     None: the documented rates and creation fee. `memory`: the host history (hosts that
     failed lately skipped, and said so; the rest ranked by expected cost)."""
-    fees = fees if fees is not None else FeeSchedule(pipeline.currency)
+    currency = CloreSettings.of(pipeline).currency
+    fees = fees if fees is not None else FeeSchedule(currency)
     jobs: dict[str, Any] = {}
     ceiling = estimate = 0.0
     for job in pipeline.jobs:
-        entry = _job_entry(job, offers, pipeline.currency, fees, memory)
+        entry = _job_entry(job, offers, currency, fees, memory)
         jobs[job.id] = entry
         if entry["offer"] is not None:
             ceiling += entry["ceiling_usd"]
@@ -53,7 +56,7 @@ def plan_offers(
     prediction = predict_run(pipeline, offers, memory)
     makespan, cost = prediction.to_json()
     return {
-        "currency": pipeline.currency,
+        "currency": currency,
         "fees": {
             "source": fees.source,
             "on_demand_fee_rate": fees.rates.on_demand_fee_rate,
@@ -77,10 +80,10 @@ def predict_run(
 ) -> Prediction:
     """The run simulated on these offers: the same core decides rents, reuse, give-backs and
     hedges. With a host history of some boots, that share of hosts never comes up."""
-    market = OfferMarket(offers, pipeline.currency)
+    market = OfferMarket(offers, CloreSettings.of(pipeline).currency)
     dead = 0.0
     if memory is not None:
-        market.remember(memory, money.DEFAULT_BOOT_BOUND_S)
+        market.remember(memory, bill.DEFAULT_BOOT_BOUND_S)
         dead = memory.market.fail_rate if memory.market.boots else 0.0
     return predict(pipeline, market, BOOT_RANGE_S, hedge=HedgePolicy(), dead_fraction=dead)
 

@@ -24,6 +24,7 @@ from runner.backends.clore.market import Offer, per_hour, spot_bid_per_day
 from runner.backends.clore.models import Order, SpotMarket
 from runner.backends.clore.ownership import LedgerMarks, order_of, record_order
 from runner.backends.clore.ratelimit import RequestAborted
+from runner.backends.clore.settings import image_runs_sshd
 from runner.backends.ssh.connection import ConnectOptions, Endpoint, SshConnection, connect
 from runner.backends.ssh.keys import ClientKey, HostKeyStore
 from runner.clock import Clock
@@ -67,8 +68,8 @@ def _wait_on_event(seconds: float, cancel: threading.Event) -> None:
 @dataclass(frozen=True)
 class ProvisionOptions:
     # Create -> online, image pull included, unless the job sets `boot-timeout-minutes`.
-    # (money.DEFAULT_BOOT_BOUND_S: inside the creation fee's grace, the SSH probe included.)
-    online_timeout_s: float = money.DEFAULT_BOOT_BOUND_S
+    # (bill.DEFAULT_BOOT_BOUND_S: inside the creation fee's grace, the SSH probe included.)
+    online_timeout_s: float = bill.DEFAULT_BOOT_BOUND_S
     first_poll_s: float = 3.0  # my_orders polling backoff (the rate limiter spaces it further)
     max_poll_s: float = 30.0
     ssh: ConnectOptions = field(
@@ -387,7 +388,7 @@ class Provisioner:
             currency=self.currency,
             spot_price_per_day=rental.price_per_day if rental.spot else None,
             ssh_key=self.key.public_line,
-            autossh_entrypoint=not job.image_runs_sshd,
+            autossh_entrypoint=not image_runs_sshd(job),
         )
 
     def _rebid_for_create(self, rental: Rental, job: Job) -> bool:

@@ -20,7 +20,6 @@ from runner.backends.clore.market import (
     per_hour,
     spot_bid_per_day,
 )
-from runner.core import money
 from runner.core.hosts import HostMemory
 from runner.core.model import GpuAsk
 from runner.core.rentals import Quote
@@ -45,7 +44,7 @@ class OfferMarket:
         self.currency = currency
         self.creation_fee_usd = creation_fee_usd
         self._memory: HostMemory | None = None
-        self._bound_s = money.DEFAULT_BOOT_BOUND_S
+        self._bound_s = bill.DEFAULT_BOOT_BOUND_S
 
     def remember(self, memory: HostMemory, bound_s: float) -> None:
         """Rank and quote with the host history: hosts it says to skip are left out, the

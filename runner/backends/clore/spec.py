@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from runner.backends.clore.settings import KEYS
 from runner.backends.spec import BackendSpec, CleanupAsk, Reconcile, Say, Setup, Waits
 
 if TYPE_CHECKING:  # the backend's types load with the backend
@@ -55,4 +56,5 @@ SPEC = BackendSpec(
     plan=_plan,
     waits=_waits,
     cleanup=_cleanup,
+    keys=KEYS,
 )

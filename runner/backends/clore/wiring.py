@@ -15,6 +15,7 @@ from runner.backends.clore.fees import read_fee_schedule
 from runner.backends.clore.market import offers_from_servers
 from runner.backends.clore.plan_offers import plan_offers, render_offers
 from runner.backends.clore.reaper import reap_holder
+from runner.backends.clore.settings import CloreSettings
 from runner.backends.clore.waits import ApiWaits, on_stderr
 from runner.backends.spec import Reconcile, Say, Setup, Waits
 from runner.core.model import Pipeline
@@ -79,9 +80,10 @@ def plan(pipeline: Pipeline, result: dict[str, Any]) -> tuple[str, bool]:
     client = CloreClient.from_env()
     on_stderr(client)
     # The account's fee rates, read once as `run` reads them (documented ones if not).
-    fees = read_fee_schedule(client, pipeline.currency)
+    currency = CloreSettings.of(pipeline).currency
+    fees = read_fee_schedule(client, currency)
     servers = client.marketplace().servers
-    offers = offers_from_servers(servers, pipeline.currency, fees=fees.rates)
+    offers = offers_from_servers(servers, currency, fees=fees.rates)
     memory, note = read_memory(hosts_target(where(Setup(pipeline, "plan"))[0]))
     result["clore"] = plan_offers(pipeline, offers, fees, memory)
     if note:

@@ -336,7 +336,7 @@ def test_spot_preemption_mid_job_is_retried_elsewhere(
     backend, ledger = setup.backend(pipeline)
     sshd_killable.authorize(backend.provisioner.key.public_line)
     preempting = PreemptingBackend(
-        **{f: getattr(backend, f) for f in ("client", "provisioner", "clock", "currency")}
+        **{f: getattr(backend, f) for f in ("client", "provisioner", "clock", "settings")}
     )
 
     def preempt(place: object) -> None:
@@ -395,7 +395,7 @@ def test_sigterm_mid_run_cancels_everything_fast(setup: Setup) -> None:
             return super().run(place, request, Watch(), cancel, stages)
 
     signalling = Signalling(
-        **{f: getattr(backend, f) for f in ("client", "provisioner", "clock", "currency")}
+        **{f: getattr(backend, f) for f in ("client", "provisioner", "clock", "settings")}
     )
     (setup.tmp / "ws").mkdir()
     options = RunOptions(out_dir=setup.tmp / "out", workspace_root=setup.tmp / "ws")
@@ -739,7 +739,7 @@ def test_an_adapter_that_raises_while_renting_ends_the_job_instead_of_hanging_th
             raise RuntimeError("boom")
 
     broken = Broken(
-        **{f: getattr(backend, f) for f in ("client", "provisioner", "clock", "currency")}
+        **{f: getattr(backend, f) for f in ("client", "provisioner", "clock", "settings")}
     )
     (setup.tmp / "ws").mkdir()
     options = RunOptions(out_dir=setup.tmp / "out", workspace_root=setup.tmp / "ws")

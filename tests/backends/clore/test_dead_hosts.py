@@ -24,6 +24,7 @@ from runner.backends.clore.api import CloreClient
 from runner.backends.clore.backend import CloreBackend
 from runner.backends.clore.host_memory import HostRecorder
 from runner.backends.clore.provision import Provisioner, ProvisionOptions
+from runner.backends.clore.settings import CloreSettings
 from runner.backends.ssh.connection import ConnectOptions
 from runner.backends.ssh.keys import ClientKey, HostKeyStore
 from runner.core.model import Pipeline, Provisioning, RunRecord
@@ -63,9 +64,16 @@ class Market:
         client = self.client
         ledger = SqliteLedger(self.tmp / "ledger.db")
         provisioner = Provisioner(
-            client, ledger, run_id, key, HostKeyStore(), self.clock, pipeline.currency, options
+            client,
+            ledger,
+            run_id,
+            key,
+            HostKeyStore(),
+            self.clock,
+            CloreSettings.of(pipeline).currency,
+            options,
         )
-        backend = CloreBackend(client, provisioner, self.clock, pipeline.currency)
+        backend = CloreBackend(client, provisioner, self.clock, CloreSettings.of(pipeline))
         history = open_hosts(self.tmp / "hosts.db", clock=self.clock)
         backend.hosts = HostRecorder(history, run_id, self.clock)
         return backend, ledger

@@ -25,7 +25,7 @@ from tests.fakes.clore_on_sshd import Setup, fake_cost_usd
 from tests.fakes.clore_on_sshd import setup as setup  # the fixture
 from tests.sshd_fixture import SshServer
 
-_FIELDS = ("client", "provisioner", "clock", "currency")
+_FIELDS = ("client", "provisioner", "clock", "settings")
 
 
 def pipeline_of(text: str) -> Pipeline:

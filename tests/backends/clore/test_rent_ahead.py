@@ -19,6 +19,7 @@ from werkzeug.serving import WSGIRequestHandler
 
 from runner.backends.clore.backend import CloreBackend
 from runner.backends.clore.provision import Provisioner, ProvisionOptions
+from runner.backends.clore.settings import CloreSettings
 from runner.backends.ssh.connection import ConnectOptions
 from runner.backends.ssh.keys import ClientKey, HostKeyStore
 from runner.core.model import JobStatus, Pipeline, RunRecord
@@ -69,9 +70,16 @@ def run(
     client = fake.client()
     ledger = SqliteLedger(tmp / "ledger.db")
     provisioner = Provisioner(
-        client, ledger, "run-1", key, HostKeyStore(), clock, pipeline.currency, options
+        client,
+        ledger,
+        "run-1",
+        key,
+        HostKeyStore(),
+        clock,
+        CloreSettings.of(pipeline).currency,
+        options,
     )
-    backend = CloreBackend(client, provisioner, clock, pipeline.currency)
+    backend = CloreBackend(client, provisioner, clock, CloreSettings.of(pipeline))
     (tmp / "ws").mkdir(exist_ok=True)
     run_options = RunOptions(out_dir=tmp / "out", workspace_root=tmp / "ws", clock=clock)
     record, code = execute(pipeline, backend, run_options, io.StringIO())
