@@ -46,7 +46,14 @@ from runner.core.simulate_market import (
 )
 
 OFFERS = tuple(
-    Quote(str(100 + i), "RTX 4090", 1, round(0.40 * (1 + i / 50), 4), creation_fee_usd=0.1)
+    Quote(
+        str(100 + i),
+        "RTX 4090",
+        1,
+        round(0.40 * (1 + i / 50), 4),
+        creation_fee_usd=0.1,
+        creation_fee_after_s=600.0,
+    )
     for i in range(20)
 )
 JOB_S = 600.0

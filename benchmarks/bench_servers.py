@@ -38,7 +38,14 @@ ROOT = Path(__file__).resolve().parents[1]
 TYPES = ("RTX 3090", "RTX 4090", "A100", "H100")
 # Prices with the renter's fee, USD per hour, a few hosts of each type.
 OFFERS = tuple(
-    Quote(f"{t}#{i}", t, 1, round(price * (1 + i / 10), 3), creation_fee_usd=0.1)
+    Quote(
+        f"{t}#{i}",
+        t,
+        1,
+        round(price * (1 + i / 10), 3),
+        creation_fee_usd=0.1,
+        creation_fee_after_s=600.0,
+    )
     for t, price in zip(TYPES, (0.15, 0.45, 1.2, 2.4), strict=True)
     for i in range(6)
 )

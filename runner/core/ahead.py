@@ -16,7 +16,6 @@ from runner.core.book_part import BookPart, BookState
 from runner.core.ends import Ends
 from runner.core.events import SetTimer
 from runner.core.fleet import AFTER_SCRIPT_S, BOOTING, EPS_S, TIMER
-from runner.core.rentals import rental_cost_usd
 from runner.core.renting import Renter
 
 
@@ -98,7 +97,7 @@ class RentAhead(BookPart):
         worst_ready = max((ends.worst_of(n) for n in record.needs), default=now)
         wait_s = max(fleet.boot.allowance_s, worst_ready - now)
         hold_s = wait_s + job.timeout_s + AFTER_SCRIPT_S
-        cost = rental_cost_usd(quote.usd_per_hour, hold_s, quote.creation_fee_usd)
+        cost = quote.cost_usd(hold_s)
         if self._budget.over(cost, now) > 0:
             return  # ahead is a convenience: it never takes money a ready job may need
         self._renter.rent(job_id, quote, now + hold_s, cost, now, ahead=True)

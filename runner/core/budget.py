@@ -19,9 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from runner.core import money
 from runner.core.money import usd_text
-from runner.core.rentals import Quote, rental_cost_usd
+from runner.core.rentals import Quote
 
 DAY_S = 86_400
 _SLACK_USD = 1e-9  # float noise: a worst case equal to what is left fits
@@ -37,13 +36,11 @@ class _Hold:
 
     def cost_so_far(self, now: float) -> float:
         q = self.quote
-        return rental_cost_usd(q.usd_per_hour, now - self.since, q.creation_fee_usd)
+        return q.cost_usd(now - self.since)
 
     def committed(self, now: float) -> float:
         q = self.quote
-        reserved = rental_cost_usd(
-            q.usd_per_hour, self.reserved_until - self.since, q.creation_fee_usd
-        )
+        reserved = q.cost_usd(self.reserved_until - self.since)
         return max(reserved, self.cost_so_far(now))
 
 
@@ -98,7 +95,7 @@ class Budget:
             return True
         q = hold.quote
         before = hold.committed(now)
-        after = rental_cost_usd(q.usd_per_hour, until - hold.since, q.creation_fee_usd)
+        after = q.cost_usd(until - hold.since)
         if self.over(max(0.0, after - before), now) > 0:
             return False
         hold.reserved_until = until
@@ -150,7 +147,8 @@ class Budget:
     ) -> str:
         """Why a rental's worst case does not fit, in the units a person checks."""
         fee = f" with the {quote.fee_rate * 100:g} % renter fee" if quote.fee_rate else ""
-        creation = quote.creation_fee_usd if money.creation_fee_charged(hold_s) else 0.0
+        charged = hold_s >= quote.creation_fee_after_s
+        creation = quote.creation_fee_usd if charged else 0.0
         return (
             f"budget {usd_text(self.limit_usd or 0)} would be exceeded by {usd_text(over_usd)}: "
             f"committed {usd_text(self.committed_usd(now))} + this rental's worst case "

@@ -16,7 +16,7 @@ from runner.core.fleet import AFTER_SCRIPT_S, BOOTING, EPS_S, TIMER, Server, lab
 from runner.core.hedge import HedgePolicy
 from runner.core.known_jobs import Known
 from runner.core.money import usd_text
-from runner.core.rentals import JobNote, rental_cost_usd
+from runner.core.rentals import JobNote
 
 # A late boot that cannot be hedged yet (its job not ready, or its hedge still booting) is
 # looked at again this often: a hedge that fails leaves a boot to hedge again at once.
@@ -72,7 +72,7 @@ class Hedger(BookPart):
             quote = self._jobs.market.best(want.job.gpu, fleet.not_to_rent())
             why = "no other host fits" if quote is None else None
         hold_s = fleet.boot.allowance_s + want.timeout_s + AFTER_SCRIPT_S
-        cost = rental_cost_usd(quote.usd_per_hour, hold_s, quote.creation_fee_usd) if quote else 0
+        cost = quote.cost_usd(hold_s) if quote else 0
         if quote is not None and self._budget.over(cost, now) > 0:
             why = f"the budget cannot hold a second boot's worst case ({usd_text(cost)})"
         if why is not None or quote is None:

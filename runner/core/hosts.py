@@ -233,10 +233,12 @@ class HostMemory:
         return market if market is not None else self.default_boot_s
 
 
-def failed_boot_usd(usd_per_hour: float, creation_fee_usd: float, waited_s: float) -> float:
+def failed_boot_usd(
+    usd_per_hour: float, creation_fee_usd: float, waited_s: float, fee_after_s: float = 0.0
+) -> float:
     """What a boot that never comes up costs when it is given up after `waited_s`: the time
-    at its price, and the creation fee if that passed the grace."""
-    return money.worst_case_usd(usd_per_hour, waited_s, creation_fee_usd)
+    at its price, and the creation fee if that passed its grace (`fee_after_s`)."""
+    return money.worst_case_usd(usd_per_hour, waited_s, creation_fee_usd, fee_after_s)
 
 
 def expected_usd_per_hour(
@@ -244,6 +246,7 @@ def expected_usd_per_hour(
     creation_fee_usd: float,
     fail_chance: float,
     given_up_after_s: float,
+    fee_after_s: float = 0.0,
     per_hours: float = 1.0,
 ) -> float:
     """What an hour of work on a host is expected to cost: its price (fees in), plus what its
@@ -253,6 +256,6 @@ def expected_usd_per_hour(
     as time: the job starts that much later, valued at the host's own price."""
     chance = min(max(fail_chance, 0.0), MAX_CHANCE)
     failed_boots = chance / (1.0 - chance)
-    waste = failed_boot_usd(usd_per_hour, creation_fee_usd, given_up_after_s)
+    waste = failed_boot_usd(usd_per_hour, creation_fee_usd, given_up_after_s, fee_after_s)
     delay = usd_per_hour * given_up_after_s / money.SECONDS_PER_HOUR
     return usd_per_hour + failed_boots * (waste + delay) / max(per_hours, 1e-9)

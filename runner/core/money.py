@@ -1,11 +1,11 @@
 """Money in the units the marketplace quotes and we show: pure arithmetic, stdlib only, every
 name carrying its unit.
 
-Prices are quoted PER DAY and shown and capped PER HOUR. The core plans with one fee rule of the
-marketplace it rents on: a one-off creation fee charged only for an order that lives
-CREATION_FEE_GRACE_S or more (Clore's 10 minutes), so a budget's worst case counts it whenever a
-rental could live that long. What a renter pays on top of a listed price, and what an order
-cost, are the backend's (runner/backends/clore/bill.py).
+Prices are quoted PER DAY and shown and capped PER HOUR. A marketplace may charge a one-off
+creation fee once an order has lived a while: each quote says how much and after how long
+(runner.core.rentals.Quote), so a budget's worst case counts it whenever a rental could live
+that long. The marketplace's own rules (what a renter pays on top of a listed price, when the
+fee is charged, what an order cost) are its backend's (Clore: runner/backends/clore/bill.py).
 
 Names: `*_per_day` / `*_per_hour` are prices, `*_native` amounts in the order currency,
 `*_usd` US dollars, `*_s` seconds, `*_fee_rate` a fraction (0.05 is 5 %).
@@ -16,8 +16,6 @@ from __future__ import annotations
 HOURS_PER_DAY = 24.0
 SECONDS_PER_HOUR = 3600.0
 SECONDS_PER_DAY = 86400.0
-# "If the renter cancels within 10 minutes, no creation fee is charged" (Clore's host fee guide).
-CREATION_FEE_GRACE_S = 600.0
 
 
 def per_hour_from_per_day(price_per_day: float) -> float:
@@ -30,18 +28,17 @@ def per_day_from_per_hour(price_per_hour: float) -> float:
     return price_per_hour * HOURS_PER_DAY
 
 
-def creation_fee_charged(lived_s: float) -> bool:
-    """Whether Clore charges the creation fee for an order that lived `lived_s` seconds."""
-    return lived_s >= CREATION_FEE_GRACE_S
-
-
 def worst_case_usd(
-    with_fee_usd_per_hour: float, longest_hold_s: float, creation_fee_usd: float
+    with_fee_usd_per_hour: float,
+    longest_hold_s: float,
+    creation_fee_usd: float,
+    fee_after_s: float = 0.0,
 ) -> float:
     """The most a rental can cost: its price with fee for the longest it can be held, plus the
-    creation fee whenever it could live 10 minutes or more. A budget check must use this."""
+    creation fee whenever it could live `fee_after_s` or more (the marketplace's grace; 0: the
+    fee is charged from the start). A budget check must use this."""
     hours = max(0.0, longest_hold_s) / SECONDS_PER_HOUR
-    fee_usd = creation_fee_usd if creation_fee_charged(longest_hold_s) else 0.0
+    fee_usd = creation_fee_usd if longest_hold_s >= max(0.0, fee_after_s) else 0.0
     return with_fee_usd_per_hour * hours + fee_usd
 
 

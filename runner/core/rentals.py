@@ -27,20 +27,31 @@ class Quote:
     gpu_model: str = ""
     gpu_count: int = 0
     usd_per_hour: float = 0.0  # listed price plus the renter's fee
-    creation_fee_usd: float = 0.0  # charged once the order lives 10 minutes
+    creation_fee_usd: float = 0.0  # charged once the order has lived `creation_fee_after_s`
     spot: bool = False
     fee_rate: float = 0.0  # the renter's fee already in `usd_per_hour` (for messages)
+    # The marketplace's grace before the creation fee is charged (Clore: 10 minutes; 0: from
+    # the start): the budget's worst case counts the fee only for a hold this long.
+    creation_fee_after_s: float = 0.0
     # What the host history expects of this host (None: nothing known; the run's own figures
     # stand in): a healthy boot, create -> SSH, and the chance a boot of it fails.
     boot_s: float | None = None
     fail_chance: float | None = None
 
+    def cost_usd(self, held_s: float) -> float:
+        """What holding a rental of this quote for `held_s` costs (rental_cost_usd)."""
+        return rental_cost_usd(
+            self.usd_per_hour, held_s, self.creation_fee_usd, self.creation_fee_after_s
+        )
 
-def rental_cost_usd(usd_per_hour: float, held_s: float, creation_fee_usd: float) -> float:
+
+def rental_cost_usd(
+    usd_per_hour: float, held_s: float, creation_fee_usd: float, fee_after_s: float = 0.0
+) -> float:
     """What holding a rental for `held_s` costs: the hours at the price with fee, plus the
-    creation fee once the order has lived long enough to be charged it. With the longest
-    possible hold this is the worst case a budget must fit before the rent."""
-    return money.worst_case_usd(usd_per_hour, held_s, creation_fee_usd)
+    creation fee once the order has lived `fee_after_s` (its quote's `creation_fee_after_s`).
+    With the longest possible hold this is the worst case a budget must fit before the rent."""
+    return money.worst_case_usd(usd_per_hour, held_s, creation_fee_usd, fee_after_s)
 
 
 class Market(Protocol):

@@ -22,7 +22,7 @@ from runner.core.fleet import AFTER_SCRIPT_S, BOOTING, BUSY, TIMER, Server, by_i
 from runner.core.hedging import Hedger
 from runner.core.known_jobs import Entry, Known
 from runner.core.model import FailureKind
-from runner.core.rentals import Quote, RentFailed, rental_cost_usd
+from runner.core.rentals import Quote, RentFailed
 
 MAX_OFFERS_PER_ATTEMPT = 5  # hosts tried for one attempt before it fails as provisioning
 
@@ -127,7 +127,7 @@ class Renter(BookPart):
                 self._none_left(job_id, want)
             return
         hold_s = fleet.boot.allowance_s + want.timeout_s + AFTER_SCRIPT_S
-        cost = rental_cost_usd(quote.usd_per_hour, hold_s, quote.creation_fee_usd)
+        cost = quote.cost_usd(hold_s)
         over = budget.over(cost, now)
         if over > 0:
             self._drop_ahead_rentals(now)

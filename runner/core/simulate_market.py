@@ -26,7 +26,6 @@ from runner.core.events import (
 )
 from runner.core.hosts import EventKind, HostEvent, HostMemory, expected_usd_per_hour
 from runner.core.model import Attempt, FailureKind, GpuAsk, Job, JobResult, RunStatus
-from runner.core.money import CREATION_FEE_GRACE_S
 from runner.core.placing import CoreEvent, PlacingCore
 from runner.core.rentals import (
     CoreCommand,
@@ -38,7 +37,6 @@ from runner.core.rentals import (
     ServerReady,
     ServerReleased,
     StartOn,
-    rental_cost_usd,
 )
 from runner.core.servers import ServerBook
 
@@ -132,7 +130,9 @@ def _remembered(quote: Quote, memory: HostMemory) -> Quote:
 
 def _expected_usd_per_hour(quote: Quote, bound_s: float) -> float:
     chance = quote.fail_chance or 0.0
-    return expected_usd_per_hour(quote.usd_per_hour, quote.creation_fee_usd, chance, bound_s)
+    return expected_usd_per_hour(
+        quote.usd_per_hour, quote.creation_fee_usd, chance, bound_s, quote.creation_fee_after_s
+    )
 
 
 @dataclass
@@ -267,7 +267,7 @@ class _ServersSim:
             r = self.result
             r.failed_boots += 1
             r.billed_usd += cost
-            if self.now - held.rented_at >= CREATION_FEE_GRACE_S:
+            if self.now - held.rented_at >= held.quote.creation_fee_after_s:
                 r.creation_fees_usd += held.quote.creation_fee_usd
             r.boot_s += self.now - held.rented_at
             self._remember(held.quote.host, kind, None)
@@ -331,7 +331,7 @@ class _ServersSim:
     def _fails(self, cmd: RentServer, after_s: float, kind: EventKind) -> None:
         """The adapter gives the boot up after `after_s`: the order lived that long."""
         q = cmd.quote
-        cost = rental_cost_usd(q.usd_per_hour, after_s, q.creation_fee_usd)
+        cost = q.cost_usd(after_s)
         words = "never came online" if kind == "never_up" else "sshd never answered"
         self.push(self.now + after_s, RentFailed(cmd.server, f"#{q.host} {words}", cost))
         self.failing[cmd.server] = (kind, cost, after_s)
@@ -379,8 +379,8 @@ class _ServersSim:
         r.busy_s += held.busy_s
         r.idle_s += max(0.0, self.now - ready - held.busy_s)
         lived_s = self.now - held.rented_at
-        r.billed_usd += rental_cost_usd(q.usd_per_hour, lived_s, q.creation_fee_usd)
-        if lived_s >= CREATION_FEE_GRACE_S:
+        r.billed_usd += q.cost_usd(lived_s)
+        if lived_s >= q.creation_fee_after_s:
             r.creation_fees_usd += q.creation_fee_usd
 
     def _check(self) -> None:

@@ -10,7 +10,7 @@ from runner.core.budget import DAY_S, Budget
 from runner.core.rentals import Quote
 
 Q = Quote("h1", "RTX 3090", 1, 3.60)  # $3.60/h: a dollar is 1,000 s
-FEE = Quote("h2", "RTX 3090", 1, 3.60, creation_fee_usd=0.5)
+FEE = Quote("h2", "RTX 3090", 1, 3.60, creation_fee_usd=0.5, creation_fee_after_s=600.0)
 
 
 def test_no_limit_fits_anything() -> None:

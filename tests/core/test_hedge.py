@@ -180,7 +180,10 @@ def test_hedging_adds_no_order_on_a_market_with_no_dead_host() -> None:
 def test_hedging_starts_the_first_job_sooner_among_dead_hosts_and_breaks_no_rule() -> None:
     jobs = pipeline(job("a", minutes=10))
     offers = [
-        Quote(f"h{i}", "RTX 3090", 1, 0.30 + i / 100, creation_fee_usd=0.1) for i in range(12)
+        Quote(
+            f"h{i}", "RTX 3090", 1, 0.30 + i / 100, creation_fee_usd=0.1, creation_fee_after_s=600.0
+        )
+        for i in range(12)
     ]
     firsts = {}
     for name, policy in (("off", NO_HEDGE), ("on", HedgePolicy())):

@@ -7,6 +7,8 @@ import pytest
 from runner.core import hosts
 from runner.core.hosts import HostEvent, HostMemory, records
 
+GRACE_S = 600.0  # a creation fee charged past 10 minutes, as Clore does
+
 H = 3600.0
 
 
@@ -73,17 +75,21 @@ def test_the_expected_boot_is_the_hosts_own_else_the_markets_else_the_default() 
 
 
 def test_a_failed_boot_costs_the_fee_only_past_the_grace() -> None:
-    assert hosts.failed_boot_usd(0.6, 0.1, 360) == pytest.approx(0.06)
-    assert hosts.failed_boot_usd(0.6, 0.1, 900) == pytest.approx(0.15 + 0.1)
+    assert hosts.failed_boot_usd(0.6, 0.1, 360, GRACE_S) == pytest.approx(0.06)
+    assert hosts.failed_boot_usd(0.6, 0.1, 900, GRACE_S) == pytest.approx(0.15 + 0.1)
 
 
 def test_the_expected_cost_counts_each_failed_boot_in_money_and_in_time() -> None:
     # p = 0.5: one failed boot expected before one comes up; it costs 0.15 + 0.1 (fee past the
     # grace) and 0.15 of the job's time at the host's price.
-    assert hosts.expected_usd_per_hour(0.6, 0.1, 0.5, 900) == pytest.approx(0.6 + 0.25 + 0.15)
-    assert hosts.expected_usd_per_hour(0.6, 0.1, 0.0, 900) == 0.6
+    assert hosts.expected_usd_per_hour(0.6, 0.1, 0.5, 900, GRACE_S) == pytest.approx(
+        0.6 + 0.25 + 0.15
+    )
+    assert hosts.expected_usd_per_hour(0.6, 0.1, 0.0, 900, GRACE_S) == 0.6
     # Never certain: a host that failed every boot is dear, not infinitely so.
-    assert hosts.expected_usd_per_hour(0.6, 0.1, 1.0, 360) == pytest.approx(0.6 + 19 * 0.12)
+    assert hosts.expected_usd_per_hour(0.6, 0.1, 1.0, 360, GRACE_S) == pytest.approx(
+        0.6 + 19 * 0.12
+    )
 
 
 @pytest.mark.parametrize(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -42,9 +43,13 @@ def test_the_referral_example_100_clore_per_day_costs_105() -> None:
 
 
 def test_worst_case_includes_the_creation_fee_only_from_ten_minutes() -> None:
-    assert money.worst_case_usd(1.05, 599, 0.1) == pytest.approx(1.05 * 599 / 3600)
-    assert money.worst_case_usd(1.05, 600, 0.1) == pytest.approx(1.05 / 6 + 0.1)
-    assert money.worst_case_usd(1.05, -5, 0.1) == 0.0
+    assert money.worst_case_usd(1.05, 599, 0.1, bill.CREATION_FEE_GRACE_S) == pytest.approx(
+        1.05 * 599 / 3600
+    )
+    assert money.worst_case_usd(1.05, 600, 0.1, bill.CREATION_FEE_GRACE_S) == pytest.approx(
+        1.05 / 6 + 0.1
+    )
+    assert money.worst_case_usd(1.05, -5, 0.1, bill.CREATION_FEE_GRACE_S) == 0.0
 
 
 def test_billed_cost_parts() -> None:
@@ -81,7 +86,10 @@ def test_estimate_and_billing_agree_for_the_same_order(
     hourly = bill.with_fee_per_hour(money.per_hour_from_per_day(price), rate)
     estimated = bill.estimated_cost(hourly, held_s, rate, 0.1)
     assert math.isclose(billed.total_usd, estimated.total_usd, rel_tol=1e-9, abs_tol=1e-9)
-    assert billed.total_usd <= money.worst_case_usd(hourly, held_s, 0.1) * (1 + 1e-9) + 1e-12
+    assert (
+        billed.total_usd
+        <= money.worst_case_usd(hourly, held_s, 0.1, bill.CREATION_FEE_GRACE_S) * (1 + 1e-9) + 1e-12
+    )
 
 
 @pytest.mark.parametrize(
@@ -101,3 +109,14 @@ def test_estimate_and_billing_agree_for_the_same_order(
 )
 def test_amounts_in_sentences_keep_what_tells_them_apart(amount_usd: float, text: str) -> None:
     assert money.usd_text(amount_usd) == text
+
+
+def test_the_creation_fee_s_grace_is_the_quote_s() -> None:
+    """The core holds no marketplace's grace: each quote says when its fee is charged."""
+    from runner.core.rentals import Quote  # the quote's own arithmetic, beside money's
+
+    from_the_start = Quote("h", "RTX 3090", 1, 3.6, creation_fee_usd=0.5)
+    after_ten_minutes = dataclasses.replace(from_the_start, creation_fee_after_s=600.0)
+    assert from_the_start.cost_usd(60) == pytest.approx(0.06 + 0.5)
+    assert after_ten_minutes.cost_usd(60) == pytest.approx(0.06)
+    assert after_ten_minutes.cost_usd(600) == pytest.approx(0.6 + 0.5)

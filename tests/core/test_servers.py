@@ -155,7 +155,7 @@ def test_a_ready_job_rents_the_cheapest_fitting_offer_with_its_worst_case_reserv
 
 
 def test_the_creation_fee_is_in_the_worst_case_when_the_order_could_live_ten_minutes() -> None:
-    offers = (Quote("f1", "RTX 3090", 1, 0.30, creation_fee_usd=0.25),)
+    offers = (Quote("f1", "RTX 3090", 1, 0.30, creation_fee_usd=0.25, creation_fee_after_s=600.0),)
     d = Drive(pipeline(job("a")), offers=offers)
     hold_s = BOOT.allowance_s + 600.0 + AFTER_SCRIPT_S
     assert d.rents()[0].worst_case_usd == pytest.approx(0.30 * hold_s / 3600 + 0.25)

@@ -27,6 +27,7 @@ from runner.backends.base import (
     ServerReport,
     StageSink,
 )
+from runner.backends.clore import bill
 from runner.backends.clore import errors as api_errors
 from runner.backends.clore.api import CloreClient
 from runner.backends.clore.hedge_log import HedgeLog
@@ -40,7 +41,6 @@ from runner.backends.clore.quotes import OfferMarket
 from runner.backends.clore.settings import CloreSettings
 from runner.backends.ssh.exec import run_job
 from runner.clock import Clock
-from runner.core import money
 from runner.core.hedge import HedgePolicy
 from runner.core.model import FailureKind, GpuAsk, Job, Provisioning
 from runner.core.rentals import (
@@ -236,7 +236,7 @@ class CloreBackend:
         none for an order cancelled sooner; the final settlement catches one it passes later)."""
         now = self.clock.time()
         cost = rental.usd_per_hour * max(0.0, now - rental.billed_until) / 3600
-        if not rental.fee_billed and money.creation_fee_charged(now - rental.held_since):
+        if not rental.fee_billed and bill.creation_fee_charged(now - rental.held_since):
             cost += rental.creation_fee_usd
             rental.fee_billed = True
         rental.billed_until = now

@@ -3,8 +3,9 @@
 On top of the listed price the renter pays its half of the base marketplace fee (documented: 5 %
 on-demand, 2.5 % / 2 = 1.25 % spot; an account holding CLORE may pay less, which `renter_fees`
 reports). The one-off creation fee is charged only for an order that lives 10 minutes or more
-(runner.core.money.creation_fee_charged). An order's `spend` holds the listed price alone, so
-the wallet loses `spend` x (1 + fee rate), plus the creation fee past 10 minutes.
+(`creation_fee_charged`; Clore's quotes carry it to the core as `Quote.creation_fee_after_s`).
+An order's `spend` holds the listed price alone, so the wallet loses `spend` x (1 + fee rate),
+plus the creation fee past 10 minutes.
 
 Names as in runner.core.money: the unit in every name.
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from runner.core.money import SECONDS_PER_HOUR, creation_fee_charged
+from runner.core.money import SECONDS_PER_HOUR
 
 # The renter's half of the base fee, as documented; the account's own rates replace them.
 DOCUMENTED_ON_DEMAND_FEE_RATE = 0.05
@@ -25,12 +26,19 @@ MAX_PLAUSIBLE_FEE_RATE = 0.5
 # stands in, in USD, where the account's own fee for the currency is unknown: a worst case
 # needs some figure, and a plan made without an API key has no other.
 FALLBACK_CREATION_FEE_USD = 0.1
+# "If the renter cancels within 10 minutes, no creation fee is charged" (Clore's host fee guide).
+CREATION_FEE_GRACE_S = 600.0
 # How long a rented server may take from the create to coming online before it is given up,
 # unless a job sets `boot-timeout-minutes`. Most real orders that fail never come online
 # (reference/clore-api.md §8): this bound ends well inside the creation fee's grace, so such a
 # host costs minutes of rental and never the fee. The SSH probe after "online" adds at most
 # about 3 minutes, and the cancel goes out before the 10-minute mark.
 DEFAULT_BOOT_BOUND_S = 360.0
+
+
+def creation_fee_charged(lived_s: float) -> bool:
+    """Whether Clore charges the creation fee for an order that lived `lived_s` seconds."""
+    return lived_s >= CREATION_FEE_GRACE_S
 
 
 @dataclass(frozen=True)

@@ -259,7 +259,9 @@ def expected_rank_key(
         return (math.inf, math.inf, -reliability, offer.server_id)
     fee_usd = bill.FALLBACK_CREATION_FEE_USD
     chance = memory.fail_chance(str(offer.server_id))
-    expected = hosts.expected_usd_per_hour(price, fee_usd, chance, given_up_after_s)
+    expected = hosts.expected_usd_per_hour(
+        price, fee_usd, chance, given_up_after_s, bill.CREATION_FEE_GRACE_S
+    )
     return (expected / max(reliability, RELIABILITY_FLOOR), price, -reliability, offer.server_id)
 
 

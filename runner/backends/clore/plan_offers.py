@@ -128,9 +128,13 @@ def _job_entry(
             "location": offer.location,
         },
         "skipped": skipped,
-        "ceiling_usd": round(money.worst_case_usd(usd_per_hour, job.timeout_s, fee_usd), 6),
-        "estimate_usd": round(money.worst_case_usd(usd_per_hour, job.duration_hint_s, fee_usd), 6),
+        "ceiling_usd": round(_worst_case_usd(usd_per_hour, job.timeout_s, fee_usd), 6),
+        "estimate_usd": round(_worst_case_usd(usd_per_hour, job.duration_hint_s, fee_usd), 6),
     }
+
+
+def _worst_case_usd(usd_per_hour: float, held_s: float, fee_usd: float) -> float:
+    return money.worst_case_usd(usd_per_hour, held_s, fee_usd, bill.CREATION_FEE_GRACE_S)
 
 
 def render_offers(data: dict[str, Any]) -> str:

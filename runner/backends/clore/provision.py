@@ -241,7 +241,8 @@ class Provisioner:
         else:
             price = self.usd_per_hour(offer, price_per_day, spot)
         hold_s = self.boot_timeout_s(job) + job.timeout_s
-        return money.worst_case_usd(price, hold_s, self.creation_fee_usd(offer, spot))
+        fee_usd = self.creation_fee_usd(offer, spot)
+        return money.worst_case_usd(price, hold_s, fee_usd, bill.CREATION_FEE_GRACE_S)
 
     def boot_timeout_s(self, job: Job) -> float:
         """How long `job`'s order may take to come online before it is given up."""

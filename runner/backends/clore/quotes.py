@@ -99,6 +99,7 @@ class OfferMarket:
             gpu_count=offer.gpu_count,
             usd_per_hour=usd_per_hour,
             creation_fee_usd=self.creation_fee_usd,
+            creation_fee_after_s=bill.CREATION_FEE_GRACE_S,
             spot=ask.spot,
             boot_s=memory.expected_boot_s(host) if memory and memory.hosts else None,
             fail_chance=memory.fail_chance(host) if memory else None,

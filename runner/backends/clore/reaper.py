@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from runner import liveness
+from runner.backends.clore import bill
 from runner.backends.clore.api import CloreClient
 from runner.backends.clore.cleanup import Action, reconcile
 from runner.backends.clore.errors import CloreApiError
@@ -139,7 +140,7 @@ def billed_usd(rental: Rental, orders: dict[int, Order] | None, worst_usd: float
     usd_per_unit = (rental.usd_per_hour or 0.0) * 24 / rental.price_per_day
     spend_native = max(0.0, float(order.spend))
     fee_native = float(order.creation_fee or 0.0)
-    if not money.creation_fee_charged(_billed_s(spend_native, order, rental)):
+    if not bill.creation_fee_charged(_billed_s(spend_native, order, rental)):
         fee_native = 0.0
     return (spend_native + fee_native) * usd_per_unit
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from runner.backends.base import NO_STAGES, Place
+from runner.backends.clore import bill
 from runner.backends.clore.api import RetryPolicy
 from runner.backends.clore.backend import CloreBackend
 from runner.core.events import AttemptEnded
@@ -716,11 +717,11 @@ def test_the_boot_wait_has_its_own_bound_counted_in_the_worst_case(setup: Setup)
     from runner.core import money
 
     assert backend.provisioner.worst_case_usd(job, offer) == pytest.approx(
-        money.worst_case_usd(hourly, 120.0 + 180.0, fee_usd)
+        money.worst_case_usd(hourly, 120.0 + 180.0, fee_usd, bill.CREATION_FEE_GRACE_S)
     )
     unbounded = dataclasses.replace(job, boot_timeout_s=None)  # the default: 6 minutes
     assert backend.provisioner.worst_case_usd(unbounded, offer) == pytest.approx(
-        money.worst_case_usd(hourly, 360.0 + 180.0, fee_usd)
+        money.worst_case_usd(hourly, 360.0 + 180.0, fee_usd, bill.CREATION_FEE_GRACE_S)
     )
     failed = hand.rent()
     assert isinstance(failed, RentFailed) and "not online after 120 s" in failed.reason

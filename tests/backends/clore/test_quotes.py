@@ -30,6 +30,8 @@ def test_the_best_quote_is_the_best_offer_priced_with_the_renters_fee() -> None:
     offer = m.offer(quote)
     assert quote.usd_per_hour == offer.on_demand_usd_per_hour  # the fee is already on it
     assert quote.creation_fee_usd == bill.FALLBACK_CREATION_FEE_USD
+    # Clore charges it only for an order that lives 10 minutes: the core plans with that
+    assert quote.creation_fee_after_s == bill.CREATION_FEE_GRACE_S == 600.0
     other = m.best(GpuAsk(type="3090"), {quote.host})
     assert other is None or other.host != quote.host  # an excluded host is never offered
 
