@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from runner.backends.clore import bill
 from runner.core import money
+from runner.core.rentals import Quote
 
 
 def test_per_day_and_per_hour_are_inverse() -> None:
@@ -113,8 +114,6 @@ def test_amounts_in_sentences_keep_what_tells_them_apart(amount_usd: float, text
 
 def test_the_creation_fee_s_grace_is_the_quote_s() -> None:
     """The core holds no marketplace's grace: each quote says when its fee is charged."""
-    from runner.core.rentals import Quote  # the quote's own arithmetic, beside money's
-
     from_the_start = Quote("h", "RTX 3090", 1, 3.6, creation_fee_usd=0.5)
     after_ten_minutes = dataclasses.replace(from_the_start, creation_fee_after_s=600.0)
     assert from_the_start.cost_usd(60) == pytest.approx(0.06 + 0.5)
