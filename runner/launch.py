@@ -1,7 +1,8 @@
 """The `clore-run` entry point: protect the process's secrets, then run the CLI.
 
-Kept free of imports beyond the standard library, runner.collector and runner.process_guard: the
-guard may start the process again, and everything imported before that would be imported twice.
+Kept free of imports beyond the standard library, runner.collector, runner.interrupted and
+runner.process_guard: the guard may start the process again, and everything imported before that
+would be imported twice.
 """
 
 from __future__ import annotations
@@ -10,10 +11,8 @@ import signal
 import sys
 from types import FrameType
 
-from runner import collector
+from runner import collector, interrupted
 from runner.process_guard import protect
-
-EXIT_INTERRUPTED = 130
 
 
 def main() -> None:
@@ -30,8 +29,7 @@ def main() -> None:
 
         cli_main()  # its error boundary maps an interrupt while a command runs
     except KeyboardInterrupt:  # while starting up: the CLI's modules loading, the guard
-        print("clore-run: interrupted", file=sys.stderr)
-        sys.exit(EXIT_INTERRUPTED)
+        interrupted.leave()
 
 
 def _interrupt(signum: int, _frame: FrameType | None) -> None:

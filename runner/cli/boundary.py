@@ -11,12 +11,13 @@ import sys
 from collections.abc import Callable
 from typing import NoReturn, Protocol
 
+from runner import interrupted
 from runner.errors import CloreRunError
 from runner.report.github_actions import annotate_spec_error, mask_secrets
 
 EXIT_USAGE = 2
 EXIT_INFRA = 3
-EXIT_INTERRUPTED = 130
+EXIT_INTERRUPTED = interrupted.EXIT_INTERRUPTED
 
 
 class Echo(Protocol):
@@ -46,6 +47,7 @@ def run_inside(body: Callable[[], object], echo: Echo) -> NoReturn:
                 err=True,
             )
             code = EXIT_INFRA
+    interrupted.forget_caught_interrupt()  # a run that stopped on Ctrl-C returns 130 too
     sys.exit(code if isinstance(code, int) else 0)
 
 

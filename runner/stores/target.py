@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
+from runner import redact
 from runner.errors import UsageError
 
 COORDINATOR_ENV = "CLORE_RUN_COORDINATOR"
@@ -68,8 +69,6 @@ def coordinator_from(flag_value: str | None) -> str | None:
 
 
 def _url_from_file(path: Path) -> str:
-    from runner import redact
-
     where = f"${COORDINATOR_FILE_ENV} ({path})"
     try:
         value = path.read_text(encoding="utf-8").strip()
@@ -125,7 +124,7 @@ def redact_url(url: str) -> str:
 def require_psycopg() -> None:
     """A usage error saying how to install the PostgreSQL extra, if it is missing."""
     try:
-        import psycopg  # noqa: F401
+        import psycopg  # noqa: F401  (is the PostgreSQL extra installed?)
     except ImportError:
         raise UsageError(
             "a postgresql:// store needs psycopg, which is not installed",

@@ -8,6 +8,7 @@ of its own (`caller` "a" or "b"), so the fake knows which run created and cancel
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -217,12 +218,28 @@ def _signal(m: Market, p: _Process, name: str, at_s: float, anchor: str = "") ->
         if p.proc.poll() is not None or time.monotonic() > bound:
             return
         time.sleep(0.02)  # polling the fake's request log: it has no event to wait on
+    if anchor == "start":
+        _until_python_answers(p, getattr(signal, name), bound)
     try:
         p.proc.wait(timeout=at_s)
     except subprocess.TimeoutExpired:
         p.proc.send_signal(getattr(signal, name))
         p.result.signalled = name
         p.signalled_at = time.monotonic()
+
+
+def _until_python_answers(p: _Process, sig: int, bound: float) -> None:
+    """Until the process handles or holds `sig` (/proc/PID/status): before that the interpreter
+    itself is still starting (on a loaded machine that can take longer than the delay), and a
+    signal there meets the kernel's default, not anything clore-run can answer."""
+    mask = 1 << (sig - 1)
+    status = Path(f"/proc/{p.proc.pid}/status")
+    while p.proc.poll() is None and time.monotonic() < bound:
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            fields = dict(line.split(":", 1) for line in status.read_text().splitlines())
+            if (int(fields["SigCgt"], 16) | int(fields["SigBlk"], 16)) & mask:
+                return
+        time.sleep(0.005)  # the kernel tells no one when a handler is set
 
 
 def _first_to_end(procs: list[_Process], started: float, bound_s: float) -> _Process:

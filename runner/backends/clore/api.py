@@ -41,6 +41,7 @@ from runner.backends.clore.ownership import (
     new_tag,
 )
 from runner.backends.clore.ratelimit import DEFAULT_LIMITER, RateLimiter
+from runner.transport_words import cause_in_words
 from runner.untrusted import console_line
 
 log = logging.getLogger(__name__)
@@ -467,8 +468,6 @@ class CloreClient:
     def _transport_error(self, endpoint: str, exc: requests.RequestException) -> e.TransportError:
         """The failure in words (a person reads it); requests' nested text goes to the debug
         log only."""
-        from runner.transport_words import cause_in_words
-
         log.debug("clore %s: %s", endpoint, self._key.redact(str(exc))[:500])
         return e.TransportError(
             self._key.redact(
