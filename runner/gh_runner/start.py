@@ -131,14 +131,9 @@ def start_runners(
         options=tools.options,
         seat=tools.seat,
     )
-    try:
-        ranked = _fitting_offers(provisioner, tools, request)
-    except BaseException:
-        tools.hosts.close()  # the backend's shutdown closes them on every other path
-        provisioner.close_pool()
-        raise
     registrations: dict[str, Registration] = {}
     try:
+        ranked = _fitting_offers(provisioner, tools, request)
         for label in labels_for(request.run_id, request.runners):
             labels = [*BASE_LABELS, *request.extra_labels, label]
             registrations[label] = tools.github.generate_jitconfig(label, labels, request.group_id)
@@ -146,9 +141,9 @@ def start_runners(
         _check_budget(provisioner, ranked, request)
         handed = _rent_and_install(request, tools, provisioner, registrations, cancel, say)
     except BaseException:
-        tools.hosts.close()
+        tools.hosts.close()  # idempotent, as close_pool: a built backend's shutdown closed them
         provisioner.close_pool()
-        _deregister(registrations, tools, say)
+        _deregister(registrations, tools, say)  # none yet when the offers were refused
         raise
     return RunnerRecord(
         runners=tuple(
