@@ -42,17 +42,17 @@ def _reason(lines: list[str], node: ast.stmt, siblings: list[ast.AST]) -> str:
     """The comment on the import's line or the line above, or else the nearest such comment
     of an import before it in the same run (imports apart only by blank lines, as isort
     groups them)."""
-    candidate: ast.AST = node
+    candidate: ast.stmt = node
     for before in [*reversed(siblings[: siblings.index(node)]), None]:
-        own = _words(lines[candidate.lineno - 1].partition("#")[2])  # type: ignore[attr-defined]
+        own = _words(lines[candidate.lineno - 1].partition("#")[2])
         if own:
             return own
-        above = lines[candidate.lineno - 2].strip() if candidate.lineno > 1 else ""  # type: ignore[attr-defined]
+        above = lines[candidate.lineno - 2].strip() if candidate.lineno > 1 else ""
         if above.startswith("#"):
             return above[1:].strip()
         if not isinstance(before, (ast.Import, ast.ImportFrom)):
             return ""
-        if any(line.strip() for line in lines[before.end_lineno or 0 : candidate.lineno - 1]):  # type: ignore[attr-defined]
+        if any(line.strip() for line in lines[before.end_lineno or 0 : candidate.lineno - 1]):
             return ""
         candidate = before
     return ""
