@@ -22,8 +22,8 @@ def forget_caught_interrupt() -> None:
     exec("")  # an empty program, run to its end: that is what clears the mark
 
 
-def leave(say: str = "clore-run: interrupted") -> NoReturn:
-    """Print `say` and exit 130."""
-    print(say, file=sys.stderr)
+def leave() -> NoReturn:
+    """Say so in one line and exit 130."""
+    print("clore-run: interrupted", file=sys.stderr)
     forget_caught_interrupt()
     sys.exit(EXIT_INTERRUPTED)
