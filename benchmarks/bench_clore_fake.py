@@ -55,7 +55,7 @@ from runner.core.model import Pipeline, Provisioning
 from runner.core.rentals import BootTimes
 from runner.core.servers import ServerBook
 from runner.core.simulate_market import MarketModel, ServersResult, simulate_servers
-from runner.run_command import RunOptions, execute
+from runner.engine.run_command import RunOptions, execute
 from runner.spec.loader import load_pipeline, parse_pipeline
 from runner.stores.ledger.sqlite import SqliteLedger
 from tests.fakes.clore_api import SAMPLE_SERVERS, FakeClore

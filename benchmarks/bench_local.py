@@ -33,8 +33,8 @@ from pathlib import Path
 
 from benchmarks.whole_process import clore_run, timed
 from runner.backends.local import LocalBackend
-from runner.console import Console
-from runner.pipeline_run import PipelineRun, RunSettings
+from runner.engine.console import Console
+from runner.engine.pipeline_run import PipelineRun, RunSettings
 from runner.report import write_reports
 from runner.spec.loader import parse_pipeline
 

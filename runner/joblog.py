@@ -31,7 +31,7 @@ VERDICTS = {
 
 
 class AttemptConsole(Protocol):
-    """What an attempt shows a person as it runs: `run`'s runner.console.Console; a queue
+    """What an attempt shows a person as it runs: `run`'s runner.engine.console.Console; a queue
     server, where nobody watches, shows nothing (runner.serve.quiet_console)."""
 
     def placed(self, job: Job, place: Place) -> None: ...

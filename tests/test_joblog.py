@@ -7,8 +7,8 @@ from pathlib import Path
 
 from runner import redact
 from runner.backends.base import RunOutcome
-from runner.console import Console
 from runner.core.model import FailureKind, Job
+from runner.engine.console import Console
 from runner.joblog import JobLog
 
 JOB = Job(id="a", name="a", run="true")

@@ -11,7 +11,7 @@ from pathlib import Path
 from runner.backends.base import NO_STAGES, OutputSink, Place, RunOutcome, RunRequest, StageSink
 from runner.backends.local import LocalBackend
 from runner.core.model import Job, JobStatus, Pipeline
-from runner.run_command import RunOptions, execute
+from runner.engine.run_command import RunOptions, execute
 from runner.serve.submit import Prepared
 from runner.spec.loader import parse_pipeline
 from tests.fakes.fake_clock import FakeClock

@@ -12,8 +12,8 @@ import pytest
 
 from runner.backends.local import LocalBackend
 from runner.core.model import JobStatus
+from runner.engine.run_command import RunOptions, execute
 from runner.errors import UsageError
-from runner.run_command import RunOptions, execute
 from runner.spec.diagnostics import SpecError
 from runner.spec.loader import parse_pipeline
 from runner.workspace import is_secret_name, workspace_files

@@ -83,7 +83,7 @@ def _canary(tools: CanaryTools, currency: str, ask: GpuAsk, offer: Offer) -> lis
     """The canary under `run`'s signal handling: SIGINT, SIGTERM and SIGHUP stop it, its order
     is given back, and doctor exits 130."""
     from runner.backends.clore.doctor import run_canary
-    from runner.run_command import stop_on_signals
+    from runner.engine.run_command import stop_on_signals
 
     stopped: list[str] = []
     cancel = threading.Event()

@@ -41,7 +41,7 @@ class RunFlags:
 
 def run_with(flags: RunFlags, echo: Echo) -> int:
     """Load, check the flags, run on the chosen backend: the exit code."""
-    from runner.run_command import RunOptions, execute, select_jobs
+    from runner.engine.run_command import RunOptions, execute, select_jobs
     from runner.spec.limits import MAX_CONCURRENCY
     from runner.spec.loader import load_pipeline
 

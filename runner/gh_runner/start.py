@@ -3,9 +3,9 @@
 Renting is a pipeline job's own machinery: each runner is a job of the core's book of servers
 (runner/core/servers.py: the best offer by expected cost, the budget's worst case over the boot
 bound and `max-minutes`, hedged boots, hosts that failed lately skipped), carried out by the
-driver `run` uses (runner/driver.py) on the Clore backend (the ledger row before every create,
-a hedge's too; the host history written as hosts boot or fail). What a runner's job "runs" is
-the install of the runner over SSH (remote.py). In order:
+driver `run` uses (runner/engine/driver.py) on the Clore backend (the ledger row before every
+create, a hedge's too; the host history written as hosts boot or fail). What a runner's job
+"runs" is the install of the runner over SSH (remote.py). In order:
 1. the market is read once: fewer fitting offers than runners, or a budget that cannot cover
    the best ones' worst cases, is refused before anything is registered or rented;
 2. every runner is registered (a token that cannot administer runners, or a group GitHub
@@ -28,7 +28,6 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from runner.attempt import Ran
 from runner.backends.base import Place
 from runner.backends.clore.api import CloreClient
 from runner.backends.clore.backend import CloreBackend
@@ -50,7 +49,8 @@ from runner.core.hedge import HedgePolicy
 from runner.core.model import Attempt, FailureKind, GpuAsk, Job, JobResult, JobStatus, Provisioning
 from runner.core.placing import PlacingCore
 from runner.core.servers import ServerBook
-from runner.driver import Driver, DriverOptions
+from runner.engine.attempt import Ran
+from runner.engine.driver import Driver, DriverOptions
 from runner.errors import CloreRunError, InfrastructureError, JobCannotRun
 from runner.gh_runner.github import DEFAULT_GROUP_ID, Registration, RunnerApi
 from runner.gh_runner.record import PoolClaim, RunnerRecord, RunnerRental

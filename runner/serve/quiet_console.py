@@ -1,5 +1,5 @@
-"""The queue's console: attempts run through `runner.attempt.AttemptRunner`, as in `run`; their
-logs go to `<data>/logs/<job>.log` (every attempt appended), and nobody watches a console."""
+"""The queue's console: attempts run through `runner.engine.attempt.AttemptRunner`, as in `run`;
+their logs go to `<data>/logs/<job>.log` (every attempt appended), and nobody watches a console."""
 
 from __future__ import annotations
 

@@ -39,7 +39,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from runner.attempt import AttemptRunner
 from runner.backends.base import Backend, Place
 from runner.backends.local_orphans import ENV_NAME
 from runner.backends.spec import Reconcile
@@ -50,7 +49,8 @@ from runner.core.outcome import NeedOutcome, need_outcome
 from runner.core.placing import PlacingCore
 from runner.core.retry import backoff_s
 from runner.core.scheduler import OUT, Entry, Phase
-from runner.driver import Driver, DriverOptions
+from runner.engine.attempt import AttemptRunner
+from runner.engine.driver import Driver, DriverOptions
 from runner.errors import InfrastructureError
 from runner.serve import views
 from runner.serve.fleet import (

@@ -9,13 +9,13 @@ import io
 import threading
 from pathlib import Path
 
-from runner.attempt import AttemptRunner, Kill
 from runner.backends.base import NO_STAGES, OutputSink, Place, RunOutcome, RunRequest, StageSink
 from runner.backends.local import LocalBackend
 from runner.clock import SYSTEM_CLOCK
-from runner.console import Console
 from runner.core.model import FailureKind, Job, JobStatus
-from runner.run_command import RunOptions, execute
+from runner.engine.attempt import AttemptRunner, Kill
+from runner.engine.console import Console
+from runner.engine.run_command import RunOptions, execute
 from runner.spec.loader import parse_pipeline
 from tests.fakes.passing_backend import PassingBackend
 

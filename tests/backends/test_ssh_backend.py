@@ -17,8 +17,8 @@ from runner.backends.ssh.connection import ConnectOptions, Endpoint, SshConnecti
 from runner.backends.ssh.exec import ExecOptions
 from runner.backends.ssh.keys import ClientKey
 from runner.core.model import FailureKind, Job, Provisioning
+from runner.engine.run_command import RunOptions, execute
 from runner.errors import InfrastructureError, RunMustStop, UsageError
-from runner.run_command import RunOptions, execute
 from runner.spec.loader import parse_pipeline
 from tests.sshd_fixture import (
     RecordingSink,

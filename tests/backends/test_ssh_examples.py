@@ -9,7 +9,7 @@ import pytest
 
 from runner.backends.ssh.backend import SshBackend
 from runner.core.model import JobStatus
-from runner.run_command import RunOptions, execute
+from runner.engine.run_command import RunOptions, execute
 from runner.spec.loader import load_pipeline
 from tests.sshd_fixture import SshServer
 

@@ -110,7 +110,7 @@ PROBE = textwrap.dedent(
     try:
         main()
     except SystemExit as exit:
-        heavy = ("requests", "paramiko", "jinja2", "runner.driver")
+        heavy = ("requests", "paramiko", "jinja2", "runner.engine.driver")
         print(exit.code, *sorted(m for m in heavy if m in sys.modules), file=sys.stderr)
     """
 )
@@ -174,17 +174,17 @@ def test_a_local_run_loads_no_module_it_does_not_use(tmp_path: Path) -> None:
 GC_PROBE = textwrap.dedent(
     """
     import gc, sys
-    import runner.pipeline_run, runner.spec.loader
+    import runner.engine.pipeline_run, runner.spec.loader
     from runner.launch import main
     seen = []
-    engine, load = runner.pipeline_run.PipelineRun.run, runner.spec.loader.load_pipeline
+    engine, load = runner.engine.pipeline_run.PipelineRun.run, runner.spec.loader.load_pipeline
     def run(self, *args, **kwargs):
         seen.append(gc.isenabled())
         return engine(self, *args, **kwargs)
     def load_pipeline(*args, **kwargs):
         seen.append(gc.isenabled())
         return load(*args, **kwargs)
-    runner.pipeline_run.PipelineRun.run = run
+    runner.engine.pipeline_run.PipelineRun.run = run
     runner.spec.loader.load_pipeline = load_pipeline
     try:
         main()

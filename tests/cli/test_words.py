@@ -80,7 +80,7 @@ def test_a_backend_with_fewer_places_than_the_concurrency_says_so(tmp_path: Path
     import io
 
     from runner.backends.local import LocalBackend
-    from runner.run_command import RunOptions, execute
+    from runner.engine.run_command import RunOptions, execute
     from runner.spec.loader import parse_pipeline
 
     class OneHost(LocalBackend):

@@ -10,7 +10,7 @@ from typing import Any
 
 from rich.console import Console as RichConsole
 
-from runner.console import Console
+from runner.engine.console import Console
 from runner.live.final import MAX_TABLE_ROWS, render_final
 from runner.report.summary_model import Summary, parse_summary
 

@@ -14,9 +14,9 @@ from rich.console import Console as RichConsole
 
 from runner.backends.base import NO_STAGES, Place, RunOutcome
 from runner.backends.local import LocalBackend
-from runner.console import Console
 from runner.core.model import Attempt, FailureKind, Job, JobResult, JobStatus
-from runner.run_command import RunOptions, execute
+from runner.engine.console import Console
+from runner.engine.run_command import RunOptions, execute
 from runner.spec.loader import parse_pipeline
 from tests.fakes.fake_clock import FakeClock
 
@@ -292,7 +292,7 @@ def test_the_final_table_on_screen_matches_summary_md(tmp_path: Path) -> None:
 @contextlib.contextmanager
 def _live_console(stream: FakeTty) -> Iterator[None]:
     """run_command builds its own Console: make it draw to a fake 80x40 terminal."""
-    import runner.run_command as rc
+    import runner.engine.run_command as rc
 
     real = rc.Console
 
@@ -308,8 +308,8 @@ def _live_console(stream: FakeTty) -> Iterator[None]:
 
 
 def test_a_kill_for_a_timeout_ends_the_attempt_timed_out_not_cancelled(tmp_path: Path) -> None:
-    from runner.attempt import AttemptRunner, Kill
     from runner.clock import SYSTEM_CLOCK
+    from runner.engine.attempt import AttemptRunner, Kill
 
     class KilledBackend(LocalBackend):
         def run(self, place, request, sink, cancel, stages=NO_STAGES):  # type: ignore[no-untyped-def]

@@ -12,8 +12,8 @@ import pytest
 
 from runner import redact
 from runner.backends.local import LocalBackend
+from runner.engine.run_command import RunOptions, execute
 from runner.report import ReportPaths, github_actions
-from runner.run_command import RunOptions, execute
 from runner.spec.loader import parse_pipeline
 
 KEY = "ck-live-4f9a8b7c6d5e"

@@ -61,8 +61,8 @@ def test_markdown_is_cut_to_its_limit() -> None:
 
 
 def test_console_lines_with_remote_text_carry_no_command() -> None:
-    from runner.console import Console
     from runner.core.model import Job, JobResult, JobStatus
+    from runner.engine.console import Console
 
     out = io.StringIO()
     console = Console(out, total_jobs=1, live=False)

@@ -32,8 +32,8 @@ from runner.core.rentals import (
     ServerReleased,
     StartOn,
 )
+from runner.engine.run_command import RunOptions, execute
 from runner.errors import InfrastructureError
-from runner.run_command import RunOptions, execute
 from runner.spec.loader import load_pipeline, parse_pipeline
 from tests.fakes.clore_api import FakeClore, Faults
 from tests.fakes.clore_on_sshd import Setup, fake_cost_usd

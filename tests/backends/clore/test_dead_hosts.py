@@ -29,7 +29,7 @@ from runner.backends.ssh.connection import ConnectOptions
 from runner.backends.ssh.keys import ClientKey, HostKeyStore
 from runner.core.model import Pipeline, Provisioning, RunRecord
 from runner.core.rentals import RentServer
-from runner.run_command import RunOptions, execute
+from runner.engine.run_command import RunOptions, execute
 from runner.spec.loader import parse_pipeline
 from runner.stores.hosts import open_hosts
 from runner.stores.ledger.sqlite import SqliteLedger

@@ -17,7 +17,7 @@ import pytest
 from runner.backends.base import NO_STAGES, OutputSink, Place, RunOutcome, RunRequest, StageSink
 from runner.backends.clore.backend import CloreBackend
 from runner.core.model import FailureKind, JobStatus, Pipeline, RunRecord
-from runner.run_command import RunOptions, execute
+from runner.engine.run_command import RunOptions, execute
 from runner.spec.loader import parse_pipeline
 from tests.backends.clore.test_clore_run import PreemptingBackend
 from tests.fakes.clore_api import FakeOrder, Faults

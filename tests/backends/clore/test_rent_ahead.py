@@ -23,7 +23,7 @@ from runner.backends.clore.settings import CloreSettings
 from runner.backends.ssh.connection import ConnectOptions
 from runner.backends.ssh.keys import ClientKey, HostKeyStore
 from runner.core.model import JobStatus, Pipeline, RunRecord
-from runner.run_command import RunOptions, execute
+from runner.engine.run_command import RunOptions, execute
 from runner.spec.loader import parse_pipeline
 from runner.stores.ledger.sqlite import SqliteLedger
 from tests.fakes.clore_api import FakeClore

@@ -18,7 +18,7 @@ from runner.backends.clore.api import CloreClient, RetryPolicy
 from runner.backends.clore.waits import ApiWaits
 from runner.cli import cleanup, doctor
 from runner.core.model import JobStatus
-from runner.run_command import RunOptions, execute
+from runner.engine.run_command import RunOptions, execute
 from runner.spec.loader import parse_pipeline
 from runner.transport_words import cause_in_words
 from tests.fakes.clore_api import FakeClore

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import threading
 
-from runner.attempt import Kill
 from runner.core.model import FailureKind
+from runner.engine.attempt import Kill
 
 
 def test_a_kill_is_an_event_unset_until_stopped_and_keeps_the_first_reason() -> None:

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from runner.backends.local import LocalBackend
+from runner.engine.run_command import RunOptions, execute
 from runner.errors import UsageError
-from runner.run_command import RunOptions, execute
 from runner.spec.loader import parse_pipeline
 
 PIPELINE = "jobs:\n  a: {run: 'true', workspace: false}\n"

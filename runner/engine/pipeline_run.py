@@ -13,16 +13,16 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runner.attempt import AttemptRunner
 from runner.backends.base import Backend, BackendStage, Place, RentingBackend
 from runner.clock import SYSTEM_CLOCK, Clock
-from runner.console import Console
 from runner.core.events import CancelAll, Event, StopCause
 from runner.core.model import Attempt, Job, JobResult, Pipeline, RunRecord
 from runner.core.outcome import ordered, run_status
 from runner.core.placing import PlacingCore
 from runner.core.retry import backoff_s
-from runner.driver import Driver, DriverOptions, Journal, Journals
+from runner.engine.attempt import AttemptRunner
+from runner.engine.console import Console
+from runner.engine.driver import Driver, DriverOptions, Journal, Journals
 
 
 def new_run_id() -> str:

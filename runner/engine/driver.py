@@ -25,7 +25,6 @@ from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from runner.attempt import Kill, Ran
 from runner.backends.base import NO_STAGES, Backend, Place, StageSink
 from runner.clock import Clock
 from runner.core.events import (
@@ -56,6 +55,7 @@ from runner.core.rentals import (
     StartOn,
 )
 from runner.core.scheduler import Entry
+from runner.engine.attempt import Kill, Ran
 from runner.errors import CloreRunError
 
 if TYPE_CHECKING:
@@ -65,7 +65,7 @@ T = TypeVar("T")
 
 
 class Attempts(Protocol):
-    """What runs each attempt on the server the core chose: runner.attempt.AttemptRunner (a
+    """What runs each attempt on the server the core chose: runner.engine.attempt.AttemptRunner (a
     job's script), or `runner start`'s install of a GitHub runner. Never raises."""
 
     def run(

@@ -19,13 +19,13 @@ from runner.backends.base import Backend
 from runner.backends.spec import Waits
 from runner.clock import SYSTEM_CLOCK, Clock
 from runner.collector import startup_over
-from runner.console import Console
 from runner.core import graph
 from runner.core.model import WORKSPACE_ALL, Job, Pipeline, RunRecord, RunStatus
 from runner.core.retry import backoff_s
+from runner.engine.console import Console
+from runner.engine.pipeline_run import PipelineRun, RunSettings, new_run_id
 from runner.errors import UsageError
 from runner.file_lock import hold_lock
-from runner.pipeline_run import PipelineRun, RunSettings, new_run_id
 from runner.report import REPORT_FILES, ReportPaths, github_actions, write_reports
 from runner.spec.diagnostics import Diagnostic, SpecError, did_you_mean
 from runner.workspace import Workspace, workspace_files

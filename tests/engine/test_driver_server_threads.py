@@ -17,7 +17,6 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runner.attempt import AttemptRunner
 from runner.backends.base import (
     NO_STAGES,
     OutputSink,
@@ -28,7 +27,6 @@ from runner.backends.base import (
     StageSink,
 )
 from runner.clock import SYSTEM_CLOCK
-from runner.console import Console
 from runner.core.events import CancelAll, Event, StopCause
 from runner.core.model import Attempt, GpuAsk, Job, JobResult, JobStatus, Provisioning
 from runner.core.placing import CoreEvent, PlacingCore
@@ -43,7 +41,9 @@ from runner.core.rentals import (
 )
 from runner.core.servers import ServerBook
 from runner.core.simulate_market import ModelMarket
-from runner.driver import Driver, DriverOptions
+from runner.engine.attempt import AttemptRunner
+from runner.engine.console import Console
+from runner.engine.driver import Driver, DriverOptions
 
 TYPES = ("RTX 3090", "RTX 4090", "A100")
 OFFERS = tuple(Quote(f"{t}#{i}", t, 1, 0.1 + i / 100) for t in TYPES for i in range(40))

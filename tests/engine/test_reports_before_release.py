@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from runner.core.model import Job
-from runner.run_command import RunOptions, execute
+from runner.engine.run_command import RunOptions, execute
 from runner.spec.loader import parse_pipeline
 from tests.fakes.passing_backend import PassingBackend
 
@@ -63,7 +63,7 @@ def test_the_reports_exist_before_the_servers_are_given_back(tmp_path: Path) -> 
 
 
 def test_a_local_run_writes_its_reports_once(tmp_path: Path, monkeypatch: object) -> None:
-    import runner.run_command as run_command
+    import runner.engine.run_command as run_command
     from runner.backends.local import LocalBackend
 
     writes: list[Path] = []

@@ -19,15 +19,16 @@ from types import SimpleNamespace
 
 import pytest
 
-from runner import cli, run_command
+from runner import cli
 from runner.backends.base import NO_STAGES, OutputSink, Place, RunOutcome, RunRequest, StageSink
 from runner.backends.clore import factory
 from runner.backends.local import LocalBackend
-from runner.console import Console
 from runner.core.model import FailureKind, Job, JobStatus, Pipeline, RunRecord, RunStatus
+from runner.engine import run_command
+from runner.engine.console import Console
+from runner.engine.pipeline_run import PipelineRun, RunSettings
+from runner.engine.run_command import RunOptions, execute
 from runner.errors import RunMustStop
-from runner.pipeline_run import PipelineRun, RunSettings
-from runner.run_command import RunOptions, execute
 from runner.spec.loader import parse_pipeline
 from tests.processes import alive, marked_env
 
@@ -181,9 +182,9 @@ def test_a_cancel_ends_within_one_grace_period_when_an_attempt_ignores_it(
 STUCK_RUN = """\
 import io, sys, threading
 from pathlib import Path
-from runner.console import Console
-from runner.pipeline_run import PipelineRun, RunSettings
-from tests.test_run_survives_faults import FastClock, IgnoresCancel, pipeline_of
+from runner.engine.console import Console
+from runner.engine.pipeline_run import PipelineRun, RunSettings
+from tests.engine.test_run_survives_faults import FastClock, IgnoresCancel, pipeline_of
 
 backend = IgnoresCancel(Path(sys.argv[1]))
 backend.gate = threading.Event()  # never set: the attempt never returns
@@ -200,7 +201,7 @@ def test_the_process_can_exit_while_an_attempt_ignores_its_cancel(tmp_path: Path
     proc = subprocess.Popen(
         [sys.executable, "-c", STUCK_RUN, str(tmp_path)],
         stdout=subprocess.PIPE,
-        cwd=Path(__file__).parent.parent,
+        cwd=Path(__file__).parents[2],
         env=marked_env(),
     )
     try:

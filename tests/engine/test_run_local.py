@@ -18,8 +18,8 @@ from runner.backends import local
 from runner.backends.base import NO_STAGES, OutputSink, Place, RunOutcome, RunRequest, StageSink
 from runner.backends.local import LocalBackend
 from runner.core.model import Job, JobStatus, Pipeline, RunRecord
+from runner.engine.run_command import RunOptions, execute, output_folder, select_jobs
 from runner.errors import UsageError
-from runner.run_command import RunOptions, execute, output_folder, select_jobs
 from runner.spec.loader import parse_pipeline
 from tests.processes import alive
 
@@ -257,8 +257,8 @@ def test_priority_order_with_one_slot(tmp_path: Path) -> None:
 
 
 def test_cancel_kills_running_and_cancels_pending(tmp_path: Path) -> None:
-    from runner.console import Console
-    from runner.pipeline_run import PipelineRun, RunSettings
+    from runner.engine.console import Console
+    from runner.engine.pipeline_run import PipelineRun, RunSettings
 
     backend = RecordingBackend()
     pipeline = pipeline_of("jobs:\n  a: {run: sleep 60}\n  b: {needs: a, run: echo never}\n")
@@ -447,8 +447,8 @@ def test_a_backend_failing_to_shut_down_still_gets_the_reports_written(tmp_path:
 
 
 def test_a_reason_with_line_breaks_prints_on_one_line() -> None:
-    from runner.console import Console
     from runner.core.model import JobResult
+    from runner.engine.console import Console
 
     out = io.StringIO()
     job = pipeline_of("jobs:\n  a: {run: x}\n").jobs[0]
