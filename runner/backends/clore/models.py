@@ -150,7 +150,7 @@ class MarketServer(_Reply):
     allowed_coins: Strings = Field(default_factory=list)
     gpu_array: Strings = Field(default_factory=list)
     cuda_version: Text = None
-    mrl: Num = None  # units differ between endpoints (hours? seconds?): not used for decisions
+    mrl: Num = None  # maximum rental length, in HOURS here (market.max_rental_s)
     online: bool | None = None  # in no captured marketplace entry
 
 
