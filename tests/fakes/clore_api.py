@@ -32,6 +32,10 @@ What it models:
   them; every request does too);
 - a slow API: `reply_delay_s` per endpoint (the request is served, the answer leaves late), and
   a cached marketplace: `market_lag_s` (a server rented that recently is still shown free);
+- echo shapes the evidence leaves open (reference §9), keyword options whose defaults are the
+  capture's: `tag_echo` (the HTTP port, our ownership tag, as sent, as an integer, as
+  "PORT/http", as a list, or absent until the order is deployed), `echo_spot=False` (no `spot`
+  key, as in the on-demand capture), `ct_late_s` (`ct` stamped that long after the create);
 - callers: a client whose URL is `url_for_caller(NAME)` (a path prefix before /v1) is recorded as
   NAME on its requests and on the orders its creates made (`FakeOrder.creator`), so a test can
   tell which of two processes on one key created and cancelled what.
@@ -66,6 +70,9 @@ from tests.fakes.fake_clock import FakeClock
 
 API_KEY = "fake-key-5f0c2e9a7b31d4e8"
 Json = dict[str, Any]
+# The shapes `my_orders` may show an order's HTTP port in (`FakeClore.tag_echo`): only the
+# first was ever captured (reference §9); the others are what a client must survive.
+TAG_ECHOES = ("as-sent", "integer", "port/http", "list", "absent-until-deployed")
 
 
 @dataclass(frozen=True)
@@ -318,7 +325,12 @@ class FakeClore:
         *,
         api_key: str = API_KEY,
         servers: list[Json] | None = None,
+        tag_echo: str = "as-sent",
+        echo_spot: bool = True,
+        ct_late_s: float = 0.0,
     ) -> None:
+        if tag_echo not in TAG_ECHOES:
+            raise ValueError(f"tag_echo {tag_echo!r}: one of {', '.join(TAG_ECHOES)}")
         self.server = server
         self.clock = clock
         self.api_key = api_key
@@ -330,6 +342,12 @@ class FakeClore:
         self.appear_after_s = 3.0
         self.online_after_s = 30.0
         self.tag_only_online = False  # True: http_port (our tag) listed only once online
+        # How `my_orders` shows an order's HTTP port (our ownership tag), one of TAG_ECHOES:
+        # the capture's string as sent ("54321"), an integer, "54321/http", a one-item list,
+        # or (as sent) only once the order is deployed. The evidence has only the first.
+        self.tag_echo = tag_echo
+        self.echo_spot = echo_spot  # False: no `spot` key at all, as in the on-demand capture
+        self.ct_late_s = ct_late_s  # `ct` stamps the order this long after it was made
         self.ssh_host = "n1.us.clorecloud.net"
         self.ssh_port: int | None = None  # None: a port derived from the order id
         self.enforce_rate_limits = True
@@ -812,7 +830,7 @@ class FakeClore:
             "image": order.image,
             "currency": order.currency,
             "spend": self.spend(order.id),
-            "ct": int(order.created_unix),
+            "ct": int(order.created_unix + self.ct_late_s),
             "specs": server.get("specs", {}),
             "si": order.server_id,
             "mon_container": 0,
@@ -830,10 +848,13 @@ class FakeClore:
             "gpu_array": server.get("gpu_array", []),
         }
         http = [p for p, kind in order.ports.items() if kind == "http"]
-        if http and (reply["online"] or not self.tag_only_online):
+        late = self.tag_only_online or self.tag_echo == "absent-until-deployed"
+        if http and (reply["online"] or not late):
             # The container port of the order's one HTTP port, a string (the capture's, of an
             # order online: whether a booting order lists it is unconfirmed, hence the knob).
-            reply["http_port"] = http[0]
+            reply["http_port"] = _echoed_port(http[0], self.tag_echo)
+        if not self.echo_spot:
+            del reply["spot"]
         if reply["online"]:
             # Connection fields exist only once the order is up (absent before: tolerated).
             reply["pub_cluster"] = [self.ssh_host]
@@ -851,6 +872,17 @@ class FakeClore:
 
 
 _PATH = re.compile(r"^(?:/(?P<caller>[A-Za-z0-9_-]+))?/v1/(?P<endpoint>.*)$")
+
+
+def _echoed_port(port: str, shape: str) -> Any:
+    """The HTTP port as `my_orders` shows it in echo `shape` (see `FakeClore.tag_echo`)."""
+    if shape == "integer":
+        return int(port)
+    if shape == "port/http":
+        return f"{port}/http"
+    if shape == "list":
+        return [port]
+    return port
 
 
 def _ssh_first(port: str) -> tuple[bool, str]:
