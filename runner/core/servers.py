@@ -34,6 +34,7 @@ from runner.core.hedging import HEDGE_AGAIN_S, Hedger
 from runner.core.known_jobs import KnownJobs, Unplaceable
 from runner.core.model import Job
 from runner.core.placement import Placement
+from runner.core.pulls import Pulls
 from runner.core.rentals import (
     BootTimes,
     CoreCommand,
@@ -42,6 +43,7 @@ from runner.core.rentals import (
     Provisioning,
     Quote,
     RentFailed,
+    ServerDeploying,
     ServerEvent,
     ServerLost,
     ServerReady,
@@ -200,6 +202,8 @@ class ServerBook:
             fleet.ready(server, now)
             if server.id in fleet.pairs:
                 self._hedger.won(server, now)
+        elif isinstance(event, ServerDeploying):
+            self._hedger.deploying(server, now)
         elif isinstance(event, ServerLost):
             fleet.lost(server, now, event.reason)
         elif isinstance(event, RentFailed):
@@ -276,6 +280,15 @@ class ServerBook:
     @boot.setter
     def boot(self, boot: BootTimes) -> None:
         self._fleet.boot = boot
+
+    @property
+    def pulls(self) -> Pulls:
+        """What the host history says of each image's pulls (hedging a deploy reads it)."""
+        return self._hedger.pulls
+
+    @pulls.setter
+    def pulls(self, pulls: Pulls) -> None:
+        self._hedger.pulls = pulls
 
     @property
     def hedge(self) -> HedgePolicy:
