@@ -14,7 +14,7 @@ from typing import Protocol
 
 from runner.core import money
 from runner.core.events import Command
-from runner.core.model import GpuAsk, Provisioning
+from runner.core.model import GpuAsk, Job, Provisioning
 
 __all__ = ["Provisioning"]  # where the core's server decisions find it, beside the rest
 
@@ -37,6 +37,11 @@ class Quote:
     # stand in): a healthy boot, create -> SSH, and the chance a boot of it fails.
     boot_s: float | None = None
     fail_chance: float | None = None
+    # What a server rented as this quote became once ours (None on an offer: any job fits):
+    # the image it was started with ("" the default one), which no other image's job can use,
+    # and the trust domain of the jobs that ran on it, which no other domain's job may use.
+    image: str | None = None
+    trust: str | None = None
 
     def cost_usd(self, held_s: float) -> float:
         """What holding a rental of this quote for `held_s` costs (rental_cost_usd)."""
@@ -122,6 +127,9 @@ class RentServer:
     # A hedge: a second host for the same job, rented because server `hedge_of` boots late.
     # The first of the two to answer SSH runs the job; the other is given back at once.
     hedge_of: int | None = None
+    # Rented for warmth (serve's --warm): meant for no job yet; this stands in for the job it
+    # boots for (`for_job` is its id), and the next job that fits the server takes it.
+    warm: Job | None = None
 
 
 @dataclass(frozen=True)
