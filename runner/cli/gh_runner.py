@@ -71,9 +71,6 @@ def _start_command(wiring: Wiring) -> Callable[..., None]:
         ] = None,
         org: Annotated[str | None, typer.Option(help="Register on this organization.")] = None,
         runner_group: Annotated[int, typer.Option(help="Runner group id (1: default).")] = 1,
-        label: Annotated[
-            list[str] | None, typer.Option(help="An extra label (repeat the option).")
-        ] = None,
         runner_url: Annotated[
             str | None, typer.Option(help="Runner package URL (default: the pinned release).")
         ] = None,
@@ -112,7 +109,6 @@ def _start_command(wiring: Wiring) -> Callable[..., None]:
             runners=runners,
             image=image,
             budget_usd=budget,
-            extra_labels=tuple(label or ()),
             group_id=runner_group,
             package=package,
         )
