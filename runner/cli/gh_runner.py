@@ -133,6 +133,7 @@ def _do_start(
 ) -> None:
     from runner.backends.clore.factory import host_recorder, share_limits
     from runner.backends.ssh.keys import HostKeyStore
+    from runner.gh_runner.package import cache_folder, fetch_package
     from runner.gh_runner.publish import publish_start, write_record
     from runner.gh_runner.start import StartTools, start_runners
     from runner.stores.ledger import DEFAULT_PATH, open_ledger
@@ -160,6 +161,7 @@ def _do_start(
                 hosts=host_recorder(ledger_path, request.run_id, wiring.clock),
                 hedge=wiring.hedge,
                 seat=seat,
+                fetch_package=lambda package: fetch_package(package, cache_folder(wiring.env)),
             )
             with _cancel_on_signals() as cancel:
                 record = start_runners(request, tools, cancel, typer.echo)

@@ -25,7 +25,7 @@ import secrets
 import threading
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from runner.backends.base import Place
@@ -101,6 +101,9 @@ class StartTools:
     # The budget pool this start joined (`--pool`): every rent reserves its worst case there
     # before its create; the runners' reservations outlive the start, and `stop` settles them.
     seat: PoolSeat | None = None
+    # The runner package onto this machine (package.py: fetched once, cached), so it reaches
+    # each server over SSH; the default leaves it to the server to download.
+    fetch_package: Callable[[RunnerPackage], RunnerPackage] = lambda package: package
 
 
 Say = Callable[[str], None]
@@ -139,6 +142,7 @@ def start_runners(
             registrations[label] = tools.github.generate_jitconfig(label, [label], request.group_id)
             say(f"{label}: registered as runner {registrations[label].runner_id}")
         _check_budget(provisioner, ranked, request)
+        request = replace(request, package=tools.fetch_package(request.package))
         handed = _rent_and_install(request, tools, provisioner, registrations, cancel, say)
     except BaseException:
         tools.hosts.close()  # idempotent, as close_pool: a built backend's shutdown closed them
