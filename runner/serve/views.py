@@ -47,6 +47,7 @@ def summary(
         attempts=row.attempts,
         cost_usd=row.cost_usd,
         waiting_for=waits_for if row.status == "queued" else None,
+        trust=row.trust,
     )
 
 
