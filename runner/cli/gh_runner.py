@@ -99,6 +99,8 @@ def _start_command(wiring: Wiring) -> Callable[..., None]:
             _usage(f"--currency must be one of {', '.join(CURRENCIES)}")
         if max_minutes <= 0 or runners < 1 or gpu_count < 1:
             _usage("--max-minutes, --runners and --gpu-count must be positive")
+        if max_minutes > 24 * 60:  # the reaper's default bound on a runner's life
+            _usage("--max-minutes is at most 1440 (24 h): the reaper cancels a runner then")
         ask = GpuAsk(
             type=gpu, count=gpu_count, min_vram_gb=min_vram, max_usd_per_hour=max_price, spot=spot
         )

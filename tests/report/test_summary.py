@@ -60,7 +60,7 @@ def _reference_markdown(summary: dict[str, Any]) -> str:
     must write the same bytes."""
     import jinja2
 
-    from runner import untrusted
+    from runner import outcome, untrusted
     from runner.report import markdown as md
 
     env = jinja2.Environment(
@@ -73,7 +73,8 @@ def _reference_markdown(summary: dict[str, Any]) -> str:
     )
     env.filters.update(
         cell=md.cell, money=md.money, rate=md.rate, duration=md.duration, pct=md.pct,
-        icon=md.icon, fence=md.fence, html_text=md.html_text, human=md.human, counted=md.counted,
+        icon=md.icon, fence=md.fence, html_text=md.html_text, counted=md.counted,
+        look=outcome.outcome, run_line=outcome.run_line,
         gantt=lambda s: md.summary_gantt(parse_summary(s)),
         remote=lambda value, limit=200: untrusted.markdown(str(value), limit),
     )  # fmt: skip

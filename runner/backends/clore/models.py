@@ -150,7 +150,7 @@ class MarketServer(_Reply):
     allowed_coins: Strings = Field(default_factory=list)
     gpu_array: Strings = Field(default_factory=list)
     cuda_version: Text = None
-    mrl: Num = None  # units differ between endpoints (hours? seconds?): not used for decisions
+    mrl: Num = None  # maximum rental length, in HOURS here (market.max_rental_s)
     online: bool | None = None  # in no captured marketplace entry
 
 
@@ -172,6 +172,8 @@ class Order(_Reply):
     ct: Num = None  # creation time, unix seconds
     image: Text = None
     online: Flag = False
+    # 0 or 1 while the container deploys (its image pulls), 2 once deployed (reference §9).
+    mon_container: Num = None
     spot: Flag = False
     expired: Flag = False
     pub_cluster: Hosts = Field(default_factory=list)
@@ -199,9 +201,21 @@ class Order(_Reply):
         return self.pub_cluster[0], port
 
     @property
+    def deploying(self) -> bool:
+        """Online, its container still deploying: `mon_container` 0 or 1 (the image pulls).
+        A host that got this far is alive; the pull is the image's time, not the host's."""
+        return self.online and not self.expired and self.mon_container in (0, 1)
+
+    @property
     def ready(self) -> bool:
-        """Up as far as the API can tell. sshd may still refuse: probe it before use."""
-        return self.online and not self.expired and self.ssh_endpoint is not None
+        """Up as far as the API can tell: online, deployed (`mon_container` 2, or not said),
+        its SSH endpoint shown. sshd may still refuse: probe it before use."""
+        return (
+            self.online
+            and not self.expired
+            and not self.deploying
+            and self.ssh_endpoint is not None
+        )
 
 
 class Wallet(_Reply):
