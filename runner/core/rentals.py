@@ -37,6 +37,9 @@ class Quote:
     # stand in): a healthy boot, create -> SSH, and the chance a boot of it fails.
     boot_s: float | None = None
     fail_chance: float | None = None
+    # The longest the market lets one order live, from its create (Clore's `mrl`; None: no
+    # maximum known). The core rents a quote only for a job whose worst case it holds.
+    max_rental_s: float | None = None
 
     def cost_usd(self, held_s: float) -> float:
         """What holding a rental of this quote for `held_s` costs (rental_cost_usd)."""

@@ -238,3 +238,41 @@ def test_the_spot_key_can_be_left_out_and_ct_stamped_late(
 def test_an_unknown_echo_shape_is_refused(fake_clore: FakeClore) -> None:
     with pytest.raises(ValueError, match="as-sent"):
         FakeClore(fake_clore.server, fake_clore.clock, tag_echo="hex")
+
+
+def _phase(listed: dict[str, Any]) -> tuple[bool, int, bool]:
+    return listed["online"], listed["mon_container"], "tcp_ports" in listed
+
+
+def test_an_image_pull_shows_as_deploying_then_deployed(
+    fake_clore: FakeClore, fake_clock: FakeClock
+) -> None:
+    fake_clore.enforce_rate_limits = False
+    fake_clore.pull_s_by_image["cloreai/ubuntu"] = 420.0
+    _create(fake_clore.url)
+    fake_clock.advance(fake_clore.online_after_s - 1)
+    assert _phase(_listed(fake_clore.url)) == (False, 0, False)  # listed, not online
+    fake_clock.advance(1)
+    assert _phase(_listed(fake_clore.url)) == (True, 0, False)  # online, the pull begins
+    fake_clock.advance(300)
+    assert _phase(_listed(fake_clore.url)) == (True, 1, False)  # still pulling
+    fake_clock.advance(120)
+    listed = _listed(fake_clore.url)
+    assert _phase(listed) == (True, 2, True) and listed["pub_cluster"]
+
+
+def test_no_pull_by_default_deployed_when_online_and_a_host_may_cache_an_image(
+    fake_clore: FakeClore, fake_clock: FakeClock
+) -> None:
+    fake_clore.enforce_rate_limits = False
+    _create(fake_clore.url)
+    fake_clock.advance(fake_clore.online_after_s)
+    assert _phase(_listed(fake_clore.url)) == (True, 2, True)
+    _post(fake_clore.url, "cancel_order", {"id": _order(fake_clore).id})
+    # A host that caches: the first pull takes its time, the next order there none.
+    cached = FakeClore(fake_clore.server, fake_clock, pull_s=300.0, caches_images=True)
+    assert cached.pull_for(88028, "img:1") == 300.0
+    cached.cached_images.add((88028, "img:1"))
+    assert (cached.pull_for(88028, "img:1"), cached.pull_for(99173, "img:1")) == (0.0, 300.0)
+    cached.pull_s_by_server_image[(99173, "img:1")] = 30.0
+    assert cached.pull_for(99173, "img:1") == 30.0
