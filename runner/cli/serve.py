@@ -23,6 +23,7 @@ from runner.cli.options import (
     backend_help,
 )
 from runner.errors import UsageError
+from runner.outcome import outcome
 from runner.serve import DEFAULT_SERVER
 from runner.stores.target import PASSWORD_SOURCES
 
@@ -243,7 +244,7 @@ def cancel(
     from runner.serve.client import Client
 
     reply = Client(server).cancel(job)
-    typer.echo(f"{reply['id']}: {reply['status']}")
+    typer.echo(f"{reply['id']}: {status_word(reply)}")
 
 
 def _located(pipeline: Path, exc: ClientError) -> str:
@@ -265,7 +266,8 @@ def _located(pipeline: Path, exc: ClientError) -> str:
 
 def status_word(job: dict[str, Any]) -> str:
     """`failed (allowed)` for a failure `continue-on-error` lets pass, as `run` says it."""
-    return f"{job['status']} (allowed)" if job.get("allowed_failure") else str(job["status"])
+    allowed = bool(job.get("allowed_failure"))
+    return outcome(job["status"], allowed=allowed, flaky=job.get("attempts", 0) > 1).words
 
 
 def _job_text(job: dict[str, Any]) -> str:

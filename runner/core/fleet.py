@@ -90,6 +90,8 @@ class ServerView:
     claim: str | None
     # The job it was rented for, until a job ran on it: no other job may take it from that one.
     rented_for: str | None = None
+    # When the market ends its order at the latest (its maximum rental length; None: never).
+    ends_at: float | None = None
 
 
 class Exclusions:
@@ -379,7 +381,10 @@ def _no_idle(_server: Server, _now: float) -> None:
 
 def _view(s: Server) -> ServerView:
     rented_for = s.rented_for if s.rented_for == s.claim else None
-    return ServerView(s.id, s.quote, s.rented, s.state is BOOTING, s.job, s.claim, rented_for)
+    longest = s.quote.max_rental_s if s.rented else None
+    ends_at = None if longest is None else s.since + longest
+    booting = s.state is BOOTING
+    return ServerView(s.id, s.quote, s.rented, booting, s.job, s.claim, rented_for, ends_at)
 
 
 def by_id(server: Server) -> int:

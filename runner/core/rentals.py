@@ -37,6 +37,9 @@ class Quote:
     # stand in): a healthy boot, create -> SSH, and the chance a boot of it fails.
     boot_s: float | None = None
     fail_chance: float | None = None
+    # The longest the market lets one order live, from its create (Clore's `mrl`; None: no
+    # maximum known). The core rents a quote only for a job whose worst case it holds.
+    max_rental_s: float | None = None
     # What a server rented as this quote became once ours (None on an offer: any job fits):
     # the image it was started with ("" the default one), which no other image's job can use,
     # and the trust domain of the jobs that ran on it, which no other domain's job may use.

@@ -27,7 +27,7 @@ from runner.core.book_part import BookState
 from runner.core.budget import Budget
 from runner.core.ends import Ends
 from runner.core.events import SetTimer
-from runner.core.fleet import AFTER_SCRIPT_S, TIMER, Fleet, ServerView
+from runner.core.fleet import AFTER_SCRIPT_S, EPS_S, TIMER, Fleet, ServerView
 from runner.core.giving_back import GiveBack
 from runner.core.hedge import NO_HEDGE, HedgePolicy
 from runner.core.hedging import HEDGE_AGAIN_S, Hedger
@@ -398,6 +398,15 @@ class ServerBook:
 
     def fits(self, quote: Quote, job_id: str) -> bool:
         return self._jobs.fits(quote, job_id)
+
+    def holds(self, view: ServerView, job_id: str, now: float) -> bool:
+        """Could the waiting job start on `view` now: it fits, and its worst case there ends
+        before the server's maximum rental length does."""
+        if not self._jobs.fits(view.quote, job_id):
+            return False
+        want = self._jobs.waiting.get(job_id)
+        longest = 0.0 if want is None else want.timeout_s + AFTER_SCRIPT_S
+        return view.ends_at is None or now + longest <= view.ends_at + EPS_S
 
     @property
     def dirty(self) -> bool:

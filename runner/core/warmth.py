@@ -26,6 +26,7 @@ from runner.core.events import SetTimer
 from runner.core.fleet import BOOTING, EPS_S, IDLE, TIMER, Server
 from runner.core.idle_money import IdleMoney
 from runner.core.model import GpuAsk, Job
+from runner.core.rental_length import best_that_holds, ends_at
 from runner.core.warm_policy import COLD, DAY_S, WarmPolicy, WarmPool, untrusted
 
 LOOK_AGAIN_S = 3600.0  # a pool's keep is looked at again at least this often
@@ -84,9 +85,10 @@ class Warmth(BookPart):
             want = server.idle_since + self.policy.keep_warm_s
         pool = self._pool_short(server, now)
         if pool is not None:
-            end = pool.window.next_change(now) if pool.window is not None else math.inf
-            want = max(want, min(end, now + LOOK_AGAIN_S))
-        until = self._affordable(server, want, now)
+            closes = pool.window.next_change(now) if pool.window is not None else math.inf
+            want = max(want, min(closes, now + LOOK_AGAIN_S))
+        end = ends_at(server)  # the market ends the order there: no job could use it after
+        until = self._affordable(server, want if end is None else min(want, end), now)
         if until <= now + EPS_S or not self._budget.extend(server.id, until, now):
             self._kept.pop(server.id, None)
             return None
@@ -151,11 +153,12 @@ class Warmth(BookPart):
         fleet, jobs = self._fleet, self._jobs
         if len(fleet.servers) >= self._cap or any(w == "cap" for w in jobs.why.values()):
             return False  # a ready job's slot is never taken for warmth
-        quote = jobs.market.best(GpuAsk(type=pool.gpu), fleet.not_to_rent())
-        if quote is None:
-            return False
         end = pool.window.next_change(now) if pool.window is not None else math.inf
         until = min(end, now + LOOK_AGAIN_S) + fleet.boot.allowance_s
+        ask = GpuAsk(type=pool.gpu)
+        quote, _ = best_that_holds(jobs.market, ask, fleet.not_to_rent(), until - now)
+        if quote is None:
+            return False
         cost = quote.cost_usd(until - now)
         idle_left = math.inf
         if self.policy.idle_budget_usd is not None:

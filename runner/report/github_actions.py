@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from runner import redact
+from runner.outcome import outcome
 from runner.report.markdown import cut_markdown
 from runner.report.text import tail_lines
 from runner.untrusted import console_line
@@ -208,9 +209,7 @@ def annotate_spec_warnings(
 def _job_annotation(job: SummaryJob, summary: Summary, workspace: str | None) -> str:
     loc = job.location
     source = (loc.file if loc else "") or summary.pipeline.source
-    status = job.status.replace("_", " ")
-    if job.allowed_failure:
-        status += " (allowed)"
+    status = outcome(job.status, allowed=job.allowed_failure).words
     # The reason and the test names may come from the server: no command may be read from them.
     reason = console_line(job.reason or status)
     message = f"job '{console_line(job.name)}' {status}: {reason}"
