@@ -273,11 +273,16 @@ def _read_record(path: Path | None, text: str | None) -> RunnerRecord:
 
 
 def _run_id(wiring: Wiring) -> str:
+    """Unique to this start (two starts of one workflow run share its id and attempt): the
+    ledger's run id and, in a pool, the lease's holder, the same string."""
+    import secrets  # only a start makes a run id
+
     env = wiring.env
     run, attempt = env.get("GITHUB_RUN_ID", ""), env.get("GITHUB_RUN_ATTEMPT", "1")
+    tail = secrets.token_hex(3)
     if run:
-        return f"runner-{run}-{attempt}"
-    return f"runner-local-{int(wiring.clock.time())}"
+        return f"runner-{run}-{attempt}-{tail}"
+    return f"runner-local-{int(wiring.clock.time())}-{tail}"
 
 
 def _scope(repo: str | None, org: str | None, wiring: Wiring) -> Scope:
