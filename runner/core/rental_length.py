@@ -27,10 +27,11 @@ from runner.core.rentals import Market, Quote
 
 
 def boot_allowance_s(allowance_s: float, job: Job) -> float:
-    """The longest a server rented for `job` may boot: the job's own `boot-timeout-minutes`
-    when it sets one (the adapter gives the boot up then, longer or shorter), else the book's
-    bound."""
-    return job.boot_timeout_s or allowance_s
+    """The boot a rental for `job` is budgeted for: the book's bound, or the job's own
+    `boot-timeout-minutes` where that is longer (the adapter waits that long for it). A
+    shorter one still counts the book's: the bound leaves room for the SSH probe after the
+    server is online, which the job's figure does not bound."""
+    return max(allowance_s, job.boot_timeout_s or 0.0)
 
 
 def worst_hold_s(allowance_s: float, job: Job, timeout_s: float | None = None) -> float:

@@ -30,7 +30,7 @@ from runner.backends.ssh.keys import ClientKey, HostKeyStore
 from runner.clock import Clock
 from runner.core import money
 from runner.core.model import Job
-from runner.core.rental_length import boot_allowance_s, worst_hold_s
+from runner.core.rental_length import worst_hold_s
 from runner.errors import InfrastructureError, RunMustStop
 from runner.stores.ledger import LedgerError, RentalLedger, State
 from runner.stores.pools import Reservation
@@ -249,7 +249,7 @@ class Provisioner:
 
     def boot_timeout_s(self, job: Job) -> float:
         """How long `job`'s order may take to come online before it is given up."""
-        return boot_allowance_s(self.options.online_timeout_s, job)
+        return job.boot_timeout_s or self.options.online_timeout_s
 
     def _reserve(self, job: Job, offer: Offer, cancel: threading.Event) -> Reservation | None:
         """The rental's worst case from the pool, as the run's own budget counts it."""
