@@ -54,6 +54,14 @@ def cleanup(ask: CleanupAsk) -> None:
         raise InfrastructureError(str(exc)) from None
     for action in actions:
         ask.say(_line(action))
+    unproven = [a for a in actions if a.kind == "unproven"]
+    if unproven:
+        raise InfrastructureError(
+            f"{len(unproven)} rental(s) left an order that may be ours and cannot be proven: "
+            "named above, not cancelled, and it may be billed",
+            "if no other run uses this API key, run `clore-run cleanup --cancel-unproven` to "
+            "cancel them; else check them on clore.ai",
+        )
     left = sum(not a.resolved for a in actions)
     if left:
         raise InfrastructureError(
@@ -97,7 +105,14 @@ def _reconcile(
     on_stderr(client)
     if not ask.dry_run:  # a dry run writes nothing, this file included
         share_limits(client, ledger_path)
-    return reconcile(ledger, client, dry_run=ask.dry_run, run_id=ask.run_id, skip_runs=set(running))
+    return reconcile(
+        ledger,
+        client,
+        dry_run=ask.dry_run,
+        run_id=ask.run_id,
+        skip_runs=set(running),
+        cancel_unproven=ask.cancel_unproven,
+    )
 
 
 def _running(rentals: list[Rental], named: bool = False) -> dict[str, str]:
