@@ -318,6 +318,13 @@ class CloreBackend:
         self.hosts.close()
         self._check_ledger()
 
+    @property
+    def orders_unproven(self) -> tuple[tuple[str, str], ...]:
+        """Orders this run's creates made that could not be proven ours, left running: what
+        happened and what to do, each. `run` names them at its end and exits 3."""
+        with self.provisioner._lock:
+            return tuple(self.provisioner.unproven)
+
     def _check_ledger(self) -> None:
         """Say so when this run leaves a rental it could not confirm released (an ambiguous
         create whose order never showed, a cancel the API did not confirm): it may bill."""
