@@ -27,7 +27,7 @@ from runner.clock import SYSTEM_CLOCK, Clock
 from runner.serve.app import create_app
 from runner.serve.service import Service, ServiceOptions
 from runner.stores.queue.sqlite import SqliteQueue
-from tests.processes import marked_env
+from tests.processes import default_signals, marked_env
 
 TOKEN = "t-" + secrets.token_urlsafe(24)
 FINAL = {"passed", "failed", "timed_out", "error", "skipped", "cancelled"}
@@ -232,6 +232,7 @@ def start_serves(
             stderr=err,
             text=True,
             env=marked_env({**(env or {}), "CLORE_RUN_TOKEN": token}),
+            preexec_fn=default_signals,
         )
         for err in errors
     ]
