@@ -9,7 +9,13 @@ import pytest
 from runner import redact
 from tests.processes import LAUNCHES, kill_marked
 
-pytest_plugins: list[str] = ["tests.fakes.clore_api", "tests.sshd_fixture", "tests.pg_fixture"]
+pytest_plugins: list[str] = [
+    "tests.fakes.clore_api",
+    "tests.sshd_fixture",
+    "tests.pg_fixture",
+    "tests.ci_skips",
+    "pytester",
+]
 
 
 @pytest.fixture(autouse=True)
