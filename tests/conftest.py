@@ -39,6 +39,19 @@ def _no_process_outlives_its_test() -> Iterator[None]:
         pytest.fail("left running after the test (killed now):\n" + "\n".join(left))
 
 
+# A test that uses one of these starts (or shares) a real sshd or PostgreSQL: it is slow whether
+# or not it says so, so a new one cannot slip into the fast lane.
+PROCESS_FIXTURES = frozenset(
+    {"sshd_server", "sshd_killable", "ssh_key", "ssh_conn", "pg_cluster", "pg_url"}
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if PROCESS_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """What a module's or the session's fixtures started with the mark, when all is done."""
     kill_marked(LAUNCHES.session)

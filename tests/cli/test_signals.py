@@ -26,6 +26,7 @@ jobs:
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 def test_signal_cancels_cleanly(tmp_path: Path, sig: signal.Signals) -> None:
     pidfile = tmp_path / "child.pid"

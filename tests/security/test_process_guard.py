@@ -24,6 +24,7 @@ def _env(**extra: str) -> dict[str, str]:
     return marked_env({**env, "PYTHONPATH": str(REPO), **extra}, inherit=False)
 
 
+@pytest.mark.slow
 def test_a_local_job_cannot_read_the_key_from_its_parent(tmp_path: Path) -> None:
     """`tr '\\0' '\\n' </proc/$PPID/environ` in a job printed the key (into logs/, which CI
     uploads). It must not find it, whether it may read the file (root) or not."""

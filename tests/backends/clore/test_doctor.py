@@ -154,6 +154,7 @@ def test_the_weekly_canary_workflow_runs_the_canary_and_always_cleans_up() -> No
     assert cleanup["run"] == "clore-run cleanup" and cleanup["if"].startswith("always()")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_stops_the_canary_and_cancels_its_order(
     fake_clore: FakeClore, tmp_path: Path, sig: signal.Signals
