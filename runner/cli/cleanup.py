@@ -49,6 +49,36 @@ def register(app: typer.Typer, client_factory: ClientFactory | None = None) -> N
                 "action uploads as artifacts (GITHUB_TOKEN with actions: read).",
             ),
         ] = False,
+        workflows: Annotated[
+            str,
+            typer.Option(
+                "--workflows",
+                envvar="CLORE_RUNNER_WORKFLOWS",
+                help="With --runners: the workflow files (comma-separated, under "
+                ".github/workflows/) whose runs' records are believed.",
+                metavar="FILE,...",
+            ),
+        ] = "gpu-runner.yml,gpu-runner-matrix.yml",
+        max_hours: Annotated[
+            float,
+            typer.Option(
+                "--max-hours",
+                envvar="CLORE_RUNNER_MAX_HOURS",
+                help="With --runners: no runner lives longer than this from its create, "
+                "whatever its record says.",
+                min=0.1,
+                max=24 * 30,
+            ),
+        ] = 24.0,
+        cancel_unproven: Annotated[
+            bool,
+            typer.Option(
+                "--cancel-unproven",
+                help="Also cancel the orders that may be ours but cannot be proven (our create "
+                "was sent, yet its tag is absent or unreadable). Only for an API key that no other "
+                "run, machine or person uses: an order of theirs would be cancelled too.",
+            ),
+        ] = False,
         wait: Annotated[
             bool,
             typer.Option(
@@ -61,9 +91,19 @@ def register(app: typer.Typer, client_factory: ClientFactory | None = None) -> N
         """Cancel every order the ledger does not mark released, and say what was done. With a
         coordinator: settle what dead pool holders left (and `--run`'s rentals, if given)."""
         if runners:  # the cron reaper of `clore-run runner` (runner/gh_runner/reap.py)
-            _reap_runners(client_factory or _client_from_env, dry_run)
+            names = tuple(w.strip() for w in workflows.split(",") if w.strip())
+            _reap_runners(client_factory or _client_from_env, dry_run, names, max_hours)
             return
-        ask = CleanupAsk(ledger_arg, coordinator, run_id, dry_run, wait, typer.echo, client_factory)
+        ask = CleanupAsk(
+            ledger_arg,
+            coordinator,
+            run_id,
+            dry_run,
+            wait,
+            typer.echo,
+            client_factory,
+            cancel_unproven=cancel_unproven,
+        )
         failed: CloreRunError | None = None
         for spec in BACKENDS.values():
             if spec.cleanup is None:
@@ -77,13 +117,19 @@ def register(app: typer.Typer, client_factory: ClientFactory | None = None) -> N
             raise typer.Exit(failed.exit_code)
 
 
-def _reap_runners(make_client: ClientFactory, dry_run: bool) -> None:
+def _reap_runners(
+    make_client: ClientFactory, dry_run: bool, workflows: tuple[str, ...], max_hours: float
+) -> None:
     from runner.gh_runner.reap_cmd import reap_from_github
 
+    if not workflows:
+        _fail("--workflows is empty: name the workflow files that start runners", 2)
     try:
-        left = reap_from_github(make_client, dry_run, typer.echo)
+        left = reap_from_github(
+            make_client, dry_run, typer.echo, workflows=workflows, max_life_s=max_hours * 3600
+        )
     except CloreRunError as exc:
-        _fail(str(exc))
+        _fail(str(exc), exc.exit_code)
     if left:
         _fail(f"{left} runner rental(s) may still be billed: run again, or cancel on clore.ai")
 

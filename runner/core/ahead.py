@@ -16,6 +16,7 @@ from runner.core.book_part import BookPart, BookState
 from runner.core.ends import Ends
 from runner.core.events import SetTimer
 from runner.core.fleet import AFTER_SCRIPT_S, BOOTING, EPS_S, TIMER
+from runner.core.rental_length import best_that_holds, boot_allowance_s, outlives
 from runner.core.renting import Renter
 
 
@@ -76,6 +77,9 @@ class RentAhead(BookPart):
                 worst_free = server.since + boot.allowance_s
             else:
                 free_by = worst_free = now
+            job_s = self._jobs.records[job_id].job.timeout_s + AFTER_SCRIPT_S
+            if outlives(server, worst_free + job_s):
+                continue  # its maximum rental length ends before the job could
             # Waiting for a held server is right unless a server rented now would be up
             # sooner: renting ahead is for a job that would otherwise wait for a boot.
             if free_by > max(eta, now + boot.expected_s) + EPS_S:
@@ -91,12 +95,12 @@ class RentAhead(BookPart):
     def _rent_for(self, job_id: str, eta: float, now: float) -> None:
         record = self._jobs.records[job_id]
         job, fleet, ends = record.job, self._fleet, self._ends
-        quote = self._jobs.market.best(job.gpu, fleet.not_to_rent())
-        if quote is None:
-            return  # it rents (or fails) when it is ready
         worst_ready = max((ends.worst_of(n) for n in record.needs), default=now)
-        wait_s = max(fleet.boot.allowance_s, worst_ready - now)
+        wait_s = max(boot_allowance_s(fleet.boot.allowance_s, job), worst_ready - now)
         hold_s = wait_s + job.timeout_s + AFTER_SCRIPT_S
+        quote, _ = best_that_holds(self._jobs.market, job.gpu, fleet.not_to_rent(), hold_s)
+        if quote is None:
+            return  # it rents (or fails, saying why) when it is ready
         cost = quote.cost_usd(hold_s)
         if self._budget.over(cost, now) > 0:
             return  # ahead is a convenience: it never takes money a ready job may need

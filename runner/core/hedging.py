@@ -10,12 +10,15 @@ themselves live in the fleet (`Fleet.pairs`, `Fleet.unpair`).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from runner.core.book_part import BookPart, BookState
 from runner.core.events import SetTimer
-from runner.core.fleet import AFTER_SCRIPT_S, BOOTING, EPS_S, TIMER, Server, label
+from runner.core.fleet import BOOTING, EPS_S, TIMER, Server, label
 from runner.core.hedge import HedgePolicy
 from runner.core.known_jobs import Known
 from runner.core.money import usd_text
+from runner.core.rental_length import best_that_holds, worst_hold_s
 from runner.core.rentals import JobNote
 
 # A late boot that cannot be hedged yet (its job not ready, or its hedge still booting) is
@@ -68,10 +71,11 @@ class Hedger(BookPart):
         fleet = self._fleet
         why = self.policy.may_hedge(len(fleet.servers), self._cap)
         quote = None
+        hold_s = worst_hold_s(fleet.boot.allowance_s, want.job, want.timeout_s)
         if why is None:
-            quote = self._jobs.market.best(want.job.gpu, fleet.not_to_rent())
+            market = self._jobs.market
+            quote, _ = best_that_holds(market, want.job.gpu, fleet.not_to_rent(), hold_s)
             why = "no other host fits" if quote is None else None
-        hold_s = fleet.boot.allowance_s + want.timeout_s + AFTER_SCRIPT_S
         cost = quote.cost_usd(hold_s) if quote else 0
         if quote is not None and self._budget.over(cost, now) > 0:
             why = f"the budget cannot hold a second boot's worst case ({usd_text(cost)})"
@@ -81,6 +85,7 @@ class Hedger(BookPart):
             self._out.append(JobNote(job_id, said))
             return
         hedge = fleet.rent_hedge(server, job_id, quote, now + hold_s, cost, now)
+        hedge.quote = replace(quote, image=server.quote.image)  # the same job's image
         slow = f"the boot of {label(server.quote)} runs late ({now - server.since:.0f} s)"
         said = f"{slow}: renting {label(quote)} beside it; the first to answer SSH runs it"
         self._out.append(JobNote(job_id, said))

@@ -25,9 +25,12 @@ from typing import Literal, get_args
 
 from runner.core import money
 
-EventKind = Literal["up", "never_up", "ssh_failed", "preempted"]
+# `slow`: given back still not online when another host of its job answered SSH (a hedge's
+# loser); `pulling`: given back while its container still deployed (its image pulling). A pull
+# is the image's doing, not the host's: `pulling` is never a failed boot.
+EventKind = Literal["up", "never_up", "ssh_failed", "preempted", "slow", "pulling"]
 EVENT_KINDS: tuple[EventKind, ...] = get_args(EventKind)
-BOOT_FAILURES: tuple[EventKind, ...] = ("never_up", "ssh_failed")
+BOOT_FAILURES: tuple[EventKind, ...] = ("never_up", "ssh_failed", "slow")
 
 # A host that failed a boot is skipped this long, doubled for each failure in a row, up to
 # the cap. Six hours: a host that was down at 9 is likely down at 11 (a real support log saw
@@ -46,6 +49,8 @@ _WORDS: dict[EventKind, str] = {
     "never_up": "never booted",
     "ssh_failed": "booted but SSH never answered",
     "preempted": "preempted",
+    "slow": "not up when another host was",
+    "pulling": "still pulling its image",
 }
 
 
@@ -58,6 +63,10 @@ class HostEvent:
     at: float  # unix seconds
     boot_s: float | None = None  # `up`: create -> SSH answering
     run_id: str = ""
+    image: str = ""  # the image the order ran ("": not recorded)
+    # Online -> deployed (`mon_container` 2): the image's pull on this host. On `pulling` (and
+    # a `slow` loser that was deploying) how long it had pulled when given up: at least that.
+    pull_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -70,6 +79,7 @@ class HostRecord:
     never_up: int = 0
     ssh_failed: int = 0
     preempted: int = 0
+    slow: int = 0  # given back not online yet when another host of its job answered SSH
     failures_in_a_row: int = 0  # boot failures since its last `up`
     last_kind: EventKind | None = None
     last_at: float = 0.0
@@ -78,11 +88,11 @@ class HostRecord:
 
     @property
     def boots(self) -> int:
-        return self.ups + self.never_up + self.ssh_failed
+        return self.ups + self.boot_failures
 
     @property
     def boot_failures(self) -> int:
-        return self.never_up + self.ssh_failed
+        return self.never_up + self.ssh_failed + self.slow
 
     @property
     def mean_boot_s(self) -> float | None:
@@ -102,7 +112,7 @@ def _at(event: HostEvent) -> float:
 
 
 def _record(host: str, events: list[HostEvent]) -> HostRecord:
-    ups = never = ssh = pre = in_a_row = 0
+    ups = never = ssh = pre = slow = in_a_row = 0
     boot_total = 0.0
     fail_at: float | None = None
     fail_kind: EventKind | None = None
@@ -113,14 +123,27 @@ def _record(host: str, events: list[HostEvent]) -> HostRecord:
             in_a_row = 0
         elif e.kind == "preempted":
             pre += 1
-        else:
+        elif e.kind in BOOT_FAILURES:
             never += e.kind == "never_up"
             ssh += e.kind == "ssh_failed"
+            slow += e.kind == "slow"
             in_a_row += 1
             fail_at, fail_kind = e.at, e.kind
+        # `pulling`: the image's time, not a verdict on the host (the pulls read it).
     last = events[-1]
     return HostRecord(
-        host, ups, boot_total, never, ssh, pre, in_a_row, last.kind, last.at, fail_at, fail_kind
+        host,
+        ups,
+        boot_total,
+        never,
+        ssh,
+        pre,
+        slow,
+        in_a_row,
+        last.kind,
+        last.at,
+        fail_at,
+        fail_kind,
     )
 
 

@@ -118,6 +118,10 @@ def _frozen_env() -> Mapping[str, str]:
     return _NO_ENTRIES
 
 
+# The trust domain of a job whose submission named none (and of every job of a `run`).
+DEFAULT_TRUST = "default"
+
+
 @dataclass(frozen=True)
 class Job:
     """One runnable job (a matrix instance is a job of its own)."""
@@ -148,6 +152,9 @@ class Job:
     # Keys of the job (or `defaults:`) that one backend reads and nothing else does, by name
     # as written (runner.backends.spec.PipelineKey): the core carries them untouched.
     backend_keys: Mapping[str, str] = field(default_factory=_frozen_env)
+    # The trust domain of the submission (serve): a server that ran a job of one domain is
+    # never given to a job of another. A run is one domain, the default one.
+    trust: str = DEFAULT_TRUST
 
     @property
     def duration_hint_s(self) -> float:

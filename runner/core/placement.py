@@ -6,11 +6,14 @@ winning a tie of user priority. The job a server was rented for has no say over 
 job, with one exception: a job takes a server rented for another only when the other loses
 nothing by it (the server booting for the taker fits it instead, and the two swap); else the
 other would rent again, paying a second boot and a second order. A server won back for one
-job's retry runs that job only. A job whose time there the budget cannot hold is passed over.
+job's retry runs that job only. A job whose time there the budget cannot hold is passed over,
+and so is one that would outlive the server's maximum rental length (it rents elsewhere).
 At most `cap` jobs run at once.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from runner.core.book_part import BookPart, BookState
 from runner.core.ends import Ends
@@ -18,6 +21,7 @@ from runner.core.fleet import AFTER_SCRIPT_S, BOOTING, Server, by_id
 from runner.core.hedging import Hedger
 from runner.core.known_jobs import Entry
 from runner.core.ranks import Key
+from runner.core.rental_length import outlives
 from runner.core.rentals import StartOn
 
 
@@ -120,6 +124,12 @@ class Placement(BookPart):
         jobs, fleet = self._jobs, self._fleet
         want = jobs.waiting[job_id]
         until = now + want.timeout_s + AFTER_SCRIPT_S
+        if outlives(server, until):
+            # The market would end the order under the job: it runs elsewhere, and the
+            # server is no longer meant for it (it would otherwise wait for it for ever).
+            if fleet.claims.get(job_id) == server.id:
+                fleet.unclaim(job_id)
+            return False
         if server.rented and not self._budget.extend(server.id, until, now):
             jobs.why[job_id] = "budget"
             return False
@@ -137,12 +147,17 @@ class Placement(BookPart):
                 fleet.unclaim(job_id)
             if claimant is not None and claimant != job_id:
                 fleet.unclaim(claimant)  # a better job took it: that one plans again
-        fleet.start(job_id, server)
+        fleet.start(job_id, server, now)
+        if server.rented and server.quote.trust is None:  # the domain it is of from now on
+            server.quote = replace(server.quote, trust=want.job.trust)
         if fleet.pairs:
             self._hedger.drop(job_id, server, now)
         if self._renting:  # only renting plans with expected ends
             expected = want.expected_s
             end = now + expected if expected is not None else None
             self._ends.set_end(job_id, end, until, now)
-        self._out.append(StartOn(job_id, want.attempt, server.id, want.timeout_s))
+        # Up (rented) before the job asked for a server: the job waited for no boot.
+        warm = server.rented and server.idle_since < want.wanted_at
+        waited_s = now - want.wanted_at
+        self._out.append(StartOn(job_id, want.attempt, server.id, want.timeout_s, warm, waited_s))
         return True

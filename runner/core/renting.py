@@ -14,6 +14,8 @@ release; a job no offer fits fails with why, and with the hosts that failed it.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from runner.core.book_part import BookPart, BookState
 from runner.core.budget import DAY_S
 from runner.core.ends import Ends
@@ -21,10 +23,22 @@ from runner.core.events import SetTimer
 from runner.core.fleet import AFTER_SCRIPT_S, BOOTING, BUSY, TIMER, Server, by_id, label
 from runner.core.hedging import Hedger
 from runner.core.known_jobs import Entry, Known
-from runner.core.model import FailureKind
+from runner.core.model import FailureKind, Job
+from runner.core.rental_length import (
+    best_that_holds,
+    boot_allowance_s,
+    outlives,
+    passed_over_text,
+    worst_hold_s,
+)
 from runner.core.rentals import Quote, RentFailed
 
 MAX_OFFERS_PER_ATTEMPT = 5  # hosts tried for one attempt before it fails as provisioning
+
+
+def started_with(quote: Quote, job: Job) -> Quote:
+    """A server rented for `job` runs its image (\"\": the default): no other image's job fits."""
+    return replace(quote, image=job.image or "")
 
 
 class Renter(BookPart):
@@ -52,10 +66,11 @@ class Renter(BookPart):
                 break
             seen.append(entry)
             job_id = entry[2]
-            if job_id in self._fleet.claims or self._claim_booting(job_id):
+            if job_id in self._fleet.claims or self._claim_booting(job_id, now):
                 why.setdefault(job_id, "boot")  # its server is coming
                 continue
-            promised = next((s for s in soon_free if jobs.fits(s.quote, job_id)), None)
+            want = jobs.waiting[job_id]
+            promised = next((s for s in soon_free if self._holds_after(s, want)), None)
             if promised is not None:
                 why.setdefault(job_id, "reuse")
                 soon_free.remove(promised)
@@ -72,6 +87,7 @@ class Renter(BookPart):
         self, job_id: str, quote: Quote, until: float, cost_usd: float, now: float, ahead: bool
     ) -> None:
         server = self._fleet.rent(job_id, quote, until, cost_usd, now, ahead)
+        server.quote = started_with(quote, self._jobs.records[job_id].job)
         self._hedger.arm(server)
 
     def _soon_free(self, now: float) -> list[Server]:
@@ -85,13 +101,20 @@ class Renter(BookPart):
             if s.state is BUSY and s.claim is None and end_of(s.job or "") <= horizon
         ]
 
-    def _claim_booting(self, job_id: str) -> bool:
+    def _holds_after(self, server: Server, want: Known) -> bool:
+        """Does busy `server` fit the job and hold its worst case after the job on it ends?"""
+        if not self._jobs.fits(server.quote, want.job.id):
+            return False
+        free_at = self._ends.end_of(server.job or "")
+        return not outlives(server, free_at + want.timeout_s + AFTER_SCRIPT_S)
+
+    def _claim_booting(self, job_id: str, now: float) -> bool:
         """Claim a booting server nobody is meant for (one rented ahead for a job that then
         went elsewhere)."""
         fleet = self._fleet
         for server in fleet.servers.values():
             free = server.state is BOOTING and server.claim is None
-            if free and self._jobs.fits(server.quote, job_id):
+            if free and self._holds_job(server, job_id, self._jobs.waiting[job_id], now):
                 fleet.claim(job_id, server)
                 return True
         return False
@@ -119,14 +142,15 @@ class Renter(BookPart):
 
     def _rent_now(self, job_id: str, want: Known, now: float) -> None:
         fleet, budget = self._fleet, self._budget
-        quote = self._jobs.market.best(want.job.gpu, fleet.not_to_rent())
+        hold_s = worst_hold_s(fleet.boot.allowance_s, want.job, want.timeout_s)
+        market = self._jobs.market
+        quote, passed = best_that_holds(market, want.job.gpu, fleet.not_to_rent(), hold_s)
         if quote is None:
             if self._freed_soon(job_id):
                 self._jobs.why.setdefault(job_id, "release")  # short of money first, if it is
-            elif not any(self._jobs.fits(s.quote, job_id) for s in fleet.servers.values()):
-                self._none_left(job_id, want)
+            elif not any(self._holds_job(s, job_id, want, now) for s in fleet.servers.values()):
+                self._none_left(job_id, want, passed_over_text(passed, hold_s))
             return
-        hold_s = fleet.boot.allowance_s + want.timeout_s + AFTER_SCRIPT_S
         cost = quote.cost_usd(hold_s)
         over = budget.over(cost, now)
         if over > 0:
@@ -159,9 +183,24 @@ class Renter(BookPart):
             self._day_timer = budget.day + 1
             self._out.append(SetTimer(self._day_timer * DAY_S, (TIMER, "day", self._day_timer)))
 
-    def _none_left(self, job_id: str, want: Known) -> None:
-        """No offer fits the job (any more): say why, and which hosts failed it before."""
-        why = self._jobs.market.why_none(want.job.gpu, self._fleet.excluded.hosts)
+    def _holds_job(self, server: Server, job_id: str, want: Known, now: float) -> bool:
+        """Could the job still run on `server`: it fits, and its worst case there (a boot
+        first, if it is booting) ends before the server's maximum rental length does."""
+        if not self._jobs.fits(server.quote, job_id):
+            return False
+        booting = server.state is BOOTING
+        start = (
+            server.since + boot_allowance_s(self._fleet.boot.allowance_s, want.job)
+            if booting
+            else now
+        )
+        return not outlives(server, max(start, now) + want.timeout_s + AFTER_SCRIPT_S)
+
+    def _none_left(self, job_id: str, want: Known, passed_over: str = "") -> None:
+        """No offer fits the job (any more): say why, which offers were passed over for their
+        maximum rental length, and which hosts failed it before."""
+        # Offers passed over for their length did fit otherwise: that is the whole reason.
+        why = passed_over or self._jobs.market.why_none(want.job.gpu, self._fleet.excluded.hosts)
         tried = want.rent_failures
         if not tried:
             self.fail(job_id, want, FailureKind.UNAVAILABLE, why)

@@ -166,6 +166,9 @@ class ServersResult:
     failed_boots: int = 0  # rents whose host never came up or never answered SSH
     creation_fees_usd: float = 0.0  # paid for orders that lived 10 minutes
     host_events: list[HostEvent] = field(default_factory=list)  # what the history would keep
+    # Rentals held past their host's maximum rental length (the market would have ended them
+    # under the run): the core promises none.
+    outlived: int = 0
 
 
 class _ServersSim:
@@ -380,6 +383,12 @@ class _ServersSim:
         r.idle_s += max(0.0, self.now - ready - held.busy_s)
         lived_s = self.now - held.rented_at
         r.billed_usd += q.cost_usd(lived_s)
+        if q.max_rental_s is not None and lived_s > q.max_rental_s + 1e-6:
+            r.outlived += 1
+            r.broken.append(
+                f"{self.now:.1f}: #{q.host} held {lived_s:.0f} s, its maximum "
+                f"rental length is {q.max_rental_s:.0f} s"
+            )
         if lived_s >= q.creation_fee_after_s:
             r.creation_fees_usd += q.creation_fee_usd
 
@@ -404,7 +413,7 @@ class _ServersSim:
             short_of_money = book.budget_usd is not None and book.wait_reason(job_id) == "budget"
             # A server rented for another job is that job's: taking it makes that one rent again.
             free = (v for v in idle if v.rented_for in (None, job_id))
-            if not short_of_money and any(book.fits(v.quote, job_id) for v in free):
+            if not short_of_money and any(book.holds(v, job_id, now) for v in free):
                 r.broken.append(f"{now:.1f}: {job_id} waits beside an idle server")
 
 

@@ -3,127 +3,180 @@
 A stop job that never ran (the workflow cancelled, the runner job's machine dead) leaves its
 server billed. The action uploads each start's record as an artifact named
 `clore-runner-record-<label>`; the reaper (a scheduled workflow, GITHUB_TOKEN with
-`actions: read`) lists the repository's artifacts, reads each record, and for every rental past
-its cap (`max-minutes` from its create, plus a grace for a stop job still running) proves the
-order ours and cancels it (release.py). A rental within its cap is left alone: its runner may
-be running a job. The same order in two records is looked at once.
+`actions: read`) reads the records it may believe (artifacts.py) and cancels every rental past
+its cap (plus a grace for a stop job still running) whose order a record proves ours.
+
+A record is still only a claim, so what it decides is bounded:
+- one `my_orders` read per reap: every order's fate is decided against that one listing;
+- an order is decided only by records that pass the proof (the listing has the order with the
+  record's server and creation time); a record that fails it says so and decides nothing, so it
+  can neither settle nor cancel an order another record names;
+- the cap is the latest any proving record gives (a copy with an earlier cap cannot cut a live
+  runner short) and never past the order's own creation plus the reaper's maximum life
+  (`max_life_s`, the operator's, default 24 h: a far cap cannot keep an orphan billing).
+The cancels go out together and are confirmed by shared listings, not one per rental.
 """
 
 from __future__ import annotations
 
-import io
-import zipfile
-from collections.abc import Callable, Iterator
+import contextlib
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from runner.backends.clore.api import CloreClient
+from runner.backends.clore.errors import CloreApiError
+from runner.backends.clore.models import Order
 from runner.clock import Clock
-from runner.gh_runner.errors import RecordError
-from runner.gh_runner.record import (
-    ARTIFACT_PREFIX,
-    RECORD_FILE,
-    RunnerRecord,
-    RunnerRental,
-    parse_record,
+from runner.errors import InfrastructureError
+from runner.gh_runner.record import RunnerRecord, RunnerRental
+from runner.gh_runner.release import (
+    FIRST_PAUSE_S,
+    Released,
+    billed,
+    offline_note,
+    preempted_note,
+    proof_mismatch,
 )
-from runner.gh_runner.release import Released, release
-from runner.report.github_api import GitHubApi
 
 GRACE_S = 300.0  # past the cap, a stop job may still be cancelling: leave it this long
-_MAX_RECORD_BYTES = 256 * 1024
-_MAX_ARTIFACTS = 1000  # newest first: far more than a week of starts
+MAX_LIFE_S = 24 * 3600.0  # no runner lives longer than this from its create, whatever a record says
 
 
 @dataclass(frozen=True)
 class Reaped:
     rental: RunnerRental
-    released: Released | None  # None: within its cap, left alone
+    released: Released | None  # None: not cancelled (within its cap, not proven, a dry run)
     note: str = ""
 
 
-def records_in_artifacts(
-    api: GitHubApi, repo: str, say: Callable[[str], None]
-) -> Iterator[RunnerRecord]:
-    """Every readable record among the repository's unexpired runner-record artifacts."""
-    for artifact in _artifacts(api, repo):
-        name = str(artifact.get("name") or "")
-        artifact_id = artifact.get("id")
-        if not name.startswith(ARTIFACT_PREFIX) or artifact.get("expired"):
-            continue
-        if not isinstance(artifact_id, int):
-            continue
-        # The path, not the reply's URL: the token goes only to this API (its download
-        # redirects to storage, and requests drops the token on the way).
-        resp = api.request("GET", f"/repos/{repo}/actions/artifacts/{artifact_id}/zip")
-        try:
-            yield parse_record(_record_text(resp.content), f"artifact {name}")
-        except RecordError as exc:
-            say(f"skipped: {exc}")
-
-
-def _artifacts(api: GitHubApi, repo: str) -> Iterator[dict[str, Any]]:
-    """The artifacts list, page by page (`Link: rel="next"` within this API only), newest
-    first as GitHub lists them, at most `_MAX_ARTIFACTS`."""
-    resp = api.request("GET", f"/repos/{repo}/actions/artifacts", params={"per_page": 100})
-    seen = 0
-    while True:
-        data = resp.json() if resp.content else {}
-        items = data.get("artifacts") if isinstance(data, dict) else None
-        for item in items if isinstance(items, list) else []:
-            seen += 1
-            if seen > _MAX_ARTIFACTS:
-                return
-            if isinstance(item, dict):
-                yield item
-        next_url = resp.links.get("next", {}).get("url", "")
-        if not next_url.startswith(api.base_url + "/"):
-            return
-        resp = api.request("GET", next_url)
-
-
-def _record_text(data: bytes) -> str:
-    try:
-        with zipfile.ZipFile(io.BytesIO(data)) as zf:
-            info = zf.getinfo(RECORD_FILE)
-            if info.file_size > _MAX_RECORD_BYTES:
-                raise RecordError(f"{RECORD_FILE} is {info.file_size} bytes: not a record")
-            return zf.read(info).decode("utf-8", "replace")
-    except (zipfile.BadZipFile, KeyError) as exc:
-        raise RecordError(f"no {RECORD_FILE} in it ({type(exc).__name__})") from None
+@dataclass(frozen=True)
+class _Verdict:
+    rental: RunnerRental
+    order: Order | None
+    cap_unix: float = 0.0
+    why_not: str = ""  # no record proves the order: why the first one does not
 
 
 def reap(
-    records: Iterator[RunnerRecord] | list[RunnerRecord],
+    records: Iterable[RunnerRecord],
     client: CloreClient,
     clock: Clock,
     *,
     dry_run: bool = False,
     grace_s: float = GRACE_S,
+    max_life_s: float = MAX_LIFE_S,
+    confirm_within_s: float = 30.0,
 ) -> list[Reaped]:
-    """Cancel every rental of `records` past its cap (and grace); say what was done."""
+    """Cancel every proven rental of `records` past its cap (and grace); say what was done."""
+    try:
+        listed = {o.id: o for o in client.my_orders(return_completed=True)}
+    except CloreApiError as exc:
+        raise InfrastructureError(f"could not list the orders (my_orders): {exc}") from None
     done: list[Reaped] = []
-    orders: set[int] = set()
+    due: list[tuple[RunnerRental, Order]] = []
+    now = clock.time()
+    for verdict in _judge(records, listed, max_life_s):
+        rental, order = verdict.rental, verdict.order
+        if order is None:
+            done.append(Reaped(rental, None, verdict.why_not))
+            continue
+        if order.expired:
+            ended = billed(rental, order, "ended", clock, verdict.cap_unix, preempted_note(rental))
+            done.append(Reaped(rental, ended))
+            continue
+        over_s = now - verdict.cap_unix
+        if over_s < 0:
+            done.append(Reaped(rental, None, f"within its cap ({-over_s / 60:.0f} min left)"))
+        elif over_s < grace_s:
+            done.append(
+                Reaped(rental, None, "just past its cap: its stop job may still be running")
+            )
+        elif dry_run:
+            done.append(
+                Reaped(rental, None, f"past its cap by {over_s / 60:.0f} min: would cancel")
+            )
+        else:
+            due.append((rental, order))
+    done += _cancel_all(client, due, clock, confirm_within_s)
+    return done
+
+
+def _judge(
+    records: Iterable[RunnerRecord], listed: dict[int, Order], max_life_s: float
+) -> list[_Verdict]:
+    """One verdict per order id the records name: proven (with the cap to hold it to) or not."""
+    named: dict[int, list[RunnerRental]] = {}
     for record in records:
         for rental in record.runners:
-            if rental.order_id in orders:
-                continue
-            orders.add(rental.order_id)
-            over_s = clock.time() - rental.cap_unix
-            if over_s < grace_s:
-                note = (
-                    f"within its cap ({-over_s / 60:.0f} min left)"
-                    if over_s < 0
-                    else ("just past its cap: its stop job may still be running")
-                )
-                done.append(Reaped(rental, None, note))
-            elif dry_run:
+            named.setdefault(rental.order_id, []).append(rental)
+    verdicts = []
+    for order_id, rentals in named.items():
+        order = listed.get(order_id)
+        if order is None:
+            verdicts.append(
+                _Verdict(rentals[0], None, why_not=f"order {order_id} is not in my_orders")
+            )
+            continue
+        proven = [r for r in rentals if proof_mismatch(order, r) is None]
+        if not proven:
+            why = proof_mismatch(order, rentals[0])
+            verdicts.append(
+                _Verdict(rentals[0], None, why_not=f"{why}: not provably ours, left alone")
+            )
+            continue
+        rental = max(proven, key=lambda r: r.cap_unix)
+        cap_unix = min(rental.cap_unix, rental.created_unix + max_life_s)
+        verdicts.append(_Verdict(rental, order, cap_unix))
+    return verdicts
+
+
+def _cancel_all(
+    client: CloreClient,
+    due: list[tuple[RunnerRental, Order]],
+    clock: Clock,
+    within_s: float,
+) -> list[Reaped]:
+    """Cancel every due order, then confirm them all with shared listings (one per pause,
+    not one per rental), cancelling again what is still live, for `within_s`."""
+    if not due:
+        return []
+    notes = {rental.order_id: offline_note(rental, order) for rental, order in due}
+    ended_at = clock.time()
+    pending = {rental.order_id: (rental, order) for rental, order in due}
+    done: list[Reaped] = []
+    deadline = clock.now() + within_s
+    pause_s = FIRST_PAUSE_S
+    while True:
+        for order_id in pending:
+            with contextlib.suppress(
+                CloreApiError
+            ):  # ended already, or a hiccup: the listing decides
+                client.cancel_order(order_id)
+        client.limiter.back_off(pause_s)  # an order stays listed a moment after its cancel
+        try:
+            listed = {o.id: o for o in client.my_orders(return_completed=True)}
+        except CloreApiError as exc:
+            for rental, _ in pending.values():
                 done.append(
-                    Reaped(rental, None, f"past its cap by {over_s / 60:.0f} min: would cancel")
+                    Reaped(rental, Released(rental, "error", f"order {rental.order_id}: {exc}"))
                 )
-            else:
-                done.append(Reaped(rental, release(client, rental, clock)))
-    return done
+            return done
+        last = clock.now() + pause_s > deadline
+        for order_id, (rental, order) in list(pending.items()):
+            now_listed = listed.get(order_id)
+            if now_listed is None:  # gone from the listing: ended, with no bill to read
+                now_listed = order.model_copy(update={"expired": True, "spend": None})
+            if now_listed.expired:
+                released = billed(rental, now_listed, "cancelled", clock, ended_at, notes[order_id])
+                done.append(Reaped(rental, released))
+                del pending[order_id]
+            elif last:
+                why = f"order {order_id} is still listed after its cancel"
+                done.append(Reaped(rental, Released(rental, "still-live", why)))
+                del pending[order_id]
+        if not pending:
+            return done
+        pause_s = min(pause_s * 2, 8.0)
 
 
 def describe(reaped: Reaped) -> str:
@@ -135,3 +188,6 @@ def describe(reaped: Reaped) -> str:
     cost = f"; cost as billed ${rel.cost.total_usd:.4f}" if rel.cost is not None else ""
     detail = f": {rel.detail}" if rel.detail else ""
     return f"{head}  {rel.kind}{detail}{cost}"
+
+
+__all__ = ["GRACE_S", "MAX_LIFE_S", "Reaped", "describe", "reap"]

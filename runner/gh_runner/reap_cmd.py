@@ -1,5 +1,8 @@
 """`cleanup --runners` wired to the environment: the repository's artifacts through
-GITHUB_TOKEN, the orders through CLORE_API_KEY (read only when a record is past its cap)."""
+GITHUB_TOKEN, the orders through CLORE_API_KEY (read only when there is a record to judge).
+
+Everything a record carries is the uploader's text: every line said is made one inert console
+line (a JSON key in a refused record could otherwise be a workflow command in the log)."""
 
 from __future__ import annotations
 
@@ -10,9 +13,11 @@ import requests
 
 from runner.backends.clore.api import CloreClient
 from runner.errors import InfrastructureError, UsageError
-from runner.gh_runner.reap import describe, reap, records_in_artifacts
+from runner.gh_runner.artifacts import DEFAULT_WORKFLOWS, trusted_records
+from runner.gh_runner.reap import MAX_LIFE_S, describe, reap
 from runner.report.comment import api_url
 from runner.report.github_api import GitHubApi, GitHubError
+from runner.untrusted import console_line
 
 
 def reap_from_github(
@@ -21,8 +26,11 @@ def reap_from_github(
     say: Callable[[str], None],
     env: Mapping[str, str] | None = None,
     session: requests.Session | None = None,
+    workflows: tuple[str, ...] = DEFAULT_WORKFLOWS,
+    max_life_s: float = MAX_LIFE_S,
 ) -> int:
-    """Reap; returns how many rentals may still be billed."""
+    """Reap; returns how many rentals may still be billed. Raises InfrastructureError when
+    records came from a workflow it was not told to trust (the reaper must fail loudly)."""
     env = os.environ if env is None else env
     token, repo = env.get("GITHUB_TOKEN", "").strip(), env.get("GITHUB_REPOSITORY", "").strip()
     if not token or not repo:
@@ -30,20 +38,34 @@ def reap_from_github(
             "--runners reads the runner records of a repository's artifacts",
             "set GITHUB_TOKEN (actions: read) and GITHUB_REPOSITORY, as a workflow does",
         )
+
+    def tell(line: str) -> None:
+        say(console_line(line))
+
     api = GitHubApi(api_url(env), token, session)
     try:
-        records = list(records_in_artifacts(api, repo, say))
+        sources = trusted_records(api, repo, workflows, tell)
     except GitHubError as exc:
         raise InfrastructureError(f"could not read the artifacts of {repo}: {exc}") from None
     except requests.RequestException as exc:
         raise InfrastructureError(
             f"could not reach the GitHub API ({type(exc).__name__})"
         ) from None
-    if not records:
-        say(f"no runner records in the artifacts of {repo}: nothing to reap")
-        return 0
-    client = make_client()
-    done = reap(records, client, client.limiter.clock, dry_run=dry_run)
-    for each in done:
-        say(describe(each))
-    return sum(1 for d in done if d.released is not None and not d.released.settled)
+    left = 0
+    if not sources.records:
+        tell(f"no runner records in the artifacts of {repo}: nothing to reap")
+    else:
+        client = make_client()
+        done = reap(
+            sources.records, client, client.limiter.clock, dry_run=dry_run, max_life_s=max_life_s
+        )
+        for each in done:
+            tell(describe(each))
+        left = sum(1 for d in done if d.released is not None and not d.released.settled)
+    if sources.unnamed:
+        raise InfrastructureError(
+            f"{len(sources.unnamed)} runner record(s) came from workflows not named "
+            f"({', '.join(workflows)}): their rentals were not looked at",
+            "name every workflow that starts runners: cleanup --runners --workflows FILE,...",
+        )
+    return left

@@ -65,18 +65,18 @@ def release(
         if why is not None:
             return Released(rental, "not-ours", f"{why}: not cancelled")
         if order.expired:
-            return _billed(rental, order, "ended", clock, rental.cap_unix, _preempted(rental))
-        offline = _offline(rental, order)
+            return billed(rental, order, "ended", clock, rental.cap_unix, preempted_note(rental))
+        offline = offline_note(rental, order)
         ended_at = clock.time()
         order = _cancel_and_confirm(client, order, clock, confirm_within_s)
     except CloreApiError as exc:
         return Released(rental, "error", f"order {rental.order_id}: {exc}")
     if not order.expired:
         return Released(rental, "still-live", f"order {order.id} is still listed after its cancel")
-    return _billed(rental, order, "cancelled", clock, ended_at, offline)
+    return billed(rental, order, "cancelled", clock, ended_at, offline)
 
 
-def _offline(rental: RunnerRental, order: Order) -> str:
+def offline_note(rental: RunnerRental, order: Order) -> str:
     """Words for an order listed but not online when stop comes: a spot order outbid (Clore
     stops its container and its billing, and keeps it listed until its bid wins again), or a
     host gone down. Its runner died with the container, and the job on it failed; no bid is
@@ -91,7 +91,7 @@ def _offline(rental: RunnerRental, order: Order) -> str:
     )
 
 
-def _preempted(rental: RunnerRental) -> str:
+def preempted_note(rental: RunnerRental) -> str:
     if not rental.spot:
         return ""
     return (
@@ -121,7 +121,7 @@ def _cancel_and_confirm(client: CloreClient, order: Order, clock: Clock, within_
         pause_s = min(pause_s * 2, 8.0)
 
 
-def _billed(
+def billed(
     rental: RunnerRental,
     order: Order,
     kind: Kind,

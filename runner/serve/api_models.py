@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from runner.spec import trust as trust_names
 from runner.spec.diagnostics import did_you_mean
 from runner.spec.models import GpuSpec, JobSpec, NameList, Strategy
 
@@ -36,6 +37,13 @@ class JobSubmission(JobSpec):
     )
     # No `defaults` here: a job submitted alone brings its own script.
     run: str = Field(description="The script, run by bash -eo pipefail.")
+    trust: str | None = Field(
+        None,
+        pattern=trust_names.PATTERN,
+        max_length=trust_names.MAX_LENGTH,
+        description="Its trust domain: a server is reused only within one "
+        f"(default: {trust_names.DEFAULT_TRUST}).",
+    )
 
 
 _NESTED: dict[str, type[BaseModel]] = {"gpu": GpuSpec, "strategy": Strategy}
@@ -95,6 +103,9 @@ class JobSummary(BaseModel):
     attempts: int
     cost_usd: float
     waiting_for: str | None = Field(None, description="Why a queued job has not started yet.")
+    trust: str = Field(
+        trust_names.DEFAULT_TRUST, description="The trust domain of the job's submission."
+    )
 
 
 class AttemptView(BaseModel):

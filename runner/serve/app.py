@@ -51,6 +51,7 @@ from runner.serve.submit import (
     prepare_job,
     prepare_pipeline,
 )
+from runner.spec import trust as trust_names
 from runner.stores.queue import FINAL, QueueError
 
 log = logging.getLogger("clore_run.serve")
@@ -250,6 +251,13 @@ def _routes(service: Service, tally: ErrorTally) -> APIRouter:
         after: Annotated[
             list[str], Query(description="Server ids the pipeline's root jobs also need.")
         ] = [],  # noqa: B006 - FastAPI copies query defaults
+        trust: Annotated[
+            str | None,
+            Query(
+                description="The submission's trust domain: a server is reused only within "
+                f"one (default: {trust_names.DEFAULT_TRUST}).",
+            ),
+        ] = None,
     ) -> Submitted:
         """Queue a pipeline (its YAML as the body). 422 lists located problems; 409: `after`
         names a job the queue does not hold."""
@@ -258,7 +266,7 @@ def _routes(service: Service, tally: ErrorTally) -> APIRouter:
             text = raw.decode("utf-8")
         except UnicodeDecodeError:
             raise SubmissionError([Problem(("body",), "the body is not UTF-8 text")]) from None
-        prepared = await run_in_threadpool(prepare_pipeline, text, after)
+        prepared = await run_in_threadpool(prepare_pipeline, text, after, "pipeline.yml", trust)
         done = await run_in_threadpool(service.submit, prepared, "pipeline")
         return Submitted(ids=list(done.ids), warnings=list(done.warnings))
 

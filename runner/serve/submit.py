@@ -22,11 +22,13 @@ from typing import Any
 import yaml
 
 from runner.core.model import Job, Pipeline
+from runner.spec import trust as trust_names
 from runner.spec.diagnostics import Diagnostic, KeyPath, SpecError
 from runner.spec.loader import parse_pipeline
 from runner.stores.queue.codec import job_to_json
 
 DEFAULT_KEY = "job"
+_NOT_JOB_KEYS = ("id", "needs", "trust")  # the request's keys that are not the job's own
 _SERVER_ID = re.compile(r"^s[0-9]+\.")
 
 
@@ -64,15 +66,19 @@ class Prepared:
     warnings: tuple[str, ...] = ()
 
 
-def prepare_pipeline(text: str, after: Sequence[str], file: str = "pipeline.yml") -> Prepared:
-    """Parse a pipeline; SubmissionError with located diagnostics when it is not valid."""
+def prepare_pipeline(
+    text: str, after: Sequence[str], file: str = "pipeline.yml", trust: str | None = None
+) -> Prepared:
+    """Parse a pipeline; SubmissionError with located diagnostics when it is not valid. Its
+    jobs are of the trust domain `trust` (None: the default one)."""
+    domain = _trust(trust, ("query", "trust"))
     try:
         pipeline = parse_pipeline(text, file, environ={})
     except SpecError as exc:
         raise SubmissionError([_located(d, ("body",)) for d in exc.diagnostics]) from None
     roots = [j.id for j in pipeline.jobs if not j.needs]
     jobs = tuple(
-        dataclasses.replace(j, needs=(*j.needs, *after)) if j.id in roots else j
+        dataclasses.replace(j, needs=(*j.needs, *after) if j.id in roots else j.needs, trust=domain)
         for j in pipeline.jobs
     )
     external = {need: ("query", "after", i) for i, need in enumerate(after)}
@@ -89,7 +95,8 @@ def prepare_job(body: Mapping[str, Any]) -> Prepared:
     key = body.get("id") or DEFAULT_KEY
     needs = body.get("needs") or []
     needs = [needs] if isinstance(needs, str) else list(needs)
-    spec = {k: v for k, v in body.items() if k not in ("id", "needs") and v is not None}
+    domain = _trust(body.get("trust"), ("body", "trust"))
+    spec = {k: v for k, v in body.items() if k not in _NOT_JOB_KEYS and v is not None}
     text = yaml.safe_dump({"jobs": {key: spec}}, sort_keys=False, allow_unicode=True)
     try:
         pipeline = parse_pipeline(text, "body", environ={})
@@ -97,7 +104,10 @@ def prepare_job(body: Mapping[str, Any]) -> Prepared:
         raise SubmissionError([_field(d, key) for d in exc.diagnostics]) from None
     except yaml.YAMLError as exc:  # a value PyYAML cannot write back, e.g. a lone surrogate
         raise SubmissionError([Problem(("body",), f"cannot read the job: {exc}")]) from None
-    jobs = tuple(dataclasses.replace(j, needs=tuple(needs), location=None) for j in pipeline.jobs)
+    jobs = tuple(
+        dataclasses.replace(j, needs=tuple(needs), location=None, trust=domain)
+        for j in pipeline.jobs
+    )
     external = {need: ("body", "needs", i) for i, need in enumerate(needs)}
     _check_text(jobs)
     return Prepared(key, jobs, external)
@@ -131,6 +141,16 @@ def check_known(prepared: Prepared, known: set[str]) -> None:
     ]
     if missing:
         raise UnknownNeeds(missing)
+
+
+def _trust(value: str | None, where: tuple[str | int, ...]) -> str:
+    """The trust domain asked for, checked as a name (a server reuses only within one)."""
+    if value is None or value == "":
+        return trust_names.DEFAULT_TRUST
+    if not trust_names.is_name(value):
+        hint = "e.g. repo-acme.models or team-ml; leave it out for the default domain"
+        raise SubmissionError([Problem(where, trust_names.RULE, hint)])
+    return value
 
 
 def _id_hint(need: str) -> str:

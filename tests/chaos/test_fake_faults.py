@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import requests
 
 from runner.backends.clore.api import OrderRequest
@@ -185,3 +186,93 @@ def test_an_order_request_through_the_client_is_recorded_with_its_caller(
     client.base_url = fake_clore.url_for_caller("run-a")
     client.create_order(OrderRequest(88028, "cloreai/ubuntu", "USD-Blockchain"))
     assert _order(fake_clore).creator == "run-a"
+
+
+def _tagged_create(url: str, spot: bool = False) -> Any:
+    body: dict[str, Any] = {
+        "renting_server": 88028,
+        "currency": "USD-Blockchain",
+        "image": "cloreai/ubuntu",
+        "type": "spot" if spot else "on-demand",
+        "ports": {"22": "tcp", "54321": "http"},
+    }
+    if spot:
+        body["spotprice"] = 1.5
+    return _post(url, "create_order", body)
+
+
+def test_the_tag_echo_takes_each_shape_and_the_default_is_the_captures(
+    fake_clore: FakeClore, fake_clock: FakeClock
+) -> None:
+    fake_clore.enforce_rate_limits = False
+    assert _tagged_create(fake_clore.url)["code"] == 0
+    fake_clock.advance(5)  # listed, not online yet (online after 30 s)
+    assert _listed(fake_clore.url)["http_port"] == "54321"
+    shown = {}
+    for shape in ("integer", "port/http", "list", "absent-until-deployed"):
+        fake_clore.tag_echo = shape
+        shown[shape] = _listed(fake_clore.url).get("http_port")
+    assert shown == {
+        "integer": 54321,
+        "port/http": "54321/http",
+        "list": ["54321"],
+        "absent-until-deployed": None,
+    }
+    fake_clock.advance(30)  # online: the deployed order shows its tag as sent
+    assert _listed(fake_clore.url)["http_port"] == "54321"
+
+
+def test_the_spot_key_can_be_left_out_and_ct_stamped_late(
+    fake_clore: FakeClore, fake_clock: FakeClock
+) -> None:
+    fake_clore.enforce_rate_limits = False
+    assert _tagged_create(fake_clore.url, spot=True)["code"] == 0
+    fake_clock.advance(5)
+    made = int(_order(fake_clore).created_unix)
+    assert (_listed(fake_clore.url)["spot"], _listed(fake_clore.url)["ct"]) == (True, made)
+    fake_clore.echo_spot, fake_clore.ct_late_s = False, 40.0
+    listed = _listed(fake_clore.url)
+    assert "spot" not in listed and listed["ct"] == made + 40
+
+
+def test_an_unknown_echo_shape_is_refused(fake_clore: FakeClore) -> None:
+    with pytest.raises(ValueError, match="as-sent"):
+        FakeClore(fake_clore.server, fake_clore.clock, tag_echo="hex")
+
+
+def _phase(listed: dict[str, Any]) -> tuple[bool, int, bool]:
+    return listed["online"], listed["mon_container"], "tcp_ports" in listed
+
+
+def test_an_image_pull_shows_as_deploying_then_deployed(
+    fake_clore: FakeClore, fake_clock: FakeClock
+) -> None:
+    fake_clore.enforce_rate_limits = False
+    fake_clore.pull_s_by_image["cloreai/ubuntu"] = 420.0
+    _create(fake_clore.url)
+    fake_clock.advance(fake_clore.online_after_s - 1)
+    assert _phase(_listed(fake_clore.url)) == (False, 0, False)  # listed, not online
+    fake_clock.advance(1)
+    assert _phase(_listed(fake_clore.url)) == (True, 0, False)  # online, the pull begins
+    fake_clock.advance(300)
+    assert _phase(_listed(fake_clore.url)) == (True, 1, False)  # still pulling
+    fake_clock.advance(120)
+    listed = _listed(fake_clore.url)
+    assert _phase(listed) == (True, 2, True) and listed["pub_cluster"]
+
+
+def test_no_pull_by_default_deployed_when_online_and_a_host_may_cache_an_image(
+    fake_clore: FakeClore, fake_clock: FakeClock
+) -> None:
+    fake_clore.enforce_rate_limits = False
+    _create(fake_clore.url)
+    fake_clock.advance(fake_clore.online_after_s)
+    assert _phase(_listed(fake_clore.url)) == (True, 2, True)
+    _post(fake_clore.url, "cancel_order", {"id": _order(fake_clore).id})
+    # A host that caches: the first pull takes its time, the next order there none.
+    cached = FakeClore(fake_clore.server, fake_clock, pull_s=300.0, caches_images=True)
+    assert cached.pull_for(88028, "img:1") == 300.0
+    cached.cached_images.add((88028, "img:1"))
+    assert (cached.pull_for(88028, "img:1"), cached.pull_for(99173, "img:1")) == (0.0, 300.0)
+    cached.pull_s_by_server_image[(99173, "img:1")] = 30.0
+    assert cached.pull_for(99173, "img:1") == 30.0

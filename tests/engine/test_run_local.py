@@ -77,6 +77,8 @@ def test_every_status_and_the_skip_cascade(tmp_path: Path) -> None:
     assert by_id["after"].reason == "needs 'bad', which failed"
     assert by_id["after2"].reason == "needs 'after', which was skipped"
     assert by_id["slow"].attempts[0].duration_s < 10
+    # our SIGTERM is not the job's exit: a timeout has no exit code (never -15)
+    assert by_id["slow"].exit_code is None and by_id["slow"].reason.startswith("timed out")
 
 
 def test_reports_are_written_and_valid(tmp_path: Path) -> None:

@@ -32,6 +32,25 @@ What it models:
   them; every request does too);
 - a slow API: `reply_delay_s` per endpoint (the request is served, the answer leaves late), and
   a cached marketplace: `market_lag_s` (a server rented that recently is still shown free);
+- echo shapes the evidence leaves open (reference §9), keyword options whose defaults are the
+  capture's: `tag_echo` (the HTTP port, our ownership tag, as sent, as an integer, as
+  "PORT/http", as a list, absent until the order is deployed, or as an object no client
+  reads), `echo_spot=False` (no `spot`
+  key, as in the on-demand capture), `ct_late_s` (`ct` stamped that long after the create);
+- the container's deploy phase (reference §9), keyword options whose defaults keep an order
+  deployed the moment it is online: `pull_s` (and `pull_s_by_image`, `pull_s_by_server`,
+  `pull_s_by_server_image`) is how long an order's image pulls once it is online, while
+  `my_orders` shows `mon_container` 0 then 1 and no `pub_cluster`/`tcp_ports`; deployed, it
+  shows 2 and the connection fields. `caches_images`: a host that deployed an image once
+  deploys it again at once (its cache holds it);
+- orders that end by themselves (reference §9), keyword options whose defaults keep today's
+  fake (no maximum enforced, nothing ends on its own, no `order_end`): `mrl_hours_by_server`
+  is a host's maximum rental length, listed on the marketplace in hours and in `my_orders` in
+  seconds (the units of the captures), and an order there ends (expires) once it has lived
+  that long; `ends_after_s` ends any order on a host that long after its creation, with a
+  reason ("host-gone", "preempted", ...); `echo_order_end` lists an ended order's `order_end`
+  (unix seconds) and `completed_spend=False` drops `spend` from ended orders (what a settlement
+  must then do without). `ended_by_itself` records each order so ended, with why;
 - callers: a client whose URL is `url_for_caller(NAME)` (a path prefix before /v1) is recorded as
   NAME on its requests and on the orders its creates made (`FakeOrder.creator`), so a test can
   tell which of two processes on one key created and cancelled what.
@@ -66,6 +85,9 @@ from tests.fakes.fake_clock import FakeClock
 
 API_KEY = "fake-key-5f0c2e9a7b31d4e8"
 Json = dict[str, Any]
+# The shapes `my_orders` may show an order's HTTP port in (`FakeClore.tag_echo`): only the
+# first was ever captured (reference §9); the others are what a client must survive.
+TAG_ECHOES = ("as-sent", "integer", "port/http", "list", "absent-until-deployed", "unknown")
 
 
 @dataclass(frozen=True)
@@ -283,6 +305,7 @@ class FakeOrder:
     accrued_until: float | None = None  # unix; None: the creation time
     creator: str = ""  # the caller whose create made it (`FakeClore.url_for_caller`)
     cancelled_by: str | None = None  # the caller whose cancel ended it; None: not a cancel
+    pull_s: float = 0.0  # its image's pull once online (`FakeClore.pull_s`): deploying till then
 
     @property
     def live(self) -> bool:
@@ -318,7 +341,20 @@ class FakeClore:
         *,
         api_key: str = API_KEY,
         servers: list[Json] | None = None,
+        tag_echo: str = "as-sent",
+        echo_spot: bool = True,
+        ct_late_s: float = 0.0,
+        pull_s: float = 0.0,
+        pull_s_by_image: dict[str, float] | None = None,
+        pull_s_by_server: dict[int, float] | None = None,
+        caches_images: bool = False,
+        mrl_hours_by_server: dict[int, float] | None = None,
+        ends_after_s: dict[int, tuple[float, str]] | None = None,
+        echo_order_end: bool = False,
+        completed_spend: bool = True,
     ) -> None:
+        if tag_echo not in TAG_ECHOES:
+            raise ValueError(f"tag_echo {tag_echo!r}: one of {', '.join(TAG_ECHOES)}")
         self.server = server
         self.clock = clock
         self.api_key = api_key
@@ -330,6 +366,26 @@ class FakeClore:
         self.appear_after_s = 3.0
         self.online_after_s = 30.0
         self.tag_only_online = False  # True: http_port (our tag) listed only once online
+        # How `my_orders` shows an order's HTTP port (our ownership tag), one of TAG_ECHOES:
+        # the capture's string as sent ("54321"), an integer, "54321/http", a one-item list,
+        # or (as sent) only once the order is deployed. The evidence has only the first.
+        self.tag_echo = tag_echo
+        self.echo_spot = echo_spot  # False: no `spot` key at all, as in the on-demand capture
+        self.ct_late_s = ct_late_s  # `ct` stamps the order this long after it was made
+        # The deploy phase: how long an order's image pulls once it is online, fixed when the
+        # order is made: by (server, image), else by image, else by server, else `pull_s`.
+        self.pull_s = pull_s
+        self.pull_s_by_image: dict[str, float] = dict(pull_s_by_image or {})
+        self.pull_s_by_server: dict[int, float] = dict(pull_s_by_server or {})
+        self.pull_s_by_server_image: dict[tuple[int, str], float] = {}
+        self.caches_images = caches_images  # a host deploys an image it deployed before at once
+        self.cached_images: set[tuple[int, str]] = set()  # (server, image) deployed so far
+        # Orders that end by themselves (see the module's doc): by server id.
+        self.mrl_hours_by_server: dict[int, float] = dict(mrl_hours_by_server or {})
+        self.ends_after_s: dict[int, tuple[float, str]] = dict(ends_after_s or {})
+        self.echo_order_end = echo_order_end
+        self.completed_spend = completed_spend
+        self.ended_by_itself: dict[int, str] = {}  # order id -> why it ended on its own
         self.ssh_host = "n1.us.clorecloud.net"
         self.ssh_port: int | None = None  # None: a port derived from the order id
         self.enforce_rate_limits = True
@@ -402,6 +458,7 @@ class FakeClore:
         stopped = []
         with self._lock:
             now = self.api_time()
+            stopped += self._end_by_themselves(now)
             for order in self.live_orders():
                 due = self.preempt_after_s.get(order.server_id)
                 if due is None or not order.spot or order.id in self.preempted:
@@ -419,6 +476,29 @@ class FakeClore:
         for order in stopped:
             if self.on_container_stop is not None:
                 self.on_container_stop(order)
+
+    def _end_by_themselves(self, now: float) -> list[FakeOrder]:
+        """End the orders whose host's maximum rental length has passed (expired), or whose
+        host ends them (`ends_after_s`), each at the moment it was due."""
+        ended = []
+        for order in self.live_orders():
+            due = self.self_end_due(order)
+            if due is not None and now >= due[0]:
+                self._end(order, at=due[0])
+                self.ended_by_itself[order.id] = due[1]
+                ended.append(order)
+        return ended
+
+    def self_end_due(self, order: FakeOrder) -> tuple[float, str] | None:
+        """When (API unix seconds) and why `order` ends by itself, if it does."""
+        dues = []
+        hours = self.mrl_hours_by_server.get(order.server_id)
+        if hours is not None:
+            dues.append((order.created_unix + hours * 3600.0, "expired"))
+        host = self.ends_after_s.get(order.server_id)
+        if host is not None:
+            dues.append((order.created_unix + host[0], host[1]))
+        return min(dues) if dues else None
 
     def date_header(self, _handler: object = None, timestamp: float | None = None) -> str:
         """The `Date` header as this fake's API clock shows it: the client measures its clock
@@ -533,6 +613,28 @@ class FakeClore:
         """Still listed as live: not ended, or ended less than `cancel_lag_s` ago."""
         return order.ended_unix is None or now_unix < order.ended_unix + self.cancel_lag_s
 
+    def pull_for(self, server_id: int, image: str) -> float:
+        """How long `image` pulls on `server_id` once an order there is online."""
+        if self.caches_images and (server_id, image) in self.cached_images:
+            return 0.0
+        for pull in (
+            self.pull_s_by_server_image.get((server_id, image)),
+            self.pull_s_by_image.get(image),
+            self.pull_s_by_server.get(server_id),
+        ):
+            if pull is not None:
+                return pull
+        return self.pull_s
+
+    def online_at(self, order: FakeOrder) -> float:
+        """When the order comes online (if its host ever does): its container deploys then."""
+        boot = self.online_after_s_by_server.get(order.server_id, self.online_after_s)
+        return order.created_unix + boot
+
+    def deployed_at(self, order: FakeOrder) -> float:
+        """When its container is deployed (`mon_container` 2, the connection fields shown)."""
+        return self.online_at(order) + order.pull_s
+
     def runs_sshd(self, order: FakeOrder) -> bool:
         if order.server_id in self.no_sshd:
             return False
@@ -550,7 +652,7 @@ class FakeClore:
     # --- dispatch --------------------------------------------------------------------------
 
     def _handle(self, request: Request) -> Response:
-        if self.preempt_after_s:
+        if self.preempt_after_s or self.mrl_hours_by_server or self.ends_after_s:
             self.tick()
         with self._lock:
             match = _PATH.match(request.path)
@@ -633,6 +735,9 @@ class FakeClore:
 
     def _marketplace(self, _request: Request, _body: Any) -> tuple[int, Json]:
         servers = list(self.servers.values())
+        if self.mrl_hours_by_server:
+            mrl = self.mrl_hours_by_server
+            servers = [{**s, "mrl": mrl[s["id"]]} if s["id"] in mrl else s for s in servers]
         if self.market_lag_s > 0:  # a cached listing: an order this young is not shown yet
             now = self.api_time()
             young = {
@@ -751,6 +856,7 @@ class FakeClore:
             autossh=body.get("autossh_entrypoint") is True and bool(body.get("ssh_key")),
             creator=self._caller,
         )
+        order.pull_s = self.pull_for(server_id, order.image)
         self._next_id += 1
         self.orders[order.id] = order
         server["rented"] = True
@@ -768,9 +874,11 @@ class FakeClore:
         order_id = body.get(key) if isinstance(body, dict) else None
         return self.orders.get(order_id) if isinstance(order_id, int) else None
 
-    def _end(self, order: FakeOrder) -> None:
+    def _end(self, order: FakeOrder, at: float | None = None) -> None:
+        """End `order` now, or at `at` (API unix seconds, not later than now: an order that
+        ended by itself between two looks is billed up to its end, not to the look)."""
+        order.ended_unix = self.api_time() if at is None else min(at, self.api_time())
         self._accrue(order)
-        order.ended_unix = self.api_time()
         self.balances[order.currency] -= self.billed(order.id)
         self.servers[order.server_id]["rented"] = False
         if self.on_order_end is not None:
@@ -808,18 +916,16 @@ class FakeClore:
             "id": order.id,
             "creation_fee": order.creation_fee,
             "price": order.price_per_day,
-            "mrl": 604800,
+            "mrl": int(self.mrl_hours_by_server.get(order.server_id, 168.0) * 3600),
             "image": order.image,
             "currency": order.currency,
             "spend": self.spend(order.id),
-            "ct": int(order.created_unix),
+            "ct": int(order.created_unix + self.ct_late_s),
             "specs": server.get("specs", {}),
             "si": order.server_id,
             "mon_container": 0,
             "online": self.listed_live(order, now)
-            and now
-            >= order.created_unix
-            + self.online_after_s_by_server.get(order.server_id, self.online_after_s)
+            and now >= self.online_at(order)
             and order.server_id not in self.never_online
             and not self.outbid(order),
             "spot": order.spot,
@@ -829,28 +935,54 @@ class FakeClore:
             "cuda_version": server.get("cuda_version"),
             "gpu_array": server.get("gpu_array", []),
         }
+        deployed = reply["online"] and now >= self.deployed_at(order)
+        if deployed:
+            reply["mon_container"] = 2
+            self.cached_images.add((order.server_id, order.image))
+        elif reply["online"]:  # deploying: 0, then 1 for the second half of its pull
+            reply["mon_container"] = int(now >= self.online_at(order) + order.pull_s / 2)
         http = [p for p, kind in order.ports.items() if kind == "http"]
-        if http and (reply["online"] or not self.tag_only_online):
+        late = self.tag_only_online or self.tag_echo == "absent-until-deployed"
+        if http and (deployed or not late):
             # The container port of the order's one HTTP port, a string (the capture's, of an
             # order online: whether a booting order lists it is unconfirmed, hence the knob).
-            reply["http_port"] = http[0]
-        if reply["online"]:
-            # Connection fields exist only once the order is up (absent before: tolerated).
+            reply["http_port"] = _echoed_port(http[0], self.tag_echo)
+        if not self.echo_spot:
+            del reply["spot"]
+        if deployed:
+            # Connection fields exist only once the order is deployed (absent before:
+            # tolerated).
             reply["pub_cluster"] = [self.ssh_host]
             own = self.port_for(order) if self.port_for is not None else None
             port = own or self.ssh_port or 1000 + order.id % 50000
             late = self.sshd_late_s.get(order.server_id)
-            boot = self.online_after_s_by_server.get(order.server_id, self.online_after_s)
-            if not self.runs_sshd(order) or (late and now < order.created_unix + boot + late):
+            if not self.runs_sshd(order) or (late and now < self.deployed_at(order) + late):
                 port = self.no_sshd_port  # mapped all the same, but nothing answers there
             tcp = sorted((p for p, kind in order.ports.items() if kind == "tcp"), key=_ssh_first)
             reply["tcp_ports"] = [f"{p}:{port + i}" for i, p in enumerate(tcp)]
         if not self.listed_live(order, now):
             reply["expired"] = True
+            if self.echo_order_end and order.ended_unix is not None:
+                reply["order_end"] = int(order.ended_unix)
+            if not self.completed_spend:
+                del reply["spend"]
         return reply
 
 
 _PATH = re.compile(r"^(?:/(?P<caller>[A-Za-z0-9_-]+))?/v1/(?P<endpoint>.*)$")
+
+
+def _echoed_port(port: str, shape: str) -> Any:
+    """The HTTP port as `my_orders` shows it in echo `shape` (see `FakeClore.tag_echo`)."""
+    if shape == "integer":
+        return int(port)
+    if shape == "port/http":
+        return f"{port}/http"
+    if shape == "list":
+        return [port]
+    if shape == "unknown":  # a shape no client reads: an object
+        return {"container": port, "kind": "http"}
+    return port
 
 
 def _ssh_first(port: str) -> tuple[bool, str]:

@@ -60,6 +60,19 @@ class Artifact:
     name: str
     files: dict[str, str]
     expired: bool = False
+    run_id: int = 0  # the workflow run that uploaded it (GitHub lists it with the artifact)
+    size: int | None = None  # what the listing says (default: the zip's real size)
+
+
+@dataclass
+class FakeRun:
+    """A workflow run as `GET /repos/{repo}/actions/runs/{id}` answers it: where its workflow
+    file is and which repository its head came from (a fork's for a fork's pull request)."""
+
+    id: int
+    path: str = ".github/workflows/gpu-runner.yml"
+    head_repo: str = REPO
+    repo: str = REPO
 
 
 STAND_IN_RUN_SH = """#!/usr/bin/env bash
@@ -92,9 +105,13 @@ class FakeRunnersGitHub:
         self.runners: dict[int, FakeRunner] = {}
         self.removed: list[int] = []  # deleted through the API
         self.issued: dict[int, str] = {}  # runner id -> the JIT config it was given (kept)
+        self.labels: dict[int, list[str]] = {}  # runner id -> the labels it was registered with
         self.job = "run:0"  # what a runner that connects is told to do
         self.events: list[tuple[float, str, int]] = []  # (monotonic, kind, runner id)
         self.artifacts: dict[int, Artifact] = {}
+        self.runs: dict[int, FakeRun] = {}
+        self.repo_id = 1296269
+        self.fork_ids: dict[str, int] = {}  # a head repository's id, other than ours
         self.seen: list[tuple[str, str]] = []
         self._next_id = 41
         self._lock = threading.Lock()
@@ -135,9 +152,29 @@ class FakeRunnersGitHub:
     def did(self, kind: str, runner_id: int) -> bool:
         return any(k == kind and r == runner_id for _, k, r in self.events)
 
-    def add_artifact(self, name: str, files: dict[str, str], expired: bool = False) -> None:
+    def add_artifact(
+        self,
+        name: str,
+        files: dict[str, str],
+        expired: bool = False,
+        *,
+        workflow: str = ".github/workflows/gpu-runner.yml",
+        head_repo: str | None = None,
+        size: int | None = None,
+    ) -> int:
+        """An artifact uploaded by a run of `workflow` whose head is `head_repo` (default this
+        repository; a fork's pull request: the fork). Returns the run's id."""
         self._next_id += 1
-        self.artifacts[self._next_id] = Artifact(self._next_id, name, files, expired)
+        run = FakeRun(self._next_id, workflow, head_repo or self.repo, self.repo)
+        self.runs[run.id] = run
+        self._next_id += 1
+        self.artifacts[self._next_id] = Artifact(self._next_id, name, files, expired, run.id, size)
+        return run.id
+
+    def _repo_id(self, full_name: str) -> int:
+        if full_name == self.repo:
+            return self.repo_id
+        return self.fork_ids.setdefault(full_name, self.repo_id + 1 + len(self.fork_ids))
 
     # --- dispatch --------------------------------------------------------------------------
 
@@ -169,6 +206,9 @@ class FakeRunnersGitHub:
         match = re.fullmatch(rf"{base}/artifacts/(\d+)/zip", path)
         if match and method == "GET":
             return self._artifact_zip(int(match.group(1)))
+        match = re.fullmatch(rf"{base}/runs/(\d+)", path)
+        if match and method == "GET":
+            return self._run(int(match.group(1)))
         if not path.startswith(f"{base}/runners"):
             return _reply({"message": "Not Found"}, 404)
         if role != "admin":
@@ -216,6 +256,7 @@ class FakeRunnersGitHub:
         runner = FakeRunner(self._next_id, body["name"], list(body["labels"]), group, config)
         self.runners[runner.id] = runner
         self.issued[runner.id] = config
+        self.labels[runner.id] = list(runner.labels)
         self._note("registered", runner.id)
         return _reply({"runner": _runner_json(runner), "encoded_jit_config": config}, 201)
 
@@ -242,31 +283,59 @@ class FakeRunnersGitHub:
         page = int(request.args.get("page", 1))
         items = list(self.artifacts.values())
         chunk = items[(page - 1) * per_page : page * per_page]
-        listed = [
-            {
-                "id": a.id,
-                "name": a.name,
-                "expired": a.expired,
-                "archive_download_url": self.url
-                + f"/repos/{self.repo}/actions/artifacts/{a.id}/zip",
-            }
-            for a in chunk
-        ]
+        listed = [self._artifact_json(a) for a in chunk]
         headers = {}
         if page * per_page < len(items):
             nxt = f"{self.url}{request.path}?per_page={per_page}&page={page + 1}"
             headers["Link"] = f'<{nxt}>; rel="next"'
         return _reply({"total_count": len(items), "artifacts": listed}, 200, headers)
 
+    def _artifact_json(self, a: Artifact) -> dict[str, Any]:
+        """As GitHub lists an artifact: with the run it came from and that run's repository
+        and head repository (ids)."""
+        run = self.runs.get(a.run_id) or FakeRun(a.run_id)
+        return {
+            "id": a.id,
+            "name": a.name,
+            "expired": a.expired,
+            "size_in_bytes": len(_zip(a.files)) if a.size is None else a.size,
+            "archive_download_url": self.url + f"/repos/{self.repo}/actions/artifacts/{a.id}/zip",
+            "workflow_run": {
+                "id": run.id,
+                "repository_id": self._repo_id(run.repo),
+                "head_repository_id": self._repo_id(run.head_repo),
+                "head_branch": "main",
+                "head_sha": "0" * 40,
+            },
+        }
+
+    def _run(self, run_id: int) -> Response:
+        run = self.runs.get(run_id)
+        if run is None:
+            return _reply({"message": "Not Found"}, 404)
+        return _reply(
+            {
+                "id": run.id,
+                "path": run.path,
+                "event": "push" if run.head_repo == run.repo else "pull_request",
+                "repository": {"id": self._repo_id(run.repo), "full_name": run.repo},
+                "head_repository": {"id": self._repo_id(run.head_repo), "full_name": run.head_repo},
+            }
+        )
+
     def _artifact_zip(self, artifact_id: int) -> Response:
         artifact = self.artifacts.get(artifact_id)
         if artifact is None or artifact.expired:
             return _reply({"message": "Not Found"}, 404 if artifact is None else 410)
-        buf = io.BytesIO()
-        with zipfile.ZipFile(buf, "w") as zf:
-            for name, text in artifact.files.items():
-                zf.writestr(name, text)
-        return Response(buf.getvalue(), 200, content_type="application/zip")
+        return Response(_zip(artifact.files), 200, content_type="application/zip")
+
+
+def _zip(files: dict[str, str]) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, text in files.items():
+            zf.writestr(name, text)
+    return buf.getvalue()
 
 
 def _runner_json(runner: FakeRunner) -> dict[str, Any]:

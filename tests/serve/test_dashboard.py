@@ -426,7 +426,7 @@ def test_the_timeline_spans_the_attempts() -> None:
     ]
     again = timeline(retried, {}, now=10.0)
     assert again is not None
-    assert [b.status for b in again.bars] == ["retried", "failed"]  # as the reports draw it
+    assert [b.status for b in again.bars] == ["retried", "timed_out"]  # as the reports draw it
     assert len(again.rows) == 1  # one lane per job
 
 

@@ -46,6 +46,23 @@ def per_day(price_per_hour: float) -> float:
     return money.per_day_from_per_hour(price_per_hour)
 
 
+# The marketplace's `mrl` is the host's maximum rental length in HOURS (the official
+# server_config table; listings show 72-720, Clore's own pages 6-3000 h), while `my_orders` and
+# the spot market's server show seconds (604800, 2520000). A marketplace figure above a year
+# of hours is read as seconds: of two readings, the shorter passes over a host at worst, the
+# longer would rent one that ends under the job.
+_MRL_HOURS_AT_MOST = 24 * 365
+
+
+def max_rental_s(mrl: float | None) -> float | None:
+    """A marketplace entry's `mrl` in seconds (None, 0 or negative: no maximum known)."""
+    if mrl is None or mrl <= 0:
+        return None
+    if mrl > _MRL_HOURS_AT_MOST:
+        return float(mrl)
+    return float(mrl) * money.SECONDS_PER_HOUR
+
+
 @dataclass(frozen=True)
 class Offer:
     """A marketplace server priced in one order currency."""
@@ -67,6 +84,7 @@ class Offer:
     location: str | None  # country code
     on_demand_fee_rate: float = bill.DOCUMENTED_ON_DEMAND_FEE_RATE
     spot_fee_rate: float = bill.DOCUMENTED_SPOT_FEE_RATE
+    max_rental_s: float | None = None  # the host's maximum rental length (None: unknown)
 
     def fee_rate(self, spot: bool) -> float:
         return self.spot_fee_rate if spot else self.on_demand_fee_rate
@@ -164,6 +182,7 @@ def offer_from_server(
         location=server.specs.net.cc if server.specs.net else None,
         on_demand_fee_rate=fees.on_demand_fee_rate,
         spot_fee_rate=fees.spot_fee_rate,
+        max_rental_s=max_rental_s(server.mrl),
     )
 
 

@@ -88,6 +88,23 @@ def _port_list(value: Any) -> list[str]:
     return _flatten_strings(value)
 
 
+def _echo_text(value: Any) -> str | None:
+    """`http_port` as whatever the API sends it: "8080" (the one capture), 8080 (the official
+    SDK's type), "8080/http", a list of them. Kept as one safe line, a list joined by commas,
+    for the ownership check to read tolerantly (ownership.read_echo); nothing is dropped."""
+    if value is None or value == "" or value == []:
+        return None
+    if isinstance(value, (list, tuple)):
+        return ",".join(_one_line(str(v)) for v in value) or None
+    return _one_line(str(value)) or None
+
+
+def _maybe_bool(value: Any) -> bool | None:
+    """A flag whose absence is not "no": `spot` is missing from the on-demand capture, and no
+    spot order was ever captured, so an absent `spot` says nothing about the order's type."""
+    return None if value is None else _as_bool(value)
+
+
 def _as_bool(value: Any) -> bool:
     """Flags arrive as true/false, 0/1 or null; null means "no"."""
     if isinstance(value, str):
@@ -96,6 +113,8 @@ def _as_bool(value: Any) -> bool:
 
 
 Flag = Annotated[bool, BeforeValidator(_as_bool)]
+MaybeFlag = Annotated[bool | None, BeforeValidator(_maybe_bool)]
+Echo = Annotated[str | None, BeforeValidator(_echo_text)]
 Num = Annotated[float | None, BeforeValidator(_to_float)]
 Text = Annotated[str | None, BeforeValidator(_as_text)]
 Strings = Annotated[list[str], BeforeValidator(_lines)]
@@ -150,7 +169,7 @@ class MarketServer(_Reply):
     allowed_coins: Strings = Field(default_factory=list)
     gpu_array: Strings = Field(default_factory=list)
     cuda_version: Text = None
-    mrl: Num = None  # units differ between endpoints (hours? seconds?): not used for decisions
+    mrl: Num = None  # maximum rental length, in HOURS here (market.max_rental_s)
     online: bool | None = None  # in no captured marketplace entry
 
 
@@ -172,11 +191,13 @@ class Order(_Reply):
     ct: Num = None  # creation time, unix seconds
     image: Text = None
     online: Flag = False
-    spot: Flag = False
+    # 0 or 1 while the container deploys (its image pulls), 2 once deployed (reference §9).
+    mon_container: Num = None
+    spot: MaybeFlag = None  # None: the reply has no `spot` key (the on-demand capture has none)
     expired: Flag = False
     pub_cluster: Hosts = Field(default_factory=list)
     tcp_ports: Ports = Field(default_factory=list)  # ["22:1972"]: container:public
-    http_port: Text = None
+    http_port: Echo = None  # our ownership tag, in whatever shape (see ownership.read_echo)
     http_pub: Text = None
     specs: Specs | None = None
     reliability: Num = None
@@ -199,9 +220,21 @@ class Order(_Reply):
         return self.pub_cluster[0], port
 
     @property
+    def deploying(self) -> bool:
+        """Online, its container still deploying: `mon_container` 0 or 1 (the image pulls).
+        A host that got this far is alive; the pull is the image's time, not the host's."""
+        return self.online and not self.expired and self.mon_container in (0, 1)
+
+    @property
     def ready(self) -> bool:
-        """Up as far as the API can tell. sshd may still refuse: probe it before use."""
-        return self.online and not self.expired and self.ssh_endpoint is not None
+        """Up as far as the API can tell: online, deployed (`mon_container` 2, or not said),
+        its SSH endpoint shown. sshd may still refuse: probe it before use."""
+        return (
+            self.online
+            and not self.expired
+            and not self.deploying
+            and self.ssh_endpoint is not None
+        )
 
 
 class Wallet(_Reply):

@@ -103,6 +103,7 @@ class OfferMarket:
             spot=ask.spot,
             boot_s=memory.expected_boot_s(host) if memory and memory.hosts else None,
             fail_chance=memory.fail_chance(host) if memory else None,
+            max_rental_s=offer.max_rental_s,
         )
 
     def usd_per_hour(self, offer: Offer, ask: GpuAsk) -> float | None:

@@ -28,21 +28,32 @@ class HostHistory(RowStore):
         self._transact(
             "record a host event",
             lambda execute: execute(
-                "INSERT INTO host_events (host, kind, at, boot_s, run_id) VALUES (?, ?, ?, ?, ?)",
-                (event.host, event.kind, event.at, event.boot_s, event.run_id),
+                "INSERT INTO host_events (host, kind, at, boot_s, run_id, image, pull_s) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    event.host,
+                    event.kind,
+                    event.at,
+                    event.boot_s,
+                    event.run_id,
+                    event.image,
+                    event.pull_s,
+                ),
             ),
         )
 
     def events(self, host: str | None = None) -> list[HostEvent]:
         """Every event remembered (of one host), oldest first."""
-        query = "SELECT host, kind, at, boot_s, run_id FROM host_events"
+        query = "SELECT host, kind, at, boot_s, run_id, image, pull_s FROM host_events"
         args: tuple[Any, ...] = ()
         if host is not None:
             query, args = query + " WHERE host = ?", (host,)
         rows = self._transact(
             "read host events", lambda execute: execute(query + " ORDER BY at", args).fetchall()
         )
-        return [HostEvent(str(h), k, float(at), b, str(r)) for h, k, at, b, r in rows]
+        return [
+            HostEvent(str(h), k, float(at), b, str(r), str(i), p) for h, k, at, b, r, i, p in rows
+        ]
 
     def memory(self) -> HostMemory:
         """The history as of now, for the rules of runner/core/hosts.py."""

@@ -10,7 +10,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from runner.clock import SYSTEM_CLOCK, Clock
-from runner.stores.ledger.rows import STATES, LedgerError, Rental, RentalLedger, State
+from runner.stores.ledger.rows import (
+    STATES,
+    LedgerError,
+    Rental,
+    RentalLedger,
+    State,
+    VerdictRecord,
+)
 from runner.stores.ledger.sqlite import DEFAULT_PATH, SqliteLedger
 from runner.stores.target import is_postgres_url, require_psycopg
 
@@ -21,6 +28,7 @@ __all__ = [
     "Rental",
     "RentalLedger",
     "State",
+    "VerdictRecord",
     "ledger_exists",
     "open_ledger",
 ]

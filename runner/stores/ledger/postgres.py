@@ -51,6 +51,18 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (  # MIGRATIONS[n]: version n -> n + 1
     ),
     # As the SQLite file's fourth: order ids as text, the marketplace's own spelling of them.
     ("ALTER TABLE rentals ALTER COLUMN order_id TYPE TEXT USING order_id::text",),
+    # As the SQLite file's fifth: every ownership verdict and its reason, kept.
+    (
+        """CREATE TABLE verdicts (
+            id BIGSERIAL PRIMARY KEY,
+            rental_id BIGINT NOT NULL,
+            at DOUBLE PRECISION NOT NULL,
+            order_id TEXT,
+            verdict TEXT NOT NULL,
+            reason TEXT NOT NULL DEFAULT ''
+        )""",
+        "CREATE INDEX verdicts_by_rental ON verdicts (rental_id)",
+    ),
 )
 
 

@@ -58,6 +58,19 @@ class Rental:
     owner: str | None = None  # the process that recorded it (runner/liveness.py Holder.text)
 
 
+@dataclass(frozen=True)
+class VerdictRecord:
+    """One ownership verdict on a rental, as written: when (unix seconds), on which order (None:
+    no order was named), the verdict (e.g. "ours", "unproven", "not-ours", "nothing-created",
+    "cancelled-on-purpose") and its reason in words."""
+
+    rental_id: int
+    at: float
+    order_id: str | None
+    verdict: str
+    reason: str
+
+
 class RentalLedger(RowStore):
     """The ledger's rows and rules, written once for both halves: a half gives what every
     `RowStore` half does (`_transact`, failures as LedgerError; `where`; `close`) and the
@@ -167,7 +180,34 @@ class RentalLedger(RowStore):
         if not changed:
             raise ValueError(f"rental {rental_id} has an order: it cannot be marked failed")
 
+    def record_verdict(
+        self, rental_id: int, verdict: str, reason: str, order_id: str | None = None
+    ) -> None:
+        """Keep an ownership verdict and its reason. Appended, never overwritten: the row's
+        `note` holds only the last word, and why an order was (not) taken for ours must stay."""
+        self._update(
+            "record a verdict",
+            "INSERT INTO verdicts (rental_id, at, order_id, verdict, reason) "
+            "VALUES (?, ?, ?, ?, ?)",
+            (rental_id, self._clock.time(), order_id, verdict, reason),
+        )
+
     # --- reads -----------------------------------------------------------------------------
+
+    def verdicts(self, rental_id: int) -> list[VerdictRecord]:
+        """Every verdict on `rental_id`, oldest first."""
+        rows = self._transact(
+            "read verdicts",
+            lambda execute: execute(
+                "SELECT rental_id, at, order_id, verdict, reason FROM verdicts "
+                "WHERE rental_id = ? ORDER BY id",
+                (rental_id,),
+            ).fetchall(),
+        )
+        return [
+            VerdictRecord(int(r[0]), float(r[1]), None if r[2] is None else str(r[2]), r[3], r[4])
+            for r in rows
+        ]
 
     def unreleased(self, run_id: str | None = None) -> list[Rental]:
         """Rentals not yet `released` or `failed` (of one run, or all), oldest first."""

@@ -33,7 +33,7 @@ _DAMAGED = (
     "your orders on clore.ai"
 )
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 # Every column of version 3, as the fourth step copies them (a migration never changes, so it
 # names its own columns, not the rules' list of today).
 _V3_COLUMNS = (
@@ -115,6 +115,19 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "ALTER TABLE rentals_v4 RENAME TO rentals",
         "CREATE INDEX rentals_by_run ON rentals (run_id)",
         "CREATE INDEX rentals_open ON rentals (state) WHERE state NOT IN ('released', 'failed')",
+    ),
+    # Ownership verdicts, each kept: a row's `note` says only its last word, and an order we
+    # could not prove ours (or gave up on, or cancelled on purpose) must keep every reason why.
+    (
+        """CREATE TABLE verdicts (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            rental_id INTEGER NOT NULL,
+            at REAL NOT NULL,
+            order_id TEXT,
+            verdict TEXT NOT NULL,
+            reason TEXT NOT NULL DEFAULT ''
+        )""",
+        "CREATE INDEX verdicts_by_rental ON verdicts (rental_id)",
     ),
 )
 assert len(MIGRATIONS) == SCHEMA_VERSION

@@ -12,6 +12,7 @@ from types import MappingProxyType
 from typing import Any
 
 from runner.core.model import (
+    DEFAULT_TRUST,
     Condition,
     FailureKind,
     GpuAsk,
@@ -46,6 +47,7 @@ def job_to_json(job: Job) -> dict[str, Any]:
         "estimate_s": job.estimate_s,
         "boot_timeout_s": job.boot_timeout_s,
         "location": _location_to_json(job.location),
+        "trust": job.trust,
     }
 
 
@@ -75,6 +77,7 @@ def job_from_json(data: Mapping[str, Any]) -> Job:
         estimate_s=data.get("estimate_s"),
         boot_timeout_s=data.get("boot_timeout_s"),
         location=Location(**location) if location else None,
+        trust=str(data.get("trust", DEFAULT_TRUST)),
     )
 
 

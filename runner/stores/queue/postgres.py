@@ -30,7 +30,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from runner.core.model import Attempt, FailureKind, Job, JobResult
+from runner.core.model import DEFAULT_TRUST, Attempt, FailureKind, Job, JobResult
 from runner.stores.pg import Conn, LeaseLine, PgDatabase, Timeouts, marks
 from runner.stores.queue.codec import dumps, job_from_json, job_to_json
 from runner.stores.queue.rows import (
@@ -147,6 +147,9 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (  # MIGRATIONS[n]: version n -> n + 1
         "CREATE TABLE queue_ended_sessions "
         "(nonce TEXT PRIMARY KEY, expires DOUBLE PRECISION NOT NULL)",
     ),
+    # A submission's trust domain on each of its jobs: a server is reused only within one.
+    # Jobs queued before it are the default domain's.
+    (f"ALTER TABLE queue_jobs ADD COLUMN trust TEXT NOT NULL DEFAULT '{DEFAULT_TRUST}'",),
 )
 
 # The claimer's lease runs: one woken from a freeze past its ttl claims nothing (in the moment
@@ -514,11 +517,12 @@ class PostgresQueue(QueueReads):
                 for job in jobs:
                     seq = cursor.execute(
                         "INSERT INTO queue_jobs (id, submission, name, spec, status, priority, "
-                        "rank, submitted_at, not_before) "
-                        "VALUES (%s, %s, %s, %s, 'queued', %s, %s, %s, %s) RETURNING seq",
+                        "rank, submitted_at, not_before, trust) "
+                        "VALUES (%s, %s, %s, %s, 'queued', %s, %s, %s, %s, %s) RETURNING seq",
                         (
                             job.id, number, job.name, dumps(job_to_json(job)),
                             job.priority.name.lower(), int(job.priority), now, job.not_before,
+                            job.trust,
                         ),
                     ).fetchone()  # fmt: skip
                     assert seq is not None

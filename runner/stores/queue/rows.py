@@ -32,7 +32,7 @@ _FINAL_LIST = ", ".join(f"'{s}'" for s in FINAL)
 # A job row's columns, in JobRow's order (a read may add `spec` after them).
 JOB_COLUMNS = (
     "seq, id, submission, name, status, priority, submitted_at, first_started_at, finished_at, "
-    "reason, attempts, cost_usd, retries_used, infra_used, retry_at"
+    "reason, attempts, cost_usd, retries_used, infra_used, retry_at, trust"
 )
 _ATTEMPT_KEYS = (
     "number", "instance", "started_at", "finished_at", "exit_code", "failure", "message",
@@ -64,6 +64,7 @@ class JobRow:
     retries_used: int
     infra_used: int
     retry_at: float | None
+    trust: str  # the submission's trust domain (a checked name: runner/spec/trust.py)
     continue_on_error: bool = False  # filled by the reads that need it (the API's job list)
 
 
@@ -336,8 +337,13 @@ def placed_facts(facts: Mapping[str, str], usd_per_hour: float) -> str:
 
 
 def unsettled_from(row: Sequence[Any]) -> Unsettled:
-    """A row of JOB_COLUMNS and then `spec`."""
-    return Unsettled(JobRow(*row[:-1]), job_from_json(json.loads(row[-1])))
+    """A row of JOB_COLUMNS and then `spec`. The job's trust domain is the row's column (the
+    spec of a row written before the column existed has none)."""
+    job_row = JobRow(*row[:-1])
+    job = job_from_json(json.loads(row[-1]))
+    if job.trust != job_row.trust:
+        job = dataclasses.replace(job, trust=job_row.trust)
+    return Unsettled(job_row, job)
 
 
 def _where(clauses: Sequence[str]) -> str:

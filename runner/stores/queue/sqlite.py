@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from runner.core.model import Attempt, Job, JobResult
+from runner.core.model import DEFAULT_TRUST, Attempt, Job, JobResult
 from runner.core.outcome import BAD as BAD_STATUSES
 from runner.stores.queue.codec import dumps, job_to_json
 from runner.stores.queue.rows import STATUSES, QueueDialect, QueueError, QueueReads, placed_facts
@@ -35,7 +35,7 @@ SQLITE = QueueDialect(
     day="CAST({} / 86400 AS INTEGER)",
     arrays=False,
 )
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 MIGRATIONS: tuple[tuple[str, ...], ...] = (  # MIGRATIONS[n]: version n -> n + 1; append only
     (
         """CREATE TABLE submissions (
@@ -97,6 +97,9 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (  # MIGRATIONS[n]: version n -> n + 1
     # Dashboard sessions logged out before they expire: where every check reads them, so a
     # kept copy of the cookie stays dead after a restart.
     ("CREATE TABLE ended_sessions (nonce TEXT PRIMARY KEY, expires REAL NOT NULL)",),
+    # A submission's trust domain on each of its jobs: a server is reused only within one.
+    # Jobs queued before it are the default domain's.
+    (f"ALTER TABLE jobs ADD COLUMN trust TEXT NOT NULL DEFAULT '{DEFAULT_TRUST}'",),
 )
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
@@ -156,8 +159,8 @@ class SqliteQueue(SqliteRows, QueueReads):
             for job in make(number):
                 cursor = db.execute(
                     "INSERT INTO jobs (id, submission, name, spec, status, priority, "
-                    "submitted_at) VALUES (?, ?, ?, ?, 'queued', ?, ?)",
-                    (job.id, number, job.name, dumps(job_to_json(job)), _prio(job), now),
+                    "submitted_at, trust) VALUES (?, ?, ?, ?, 'queued', ?, ?, ?)",
+                    (job.id, number, job.name, dumps(job_to_json(job)), _prio(job), now, job.trust),
                 )
                 assert cursor.lastrowid is not None
                 out.append((cursor.lastrowid, job))

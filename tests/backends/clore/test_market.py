@@ -15,6 +15,7 @@ from runner.backends.clore.market import (
     closest_offers,
     explain_no_fit,
     matching_offers,
+    max_rental_s,
     misses,
     offer_from_server,
     offers_from_servers,
@@ -25,6 +26,7 @@ from runner.backends.clore.market import (
     spot_bid_per_day,
 )
 from runner.backends.clore.models import MarketServer
+from runner.backends.clore.quotes import OfferMarket
 from runner.core.model import GpuAsk
 from tests.fakes.clore_api import SAMPLE_SERVERS
 
@@ -250,3 +252,14 @@ def test_expected_cost_ranks_a_host_that_fails_its_boots_behind_a_dearer_sound_o
     ranked = matching_offers([cheap, sound], ask, memory=memory, given_up_after_s=900)
     assert [o.server_id for o in ranked] == [2, 1]
     assert expected_rank_key(cheap, False, HostMemory(), 900)[1] == 0.50
+
+
+def test_the_marketplaces_mrl_is_a_maximum_in_hours_and_a_quote_carries_it_in_seconds() -> None:
+    assert offer(99173).max_rental_s == 720 * 3600.0  # the reference's sample lists 720
+    assert max_rental_s(73) == 73 * 3600.0
+    # Seconds where hours would be more than a year (the spot market's 2520000): the shorter
+    # reading, which passes a host over at worst.
+    assert max_rental_s(2_520_000) == 2_520_000.0
+    assert max_rental_s(None) is None and max_rental_s(0) is None
+    quote = OfferMarket([offer(99173)], "CLORE-Blockchain").quote(offer(99173), GpuAsk())
+    assert quote is not None and quote.max_rental_s == 720 * 3600.0

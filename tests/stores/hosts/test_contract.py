@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import sqlite3
+from contextlib import closing
 from pathlib import Path
 
 import pytest
 
 from runner.core.hosts import HostEvent
 from runner.stores.hosts import HostHistory, HostHistoryError, hosts_target, open_hosts
+from runner.stores.hosts.postgres import MIGRATIONS as PG_MIGRATIONS
+from runner.stores.hosts.sqlite import MIGRATIONS as SQLITE_MIGRATIONS
+from runner.stores.pg import Conn, PgDatabase
 from tests.stores.conftest import Tick
 
 T0 = 1_783_700_000.0
@@ -72,3 +77,50 @@ def test_a_damaged_file_is_an_error_naming_it(tmp_path: Path) -> None:
     bad.write_bytes(b"not a database at all, just bytes" * 100)
     with pytest.raises(HostHistoryError, match=str(bad)):
         _open(str(bad))
+
+
+def test_an_events_image_and_pull_and_the_new_kinds_round_trip(store_target: str) -> None:
+    pulled = HostEvent("88028", "up", T0 + 10, 470.0, "run-1", "pytorch/pytorch:2.5", 420.0)
+    slow = HostEvent("100201", "slow", T0 + 11, 60.0, "run-1", "pytorch/pytorch:2.5")
+    pulling = HostEvent("100504", "pulling", T0 + 12, 600.0, "run-1", "img:big", 540.0)
+    with _open(store_target) as hosts:
+        for event in (pulled, slow, pulling):
+            hosts.record(event)
+    with _open(store_target) as again:
+        assert again.events() == [pulled, slow, pulling]
+
+
+def _a_history_of_schema_1(target: str) -> None:
+    """A host history as the clore-run before pulls were kept left it (schema 1)."""
+    insert = "INSERT INTO host_events (host, kind, at, boot_s, run_id) VALUES ({})"
+    rows = (("88028", "up", T0 + 1, 41.5, "old"), ("100504", "never_up", T0 + 2, None, "old"))
+    if target.startswith("postgresql:"):
+        db = PgDatabase(target, what="host history", error=HostHistoryError)
+        db.migrate("hosts", PG_MIGRATIONS[:1])
+        statement = insert.format(", ".join(["%s"] * 5)).encode()
+
+        def fill(conn: Conn) -> None:
+            for row in rows:
+                conn.execute(statement, row)
+
+        db.run("fill", fill)
+        db.close()
+        return
+    with closing(sqlite3.connect(target)) as db, db:
+        for statement in SQLITE_MIGRATIONS[0]:
+            db.execute(statement)
+        db.executemany(insert.format(", ".join(["?"] * 5)), rows)
+        db.execute("PRAGMA user_version = 1")
+
+
+def test_a_history_of_schema_1_keeps_its_events_and_takes_the_new_kinds(
+    store_target: str,
+) -> None:
+    _a_history_of_schema_1(store_target)
+    with _open(store_target) as hosts:
+        assert hosts.events() == [
+            HostEvent("88028", "up", T0 + 1, 41.5, "old"),
+            HostEvent("100504", "never_up", T0 + 2, None, "old"),
+        ]
+        hosts.record(HostEvent("88028", "pulling", T0 + 3, 700.0, "new", "img:1", 650.0))
+        assert hosts.events("88028")[-1].pull_s == 650.0

@@ -208,3 +208,20 @@ def test_numeric_order_ids_of_an_older_ledger_are_read_as_text_and_any_text_is_k
     with _open(store_target) as again:
         assert [r.order_id for r in again.rentals("old")] == ["1939941", "0012"]
         assert [r.order_id for r in again.rentals("new")] == ["ord-7f3a"]
+
+
+def test_every_verdict_and_its_reason_is_kept_in_order(any_ledger: RentalLedger) -> None:
+    """A row's note holds its last word only; the verdicts on whose order it is stay, each."""
+    a = any_ledger.record_intent("r", "a", 1, 2.0, "USD", 0.1)
+    b = any_ledger.record_intent("r", "b", 2, 2.0, "USD", 0.1)
+    any_ledger.record_verdict(a, "unproven", "its tag is absent", order_id="77")
+    any_ledger.record_verdict(b, "not-ours", "another tag")
+    any_ledger.record_verdict(a, "ours", "its tag, 54321/http, is ours", order_id="77")
+    kept = any_ledger.verdicts(a)
+    assert [(v.verdict, v.reason, v.order_id) for v in kept] == [
+        ("unproven", "its tag is absent", "77"),
+        ("ours", "its tag, 54321/http, is ours", "77"),
+    ]
+    assert kept[0].at < kept[1].at
+    assert [(v.verdict, v.order_id) for v in any_ledger.verdicts(b)] == [("not-ours", None)]
+    assert any_ledger.verdicts(999) == []
