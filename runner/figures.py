@@ -3,6 +3,8 @@ money, hourly rates, durations, percentages, statuses. "–" for a figure that i
 
 from __future__ import annotations
 
+from runner import outcome
+
 
 def money(value: object) -> str:
     """$0.0124, $12.50: below $10 four decimals, so fractions of a cent of GPU time show."""
@@ -21,13 +23,13 @@ def rate(value: object) -> str:
 
 
 def human(status: object) -> str:
-    """`timed_out` -> `timed out`."""
-    return str(status).replace("_", " ")
+    """`timed_out` -> `timed out` (runner.outcome words every status)."""
+    return outcome.status_words(status)
 
 
 def counted(status: object) -> str:
     """A status after a count: `2 errored`, not `2 error` (the others read as they are)."""
-    return "errored" if status == "error" else human(status)
+    return outcome.counted(status)
 
 
 def duration(value: object) -> str:

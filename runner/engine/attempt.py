@@ -173,8 +173,11 @@ class AttemptRunner:
         hourly = place.usd_per_hour if place else 0.0
         cost = float(billed) if billed is not None else hourly * max(0.0, ended - began) / 3600
         server = place.name if place else ""
+        # A timeout's process ends by our signal (-15): that number is ours, not the job's, and
+        # read as an exit code it says "killed by SIGTERM" where every report says "timed out".
+        code = None if outcome.failure is FailureKind.TIMEOUT else outcome.exit_code
         return Attempt(
-            number, began, ended, outcome.exit_code, outcome.failure, outcome.message, server,
+            number, began, ended, code, outcome.failure, outcome.message, server,
             cost, facts, placed_at,
         )  # fmt: skip
 

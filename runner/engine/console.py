@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, TextIO
 from runner import redact
 from runner.backends.base import BackendStage, Place, Stream
 from runner.clock import SYSTEM_CLOCK, Clock
-from runner.core.model import Attempt, Job, JobResult
+from runner.core.model import Attempt, Job, JobResult, JobStatus
 from runner.figures import money
 from runner.live import board as B
 from runner.live.lines import LineBuffer
-from runner.live.words import STATUS_WORDS, clock_time, retry_line, seconds, status_text
+from runner.live.words import STATUS_WORDS, clock_time, look, retry_line, seconds
 from runner.report.github_actions import print_log_group
 from runner.untrusted import console_line
 
@@ -38,7 +38,6 @@ if TYPE_CHECKING:  # rich is imported for a terminal, or for the final table
 CONSOLE_CAP_BYTES = 1 << 20  # per job; the rest is in logs/<job>.log
 HEARTBEAT_S = 180.0  # plain lines: a job quiet this long gets a line saying it is alive
 TICK_S = 0.25  # how often the live table is redrawn
-_BAD_STYLE = "bold red"
 PLAIN_WIDTH = 120  # not a terminal (a CI log): the width the final table is laid out for
 _RICH_STRIPS = dict.fromkeys((7, 8, 11, 12, 13))  # the control characters rich's Text drops
 
@@ -49,8 +48,8 @@ def _one_line(text: str) -> str:
     return console_line(" ".join(text.split()))
 
 
-def _done_words(result: JobResult, status: str) -> tuple[str, str]:
-    """The line of a job that did not pass, and its style."""
+def _done_words(result: JobResult, status: str, style: str) -> tuple[str, str]:
+    """The line of a job that did not pass, and its style (its look's, runner.outcome)."""
     reason = _one_line(result.reason)
     word = STATUS_WORDS[result.status]  # "timed out"
     if reason.startswith(word):
@@ -58,9 +57,6 @@ def _done_words(result: JobResult, status: str) -> tuple[str, str]:
     else:
         took = f" in {seconds(result.duration_s)}" if result.attempts else ""
         words = f"{status}{took}" + (f": {reason}" if reason else "")
-    style = _BAD_STYLE
-    if "(allowed)" in status or status in ("skipped", "cancelled"):
-        style = "yellow"
     return words, style
 
 
@@ -196,12 +192,13 @@ class Console:
             self._line(job, f"waiting until {clock_time(at)} (not-before)")
 
     def job_done(self, job: Job, result: JobResult) -> None:
-        status = status_text(job, result)
-        if status == "passed":  # most jobs: no reason to clean, no other style to pick
-            words = f"passed in {seconds(result.duration_s)}" if result.attempts else status
-            style = "green"
+        seen = look(job, result)
+        status = seen.words
+        if result.status is JobStatus.PASSED:  # no reason to clean
+            words = f"{status} in {seconds(result.duration_s)}" if result.attempts else status
+            style = seen.style
         else:
-            words, style = _done_words(result, status)
+            words, style = _done_words(result, status, seen.style)
         with self._lock:
             now = self.clock.time()
             self.board.settled(result, status, now)

@@ -14,7 +14,8 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from runner.figures import counted, duration, human, money, pct, rate
+from runner.figures import counted, duration, money, pct, rate
+from runner.outcome import Outcome, outcome, run_line
 from runner.untrusted import console_line
 
 if TYPE_CHECKING:
@@ -25,8 +26,6 @@ MAX_FAILED_LOGS = 5
 # Rows of the table on screen. Past it, the jobs that did not pass are shown first and a line
 # counts the rest (summary.md lists every job): 200 rows would scroll the run's output away.
 MAX_TABLE_ROWS = 40
-_BAD = ("failed", "timed_out", "error")
-_STYLE = {"passed": "green", "skipped": "dim", "cancelled": "yellow", "interrupted": "yellow"}
 
 
 class Column(NamedTuple):
@@ -48,14 +47,14 @@ class Column(NamedTuple):
 Cell = tuple[str, str]  # (text, style)
 
 
+def look(job: Job) -> Outcome:
+    """A job's outcome as every report words and colours it (runner.outcome)."""
+    return outcome(job.status, allowed=job.allowed_failure, flaky=job.flaky)
+
+
 def status_word(job: Job) -> str:
     """A job's status as summary.md words it: `failed (allowed)`, `passed (flaky)`."""
-    word = human(job.status)
-    if job.allowed_failure:
-        word += " (allowed)"
-    elif job.flaky:
-        word += " (flaky)"
-    return word
+    return look(job).words
 
 
 def render_final(summary: Summary, out_dir: Path) -> RenderableType:
@@ -134,11 +133,8 @@ def table_cells(
     columns.append(Column("note", gives_way=True))
     rows: list[list[Cell]] = []
     for job in jobs if shown is None else shown:
-        word = status_word(job)
-        style = _STYLE.get(job.status, "bold red" if job.status in _BAD else "")
-        if job.allowed_failure:
-            style = "yellow"
-        cells = [(console_line(job.name), ""), (word, style)]
+        seen = look(job)
+        cells = [(console_line(job.name), ""), (seen.words, seen.style)]
         if gpus:
             cells.append((console_line(job.gpu or "–"), ""))
         cells.append((duration(job.duration_s), ""))
@@ -194,8 +190,8 @@ def _totals(summary: Summary) -> Text:
 def totals_parts(summary: Summary) -> list[Cell]:
     """The totals line, (text, style) by part; it wraps at the width."""
     counts = ", ".join(f"{n} {counted(status)}" for status, n in summary.jobs_by_status.items())
-    status = summary.status
-    parts = [(status, _STYLE.get(status, "bold red"))]
+    allowed = sum(1 for job in summary.jobs if job.allowed_failure)
+    parts = [(run_line(summary.status, allowed), outcome(summary.status).style)]
     parts.append((f": {counts} · {money(summary.total_cost_usd)}", ""))
     if summary.budget_usd:
         parts.append((f" ({summary.budget_used_pct:g}% of {rate(summary.budget_usd)})", ""))

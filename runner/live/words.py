@@ -10,21 +10,26 @@ import time
 from runner.core.model import Attempt, FailureKind, Job, JobResult, JobStatus
 from runner.core.retry import MAX_INFRA_RETRIES, RETRY_TABLE
 from runner.figures import duration
-
-_BAD = (JobStatus.FAILED, JobStatus.TIMED_OUT, JobStatus.ERROR)
-
+from runner.outcome import Outcome, outcome, status_words
 
 # A status in words ("timed out"): looked up, as an enum's `.value` is a Python descriptor and
 # every job's line needs its word.
-STATUS_WORDS = {status: status.value.replace("_", " ") for status in JobStatus}
+STATUS_WORDS = {status: status_words(status.value) for status in JobStatus}
+
+
+def look(job: Job, result: JobResult) -> Outcome:
+    """The job's end as every report words and colours it (runner.outcome)."""
+    return outcome(
+        result.status.value,
+        allowed=job.continue_on_error,
+        flaky=len(result.attempts) > 1,
+    )
 
 
 def status_text(job: Job, result: JobResult) -> str:
-    """`passed`, `failed`, `timed out`; a failure the job allows reads `failed (allowed)`."""
-    text = STATUS_WORDS[result.status]
-    if job.continue_on_error and result.status in _BAD:
-        text += " (allowed)"
-    return text
+    """`passed`, `failed`, `timed out`; a failure the job allows reads `failed (allowed)`, a
+    pass after a retry `passed (flaky)`."""
+    return look(job, result).words
 
 
 def seconds(value: float) -> str:

@@ -31,6 +31,10 @@ ORDER_CURRENCY = "order_currency"
 COST_NATIVE = "cost_native"
 
 # The facts that describe the machine (as opposed to the money), in display order.
+# Set by `serve` on an attempt placed on a server it kept warm ("true"), and the seconds the
+# job waited for its server; the summary's warm_server and server_wait_s are read from them.
+WARM_SERVER = "warm_server"
+SERVER_WAIT_S = "server_wait_s"
 HOST_KEYS = (GPU, GPU_COUNT, DRIVER, CUDA, HOST_FINGERPRINT, SERVER_ID)
 
 

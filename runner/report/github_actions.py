@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from runner import redact
+from runner.outcome import outcome
 from runner.report.markdown import cut_markdown
 from runner.report.text import tail_lines
 from runner.untrusted import console_line
@@ -181,6 +182,15 @@ def annotate_run_warnings(warnings: Sequence[str], out: TextIO | None = None) ->
     stream.flush()
 
 
+def annotate_run_errors(errors: Sequence[str], out: TextIO | None = None) -> None:
+    """One `::error::` per error of the run that is no job's (an order that may be ours left
+    running): the checks page shows it in red, where a warning would be overlooked."""
+    stream = out or sys.stdout
+    for text in list(errors)[:ERROR_ANNOTATION_LIMIT]:
+        print(command("error", str(text), title="clore-run"), file=stream)
+    stream.flush()
+
+
 def annotate_spec_warnings(
     warnings: Sequence[SpecWarning], out: TextIO | None = None, env: Mapping[str, str] | None = None
 ) -> None:
@@ -208,9 +218,7 @@ def annotate_spec_warnings(
 def _job_annotation(job: SummaryJob, summary: Summary, workspace: str | None) -> str:
     loc = job.location
     source = (loc.file if loc else "") or summary.pipeline.source
-    status = job.status.replace("_", " ")
-    if job.allowed_failure:
-        status += " (allowed)"
+    status = outcome(job.status, allowed=job.allowed_failure).words
     # The reason and the test names may come from the server: no command may be read from them.
     reason = console_line(job.reason or status)
     message = f"job '{console_line(job.name)}' {status}: {reason}"

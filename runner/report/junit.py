@@ -29,6 +29,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
+from runner import outcome as job_outcome
 from runner.core.model import (
     INFRASTRUCTURE_KINDS,
     Attempt,
@@ -187,7 +188,11 @@ class _Writer:
             ("clore.job_id", job.id),
             (
                 "clore.status",
-                result.status.value + (" (allowed)" if allowed_failure(job, result) else ""),
+                job_outcome.outcome(
+                    result.status,
+                    allowed=allowed_failure(job, result),
+                    flaky=len(result.attempts) > 1,
+                ).words,
             ),
             ("clore.attempts", str(len(result.attempts))),
             ("clore.cost_usd", f"{result.cost_usd:.4f}"),

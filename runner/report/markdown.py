@@ -13,7 +13,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
 from runner import untrusted
-from runner.figures import counted, duration, human, money, pct, rate
+from runner.figures import counted, duration, money, pct, rate
+from runner.outcome import MARKS, outcome, run_line
 from runner.report.text import escape_text
 
 if TYPE_CHECKING:
@@ -21,15 +22,6 @@ if TYPE_CHECKING:
     from runner.report.summary_model import Job as SummaryJob
     from runner.report.timeline import Timeline
 
-_ICONS = {
-    "passed": "✅",
-    "failed": "❌",
-    "timed_out": "⏱️",
-    "error": "⚠️",
-    "skipped": "⏭️",
-    "cancelled": "🚫",
-    "interrupted": "⏹️",
-}
 _CELL_LIMIT = 200
 _BACKTICKS = re.compile(r"`{3,}")
 # What changes inline Markdown in a cell: code spans, emphasis, links and images, strikethrough,
@@ -61,7 +53,8 @@ def render_markdown(s: Summary, timeline: Timeline | None = None) -> str:
 def _headline(s: Summary, cmp: Comparison | None) -> str:
     jobs, by, tests = len(s.jobs), s.jobs_by_status, s.tests
     present = [status for status in _COUNTED if by.get(status)]
-    text = f"## {icon(s.status)} {cell(s.pipeline.name)}: {s.status}\n\n"
+    allowed = sum(1 for j in s.jobs if j.allowed_failure)
+    text = f"## {icon(s.status)} {cell(s.pipeline.name)}: {run_line(s.status, allowed)}\n\n"
     text += f"**{jobs} job{_plural(jobs)}**"
     if present:
         text += ":" + ",".join(f" {by[status]} {counted(status)}" for status in present)
@@ -109,11 +102,8 @@ def _jobs_table(s: Summary, cmp: Comparison | None) -> str:
         "|---|---|---|---|--:|--:|--:|--:|" + ("--:|--:|" if cmp else "") + "---|\n",
     ]
     for j in s.jobs:
-        status = f"{icon(j.status)} {human(j.status)}"
-        if j.allowed_failure:
-            status += " (allowed)"
-        elif j.flaky:
-            status += " (flaky)"
+        seen = outcome(j.status, allowed=j.allowed_failure, flaky=j.flaky)
+        status = f"{seen.mark} {seen.words}"
         server = remote((j.host or {}).get("server_id") or j.server or "") or "–"
         row = (
             f"| {cell(j.name)} | {status} | {remote(j.gpu or '') or '–'} | {server} | "
@@ -231,7 +221,7 @@ def html_text(value: object, limit: int = _CELL_LIMIT) -> str:
 
 
 def icon(status: object) -> str:
-    return _ICONS.get(str(status), "❔")
+    return MARKS.get(str(status), "❔")
 
 
 def fence(text: str) -> str:

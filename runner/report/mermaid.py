@@ -1,6 +1,8 @@
 """The timeline as a Mermaid `gantt` chart, which GitHub draws in summary.md, the step summary
 and the PR comment: a section for getting places (renting, booting) and one for running, one
-task per attempt, failed attempts marked `crit` and retried ones `crit, done`."""
+task per attempt, failed attempts (timed out too) marked `crit`, retried ones `crit, done` and
+a failure continue-on-error allows `active` (not the red of one that failed the run); each
+bar's text says its outcome in runner.outcome's words."""
 
 from __future__ import annotations
 
@@ -23,6 +25,13 @@ _KEYWORD = re.compile(
     r"|todaymarker|weekday|weekend|displaymode|title|accdescription|acctitle|accdescr|section"
     r"|click|href|call)|\d{4}-\d\d-\d\d"
 )
+_TAGS = {
+    "passed": "",
+    "failed": "crit, ",
+    "timed_out": "crit, ",
+    "retried": "crit, done, ",
+    "allowed": "active, ",
+}
 _SECTIONS = (("setup", "renting / booting"), ("run", "running"))
 
 
@@ -53,7 +62,7 @@ def gantt(timeline: Timeline, title: str = "") -> str:
 
 
 def _task(span: Span, origin: float) -> str:
-    tags = {"passed": "", "failed": "crit, ", "retried": "crit, done, "}[span.outcome]
+    tags = _TAGS[span.outcome]
     if span.phase == "setup" and span.outcome == "passed":
         tags = "done, "
     start_ms = round((origin + span.start_s) * 1000)

@@ -148,6 +148,19 @@ def _job(
         failed_tests=_failed_tests(tests, redact),
         log_tail=_log_tail(out_dir, result, redact),
         attempt_details=[_attempt(a, origin, redact) for a in result.attempts],
+        warm_server=facts.get(F.WARM_SERVER) == "true",
+        server_wait_s=_round(_server_wait_s(result), 3),
+    )
+
+
+def _server_wait_s(result: JobResult) -> float:
+    """What serve said the job waited for its servers; else (run) its attempts' time getting
+    a place."""
+    said = [F.to_float(a.facts.get(F.SERVER_WAIT_S)) for a in result.attempts]
+    if any(s is not None for s in said):
+        return sum(max(0.0, s or 0.0) for s in said)
+    return sum(
+        max(0.0, a.placed_at - a.started_at) for a in result.attempts if a.placed_at is not None
     )
 
 

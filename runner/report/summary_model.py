@@ -185,7 +185,18 @@ class Attempt(_Model):
     )
 
 
+# Added to a job after schema 1 was published: a file from before has none, so the schema does
+# not require them (their model default stands in when such a file is read).
+JOB_ADDED_AFTER_PUBLISHING = ("warm_server", "server_wait_s")
+
+
+def _job_published(schema: dict[str, Any]) -> None:
+    schema["required"] = [f for f in schema["required"] if f not in JOB_ADDED_AFTER_PUBLISHING]
+
+
 class Job(_Model):
+    model_config = ConfigDict(json_schema_extra=_job_published)
+
     id: str
     name: str = ""
     group: Known | None = Field(
@@ -215,6 +226,16 @@ class Job(_Model):
         description="last lines of logs/<id>.log, for jobs that did not pass",
     )
     attempt_details: list[Attempt] = Field(default_factory=list)
+    warm_server: bool = Field(
+        False,
+        description="its last attempt ran on a server `serve` kept warm after another job of "
+        "its trust domain (no rental, no boot)",
+    )
+    server_wait_s: Seconds = Field(
+        0.0,
+        description="seconds its attempts waited for a server (renting, booting; about 0 on a "
+        "warm one)",
+    )
 
 
 # Added to schema 1 after the schema was published: a file from before has none, so the schema

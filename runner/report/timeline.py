@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Literal, NamedTuple
 if TYPE_CHECKING:
     from runner.report.summary_model import Summary
 
+SpanOutcome = Literal["passed", "failed", "retried", "timed_out", "allowed"]
 Phase = Literal["setup", "run"]  # setup: renting, booting, connecting — before the script ran
 SETUP_MIN_S = 0.5  # a shorter wait for a place (a local slot) is not worth drawing
 
@@ -26,6 +27,7 @@ class AttemptRecord(NamedTuple):
     finished_at: float
     placed_at: float | None  # None: it never got a place (or the record does not say)
     failure: str | None  # None: passed; else a failure kind ("test_failure", "timeout"...)
+    allowed: bool = False  # its job's failure is one continue-on-error lets pass
 
 
 class Span(NamedTuple):
@@ -37,7 +39,9 @@ class Span(NamedTuple):
     phase: Phase
     start_s: float  # seconds from the start of the first attempt drawn
     end_s: float
-    outcome: Literal["passed", "failed", "retried"]  # retried: failed, and another followed
+    # retried: failed, and another followed; timed_out and allowed as the job's end reads
+    # (runner.outcome), so a picture does not draw a timeout or an allowed failure as "failed".
+    outcome: SpanOutcome
 
 
 class Timeline(NamedTuple):
@@ -74,14 +78,16 @@ def build_timeline(records: Iterable[AttemptRecord]) -> Timeline:
 def _spans(record: AttemptRecord, origin: float, retried: bool, several: bool) -> list[Span]:
     start, end = record.started_at - origin, max(record.finished_at, record.started_at) - origin
     placed = None if record.placed_at is None else min(end, max(start, record.placed_at - origin))
-    outcome: Literal["passed", "failed", "retried"] = (
-        "passed" if record.failure is None else ("retried" if retried else "failed")
-    )
+    outcome = _outcome(record, retried)
     name = f"{record.job_name} attempt {record.number}" if several else record.job_name
     label = name
     if record.failure is not None:
         words = _WORDS.get(record.failure, record.failure.replace("_", " "))
-        label += f" ({words}, retried)" if retried else f" ({words})"
+        if retried:
+            words += ", retried"
+        elif record.allowed:
+            words += ", allowed"
+        label += f" ({words})"
     out: list[Span] = []
     run_from = start
     if placed is not None and placed - start >= SETUP_MIN_S:
@@ -93,6 +99,16 @@ def _spans(record: AttemptRecord, origin: float, retried: bool, several: bool) -
         return out
     out.append(Span(record.job_id, label, record.number, "run", run_from, end, outcome))
     return out
+
+
+def _outcome(record: AttemptRecord, retried: bool) -> SpanOutcome:
+    if record.failure is None:
+        return "passed"
+    if retried:
+        return "retried"
+    if record.allowed:
+        return "allowed"
+    return "timed_out" if record.failure == "timeout" else "failed"
 
 
 def records_from_summary(summary: Summary) -> list[AttemptRecord]:
@@ -117,6 +133,7 @@ def records_from_summary(summary: Summary) -> list[AttemptRecord]:
                     ended,
                     placed,
                     attempt.failure,
+                    job.allowed_failure,
                 )
             )
     return out

@@ -1,9 +1,11 @@
 """The timeline as a standalone SVG (timeline.svg), for places that do not draw Mermaid: a lane
-per job, grey for getting a place (renting, booting), green for a passed run, red for a failed
-one, amber for one that was retried. Every text is XML-escaped; a hover shows each bar's times."""
+per job, grey for getting a place (renting, booting), and a run in its outcome's colour
+(runner.outcome: green passed, red failed, orange timed out, amber allowed to fail), light red
+for an attempt that was retried. Every text is XML-escaped; a hover shows each bar's times."""
 
 from __future__ import annotations
 
+from runner import outcome as O
 from runner.figures import duration
 from runner.report.text import escape_text as escape
 from runner.report.timeline import Span, Timeline
@@ -12,7 +14,22 @@ LABEL_W = 180
 CHART_W = 640
 ROW_H = 22
 TOP = 40
-_COLOURS = {"setup": "#afb8c1", "passed": "#2da44e", "failed": "#cf222e", "retried": "#d4a72c"}
+_COLOURS = {
+    "setup": O.SETUP_HEX,
+    "passed": O.outcome("passed").colour,
+    "failed": O.outcome("failed").colour,
+    "timed_out": O.outcome("timed_out").colour,
+    "allowed": O.outcome("failed", allowed=True).colour,
+    "retried": O.RETRIED_HEX,
+}
+LEGEND = (
+    ("setup", "renting / booting"),
+    ("passed", O.status_words("passed")),
+    ("failed", O.status_words("failed")),
+    ("timed_out", O.status_words("timed_out")),
+    ("allowed", "failed" + O.ALLOWED),
+    ("retried", "failed, retried"),
+)
 _NICE_STEPS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14400, 28800)
 
 
@@ -73,12 +90,7 @@ def _axis(end_s: float, scale: float, bottom: int) -> list[str]:
 
 def _legend(y: int) -> list[str]:
     out, x = [], 8
-    for key, words in (
-        ("setup", "renting / booting"),
-        ("passed", "passed"),
-        ("failed", "failed"),
-        ("retried", "failed, retried"),
-    ):
+    for key, words in LEGEND:
         out.append(f'<rect x="{x}" y="{y - 10}" width="12" height="12" fill="{_COLOURS[key]}"/>')
         out.append(f'<text x="{x + 16}" y="{y}">{words}</text>')
         x += 30 + 7 * len(words)

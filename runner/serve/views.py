@@ -6,6 +6,7 @@ import datetime as dt
 from collections.abc import Mapping
 from typing import Any, overload
 
+from runner import outcome as O
 from runner.core.scheduler import JobState, Phase
 from runner.serve.api_models import AttemptView, JobDetail, JobSummary
 from runner.stores.queue import JobRow, QueueStore
@@ -19,9 +20,15 @@ def allowed_failure(status: str, spec: Mapping[str, Any] | None) -> bool:
     return status in _ALLOWABLE and bool(spec and spec.get("continue_on_error"))
 
 
-def status_words(status: str, spec: Mapping[str, Any] | None) -> str:
+def look(status: str, spec: Mapping[str, Any] | None, attempts: int = 1) -> O.Outcome:
+    """The job's outcome as `run`'s reports word and colour it (runner.outcome): `timed out`,
+    `failed (allowed)`, `passed (flaky)` for a pass after a retry."""
+    return O.outcome(status, allowed=allowed_failure(status, spec), flaky=attempts > 1)
+
+
+def status_words(status: str, spec: Mapping[str, Any] | None, attempts: int = 1) -> str:
     """The status as a person reads it: `failed (allowed)` for an allowed failure."""
-    return f"{status} (allowed)" if allowed_failure(status, spec) else status
+    return look(status, spec, attempts).words
 
 
 def summary(

@@ -77,6 +77,8 @@ def test_every_status_and_the_skip_cascade(tmp_path: Path) -> None:
     assert by_id["after"].reason == "needs 'bad', which failed"
     assert by_id["after2"].reason == "needs 'after', which was skipped"
     assert by_id["slow"].attempts[0].duration_s < 10
+    # our SIGTERM is not the job's exit: a timeout has no exit code (never -15)
+    assert by_id["slow"].exit_code is None and by_id["slow"].reason.startswith("timed out")
 
 
 def test_reports_are_written_and_valid(tmp_path: Path) -> None:
@@ -167,6 +169,7 @@ def test_daemon_left_by_a_passing_job_is_killed(tmp_path: Path) -> None:
     assert not alive(int(pidfile.read_text()))
 
 
+@pytest.mark.slow
 def test_big_streams_on_both_pipes_do_not_hang(tmp_path: Path) -> None:
     _, code, _ = run(
         tmp_path,
@@ -320,6 +323,7 @@ class SlowToProvision(LocalBackend):
         return super().place(server, job, cancel)
 
 
+@pytest.mark.slow
 def test_provisioning_time_does_not_count_against_the_job_timeout(tmp_path: Path) -> None:
     _, code, status = run(
         tmp_path, "jobs:\n  a: {run: 'true', timeout-minutes: 0.01}\n", SlowToProvision()

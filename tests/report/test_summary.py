@@ -60,7 +60,7 @@ def _reference_markdown(summary: dict[str, Any]) -> str:
     must write the same bytes."""
     import jinja2
 
-    from runner import untrusted
+    from runner import outcome, untrusted
     from runner.report import markdown as md
 
     env = jinja2.Environment(
@@ -73,7 +73,8 @@ def _reference_markdown(summary: dict[str, Any]) -> str:
     )
     env.filters.update(
         cell=md.cell, money=md.money, rate=md.rate, duration=md.duration, pct=md.pct,
-        icon=md.icon, fence=md.fence, html_text=md.html_text, human=md.human, counted=md.counted,
+        icon=md.icon, fence=md.fence, html_text=md.html_text, counted=md.counted,
+        look=outcome.outcome, run_line=outcome.run_line,
         gantt=lambda s: md.summary_gantt(parse_summary(s)),
         remote=lambda value, limit=200: untrusted.markdown(str(value), limit),
     )  # fmt: skip
@@ -108,6 +109,7 @@ def _variants(summary: dict[str, Any]) -> list[dict[str, Any]]:
     return [{**summary, **change} for change in changes]
 
 
+@pytest.mark.slow
 def test_summary_md_is_what_its_jinja2_template_rendered(tmp_path: Path, ci_env: None) -> None:
     for i, baseline in enumerate((baseline_summary(), None)):
         for n, summary in enumerate(_variants(_write(tmp_path / str(i), baseline))):
@@ -452,3 +454,29 @@ def test_summary_json_has_a_field_per_line_and_a_job_per_line(tmp_path: Path) ->
     assert len(lines) == len(summary) + 2 + len(summary["jobs"]) + 1  # + {, }, and ] of jobs
     assert dump_summary({}) == b"{}\n"
     assert json.loads(dump_summary({**summary, "jobs": []})) == {**summary, "jobs": []}
+
+
+def test_a_warm_server_and_the_wait_for_one_are_read_from_serves_facts(tmp_path: Path) -> None:
+    record = mixed_record()
+    first, second = record.results[0], record.results[1]
+    warm = dataclasses.replace(
+        first.attempts[-1],
+        facts={**first.attempts[-1].facts, "warm_server": "true", "server_wait_s": "0.25"},
+    )
+    cold = tuple(
+        dataclasses.replace(a, placed_at=a.started_at + 30.0, facts={}) for a in second.attempts
+    )
+    record = dataclasses.replace(
+        record,
+        results=(dataclasses.replace(first, attempts=(*first.attempts[:-1], warm)),
+                 dataclasses.replace(second, attempts=cold), *record.results[2:]),
+    )  # fmt: skip
+    write_reports(tmp_path, record)
+    s = read_json(tmp_path / "summary.json")
+    one, two = s["jobs"][0], s["jobs"][1]
+    assert (one["warm_server"], one["server_wait_s"]) == (True, 0.25)
+    # run's own jobs: no warm server, the wait is their time getting a place
+    assert (two["warm_server"], two["server_wait_s"]) == (False, 30.0 * len(cold))
+    old = {k: v for k, v in two.items() if k not in ("warm_server", "server_wait_s")}
+    read = parse_summary({**s, "jobs": [old]}).jobs[0]  # a file from before the fields
+    assert (read.warm_server, read.server_wait_s) == (False, 0.0)

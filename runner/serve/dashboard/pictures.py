@@ -9,7 +9,7 @@ Loops, no recursion: a 400-deep chain must lay out as a 4-wide one does.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -144,7 +144,7 @@ TICKS = 6
 class Bar:
     job_id: str
     number: int
-    status: str  # setup (getting a place), running, passed, failed, retried
+    status: str  # setup (getting a place), running, or the span's outcome (timeline.SpanOutcome)
     title: str
     x: float
     y: float
@@ -161,11 +161,15 @@ class Timeline:
 
 
 def timeline(
-    attempts: Sequence[Mapping[str, Any]], names: Mapping[str, str], now: float
+    attempts: Sequence[Mapping[str, Any]],
+    names: Mapping[str, str],
+    now: float,
+    allowed: Collection[str] = (),
 ) -> Timeline | None:
     """attempts: job_id, number, started_at, finished_at, failure; None when none started.
     Laid out by the reports' timeline model (lanes, phases, outcomes), so the page shows
-    what summary.md and timeline.svg do; a running attempt ends at `now`."""
+    what summary.md and timeline.svg do; a running attempt ends at `now`. `allowed`: the jobs
+    whose failure continue-on-error lets pass (drawn amber, as the reports draw them)."""
     if not attempts:
         return None
     running = {(a["job_id"], int(a["number"])) for a in attempts if a["finished_at"] is None}
@@ -178,6 +182,7 @@ def timeline(
             finished_at=float(a["finished_at"] if a["finished_at"] is not None else now),
             placed_at=a.get("placed_at"),
             failure=a["failure"],
+            allowed=a["job_id"] in allowed,
         )
         for a in attempts
     )

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from runner.serve.views import status_words
+from runner.serve.views import look
 from runner.stores.queue import FINAL, STATUSES, JobMatch, JobRow, QueueStore
 
 PAGE_SIZE = 50
@@ -60,7 +60,8 @@ class JobLine:
     server: str
     usd_per_hour: float | None
     cost_usd: float  # so far: ended attempts, plus the running one at its price
-    status_text: str = ""  # as a person reads it: `failed (allowed)` (views.status_words)
+    status_text: str = ""  # as a person reads it: `failed (allowed)` (views.look)
+    tone: str = ""  # its look's class, `tone-allowed`: the colour every report gives it
 
 
 @dataclass(frozen=True)
@@ -102,6 +103,7 @@ def job_line(queue: Queue, row: JobRow, spec: dict[str, Any], now: float) -> Job
     cost = row.cost_usd
     if last is not None and last["finished_at"] is None and price is not None:
         cost += price * max(0.0, now - last["started_at"]) / 3600
+    seen = look(row.status, spec, row.attempts)
     return JobLine(
         row=row,
         waiting_for=queue.waiting_for(row.id) if row.status == "queued" else None,
@@ -109,7 +111,8 @@ def job_line(queue: Queue, row: JobRow, spec: dict[str, Any], now: float) -> Job
         server=str(last["server"]) if last else "",
         usd_per_hour=price,
         cost_usd=cost,
-        status_text=status_words(row.status, spec),
+        status_text=seen.words,
+        tone=seen.css,
     )
 
 
@@ -122,6 +125,10 @@ def usd_per_hour(attempt: Mapping[str, Any]) -> float | None:
             return float(quoted)
         except ValueError:
             pass  # a server's fact is text from outside: unreadable is unknown
+    if not attempt.get("cost_usd"):
+        # Nothing billed and no price quoted (a local slot): no rate, as a job that took under
+        # a second shows, rather than `$0.0000/h` beside `—` for the same kind of job.
+        return None
     ended, began = attempt.get("finished_at"), float(attempt["started_at"])
     if ended is None or float(ended) - began < 1.0:
         return None

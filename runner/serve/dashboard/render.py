@@ -10,9 +10,10 @@ from typing import Any
 
 import jinja2
 
+from runner.outcome import status_words as status_said
 from runner.serve.dashboard import pictures
 from runner.serve.dashboard.reads import PAGE_SIZE, SubmissionData
-from runner.serve.views import status_words
+from runner.serve.views import allowed_failure, look, status_words
 from runner.stores.queue import JobMatch, JobRow
 
 TEMPLATES = Path(__file__).with_name("templates")
@@ -36,6 +37,8 @@ class Renderer:
             q=quote,
             qpath=quote_path,
             status_words=status_words,  # `failed (allowed)`, as the API and `run` say
+            look=look,  # the words and the colour class together
+            said=status_said,  # `timed out`, never the stored `timed_out`
         )
         self._env.globals.update(dag=_dag, timeline=_timeline, queue_url=queue_url)
 
@@ -52,7 +55,9 @@ def _dag(jobs: list[tuple[JobRow, dict[str, Any]]]) -> pictures.Dag:
 
 
 def _timeline(data: SubmissionData, now: float) -> pictures.Timeline | None:
-    return pictures.timeline(data.attempts, {row.id: row.name for row, _ in data.jobs}, now)
+    names = {row.id: row.name for row, _ in data.jobs}
+    allowed = {row.id for row, spec in data.jobs if allowed_failure(row.status, spec)}
+    return pictures.timeline(data.attempts, names, now, allowed)
 
 
 _KEEP = object()

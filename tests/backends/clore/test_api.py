@@ -13,12 +13,14 @@ from requests.adapters import HTTPAdapter
 
 from runner.backends.clore import errors as e
 from runner.backends.clore.api import (
+    FOLLOW_UP_DELAYS_S,
     RECOVER_DELAYS_S,
     CloreClient,
     OrderRequest,
     RetryPolicy,
 )
 from runner.backends.clore.market import offers_from_servers, spot_bid_per_day
+from runner.backends.clore.ownership import SERVICE_PORTS
 from runner.errors import InfrastructureError
 from tests.fakes.clore_api import API_KEY, FakeClore, Fault, Faults
 
@@ -237,8 +239,13 @@ def test_create_that_never_shows_up_is_an_outcome_unknown_error(fake_clore: Fake
     with pytest.raises(e.OrderOutcomeUnknownError) as caught:
         fake_clore.client().create_order(on_demand())
     assert caught.value.server_id == 88028 and "cleanup" in str(caught.value)
+    assert caught.value.accepted and "was accepted" in str(caught.value)
     assert len(fake_clore.calls("create_order")) == 1
-    assert len(fake_clore.calls("my_orders")) == len(RECOVER_DELAYS_S)
+    # An accepted create's order is not given up after 50 s: looked for ~6 minutes longer.
+    looks = fake_clore.calls("my_orders")
+    assert len(looks) == len(RECOVER_DELAYS_S) + len(FOLLOW_UP_DELAYS_S)
+    waited = looks[-1].t - fake_clore.calls("create_order")[0].t
+    assert waited >= sum(RECOVER_DELAYS_S) + sum(FOLLOW_UP_DELAYS_S)
 
 
 @pytest.mark.parametrize(
@@ -375,7 +382,8 @@ def test_spot_order_bid_and_price_changes(fake_clore: FakeClore) -> None:
 
 def test_order_request_body() -> None:
     request = on_demand()
-    assert 49152 <= request.tag <= 65535
+    # Where HTTP ports were seen accepted (3000-8888), never a well-known service's port.
+    assert 3002 <= request.tag <= 9999 and request.tag not in SERVICE_PORTS
     assert request.body() == {
         "renting_server": 88028,
         "type": "on-demand",
