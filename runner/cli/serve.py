@@ -21,6 +21,7 @@ from runner.cli.options import (
     PoolOption,
     SshHostOption,
     backend_help,
+    usd_option,
 )
 from runner.errors import UsageError
 from runner.outcome import outcome
@@ -64,8 +65,7 @@ def serve(
     ] = 3,
     daily_spend_limit: Annotated[
         float | None,
-        typer.Option(
-            min=0.0,
+        usd_option(
             help="USD per UTC day; no job starts once it is spent (a SQLite --db: N instances "
             "on PostgreSQL share a per-day --pool instead).",
         ),
@@ -108,10 +108,9 @@ def serve(
     ] = None,
     idle_budget: Annotated[
         float | None,
-        typer.Option(
+        usd_option(
             help="USD a UTC day that idle warm servers may cost; past it they go back and "
             "none is rented for warmth.",
-            metavar="USD",
         ),
     ] = None,
 ) -> None:
