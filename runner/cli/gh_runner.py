@@ -71,9 +71,6 @@ def _start_command(wiring: Wiring) -> Callable[..., None]:
         ] = None,
         org: Annotated[str | None, typer.Option(help="Register on this organization.")] = None,
         runner_group: Annotated[int, typer.Option(help="Runner group id (1: default).")] = 1,
-        label: Annotated[
-            list[str] | None, typer.Option(help="An extra label (repeat the option).")
-        ] = None,
         runner_url: Annotated[
             str | None, typer.Option(help="Runner package URL (default: the pinned release).")
         ] = None,
@@ -112,7 +109,6 @@ def _start_command(wiring: Wiring) -> Callable[..., None]:
             runners=runners,
             image=image,
             budget_usd=budget,
-            extra_labels=tuple(label or ()),
             group_id=runner_group,
             package=package,
         )
@@ -137,6 +133,7 @@ def _do_start(
 ) -> None:
     from runner.backends.clore.factory import host_recorder, share_limits
     from runner.backends.ssh.keys import HostKeyStore
+    from runner.gh_runner.package import cache_folder, fetch_package
     from runner.gh_runner.publish import publish_start, write_record
     from runner.gh_runner.start import StartTools, start_runners
     from runner.stores.ledger import DEFAULT_PATH, open_ledger
@@ -164,6 +161,7 @@ def _do_start(
                 hosts=host_recorder(ledger_path, request.run_id, wiring.clock),
                 hedge=wiring.hedge,
                 seat=seat,
+                fetch_package=lambda package: fetch_package(package, cache_folder(wiring.env)),
             )
             with _cancel_on_signals() as cancel:
                 record = start_runners(request, tools, cancel, typer.echo)
@@ -275,11 +273,16 @@ def _read_record(path: Path | None, text: str | None) -> RunnerRecord:
 
 
 def _run_id(wiring: Wiring) -> str:
+    """Unique to this start (two starts of one workflow run share its id and attempt): the
+    ledger's run id and, in a pool, the lease's holder, the same string."""
+    import secrets  # only a start makes a run id
+
     env = wiring.env
     run, attempt = env.get("GITHUB_RUN_ID", ""), env.get("GITHUB_RUN_ATTEMPT", "1")
+    tail = secrets.token_hex(3)
     if run:
-        return f"runner-{run}-{attempt}"
-    return f"runner-local-{int(wiring.clock.time())}"
+        return f"runner-{run}-{attempt}-{tail}"
+    return f"runner-local-{int(wiring.clock.time())}-{tail}"
 
 
 def _scope(repo: str | None, org: str | None, wiring: Wiring) -> Scope:

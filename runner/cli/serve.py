@@ -86,11 +86,37 @@ def serve(
             "a dead instance's jobs are taken over after it.",
         ),
     ] = 30.0,
+    keep_warm: Annotated[
+        float,
+        typer.Option(
+            help="Keep a rented server up to MINUTES after its last job for the next job that "
+            "fits it, in the same trust domain (0: give it back once no job wants it).",
+            metavar="MINUTES",
+        ),
+    ] = 0.0,
+    warm: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Keep at least N idle servers of a GPU type rented during a UTC schedule: "
+            "GPU[:N][@[DAYS ]HH:MM-HH:MM UTC], e.g. '4090:1@Mon-Fri 08:00-20:00 UTC'. "
+            "Repeatable.",
+            metavar="GPU[:N][@SCHEDULE]",
+        ),
+    ] = None,
+    idle_budget: Annotated[
+        float | None,
+        typer.Option(
+            help="USD a UTC day that idle warm servers may cost; past it they go back and "
+            "none is rented for warmth.",
+            metavar="USD",
+        ),
+    ] = None,
 ) -> None:
     """Run the persistent job queue and its REST API (needs CLORE_RUN_TOKEN)."""
     from runner.backends.registry import backend_spec, renting_backends
     from runner.serve.backends import BackendChoice
     from runner.serve.server_cmd import ServeOptions, run_server
+    from runner.serve.warm_flags import warm_policy
     from runner.stores.target import (
         argument_url,
         coordinator_from,
@@ -99,6 +125,7 @@ def serve(
     )
 
     spec = backend_spec(backend)
+    warmth = warm_policy(keep_warm, warm or (), idle_budget)
     shared = coordinator_from(coordinator)
     if pool is not None and (not spec.rents or shared is None):
         renting = " or ".join(f"--backend {n}" for n in renting_backends())
@@ -125,7 +152,15 @@ def serve(
     )
     run_server(
         ServeOptions(
-            host, port, where, choice, concurrency, daily_spend_limit, data_dir, lease_ttl
+            host,
+            port,
+            where,
+            choice,
+            concurrency,
+            daily_spend_limit,
+            data_dir,
+            lease_ttl,
+            warmth,
         ),
     )
 

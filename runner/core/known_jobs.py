@@ -250,7 +250,17 @@ class KnownJobs:
     # -- reading -----------------------------------------------------------------------------
 
     def fits(self, quote: Quote, job_id: str) -> bool:
-        return self._fits_all or self.market.fits(quote, self.records[job_id].job.gpu)
+        """Could the job run on a server of `quote`: its GPU ask, and for a server rented
+        already, the image it was started with and the trust domain of what ran on it (a
+        server that ran one domain's job is never another domain's)."""
+        if self._fits_all:
+            return True
+        job = self.records[job_id].job
+        if quote.trust is not None and quote.trust != job.trust:
+            return False
+        if quote.image is not None and quote.image != (job.image or ""):
+            return False
+        return self.market.fits(quote, job.gpu)
 
     def key_of(self, job_id: str) -> Key:
         return self.records[job_id].key

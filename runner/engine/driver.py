@@ -610,13 +610,17 @@ class Driver:
         ahead = " ahead of its needs" if cmd.ahead else ""
         if cmd.hedge_of is not None:
             ahead = " as a hedge of a late boot"
+        if cmd.warm is not None:
+            ahead = " to keep warm for the next job"
         self.options.notice(
             f"{cmd.for_job}: renting {cmd.quote.gpu_model or 'a server'} #{cmd.quote.host}"
             f"{ahead} (${cmd.quote.usd_per_hour:.3f}/h, up to ${cmd.worst_case_usd:.2f})"
         )
         self._rents_said[cmd.server] = f"{cmd.for_job}: #{cmd.quote.host}"
         # Not joined at the end: the backend's shutdown cancels rents under way, and waits.
-        self._off_loop([], self._rent_off_loop, cmd, self._jobs[cmd.for_job])
+        # A rent for warmth is for no job: the job it boots as stands in (default image).
+        job = cmd.warm if cmd.warm is not None else self._jobs[cmd.for_job]
+        self._off_loop([], self._rent_off_loop, cmd, job)
 
     def _rent_over(self, event: ServerEvent) -> None:
         """A rent said on screen ends: one that came to nothing says so, or its "renting"
@@ -642,7 +646,8 @@ class Driver:
         try:
             # A rent ahead is for a job still waiting for its needs: its row says that, and
             # the notice says the rent; one for a ready job is what that job is doing now.
-            stages = NO_STAGES if cmd.ahead else self.options.rent_stages(job)
+            ahead = cmd.ahead or cmd.warm is not None
+            stages = NO_STAGES if ahead else self.options.rent_stages(job)
             self.backend.rent(cmd, job, self._report, stages)
         except Exception as exc:
             self._report(RentFailed(cmd.server, f"internal error while renting: {exc!r}"))

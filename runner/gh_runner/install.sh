@@ -3,7 +3,8 @@
 # Sent over SSH as a file and run as `bash install.sh DIR`; everything it needs is in DIR:
 #   DIR/params     KEY=VALUE lines: url, sha256, limit_s, user (no secret in it)
 #   DIR/.jitconfig the encoded JIT config (mode 0600): a credential, never an argument
-# It downloads the runner package, checks its SHA-256, starts `run.sh` in the background
+#   DIR/runner.tar.gz the runner package, sent over SSH (downloaded here only when absent)
+# It checks the package's SHA-256, starts `run.sh` in the background
 # (detached from the SSH session) and returns. The JIT config reaches the runner through
 # ACTIONS_RUNNER_INPUT_JITCONFIG, which the runner reads and removes from its environment:
 # never through `--jitconfig`, which any process on the server could read in /proc.
@@ -30,7 +31,11 @@ fail() {
 [[ -s .jitconfig ]] || fail "no JIT config in $dir"
 [[ "$limit_s" =~ ^[0-9]+$ && "$limit_s" -gt 0 ]] || fail "the rental's cap has passed"
 
-if command -v curl >/dev/null 2>&1; then
+# The package normally comes over the SSH connection (runner.tar.gz beside this script): the
+# image then needs no download tool. Only a caller that sent none makes the server fetch it.
+if [[ -s runner.tar.gz ]]; then
+    :
+elif command -v curl >/dev/null 2>&1; then
     curl -fsSL --retry 3 -o runner.tar.gz "$url" || fail "download failed: $url"
 elif command -v wget >/dev/null 2>&1; then
     wget -q -O runner.tar.gz "$url" || fail "download failed: $url"

@@ -1,11 +1,13 @@
 """Install and start the runner on a rented server, over the SSH connection the rental opened.
 
-Three files go over as the stdin of `cat`, never inside a command line: `install.sh` (shipped
-with this package), `params` (download URL, checksum, the seconds left to the cap, the user)
-and `.jitconfig` (mode 0600 from the `umask`). The command lines themselves carry only the
-runner's folder, which we name. Then `bash install.sh DIR` fetches the package, checks it,
-starts `run.sh` detached under `timeout` and returns; see install.sh for why the config reaches
-the runner through its environment.
+The files go over as the stdin of `cat`, never inside a command line: `install.sh` (shipped
+with this package), `params` (package URL, checksum, the seconds left to the cap, the user),
+`.jitconfig` (mode 0600 from the `umask`) and the runner package itself when this machine has
+it (package.py fetched and cached it: the image then needs no `curl` or `wget`). The command
+lines themselves carry only the runner's folder, which we name. Then `bash install.sh DIR`
+checks the package (downloading it only when none was sent), starts `run.sh` detached under
+`timeout` and returns; see install.sh for why the config reaches the runner through its
+environment.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from importlib import resources
+from pathlib import Path
+from typing import BinaryIO
 
 from runner.backends.ssh.connection import SshConnection
 from runner.errors import InfrastructureError
@@ -38,6 +42,8 @@ class RunnerPackage:
     url: str = RUNNER_URL
     sha256: str = RUNNER_SHA256  # empty: not checked (said in the log)
     user: str = "auto"  # auto: a non-root `runner` (with sudo) when the image has useradd + sudo
+    # The package on this machine (checked), sent over SSH; None: the server downloads `url`.
+    local: Path | None = None
 
 
 def install_script() -> bytes:
@@ -77,6 +83,9 @@ def install_runner(
         install_script(),
     )
     _put(conn, f"cat > {folder}/params", lines)
+    if package.local is not None:
+        with package.local.open("rb") as tarball:
+            _put(conn, f"cat > {folder}/runner.tar.gz", tarball, INSTALL_TIMEOUT_S)
     _put(conn, f"umask 077 && cat > {folder}/.jitconfig", config.reveal().encode() + b"\n")
     result = conn.run(f"bash {folder}/install.sh {folder}", timeout_s=INSTALL_TIMEOUT_S)
     said = _last_lines(result.stderr or result.stdout)
@@ -88,8 +97,10 @@ def install_runner(
     return _last_lines(result.stdout)
 
 
-def _put(conn: SshConnection, command: str, data: bytes) -> None:
-    result = conn.run(command, stdin=data, timeout_s=60.0)
+def _put(
+    conn: SshConnection, command: str, data: bytes | BinaryIO, timeout_s: float = 60.0
+) -> None:
+    result = conn.run(command, stdin=data, timeout_s=timeout_s)
     if result.exit_code != 0:
         raise InfrastructureError(
             f"writing the runner's files on {conn.endpoint} failed (exit {result.exit_code}): "

@@ -25,7 +25,7 @@ import secrets
 import threading
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from runner.backends.base import Place
@@ -60,7 +60,6 @@ from runner.stores.ledger import RentalLedger
 if TYPE_CHECKING:  # psycopg is an extra: only a start that joins a pool imports it
     from runner.stores.pools.seat import PoolSeat
 
-BASE_LABELS = ("self-hosted", "linux", "x64", "clore")
 _UNSAFE = re.compile(r"[^a-z0-9-]+")
 BARRIER_POLL_S = 0.2  # real seconds between looks at the other runners while one waits
 
@@ -79,7 +78,6 @@ class StartRequest:
     runners: int = 1
     image: str | None = None
     budget_usd: float | None = None
-    extra_labels: tuple[str, ...] = ()
     group_id: int = DEFAULT_GROUP_ID
     package: RunnerPackage = field(default_factory=RunnerPackage)
 
@@ -103,6 +101,9 @@ class StartTools:
     # The budget pool this start joined (`--pool`): every rent reserves its worst case there
     # before its create; the runners' reservations outlive the start, and `stop` settles them.
     seat: PoolSeat | None = None
+    # The runner package onto this machine (package.py: fetched once, cached), so it reaches
+    # each server over SSH; the default leaves it to the server to download.
+    fetch_package: Callable[[RunnerPackage], RunnerPackage] = lambda package: package
 
 
 Say = Callable[[str], None]
@@ -112,7 +113,7 @@ def labels_for(run_id: str, count: int) -> list[str]:
     """Unique labels: the run, the runner's number and a random tail (a re-run never meets a
     runner of an earlier attempt)."""
     tag = _UNSAFE.sub("-", run_id.lower()).strip("-")[:40] or "run"
-    tail = secrets.token_hex(3)
+    tail = secrets.token_hex(6)  # 48 bits: a label cannot be guessed before it is printed
     return [f"clore-{tag}-{i + 1}-{tail}" for i in range(count)]
 
 
@@ -135,10 +136,13 @@ def start_runners(
     try:
         ranked = _fitting_offers(provisioner, tools, request)
         for label in labels_for(request.run_id, request.runners):
-            labels = [*BASE_LABELS, *request.extra_labels, label]
-            registrations[label] = tools.github.generate_jitconfig(label, labels, request.group_id)
+            # The unique label only: a label another job could name (`self-hosted`, `linux`,
+            # `gpu`) lets a queued stranger's job, a fork's pull request on a public
+            # repository, take the rented server (root in its container until the cap).
+            registrations[label] = tools.github.generate_jitconfig(label, [label], request.group_id)
             say(f"{label}: registered as runner {registrations[label].runner_id}")
         _check_budget(provisioner, ranked, request)
+        request = replace(request, package=tools.fetch_package(request.package))
         handed = _rent_and_install(request, tools, provisioner, registrations, cancel, say)
     except BaseException:
         tools.hosts.close()  # idempotent, as close_pool: a built backend's shutdown closed them

@@ -25,6 +25,7 @@ from types import FrameType
 from typing import IO
 
 from runner import redact
+from runner.core.warm_policy import COLD, WarmPolicy
 from runner.errors import InfrastructureError, UsageError
 from runner.file_lock import hold_lock
 from runner.process_guard import make_non_dumpable
@@ -49,6 +50,7 @@ class ServeOptions:
     daily_spend_limit_usd: float | None
     data_dir: Path | None = None  # logs and artifacts (default: beside a SQLite --db)
     lease_ttl_s: float = FleetOptions.ttl_s
+    warmth: WarmPolicy = COLD  # --keep-warm, --warm, --idle-budget
 
 
 def data_dir_for(db: Path | str, given: Path | None) -> Path:
@@ -122,6 +124,7 @@ def run_server(options: ServeOptions) -> None:
             instance=instance,
             fleet=FleetOptions(ttl_s=options.lease_ttl_s),
             on_lease_lost=_end_the_server,
+            warmth=options.warmth,
         ),
     )
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)

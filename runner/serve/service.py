@@ -49,6 +49,7 @@ from runner.core.outcome import NeedOutcome, need_outcome
 from runner.core.placing import PlacingCore
 from runner.core.retry import backoff_s
 from runner.core.scheduler import OUT, Entry, Phase
+from runner.core.warm_policy import COLD, WarmPolicy
 from runner.engine.attempt import AttemptRunner
 from runner.engine.driver import Driver, DriverOptions
 from runner.errors import InfrastructureError
@@ -63,6 +64,7 @@ from runner.serve.fleet import (
 from runner.serve.kept_journal import KeptJournal
 from runner.serve.quiet_console import QuietConsole
 from runner.serve.submit import Prepared, check_known, with_server_ids
+from runner.serve.warm_flags import check_on_market
 from runner.stores.queue import OpenAttempt, QueueError, QueueStore, Unsettled, shared
 
 log = logging.getLogger("clore_run.serve")
@@ -86,6 +88,7 @@ class ServiceOptions:
     fleet: FleetOptions = field(default_factory=FleetOptions)  # a shared (PostgreSQL) store
     on_lease_lost: Callable[[str], None] = lambda why: None  # the server must end
     journal_retry_s: float = 5.0  # writes the store refused are tried again this often
+    warmth: WarmPolicy = COLD  # what the core keeps warm (--keep-warm, --warm, --idle-budget)
 
 
 @dataclass(frozen=True)
@@ -187,6 +190,8 @@ class Service:
         backend's hosts or slots."""
         cap = self.options.capacity
         book = self.backend.server_book((), cap, None, Provisioning.AHEAD, {})
+        check_on_market(self.options.warmth, book, self.backend.name)
+        book.warmth = self.options.warmth
         return PlacingCore(
             (), book, backoff=self.options.backoff, ongoing=True, on_fatal=self._must_stop
         )

@@ -42,6 +42,14 @@ What it models:
   `my_orders` shows `mon_container` 0 then 1 and no `pub_cluster`/`tcp_ports`; deployed, it
   shows 2 and the connection fields. `caches_images`: a host that deployed an image once
   deploys it again at once (its cache holds it);
+- orders that end by themselves (reference §9), keyword options whose defaults keep today's
+  fake (no maximum enforced, nothing ends on its own, no `order_end`): `mrl_hours_by_server`
+  is a host's maximum rental length, listed on the marketplace in hours and in `my_orders` in
+  seconds (the units of the captures), and an order there ends (expires) once it has lived
+  that long; `ends_after_s` ends any order on a host that long after its creation, with a
+  reason ("host-gone", "preempted", ...); `echo_order_end` lists an ended order's `order_end`
+  (unix seconds) and `completed_spend=False` drops `spend` from ended orders (what a settlement
+  must then do without). `ended_by_itself` records each order so ended, with why;
 - callers: a client whose URL is `url_for_caller(NAME)` (a path prefix before /v1) is recorded as
   NAME on its requests and on the orders its creates made (`FakeOrder.creator`), so a test can
   tell which of two processes on one key created and cancelled what.
@@ -339,6 +347,10 @@ class FakeClore:
         pull_s_by_image: dict[str, float] | None = None,
         pull_s_by_server: dict[int, float] | None = None,
         caches_images: bool = False,
+        mrl_hours_by_server: dict[int, float] | None = None,
+        ends_after_s: dict[int, tuple[float, str]] | None = None,
+        echo_order_end: bool = False,
+        completed_spend: bool = True,
     ) -> None:
         if tag_echo not in TAG_ECHOES:
             raise ValueError(f"tag_echo {tag_echo!r}: one of {', '.join(TAG_ECHOES)}")
@@ -367,6 +379,12 @@ class FakeClore:
         self.pull_s_by_server_image: dict[tuple[int, str], float] = {}
         self.caches_images = caches_images  # a host deploys an image it deployed before at once
         self.cached_images: set[tuple[int, str]] = set()  # (server, image) deployed so far
+        # Orders that end by themselves (see the module's doc): by server id.
+        self.mrl_hours_by_server: dict[int, float] = dict(mrl_hours_by_server or {})
+        self.ends_after_s: dict[int, tuple[float, str]] = dict(ends_after_s or {})
+        self.echo_order_end = echo_order_end
+        self.completed_spend = completed_spend
+        self.ended_by_itself: dict[int, str] = {}  # order id -> why it ended on its own
         self.ssh_host = "n1.us.clorecloud.net"
         self.ssh_port: int | None = None  # None: a port derived from the order id
         self.enforce_rate_limits = True
@@ -439,6 +457,7 @@ class FakeClore:
         stopped = []
         with self._lock:
             now = self.api_time()
+            stopped += self._end_by_themselves(now)
             for order in self.live_orders():
                 due = self.preempt_after_s.get(order.server_id)
                 if due is None or not order.spot or order.id in self.preempted:
@@ -456,6 +475,29 @@ class FakeClore:
         for order in stopped:
             if self.on_container_stop is not None:
                 self.on_container_stop(order)
+
+    def _end_by_themselves(self, now: float) -> list[FakeOrder]:
+        """End the orders whose host's maximum rental length has passed (expired), or whose
+        host ends them (`ends_after_s`), each at the moment it was due."""
+        ended = []
+        for order in self.live_orders():
+            due = self.self_end_due(order)
+            if due is not None and now >= due[0]:
+                self._end(order, at=due[0])
+                self.ended_by_itself[order.id] = due[1]
+                ended.append(order)
+        return ended
+
+    def self_end_due(self, order: FakeOrder) -> tuple[float, str] | None:
+        """When (API unix seconds) and why `order` ends by itself, if it does."""
+        dues = []
+        hours = self.mrl_hours_by_server.get(order.server_id)
+        if hours is not None:
+            dues.append((order.created_unix + hours * 3600.0, "expired"))
+        host = self.ends_after_s.get(order.server_id)
+        if host is not None:
+            dues.append((order.created_unix + host[0], host[1]))
+        return min(dues) if dues else None
 
     def date_header(self, _handler: object = None, timestamp: float | None = None) -> str:
         """The `Date` header as this fake's API clock shows it: the client measures its clock
@@ -609,7 +651,7 @@ class FakeClore:
     # --- dispatch --------------------------------------------------------------------------
 
     def _handle(self, request: Request) -> Response:
-        if self.preempt_after_s:
+        if self.preempt_after_s or self.mrl_hours_by_server or self.ends_after_s:
             self.tick()
         with self._lock:
             match = _PATH.match(request.path)
@@ -692,6 +734,9 @@ class FakeClore:
 
     def _marketplace(self, _request: Request, _body: Any) -> tuple[int, Json]:
         servers = list(self.servers.values())
+        if self.mrl_hours_by_server:
+            mrl = self.mrl_hours_by_server
+            servers = [{**s, "mrl": mrl[s["id"]]} if s["id"] in mrl else s for s in servers]
         if self.market_lag_s > 0:  # a cached listing: an order this young is not shown yet
             now = self.api_time()
             young = {
@@ -828,9 +873,11 @@ class FakeClore:
         order_id = body.get(key) if isinstance(body, dict) else None
         return self.orders.get(order_id) if isinstance(order_id, int) else None
 
-    def _end(self, order: FakeOrder) -> None:
+    def _end(self, order: FakeOrder, at: float | None = None) -> None:
+        """End `order` now, or at `at` (API unix seconds, not later than now: an order that
+        ended by itself between two looks is billed up to its end, not to the look)."""
+        order.ended_unix = self.api_time() if at is None else min(at, self.api_time())
         self._accrue(order)
-        order.ended_unix = self.api_time()
         self.balances[order.currency] -= self.billed(order.id)
         self.servers[order.server_id]["rented"] = False
         if self.on_order_end is not None:
@@ -868,7 +915,7 @@ class FakeClore:
             "id": order.id,
             "creation_fee": order.creation_fee,
             "price": order.price_per_day,
-            "mrl": 604800,
+            "mrl": int(self.mrl_hours_by_server.get(order.server_id, 168.0) * 3600),
             "image": order.image,
             "currency": order.currency,
             "spend": self.spend(order.id),
@@ -914,6 +961,10 @@ class FakeClore:
             reply["tcp_ports"] = [f"{p}:{port + i}" for i, p in enumerate(tcp)]
         if not self.listed_live(order, now):
             reply["expired"] = True
+            if self.echo_order_end and order.ended_unix is not None:
+                reply["order_end"] = int(order.ended_unix)
+            if not self.completed_spend:
+                del reply["spend"]
         return reply
 
 

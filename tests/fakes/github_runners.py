@@ -105,6 +105,7 @@ class FakeRunnersGitHub:
         self.runners: dict[int, FakeRunner] = {}
         self.removed: list[int] = []  # deleted through the API
         self.issued: dict[int, str] = {}  # runner id -> the JIT config it was given (kept)
+        self.labels: dict[int, list[str]] = {}  # runner id -> the labels it was registered with
         self.job = "run:0"  # what a runner that connects is told to do
         self.events: list[tuple[float, str, int]] = []  # (monotonic, kind, runner id)
         self.artifacts: dict[int, Artifact] = {}
@@ -255,6 +256,7 @@ class FakeRunnersGitHub:
         runner = FakeRunner(self._next_id, body["name"], list(body["labels"]), group, config)
         self.runners[runner.id] = runner
         self.issued[runner.id] = config
+        self.labels[runner.id] = list(runner.labels)
         self._note("registered", runner.id)
         return _reply({"runner": _runner_json(runner), "encoded_jit_config": config}, 201)
 

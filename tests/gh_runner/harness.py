@@ -64,6 +64,7 @@ class Host:
             "CLORE_RUNNER_TOKEN": ADMIN_TOKEN,
             "GITHUB_REPOSITORY": REPO,
             "GITHUB_API_URL": self.github.url,
+            "CLORE_RUN_CACHE": str(self.tmp / "cache"),  # the runner package, fetched once
         }
         self.fake.on_order_end = self._order_ended
 

@@ -31,11 +31,13 @@ def test_a_host_that_fails_is_skipped_for_the_next_offer(host: Host) -> None:
 
 
 def test_an_install_that_fails_gives_back_the_server_and_the_registration(host: Host) -> None:
-    args = host.start_args()
-    args[args.index(host.github.package_sha256)] = "0" * 64  # the package does not match
-    started = host.invoke(args)
+    import hashlib  # only this test makes a package of its own
+
+    host.github.package = b"not a tarball"  # its checksum is right: the server cannot unpack it
+    host.github.package_sha256 = hashlib.sha256(host.github.package).hexdigest()
+    started = host.invoke(host.start_args())
     assert started.exit_code == 3, started.output
-    assert "SHA-256 mismatch" in started.output and "installing the runner on" in started.output
+    assert "cannot unpack" in started.output and "installing the runner on" in started.output
     (order,) = host.fake.orders.values()
     assert not order.live
     assert len(host.github.removed) == 1
@@ -43,6 +45,16 @@ def test_an_install_that_fails_gives_back_the_server_and_the_registration(host: 
     folder = next(host.home.glob("clore-*"))
     assert not (folder / ".jitconfig").exists()  # never left on the server
     assert not (host.tmp / "record.json").exists()
+
+
+def test_a_package_that_does_not_match_its_checksum_rents_nothing(host: Host) -> None:
+    """The package is fetched (and checked) on this machine before anything is rented."""
+    args = host.start_args()
+    args[args.index(host.github.package_sha256)] = "0" * 64
+    started = host.invoke(args)
+    assert started.exit_code == 3, started.output
+    assert "SHA-256" in started.output and host.fake.calls("create_order") == []
+    assert host.github.runners == {} and len(host.github.removed) == 1
 
 
 def test_a_budget_that_cannot_cover_the_worst_case_rents_nothing(host: Host) -> None:

@@ -88,6 +88,23 @@ def _port_list(value: Any) -> list[str]:
     return _flatten_strings(value)
 
 
+def _echo_text(value: Any) -> str | None:
+    """`http_port` as whatever the API sends it: "8080" (the one capture), 8080 (the official
+    SDK's type), "8080/http", a list of them. Kept as one safe line, a list joined by commas,
+    for the ownership check to read tolerantly (ownership.read_echo); nothing is dropped."""
+    if value is None or value == "" or value == []:
+        return None
+    if isinstance(value, (list, tuple)):
+        return ",".join(_one_line(str(v)) for v in value) or None
+    return _one_line(str(value)) or None
+
+
+def _maybe_bool(value: Any) -> bool | None:
+    """A flag whose absence is not "no": `spot` is missing from the on-demand capture, and no
+    spot order was ever captured, so an absent `spot` says nothing about the order's type."""
+    return None if value is None else _as_bool(value)
+
+
 def _as_bool(value: Any) -> bool:
     """Flags arrive as true/false, 0/1 or null; null means "no"."""
     if isinstance(value, str):
@@ -96,6 +113,8 @@ def _as_bool(value: Any) -> bool:
 
 
 Flag = Annotated[bool, BeforeValidator(_as_bool)]
+MaybeFlag = Annotated[bool | None, BeforeValidator(_maybe_bool)]
+Echo = Annotated[str | None, BeforeValidator(_echo_text)]
 Num = Annotated[float | None, BeforeValidator(_to_float)]
 Text = Annotated[str | None, BeforeValidator(_as_text)]
 Strings = Annotated[list[str], BeforeValidator(_lines)]
@@ -174,11 +193,11 @@ class Order(_Reply):
     online: Flag = False
     # 0 or 1 while the container deploys (its image pulls), 2 once deployed (reference §9).
     mon_container: Num = None
-    spot: Flag = False
+    spot: MaybeFlag = None  # None: the reply has no `spot` key (the on-demand capture has none)
     expired: Flag = False
     pub_cluster: Hosts = Field(default_factory=list)
     tcp_ports: Ports = Field(default_factory=list)  # ["22:1972"]: container:public
-    http_port: Text = None
+    http_port: Echo = None  # our ownership tag, in whatever shape (see ownership.read_echo)
     http_pub: Text = None
     specs: Specs | None = None
     reliability: Num = None

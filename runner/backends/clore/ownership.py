@@ -14,9 +14,17 @@ tag is written to the ledger row before the request goes out. An order is ours o
   chose (image, currency, spot, the bid) agrees. These only ever rule an order out: a time
   window proves nothing, since another run's create can fall in it;
 - no other rental already owns the order, and no second order fits the same claim.
-An order echoing another tag is not ours, whenever it was made. One that echoes no tag at all
-(the API left `http_port` out), or echoes ours with something else off, proves nothing either
-way: listed with the reason, never cancelled, the rental kept open (`unproven`).
+An order echoing another create's tag is not ours, whenever it was made. One that echoes no
+tag at all (the API left `http_port` out), a port no create of ours draws (a defaulted one), a
+shape we cannot read, or ours with something else off (even its `ct`), proves nothing either
+way: listed with the reason, never cancelled by a guess, the rental kept open (`unproven`). A
+tag match is at worst unproven, never "not ours": the evidence for `ct` is one capture, and
+what it stamps (the create? the deploy?) is unknown.
+
+The echo is read tolerantly (`read_echo`): the one capture shows the container port as the
+string we sent ("8080"); the official SDK types it an integer; "PORT/http" or a list are what
+a proxy-minded API could answer. Each is read as the ports it names; anything else is logged
+once and read as "unknown shape", never as another tag.
 
 A create the API refused (codes 2-6: server-already-rented, too_low_price, not_enough_balance,
 ...) made nothing: its row is `failed` and never looked for again. Only an ambiguous failure
@@ -24,16 +32,24 @@ A create the API refused (codes 2-6: server-already-rented, too_low_price, not_e
 
 Why an HTTP port: of what `create_order` takes, only the image, the currency, the bid and the
 ports come back in `my_orders` (`env`, `ssh_key`, `jupyter_token`, `command` do not), and only a
-port can carry a random value without changing what runs. The tag is drawn from the dynamic
-range (49152-65535), where servers seldom listen: Clore's proxy publishes whatever listens on it
-at the order's `http_pub`. Two racing creates on one host share a tag with odds 1 in 16,384, and
-even then the image, currency and window must agree as well.
+port can carry a random value without changing what runs.
+
+Why 3002-9999: the ports seen accepted as an order's HTTP port are 8080, 8188, 8888 and 3000,
+none above 10000 (reference §9). A tag the API might refuse or replace with a default would
+make every order of ours unprovable, so tags are drawn where the evidence is, not from the
+dynamic range (49152-65535) older versions used. Clore's proxy publishes whatever listens on the
+tag at the order's `http_pub`, so the ports well-known services listen on (`SERVICE_PORTS`:
+jupyter, gradio, tensorboard, databases, ...) are never drawn: a job's own server is not put on
+a public URL by our proof. About 6,900 ports remain: two racing creates on one host share a
+tag with odds 1 in 6,900, and even then the image, currency and window must agree as well.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
+import re
 import secrets
 import threading
 from collections.abc import Collection, Iterable
@@ -43,6 +59,9 @@ from typing import Protocol
 
 from runner.backends.clore.models import Order
 from runner.stores.ledger import LedgerError, Rental, RentalLedger
+from runner.untrusted import console_line
+
+log = logging.getLogger(__name__)
 
 # Without one reply carrying a `Date`, our clock and the API's are assumed this far apart at most.
 UNMEASURED_OFFSET_S = 30.0
@@ -53,7 +72,21 @@ LISTING_LAG_S = 15.0
 # connect and read timeouts.
 LONGEST_CREATE_S = 70.0
 _PRICE_TOLERANCE = 1e-6  # relative: the bid comes back as the JSON number we sent
-TAG_LOW, TAG_HIGH = 49152, 65535  # the dynamic port range: where a tag is drawn from
+TAG_LOW, TAG_HIGH = 3002, 9999  # where a tag is drawn from (see the module's doc)
+OLD_TAG_LOW, OLD_TAG_HIGH = 49152, 65535  # where older versions drew theirs (their rows live on)
+# Ports well-known servers listen on: never drawn, so that no job's own server is published at
+# the order's public URL by our tag; one of them echoed back is no create's tag (a default?).
+SERVICE_PORTS = frozenset(
+    {3306, 3389, 4000, 4040, 4200, 4443, 5000, 5001, 5005, 5173, 5432, 5555, 5601, 5672}
+    | {5900, 5901, 6006, 6379, 6443, 6543, 6660, 6666, 6667, 6669, 6789, 6800, 6881, 7000}
+    | {7001, 7474, 7860, 7861, 8000, 8001, 8008, 8069, 8080, 8081, 8082, 8088, 8123, 8188}
+    | {8265, 8443, 8500, 8501, 8787, 8888, 8889, 9000, 9001, 9090, 9091, 9200, 9229, 9300}
+    | {9418, 9443, 9999}
+)
+_TAGS = tuple(p for p in range(TAG_LOW, TAG_HIGH + 1) if p not in SERVICE_PORTS)
+# One port as an echo may write it: "8080", "8080/http", "8080.0" (a float), "8080:31234"
+# (container:public, as `tcp_ports` writes them).
+_ECHOED_PORT = re.compile(r"\s*(\d{1,5})(?:\.0+)?\s*(?:/\s*[A-Za-z]+|:\s*\d{1,5})?\s*")
 
 
 def order_of(rental: Rental) -> int | None:
@@ -69,8 +102,67 @@ def record_order(ledger: RentalLedger, rental_id: int, order_id: int) -> None:
 
 
 def new_tag() -> int:
-    """A fresh tag for one create: a container port in the dynamic range, drawn at random."""
-    return TAG_LOW + secrets.randbelow(TAG_HIGH - TAG_LOW + 1)
+    """A fresh tag for one create: a container port drawn at random where the evidence shows
+    HTTP ports accepted, leaving out the ports well-known services listen on."""
+    return _TAGS[secrets.randbelow(len(_TAGS))]
+
+
+def is_a_tag(port: int) -> bool:
+    """Could a create of clore-run (this version or an older one) have drawn `port`? An echo
+    of any other port is no create's tag: the API may have put a default in its place."""
+    drawn_now = TAG_LOW <= port <= TAG_HIGH and port not in SERVICE_PORTS
+    return drawn_now or OLD_TAG_LOW <= port <= OLD_TAG_HIGH
+
+
+@dataclass(frozen=True)
+class EchoReading:
+    """What an order's `http_port` says, read tolerantly: the ports it names, and whether any
+    part of it was in a shape we do not know."""
+
+    ports: frozenset[int] = frozenset()
+    unknown: bool = False
+
+    @property
+    def absent(self) -> bool:
+        return not self.ports and not self.unknown
+
+
+_shapes_logged: set[str] = set()
+_shapes_lock = threading.Lock()
+
+
+def read_echo(text: str | None) -> EchoReading:
+    """The ports an echo names: "8080", 8080, "8080/http", a list of them (the model joins a
+    list with commas). A part in any other shape is logged once (as one safe line, cut short)
+    and makes the reading `unknown`: proof of nothing, never of another tag."""
+    if text is None or not text.strip():
+        return EchoReading()
+    ports: set[int] = set()
+    unknown = False
+    for part in text.split(","):
+        match = _ECHOED_PORT.fullmatch(part)
+        if match is None or not 0 < int(match.group(1)) <= 65535:
+            unknown = True
+            _log_shape_once(part)
+            continue
+        ports.add(int(match.group(1)))
+    return EchoReading(frozenset(ports), unknown)
+
+
+def _log_shape_once(part: str) -> None:
+    """An echo we cannot read, said once per shape (digits folded) so a run polling every few
+    seconds does not repeat it; the text comes from the API, so it is one safe line, cut."""
+    safe = console_line(part)
+    shape = re.sub(r"\d+", "N", safe)[:40]
+    with _shapes_lock:
+        if shape in _shapes_logged:
+            return
+        _shapes_logged.add(shape)
+    log.warning(
+        "my_orders shows an http_port in a shape clore-run does not know: %r; an order "
+        "showing it is treated as unproven (maybe ours), never as another run's",
+        safe[:80],
+    )
 
 
 @dataclass(frozen=True)
@@ -214,12 +306,25 @@ class Claim:
 
     def tag_mismatch(self, order: Order) -> str | None:
         """Why the tag `order` echoes is not ours (None: it is ours)."""
-        echoed = (order.http_port or "").strip()
-        if not echoed:
+        reading = read_echo(order.http_port)
+        if self.tag is not None and self.tag in reading.ports:
+            return None
+        if reading.absent:
             return f"it echoes no tag (http_port), ours was {self.tag}"
-        if echoed != str(self.tag):
-            return f"its tag (http_port) is {echoed}, ours was {self.tag}"
-        return None
+        if reading.unknown:
+            return f"its http_port {order.http_port!r} is in a shape we cannot read"
+        return f"its tag (http_port) is {order.http_port}, ours was {self.tag}"
+
+    def tag_matches(self, order: Order) -> bool:
+        return self.tag is not None and self.tag in read_echo(order.http_port).ports
+
+    def another_tag(self, order: Order) -> bool:
+        """Does `order` echo, readably, only tags of other creates? That alone proves it is
+        not ours; an absent, unreadable or defaulted echo proves nothing."""
+        reading = read_echo(order.http_port)
+        if reading.unknown or not reading.ports or self.tag in reading.ports:
+            return False
+        return all(is_a_tag(port) for port in reading.ports)
 
     def _echo_mismatch(self, order: Order) -> str | None:
         checks = (
@@ -283,32 +388,46 @@ def find_ours(orders: Iterable[Order], claim: Claim, taken: Collection[int] = ()
 def after_success(
     orders: Iterable[Order], claim: Claim, taken: Collection[int] = ()
 ) -> Order | None:
-    """After a create the API answered as a success, while the tag is not listed yet: the one
-    live order on the server, made in the create's window, that lists no tag at all and
-    whose echoed image, currency and bid agree. A server holds one renter at a time, so with
-    our create accepted an order listed on it since then is ours; an order still listed from
-    before (a cancel lagging) is outside the window. Only the run that got the answer may
-    use this: nothing later can tell that the answer was a success."""
+    """After a create the API answered as a success: the one live order on the server whose
+    echoed image, currency and bid agree and that either echoes our tag and was stamped after
+    our send (however late: what `ct` stamps is unknown), or, while the tag is not listed yet,
+    was made in the create's window and shows no tag we can read as another create's. A
+    server holds one renter at a time, so with our create accepted an order listed on it since
+    then is ours; an order still listed from before (a cancel lagging) is outside the window.
+    Only the run that got the answer may use this: nothing later can tell that the answer was
+    a success."""
     low, high = claim.window()
-    fits = [
+    live = [
         o
         for o in orders
         if o.si == claim.server_id
         and o.id not in taken
         and not o.expired
-        and not (o.http_port or "").strip()
-        and o.ct is not None
-        and low <= o.ct <= high
         and claim._echo_mismatch(o) is None
     ]
-    return fits[0] if len(fits) == 1 else None
+    # Our tag on an order stamped after our send: the server had no other renter since our
+    # accepted create, so it is ours however late `ct` stamps it (what it stamps is unknown).
+    tagged = [o for o in live if claim.tag_matches(o) and (o.ct is None or low <= o.ct)]
+    if len(tagged) == 1:
+        return tagged[0]
+    fits = [
+        o
+        for o in live
+        if not claim.tag_matches(o)
+        and not claim.another_tag(o)
+        and o.ct is not None
+        and low <= o.ct <= high
+    ]
+    return fits[0] if len(fits) == 1 and not tagged else None
 
 
 def _maybe_ours(order: Order, claim: Claim) -> bool:
-    """An order that failed a check yet may be ours: it echoes our tag, or none at all, and
-    was made in the create's window (or says not when)."""
-    echoed = (order.http_port or "").strip()
-    if echoed and echoed != str(claim.tag):
+    """An order that failed a check yet may be ours: it echoes our tag (whatever else is
+    off), or shows none we can read as another create's and was made in the create's window
+    (or says not when)."""
+    if claim.tag_matches(order):
+        return True
+    if claim.another_tag(order):
         return False
     low, high = claim.window()
     return order.ct is None or low <= order.ct <= high

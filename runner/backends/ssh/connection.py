@@ -13,6 +13,7 @@ from __future__ import annotations
 import socket
 import threading
 from dataclasses import dataclass
+from typing import BinaryIO
 
 import paramiko
 
@@ -103,7 +104,9 @@ class SshConnection:
             raise InfrastructureError(f"{self.endpoint}: cannot start a command: {exc}") from exc
         return chan
 
-    def run(self, command: str, stdin: bytes = b"", timeout_s: float = 60.0) -> CommandResult:
+    def run(
+        self, command: str, stdin: bytes | BinaryIO = b"", timeout_s: float = 60.0
+    ) -> CommandResult:
         """Run a short command to completion and capture its output.
 
         For small bookkeeping commands; jobs go through `ssh_exec`, which streams. Of each output
@@ -142,10 +145,16 @@ def exit_status(chan: paramiko.Channel, wait_s: float) -> int | None:
     return chan.exit_status if chan.exit_status >= 0 else None
 
 
-def _send_all(conn: SshConnection, chan: paramiko.Channel, data: bytes) -> None:
+def _send_all(conn: SshConnection, chan: paramiko.Channel, data: bytes | BinaryIO) -> None:
+    """Send `data` as the command's stdin: bytes, or a file streamed in chunks (a runner
+    package of ~200 MB is not read into memory)."""
     try:
-        if data:
-            chan.sendall(data)
+        if isinstance(data, bytes):
+            if data:
+                chan.sendall(data)
+        else:
+            for chunk in iter(lambda: data.read(256 * 1024), b""):
+                chan.sendall(chunk)
         chan.shutdown_write()
     except OSError as exc:  # the command exited early, or the connection died
         if not conn.alive:

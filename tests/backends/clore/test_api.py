@@ -19,6 +19,7 @@ from runner.backends.clore.api import (
     RetryPolicy,
 )
 from runner.backends.clore.market import offers_from_servers, spot_bid_per_day
+from runner.backends.clore.ownership import SERVICE_PORTS
 from runner.errors import InfrastructureError
 from tests.fakes.clore_api import API_KEY, FakeClore, Fault, Faults
 
@@ -375,7 +376,8 @@ def test_spot_order_bid_and_price_changes(fake_clore: FakeClore) -> None:
 
 def test_order_request_body() -> None:
     request = on_demand()
-    assert 49152 <= request.tag <= 65535
+    # Where HTTP ports were seen accepted (3000-8888), never a well-known service's port.
+    assert 3002 <= request.tag <= 9999 and request.tag not in SERVICE_PORTS
     assert request.body() == {
         "renting_server": 88028,
         "type": "on-demand",
