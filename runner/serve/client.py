@@ -105,7 +105,9 @@ class Client:
                 f"{self.server} answered {reply.status_code}: {_detail(body)}"
             )
         if reply.status_code == 401:
-            raise ClientError(f"{self.server} refused the token: {_detail(body)}", body, BAD_TOKEN)
+            raise ClientError(
+                f"{self.server} refused the token (401): {_detail(body)}", body, BAD_TOKEN
+            )
         if reply.status_code >= 400:
             raise ClientError(f"{reply.status_code}: {_detail(body)}", body)
 
