@@ -179,6 +179,7 @@ class Service:
                 before_attempt_ends=self._spend_before_end,
                 notice=log.warning,
                 tick_s=MAX_WAIT_S,
+                server_waits=True,
             ),
         )
         self._submit_lock = threading.Lock()

@@ -311,6 +311,13 @@ class CloreBackend:
         self.hosts.close()
         self._check_ledger()
 
+    @property
+    def orders_unproven(self) -> tuple[tuple[str, str], ...]:
+        """Orders this run's creates made that could not be proven ours, left running: what
+        happened and what to do, each. `run` names them at its end and exits 3."""
+        with self.provisioner._lock:
+            return tuple(self.provisioner.unproven)
+
     def _check_ledger(self) -> None:
         """Say so when this run leaves a rental it could not confirm released (an ambiguous
         create whose order never showed, a cancel the API did not confirm): it may bill."""
@@ -472,6 +479,10 @@ class CloreBackend:
             if not self.provisioner.cover(held.rental, job):
                 raise InfrastructureError(f"{job.id}: the budget pool cannot cover it now")
             held.rental.skipped = self._skipped.pop(job.id, []) + held.rental.skipped
+            if held.rental.job_id != job.id or "billed_usd" in held.rental.facts:
+                # A server that waited for this job (kept warm, rented for warmth or for
+                # another job): the time since its last bill was idle, nobody's job's.
+                self._idle_usd += self._bill(held.rental)
             held.job = job
             held.place = self._place(held.rental)
             held.place.facts.update(self.hedges.facts(job.id, server))

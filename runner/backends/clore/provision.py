@@ -22,7 +22,7 @@ from runner.backends.clore.api import CloreClient, OrderRequest, may_have_create
 from runner.backends.clore.fees import FeeSchedule, read_fee_schedule
 from runner.backends.clore.market import Offer, per_hour, spot_bid_per_day
 from runner.backends.clore.models import Order, SpotMarket
-from runner.backends.clore.ownership import LedgerMarks, order_of, record_order
+from runner.backends.clore.ownership import LedgerMarks, order_of, read_echo, record_order
 from runner.backends.clore.ratelimit import RequestAborted
 from runner.backends.clore.settings import image_runs_sshd
 from runner.backends.ssh.connection import ConnectOptions, Endpoint, SshConnection, connect
@@ -59,6 +59,23 @@ class SshNeverAnswered(SkipOffer):
 
 class ProvisionCancelled(InfrastructureError):
     """The run was cancelled while this rental was being set up (the order is cancelled)."""
+
+
+def _proof(order: Order, tag: int | None) -> str:
+    """Why `order` was taken for ours, in words for the ledger."""
+    if tag is not None and tag in read_echo(order.http_port).ports:
+        return f"it echoes our tag {tag} (http_port {order.http_port!r}) on server {order.si}"
+    return (
+        f"the one order listed on server {order.si} since our accepted create, in its window, "
+        f"showing no other create's tag (http_port {order.http_port!r}; ours {tag})"
+    )
+
+
+def _cancel_hint(run_id: str) -> str:
+    return (
+        f"if no other run uses this API key, `clore-run cleanup --run {run_id} "
+        "--cancel-unproven` cancels it; else check it on clore.ai"
+    )
 
 
 def _wait_on_event(seconds: float, cancel: threading.Event) -> None:
@@ -118,6 +135,7 @@ class Rental:
     # A cancel went out (the API took it): whoever knows the order first sends it, the
     # run's shutdown or the rent's own thread, and the other does not send it again.
     cancel_sent: bool = False
+    tag: int | None = None  # the tag the last create carried (the ownership proof)
     skipped: list[str] = field(default_factory=list)  # hosts tried before this one, and why
     max_usd_per_hour: float | None = None  # the job's cap, fee included: bids stay under it
 
@@ -166,6 +184,9 @@ class Provisioner:
     # cancels having gone out, and what is unconfirmed is left to `clore-run cleanup`.
     hurry: threading.Event = field(default_factory=threading.Event, init=False)
     _cancels: threading.Lock = field(default_factory=threading.Lock, init=False)
+    # Orders that may be ours and could not be proven (a line each): left running, named at
+    # the run's end (screen, summary.json's warnings, an `::error::`), exit 3.
+    unproven: list[tuple[str, str]] = field(default_factory=list, init=False)  # (what, hint)
 
     def fees(self) -> FeeSchedule:
         """The account's fees, read once per run (the documented ones if that fails)."""
@@ -203,6 +224,9 @@ class Provisioner:
         self._note_fee(rental, order)
         try:  # the order exists: from here on, every failure cancels it
             record_order(self.ledger, rental.rental_id, order.id)
+            self.ledger.record_verdict(
+                rental.rental_id, "ours", _proof(order, rental.tag), str(order.id)
+            )
             self.ledger.set_state(rental.rental_id, "ordered")
             stages.stage("booting", f"order {order.id}")
             order = self._wait_online(order.id, cancel, rental, self.boot_timeout_s(job))
@@ -364,8 +388,13 @@ class Provisioner:
             self.ledger.set_state(rental.rental_id, "failed", str(exc))
             self._settle_pool(rental.reservation, 0.0)
             raise RunMustStop(str(exc)) from None
+        except api_errors.OrderOutcomeUnknownError as exc:
+            if exc.accepted or exc.maybe_ours:
+                raise self._unproven(rental, exc) from None
+            self.ledger.set_state(rental.rental_id, "intent", str(exc))
+            raise SkipOffer(f"server {rental.offer.server_id}: {exc}") from None
         except api_errors.CloreApiError as exc:
-            if isinstance(exc, api_errors.OrderOutcomeUnknownError) or may_have_created(exc):
+            if may_have_created(exc):
                 # Maybe billed, though not found yet: the intent stays open for `cleanup`,
                 # which looks again; `failed` would hide a server that shows up later.
                 self.ledger.set_state(rental.rental_id, "intent", str(exc))
@@ -374,12 +403,36 @@ class Provisioner:
                 self._settle_pool(rental.reservation, 0.0)
             raise SkipOffer(f"server {rental.offer.server_id}: {exc}") from None
 
+    def _unproven(self, rental: Rental, exc: api_errors.OrderOutcomeUnknownError) -> RunMustStop:
+        """A create that made an order (it was accepted, or one on its server may be ours)
+        whose order could not be proven ours, even looking longer. It is not cancelled (only
+        proof makes an order ours) nor dropped: the row stays open with the verdict and its
+        reason, the run names it at its end and exits 3. Renting on would only leave more
+        orders like it: the run stops."""
+        server = rental.offer.server_id
+        maybe = ", ".join(map(str, exc.maybe_ours))
+        what = "accepted" if exc.accepted else "answered with an error"
+        named = f"order {maybe} may be ours" if maybe else "its order is not listed yet"
+        line = (
+            f"server {server}: the create was {what} but no order was proven ours ({named}); "
+            f"it may be running and billed (run {self.run_id})"
+        )
+        self.ledger.set_state(rental.rental_id, "intent", f"unproven: {exc}")
+        self.ledger.record_verdict(
+            rental.rental_id, "unproven", f"{exc.message}; {exc.why}".rstrip("; "), maybe or None
+        )
+        hint = _cancel_hint(self.run_id)
+        with self._lock:
+            self.unproven.append((line, hint))
+        return RunMustStop(line, hint)
+
     def _send_create(self, rental: Rental, job: Job, cancel: threading.Event) -> Order:
         """One create, with the ledger's ownership marks; the orders the ledger's other
         rentals hold are not this create's to adopt."""
         taken = {o for r in self.ledger.unreleased() if (o := order_of(r)) is not None}
         marks = LedgerMarks(self.ledger, rental.rental_id)
         request = self._request(rental, job)
+        rental.tag = request.tag
         return self.client.create_order(request, abort=cancel, journal=marks, taken=taken)
 
     def _request(self, rental: Rental, job: Job) -> OrderRequest:
