@@ -7,9 +7,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from runner.serve.client import key_path
 from tests.processes import marked_env
 from tests.serve.harness import _ENTRY, FINAL, TOKEN, cli, thread_server
+
+# Each test starts a real `serve` and the CLI as processes: the slow lane.
+pytestmark = pytest.mark.slow
 
 AUTH = {"CLORE_RUN_TOKEN": TOKEN}
 

@@ -30,6 +30,7 @@ from runner.backends.ssh.keys import ClientKey, HostKeyStore
 from runner.clock import Clock
 from runner.core import money
 from runner.core.model import Job
+from runner.core.rental_length import worst_hold_s
 from runner.errors import InfrastructureError, RunMustStop
 from runner.stores.ledger import LedgerError, RentalLedger, State
 from runner.stores.pools import Reservation
@@ -264,7 +265,9 @@ class Provisioner:
             price = offer.usd_per_hour(spot) or 0.0  # no bid fits: renting will skip the offer
         else:
             price = self.usd_per_hour(offer, price_per_day, spot)
-        hold_s = self.boot_timeout_s(job) + job.timeout_s
+        # The core's own figure for the rental (its budget reserves the same): plan, run and
+        # a pool all count one worst case.
+        hold_s = worst_hold_s(self.options.online_timeout_s, job)
         fee_usd = self.creation_fee_usd(offer, spot)
         return money.worst_case_usd(price, hold_s, fee_usd, bill.CREATION_FEE_GRACE_S)
 
