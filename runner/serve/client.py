@@ -69,7 +69,9 @@ class Client:
                 stream=True,
             )
         except requests.RequestException as exc:
-            raise InfrastructureError(f"cannot reach {self.server}: {_short(exc)}") from None
+            raise InfrastructureError(
+                f"cannot reach {self.server}: {_short(exc)}", UNREACHABLE
+            ) from None
         with reply:
             if reply.status_code >= 400:
                 self._check(reply, _json(reply))
