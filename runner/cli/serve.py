@@ -284,5 +284,22 @@ def _stats_text(stats: dict[str, Any]) -> str:
             f"spend: ${stats['spend_usd_today']:.2f} today"
             + (f" of ${limit:.2f}" if limit is not None else "")
             + f", ${stats['spend_usd_total']:.2f} in all",
+            *_idle_text(stats),
         ]
     )
+
+
+def _idle_text(stats: dict[str, Any]) -> list[str]:
+    """Idle money, its own figure: today's, against --idle-budget, by GPU type."""
+    budget = stats.get("idle_budget_usd")
+    rows = stats.get("idle_by_day") or []
+    if budget is None and not rows:
+        return []
+    today = max((r["day"] for r in rows), default="")
+    by_gpu = ", ".join(f"{r['gpu'] or 'server'} ${r['usd']:.2f}" for r in rows if r["day"] == today)
+    of = f" of ${budget:.2f} idle budget" if budget is not None else ""
+    return [
+        f"idle: ${stats.get('idle_usd_today', 0.0):.2f} today{of}"
+        + (f" ({by_gpu})" if by_gpu else "")
+        + " - servers rented and running no job, in no job's cost"
+    ]
