@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from runner.backends.base import Backend, Place
+from runner.backends.base import Backend, HandsOver, Place
 from runner.backends.local_orphans import ENV_NAME
 from runner.backends.spec import Reconcile
 from runner.clock import SYSTEM_CLOCK, Clock
@@ -145,6 +145,8 @@ class Service:
     ) -> None:
         self.store = store
         self.backend = backend
+        if isinstance(backend, HandsOver):  # every job carries the instance's token (below)
+            backend.handover_mark = f"{ENV_NAME}={options.instance}"
         self.options = options
         self.clock = clock
         runner = AttemptRunner(
@@ -285,6 +287,12 @@ class Service:
         if self.shared is None or path.exists():
             return None
         return log_elsewhere(self.shared, self.options.instance, job_id)
+
+    def idle_rows(self) -> list[tuple[str, str, float, float]]:
+        """Idle money, (YYYY-MM-DD, GPU model, USD, seconds), oldest first: what rented
+        servers cost while they ran no job, the stretches going on included."""
+        figures = self._ask(self.placing.book.idle_figures)
+        return [(_date(day), gpu, f.usd, f.seconds) for (day, gpu), f in sorted(figures.items())]
 
     @property
     def servers_held(self) -> int:
@@ -522,6 +530,10 @@ def _with_message(attempt: Attempt, message: str) -> Attempt:
         attempt.number, attempt.started_at, attempt.finished_at, attempt.exit_code,
         FailureKind.SERVER_LOST, message, attempt.server, attempt.cost_usd, attempt.facts,
     )  # fmt: skip
+
+
+def _date(day: int) -> str:
+    return dt.datetime.fromtimestamp(day * 86_400, dt.timezone.utc).strftime("%Y-%m-%d")
 
 
 def _day_start(now: float) -> float:

@@ -151,7 +151,8 @@ def test_two_domains_interleaved_never_share_a_server() -> None:
             j = Job(id=f"j{i}", name=f"j{i}", run="true", gpu=GpuAsk(type="4090"), trust=domain)
             arrivals.append(Arrival(at, j, rng.uniform(30, 400)))
         policy = WarmPolicy(keep_warm_s=1800, pools=(WarmPool("4090", 1, None),))
-        result = simulate_queue(arrivals, offers, policy, cap=4)
+        result = simulate_queue(arrivals, offers, policy, cap=4, dirty_chance=0.2, seed=seed)
         assert len(result.waits_s) == 60
         assert result.warm_starts > 0  # warmth did something
         assert result.cross_domain_reuses == 0
+        assert result.dirty_reuses == 0  # a server that failed its handover ran nothing more

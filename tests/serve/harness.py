@@ -28,7 +28,7 @@ from runner.core.warm_policy import COLD, WarmPolicy
 from runner.serve.app import create_app
 from runner.serve.service import Service, ServiceOptions
 from runner.stores.queue.sqlite import SqliteQueue
-from tests.processes import marked_env
+from tests.processes import default_signals, marked_env
 
 TOKEN = "t-" + secrets.token_urlsafe(24)
 FINAL = {"passed", "failed", "timed_out", "error", "skipped", "cancelled"}
@@ -235,6 +235,7 @@ def start_serves(
             stderr=err,
             text=True,
             env=marked_env({**(env or {}), "CLORE_RUN_TOKEN": token}),
+            preexec_fn=default_signals,
         )
         for err in errors
     ]

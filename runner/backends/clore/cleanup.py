@@ -29,7 +29,9 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Literal
 
+from runner.backends.clore import bill
 from runner.backends.clore.api import CloreClient
+from runner.backends.clore.ended import ended_cost_usd
 from runner.backends.clore.errors import CloreApiError
 from runner.backends.clore.models import Order
 from runner.backends.clore.ownership import (
@@ -42,6 +44,7 @@ from runner.backends.clore.ownership import (
     record_order,
 )
 from runner.clock import Clock
+from runner.core.money import usd_text
 from runner.stores.ledger import Rental, RentalLedger
 
 CONFIRM_WAIT_S = 5.0  # before the last look after a second cancel (G-gv waited 2-12 s)
@@ -290,7 +293,18 @@ def _verdict(rental: Rental, match: _Match, *, dry_run: bool) -> Action:
         return Action(rental, "cancelled", order_id, dry_run=dry_run)
     if order is None and rental.order_id is None:
         return Action(rental, "nothing-created", None, match.why, dry_run=dry_run)
-    return Action(rental, "ended", order_id, dry_run=dry_run)
+    return Action(rental, "ended", order_id, _ended_words(rental, order), dry_run=dry_run)
+
+
+def _ended_words(rental: Rental, order: Order | None) -> str:
+    """What an order that ended (by itself, or by a cancel we did not see confirmed) billed
+    up to its own end, in words; nothing when the listing does not say."""
+    cost = ended_cost_usd(rental, order) if order is not None else None
+    if order is None or cost is None:
+        return ""
+    lived_s = bill.ended_lived_s(order.ct, order.order_end)
+    when = f" after {lived_s / 60:.0f} min" if lived_s is not None else ""
+    return f"billed {usd_text(cost)} up to its end{when}"
 
 
 def _settle(ledger: RentalLedger, rental: Rental, match: _Match) -> Action:
@@ -302,7 +316,8 @@ def _settle(ledger: RentalLedger, rental: Rental, match: _Match) -> Action:
     else:
         if rental.order_id is None and action.order_id is not None:
             record_order(ledger, rental.id, action.order_id)
-        ledger.set_state(rental.id, "released", "cleanup: order already ended")
+        said = f" ({action.detail})" if action.detail else ""
+        ledger.set_state(rental.id, "released", f"cleanup: order already ended{said}")
     return action
 
 

@@ -23,7 +23,7 @@ from runner.cli.doctor import register
 from runner.stores.ledger.sqlite import SqliteLedger
 from tests.fakes.clore_api import API_KEY, FakeClore, Faults
 from tests.fakes.fake_clock import FakeClock
-from tests.processes import marked_env
+from tests.processes import default_signals, marked_env
 from tests.sshd_fixture import SshServer
 
 runner = CliRunner()
@@ -160,6 +160,7 @@ def test_the_weekly_canary_workflow_runs_the_canary_and_always_cleans_up() -> No
     assert upload["if"].startswith("always()")  # a failed canary's capture is the one to read
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_stops_the_canary_and_cancels_its_order(
     fake_clore: FakeClore, tmp_path: Path, sig: signal.Signals
@@ -183,6 +184,7 @@ def test_a_signal_stops_the_canary_and_cancels_its_order(
         text=True,
         cwd=tmp_path,
         env=env,
+        preexec_fn=default_signals,
     ) as proc:
         try:
             assert created.wait(60), "the canary never sent its create"
