@@ -29,11 +29,22 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Literal
 
+from runner.backends.clore import bill
 from runner.backends.clore.api import CloreClient
+from runner.backends.clore.ended import ended_cost_usd
 from runner.backends.clore.errors import CloreApiError
 from runner.backends.clore.models import Order
-from runner.backends.clore.ownership import ACCEPTED, Claim, find_ours, order_of, record_order
+from runner.backends.clore.ownership import (
+    ACCEPTED,
+    Claim,
+    Verdict,
+    after_success,
+    find_ours,
+    order_of,
+    record_order,
+)
 from runner.clock import Clock
+from runner.core.money import usd_text
 from runner.stores.ledger import Rental, RentalLedger
 
 CONFIRM_WAIT_S = 5.0  # before the last look after a second cancel (G-gv waited 2-12 s)
@@ -196,7 +207,18 @@ def _look_up(
     if wait > 0:
         client.limiter.back_off(wait)
         found = _look(pending, client.my_orders(return_completed=True), owned, accepted)
+    for pause in (settle_s / 2, settle_s, settle_s):
+        if not any(_deploying(m) for m in found.values()):
+            break
+        # An order that may be ours is still deploying: its tag may be listed only once it
+        # is deployed (nothing shows a booting order's echo), so look again, a bounded while.
+        client.limiter.back_off(pause)
+        found = _look(pending, client.my_orders(return_completed=True), owned, accepted)
     return found
+
+
+def _deploying(match: _Match) -> bool:
+    return match.unproven and any(not o.online and not o.expired for o in match.maybe)
 
 
 def _look(
@@ -204,7 +226,7 @@ def _look(
 ) -> dict[int, _Match]:
     """`_match`, then: a rental whose create the API accepted made an order, so finding none
     that may be it is never "nothing was created" (my_orders may list it late)."""
-    found = _match(pending, orders, owned)
+    found = _match(pending, orders, owned, accepted)
     for rental_id in accepted:
         match = found.get(rental_id)
         if match is not None and match.order is None and not match.unproven:
@@ -216,7 +238,9 @@ def _look(
     return found
 
 
-def _match(pending: list[Rental], orders: list[Order], owned: set[int]) -> dict[int, _Match]:
+def _match(
+    pending: list[Rental], orders: list[Order], owned: set[int], accepted: Collection[int] = ()
+) -> dict[int, _Match]:
     by_id = {o.id: o for o in orders}
     found = {r.id: _Match(by_id.get(order)) for r in pending if (order := order_of(r)) is not None}
     taken = set(owned)
@@ -228,6 +252,12 @@ def _match(pending: list[Rental], orders: list[Order], owned: set[int]) -> dict[
             found[rental.id] = _unclaimed(rental, orders)
             continue
         verdict = find_ours(orders, claim, taken)
+        if verdict.order is None and rental.id in accepted:
+            # The ledger shows the API accepted this create: the proof the run itself would
+            # have used (our tag, stamped after our send however late) holds after its death.
+            late = after_success(orders, claim, taken)
+            if late is not None:
+                verdict = Verdict(late, verdict.not_ours)
         why = verdict.describe()
         if verdict.maybe:
             named = ", ".join(str(o.id) for o in verdict.maybe)
@@ -263,7 +293,18 @@ def _verdict(rental: Rental, match: _Match, *, dry_run: bool) -> Action:
         return Action(rental, "cancelled", order_id, dry_run=dry_run)
     if order is None and rental.order_id is None:
         return Action(rental, "nothing-created", None, match.why, dry_run=dry_run)
-    return Action(rental, "ended", order_id, dry_run=dry_run)
+    return Action(rental, "ended", order_id, _ended_words(rental, order), dry_run=dry_run)
+
+
+def _ended_words(rental: Rental, order: Order | None) -> str:
+    """What an order that ended (by itself, or by a cancel we did not see confirmed) billed
+    up to its own end, in words; nothing when the listing does not say."""
+    cost = ended_cost_usd(rental, order) if order is not None else None
+    if order is None or cost is None:
+        return ""
+    lived_s = bill.ended_lived_s(order.ct, order.order_end)
+    when = f" after {lived_s / 60:.0f} min" if lived_s is not None else ""
+    return f"billed {usd_text(cost)} up to its end{when}"
 
 
 def _settle(ledger: RentalLedger, rental: Rental, match: _Match) -> Action:
@@ -275,7 +316,8 @@ def _settle(ledger: RentalLedger, rental: Rental, match: _Match) -> Action:
     else:
         if rental.order_id is None and action.order_id is not None:
             record_order(ledger, rental.id, action.order_id)
-        ledger.set_state(rental.id, "released", "cleanup: order already ended")
+        said = f" ({action.detail})" if action.detail else ""
+        ledger.set_state(rental.id, "released", f"cleanup: order already ended{said}")
     return action
 
 

@@ -139,12 +139,18 @@ class Rental:
     tag: int | None = None  # the tag the last create carried (the ownership proof)
     skipped: list[str] = field(default_factory=list)  # hosts tried before this one, and why
     max_usd_per_hour: float | None = None  # the job's cap, fee included: bids stay under it
+    # How long the order lived by the API's stamps (`order_end - ct`), once it has ended: an
+    # order that ended by itself (expired, preempted, its host gone) before our cancel was
+    # billed up to its own end, not up to when we noticed.
+    ended_lived_s: float | None = None
 
     @property
     def usd_per_unit(self) -> float:
         return self.offer.usd_per_unit or 0.0
 
     def lived_s(self, now_unix: float) -> float:
+        if self.ended_lived_s is not None:  # the API's own stamps, once the order has ended
+            return self.ended_lived_s
         end = self.cancelled_at if self.cancelled_at is not None else now_unix
         return max(0.0, end - self.held_since)
 
@@ -656,8 +662,11 @@ class Provisioner:
         deadline = self.clock.now() + window_s
         pause_s = self.options.first_confirm_pause_s
         while waiting:
-            for order_id, gone, spend in self._check(list(waiting)):
+            for order_id, gone, order in self._check(list(waiting)):
                 rental = waiting[order_id]
+                spend = self._ended_spend(rental, order) if gone else None
+                if spend is None and order is not None:
+                    spend = order.spend
                 if spend is not None:
                     finals[rental.rental_id] = self._settle(rental, spend)
                 if gone:
@@ -719,17 +728,25 @@ class Provisioner:
             return False
         return True
 
-    def _check(self, order_ids: list[int]) -> list[tuple[int, bool, float | None]]:
-        """(order id, gone?, spend) for each, from one my_orders call."""
+    def _check(self, order_ids: list[int]) -> list[tuple[int, bool, Order | None]]:
+        """(order id, gone?, the order as listed) for each, from one my_orders call."""
         try:
             orders = {o.id: o for o in self.client.my_orders(return_completed=True)}
         except api_errors.CloreApiError:
             return []
-        out: list[tuple[int, bool, float | None]] = []
+        out: list[tuple[int, bool, Order | None]] = []
         for order_id in order_ids:
             order = orders.get(order_id)
-            if order is None:
-                out.append((order_id, True, None))
-            else:
-                out.append((order_id, bool(order.expired), order.spend))
+            out.append((order_id, order is None or bool(order.expired), order))
         return out
+
+    def _ended_spend(self, rental: Rental, order: Order | None) -> float | None:
+        """What an ended order billed at its listed price (native), up to its own end; its
+        lifetime by the API's stamps is kept on the rental (the creation fee hangs on it)."""
+        if order is None:
+            return None
+        price = order.price or rental.price_per_day
+        lived_s = bill.ended_lived_s(order.ct, order.order_end, order.spend, price)
+        if order.order_end is not None and lived_s is not None:
+            rental.ended_lived_s = lived_s
+        return bill.ended_spend_native(order.spend, price, lived_s, rental.spot)
