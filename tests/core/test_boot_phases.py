@@ -143,12 +143,24 @@ def test_a_late_boot_races_two_hedges_and_the_first_up_sends_back_both_others() 
     assert d.start_of("a").server == h2.server
 
 
+def test_with_three_racing_the_oldest_not_online_gives_way_to_a_fresh_host() -> None:
+    d = Drive(pipeline(job("a")), hedge=HedgePolicy(), offers=d_offers(), cap=4)
+    run_timers_until(d, 150.0)
+    first, _, _ = d.rents()
+    run_timers_until(d, 179.0)
+    assert len(d.rents()) == 3 and d.releases() == []
+    run_timers_until(d, 180.0)  # the hedges are late 30 s after their rent: three racing
+    (gave_way,) = d.releases()
+    assert gave_way.server == first.server  # 30 s past its own lateness, not online
+    assert gave_way.reason.startswith("hedge: not online after 180 s")
+    assert len(d.rents()) == 4  # a fresh host in its place
+
+
 def test_when_one_racing_boot_fails_a_late_one_gets_a_hedge_in_its_place() -> None:
-    offers = [*d_offers()]
-    d = Drive(pipeline(job("a")), hedge=HedgePolicy(), offers=offers, cap=4)
+    d = Drive(pipeline(job("a")), hedge=HedgePolicy(racing_after_s=1e9), offers=d_offers())
     run_timers_until(d, 150.0)
     first, h1, h2 = d.rents()
-    d.at(300.0, RentFailed(first.server, "not online after 300 s"))  # gone: two racing
+    d.at(200.0, RentFailed(first.server, "not online after 200 s"))  # gone: two racing
     run_timers_until(d, 300.0)  # h1 and h2 (150 s old) are late: one more, up to three
     assert len(d.rents()) == 4
     assert d.rents()[-1].hedge_of in (h1.server, h2.server)
