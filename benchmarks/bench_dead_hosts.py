@@ -226,7 +226,8 @@ def three_dead_cheapest(seeds: int) -> None:
                 starts.append(first.first_start_s or first.makespan_s)
                 not_up.append(sum(h in CASE_DEAD for h in second.rented_hosts))
                 orders.append(first.rents)
-            print(f"  boots {boot_name:<22} {name:<14} first start {statistics.fmean(starts):5.0f} s "
+            start = statistics.fmean(starts)
+            print(f"  boots {boot_name:<22} {name:<14} first start {start:5.0f} s "
                   f"(max {max(starts):.0f} s), {statistics.fmean(orders):.1f} orders; second run "
                   f"rents {sum(not_up)} host(s) that did not come up")  # fmt: skip
 
