@@ -172,11 +172,15 @@ def submit(
     try:
         text = pipeline.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{pipeline}: cannot read it ({exc})") from None
+        why = exc.strerror.lower() if isinstance(exc, OSError) and exc.strerror else "not UTF-8"
+        raise UsageError(f"{pipeline}: cannot read it: {why}", "check the path") from None
     try:
         reply = Client(server).submit_pipeline(text, after or [])
     except ClientError as exc:
-        raise UsageError(_located(pipeline, exc)) from None
+        located = _located(pipeline, exc)
+        if located is None:  # refused as a request (a token, say), not for its content
+            raise
+        raise UsageError(located) from None
     for warning in reply.get("warnings", []):
         typer.echo(f"warning: {warning}", err=True)
     for job_id in reply["ids"]:
@@ -212,14 +216,15 @@ def cancel(
     typer.echo(f"{reply['id']}: {status_word(reply)}")
 
 
-def _located(pipeline: Path, exc: ClientError) -> str:
-    """Located problems from the server, named by the local file."""
+def _located(pipeline: Path, exc: ClientError) -> str | None:
+    """Located problems from the server, named by the local file; None when the server
+    refused the request rather than the pipeline."""
     from runner.serve.client import key_path
 
     body = exc.body
     items = body.get("detail") if isinstance(body, dict) else None
     if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
-        return str(exc)
+        return None
     lines = []
     for item in items:
         path = key_path(item.get("loc", []))

@@ -213,8 +213,10 @@ def execute(
         notes = (*_notes(options), *left)
         paths = write_reports(options.out_dir, record, options.baseline, notes=notes)
         github_actions.publish(paths)
+    reasons = {r.reason for r in record.results if r.reason}
     for warning in paths.warnings:
-        if warning not in left:
+        # Each cause said once: a job's line already said the API could not be reached.
+        if warning not in left and not any(warning.startswith(r) for r in reasons):
             console.notice(f"warning: {warning}")
     _final_report(console, paths, options.out_dir)
     code = EXIT_CODES[record.status]

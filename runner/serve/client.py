@@ -18,8 +18,8 @@ TIMEOUT_S = 30.0
 class ClientError(UsageError):
     """The server refused the request (4xx): exit 2. `body` is its JSON reply."""
 
-    def __init__(self, message: str, body: Any = None) -> None:
-        super().__init__(message)
+    def __init__(self, message: str, body: Any = None, hint: str = "") -> None:
+        super().__init__(message, hint)
         self.body = body
 
 
@@ -62,7 +62,7 @@ class Client:
                 stream=True,
             )
         except requests.RequestException as exc:
-            raise InfrastructureError(f"cannot reach {self.server}: {_short(exc)}") from None
+            raise self._unreachable(exc) from None
         with reply:
             if reply.status_code >= 400:
                 self._check(reply, _json(reply))
@@ -83,7 +83,7 @@ class Client:
         try:
             reply = self.session.request(method, self.server + path, timeout=TIMEOUT_S, **kwargs)
         except requests.RequestException as exc:
-            raise InfrastructureError(f"cannot reach {self.server}: {_short(exc)}") from None
+            raise self._unreachable(exc) from None
         body = _json(reply)
         self._check(reply, body)
         if not isinstance(body, dict):
@@ -95,8 +95,23 @@ class Client:
             raise InfrastructureError(
                 f"{self.server} answered {reply.status_code}: {_detail(body)}"
             )
+        if reply.status_code == 401:
+            # The server's own words name no variable: say which one carries the token.
+            raise ClientError(
+                f"{self.server} refused the request: {_detail(body)} (HTTP 401)",
+                body,
+                "set CLORE_RUN_TOKEN to a token the server accepts"
+                if not self.token
+                else "the token in CLORE_RUN_TOKEN was refused: check it with the server's admin",
+            )
         if reply.status_code >= 400:
             raise ClientError(f"{reply.status_code}: {_detail(body)}", body)
+
+    def _unreachable(self, exc: requests.RequestException) -> InfrastructureError:
+        return InfrastructureError(
+            f"cannot reach {self.server}: {_short(exc)}",
+            "is `clore-run serve` running there? --server (or CLORE_RUN_SERVER) says where",
+        )
 
 
 def _quote(job_id: str) -> str:
