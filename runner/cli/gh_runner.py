@@ -21,7 +21,7 @@ import typer
 
 from runner.cli.boundary import said as said_error
 from runner.cli.boundary import shaped
-from runner.cli.options import CoordinatorOption, LedgerOption, PoolOption
+from runner.cli.options import CoordinatorOption, LedgerOption, PoolOption, usd_option
 from runner.errors import CloreRunError, UsageError
 from runner.gh_runner.wiring import TOKEN_ENV, Wiring
 
@@ -59,14 +59,14 @@ def _start_command(wiring: Wiring) -> Callable[..., None]:
         gpu_count: Annotated[int, typer.Option(help="GPUs per server.")] = 1,
         min_vram: Annotated[float, typer.Option(help="GB per GPU.")] = 0.0,
         max_price: Annotated[
-            float | None, typer.Option(help="USD per hour for the server, renter fee included.")
+            float | None, usd_option(help="USD per hour for the server, renter fee included.")
         ] = None,
         spot: Annotated[bool, typer.Option("--spot", help="Rent spot (can be outbid).")] = False,
         image: Annotated[str | None, typer.Option(help="Docker image the job runs in.")] = None,
         runners: Annotated[int, typer.Option(help="How many runners (one server each).")] = 1,
         currency: Annotated[str, typer.Option(help="Order currency.")] = "CLORE-Blockchain",
         budget: Annotated[
-            float | None, typer.Option(help="USD: the runners' worst case must fit.")
+            float | None, usd_option(help="USD: the runners' worst case must fit.")
         ] = None,
         repo: Annotated[
             str | None, typer.Option(help="OWNER/NAME to register on (default $GITHUB_REPOSITORY).")
@@ -277,11 +277,16 @@ def _read_record(path: Path | None, text: str | None) -> RunnerRecord:
 
 
 def _run_id(wiring: Wiring) -> str:
+    """Unique to this start (two starts of one workflow run share its id and attempt): the
+    ledger's run id and, in a pool, the lease's holder, the same string."""
+    import secrets  # only a start makes a run id
+
     env = wiring.env
     run, attempt = env.get("GITHUB_RUN_ID", ""), env.get("GITHUB_RUN_ATTEMPT", "1")
+    tail = secrets.token_hex(3)
     if run:
-        return f"runner-{run}-{attempt}"
-    return f"runner-local-{int(wiring.clock.time())}"
+        return f"runner-{run}-{attempt}-{tail}"
+    return f"runner-local-{int(wiring.clock.time())}-{tail}"
 
 
 def _scope(repo: str | None, org: str | None, wiring: Wiring) -> Scope:

@@ -9,9 +9,10 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from runner.cli.boundary import one_of, say_errors
-from runner.cli.options import CoordinatorOption, LedgerOption
+from runner.cli.options import CoordinatorOption, LedgerOption, usd_option
 from runner.core.hosts import HostMemory
 from runner.core.model import GpuAsk
+from runner.core.rental_length import hold_for_s, hours_text
 from runner.errors import UsageError
 
 if TYPE_CHECKING:  # the Clore client and models load only when `offers` runs
@@ -20,7 +21,7 @@ if TYPE_CHECKING:  # the Clore client and models load only when `offers` runs
 
 ClientFactory = Callable[[], "CloreClient"]
 
-_COLUMNS = ("ID", "GPUS", "VRAM", "$/H", "SPOT $/H", "RELIAB", "CUDA", "LOC")
+_COLUMNS = ("ID", "GPUS", "VRAM", "$/H", "SPOT $/H", "RELIAB", "MAX LEN", "CUDA", "LOC")
 
 
 def register(app: typer.Typer, client_factory: ClientFactory | None = None) -> None:
@@ -34,12 +35,22 @@ def register(app: typer.Typer, client_factory: ClientFactory | None = None) -> N
         count: Annotated[int, typer.Option(min=1, help="At least this many GPUs")] = 1,
         min_vram: Annotated[float, typer.Option("--min-vram", help="GB per GPU")] = 0.0,
         max_price: Annotated[
-            float | None, typer.Option("--max-price", help="USD per hour, whole server")
+            float | None, usd_option("--max-price", help="USD per hour, whole server")
         ] = None,
         spot: Annotated[bool, typer.Option(help="Price and filter by the spot minimum")] = False,
         currency: Annotated[str, typer.Option(help="Order currency")] = "CLORE-Blockchain",
         as_json: Annotated[bool, typer.Option("--json", help="JSON instead of a table")] = False,
         limit: Annotated[int, typer.Option(min=1, help="Show at most this many")] = 20,
+        timeout_minutes: Annotated[
+            float | None,
+            typer.Option(
+                "--timeout-minutes",
+                min=0.0,
+                help="A job's timeout: offers whose maximum rental length (MAX LEN) cannot "
+                "hold it, with the boot bound before and fetching files after, are passed over "
+                "and said so, as `run` passes them over",
+            ),
+        ] = None,
         ledger_arg: LedgerOption = None,
         coordinator: CoordinatorOption = None,
     ) -> None:
@@ -59,12 +70,15 @@ def register(app: typer.Typer, client_factory: ClientFactory | None = None) -> N
         )
         memory, note = _memory(ledger_arg, coordinator)
         all_offers = _fetch_offers(make_client, currency)
-        shown = matching_offers(all_offers, ask, memory=memory)[:limit]
+        ranked = matching_offers(all_offers, ask, memory=memory)
+        passed = _too_short(ranked, timeout_minutes)
+        shown = [o for o in ranked if o.server_id not in passed][:limit]
         fitting = {o.server_id for o in matching_offers(all_offers, ask)}
         skipped = {i: why for i, why in skipped_ids(memory).items() if i in fitting}
         if as_json:
             rows = [o.to_json() | {"fail_chance": _chance(memory, o)} for o in shown]
             rows += [{"server_id": i, "skipped": why} for i, why in sorted(skipped.items())]
+            rows += [{"server_id": i, "passed_over": why} for i, why in passed.items()]
             typer.echo(json.dumps(rows, indent=2))
             return
         if shown:
@@ -75,6 +89,8 @@ def register(app: typer.Typer, client_factory: ClientFactory | None = None) -> N
             typer.echo(
                 f"#{server_id}: skipped: {why} (`clore-run hosts --clear --host {server_id}`)"
             )
+        for server_id, why in passed.items():
+            typer.echo(f"#{server_id}: passed over: {why}")
         if note:
             typer.echo(note, err=True)
 
@@ -87,6 +103,25 @@ def _memory(ledger_arg: str | None, coordinator: str | None) -> tuple[HostMemory
 
     target = ledger_target(ledger_arg, coordinator_from(coordinator), DEFAULT_PATH)
     return read_memory(hosts_target(target))
+
+
+def _too_short(ranked: list[Offer], timeout_minutes: float | None) -> dict[int, str]:
+    """The offers whose maximum rental length cannot hold a job of `timeout_minutes` (with
+    `run`'s default boot bound and fetching its files), best first, each with why."""
+    from runner.backends.clore import bill  # the Clore backend loads only when `offers` runs
+
+    if timeout_minutes is None:
+        return {}
+    hold_s = hold_for_s(bill.DEFAULT_BOOT_BOUND_S, timeout_minutes * 60.0)
+    return {
+        o.server_id: (
+            f"maximum rental length {hours_text(o.max_rental_s)} cannot hold a "
+            f"{timeout_minutes:g}-minute job's worst case {hours_text(hold_s)} "
+            "(boot bound, timeout, fetching files)"
+        )
+        for o in ranked
+        if o.max_rental_s is not None and o.max_rental_s < hold_s
+    }
 
 
 def _chance(memory: HostMemory, offer: Offer) -> float:
@@ -133,6 +168,7 @@ def _row(offer: Offer) -> tuple[str, ...]:
         _money(offer.on_demand_usd_per_hour),
         _money(offer.spot_usd_per_hour),
         f"{offer.reliability * 100:.1f}%" if offer.reliability is not None else "-",
+        hours_text(offer.max_rental_s) if offer.max_rental_s is not None else "-",
         offer.cuda_version or "-",
         offer.location or "-",
     )

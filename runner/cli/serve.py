@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 
@@ -21,14 +21,12 @@ from runner.cli.options import (
     PoolOption,
     SshHostOption,
     backend_help,
+    usd_option,
 )
 from runner.errors import UsageError
 from runner.outcome import outcome
 from runner.serve import DEFAULT_SERVER
 from runner.stores.target import PASSWORD_SOURCES
-
-if TYPE_CHECKING:  # requests loads only for the client commands that use it
-    from runner.serve.client import ClientError
 
 DEFAULT_DB = ".clore-run/serve.db"
 Server = Annotated[
@@ -64,8 +62,7 @@ def serve(
     ] = 3,
     daily_spend_limit: Annotated[
         float | None,
-        typer.Option(
-            min=0.0,
+        usd_option(
             help="USD per UTC day; no job starts once it is spent (a SQLite --db: N instances "
             "on PostgreSQL share a per-day --pool instead).",
         ),
@@ -89,11 +86,54 @@ def serve(
             "a dead instance's jobs are taken over after it.",
         ),
     ] = 30.0,
+    keep_warm: Annotated[
+        float,
+        typer.Option(
+            help="Keep a rented server up to MINUTES after its last job for the next job that "
+            "fits it, in the same trust domain (0: give it back once no job wants it).",
+            metavar="MINUTES",
+        ),
+    ] = 0.0,
+    warm: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Keep at least N idle servers of a GPU type rented during a UTC schedule: "
+            "GPU[:N][@[DAYS ]HH:MM-HH:MM UTC], e.g. '4090:1@Mon-Fri 08:00-20:00 UTC'. "
+            "Repeatable.",
+            metavar="GPU[:N][@SCHEDULE]",
+        ),
+    ] = None,
+    idle_budget: Annotated[
+        float | None,
+        usd_option(
+            help="USD a UTC day that idle warm servers may cost; past it they go back and "
+            "none is rented for warmth.",
+        ),
+    ] = None,
+    trusted_proxy: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--trusted-proxy",
+            envvar="CLORE_RUN_TRUSTED_PROXIES",
+            help="A reverse proxy's address whose X-Forwarded-For is believed (repeatable). "
+            "Default none: a client's own address is what login throttling counts.",
+            metavar="ADDRESS",
+        ),
+    ] = None,
+    api_docs: Annotated[
+        bool,
+        typer.Option(
+            "--api-docs",
+            help="Serve /docs and /redoc (Swagger UI and ReDoc load scripts from a CDN: off "
+            "by default). /openapi.json is always served, behind the token.",
+        ),
+    ] = False,
 ) -> None:
     """Run the persistent job queue and its REST API (needs CLORE_RUN_TOKEN)."""
     from runner.backends.registry import backend_spec, renting_backends
     from runner.serve.backends import BackendChoice
     from runner.serve.server_cmd import ServeOptions, run_server
+    from runner.serve.warm_flags import warm_policy
     from runner.stores.target import (
         argument_url,
         coordinator_from,
@@ -102,6 +142,7 @@ def serve(
     )
 
     spec = backend_spec(backend)
+    warmth = warm_policy(keep_warm, warm or (), idle_budget)
     shared = coordinator_from(coordinator)
     if pool is not None and (not spec.rents or shared is None):
         renting = " or ".join(f"--backend {n}" for n in renting_backends())
@@ -128,9 +169,39 @@ def serve(
     )
     run_server(
         ServeOptions(
-            host, port, where, choice, concurrency, daily_spend_limit, data_dir, lease_ttl
+            host,
+            port,
+            where,
+            choice,
+            concurrency,
+            daily_spend_limit,
+            data_dir,
+            lease_ttl,
+            warmth,
+            trusted_proxies=_proxies(trusted_proxy or []),
+            api_docs=api_docs,
         ),
     )
+
+
+def _proxies(given: list[str]) -> tuple[str, ...]:
+    """The addresses given (comma-separated too, as the environment variable has them),
+    each an IP address or network: anything else is a usage error naming it."""
+    import ipaddress  # only `serve` with --trusted-proxy parses addresses
+
+    out: list[str] = []
+    for item in (part.strip() for text in given for part in text.split(",")):
+        if not item:
+            continue
+        try:
+            ipaddress.ip_network(item, strict=False)
+        except ValueError:
+            raise UsageError(
+                f"--trusted-proxy {item!r}: not an IP address or network",
+                hint="e.g. --trusted-proxy 10.0.0.5 (the proxy in front of serve)",
+            ) from None
+        out.append(item)
+    return tuple(out)
 
 
 def _per_instance_limit(
@@ -165,26 +236,31 @@ def submit(
     after: Annotated[
         list[str] | None, typer.Option("--after", help="Server job ids its root jobs need.")
     ] = None,
-) -> None:
-    """Queue a pipeline on a server; print the job ids."""
-    from runner.serve.client import Client, ClientError
+    trust: Annotated[
+        str | None,
+        typer.Option(
+            help="The submission's trust domain: a server is reused only within one (default: "
+            "default; in GitHub Actions repo-<owner>.<name>, and a fork's PR its own).",
+            metavar="NAME",
+        ),
+    ] = None,
+    wait: Annotated[
+        bool, typer.Option("--wait", help="Wait for every job; exit as `run` does (0, 1, 3, 130).")
+    ] = False,
+    out: Annotated[
+        Path | None,
+        typer.Option(help="With --wait: write run's reports here (default clore-run-results)."),
+    ] = None,
+    logs: Annotated[
+        bool, typer.Option("--logs", help="With --wait: show each job's output.")
+    ] = False,
+    poll: Annotated[float, typer.Option(hidden=True, min=0.001)] = 1.0,
+) -> int:
+    """Queue a pipeline on a server; print the job ids (--wait: follow them to the end)."""
+    from runner.cli.submit_wait import Asked, submit_pipeline
 
-    try:
-        text = pipeline.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        why = exc.strerror.lower() if isinstance(exc, OSError) and exc.strerror else "not UTF-8"
-        raise UsageError(f"{pipeline}: cannot read it: {why}", "check the path") from None
-    try:
-        reply = Client(server).submit_pipeline(text, after or [])
-    except ClientError as exc:
-        located = _located(pipeline, exc)
-        if located is None:  # refused as a request (a token, say), not for its content
-            raise
-        raise UsageError(located) from None
-    for warning in reply.get("warnings", []):
-        typer.echo(f"warning: {warning}", err=True)
-    for job_id in reply["ids"]:
-        typer.echo(job_id)
+    asked = Asked(pipeline, server, after or [], trust, wait, out, logs, poll)
+    return submit_pipeline(asked, typer.echo)
 
 
 def status(
@@ -214,24 +290,6 @@ def cancel(
 
     reply = Client(server).cancel(job)
     typer.echo(f"{reply['id']}: {status_word(reply)}")
-
-
-def _located(pipeline: Path, exc: ClientError) -> str | None:
-    """Located problems from the server, named by the local file; None when the server
-    refused the request rather than the pipeline."""
-    from runner.serve.client import key_path
-
-    body = exc.body
-    items = body.get("detail") if isinstance(body, dict) else None
-    if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
-        return None
-    lines = []
-    for item in items:
-        path = key_path(item.get("loc", []))
-        where = f"{pipeline}:{item['line']}:{item['column']}" if item.get("line") else str(pipeline)
-        hint = f" ({item['hint']})" if item.get("hint") else ""
-        lines.append(f"{where}: {path + ': ' if path else ''}{item.get('msg', '')}{hint}")
-    return "\n".join(lines)
 
 
 def status_word(job: dict[str, Any]) -> str:
@@ -266,5 +324,22 @@ def _stats_text(stats: dict[str, Any]) -> str:
             f"spend: ${stats['spend_usd_today']:.2f} today"
             + (f" of ${limit:.2f}" if limit is not None else "")
             + f", ${stats['spend_usd_total']:.2f} in all",
+            *_idle_text(stats),
         ]
     )
+
+
+def _idle_text(stats: dict[str, Any]) -> list[str]:
+    """Idle money, its own figure: today's, against --idle-budget, by GPU type."""
+    budget = stats.get("idle_budget_usd")
+    rows = stats.get("idle_by_day") or []
+    if budget is None and not rows:
+        return []
+    today = max((r["day"] for r in rows), default="")
+    by_gpu = ", ".join(f"{r['gpu'] or 'server'} ${r['usd']:.2f}" for r in rows if r["day"] == today)
+    of = f" of ${budget:.2f} idle budget" if budget is not None else ""
+    return [
+        f"idle: ${stats.get('idle_usd_today', 0.0):.2f} today{of}"
+        + (f" ({by_gpu})" if by_gpu else "")
+        + " - servers rented and running no job, in no job's cost"
+    ]

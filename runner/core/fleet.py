@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from runner.core.budget import Budget
+from runner.core.model import Job
 from runner.core.rentals import (
     BootTimes,
     CoreCommand,
@@ -147,6 +148,9 @@ class Fleet:
         self.excluded = Exclusions()
         self._out = out
         self.on_free: Callable[[], None] = _nothing
+        # Told when a rented server running nothing gets a job or goes back: its idle time is
+        # money of its own (runner/core/idle_money.py).
+        self.on_idle_end: Callable[[Server, float], None] = _no_idle
         self._ids = itertools.count(1)
 
     # -- coming in ---------------------------------------------------------------------------
@@ -167,6 +171,18 @@ class Fleet:
         self.servers[server.id] = self.rented[server.id] = server
         self.claim(job_id, server)
         self._out.append(RentServer(server.id, quote, job_id, cost_usd, ahead))
+        return server
+
+    def rent_warm(
+        self, quote: Quote, until: float, cost_usd: float, now: float, warm: Job
+    ) -> Server:
+        """Rent a server for warmth, its money reserved until `until` first: it is meant for
+        no job, and the next one that fits it takes it. `warm` stands in for the job it
+        boots for (the default image, its GPU)."""
+        server = Server(next(self._ids), quote, True, now)
+        self.budget.reserve(server.id, quote, now, until)
+        self.servers[server.id] = self.rented[server.id] = server
+        self._out.append(RentServer(server.id, quote, warm.id, cost_usd, warm=warm))
         return server
 
     def rent_hedge(
@@ -195,8 +211,11 @@ class Fleet:
 
     # -- running jobs ------------------------------------------------------------------------
 
-    def start(self, job_id: str, server: Server) -> None:
-        """The job runs on the (idle) server; its claims were settled by the caller."""
+    def start(self, job_id: str, server: Server, now: float | None = None) -> None:
+        """The job runs on the (idle) server; its claims were settled by the caller. With
+        `now`, its idle time up to now is counted."""
+        if server.rented and now is not None:
+            self.on_idle_end(server, now)
         server.rented_for = None
         server.job = job_id
         server.state = BUSY
@@ -225,6 +244,8 @@ class Fleet:
 
     def release(self, server: Server, now: float, reason: str) -> None:
         """Give the server back: a rented one is releasing until `released` says so."""
+        if server.rented and server.job is None:
+            self.on_idle_end(server, now)
         self.unpair(server)
         self._forget(server)
         for job_id in (server.claim, *server.after):
@@ -351,6 +372,10 @@ class Fleet:
 
 
 def _nothing() -> None:
+    pass
+
+
+def _no_idle(_server: Server, _now: float) -> None:
     pass
 
 

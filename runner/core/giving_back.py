@@ -8,6 +8,7 @@ Each server that fell idle, came up or lost the job it was meant for is looked a
   want it by then (a retry, or a job whose needs end by then with no other server free for
   it); else it goes back at once, as it does when keeping it would pass the budget or
   outlive the server's maximum rental length;
+- a queue's server that would go back is kept warm when its warmth says so (warmth.py);
 - a rented server up before the job it is meant for waits a boot's time for that job (from
   when the job is expected ready); after that the job is not coming soon, and it goes back.
 
@@ -21,6 +22,7 @@ from runner.core.ends import Ends
 from runner.core.events import SetTimer
 from runner.core.fleet import BOOTING, BUSY, EPS_S, TIMER, Server
 from runner.core.rental_length import outlives
+from runner.core.warmth import Warmth
 
 _AFTER_TIE_S = 1e-3
 
@@ -28,9 +30,10 @@ _AFTER_TIE_S = 1e-3
 class GiveBack(BookPart):
     """Decides, for each server looked at, to keep it (and until when) or give it back."""
 
-    def __init__(self, state: BookState, ends: Ends) -> None:
+    def __init__(self, state: BookState, ends: Ends, warmth: Warmth) -> None:
         super().__init__(state)
         self._ends = ends
+        self._warmth = warmth
 
     def give_back(self, now: float, stopping: bool) -> None:
         fleet = self._fleet
@@ -77,7 +80,9 @@ class GiveBack(BookPart):
             fits = self._jobs.fits
             waiting = (j for j in self._jobs.waiting if fits(server.quote, j))
             soon = next(waiting, None) or self._wanted_soon(server, until)
-        if soon is None:
+        if soon is None and (kept := self._warmth.keep_until(server, now)) is not None:
+            self._look_at(server, kept)  # kept warm for the next job that fits it
+        elif soon is None:
             self._fleet.release(server, now, "no job waiting can use it within a boot")
         elif up and not self._budget.extend(server.id, until, now):
             self._fleet.release(server, now, "keeping it for the next job would pass the budget")

@@ -10,6 +10,8 @@ themselves live in the fleet (`Fleet.pairs`, `Fleet.unpair`).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from runner.core.book_part import BookPart, BookState
 from runner.core.events import SetTimer
 from runner.core.fleet import BOOTING, EPS_S, TIMER, Server, label
@@ -83,6 +85,7 @@ class Hedger(BookPart):
             self._out.append(JobNote(job_id, said))
             return
         hedge = fleet.rent_hedge(server, job_id, quote, now + hold_s, cost, now)
+        hedge.quote = replace(quote, image=server.quote.image)  # the same job's image
         slow = f"the boot of {label(server.quote)} runs late ({now - server.since:.0f} s)"
         said = f"{slow}: renting {label(quote)} beside it; the first to answer SSH runs it"
         self._out.append(JobNote(job_id, said))

@@ -13,6 +13,8 @@ At most `cap` jobs run at once.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from runner.core.book_part import BookPart, BookState
 from runner.core.ends import Ends
 from runner.core.fleet import AFTER_SCRIPT_S, BOOTING, Server, by_id
@@ -145,12 +147,17 @@ class Placement(BookPart):
                 fleet.unclaim(job_id)
             if claimant is not None and claimant != job_id:
                 fleet.unclaim(claimant)  # a better job took it: that one plans again
-        fleet.start(job_id, server)
+        fleet.start(job_id, server, now)
+        if server.rented and server.quote.trust is None:  # the domain it is of from now on
+            server.quote = replace(server.quote, trust=want.job.trust)
         if fleet.pairs:
             self._hedger.drop(job_id, server, now)
         if self._renting:  # only renting plans with expected ends
             expected = want.expected_s
             end = now + expected if expected is not None else None
             self._ends.set_end(job_id, end, until, now)
-        self._out.append(StartOn(job_id, want.attempt, server.id, want.timeout_s))
+        # Up (rented) before the job asked for a server: the job waited for no boot.
+        warm = server.rented and server.idle_since < want.wanted_at
+        waited_s = now - want.wanted_at
+        self._out.append(StartOn(job_id, want.attempt, server.id, want.timeout_s, warm, waited_s))
         return True

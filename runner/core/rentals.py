@@ -9,12 +9,12 @@ are seconds passed in by the caller.
 from __future__ import annotations
 
 from collections.abc import Set
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from runner.core import money
 from runner.core.events import Command
-from runner.core.model import GpuAsk, Provisioning
+from runner.core.model import GpuAsk, Job, Provisioning
 
 __all__ = ["Provisioning"]  # where the core's server decisions find it, beside the rest
 
@@ -40,6 +40,11 @@ class Quote:
     # The longest the market lets one order live, from its create (Clore's `mrl`; None: no
     # maximum known). The core rents a quote only for a job whose worst case it holds.
     max_rental_s: float | None = None
+    # What a server rented as this quote became once ours (None on an offer: any job fits):
+    # the image it was started with ("" the default one), which no other image's job can use,
+    # and the trust domain of the jobs that ran on it, which no other domain's job may use.
+    image: str | None = None
+    trust: str | None = None
 
     def cost_usd(self, held_s: float) -> float:
         """What holding a rental of this quote for `held_s` costs (rental_cost_usd)."""
@@ -125,6 +130,9 @@ class RentServer:
     # A hedge: a second host for the same job, rented because server `hedge_of` boots late.
     # The first of the two to answer SSH runs the job; the other is given back at once.
     hedge_of: int | None = None
+    # Rented for warmth (serve's --warm): meant for no job yet; this stands in for the job it
+    # boots for (`for_job` is its id), and the next job that fits the server takes it.
+    warm: Job | None = None
 
 
 @dataclass(frozen=True)
@@ -135,6 +143,11 @@ class StartOn:
     attempt: int
     server: int
     timeout_s: float
+    # For a person, not a decision (left out of equality): the server was up, idle, before
+    # the job asked for one (a warm server: no boot waited for), and how long the job waited
+    # for a server, from asking to now.
+    warm: bool = field(default=False, compare=False)
+    waited_s: float = field(default=0.0, compare=False)
 
 
 @dataclass(frozen=True)

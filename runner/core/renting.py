@@ -14,6 +14,8 @@ release; a job no offer fits fails with why, and with the hosts that failed it.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from runner.core.book_part import BookPart, BookState
 from runner.core.budget import DAY_S
 from runner.core.ends import Ends
@@ -21,7 +23,7 @@ from runner.core.events import SetTimer
 from runner.core.fleet import AFTER_SCRIPT_S, BOOTING, BUSY, TIMER, Server, by_id, label
 from runner.core.hedging import Hedger
 from runner.core.known_jobs import Entry, Known
-from runner.core.model import FailureKind
+from runner.core.model import FailureKind, Job
 from runner.core.rental_length import (
     best_that_holds,
     boot_allowance_s,
@@ -32,6 +34,11 @@ from runner.core.rental_length import (
 from runner.core.rentals import Quote, RentFailed
 
 MAX_OFFERS_PER_ATTEMPT = 5  # hosts tried for one attempt before it fails as provisioning
+
+
+def started_with(quote: Quote, job: Job) -> Quote:
+    """A server rented for `job` runs its image (\"\": the default): no other image's job fits."""
+    return replace(quote, image=job.image or "")
 
 
 class Renter(BookPart):
@@ -80,6 +87,7 @@ class Renter(BookPart):
         self, job_id: str, quote: Quote, until: float, cost_usd: float, now: float, ahead: bool
     ) -> None:
         server = self._fleet.rent(job_id, quote, until, cost_usd, now, ahead)
+        server.quote = started_with(quote, self._jobs.records[job_id].job)
         self._hedger.arm(server)
 
     def _soon_free(self, now: float) -> list[Server]:

@@ -31,8 +31,9 @@ from runner.core.fleet import AFTER_SCRIPT_S, EPS_S, TIMER, Fleet, ServerView
 from runner.core.giving_back import GiveBack
 from runner.core.hedge import NO_HEDGE, HedgePolicy
 from runner.core.hedging import HEDGE_AGAIN_S, Hedger
+from runner.core.idle_money import IdleFigure, IdleMoney
 from runner.core.known_jobs import KnownJobs, Unplaceable
-from runner.core.model import Job
+from runner.core.model import GpuAsk, Job
 from runner.core.placement import Placement
 from runner.core.rentals import (
     BootTimes,
@@ -48,6 +49,8 @@ from runner.core.rentals import (
     ServerReleased,
 )
 from runner.core.renting import MAX_OFFERS_PER_ATTEMPT, Renter
+from runner.core.warm_policy import WarmPolicy
+from runner.core.warmth import Warmth
 
 __all__ = [
     "AFTER_SCRIPT_S",
@@ -94,7 +97,9 @@ class ServerBook:
         self._placer = Placement(state, ends, hedger)
         self._renter = renter = Renter(state, ends, hedger)
         self._ahead = RentAhead(state, ends, renter)
-        self._giver = GiveBack(state, ends)
+        self._warmth = warmth = Warmth(state)
+        fleet.on_idle_end = warmth.idle_ended
+        self._giver = GiveBack(state, ends, warmth)
         self._cancelled = False
         # Something the book was told since its last decision: without it a decision would
         # decide nothing new (most events are the scheduler's own: a placed attempt, a
@@ -134,7 +139,7 @@ class ServerBook:
     def want(self, job_id: str, attempt: int, timeout_s: float, now: float) -> None:
         """The job is ready for attempt `attempt` and needs a server."""
         self._dirty = True
-        self._jobs.want(job_id, attempt, timeout_s)
+        self._jobs.want(job_id, attempt, timeout_s, now)
         self._ends.ready(job_id)
 
     def drop(self, job_id: str) -> int | None:
@@ -229,6 +234,8 @@ class ServerBook:
             self._fleet.look.add(of)
         elif what == "hedge" and of in self._fleet.servers:
             self._fleet.to_hedge.append(of)
+        elif what == "warm":
+            self._warmth.woken(of)  # a window opened or closed, or a new day's idle budget
 
     # -- deciding --------------------------------------------------------------------------
 
@@ -254,6 +261,7 @@ class ServerBook:
                 while ends.due:
                     self._ahead.rent_ahead(now)
                     place(now)
+                self._warmth.top_up(now)  # after every ready job had its turn
             held = len(fleet.servers)
             self._giver.give_back(now, self._cancelled)
             # A server given back frees a slot and money: a waiting job may rent now.
@@ -265,6 +273,31 @@ class ServerBook:
         out = self._out[:]
         self._out.clear()
         return out
+
+    @property
+    def warmth(self) -> WarmPolicy:
+        """What a queue keeps warm (serve's --keep-warm, --warm, --idle-budget)."""
+        return self._warmth.policy
+
+    @warmth.setter
+    def warmth(self, policy: WarmPolicy) -> None:
+        self._warmth.policy = policy
+        self._dirty = True
+
+    def offered(self, gpu: str) -> bool:
+        """Does any offer on the market fit a job asking for `gpu` (a pool's GPU type)?"""
+        return self._jobs.market.best(GpuAsk(type=gpu), frozenset()) is not None
+
+    def idle_money(self) -> IdleMoney:
+        """Idle time of rented servers, USD and seconds, by UTC day and GPU type."""
+        return self._warmth.money
+
+    def idle_figures(self, now: float) -> dict[tuple[int, str], IdleFigure]:
+        """Idle money (USD, seconds) by (UTC day, GPU model), the stretches going on too."""
+        return self._warmth.idle_figures(now)
+
+    def idle_today_usd(self, now: float) -> float:
+        return self._warmth.idle_today_usd(now)
 
     # -- reading (delegated to the part that holds each figure) ------------------------------
 

@@ -20,7 +20,6 @@ reservation must too. The order:
 
 from __future__ import annotations
 
-import secrets
 from typing import TYPE_CHECKING
 
 from runner.errors import InfrastructureError, UsageError
@@ -31,6 +30,8 @@ _GONE = ("cancelled", "ended", "not-listed")  # nothing of the order can bill an
 
 if TYPE_CHECKING:  # psycopg is an extra: imported only when a pool is used
     from runner.gh_runner.stop import Stopped
+    from runner.stores.pools import Lease
+    from runner.stores.pools.postgres import PostgresPools
     from runner.stores.pools.seat import PoolSeat
 
 
@@ -52,10 +53,12 @@ def join(
     from runner.stores.pools.postgres import PostgresPools
     from runner.stores.pools.seat import PoolSeat
 
-    # A holder of its own: two starts of one workflow run share its run id.
-    holder = f"{run_id}-{secrets.token_hex(3)}"
+    # The holder is the start's run id, the ledger's too (unique per start: `_run_id`), so a
+    # pool reaper that takes the lease reconciles exactly this start's rentals. Not owned:
+    # the runners outlive the start's process, and a lease naming that process would be
+    # "provably dead" (and taken, and its live runners cancelled) once the start ended.
     ttl_s = boot_bound_s + max_minutes * 60.0 + GRACE_S
-    return PoolSeat(PostgresPools(coordinator), check_name(pool), holder, ttl_s=ttl_s)
+    return PoolSeat(PostgresPools(coordinator), check_name(pool), run_id, ttl_s=ttl_s, owned=False)
 
 
 def settle(record: RunnerRecord, stopped: list[Stopped], coordinator: str | None) -> str:
@@ -71,20 +74,36 @@ def settle(record: RunnerRecord, stopped: list[Stopped], coordinator: str | None
             "settled by `clore-run cleanup --coordinator` once the start's lease runs out"
         )
     # the pools' store: only a start or stop with --pool
-    from runner.stores.pools import Lease
+    from runner.stores.pools import Lease, LeaseLost
     from runner.stores.pools.postgres import PostgresPools
 
     lease = Lease(claim.holder, claim.name, claim.token, claim.ttl_s)
-    settled = 0
     try:
         with PostgresPools(coordinator) as pools:
-            for s in stopped:
-                rid, cost = s.rental.reservation_id, s.released.cost
-                if rid is None or s.released.kind not in _GONE:
-                    continue  # may still bill, or not provably ours: the reaper's to settle
-                pools.settle(lease, rid, cost.total_usd if cost is not None else 0.0)
-                settled += 1
+            try:
+                settled = _settle_each(pools, lease, stopped)
+            except LeaseLost:
+                # A reaper took the lease first (it ran out, or was judged dead). The orders
+                # settled here are proven gone, so take the lease back (fencing the reaper:
+                # its own settles are refused from now, and it finds nothing left to do) and
+                # settle them; what may still bill stays for the next reaper.
+                taken = pools.take_holder(claim.holder, f"runner-stop:{claim.holder}", claim.ttl_s)
+                if taken is None:
+                    return f"pool {claim.name}: a pool reaper had settled it already"
+                lease = taken
+                settled = _settle_each(pools, lease, stopped)
             pools.leave(lease)
-    except InfrastructureError as exc:  # LeaseLost (a reaper was first) and PoolError
+    except InfrastructureError as exc:  # PoolError, or a lease lost twice
         return f"pool {claim.name}: {exc}: a pool reaper settles what is left"
     return f"pool {claim.name}: {settled} reservation(s) settled at what was billed"
+
+
+def _settle_each(pools: PostgresPools, lease: Lease, stopped: list[Stopped]) -> int:
+    settled = 0
+    for s in stopped:
+        rid, cost = s.rental.reservation_id, s.released.cost
+        if rid is None or s.released.kind not in _GONE:
+            continue  # may still bill, or not provably ours: the reaper's to settle
+        pools.settle(lease, rid, cost.total_usd if cost is not None else 0.0)
+        settled += 1
+    return settled

@@ -13,6 +13,8 @@ from runner.errors import CloreRunError, InfrastructureError, UsageError
 from runner.serve import DEFAULT_SERVER
 
 TIMEOUT_S = 30.0
+UNREACHABLE = "is `clore-run serve` running there? Check --server (or CLORE_RUN_SERVER)"
+BAD_TOKEN = "set CLORE_RUN_TOKEN to the token `clore-run serve` was started with"
 
 
 class ClientError(UsageError):
@@ -31,12 +33,17 @@ class Client:
         if self.token:
             self.session.headers["Authorization"] = f"Bearer {self.token}"
 
-    def submit_pipeline(self, text: str, after: Sequence[str] = ()) -> dict[str, Any]:
+    def submit_pipeline(
+        self, text: str, after: Sequence[str] = (), trust: str | None = None
+    ) -> dict[str, Any]:
+        params: dict[str, Any] = {"after": list(after)}
+        if trust is not None:
+            params["trust"] = trust
         return self._call(
             "POST",
             "/pipelines",
             data=text.encode("utf-8"),
-            params={"after": list(after)},
+            params=params,
             headers={"Content-Type": "application/yaml"},
         )
 
@@ -62,7 +69,9 @@ class Client:
                 stream=True,
             )
         except requests.RequestException as exc:
-            raise self._unreachable(exc) from None
+            raise InfrastructureError(
+                f"cannot reach {self.server}: {_short(exc)}", UNREACHABLE
+            ) from None
         with reply:
             if reply.status_code >= 400:
                 self._check(reply, _json(reply))
@@ -83,7 +92,9 @@ class Client:
         try:
             reply = self.session.request(method, self.server + path, timeout=TIMEOUT_S, **kwargs)
         except requests.RequestException as exc:
-            raise self._unreachable(exc) from None
+            raise InfrastructureError(
+                f"cannot reach {self.server}: {_short(exc)}", UNREACHABLE
+            ) from None
         body = _json(reply)
         self._check(reply, body)
         if not isinstance(body, dict):
@@ -96,22 +107,11 @@ class Client:
                 f"{self.server} answered {reply.status_code}: {_detail(body)}"
             )
         if reply.status_code == 401:
-            # The server's own words name no variable: say which one carries the token.
             raise ClientError(
-                f"{self.server} refused the request: {_detail(body)} (HTTP 401)",
-                body,
-                "set CLORE_RUN_TOKEN to a token the server accepts"
-                if not self.token
-                else "the token in CLORE_RUN_TOKEN was refused: check it with the server's admin",
+                f"{self.server} refused the token (401): {_detail(body)}", body, BAD_TOKEN
             )
         if reply.status_code >= 400:
             raise ClientError(f"{reply.status_code}: {_detail(body)}", body)
-
-    def _unreachable(self, exc: requests.RequestException) -> InfrastructureError:
-        return InfrastructureError(
-            f"cannot reach {self.server}: {_short(exc)}",
-            "is `clore-run serve` running there? --server (or CLORE_RUN_SERVER) says where",
-        )
 
 
 def _quote(job_id: str) -> str:

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from runner.backends.base import Backend, Place
+from runner.backends.base import Backend, HandsOver, Place
 from runner.backends.local_orphans import ENV_NAME
 from runner.backends.spec import Reconcile
 from runner.clock import SYSTEM_CLOCK, Clock
@@ -49,6 +49,7 @@ from runner.core.outcome import NeedOutcome, need_outcome
 from runner.core.placing import PlacingCore
 from runner.core.retry import backoff_s
 from runner.core.scheduler import OUT, Entry, Phase
+from runner.core.warm_policy import COLD, WarmPolicy
 from runner.engine.attempt import AttemptRunner
 from runner.engine.driver import Driver, DriverOptions
 from runner.errors import InfrastructureError
@@ -63,6 +64,7 @@ from runner.serve.fleet import (
 from runner.serve.kept_journal import KeptJournal
 from runner.serve.quiet_console import QuietConsole
 from runner.serve.submit import Prepared, check_known, with_server_ids
+from runner.serve.warm_flags import check_on_market
 from runner.stores.queue import OpenAttempt, QueueError, QueueStore, Unsettled, shared
 
 log = logging.getLogger("clore_run.serve")
@@ -86,6 +88,7 @@ class ServiceOptions:
     fleet: FleetOptions = field(default_factory=FleetOptions)  # a shared (PostgreSQL) store
     on_lease_lost: Callable[[str], None] = lambda why: None  # the server must end
     journal_retry_s: float = 5.0  # writes the store refused are tried again this often
+    warmth: WarmPolicy = COLD  # what the core keeps warm (--keep-warm, --warm, --idle-budget)
 
 
 @dataclass(frozen=True)
@@ -142,6 +145,8 @@ class Service:
     ) -> None:
         self.store = store
         self.backend = backend
+        if isinstance(backend, HandsOver):  # every job carries the instance's token (below)
+            backend.handover_mark = f"{ENV_NAME}={options.instance}"
         self.options = options
         self.clock = clock
         runner = AttemptRunner(
@@ -176,6 +181,7 @@ class Service:
                 before_attempt_ends=self._spend_before_end,
                 notice=log.warning,
                 tick_s=MAX_WAIT_S,
+                server_waits=True,
             ),
         )
         self._submit_lock = threading.Lock()
@@ -187,6 +193,8 @@ class Service:
         backend's hosts or slots."""
         cap = self.options.capacity
         book = self.backend.server_book((), cap, None, Provisioning.AHEAD, {})
+        check_on_market(self.options.warmth, book, self.backend.name)
+        book.warmth = self.options.warmth
         return PlacingCore(
             (), book, backoff=self.options.backoff, ongoing=True, on_fatal=self._must_stop
         )
@@ -279,6 +287,12 @@ class Service:
         if self.shared is None or path.exists():
             return None
         return log_elsewhere(self.shared, self.options.instance, job_id)
+
+    def idle_rows(self) -> list[tuple[str, str, float, float]]:
+        """Idle money, (YYYY-MM-DD, GPU model, USD, seconds), oldest first: what rented
+        servers cost while they ran no job, the stretches going on included."""
+        figures = self._ask(self.placing.book.idle_figures)
+        return [(_date(day), gpu, f.usd, f.seconds) for (day, gpu), f in sorted(figures.items())]
 
     @property
     def servers_held(self) -> int:
@@ -516,6 +530,10 @@ def _with_message(attempt: Attempt, message: str) -> Attempt:
         attempt.number, attempt.started_at, attempt.finished_at, attempt.exit_code,
         FailureKind.SERVER_LOST, message, attempt.server, attempt.cost_usd, attempt.facts,
     )  # fmt: skip
+
+
+def _date(day: int) -> str:
+    return dt.datetime.fromtimestamp(day * 86_400, dt.timezone.utc).strftime("%Y-%m-%d")
 
 
 def _day_start(now: float) -> float:

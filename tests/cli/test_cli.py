@@ -412,6 +412,7 @@ def python_m_runner(*args: str | Path, cwd: Path = ROOT) -> subprocess.Completed
     )
 
 
+@pytest.mark.slow
 def test_python_m_runner_validate(tmp_path: Path) -> None:
     ok = python_m_runner("validate", "examples/hello.yml")
     assert (ok.returncode, ok.stdout, ok.stderr) == (0, "examples/hello.yml: ok (4 jobs)\n", "")
@@ -424,6 +425,7 @@ def test_python_m_runner_validate(tmp_path: Path) -> None:
     assert "Traceback" not in result.stdout + result.stderr
 
 
+@pytest.mark.slow
 def test_python_m_runner_unknown_option_has_no_traceback() -> None:
     result = python_m_runner("validate", "--no-such-flag", "examples/hello.yml")
     assert result.returncode == 2
@@ -464,8 +466,7 @@ def _run_hello(capsys: pytest.CaptureFixture[str], tmp_path: Path, *flags: str) 
     [
         (
             ["--budget", "-1"],
-            "--budget -1: must be a positive amount of USD for the whole run\n"
-            "hint: for example --budget 2.50",
+            "invalid value for '--budget': -1 is not a positive amount of USD (for example 2.50)",
         ),
         (
             ["--concurrency", "100000"],
@@ -512,6 +513,7 @@ def test_a_baseline_that_is_not_a_summary_is_a_usage_error(
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_a_baseline_from_another_pipeline_is_compared_with_a_warning(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

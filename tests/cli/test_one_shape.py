@@ -169,7 +169,7 @@ def test_queue_commands_fail_in_the_one_shape(
     if failure == "no key":
         assert "hint: set CLORE_RUN_TOKEN" in err
     if failure == "refused key":
-        assert "hint: the token in CLORE_RUN_TOKEN was refused" in err
+        assert "hint: set CLORE_RUN_TOKEN to the token `clore-run serve` was started" in err
     if failure == "unreachable":
         assert "hint: is `clore-run serve` running there?" in err
     CHECKED.append((command, failure))

@@ -36,6 +36,7 @@ from runner.core.rentals import (
 )
 from runner.core.renting import Renter
 from runner.core.simulate_market import ModelMarket
+from runner.core.warmth import Warmth
 
 BOOT = BootTimes(default_s=100.0, allowance_s=300.0)
 OFFERS = (
@@ -125,7 +126,9 @@ def parts(
     placer = Placement(state, ends, hedger)
     renter = Renter(state, ends, hedger)
     ahead = RentAhead(state, ends, renter)
-    giver = GiveBack(state, ends)
+    warmth = Warmth(state)
+    fleet.on_idle_end = warmth.idle_ended
+    giver = GiveBack(state, ends, warmth)
     made = Parts(out, budget, known, fleet, ends, hedger, placer, renter, ahead, giver)
 
     def freed() -> None:  # as the book wires it, and counted

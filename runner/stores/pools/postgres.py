@@ -551,10 +551,13 @@ class PostgresPools:
 
     # -- holders ---------------------------------------------------------------------------
 
-    def join(self, pool: str, holder: str, ttl_s: float) -> Lease:
-        """A lease on `pool` for `holder` (a run id, an instance token), alive for `ttl_s`."""
+    def join(self, pool: str, holder: str, ttl_s: float, *, owned: bool = True) -> Lease:
+        """A lease on `pool` for `holder` (a run id, an instance token), alive for `ttl_s`.
+        `owned`: the lease names this process, so a reaper that proves it dead may take the
+        lease early. Not owned (a runner start, whose servers outlive it): the lease is only
+        ever taken once it expires."""
 
-        me = liveness.current()
+        me = liveness.current() if owned else None
         owner = None if me is None else me.text()
 
         def insert(conn: Conn) -> int | None:

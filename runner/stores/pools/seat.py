@@ -42,12 +42,13 @@ class PoolSeat:
     ttl_s: float = DEFAULT_TTL_S
     max_wait_s: float = MAX_WAIT_S
     clock: Clock = SYSTEM_CLOCK
+    owned: bool = True  # False: what the lease holds outlives this process (postgres.join)
     keeper: LeaseKeeper = field(init=False)
     _slots: dict[str, int] = field(default_factory=dict, init=False)  # job id -> its claim's
     _slots_lock: threading.Lock = field(default_factory=threading.Lock, init=False)
 
     def __post_init__(self) -> None:
-        lease = self.pools.join(self.pool, self.holder, self.ttl_s)
+        lease = self.pools.join(self.pool, self.holder, self.ttl_s, owned=self.owned)
         self.keeper = LeaseKeeper(self.pools, lease, clock=self.clock).start()
 
     @property
