@@ -24,6 +24,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from benchmarks.targets import verdict
 from benchmarks.whole_process import clore_run, quiet_env, timed
 
 REPO = Path(__file__).resolve().parents[1]
@@ -79,10 +80,17 @@ def main() -> None:
             f"  {name:36} {wall[name]:6.3f}s  {wall[name] / wall[bound]:6.2f}x  "
             f"{cpu[name]:6.3f}s  {cpu[name] / cpu[bound]:6.2f}x{goal}"
         )
+    missed = [
+        f"{name} {wall[name]:.3f} s > {target} s"
+        for name in cases
+        for key, target in TARGETS.items()
+        if name.endswith(key) and wall[name] > target
+    ]
     if args.importtime:
         print(f"\nslowest imports of `clore-run validate {HELLO.name}` (cumulative):")
         for micros, name in slowest_imports([*cli, "validate", str(HELLO)], 25):
             print(f"  {micros / 1000:7.1f} ms {name}")
+    verdict(missed, quick=args.quick)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 
 class CloreRunError(Exception):
     """Base: a message meant for a human, and the exit code it maps to."""
@@ -50,3 +52,11 @@ def local_fault_from(exc: OSError, doing: str) -> LocalFault:
     what = exc.strerror or str(exc)
     where = f" {exc.filename}" if exc.filename else ""
     return LocalFault(f"on this machine: {doing}{where}: {what}")
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """A hint naming the closest choice, or "" when nothing is close."""
+    import difflib  # only a mistake pays for it
+
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f"did you mean '{close[0]}'?" if close else ""

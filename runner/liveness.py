@@ -9,6 +9,12 @@ boot and namespace can then tell at once:
 - alive: that pid, started at that time, still running.
 Anywhere else (another machine, another container, a platform without /proc) nothing is proven
 either way, and a lease's expiry has to tell instead.
+
+"Dead" needs every fact readable and proving it: the host, the boot id, the pid namespace and
+the time namespace (a process in another time namespace sees another boot time, so its start
+time reads differently) all equal, and then the pid gone (the kernel says no such process) or
+its start time readable and different. A pid whose /proc entry cannot be read (`hidepid=2`
+hides other users' processes) but that the kernel still has is not dead: unknown.
 """
 
 from __future__ import annotations
@@ -68,20 +74,52 @@ def state(holder: Holder | None) -> bool | None:
     here = current()
     if holder is None or here is None or (holder.host, holder.where) != (here.host, here.where):
         return None
-    return _started(holder.pid) == holder.started
+    if not _exists(holder.pid):
+        return False  # the kernel has no such process in our (its) pid namespace
+    started = _started(holder.pid)
+    if started is None:
+        return None if _hidden(holder.pid) else False  # unreadable, or a zombie (ended)
+    return started == holder.started
 
 
 def _where() -> str | None:
+    """Boot id, pid namespace and time namespace: None when any cannot be read (nothing
+    can be proven then). A kernel without time namespaces has no ns/time: "-" stands in."""
     try:
         boot = (_PROC / "sys/kernel/random/boot_id").read_text().strip()
         namespace = os.readlink(_PROC / "self/ns/pid")
     except OSError:
         return None
-    return f"{boot} {namespace}"
+    try:
+        time_ns = os.readlink(_PROC / "self/ns/time")
+    except FileNotFoundError:
+        time_ns = "-"
+    except OSError:
+        return None
+    return f"{boot} {namespace} {time_ns}"
+
+
+def _exists(pid: int) -> bool:
+    """Whether the kernel has `pid` (signal 0 sends nothing): EPERM means it exists."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _hidden(pid: int) -> bool:
+    """`pid` exists but its /proc entry cannot be read (hidepid, another user's process)."""
+    return not (_PROC / str(pid) / "stat").exists() or not os.access(
+        _PROC / str(pid) / "stat", os.R_OK
+    )
 
 
 def _started(pid: int) -> int | None:
-    """When `pid` started (clock ticks after boot); None when no live process has it."""
+    """When `pid` started (clock ticks after boot); None when it cannot be read or the
+    process has ended (a zombie)."""
     try:
         stat = (_PROC / str(pid) / "stat").read_text()
     except OSError:

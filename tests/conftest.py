@@ -9,7 +9,13 @@ import pytest
 from runner import redact
 from tests.processes import LAUNCHES, kill_marked
 
-pytest_plugins: list[str] = ["tests.fakes.clore_api", "tests.sshd_fixture", "tests.pg_fixture"]
+pytest_plugins: list[str] = [
+    "tests.fakes.clore_api",
+    "tests.sshd_fixture",
+    "tests.pg_fixture",
+    "tests.ci_skips",
+    "pytester",
+]
 
 
 @pytest.fixture(autouse=True)
@@ -31,6 +37,19 @@ def _no_process_outlives_its_test() -> Iterator[None]:
     left = LAUNCHES.end()
     if left:
         pytest.fail("left running after the test (killed now):\n" + "\n".join(left))
+
+
+# A test that uses one of these starts (or shares) a real sshd or PostgreSQL: it is slow whether
+# or not it says so, so a new one cannot slip into the fast lane.
+PROCESS_FIXTURES = frozenset(
+    {"sshd_server", "sshd_killable", "ssh_key", "ssh_conn", "pg_cluster", "pg_url"}
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if PROCESS_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

@@ -20,7 +20,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, model_validator
 
-from tests.processes import marked_env
+from tests.processes import default_signals, marked_env
 
 # --- metadata models ---------------------------------------------------------------------------
 
@@ -502,7 +502,9 @@ def run_step(
     full_env = marked_env({**env, **step_env}, inherit=False)
     argv = ["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)]
     if background:
-        return subprocess.Popen(argv, env=full_env, cwd=workdir, **popen)
+        return subprocess.Popen(
+            argv, env=full_env, cwd=workdir, preexec_fn=default_signals, **popen
+        )
     return subprocess.run(argv, env=full_env, cwd=workdir, check=False, **popen)
 
 

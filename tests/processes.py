@@ -123,3 +123,17 @@ def ended_owner() -> str:
     here = liveness.current()
     assert here is not None, "no /proc: a holder's liveness cannot be checked here"
     return dataclasses.replace(here, started=-1).text()
+
+
+# A CI shell that starts a job with `&`, or `nohup`, hands its children SIGINT / SIGHUP ignored,
+# and an ignored signal stays ignored across exec (a caught one does not): a process a test means
+# to interrupt would shrug the signal off and the test would fail for the harness's sake.
+_SIGNALS_A_TEST_SENDS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+
+
+def default_signals() -> None:
+    """`preexec_fn` for a process a test signals: the signals back at their defaults, whatever
+    the shell that started pytest ignored (Python then installs its own ^C handler, as in a
+    terminal)."""
+    for sig in _SIGNALS_A_TEST_SENDS:
+        signal.signal(sig, signal.SIG_DFL)

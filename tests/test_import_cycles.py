@@ -8,6 +8,7 @@ out (they never run). A cycle is a strongly connected group of two or more modul
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 RUNNER = Path(__file__).parents[1] / "runner"
@@ -52,6 +53,7 @@ def _imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
     return found
 
 
+@functools.cache  # one parse of runner/ for every test that reads the graph; none changes it
 def _graph() -> dict[str, set[str]]:
     modules = _modules()
     edges: dict[str, set[str]] = {m: set() for m in modules}

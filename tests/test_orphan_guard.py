@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.orphan_guard import start_time
 from tests.processes import LAUNCHES, marked_env, marked_pids
 
@@ -31,6 +33,7 @@ def test_holds_servers(pg_cluster, sshd_killable):
 """
 
 
+@pytest.mark.slow
 def test_a_killed_test_run_leaves_no_cluster_and_no_sshd(tmp_path: Path) -> None:
     inner = tmp_path / "test_inner.py"
     inner.write_text(_INNER)

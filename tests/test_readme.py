@@ -22,6 +22,9 @@ def test_the_quick_start_keeps_its_two_fresh_machine_commands() -> None:
     quick = _section("Quick start")
     assert "pip install . && clore-run run examples/hello.yml --backend local" in quick
     assert "pip install '.[test]' && python -m pytest" in quick  # what .ci/run runs
+    assert 'python -m pytest -m "not slow"' in quick  # the fast lane
+    for need in ("sshd", "PostgreSQL", "chromium", "CI=true", "tests.fakes.walkthrough"):
+        assert need in README, need
 
 
 def test_a_first_clore_run_is_a_path_of_commands_in_order() -> None:

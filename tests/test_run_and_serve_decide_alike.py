@@ -8,6 +8,8 @@ import json
 import threading
 from pathlib import Path
 
+import pytest
+
 from runner.backends.base import NO_STAGES, OutputSink, Place, RunOutcome, RunRequest, StageSink
 from runner.backends.local import LocalBackend
 from runner.core.model import Job, JobStatus, Pipeline
@@ -60,6 +62,7 @@ def chain(n: int) -> tuple[Job, ...]:
     return (first, *rest)
 
 
+@pytest.mark.slow
 def test_a_failing_20000_deep_chain_settles_on_run_with_reports(tmp_path: Path) -> None:
     pipeline = Pipeline("deep", chain(20_000), concurrency=3)
     record, code = execute(pipeline, LocalBackend(tmp_path), options(tmp_path), io.StringIO())
@@ -71,6 +74,7 @@ def test_a_failing_20000_deep_chain_settles_on_run_with_reports(tmp_path: Path) 
     assert (tmp_path / "out" / "junit.xml").stat().st_size > 0
 
 
+@pytest.mark.slow
 def test_a_failing_3000_deep_chain_settles_on_serve(tmp_path: Path) -> None:
     with thread_server(tmp_path) as srv:
         srv.service.submit(Prepared("deep", chain(3_000), {}), "pipeline")
@@ -124,6 +128,7 @@ def test_serve_counts_the_job_timeout_from_placement(tmp_path: Path) -> None:
         assert srv.api.wait_status(job_id, FINAL)["status"] == "passed"
 
 
+@pytest.mark.slow
 def test_serve_still_times_a_placed_job_out(tmp_path: Path) -> None:
     clock = FakeClock()
     gate = tmp_path / "gate"

@@ -172,6 +172,7 @@ def test_a_job_built_without_a_file_gets_a_plain_usage_error(tmp_path: Path) -> 
         execute(pipeline, LocalBackend(), options, io.StringIO())
 
 
+@pytest.mark.slow
 def test_a_first_pipeline_alone_in_a_fresh_folder_runs_and_runs_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -174,3 +174,13 @@ class RentingBackend(Protocol):
     def stop_soon(self) -> None:
         """The run is being stopped (a signal): the give-back must fit in CI's grace."""
         ...
+
+
+@runtime_checkable
+class HandsOver(Protocol):
+    """A backend whose servers run one job after another and can check, between two, that the
+    first left nothing behind (runner/backends/ssh/handover.py). `handover_mark` is the
+    `NAME=token` every job of this queue instance carries in its environment (None: no check,
+    as in a run, whose jobs are one pipeline's)."""
+
+    handover_mark: str | None

@@ -13,7 +13,7 @@ from runner.backends import local_spec
 from runner.backends.clore import spec as clore
 from runner.backends.spec import BackendSpec, PipelineKey
 from runner.backends.ssh import spec as ssh
-from runner.errors import UsageError
+from runner.errors import UsageError, did_you_mean
 
 if TYPE_CHECKING:
     from runner.core.model import Pipeline
@@ -42,8 +42,6 @@ def backend_spec(name: str, flag: str = "--backend") -> BackendSpec:
     """The spec named `name`, or a UsageError that names the choices."""
     spec = BACKENDS.get(name)
     if spec is None:
-        from runner.spec.diagnostics import did_you_mean  # difflib: only for a wrong name
-
         choices = ", ".join(BACKENDS)
         hint = did_you_mean(name, list(BACKENDS)) or f"one of {choices}"
         raise UsageError(f"{flag} {name}: no such backend (backends: {choices})", hint)

@@ -79,6 +79,9 @@ class CleanupAsk:
     # A stand-in for the backend's API client (tests: a fake marketplace); None: from the
     # environment (CLORE_API_KEY ...).
     client: Callable[[], Any] | None = None
+    # Also cancel orders that may be ours but cannot be proven (a person's decision, for a key
+    # no other run uses): without it such an order is named and left, exit 3.
+    cancel_unproven: bool = False
 
 
 @dataclass(frozen=True)

@@ -70,6 +70,15 @@ def register(app: typer.Typer, client_factory: ClientFactory | None = None) -> N
                 max=24 * 30,
             ),
         ] = 24.0,
+        cancel_unproven: Annotated[
+            bool,
+            typer.Option(
+                "--cancel-unproven",
+                help="Also cancel the orders that may be ours but cannot be proven (our create "
+                "was sent, yet its tag is absent or unreadable). Only for an API key that no other "
+                "run, machine or person uses: an order of theirs would be cancelled too.",
+            ),
+        ] = False,
         wait: Annotated[
             bool,
             typer.Option(
@@ -85,7 +94,16 @@ def register(app: typer.Typer, client_factory: ClientFactory | None = None) -> N
             names = tuple(w.strip() for w in workflows.split(",") if w.strip())
             _reap_runners(client_factory or _client_from_env, dry_run, names, max_hours)
             return
-        ask = CleanupAsk(ledger_arg, coordinator, run_id, dry_run, wait, typer.echo, client_factory)
+        ask = CleanupAsk(
+            ledger_arg,
+            coordinator,
+            run_id,
+            dry_run,
+            wait,
+            typer.echo,
+            client_factory,
+            cancel_unproven=cancel_unproven,
+        )
         failed: CloreRunError | None = None
         for spec in BACKENDS.values():
             if spec.cleanup is None:

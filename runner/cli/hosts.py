@@ -17,6 +17,7 @@ from runner.core.hosts import HostMemory, HostRecord, ago_text, kind_words
 from runner.errors import CloreRunError
 from runner.stores.ledger import DEFAULT_PATH
 from runner.stores.target import coordinator_from, ledger_target
+from runner.untrusted import console_line
 
 _COLUMNS = ("HOST", "UP", "MEAN BOOT", "NEVER UP", "SSH FAILED", "PREEMPTED", "LAST", "NOW")
 
@@ -47,6 +48,8 @@ def hosts(
                 typer.echo(f"forgot {gone} event(s) of {', '.join(host) if host else 'every host'}")
                 return
             memory = history.memory()
+            for note in history.take_notes():
+                typer.echo(f"warning: {note}", err=True)
     except CloreRunError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(3) from None
@@ -97,7 +100,9 @@ def _row(rec: HostRecord, memory: HostMemory) -> tuple[str, ...]:
     )
     skipped = memory.skip_reason(rec.host)
     return (
-        rec.host,
+        # The file may come from a cache a pull request's run wrote: its text is shown as
+        # marketplace text is, inert (no workflow command, no control sequence).
+        console_line(rec.host),
         str(rec.ups),
         f"{mean:.0f} s" if mean is not None else "-",
         str(rec.never_up),

@@ -11,6 +11,7 @@ import typer
 from runner.cli.options import CoordinatorOption, LedgerOption
 from runner.core.hosts import HostMemory
 from runner.core.model import GpuAsk
+from runner.core.rental_length import hold_for_s, hours_text
 from runner.errors import CloreRunError
 
 if TYPE_CHECKING:  # the Clore client and models load only when `offers` runs
@@ -19,7 +20,7 @@ if TYPE_CHECKING:  # the Clore client and models load only when `offers` runs
 
 ClientFactory = Callable[[], "CloreClient"]
 
-_COLUMNS = ("ID", "GPUS", "VRAM", "$/H", "SPOT $/H", "RELIAB", "CUDA", "LOC")
+_COLUMNS = ("ID", "GPUS", "VRAM", "$/H", "SPOT $/H", "RELIAB", "MAX LEN", "CUDA", "LOC")
 
 
 def register(app: typer.Typer, client_factory: ClientFactory | None = None) -> None:
@@ -38,6 +39,16 @@ def register(app: typer.Typer, client_factory: ClientFactory | None = None) -> N
         currency: Annotated[str, typer.Option(help="Order currency")] = "CLORE-Blockchain",
         as_json: Annotated[bool, typer.Option("--json", help="JSON instead of a table")] = False,
         limit: Annotated[int, typer.Option(min=1, help="Show at most this many")] = 20,
+        timeout_minutes: Annotated[
+            float | None,
+            typer.Option(
+                "--timeout-minutes",
+                min=0.0,
+                help="A job's timeout: offers whose maximum rental length (MAX LEN) cannot "
+                "hold it, with the boot bound before and fetching files after, are passed over "
+                "and said so, as `run` passes them over",
+            ),
+        ] = None,
         ledger_arg: LedgerOption = None,
         coordinator: CoordinatorOption = None,
     ) -> None:
@@ -58,12 +69,15 @@ def register(app: typer.Typer, client_factory: ClientFactory | None = None) -> N
         )
         memory, note = _memory(ledger_arg, coordinator)
         all_offers = _fetch_offers(make_client, currency)
-        shown = matching_offers(all_offers, ask, memory=memory)[:limit]
+        ranked = matching_offers(all_offers, ask, memory=memory)
+        passed = _too_short(ranked, timeout_minutes)
+        shown = [o for o in ranked if o.server_id not in passed][:limit]
         fitting = {o.server_id for o in matching_offers(all_offers, ask)}
         skipped = {i: why for i, why in skipped_ids(memory).items() if i in fitting}
         if as_json:
             rows = [o.to_json() | {"fail_chance": _chance(memory, o)} for o in shown]
             rows += [{"server_id": i, "skipped": why} for i, why in sorted(skipped.items())]
+            rows += [{"server_id": i, "passed_over": why} for i, why in passed.items()]
             typer.echo(json.dumps(rows, indent=2))
             return
         if shown:
@@ -74,6 +88,8 @@ def register(app: typer.Typer, client_factory: ClientFactory | None = None) -> N
             typer.echo(
                 f"#{server_id}: skipped: {why} (`clore-run hosts --clear --host {server_id}`)"
             )
+        for server_id, why in passed.items():
+            typer.echo(f"#{server_id}: passed over: {why}")
         if note:
             typer.echo(note, err=True)
 
@@ -89,6 +105,25 @@ def _memory(ledger_arg: str | None, coordinator: str | None) -> tuple[HostMemory
     except CloreRunError as exc:
         _fail(str(exc), exc.exit_code)  # a bad --ledger is a usage error
     return read_memory(hosts_target(target))
+
+
+def _too_short(ranked: list[Offer], timeout_minutes: float | None) -> dict[int, str]:
+    """The offers whose maximum rental length cannot hold a job of `timeout_minutes` (with
+    `run`'s default boot bound and fetching its files), best first, each with why."""
+    from runner.backends.clore import bill  # the Clore backend loads only when `offers` runs
+
+    if timeout_minutes is None:
+        return {}
+    hold_s = hold_for_s(bill.DEFAULT_BOOT_BOUND_S, timeout_minutes * 60.0)
+    return {
+        o.server_id: (
+            f"maximum rental length {hours_text(o.max_rental_s)} cannot hold a "
+            f"{timeout_minutes:g}-minute job's worst case {hours_text(hold_s)} "
+            "(boot bound, timeout, fetching files)"
+        )
+        for o in ranked
+        if o.max_rental_s is not None and o.max_rental_s < hold_s
+    }
 
 
 def _chance(memory: HostMemory, offer: Offer) -> float:
@@ -145,6 +180,7 @@ def _row(offer: Offer) -> tuple[str, ...]:
         _money(offer.on_demand_usd_per_hour),
         _money(offer.spot_usd_per_hour),
         f"{offer.reliability * 100:.1f}%" if offer.reliability is not None else "-",
+        hours_text(offer.max_rental_s) if offer.max_rental_s is not None else "-",
         offer.cuda_version or "-",
         offer.location or "-",
     )

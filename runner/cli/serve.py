@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 
@@ -26,9 +26,6 @@ from runner.errors import UsageError
 from runner.outcome import outcome
 from runner.serve import DEFAULT_SERVER
 from runner.stores.target import PASSWORD_SOURCES
-
-if TYPE_CHECKING:  # requests loads only for the client commands that use it
-    from runner.serve.client import ClientError
 
 DEFAULT_DB = ".clore-run/serve.db"
 Server = Annotated[
@@ -200,22 +197,31 @@ def submit(
     after: Annotated[
         list[str] | None, typer.Option("--after", help="Server job ids its root jobs need.")
     ] = None,
-) -> None:
-    """Queue a pipeline on a server; print the job ids."""
-    from runner.serve.client import Client, ClientError
+    trust: Annotated[
+        str | None,
+        typer.Option(
+            help="The submission's trust domain: a server is reused only within one (default: "
+            "default; in GitHub Actions repo-<owner>.<name>, and a fork's PR its own).",
+            metavar="NAME",
+        ),
+    ] = None,
+    wait: Annotated[
+        bool, typer.Option("--wait", help="Wait for every job; exit as `run` does (0, 1, 3, 130).")
+    ] = False,
+    out: Annotated[
+        Path | None,
+        typer.Option(help="With --wait: write run's reports here (default clore-run-results)."),
+    ] = None,
+    logs: Annotated[
+        bool, typer.Option("--logs", help="With --wait: show each job's output.")
+    ] = False,
+    poll: Annotated[float, typer.Option(hidden=True, min=0.001)] = 1.0,
+) -> int:
+    """Queue a pipeline on a server; print the job ids (--wait: follow them to the end)."""
+    from runner.cli.submit_wait import Asked, submit_pipeline
 
-    try:
-        text = pipeline.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{pipeline}: cannot read it ({exc})") from None
-    try:
-        reply = Client(server).submit_pipeline(text, after or [])
-    except ClientError as exc:
-        raise UsageError(_located(pipeline, exc)) from None
-    for warning in reply.get("warnings", []):
-        typer.echo(f"warning: {warning}", err=True)
-    for job_id in reply["ids"]:
-        typer.echo(job_id)
+    asked = Asked(pipeline, server, after or [], trust, wait, out, logs, poll)
+    return submit_pipeline(asked, typer.echo)
 
 
 def status(
@@ -245,23 +251,6 @@ def cancel(
 
     reply = Client(server).cancel(job)
     typer.echo(f"{reply['id']}: {status_word(reply)}")
-
-
-def _located(pipeline: Path, exc: ClientError) -> str:
-    """Located problems from the server, named by the local file."""
-    from runner.serve.client import key_path
-
-    body = exc.body
-    items = body.get("detail") if isinstance(body, dict) else None
-    if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
-        return str(exc)
-    lines = []
-    for item in items:
-        path = key_path(item.get("loc", []))
-        where = f"{pipeline}:{item['line']}:{item['column']}" if item.get("line") else str(pipeline)
-        hint = f" ({item['hint']})" if item.get("hint") else ""
-        lines.append(f"{where}: {path + ': ' if path else ''}{item.get('msg', '')}{hint}")
-    return "\n".join(lines)
 
 
 def status_word(job: dict[str, Any]) -> str:

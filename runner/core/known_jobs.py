@@ -42,7 +42,7 @@ class Known:
 
     __slots__ = (
         "attempt", "dependents", "end", "ends_known", "expected_s", "job", "key", "needs",
-        "open", "rent_failures", "seq", "settled", "timeout_s", "worst_end",
+        "open", "rent_failures", "seq", "settled", "timeout_s", "wanted_at", "worst_end",
     )  # fmt: skip
 
     def __init__(
@@ -66,6 +66,7 @@ class Known:
         self.attempt = 0
         self.timeout_s = 0.0
         self.seq = 0
+        self.wanted_at = 0.0  # when it asked for a server
 
 
 class KnownJobs:
@@ -165,12 +166,12 @@ class KnownJobs:
 
     # -- waiting -----------------------------------------------------------------------------
 
-    def want(self, job_id: str, attempt: int, timeout_s: float) -> Known:
+    def want(self, job_id: str, attempt: int, timeout_s: float, now: float = 0.0) -> Known:
         """The job waits for a server for attempt `attempt`: queued under its key."""
         if self.raises:
             self.make_raises()
         record = self.records[job_id]
-        record.attempt, record.timeout_s = attempt, timeout_s
+        record.attempt, record.timeout_s, record.wanted_at = attempt, timeout_s, now
         record.seq = seq = next(self._seq)
         self.waiting[job_id] = record
         heapq.heappush(self.queue, (record.key, seq, job_id))

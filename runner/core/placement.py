@@ -156,5 +156,8 @@ class Placement(BookPart):
             expected = want.expected_s
             end = now + expected if expected is not None else None
             self._ends.set_end(job_id, end, until, now)
-        self._out.append(StartOn(job_id, want.attempt, server.id, want.timeout_s))
+        # Up (rented) before the job asked for a server: the job waited for no boot.
+        warm = server.rented and server.idle_since < want.wanted_at
+        waited_s = now - want.wanted_at
+        self._out.append(StartOn(job_id, want.attempt, server.id, want.timeout_s, warm, waited_s))
         return True

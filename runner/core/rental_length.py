@@ -27,8 +27,10 @@ from runner.core.rentals import Market, Quote
 
 
 def boot_allowance_s(allowance_s: float, job: Job) -> float:
-    """The longest a server rented for `job` may boot: the book's bound, or the job's own
-    `boot-timeout-minutes` where that is longer (the adapter waits that long for it)."""
+    """The boot a rental for `job` is budgeted for: the book's bound, or the job's own
+    `boot-timeout-minutes` where that is longer (the adapter waits that long for it). A
+    shorter one still counts the book's: the bound leaves room for the SSH probe after the
+    server is online, which the job's figure does not bound."""
     return max(allowance_s, job.boot_timeout_s or 0.0)
 
 
@@ -37,7 +39,12 @@ def worst_hold_s(allowance_s: float, job: Job, timeout_s: float | None = None) -
     the attempt's timeout, and fetching its files after. The budget reserves it, an offer's
     maximum rental length must hold it, and `plan`'s "at most" is priced over it."""
     attempt_s = job.timeout_s if timeout_s is None else timeout_s
-    return boot_allowance_s(allowance_s, job) + attempt_s + AFTER_SCRIPT_S
+    return hold_for_s(boot_allowance_s(allowance_s, job), attempt_s)
+
+
+def hold_for_s(boot_s: float, timeout_s: float) -> float:
+    """A boot of `boot_s` at the longest, a script's `timeout_s`, then fetching its files."""
+    return boot_s + timeout_s + AFTER_SCRIPT_S
 
 
 def holds(quote: Quote, hold_s: float) -> bool:
@@ -87,8 +94,10 @@ def passed_over_text(passed: tuple[Quote, ...], hold_s: float) -> str:
 
 
 def hours_text(seconds: float) -> str:
-    """A length for a person: "17 min", "1.50 h", "72 h"."""
+    """A length for a person: "17 min", "1.50 h", "72 h", "73.1 h"."""
     if seconds < 3600.0:
         return f"{seconds / 60:.0f} min"
     hours = seconds / 3600.0
-    return f"{hours:.0f} h" if hours >= 10 or hours == int(hours) else f"{hours:.2f} h"
+    if hours == int(hours):
+        return f"{hours:.0f} h"
+    return f"{hours:.1f} h" if hours >= 10 else f"{hours:.2f} h"

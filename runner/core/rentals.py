@@ -9,7 +9,7 @@ are seconds passed in by the caller.
 from __future__ import annotations
 
 from collections.abc import Set
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from runner.core import money
@@ -143,6 +143,11 @@ class StartOn:
     attempt: int
     server: int
     timeout_s: float
+    # For a person, not a decision (left out of equality): the server was up, idle, before
+    # the job asked for one (a warm server: no boot waited for), and how long the job waited
+    # for a server, from asking to now.
+    warm: bool = field(default=False, compare=False)
+    waited_s: float = field(default=0.0, compare=False)
 
 
 @dataclass(frozen=True)

@@ -139,7 +139,7 @@ class ServerBook:
     def want(self, job_id: str, attempt: int, timeout_s: float, now: float) -> None:
         """The job is ready for attempt `attempt` and needs a server."""
         self._dirty = True
-        self._jobs.want(job_id, attempt, timeout_s)
+        self._jobs.want(job_id, attempt, timeout_s, now)
         self._ends.ready(job_id)
 
     def drop(self, job_id: str) -> int | None:

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Sequence
+import random
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -34,6 +35,7 @@ from runner.core.rentals import (
     Quote,
     ReleaseServer,
     RentServer,
+    ServerLost,
     ServerReady,
     ServerReleased,
     StartOn,
@@ -61,6 +63,7 @@ class QueueSimResult:
     cost_usd: float = 0.0  # every server, from its create to its release
     idle_usd: float = 0.0  # of which idle: no job on it
     cross_domain_reuses: int = 0  # a server given to a job of another domain than its last
+    dirty_reuses: int = 0  # a job started on a server that failed its clean handover
 
     def wait_percentile(self, q: float) -> float:
         waits = sorted(self.waits_s.values())
@@ -71,7 +74,12 @@ class QueueSimResult:
 
 class _QueueSim:
     def __init__(
-        self, arrivals: Sequence[Arrival], book: ServerBook, boot_s: float, horizon: float
+        self,
+        arrivals: Sequence[Arrival],
+        book: ServerBook,
+        boot_s: float,
+        horizon: float,
+        dirty: Callable[[], bool] = lambda: False,
     ) -> None:
         self.book = book
         self.core = PlacingCore((), book, ongoing=True, on_fatal=_hold)
@@ -86,6 +94,8 @@ class _QueueSim:
         self.up: set[int] = set()
         self.domain_on: dict[int, str] = {}  # server -> trust domain of its last job
         self.domain_of: dict[str, str] = {}  # job -> its trust domain
+        self.dirty = dirty  # does a server fail the clean handover after this attempt?
+        self.failed_handover: set[int] = set()
         for arrival in arrivals:
             self.push(arrival.at, arrival)
 
@@ -126,6 +136,8 @@ class _QueueSim:
 
     def _start(self, cmd: StartOn, now: float) -> None:
         job_id = cmd.job_id
+        if cmd.server in self.failed_handover:
+            self.result.dirty_reuses += 1
         domain = self.domain_of[job_id]
         last = self.domain_on.get(cmd.server)
         if last is not None and last != domain:
@@ -137,6 +149,9 @@ class _QueueSim:
             self.result.warm_starts += 1
         self.push(now, AttemptPlaced(job_id, cmd.attempt))
         ran = self.run_s.get(job_id, 0.0)
+        if self.dirty():  # as the driver reports it: the server lost before the attempt ends
+            self.failed_handover.add(cmd.server)
+            self.push(now + ran, ServerLost(cmd.server, "failed the clean handover"))
         self.push(now + ran, AttemptEnded(job_id, Attempt(cmd.attempt, now, now + ran, 0)))
 
     def _release(self, server: int, now: float) -> None:
@@ -157,6 +172,8 @@ def simulate_queue(
     cap: int = 4,
     boot_s: float = 30.0,
     horizon_s: float | None = None,
+    dirty_chance: float = 0.0,
+    seed: int = 0,
 ) -> QueueSimResult:
     """Replay `arrivals` through serve's core with `policy`; the servers still held at the
     end (the last arrival's end plus a day at most) are given back then."""
@@ -166,7 +183,8 @@ def simulate_queue(
     boot = BootTimes(default_s=boot_s, allowance_s=max(boot_s * 4, 120.0))
     book = ServerBook((), cap, market=ModelMarket(offers), boot=boot, now=start)
     book.warmth = policy
-    return _QueueSim(arrivals, book, boot_s, horizon).run()
+    rng = random.Random(seed)
+    return _QueueSim(arrivals, book, boot_s, horizon, lambda: rng.random() < dirty_chance).run()
 
 
 def _hold(reason: str, now: float) -> Event:

@@ -7,8 +7,9 @@
 - `idle_budget_usd`: what idle servers may cost a UTC day; a keep or a rental for warmth must
   fit it first, and none is made past it.
 
-A domain whose name starts with `fork:` (what a pull request from a fork is given) is
-untrusted: its servers are never kept warm. Times are Unix seconds passed in by the caller.
+A domain whose name starts with `fork-pr-` (what a pull request from a fork is given,
+runner/spec/trust.py) is untrusted: its servers are never kept warm. Times are Unix seconds
+passed in by the caller.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 
 DAY_S = 86_400
 WEEK_DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
-UNTRUSTED_PREFIX = "fork:"
+UNTRUSTED_PREFIX = "fork-pr-"  # runner/spec/trust.py names a fork's pull request so
 
 
 def untrusted(domain: str) -> bool:

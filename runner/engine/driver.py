@@ -15,6 +15,7 @@ loop, each attempt on the server the core chose.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import heapq
 import itertools
@@ -57,6 +58,7 @@ from runner.core.rentals import (
 from runner.core.scheduler import Entry
 from runner.engine.attempt import Kill, Ran
 from runner.errors import CloreRunError
+from runner.report.facts import SERVER_WAIT_S, WARM_SERVER
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
@@ -171,6 +173,7 @@ class DriverOptions:
         "must_stop",
         "notice",
         "rent_stages",
+        "server_waits",
         "tick_s",
     )
 
@@ -186,6 +189,9 @@ class DriverOptions:
         rent_stages: Callable[[Job], StageSink] = lambda _job: NO_STAGES,
         tick_s: float = 0.5,  # the longest the loop sleeps before re-reading the clock
         cancel_grace_s: float = CANCEL_GRACE_S,
+        # serve: each attempt's facts say whether its server was warm and how long the job
+        # waited for one (a run's reports read the wait from the attempt's own times).
+        server_waits: bool = False,
     ) -> None:
         self.must_stop = must_stop
         self.before_attempt_ends = before_attempt_ends
@@ -193,6 +199,7 @@ class DriverOptions:
         self.rent_stages = rent_stages
         self.tick_s = tick_s
         self.cancel_grace_s = cancel_grace_s
+        self.server_waits = server_waits
 
 
 class _Call:
@@ -579,11 +586,15 @@ class Driver:
         timeout_s: float,
         kill: Kill,
         server: int,
+        said: Mapping[str, str],
     ) -> None:
         def placed(place: Place) -> None:
             self._events.put(_Placed(AttemptPlaced(job.id, number), place))
 
         ran = self.runner.run(job, number, server, timeout_s, kill, placed)  # never raises
+        if said:
+            facts = {**ran.attempt.facts, **said}
+            ran = Ran(dataclasses.replace(ran.attempt, facts=facts), ran.stop_reason)
         if self.backend.lost(server):
             # Before the end: the core must not place the retry on the server it lost.
             self._events.put(_FromServer(ServerLost(server, ran.attempt.message)))
@@ -604,7 +615,13 @@ class Driver:
             # a fraction of the passes over it.
             self._futures = [f for f in self._futures if not f.done()]
             self._prune_at = 2 * len(self._futures) + 16
-        return functools.partial(self._work, job, cmd.attempt, cmd.timeout_s, out.kill, cmd.server)
+        said: dict[str, str] = {}
+        if self.options.server_waits:
+            said = {WARM_SERVER: "true" if cmd.warm else "false"}
+            said[SERVER_WAIT_S] = f"{cmd.waited_s:.3f}"
+        return functools.partial(
+            self._work, job, cmd.attempt, cmd.timeout_s, out.kill, cmd.server, said
+        )
 
     def _rent(self, cmd: RentServer, now: float) -> None:
         ahead = " ahead of its needs" if cmd.ahead else ""

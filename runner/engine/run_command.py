@@ -210,17 +210,30 @@ def execute(
             finally:
                 console.close()
         left = pipeline_run.driver.give_back_warnings  # said on screen when they happened
-        notes = (*_notes(options), *left)
+        unproven = _unproven(backend)
+        notes = (*_notes(options), *left, *(f"{what}. {hint}" for what, hint in unproven))
         paths = write_reports(options.out_dir, record, options.baseline, notes=notes)
         github_actions.publish(paths)
+        if github_actions.is_active():
+            github_actions.annotate_run_errors([f"{what}. {hint}" for what, hint in unproven])
     for warning in paths.warnings:
-        if warning not in left:
+        if warning not in left and not any(warning.startswith(w) for w, _ in unproven):
             console.notice(f"warning: {warning}")
     _final_report(console, paths, options.out_dir)
+    for what, hint in unproven:  # last, where a person looks: it bills until cancelled
+        console.notice(f"clore-run: {what}")
+        console.notice(f"hint: {hint}")
     code = EXIT_CODES[record.status]
+    if unproven and code in (EXIT_CODES[RunStatus.PASSED], EXIT_CODES[RunStatus.FAILED]):
+        code = EXIT_CODES[RunStatus.ERROR]  # an order that may be ours is never left with 0
     # A signal after the jobs ended cut the give-back short: the run was interrupted all the
     # same, and what it left unconfirmed is `clore-run cleanup`'s.
     return record, EXIT_CODES[RunStatus.INTERRUPTED] if pipeline_run.interrupted else code
+
+
+def _unproven(backend: Backend) -> tuple[tuple[str, str], ...]:
+    """A renting backend's orders that may be ours and were not proven: (what, hint) each."""
+    return tuple(getattr(backend, "orders_unproven", ()))
 
 
 def _say_given_back(console: Console, backend: Backend) -> None:

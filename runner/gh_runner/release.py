@@ -130,10 +130,13 @@ def billed(
     detail: str = "",
 ) -> Released:
     lived_s = max(0.0, min(ended_unix, clock.time()) - rental.created_unix)
-    if kind == "ended" and order.spend is not None and order.price:
-        # It ended before us, when we cannot tell: on-demand `spend` is the price for the time
-        # held, so it says how long (the creation fee hangs on that), if shorter than the cap.
-        lived_s = min(lived_s, order.spend / order.price * 86400.0)
+    if kind == "ended":
+        # It ended before us (by itself: preempted, expired, its host gone): billed up to its
+        # own end, `order_end - ct` where listed, else what its spend says at its price (the
+        # creation fee hangs on that), if shorter than the cap.
+        ended_s = bill.ended_lived_s(order.ct, order.order_end, order.spend, order.price)
+        if ended_s is not None:
+            lived_s = min(lived_s, ended_s)
     if order.spend is not None:
         cost = bill.billed_cost(
             order.spend, rental.usd_per_unit, rental.fee_rate, rental.creation_fee_native, lived_s

@@ -182,6 +182,15 @@ def annotate_run_warnings(warnings: Sequence[str], out: TextIO | None = None) ->
     stream.flush()
 
 
+def annotate_run_errors(errors: Sequence[str], out: TextIO | None = None) -> None:
+    """One `::error::` per error of the run that is no job's (an order that may be ours left
+    running): the checks page shows it in red, where a warning would be overlooked."""
+    stream = out or sys.stdout
+    for text in list(errors)[:ERROR_ANNOTATION_LIMIT]:
+        print(command("error", str(text), title="clore-run"), file=stream)
+    stream.flush()
+
+
 def annotate_spec_warnings(
     warnings: Sequence[SpecWarning], out: TextIO | None = None, env: Mapping[str, str] | None = None
 ) -> None:

@@ -13,13 +13,15 @@ from runner.errors import CloreRunError, InfrastructureError, UsageError
 from runner.serve import DEFAULT_SERVER
 
 TIMEOUT_S = 30.0
+UNREACHABLE = "is `clore-run serve` running there? Check --server (or CLORE_RUN_SERVER)"
+BAD_TOKEN = "set CLORE_RUN_TOKEN to the token `clore-run serve` was started with"
 
 
 class ClientError(UsageError):
     """The server refused the request (4xx): exit 2. `body` is its JSON reply."""
 
-    def __init__(self, message: str, body: Any = None) -> None:
-        super().__init__(message)
+    def __init__(self, message: str, body: Any = None, hint: str = "") -> None:
+        super().__init__(message, hint)
         self.body = body
 
 
@@ -31,12 +33,17 @@ class Client:
         if self.token:
             self.session.headers["Authorization"] = f"Bearer {self.token}"
 
-    def submit_pipeline(self, text: str, after: Sequence[str] = ()) -> dict[str, Any]:
+    def submit_pipeline(
+        self, text: str, after: Sequence[str] = (), trust: str | None = None
+    ) -> dict[str, Any]:
+        params: dict[str, Any] = {"after": list(after)}
+        if trust is not None:
+            params["trust"] = trust
         return self._call(
             "POST",
             "/pipelines",
             data=text.encode("utf-8"),
-            params={"after": list(after)},
+            params=params,
             headers={"Content-Type": "application/yaml"},
         )
 
@@ -62,7 +69,9 @@ class Client:
                 stream=True,
             )
         except requests.RequestException as exc:
-            raise InfrastructureError(f"cannot reach {self.server}: {_short(exc)}") from None
+            raise InfrastructureError(
+                f"cannot reach {self.server}: {_short(exc)}", UNREACHABLE
+            ) from None
         with reply:
             if reply.status_code >= 400:
                 self._check(reply, _json(reply))
@@ -83,7 +92,9 @@ class Client:
         try:
             reply = self.session.request(method, self.server + path, timeout=TIMEOUT_S, **kwargs)
         except requests.RequestException as exc:
-            raise InfrastructureError(f"cannot reach {self.server}: {_short(exc)}") from None
+            raise InfrastructureError(
+                f"cannot reach {self.server}: {_short(exc)}", UNREACHABLE
+            ) from None
         body = _json(reply)
         self._check(reply, body)
         if not isinstance(body, dict):
@@ -94,6 +105,10 @@ class Client:
         if reply.status_code >= 500:
             raise InfrastructureError(
                 f"{self.server} answered {reply.status_code}: {_detail(body)}"
+            )
+        if reply.status_code == 401:
+            raise ClientError(
+                f"{self.server} refused the token (401): {_detail(body)}", body, BAD_TOKEN
             )
         if reply.status_code >= 400:
             raise ClientError(f"{reply.status_code}: {_detail(body)}", body)

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from runner.backends.base import Backend, Place
+from runner.backends.base import Backend, HandsOver, Place
 from runner.backends.local_orphans import ENV_NAME
 from runner.backends.spec import Reconcile
 from runner.clock import SYSTEM_CLOCK, Clock
@@ -145,6 +145,8 @@ class Service:
     ) -> None:
         self.store = store
         self.backend = backend
+        if isinstance(backend, HandsOver):  # every job carries the instance's token (below)
+            backend.handover_mark = f"{ENV_NAME}={options.instance}"
         self.options = options
         self.clock = clock
         runner = AttemptRunner(
@@ -179,6 +181,7 @@ class Service:
                 before_attempt_ends=self._spend_before_end,
                 notice=log.warning,
                 tick_s=MAX_WAIT_S,
+                server_waits=True,
             ),
         )
         self._submit_lock = threading.Lock()

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from runner.errors import UsageError
+from runner.errors import did_you_mean as did_you_mean  # its callers in spec import it here
 
 KeyPath = tuple[str | int, ...]
 
@@ -46,11 +47,3 @@ class SpecError(UsageError):
         ordered = sorted(diagnostics, key=lambda d: (d.file, d.line, d.column))
         super().__init__("\n".join(str(d) for d in ordered))
         self.diagnostics = tuple(ordered)
-
-
-def did_you_mean(word: str, choices: Iterable[str]) -> str:
-    """A hint naming the closest choice, or "" when nothing is close."""
-    import difflib  # only a file with a mistake pays for it
-
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return f"did you mean '{close[0]}'?" if close else ""

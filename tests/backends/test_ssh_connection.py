@@ -167,6 +167,7 @@ def test_silent_server_is_detected_by_keepalive(sshd_killable: SshServer) -> Non
     assert took < QUICK.keepalive_s * (QUICK.keepalive_count + 1) + 2
 
 
+@pytest.mark.slow
 def test_identity_file_problems_are_usage_errors(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="does not exist"):
         ClientKey.from_file(tmp_path / "missing")

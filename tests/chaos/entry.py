@@ -9,7 +9,8 @@ What is shortened, and only that (nothing here changes a decision the run makes)
   and its wait after a 429 on create (6 s, 12 s, ...: it holds every call of the process),
   0.6 s, 1.2 s, ..., or it would starve the shortened look-ups below;
 - how long it gives `my_orders` to show a new order (2 s ... 20 s, 50 s in all; `cleanup` waits
-  as long for a refused create's order): 2.8 s in all, the fake showing one within 0.3 s;
+  as long for a refused create's order): 2.8 s in all, the fake showing one within 0.3 s; and
+  how much longer it looks for an accepted create's order (about 6 minutes): 1.5 s;
 - the provisioner's polling (first poll after 3 s, then up to 30 s apart), its SSH connect
   back-off (2 s, then up to 20 s), its cancel-confirmation pauses and its boot bound (15 min by
   default; the pipelines set `boot-timeout-minutes` as a user would, this is the fallback).
@@ -49,6 +50,8 @@ def shorten_pace() -> None:
         kw.setdefault("limiter", ratelimit.RateLimiter(min_interval_s=0.02, create_interval_s=0.1))
         kw.setdefault("retry", api.RetryPolicy(base_s=0.2, cap_s=1.0, max_total_s=10.0))
         kw.setdefault("recover_delays_s", recover_delays_s())
+        # An accepted create's order not proven ours is looked for longer (about 6 min): 1.5 s.
+        kw.setdefault("follow_up_delays_s", (0.5, 1.0))
         return from_env(cls, environ, **kw)
 
     if hasattr(api, "CREATE_RATE_LIMIT_WAIT_S"):  # a 429 on create: 6 s, then 12 s, ...

@@ -25,7 +25,7 @@ from tests.chaos.entry import REAL_SHUTDOWN_ENV, RECOVER_ENV
 from tests.chaos.market import Market, SshdPool, market
 from tests.chaos.scenario import Scenario
 from tests.fakes.clore_api import API_KEY
-from tests.processes import marked_env
+from tests.processes import default_signals, marked_env
 
 REPO = Path(__file__).resolve().parents[2]
 CLEANUP_BOUND_S = 60.0
@@ -110,6 +110,7 @@ def _start(m: Market, caller: str, pipeline: Path, folder: Path) -> _Process:
             stdin=subprocess.DEVNULL,
             cwd=folder,
             env=_env(m.scenario, m.url(caller)),
+            preexec_fn=default_signals,
         )
     return _Process(RunResult(caller, command), proc, folder)
 

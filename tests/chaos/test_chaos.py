@@ -27,6 +27,9 @@ from tests.chaos.invariants import INVARIANTS, Violation
 from tests.chaos.scenario import Scenario, draw
 from tests.chaos.suite import Verdict, play_all
 
+# The fault suite runs the real CLI against the fake Clore and real sshds: the slow lane.
+pytestmark = pytest.mark.slow
+
 PARALLEL = 4  # scenarios at once: each is mostly waiting (boots, jobs' sleeps, start-up)
 
 # Small scenarios (3-5 jobs): plain runs, API and host faults, SIGINT, SIGTERM, SIGKILL +

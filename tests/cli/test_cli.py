@@ -412,6 +412,7 @@ def python_m_runner(*args: str | Path, cwd: Path = ROOT) -> subprocess.Completed
     )
 
 
+@pytest.mark.slow
 def test_python_m_runner_validate(tmp_path: Path) -> None:
     ok = python_m_runner("validate", "examples/hello.yml")
     assert (ok.returncode, ok.stdout, ok.stderr) == (0, "examples/hello.yml: ok (4 jobs)\n", "")
@@ -424,6 +425,7 @@ def test_python_m_runner_validate(tmp_path: Path) -> None:
     assert "Traceback" not in result.stdout + result.stderr
 
 
+@pytest.mark.slow
 def test_python_m_runner_unknown_option_has_no_traceback() -> None:
     result = python_m_runner("validate", "--no-such-flag", "examples/hello.yml")
     assert result.returncode == 2
@@ -510,6 +512,7 @@ def test_a_baseline_that_is_not_a_summary_is_a_usage_error(
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_a_baseline_from_another_pipeline_is_compared_with_a_warning(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

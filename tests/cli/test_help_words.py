@@ -35,6 +35,7 @@ def _commands() -> list[list[str]]:
     return sorted(found)
 
 
+@pytest.mark.slow
 def test_no_help_page_shows_a_python_type(capsys: pytest.CaptureFixture[str]) -> None:
     for path in _commands():
         code, text = _cli(capsys, *path, "--help")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.processes import alive, marked_env
+from tests.processes import alive, default_signals, marked_env
 
 PIPELINE = """\
 jobs:
@@ -26,6 +26,7 @@ jobs:
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 def test_signal_cancels_cleanly(tmp_path: Path, sig: signal.Signals) -> None:
     pidfile = tmp_path / "child.pid"
@@ -39,6 +40,7 @@ def test_signal_cancels_cleanly(tmp_path: Path, sig: signal.Signals) -> None:
         stderr=subprocess.STDOUT,
         cwd=tmp_path,
         env=marked_env(),
+        preexec_fn=default_signals,
     ) as proc:
         assert proc.stdout is not None
         for line in proc.stdout:  # blocks until the job has really started
@@ -74,7 +76,12 @@ def test_a_signal_while_starting_up_exits_130_without_a_traceback(sig: signal.Si
         "launch.main()\n"
     )
     done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=marked_env(), timeout=60
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=marked_env(),
+        timeout=60,
+        preexec_fn=default_signals,
     )
     assert done.returncode == 130, (done.returncode, done.stderr)
     assert "Traceback" not in done.stderr

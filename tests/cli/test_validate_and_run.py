@@ -116,6 +116,7 @@ PROBE = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args", [["--version"], ["validate", str(HELLO)]])
 def test_version_and_validate_load_no_backend(args: list[str]) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("CLORE_API_KEY", "GITHUB_ACTIONS")}
@@ -201,6 +202,7 @@ def test_start_up_holds_the_collector_and_the_run_has_it(tmp_path: Path) -> None
     assert done.stderr.split() == ["0", "False", "True", "True", "True"], done.stderr
 
 
+@pytest.mark.slow
 def test_other_commands_have_the_collector() -> None:
     probe = "import gc, sys, runner.cli as c\ntry:\n    c.main(['schema'])\nexcept SystemExit:\n"
     probe += "    print(gc.isenabled(), file=sys.stderr)"
@@ -216,6 +218,7 @@ def test_other_commands_have_the_collector() -> None:
     assert done.stderr.split() == ["True"], done.stderr
 
 
+@pytest.mark.slow
 def test_a_closed_pipe_exits_1(tmp_path: Path) -> None:
     """`clore-run validate … | head -0`: exit 1 on a broken pipe, and no traceback."""
     read_end, write_end = os.pipe()

@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import pytest
+
 from runner.core.events import (
     AttemptEnded,
     AttemptPlaced,
@@ -234,6 +236,7 @@ def test_fail_fast_cancels_matrix_siblings() -> None:
     assert completed(out)["t2"] == (JobStatus.CANCELLED, "fail-fast: 't0' failed")
 
 
+@pytest.mark.slow
 def test_a_failed_root_settles_a_10000_deep_chain_in_one_call() -> None:
     core = Scheduler(1)
     chain = [job("j0")] + [job(f"j{i}", f"j{i - 1}") for i in range(1, 10_000)]

@@ -78,6 +78,7 @@ def test_estimated_cost_splits_the_fee_back_out() -> None:
     rate=st.floats(0, 0.5, allow_nan=False),
     held_s=st.floats(0, 1e7, allow_nan=False),
 )
+@pytest.mark.slow
 def test_estimate_and_billing_agree_for_the_same_order(
     price: float, rate: float, held_s: float
 ) -> None:

@@ -743,6 +743,7 @@ def test_results_are_in_pipeline_order() -> None:
     assert [j for _, j in sim.starts] == ["x", "z", "y"]
 
 
+@pytest.mark.slow
 def test_ten_thousand_deep_chain() -> None:
     jobs = pipeline(job("j0"), *(job(f"j{i}", f"j{i - 1}") for i in range(1, 10_000)))
     sim = simulate(jobs, 3, outcomes({}, default=(1.0, None)))

@@ -14,6 +14,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+import pytest
+
 from runner.core import graph
 from runner.core.model import GpuAsk, Job, RunStatus
 from runner.core.rentals import BootTimes, Provisioning, Quote
@@ -91,6 +93,7 @@ def run(case: Case, model: MarketModel, seed: int, **book: object) -> ServersRes
     return simulate_servers(case.jobs, server_book, model, lambda j, a: durations[j], seed=seed)
 
 
+@pytest.mark.slow
 def test_never_over_budget_or_cap_and_no_job_waits_beside_an_idle_server() -> None:
     rng = random.Random(15)
     over_budget_rejected = 0
@@ -116,6 +119,7 @@ def test_never_over_budget_or_cap_and_no_job_waits_beside_an_idle_server() -> No
     assert over_budget_rejected > 0  # the budgets drawn do bind sometimes
 
 
+@pytest.mark.slow
 def test_with_accurate_estimates_the_makespan_is_within_a_boot_of_the_bound() -> None:
     rng = random.Random(150)
     checked = 0
@@ -135,6 +139,7 @@ def test_with_accurate_estimates_the_makespan_is_within_a_boot_of_the_bound() ->
     assert checked > CASES * 0.9
 
 
+@pytest.mark.slow
 def test_with_accurate_estimates_servers_idle_under_a_tenth_of_their_busy_time() -> None:
     rng = random.Random(1500)
     idle_s = busy_s = 0.0

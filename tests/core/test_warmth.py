@@ -11,6 +11,7 @@ from runner.core.model import GpuAsk, Job
 from runner.core.rentals import Quote, ReleaseServer, RentServer, ServerReady, StartOn
 from runner.core.simulate_queue import Arrival, simulate_queue
 from runner.core.warm_policy import DAY_S, WarmPolicy, WarmPool, Window, untrusted, weekday
+from runner.spec.trust import fork_domain, repo_domain
 from tests.core.test_placing_over_time import T0, Queue
 from tests.core.test_servers import job
 
@@ -86,9 +87,9 @@ def test_a_server_never_goes_to_a_job_of_another_trust_domain() -> None:
 
 def test_a_server_of_a_fork_is_never_kept_warm() -> None:
     q = warm_queue(KEEP_15)
-    rent = one_job_done(q, trust="fork:someone/repo#7")
+    rent = one_job_done(q, trust=fork_domain("someone/repo", 7))
     assert [r.server for r in releases(q)] == [rent.server]  # at once, as with no warmth
-    assert untrusted("fork:someone/repo#7") and not untrusted("team-a")
+    assert untrusted(fork_domain("someone/repo", 7)) and not untrusted(repo_domain("a/b"))
 
 
 def test_a_job_of_another_image_rents_its_own_server() -> None:
@@ -146,11 +147,12 @@ def test_two_domains_interleaved_never_share_a_server() -> None:
         arrivals, at = [], T0
         for i in range(60):
             at += rng.expovariate(1 / 240)
-            domain = rng.choice(["team-a", "team-b", f"fork:x/y#{i % 2}"])
+            domain = rng.choice(["team-a", "team-b", fork_domain("x/y", i % 2)])
             j = Job(id=f"j{i}", name=f"j{i}", run="true", gpu=GpuAsk(type="4090"), trust=domain)
             arrivals.append(Arrival(at, j, rng.uniform(30, 400)))
         policy = WarmPolicy(keep_warm_s=1800, pools=(WarmPool("4090", 1, None),))
-        result = simulate_queue(arrivals, offers, policy, cap=4)
+        result = simulate_queue(arrivals, offers, policy, cap=4, dirty_chance=0.2, seed=seed)
         assert len(result.waits_s) == 60
         assert result.warm_starts > 0  # warmth did something
         assert result.cross_domain_reuses == 0
+        assert result.dirty_reuses == 0  # a server that failed its handover ran nothing more

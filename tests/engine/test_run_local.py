@@ -169,6 +169,7 @@ def test_daemon_left_by_a_passing_job_is_killed(tmp_path: Path) -> None:
     assert not alive(int(pidfile.read_text()))
 
 
+@pytest.mark.slow
 def test_big_streams_on_both_pipes_do_not_hang(tmp_path: Path) -> None:
     _, code, _ = run(
         tmp_path,
@@ -322,6 +323,7 @@ class SlowToProvision(LocalBackend):
         return super().place(server, job, cancel)
 
 
+@pytest.mark.slow
 def test_provisioning_time_does_not_count_against_the_job_timeout(tmp_path: Path) -> None:
     _, code, status = run(
         tmp_path, "jobs:\n  a: {run: 'true', timeout-minutes: 0.01}\n", SlowToProvision()

@@ -130,6 +130,7 @@ class IgnoresCancel(LocalBackend):
         return RunOutcome(0, None)
 
 
+@pytest.mark.slow
 def test_a_run_timeout_settles_attempts_that_ignore_their_kill(tmp_path: Path) -> None:
     backend = IgnoresCancel(tmp_path)
     pipeline = pipeline_of(
@@ -196,6 +197,7 @@ print(pipeline_run.run().status.value, flush=True)
 """
 
 
+@pytest.mark.slow
 def test_the_process_can_exit_while_an_attempt_ignores_its_cancel(tmp_path: Path) -> None:
     """The run gave up on the stuck attempt: its thread must not keep the process alive."""
     proc = subprocess.Popen(
@@ -231,6 +233,7 @@ def test_reports_are_written_when_the_terminal_is_gone(tmp_path: Path) -> None:
     assert json.loads((out / "summary.json").read_text())["status"] == "failed"
 
 
+@pytest.mark.slow
 def test_a_script_that_ended_in_time_is_not_timed_out_while_its_pipes_drain(
     tmp_path: Path,
 ) -> None:

@@ -34,7 +34,8 @@ What it models:
   a cached marketplace: `market_lag_s` (a server rented that recently is still shown free);
 - echo shapes the evidence leaves open (reference §9), keyword options whose defaults are the
   capture's: `tag_echo` (the HTTP port, our ownership tag, as sent, as an integer, as
-  "PORT/http", as a list, or absent until the order is deployed), `echo_spot=False` (no `spot`
+  "PORT/http", as a list, absent until the order is deployed, or as an object no client
+  reads), `echo_spot=False` (no `spot`
   key, as in the on-demand capture), `ct_late_s` (`ct` stamped that long after the create);
 - the container's deploy phase (reference §9), keyword options whose defaults keep an order
   deployed the moment it is online: `pull_s` (and `pull_s_by_image`, `pull_s_by_server`,
@@ -86,7 +87,7 @@ API_KEY = "fake-key-5f0c2e9a7b31d4e8"
 Json = dict[str, Any]
 # The shapes `my_orders` may show an order's HTTP port in (`FakeClore.tag_echo`): only the
 # first was ever captured (reference §9); the others are what a client must survive.
-TAG_ECHOES = ("as-sent", "integer", "port/http", "list", "absent-until-deployed")
+TAG_ECHOES = ("as-sent", "integer", "port/http", "list", "absent-until-deployed", "unknown")
 
 
 @dataclass(frozen=True)
@@ -979,6 +980,8 @@ def _echoed_port(port: str, shape: str) -> Any:
         return f"{port}/http"
     if shape == "list":
         return [port]
+    if shape == "unknown":  # a shape no client reads: an object
+        return {"container": port, "kind": "http"}
     return port
 
 

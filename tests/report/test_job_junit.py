@@ -153,6 +153,7 @@ def test_a_20_mib_deeply_nested_file_is_refused_at_once_in_little_memory(tmp_pat
     assert peak < 2 * 1024 * 1024, peak
 
 
+@pytest.mark.slow
 def test_a_flat_file_is_read_in_bounded_memory(tmp_path: Path) -> None:
     """Memory follows what is kept, not the number of elements read."""
     path = tmp_path / "flat.xml"
@@ -268,6 +269,7 @@ _PARSER_PROBE = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_a_run_without_job_junit_files_loads_no_xml_parser(tmp_path: Path) -> None:
     """junit.xml is written as text; the parser is for reading a job's own JUnit file."""
     done = run_local_probe(tmp_path, _PARSER_PROBE)

@@ -267,6 +267,7 @@ def _records(draw: st.DrawFn) -> RunRecord:
     return RunRecord(pipeline, tuple(results), RunStatus.FAILED, 1_780_000_000.0, 1_780_000_500.0)
 
 
+@pytest.mark.slow
 @given(_records())
 @settings(max_examples=300, deadline=None)
 def test_written_as_elementtree_indents_and_writes_it(record: RunRecord) -> None:

@@ -109,6 +109,7 @@ def _variants(summary: dict[str, Any]) -> list[dict[str, Any]]:
     return [{**summary, **change} for change in changes]
 
 
+@pytest.mark.slow
 def test_summary_md_is_what_its_jinja2_template_rendered(tmp_path: Path, ci_env: None) -> None:
     for i, baseline in enumerate((baseline_summary(), None)):
         for n, summary in enumerate(_variants(_write(tmp_path / str(i), baseline))):

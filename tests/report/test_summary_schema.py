@@ -56,6 +56,7 @@ def validator() -> jsonschema.Draft202012Validator:
     return jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker())
 
 
+@pytest.mark.slow
 def test_summaries_pass_check_jsonschema(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """With CI facts and a baseline, and without either: every field and both forms of the
     optional ones."""
@@ -91,6 +92,7 @@ def test_the_schema_refuses_what_is_not_a_summary(
         assert not validator.is_valid(broken)
 
 
+@pytest.mark.slow
 @given(_records())
 @settings(max_examples=60, deadline=None)
 def test_any_run_makes_a_summary_the_schema_takes(record: Any) -> None:
@@ -128,6 +130,7 @@ def _unset_fields(model: BaseModel, where: str = "summary") -> list[str]:
     return unset
 
 
+@pytest.mark.slow
 @given(_records())
 @settings(max_examples=30, deadline=None)
 def test_the_builder_says_every_field(record: Any) -> None:
@@ -161,6 +164,7 @@ def test_a_summary_reads_back_as_written_and_an_older_or_newer_one_reads_too(
         Summary.model_validate(newer)  # building: an unknown field is an error
 
 
+@pytest.mark.slow
 def test_every_example_pipeline_passes_check_jsonschema(tmp_path: Path) -> None:
     schema = tmp_path / "pipeline.schema.json"
     schema.write_text(json.dumps(pipeline_schema()), encoding="utf-8")

@@ -35,6 +35,7 @@ def _env(**extra: str) -> dict[str, str]:
     return marked_env({**env, "PYTHONPATH": str(REPO), **extra}, inherit=False)
 
 
+@pytest.mark.slow
 def test_a_local_job_sees_neither_the_coordinator_url_nor_its_password(tmp_path: Path) -> None:
     (tmp_path / "p.yml").write_text(
         textwrap.dedent(

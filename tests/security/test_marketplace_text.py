@@ -56,6 +56,7 @@ def assert_inert(output: str) -> None:
     assert not re.search(r"^\s{0,3}```", output, re.MULTILINE)
 
 
+@pytest.mark.slow
 def test_offers_table_prints_a_hostile_listing_as_inert_text(
     hostile: FakeClore, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -66,6 +67,7 @@ def test_offers_table_prints_a_hostile_listing_as_inert_text(
     assert "rotate key" in row  # the whole name stayed on its offer's row
 
 
+@pytest.mark.slow
 def test_offers_json_is_json_of_inert_text(
     hostile: FakeClore, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -78,6 +80,7 @@ def test_offers_json_is_json_of_inert_text(
     assert_inert(output + first["gpu_model"] + first["cuda_version"])
 
 
+@pytest.mark.slow
 def test_offers_no_fit_explanation_quotes_a_hostile_listing_as_inert_text(
     hostile: FakeClore, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -86,6 +89,7 @@ def test_offers_no_fit_explanation_quotes_a_hostile_listing_as_inert_text(
     assert_inert(output)
 
 
+@pytest.mark.slow
 def test_doctor_prints_a_hostile_listing_as_inert_text(
     hostile: FakeClore, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -95,6 +99,7 @@ def test_doctor_prints_a_hostile_listing_as_inert_text(
     assert_inert(output)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ask", ["{type: '3090'}", "{type: '3090', max-price: 0.001}"])
 def test_plan_prints_a_hostile_listing_as_inert_text(
     hostile: FakeClore, tmp_path: Path, capsys: pytest.CaptureFixture[str], ask: str
@@ -106,6 +111,7 @@ def test_plan_prints_a_hostile_listing_as_inert_text(
     assert_inert(output)
 
 
+@pytest.mark.slow
 def test_clore_api_error_words_are_inert(
     hostile: FakeClore, capsys: pytest.CaptureFixture[str]
 ) -> None:

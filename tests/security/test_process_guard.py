@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.processes import marked_env
+from tests.processes import default_signals, marked_env
 
 REPO = Path(__file__).resolve().parents[2]
 KEY = "ck-live-proc-environ-5e1d"
@@ -24,6 +24,7 @@ def _env(**extra: str) -> dict[str, str]:
     return marked_env({**env, "PYTHONPATH": str(REPO), **extra}, inherit=False)
 
 
+@pytest.mark.slow
 def test_a_local_job_cannot_read_the_key_from_its_parent(tmp_path: Path) -> None:
     """`tr '\\0' '\\n' </proc/$PPID/environ` in a job printed the key (into logs/, which CI
     uploads). It must not find it, whether it may read the file (root) or not."""
@@ -164,6 +165,7 @@ def test_ctrl_c_during_the_restart_reaches_the_new_process_not_its_start_up() ->
         capture_output=True,
         text=True,
         timeout=60,
+        preexec_fn=default_signals,
     )
     assert "Traceback" not in done.stderr, done.stderr
     assert done.returncode == 130, done.stderr

@@ -57,6 +57,7 @@ def test_bytes_that_are_not_utf8_keep_their_bytes() -> None:
     assert redact.data(b"\xff" + KEY.encode() + b"\xfe", {"CLORE_API_KEY": KEY}) == b"\xff***\xfe"
 
 
+@pytest.mark.slow
 @given(st.lists(st.integers(min_value=0, max_value=60), max_size=8), st.text(max_size=40))
 def test_a_stream_finds_a_secret_however_it_is_cut(cuts: list[int], filler: str) -> None:
     env = {"CLORE_API_KEY": KEY}

@@ -24,10 +24,11 @@ import uvicorn
 from runner.backends.base import Backend
 from runner.backends.local import LocalBackend
 from runner.clock import SYSTEM_CLOCK, Clock
+from runner.core.warm_policy import COLD, WarmPolicy
 from runner.serve.app import create_app
 from runner.serve.service import Service, ServiceOptions
 from runner.stores.queue.sqlite import SqliteQueue
-from tests.processes import marked_env
+from tests.processes import default_signals, marked_env
 
 TOKEN = "t-" + secrets.token_urlsafe(24)
 FINAL = {"passed", "failed", "timed_out", "error", "skipped", "cancelled"}
@@ -112,6 +113,7 @@ def thread_server(
     uvicorn_options: dict[str, Any] | None = None,
     store_type: Callable[[Path], SqliteQueue] = SqliteQueue,
     journal_retry_s: float = 5.0,
+    warmth: WarmPolicy = COLD,
 ) -> Iterator[ThreadServer]:
     """The app and the service in this process; uvicorn on a free loopback port (with the
     given create_app and uvicorn.Config options on top)."""
@@ -122,6 +124,7 @@ def thread_server(
         daily_spend_limit_usd=daily_spend_limit,
         backoff=lambda n: 0.0,
         journal_retry_s=journal_retry_s,
+        warmth=warmth,
     )
     service = Service(store, backend or LocalBackend(tmp), options, clock)
     service.start()
@@ -232,6 +235,7 @@ def start_serves(
             stderr=err,
             text=True,
             env=marked_env({**(env or {}), "CLORE_RUN_TOKEN": token}),
+            preexec_fn=default_signals,
         )
         for err in errors
     ]

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.serve.harness import FINAL, TOKEN, cli, thread_server
 from tests.serve.test_dashboard import logged_in
 
@@ -16,6 +18,7 @@ PIPELINE = (
 )
 
 
+@pytest.mark.slow
 def test_an_allowed_failure_reads_failed_allowed_everywhere(tmp_path: Path) -> None:
     with thread_server(tmp_path) as srv:
         url = srv.api.url
@@ -42,6 +45,7 @@ def test_an_allowed_failure_reads_failed_allowed_everywhere(tmp_path: Path) -> N
         assert "failed (allowed)" not in browser.get(url + "/ui/jobs/s1.broken/panel").text
 
 
+@pytest.mark.slow
 def test_jobs_says_why_a_queued_job_waits(tmp_path: Path) -> None:
     gate = tmp_path / "gate"
     with thread_server(tmp_path) as srv:

@@ -221,6 +221,7 @@ def test_stats_and_metrics(tmp_path: Path) -> None:
         assert "# TYPE clore_run_spend_usd_total counter" in text
 
 
+@pytest.mark.slow
 def test_a_thousand_queued_jobs_list_and_status_latency(tmp_path: Path) -> None:
     clock = FakeClock()
     with thread_server(tmp_path, clock=clock) as srv:
@@ -269,6 +270,7 @@ def test_a_path_names_all_its_methods_in_allow(tmp_path: Path) -> None:
         assert srv.api.request("PUT", "/stats").headers["Allow"] == "GET, HEAD"
 
 
+@pytest.mark.slow
 def test_the_document_says_what_each_route_answers(tmp_path: Path) -> None:
     with thread_server(tmp_path) as srv:
         document = srv.api.get("/openapi.json").json()

@@ -7,9 +7,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from runner.serve.client import key_path
 from tests.processes import marked_env
 from tests.serve.harness import _ENTRY, FINAL, TOKEN, cli, thread_server
+
+# Each test starts a real `serve` and the CLI as processes: the slow lane.
+pytestmark = pytest.mark.slow
 
 AUTH = {"CLORE_RUN_TOKEN": TOKEN}
 
@@ -56,8 +61,9 @@ def test_client_errors_map_to_exit_codes(tmp_path: Path) -> None:
         down = cli(*command, "--server", f"http://127.0.0.1:{port}", env=AUTH)
         assert down.returncode == 3
         # In words, never requests' nested text (HTTPConnectionPool(...): Max retries ...).
-        said = f"clore-run: cannot reach http://127.0.0.1:{port}: connection refused\n"
-        assert down.stderr == said, command
+        said = f"clore-run: cannot reach http://127.0.0.1:{port}: connection refused"
+        assert down.stderr.startswith(said), command
+        assert "is `clore-run serve` running there? Check --server" in down.stderr  # the fix
 
 
 def test_serve_refuses_to_start_without_a_token(tmp_path: Path) -> None:

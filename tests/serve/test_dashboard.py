@@ -158,6 +158,7 @@ def _login_from(url: str, source: str, token: str) -> int:
         conn.close()
 
 
+@pytest.mark.slow
 def test_wrong_logins_are_slowed_per_address(tmp_path: Path) -> None:
     """Issue 25: 300 wrong logins at ~85/s were all checked. Now, after a few, an address
     waits (doubling) before its next try is even looked at; other addresses do not."""
@@ -199,6 +200,7 @@ def test_the_login_throttle_caps_its_wait_forgets_and_stays_bounded(
     assert slow.wait_s("d") == 1.0
 
 
+@pytest.mark.slow
 def test_a_logged_out_cookie_stays_dead_after_a_restart(tmp_path: Path) -> None:
     """Issue 25: logouts were kept in memory; the queue's store keeps them now."""
     with thread_server(tmp_path) as srv:

@@ -12,7 +12,10 @@ import pytest
 from tests.browser import chromium, find_browser, screenshot_dir
 from tests.serve.harness import TOKEN, ThreadServer, thread_server
 
-pytestmark = pytest.mark.skipif(isinstance(find_browser(), str), reason=str(find_browser()))
+pytestmark = [
+    pytest.mark.slow,  # a real chromium per module
+    pytest.mark.skipif(isinstance(find_browser(), str), reason=str(find_browser())),
+]
 
 WAIT_S = 20.0
 

@@ -12,6 +12,8 @@ import os
 import signal
 from pathlib import Path
 
+import pytest
+
 from runner.backends.local_orphans import ENV_NAME
 from runner.core.model import Job, JobResult, JobStatus
 from runner.serve.fleet import Fleet, FleetOptions, log_elsewhere
@@ -229,6 +231,7 @@ def test_no_job_is_claimed_without_a_server_slot_in_the_pool(pg_url: str) -> Non
         admin.close()
 
 
+@pytest.mark.slow
 def test_serve_joins_a_pool_only_with_clore_and_a_coordinator() -> None:
     done = cli("serve", "--pool", "gpu-ci", env={"CLORE_RUN_TOKEN": TOKEN})
     assert done.returncode == 2, done.stderr
@@ -242,6 +245,7 @@ def test_serve_joins_a_pool_only_with_clore_and_a_coordinator() -> None:
     assert apart.returncode == 2 and "must be one database" in apart.stderr, apart.stderr
 
 
+@pytest.mark.slow
 def test_a_daily_spend_limit_on_a_shared_queue_is_refused_for_a_per_day_pool() -> None:
     """Each instance would reserve against the whole limit for itself: N of them could commit
     N times it. The error names the fix: a per-day pool that every instance shares."""

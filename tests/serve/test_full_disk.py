@@ -10,6 +10,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
+
 from runner.backends.base import NO_STAGES, OutputSink, Place, RunOutcome, RunRequest, StageSink
 from runner.core.model import Job
 from runner.stores.queue.sqlite import SqliteQueue
@@ -67,6 +69,7 @@ def raise_cancelled() -> None:
     raise InfrastructureError("cancelled before it started")
 
 
+@pytest.mark.slow
 def test_a_full_disk_strands_no_job_and_no_slot(tmp_path: Path) -> None:
     backend = GatedBackend()
     with thread_server(tmp_path, capacity=1, backend=backend, store_type=FullDiskStore) as srv:

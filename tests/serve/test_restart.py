@@ -5,8 +5,13 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
+import pytest
+
 from tests.processes import alive
 from tests.serve.harness import FINAL, TOKEN, cli, start_serve, wait_until
+
+# Each test starts and kills real `serve` processes: the slow lane.
+pytestmark = pytest.mark.slow
 
 
 def pipeline(tmp: Path) -> str:

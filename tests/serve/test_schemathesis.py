@@ -37,6 +37,7 @@ _EXCLUDED = "use_after_free"
 QUICK_EXAMPLES = 25  # per operation and phase: about 1,400 requests, 25 s here
 
 
+@pytest.mark.slow
 def test_the_api_is_as_strict_as_its_document(tmp_path: Path) -> None:
     env = {
         **os.environ,

@@ -121,6 +121,7 @@ def test_the_daily_spend_limit_still_holds_after_a_restart(tmp_path: Path) -> No
         assert srv.api.wait_status("s1.c", FINAL)["status"] == "passed"
 
 
+@pytest.mark.slow
 def test_followers_of_a_waiting_job_do_not_starve_the_api(tmp_path: Path) -> None:
     # A followed log of a job that has not started holds no worker thread while it waits:
     # the API's thread pool (40) must still answer with more followers than that.

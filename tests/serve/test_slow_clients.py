@@ -100,6 +100,7 @@ def serve(tmp_path: Path) -> Iterator[ServeProcess]:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("attacker", [ATTACKER, "127.0.0.1"], ids=["elsewhere", "same-address"])
 def test_an_authenticated_client_is_served_while_500_slow_clients_hold_on(
     serve: ServeProcess, attacker: str

@@ -268,6 +268,7 @@ def test_several_errors_all_reported_in_file_order() -> None:
     assert lines == sorted(lines) and len(errors) == 4, errors
 
 
+@pytest.mark.slow
 def test_alias_bomb_is_refused() -> None:
     rows = ["a: &a [1,1,1,1,1,1,1,1,1]"]
     for prev, name in zip("abcdef", "bcdefg", strict=True):

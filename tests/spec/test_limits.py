@@ -37,6 +37,7 @@ def test_include_cannot_pass_the_cap_either() -> None:
         parse_pipeline(text, "p.yml", {})
 
 
+@pytest.mark.slow
 def test_a_pipeline_of_more_than_10000_jobs_is_refused_at_the_job_that_passes_it() -> None:
     values = ", ".join(map(str, range(250)))
     jobs = "".join(

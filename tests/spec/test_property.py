@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -115,6 +116,7 @@ def mutated(draw: st.DrawFn) -> str:
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(mutated())
 # regressions the fuzzer found: a scalar `needs` crashed, infinite minutes crashed `plan`
+@pytest.mark.slow
 @example("jobs:\n  a:\n    run: x\n  b:\n    needs: -1\n    run: y\n")
 @example("jobs:\n  a:\n    run: x\n    timeout-minutes: .inf\n")
 @example("jobs:\n  a:\n    run: x\n    estimate-minutes: 1.0e+308\n")
@@ -158,6 +160,7 @@ document = st.one_of(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(document, st.booleans())
 def test_random_documents_never_crash(doc: Any, flow: bool) -> None:

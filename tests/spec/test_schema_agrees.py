@@ -137,6 +137,7 @@ def _verdicts(doc: dict[str, Any]) -> tuple[bool, str]:
     return agree, f"{text}\nschema: {by_schema[:3]}\nvalidate: {by_validate}"
 
 
+@pytest.mark.slow
 @given(doc=pipelines())
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @example(doc={"jobs": {}})

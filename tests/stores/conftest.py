@@ -28,7 +28,8 @@ class Tick:
         self.t += seconds
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+# PostgreSQL is a cluster of processes (tests/pg_fixture.py): those cases are in the slow lane.
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.slow)])
 def store_target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """Where a store (a ledger, a queue) lives: a SQLite file, or a fresh PostgreSQL database;
     a test taking it runs on both."""

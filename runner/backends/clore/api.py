@@ -36,6 +36,7 @@ from runner.backends.clore.ownership import (
     Claim,
     CreateJournal,
     OffsetMeter,
+    Verdict,
     after_success,
     find_ours,
     new_tag,
@@ -49,6 +50,10 @@ log = logging.getLogger(__name__)
 DEFAULT_URL = "https://api.clore.ai/v1"
 DEFAULT_TIMEOUT_S = (10.0, 60.0)  # (connect, read): the marketplace reply is ~2,100 servers
 RECOVER_DELAYS_S = (2.0, 3.5, 5.0, 8.0, 12.0, 20.0)  # G-gv's schedule: my_orders lags create
+# After a create answered as a success whose order is not proven ours within RECOVER_DELAYS_S:
+# an order exists and is ours, so it is never given up after 50 s. Looked for this much longer,
+# backing off (about 6 minutes in all: inside the creation fee's 10-minute grace), then named.
+FOLLOW_UP_DELAYS_S = (15.0, 25.0, 40.0, 60.0, 90.0, 120.0)
 CREATE_RATE_LIMIT_RETRIES = 3  # creates refused with code 5 retried on the same server
 CREATE_RATE_LIMIT_WAIT_S = 6.0  # beyond the limiter's own 5.5 s create gap
 KEY_HINT = (
@@ -152,6 +157,7 @@ class CloreClient:
         retry: RetryPolicy | None = None,
         recover_delays_s: Sequence[float] = RECOVER_DELAYS_S,
         session: requests.Session | None = None,
+        follow_up_delays_s: Sequence[float] = FOLLOW_UP_DELAYS_S,
         rng: random.Random | None = None,
     ) -> None:
         self._key = _Secret(api_key)
@@ -160,6 +166,7 @@ class CloreClient:
         self.timeout_s = timeout_s
         self.retry = retry or RetryPolicy()
         self.recover_delays_s = tuple(recover_delays_s)
+        self.follow_up_delays_s = tuple(follow_up_delays_s)
         self.clock_offset = OffsetMeter()  # the API's clock against ours, from its replies
         self._session = session or requests.Session()
         self._rng = rng or random.Random()
@@ -279,7 +286,19 @@ class CloreClient:
             claim = self._claim(request, sent[0], journal)
             if not may_have_created(exc):
                 raise
-            order = self._recover(claim, taken, cause=exc)
+            order, verdict = self._recover(claim, taken, cause=exc)
+            if order is None and verdict is not None and verdict.maybe:
+                maybe = tuple(o.id for o in verdict.maybe)
+                raise e.OrderOutcomeUnknownError(
+                    f"create_order on server {request.server_id} failed ({exc.message}), and "
+                    f"order {', '.join(map(str, maybe))} on it may be ours: none was proven",
+                    server_id=request.server_id,
+                    endpoint="create_order",
+                    hint="`clore-run cleanup --cancel-unproven` cancels it when no other run "
+                    "uses this API key",
+                    maybe_ours=maybe,
+                    why=verdict.describe(),
+                ) from exc
             if order is None:
                 exc.message += (
                     f"; no order for server {request.server_id} appeared in my_orders "
@@ -294,26 +313,56 @@ class CloreClient:
                 order.id,
             )
             return order
-        claim = self._claim(request, sent[0], journal)
-        order = self._recover(claim, taken, cause=None)
+        claim = self._claim(request, sent[0], journal, accepted=True)
+        order, verdict = self._recover(claim, taken, cause=None)
         if order is None:
+            order, verdict = self._follow_up(claim, taken)
+        if order is None:
+            maybe = tuple(o.id for o in verdict.maybe) if verdict is not None else ()
+            seen = f" (maybe ours: order {', '.join(map(str, maybe))})" if maybe else ""
+            waited = sum(self.recover_delays_s) + sum(self.follow_up_delays_s)
             raise e.OrderOutcomeUnknownError(
-                f"create_order on server {request.server_id} succeeded but no order for it "
-                f"that is provably ours appeared in my_orders within "
-                f"{sum(self.recover_delays_s):.0f} s",
+                f"create_order on server {request.server_id} was accepted, but no order on it "
+                f"was proven ours in my_orders within {waited:.0f} s{seen}",
                 server_id=request.server_id,
                 endpoint="create_order",
-                hint="a billed server may exist: run `clore-run cleanup`",
+                hint="a billed server exists: `clore-run cleanup --cancel-unproven` cancels it "
+                "when no other run uses this API key",
+                accepted=True,
+                maybe_ours=maybe,
+                why=verdict.describe() if verdict is not None else "",
             )
         return order
 
+    def _follow_up(
+        self, claim: Claim, taken: Collection[int]
+    ) -> tuple[Order | None, Verdict | None]:
+        """An accepted create's order not proven ours yet: look longer, backing off, saying so
+        (the API may list it late, or stamp it late). A read failing here ends nothing."""
+        if not self.follow_up_delays_s:
+            return None, None
+        log.warning(
+            "server %s: the create was accepted, its order is not proven ours yet: still "
+            "looking for up to %.0f s",
+            claim.server_id,
+            sum(self.follow_up_delays_s),
+        )
+        try:
+            return self._recover(claim, taken, cause=None, delays_s=self.follow_up_delays_s)
+        except e.OrderOutcomeUnknownError:  # my_orders unreadable to the end: still unproven
+            return None, None
+
     def _claim(
-        self, request: OrderRequest, sent_unix_s: float, journal: CreateJournal | None
+        self,
+        request: OrderRequest,
+        sent_unix_s: float,
+        journal: CreateJournal | None,
+        accepted: bool = False,
     ) -> Claim:
         """What this create can be known by, now that it was answered (or failed)."""
         answered = self.limiter.clock.time()
         if journal is not None:
-            journal.answered(answered)
+            journal.answered(answered, accepted)
         spot = request.spot_price_per_day is not None
         return Claim(
             server_id=request.server_id,
@@ -358,13 +407,19 @@ class CloreClient:
     # --- plumbing --------------------------------------------------------------------------
 
     def _recover(
-        self, claim: Claim, taken: Collection[int], cause: e.CloreApiError | None
-    ) -> Order | None:
-        """Wait with backoff for this create's order to show in my_orders. A read that fails
-        (after its own retries) does not end the search: the order may well exist, and
-        giving up on it would leave it booting, billed, for `cleanup`."""
+        self,
+        claim: Claim,
+        taken: Collection[int],
+        cause: e.CloreApiError | None,
+        delays_s: Sequence[float] | None = None,
+    ) -> tuple[Order | None, Verdict | None]:
+        """Wait with backoff for this create's order to show in my_orders: the order, or None
+        and the last look's verdict. A read that fails (after its own retries) does not end
+        the search: the order may well exist, and giving up on it would leave it booting,
+        billed, for `cleanup`."""
         failed: e.CloreApiError | None = None
-        for delay in self.recover_delays_s:
+        verdict: Verdict | None = None
+        for delay in self.recover_delays_s if delays_s is None else delays_s:
             self.limiter.clock.sleep(delay)
             try:
                 orders = self.my_orders()
@@ -374,10 +429,10 @@ class CloreClient:
             failed = None
             verdict = find_ours(orders, claim, taken)
             if verdict.order is not None and not verdict.order.expired:
-                return verdict.order
+                return verdict.order, verdict
             accepted = after_success(orders, claim, taken) if cause is None else None
             if accepted is not None:  # our create succeeded: the tag is just not listed yet
-                return accepted
+                return accepted, verdict
             if verdict.not_ours:
                 log.info("server %s: not our order: %s", claim.server_id, verdict.describe())
         if failed is not None:
@@ -387,8 +442,9 @@ class CloreClient:
                 server_id=claim.server_id,
                 endpoint="create_order",
                 hint="a billed server may exist: run `clore-run cleanup`",
+                accepted=cause is None,
             ) from (cause or failed)
-        return None
+        return None, verdict
 
     def _read(
         self,

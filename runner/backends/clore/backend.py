@@ -13,6 +13,7 @@ set up, and confirms in one sweep.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence, Set
@@ -40,6 +41,7 @@ from runner.backends.clore.provision import Provisioner, Rental
 from runner.backends.clore.quotes import OfferMarket
 from runner.backends.clore.settings import CloreSettings
 from runner.backends.ssh.exec import run_job
+from runner.backends.ssh.handover import hand_over
 from runner.clock import Clock
 from runner.core.hedge import HedgePolicy
 from runner.core.model import FailureKind, GpuAsk, Job, Provisioning
@@ -66,6 +68,8 @@ DEFAULT_BOOT_S = 180.0
 # stopped by a signal waits only until its `signal_setup_within_s` is over, and leaves the
 # rest to `clore-run cleanup`.
 SETUP_ENDS_WITHIN_S = 180.0
+
+log = logging.getLogger("clore_run")
 
 
 @dataclass
@@ -116,6 +120,9 @@ class CloreBackend:
     # runner stop` cancels): never given back here. The core's number -> (rental id, what the
     # server may still cost: its worst case, which the core's budget keeps counting).
     _handed: dict[int, tuple[int, float]] = field(default_factory=dict)
+    # A queue's: between two jobs on a server, the first's leftovers are checked for
+    # (runner/backends/ssh/handover.py); a server that fails goes back, never reused.
+    handover_mark: str | None = None
 
     def capacity(self) -> int | None:
         return None  # no places of its own: it rents as many as the run's concurrency allows
@@ -311,6 +318,13 @@ class CloreBackend:
         self.hosts.close()
         self._check_ledger()
 
+    @property
+    def orders_unproven(self) -> tuple[tuple[str, str], ...]:
+        """Orders this run's creates made that could not be proven ours, left running: what
+        happened and what to do, each. `run` names them at its end and exits 3."""
+        with self.provisioner._lock:
+            return tuple(self.provisioner.unproven)
+
     def _check_ledger(self) -> None:
         """Say so when this run leaves a rental it could not confirm released (an ambiguous
         create whose order never showed, a cancel the API did not confirm): it may bill."""
@@ -472,6 +486,10 @@ class CloreBackend:
             if not self.provisioner.cover(held.rental, job):
                 raise InfrastructureError(f"{job.id}: the budget pool cannot cover it now")
             held.rental.skipped = self._skipped.pop(job.id, []) + held.rental.skipped
+            if held.rental.job_id != job.id or "billed_usd" in held.rental.facts:
+                # A server that waited for this job (kept warm, rented for warmth or for
+                # another job): the time since its last bill was idle, nobody's job's.
+                self._idle_usd += self._bill(held.rental)
             held.job = job
             held.place = self._place(held.rental)
             held.place.facts.update(self.hedges.facts(job.id, server))
@@ -482,9 +500,17 @@ class CloreBackend:
         if held is None:
             return  # given back under it (a shutdown): that settled the attempt's share
         with self._lock:
-            held.job = None
+            job, held.job = held.job, None
             place.facts["cost_usd"] = f"{self._bill(held.rental):.6f}"
         place.facts.update(self.hedges.cost_facts(held.rental.job_id))
+        conn = held.rental.conn
+        if self.handover_mark is None or job is None or conn is None or not conn.alive:
+            return
+        left = hand_over(conn, job.id, self.handover_mark)
+        if left:  # never reused: the core gives a lost server back
+            log.warning("%s failed the clean handover after %s: %s", place.name, job.id, left)
+            with self._lock:
+                held.rental.lost = True
 
     def rental_at(self, place: Place) -> Rental | None:
         """The rental `place` is on, for work of the caller's own over its SSH connection

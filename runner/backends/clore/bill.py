@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from runner.core.money import SECONDS_PER_HOUR
+from runner.core.money import SECONDS_PER_DAY, SECONDS_PER_HOUR
 
 # The renter's half of the base fee, as documented; the account's own rates replace them.
 DOCUMENTED_ON_DEMAND_FEE_RATE = 0.05
@@ -126,3 +126,39 @@ def estimated_cost(
         renter_fee_usd=total_rent_usd - rental_usd,
         creation_fee_usd=creation_fee_usd if creation_fee_charged(held_s) else 0.0,
     )
+
+
+def ended_lived_s(
+    ct: float | None,
+    order_end: float | None,
+    spend_native: float | None = None,
+    price_per_day: float | None = None,
+) -> float | None:
+    """How long an order that ended lived, as the API billed it: `order_end - ct` where the
+    API lists both (one clock, whoever ended it: us, or the host by itself: expired,
+    preempted, gone); else what its `spend` says at its price; None when neither is known.
+    The creation fee hangs on this, and an order found ended long after it ended must not be
+    billed up to the moment it was found."""
+    if ct is not None and order_end is not None and order_end >= ct:
+        return order_end - ct
+    if spend_native is not None and price_per_day:
+        return max(0.0, spend_native) / price_per_day * SECONDS_PER_DAY
+    return None
+
+
+def ended_spend_native(
+    spend_native: float | None, price_per_day: float | None, lived_s: float | None, spot: bool
+) -> float | None:
+    """What an ended order billed at its listed price (native, no fees): its `spend`, or, when
+    the completed order lists none, its price for the time it lived. An on-demand order bills
+    its price for all that time: a `spend` short of it (a completed order's 0) is not believed
+    over the time the API itself stamps. A spot order bills nothing while outbid, so its
+    `spend` stands where it is given."""
+    by_time = None
+    if price_per_day and lived_s is not None:
+        by_time = price_per_day * max(0.0, lived_s) / SECONDS_PER_DAY
+    if spend_native is None:
+        return by_time
+    if by_time is None or spot:
+        return max(0.0, spend_native)
+    return max(spend_native, by_time)

@@ -29,11 +29,14 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Literal
 
+from runner.backends.clore import bill
 from runner.backends.clore.api import CloreClient
+from runner.backends.clore.ended import ended_cost_usd
 from runner.backends.clore.errors import CloreApiError
 from runner.backends.clore.models import Order
-from runner.backends.clore.ownership import Claim, find_ours, order_of, record_order
+from runner.backends.clore.ownership import ACCEPTED, Claim, find_ours, order_of, record_order
 from runner.clock import Clock
+from runner.core.money import usd_text
 from runner.stores.ledger import Rental, RentalLedger
 
 CONFIRM_WAIT_S = 5.0  # before the last look after a second cancel (G-gv waited 2-12 s)
@@ -78,11 +81,15 @@ def reconcile(
     clock: Clock | None = None,
     settle_s: float | None = None,
     skip_runs: Collection[str] = (),
+    cancel_unproven: bool = False,
 ) -> list[Action]:
     """Release every unreleased rental (of `run_id`, or all) and say what was done, in ledger
     order. `settle_s` (default: the client's own wait for a new order) is how old an intent must
     be before the absence of its order from `my_orders` means it made none. The rentals of
-    `skip_runs` (runs still running) are left alone; their orders stay theirs."""
+    `skip_runs` (runs still running) are left alone; their orders stay theirs.
+    `cancel_unproven`: a person said no other run uses this key, so the orders that may be a
+    rental's, none proven, are cancelled too (each verdict says so); without it they are
+    named and the rental kept open. Every verdict and its reason is kept in the ledger."""
     clock = clock or client.limiter.clock
     pending = [r for r in ledger.unreleased(run_id) if r.run_id not in skip_runs]
     if not pending:
@@ -90,8 +97,9 @@ def reconcile(
     settle = sum(client.recover_delays_s) if settle_s is None else settle_s
     # Orders other unreleased rentals (any run) hold are theirs, not candidates for an intent.
     owned = {order for r in ledger.unreleased() if (order := order_of(r)) is not None}
+    accepted = {r.id for r in pending if r.order_id is None and _was_accepted(ledger, r)}
     try:
-        found = _look_up(client, pending, owned, clock, settle)
+        found = _look_up(client, pending, owned, clock, settle, accepted)
     except CloreApiError as exc:
         return [_error(r, order_of(r), f"could not list orders: {exc}") for r in pending]
     if dry_run:
@@ -99,16 +107,62 @@ def reconcile(
 
     actions: dict[int, Action] = {}
     live: dict[int, Order] = {}
+    on_purpose: dict[int, tuple[Order, ...]] = {}
     for rental in pending:
         match = found[rental.id]
-        if match.unproven:
+        if match.unproven and cancel_unproven and match.maybe:
+            on_purpose[rental.id] = match.maybe
+        elif match.unproven:
             actions[rental.id] = Action(rental, "unproven", None, match.why)
         elif match.order is None or match.order.expired:
             actions[rental.id] = _settle(ledger, rental, match)
         else:
             live[rental.id] = match.order
     actions.update(_cancel_all(ledger, client, [r for r in pending if r.id in live], live))
-    return [actions[r.id] for r in pending]
+    for rental in pending:
+        if rental.id in on_purpose:
+            actions[rental.id] = _cancel_on_purpose(ledger, client, rental, on_purpose[rental.id])
+    done = [actions[r.id] for r in pending]
+    for action in done:
+        _keep_verdict(ledger, action)
+    return done
+
+
+def _keep_verdict(ledger: RentalLedger, action: Action) -> None:
+    """The verdict and its reason, kept (the row's note is only its last word)."""
+    order = None if action.order_id is None else str(action.order_id)
+    ledger.record_verdict(action.rental.id, f"cleanup: {action.kind}", action.describe(), order)
+
+
+def _cancel_on_purpose(
+    ledger: RentalLedger, client: CloreClient, rental: Rental, orders: tuple[Order, ...]
+) -> Action:
+    """Cancel every order that may be `rental`'s (a person asked for it), confirm they left
+    `my_orders`, and release the rental."""
+    ids = ", ".join(str(o.id) for o in orders)
+    ledger.set_state(rental.id, "releasing", f"cleanup: cancelling on purpose: order {ids}")
+    errors: dict[int, str] = {}
+    for order in orders:
+        errors.update(_cancel(client, rental, order))
+    try:
+        listed = _live_ids(client)
+        again = [o for o in orders if o.id in listed]
+        if again:
+            for order in again:
+                errors.update(_cancel(client, rental, order))
+            client.limiter.back_off(CONFIRM_WAIT_S)
+            listed = _live_ids(client)
+    except CloreApiError as exc:
+        return _error(rental, orders[0].id, f"cancel sent, but could not confirm it: {exc}")
+    left = [o.id for o in orders if o.id in listed]
+    if left:
+        why = errors.get(rental.id) or "cancelled twice, still listed in my_orders"
+        return _error(rental, left[0], f"still active: {why}")
+    if rental.order_id is None:
+        record_order(ledger, rental.id, orders[0].id)
+    note = f"cleanup: cancelled on purpose (--cancel-unproven), unproven order {ids}"
+    ledger.set_state(rental.id, "released", note)
+    return Action(rental, "cancelled", orders[0].id, f"on purpose, unproven order {ids}")
 
 
 @dataclass(frozen=True)
@@ -118,14 +172,24 @@ class _Match:
     order: Order | None
     why: str = ""
     unproven: bool = False  # an order there may be ours, but nothing proves it
+    maybe: tuple[Order, ...] = ()  # the live orders that may be ours
+
+
+def _was_accepted(ledger: RentalLedger, rental: Rental) -> bool:
+    return any(v.verdict == ACCEPTED for v in ledger.verdicts(rental.id))
 
 
 def _look_up(
-    client: CloreClient, pending: list[Rental], owned: set[int], clock: Clock, settle_s: float
+    client: CloreClient,
+    pending: list[Rental],
+    owned: set[int],
+    clock: Clock,
+    settle_s: float,
+    accepted: Collection[int] = (),
 ) -> dict[int, _Match]:
     """Each rental's order in `my_orders`. When a sent create is younger than `settle_s`, its
     order may not be listed yet: wait, then look once more."""
-    found = _match(pending, client.my_orders(return_completed=True), owned)
+    found = _look(pending, client.my_orders(return_completed=True), owned, accepted)
     unsure = [
         r.create_answered_at or r.create_sent_at or r.created_at
         for r in pending
@@ -134,7 +198,24 @@ def _look_up(
     wait = max(unsure, default=float("-inf")) + settle_s - clock.time()
     if wait > 0:
         client.limiter.back_off(wait)
-        found = _match(pending, client.my_orders(return_completed=True), owned)
+        found = _look(pending, client.my_orders(return_completed=True), owned, accepted)
+    return found
+
+
+def _look(
+    pending: list[Rental], orders: list[Order], owned: set[int], accepted: Collection[int]
+) -> dict[int, _Match]:
+    """`_match`, then: a rental whose create the API accepted made an order, so finding none
+    that may be it is never "nothing was created" (my_orders may list it late)."""
+    found = _match(pending, orders, owned)
+    for rental_id in accepted:
+        match = found.get(rental_id)
+        if match is not None and match.order is None and not match.unproven:
+            why = (
+                "our create was accepted (code 0), so an order was made, yet my_orders lists "
+                f"none that may be it: {match.why or 'no order on the server'}"
+            )
+            found[rental_id] = _Match(None, why, unproven=True)
     return found
 
 
@@ -150,7 +231,11 @@ def _match(pending: list[Rental], orders: list[Order], owned: set[int]) -> dict[
             found[rental.id] = _unclaimed(rental, orders)
             continue
         verdict = find_ours(orders, claim, taken)
-        found[rental.id] = _Match(verdict.order, verdict.describe(), verdict.ambiguous)
+        why = verdict.describe()
+        if verdict.maybe:
+            named = ", ".join(str(o.id) for o in verdict.maybe)
+            why = f"order {named} may be ours, none is proven: {why}"
+        found[rental.id] = _Match(verdict.order, why, verdict.ambiguous, verdict.maybe)
         if verdict.order is not None:
             taken.add(verdict.order.id)
     return found
@@ -161,14 +246,15 @@ def _unclaimed(rental: Rental, orders: list[Order]) -> _Match:
     written by a clore-run whose creates carried no tag (nothing can be proven)."""
     if not rental.legacy and rental.create_sent_at is None:
         return _Match(None)  # its create never went out
-    there = [o.id for o in orders if o.si == rental.server_id and not o.expired]
+    live = tuple(o for o in orders if o.si == rental.server_id and not o.expired)
+    there = [o.id for o in live]
     listed = f"; live orders on it: {', '.join(map(str, there))}" if there else ""
     why = (
         f"recorded by an older clore-run whose creates carried no tag, so no order on server "
         f"{rental.server_id} can be proven its own{listed}: check them on clore.ai and cancel "
-        "by hand what is yours"
+        "by hand what is yours, or all of them with --cancel-unproven"
     )
-    return _Match(None, why, unproven=bool(there))
+    return _Match(None, why, unproven=bool(there), maybe=live)
 
 
 def _verdict(rental: Rental, match: _Match, *, dry_run: bool) -> Action:
@@ -180,7 +266,18 @@ def _verdict(rental: Rental, match: _Match, *, dry_run: bool) -> Action:
         return Action(rental, "cancelled", order_id, dry_run=dry_run)
     if order is None and rental.order_id is None:
         return Action(rental, "nothing-created", None, match.why, dry_run=dry_run)
-    return Action(rental, "ended", order_id, dry_run=dry_run)
+    return Action(rental, "ended", order_id, _ended_words(rental, order), dry_run=dry_run)
+
+
+def _ended_words(rental: Rental, order: Order | None) -> str:
+    """What an order that ended (by itself, or by a cancel we did not see confirmed) billed
+    up to its own end, in words; nothing when the listing does not say."""
+    cost = ended_cost_usd(rental, order) if order is not None else None
+    if order is None or cost is None:
+        return ""
+    lived_s = bill.ended_lived_s(order.ct, order.order_end)
+    when = f" after {lived_s / 60:.0f} min" if lived_s is not None else ""
+    return f"billed {usd_text(cost)} up to its end{when}"
 
 
 def _settle(ledger: RentalLedger, rental: Rental, match: _Match) -> Action:
@@ -192,7 +289,8 @@ def _settle(ledger: RentalLedger, rental: Rental, match: _Match) -> Action:
     else:
         if rental.order_id is None and action.order_id is not None:
             record_order(ledger, rental.id, action.order_id)
-        ledger.set_state(rental.id, "released", "cleanup: order already ended")
+        said = f" ({action.detail})" if action.detail else ""
+        ledger.set_state(rental.id, "released", f"cleanup: order already ended{said}")
     return action
 
 

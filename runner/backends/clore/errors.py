@@ -145,9 +145,22 @@ class OrderOutcomeUnknownError(CloreApiError):
     `clore-run cleanup` reconciles on.
     """
 
-    def __init__(self, message: str, *, server_id: int, **kw: Any) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        server_id: int,
+        accepted: bool = False,
+        maybe_ours: tuple[int, ...] = (),
+        why: str = "",
+        **kw: Any,
+    ) -> None:
         super().__init__(message, **kw)
         self.server_id = server_id
+        # The API answered the create as a success: an order was made, and it is ours.
+        self.accepted = accepted
+        self.maybe_ours = maybe_ours  # orders on the server that may be ours, none proven
+        self.why = why  # why none was proven ours, in words
 
 
 ERROR_STRINGS: dict[str, type[ApplicationError]] = {

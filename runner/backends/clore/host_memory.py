@@ -34,10 +34,13 @@ class HostRecorder:
         if self.history is None:
             return HostMemory(now=self.clock.time())
         try:
-            return self.history.memory()
+            memory = self.history.memory()
         except HostHistoryError as exc:
             self._give_up(exc)
             return HostMemory(now=self.clock.time())
+        for note in self.history.take_notes():
+            self.say(f"warning: {note}")
+        return memory
 
     def up(self, rental: Rental) -> None:
         """The rental answered SSH: its create -> SSH seconds."""

@@ -300,10 +300,14 @@ def matching_offers(
 ) -> list[Offer]:
     """The offers that fit `ask`, best first (see `rank_key`). With the host `memory`: hosts
     it says to skip are left out, and the rest rank by expected cost (`expected_rank_key`)."""
+    offers = list(offers)
     skip = skipped_ids(memory)
-    if skip:
-        excluded = {*excluded, *skip}
-    fitting = [o for o in offers if not misses(o, ask, excluded)]
+    fitting = [o for o in offers if not misses(o, ask, {*excluded, *skip})]
+    if not fitting and skip:
+        # The history is advice: it never leaves nothing to rent. A history that says every
+        # fitting host failed lately is as likely poisoned (a cache a pull request wrote) as
+        # true, and the hosts still rank by their record below.
+        fitting = [o for o in offers if not misses(o, ask, excluded)]
     if memory is None:
         return sorted(fitting, key=lambda o: rank_key(o, ask.spot))
     return sorted(fitting, key=lambda o: expected_rank_key(o, ask.spot, memory, given_up_after_s))

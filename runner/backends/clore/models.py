@@ -189,6 +189,10 @@ class Order(_Reply):
     spend: Num = None  # accrued, in `currency`
     creation_fee: Num = None
     ct: Num = None  # creation time, unix seconds
+    # When an ended order ended, unix seconds on the API's clock (as `ct`): listed on
+    # completed orders (reference §9), whoever ended it, us or the host.
+    order_end: Num = None
+    mrl: Num = None  # the host's maximum rental length, in SECONDS here (not the market's hours)
     image: Text = None
     online: Flag = False
     # 0 or 1 while the container deploys (its image pulls), 2 once deployed (reference §9).

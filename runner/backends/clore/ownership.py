@@ -72,6 +72,8 @@ LISTING_LAG_S = 15.0
 # connect and read timeouts.
 LONGEST_CREATE_S = 70.0
 _PRICE_TOLERANCE = 1e-6  # relative: the bid comes back as the JSON number we sent
+ACCEPTED = "create-accepted"  # the ledger's verdict for a create the API answered with code 0
+ACCEPTED_WHY = "the API answered the create with code 0: an order was made, and it is ours"
 TAG_LOW, TAG_HIGH = 3002, 9999  # where a tag is drawn from (see the module's doc)
 OLD_TAG_LOW, OLD_TAG_HIGH = 49152, 65535  # where older versions drew theirs (their rows live on)
 # Ports well-known servers listen on: never drawn, so that no job's own server is published at
@@ -223,7 +225,7 @@ class CreateJournal(Protocol):
 
     def sent(self, at_unix_s: float, offset: ClockOffset, tag: int) -> None: ...
 
-    def answered(self, at_unix_s: float) -> None: ...
+    def answered(self, at_unix_s: float, accepted: bool = False) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -238,9 +240,13 @@ class LedgerMarks:
         bounds = (offset.low_s, offset.high_s) if offset.measured else None
         self.ledger.mark_create_sent(self.rental_id, at_unix_s, bounds, tag=tag)
 
-    def answered(self, at_unix_s: float) -> None:
+    def answered(self, at_unix_s: float, accepted: bool = False) -> None:
+        """`accepted`: the API answered code 0, so an order was made. Kept as a verdict: a
+        cleanup after a crash then never takes its absence from `my_orders` for "nothing"."""
         with contextlib.suppress(LedgerError):  # the send bound alone still proves the order
             self.ledger.mark_create_answered(self.rental_id, at_unix_s)
+            if accepted:
+                self.ledger.record_verdict(self.rental_id, ACCEPTED, ACCEPTED_WHY)
 
 
 @dataclass(frozen=True)
@@ -350,6 +356,7 @@ class Verdict:
     order: Order | None
     not_ours: tuple[str, ...] = ()
     ambiguous: bool = False
+    maybe: tuple[Order, ...] = ()  # live orders that may be ours (none proven): named, kept
 
     def describe(self) -> str:
         return "; ".join(self.not_ours)
@@ -363,7 +370,7 @@ def find_ours(orders: Iterable[Order], claim: Claim, taken: Collection[int] = ()
     two that fit, leave the claim `ambiguous`: reported, not guessed, the rental kept open."""
     fits: list[Order] = []
     reasons: list[str] = []
-    doubtful = False
+    maybe: list[Order] = []
     for order in orders:
         if order.si != claim.server_id:
             continue
@@ -375,14 +382,15 @@ def find_ours(orders: Iterable[Order], claim: Claim, taken: Collection[int] = ()
             fits.append(order)
             continue
         reasons.append(f"order {order.id}: {why}")
-        doubtful = doubtful or (not order.expired and _maybe_ours(order, claim))
+        if not order.expired and _maybe_ours(order, claim):
+            maybe.append(order)
     if len(fits) > 1:
         ids = ", ".join(str(o.id) for o in fits)
         reasons.append(f"orders {ids} all fit the create: none can be proven ours")
-        return Verdict(None, tuple(reasons), ambiguous=True)
+        return Verdict(None, tuple(reasons), ambiguous=True, maybe=(*fits, *maybe))
     if fits:
         return Verdict(fits[0], tuple(reasons))
-    return Verdict(None, tuple(reasons), ambiguous=doubtful)
+    return Verdict(None, tuple(reasons), ambiguous=bool(maybe), maybe=tuple(maybe))
 
 
 def after_success(

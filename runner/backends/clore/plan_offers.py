@@ -1,19 +1,23 @@
 """`clore-run plan --backend clore`: the offer each job would take today and what it may cost.
 
-Pure: takes today's offers, gives data. Prices include the renter's fee. The ceiling is the
-worst case the budget check commits (price x timeout, plus the creation fee when the job may
-run 10 minutes or more); the estimate is price x `estimate-minutes` where the job gives one.
+Pure: takes today's offers, gives data. Prices include the renter's fee. Each job's offer is
+the one `run`'s core would rent: the best that fits, priced as run prices it (a spot order at
+its bid), passed over when its maximum rental length cannot hold the job (and said so). The
+ceiling ("at most") is the very worst case run's budget reserves for that rental: the boot
+bound, the timeout and fetching the files at the price with fee, plus the creation fee when
+that could pass the fee's grace; a job whose ceiling alone is over the budget is one run will
+refuse, and the plan says so. The estimate is price x `estimate-minutes` where the job gives one.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from runner.backends.clore import bill
 from runner.backends.clore.fees import FeeSchedule
 from runner.backends.clore.market import (
     Offer,
-    best_offer,
     explain_no_fit,
     matching_offers,
     skipped_ids,
@@ -25,6 +29,8 @@ from runner.core.hedge import HedgePolicy
 from runner.core.hosts import HostMemory
 from runner.core.model import GpuAsk, Job, Pipeline
 from runner.core.predict import Prediction, predict
+from runner.core.rental_length import best_that_holds, hours_text, passed_over_text, worst_hold_s
+from runner.core.rentals import Quote
 from runner.figures import format_duration
 
 _ANY_GPU = GpuAsk()
@@ -68,6 +74,7 @@ def plan_offers(
         "total_estimate_usd": round(estimate, 6),
         "budget_usd": budget,
         "within_budget": budget is None or ceiling <= budget,
+        "refusals": _refusals(jobs, budget),
         "unfit": [job_id for job_id, e in jobs.items() if e["offer"] is None],
         "makespan": makespan,
         "cost": cost | {"servers_rented": prediction.servers_rented, "fits": prediction.fits},
@@ -107,34 +114,80 @@ def render_prediction(prediction: Prediction) -> str:
     )
 
 
+class _PlanMarket(OfferMarket):
+    """Today's offers quoted as `run` quotes them: the creation fee of the account's schedule
+    in each offer's own USD rate, and the renter's fee rate named."""
+
+    def __init__(self, offers: list[Offer], fees: FeeSchedule) -> None:
+        super().__init__(offers, fees.currency)
+        self._fees = fees
+
+    def quote(self, offer: Offer, ask: GpuAsk) -> Quote | None:
+        quote = super().quote(offer, ask)
+        if quote is None:
+            return None
+        fee_usd = self._fees.creation_fee_usd(ask.spot, offer.usd_per_unit)
+        return replace(quote, creation_fee_usd=fee_usd, fee_rate=offer.fee_rate(ask.spot))
+
+
 def _job_entry(
     job: Job, offers: list[Offer], currency: str, fees: FeeSchedule, memory: HostMemory | None
 ) -> dict[str, Any]:
     ask = job.gpu or _ANY_GPU
-    offer = best_offer(offers, ask, memory=memory)
+    market = _PlanMarket(offers, replace(fees, currency=currency))
+    if memory is not None:
+        market.remember(memory, bill.DEFAULT_BOOT_BOUND_S)
+    hold_s = run_hold_s(job)
+    quote, passed = best_that_holds(market, ask, set(), hold_s)
     fitting = {o.server_id for o in matching_offers(offers, ask)}
     skipped = [f"#{i}: {why}" for i, why in sorted(skipped_ids(memory).items()) if i in fitting]
-    if offer is None:
-        return {"offer": None, "why": explain_no_fit(offers, ask, currency), "skipped": skipped}
-    usd_per_hour = offer.usd_per_hour(ask.spot) or 0.0
-    fee_usd = fees.creation_fee_usd(ask.spot, offer.usd_per_unit)
+    passed_over = [_passed_over(q, hold_s) for q in passed]
+    if quote is None:
+        why = passed_over_text(passed, hold_s) or explain_no_fit(offers, ask, currency)
+        return {"offer": None, "why": why, "skipped": skipped, "passed_over": passed_over}
+    offer = market.offer(quote)
     return {
         "offer": {
             "server_id": offer.server_id,
             "gpus": offer.gpus,
-            "usd_per_hour": round(usd_per_hour, 6),
+            "usd_per_hour": round(quote.usd_per_hour, 6),
             "spot": ask.spot,
             "reliability": offer.reliability,
             "location": offer.location,
+            "max_rental_s": offer.max_rental_s,
         },
         "skipped": skipped,
-        "ceiling_usd": round(_worst_case_usd(usd_per_hour, job.timeout_s, fee_usd), 6),
-        "estimate_usd": round(_worst_case_usd(usd_per_hour, job.duration_hint_s, fee_usd), 6),
+        "passed_over": passed_over,
+        "worst_hold_s": hold_s,
+        "ceiling_usd": round(quote.cost_usd(hold_s), 6),
+        "estimate_usd": round(quote.cost_usd(job.duration_hint_s), 6),
     }
 
 
-def _worst_case_usd(usd_per_hour: float, held_s: float, fee_usd: float) -> float:
-    return money.worst_case_usd(usd_per_hour, held_s, fee_usd, bill.CREATION_FEE_GRACE_S)
+def run_hold_s(job: Job) -> float:
+    """The longest `run` holds a server rented for `job`: its book allows every boot the
+    default bound (no per-run flag changes it), a job's `boot-timeout-minutes` where longer."""
+    return worst_hold_s(bill.DEFAULT_BOOT_BOUND_S, job)
+
+
+def _passed_over(quote: Quote, hold_s: float) -> str:
+    length = hours_text(quote.max_rental_s or 0.0)
+    return (
+        f"#{quote.host}: passed over: maximum rental length {length} cannot hold the job's "
+        f"worst case {hours_text(hold_s)} (boot bound, timeout, fetching files)"
+    )
+
+
+def _refusals(jobs: dict[str, Any], budget_usd: float | None) -> list[str]:
+    """The jobs `run` will refuse: the worst case of one rental alone is over the budget."""
+    if budget_usd is None:
+        return []
+    return [
+        f"run will refuse {job_id}: worst case {money.usd_text(entry['ceiling_usd'])} > "
+        f"budget {money.usd_text(budget_usd)}"
+        for job_id, entry in jobs.items()
+        if entry["offer"] is not None and entry["ceiling_usd"] > budget_usd + 1e-9
+    ]
 
 
 def render_offers(data: dict[str, Any]) -> str:
@@ -142,13 +195,15 @@ def render_offers(data: dict[str, Any]) -> str:
     for job_id, entry in data["jobs"].items():
         offer = entry["offer"]
         lines += [f"  {job_id}: skipped: {said}" for said in entry.get("skipped", ())]
+        lines += [f"  {job_id}: {said}" for said in entry.get("passed_over", ())]
         if offer is None:
             lines.append(f"  {job_id}: {entry['why']}".replace("\n", "\n    "))
             continue
         lines.append(
             f"  {job_id}: #{offer['server_id']} {offer['gpus']} ${offer['usd_per_hour']:.3f}/h"
-            f"{' spot' if offer['spot'] else ''}: estimate ${entry['estimate_usd']:.2f}, "
-            f"at most ${entry['ceiling_usd']:.2f}"
+            f"{' spot' if offer['spot'] else ''}: estimate {money.usd_text(entry['estimate_usd'])}"
+            f", at most {money.usd_text(entry['ceiling_usd'])} (worst case: "
+            f"{hours_text(entry['worst_hold_s'])} held{_length(offer)})"
         )
     budget = data["budget_usd"]
     verdict = (
@@ -157,8 +212,14 @@ def render_offers(data: dict[str, Any]) -> str:
         else (f" against a budget of ${budget:.2f}" + ("" if data["within_budget"] else " (OVER)"))
     )
     lines.append(
-        f"total: estimate ${data['total_estimate_usd']:.2f}, "
-        f"at most ${data['total_ceiling_usd']:.2f}{verdict}"
+        f"total: estimate {money.usd_text(data['total_estimate_usd'])}, "
+        f"at most {money.usd_text(data['total_ceiling_usd'])}{verdict}"
     )
+    lines += data.get("refusals", [])
     lines.append(data["summary"])
     return "\n".join(lines)
+
+
+def _length(offer: dict[str, Any]) -> str:
+    longest = offer.get("max_rental_s")
+    return f", host's maximum {hours_text(longest)}" if longest else ""

@@ -22,7 +22,7 @@ from runner.backends.clore.api import CloreClient, OrderRequest, may_have_create
 from runner.backends.clore.fees import FeeSchedule, read_fee_schedule
 from runner.backends.clore.market import Offer, per_hour, spot_bid_per_day
 from runner.backends.clore.models import Order, SpotMarket
-from runner.backends.clore.ownership import LedgerMarks, order_of, record_order
+from runner.backends.clore.ownership import LedgerMarks, order_of, read_echo, record_order
 from runner.backends.clore.ratelimit import RequestAborted
 from runner.backends.clore.settings import image_runs_sshd
 from runner.backends.ssh.connection import ConnectOptions, Endpoint, SshConnection, connect
@@ -30,6 +30,7 @@ from runner.backends.ssh.keys import ClientKey, HostKeyStore
 from runner.clock import Clock
 from runner.core import money
 from runner.core.model import Job
+from runner.core.rental_length import worst_hold_s
 from runner.errors import InfrastructureError, RunMustStop
 from runner.stores.ledger import LedgerError, RentalLedger, State
 from runner.stores.pools import Reservation
@@ -59,6 +60,23 @@ class SshNeverAnswered(SkipOffer):
 
 class ProvisionCancelled(InfrastructureError):
     """The run was cancelled while this rental was being set up (the order is cancelled)."""
+
+
+def _proof(order: Order, tag: int | None) -> str:
+    """Why `order` was taken for ours, in words for the ledger."""
+    if tag is not None and tag in read_echo(order.http_port).ports:
+        return f"it echoes our tag {tag} (http_port {order.http_port!r}) on server {order.si}"
+    return (
+        f"the one order listed on server {order.si} since our accepted create, in its window, "
+        f"showing no other create's tag (http_port {order.http_port!r}; ours {tag})"
+    )
+
+
+def _cancel_hint(run_id: str) -> str:
+    return (
+        f"if no other run uses this API key, `clore-run cleanup --run {run_id} "
+        "--cancel-unproven` cancels it; else check it on clore.ai"
+    )
 
 
 def _wait_on_event(seconds: float, cancel: threading.Event) -> None:
@@ -118,14 +136,21 @@ class Rental:
     # A cancel went out (the API took it): whoever knows the order first sends it, the
     # run's shutdown or the rent's own thread, and the other does not send it again.
     cancel_sent: bool = False
+    tag: int | None = None  # the tag the last create carried (the ownership proof)
     skipped: list[str] = field(default_factory=list)  # hosts tried before this one, and why
     max_usd_per_hour: float | None = None  # the job's cap, fee included: bids stay under it
+    # How long the order lived by the API's stamps (`order_end - ct`), once it has ended: an
+    # order that ended by itself (expired, preempted, its host gone) before our cancel was
+    # billed up to its own end, not up to when we noticed.
+    ended_lived_s: float | None = None
 
     @property
     def usd_per_unit(self) -> float:
         return self.offer.usd_per_unit or 0.0
 
     def lived_s(self, now_unix: float) -> float:
+        if self.ended_lived_s is not None:  # the API's own stamps, once the order has ended
+            return self.ended_lived_s
         end = self.cancelled_at if self.cancelled_at is not None else now_unix
         return max(0.0, end - self.held_since)
 
@@ -166,6 +191,9 @@ class Provisioner:
     # cancels having gone out, and what is unconfirmed is left to `clore-run cleanup`.
     hurry: threading.Event = field(default_factory=threading.Event, init=False)
     _cancels: threading.Lock = field(default_factory=threading.Lock, init=False)
+    # Orders that may be ours and could not be proven (a line each): left running, named at
+    # the run's end (screen, summary.json's warnings, an `::error::`), exit 3.
+    unproven: list[tuple[str, str]] = field(default_factory=list, init=False)  # (what, hint)
 
     def fees(self) -> FeeSchedule:
         """The account's fees, read once per run (the documented ones if that fails)."""
@@ -203,6 +231,9 @@ class Provisioner:
         self._note_fee(rental, order)
         try:  # the order exists: from here on, every failure cancels it
             record_order(self.ledger, rental.rental_id, order.id)
+            self.ledger.record_verdict(
+                rental.rental_id, "ours", _proof(order, rental.tag), str(order.id)
+            )
             self.ledger.set_state(rental.rental_id, "ordered")
             stages.stage("booting", f"order {order.id}")
             order = self._wait_online(order.id, cancel, rental, self.boot_timeout_s(job))
@@ -240,7 +271,9 @@ class Provisioner:
             price = offer.usd_per_hour(spot) or 0.0  # no bid fits: renting will skip the offer
         else:
             price = self.usd_per_hour(offer, price_per_day, spot)
-        hold_s = self.boot_timeout_s(job) + job.timeout_s
+        # The core's own figure for the rental (its budget reserves the same): plan, run and
+        # a pool all count one worst case.
+        hold_s = worst_hold_s(self.options.online_timeout_s, job)
         fee_usd = self.creation_fee_usd(offer, spot)
         return money.worst_case_usd(price, hold_s, fee_usd, bill.CREATION_FEE_GRACE_S)
 
@@ -364,8 +397,13 @@ class Provisioner:
             self.ledger.set_state(rental.rental_id, "failed", str(exc))
             self._settle_pool(rental.reservation, 0.0)
             raise RunMustStop(str(exc)) from None
+        except api_errors.OrderOutcomeUnknownError as exc:
+            if exc.accepted or exc.maybe_ours:
+                raise self._unproven(rental, exc) from None
+            self.ledger.set_state(rental.rental_id, "intent", str(exc))
+            raise SkipOffer(f"server {rental.offer.server_id}: {exc}") from None
         except api_errors.CloreApiError as exc:
-            if isinstance(exc, api_errors.OrderOutcomeUnknownError) or may_have_created(exc):
+            if may_have_created(exc):
                 # Maybe billed, though not found yet: the intent stays open for `cleanup`,
                 # which looks again; `failed` would hide a server that shows up later.
                 self.ledger.set_state(rental.rental_id, "intent", str(exc))
@@ -374,12 +412,36 @@ class Provisioner:
                 self._settle_pool(rental.reservation, 0.0)
             raise SkipOffer(f"server {rental.offer.server_id}: {exc}") from None
 
+    def _unproven(self, rental: Rental, exc: api_errors.OrderOutcomeUnknownError) -> RunMustStop:
+        """A create that made an order (it was accepted, or one on its server may be ours)
+        whose order could not be proven ours, even looking longer. It is not cancelled (only
+        proof makes an order ours) nor dropped: the row stays open with the verdict and its
+        reason, the run names it at its end and exits 3. Renting on would only leave more
+        orders like it: the run stops."""
+        server = rental.offer.server_id
+        maybe = ", ".join(map(str, exc.maybe_ours))
+        what = "accepted" if exc.accepted else "answered with an error"
+        named = f"order {maybe} may be ours" if maybe else "its order is not listed yet"
+        line = (
+            f"server {server}: the create was {what} but no order was proven ours ({named}); "
+            f"it may be running and billed (run {self.run_id})"
+        )
+        self.ledger.set_state(rental.rental_id, "intent", f"unproven: {exc}")
+        self.ledger.record_verdict(
+            rental.rental_id, "unproven", f"{exc.message}; {exc.why}".rstrip("; "), maybe or None
+        )
+        hint = _cancel_hint(self.run_id)
+        with self._lock:
+            self.unproven.append((line, hint))
+        return RunMustStop(line, hint)
+
     def _send_create(self, rental: Rental, job: Job, cancel: threading.Event) -> Order:
         """One create, with the ledger's ownership marks; the orders the ledger's other
         rentals hold are not this create's to adopt."""
         taken = {o for r in self.ledger.unreleased() if (o := order_of(r)) is not None}
         marks = LedgerMarks(self.ledger, rental.rental_id)
         request = self._request(rental, job)
+        rental.tag = request.tag
         return self.client.create_order(request, abort=cancel, journal=marks, taken=taken)
 
     def _request(self, rental: Rental, job: Job) -> OrderRequest:
@@ -600,8 +662,11 @@ class Provisioner:
         deadline = self.clock.now() + window_s
         pause_s = self.options.first_confirm_pause_s
         while waiting:
-            for order_id, gone, spend in self._check(list(waiting)):
+            for order_id, gone, order in self._check(list(waiting)):
                 rental = waiting[order_id]
+                spend = self._ended_spend(rental, order) if gone else None
+                if spend is None and order is not None:
+                    spend = order.spend
                 if spend is not None:
                     finals[rental.rental_id] = self._settle(rental, spend)
                 if gone:
@@ -663,17 +728,25 @@ class Provisioner:
             return False
         return True
 
-    def _check(self, order_ids: list[int]) -> list[tuple[int, bool, float | None]]:
-        """(order id, gone?, spend) for each, from one my_orders call."""
+    def _check(self, order_ids: list[int]) -> list[tuple[int, bool, Order | None]]:
+        """(order id, gone?, the order as listed) for each, from one my_orders call."""
         try:
             orders = {o.id: o for o in self.client.my_orders(return_completed=True)}
         except api_errors.CloreApiError:
             return []
-        out: list[tuple[int, bool, float | None]] = []
+        out: list[tuple[int, bool, Order | None]] = []
         for order_id in order_ids:
             order = orders.get(order_id)
-            if order is None:
-                out.append((order_id, True, None))
-            else:
-                out.append((order_id, bool(order.expired), order.spend))
+            out.append((order_id, order is None or bool(order.expired), order))
         return out
+
+    def _ended_spend(self, rental: Rental, order: Order | None) -> float | None:
+        """What an ended order billed at its listed price (native), up to its own end; its
+        lifetime by the API's stamps is kept on the rental (the creation fee hangs on it)."""
+        if order is None:
+            return None
+        price = order.price or rental.price_per_day
+        lived_s = bill.ended_lived_s(order.ct, order.order_end, order.spend, price)
+        if order.order_end is not None and lived_s is not None:
+            rental.ended_lived_s = lived_s
+        return bill.ended_spend_native(order.spend, price, lived_s, rental.spot)

@@ -5,7 +5,9 @@ lease, or the live lease of a holder it can prove dead (a process of its own hos
 `reap_proven_dead`), with a new fencing token, which fences the old holder out. It then does
 what that holder can no longer do: reconciles its rentals with `my_orders` (a rental whose
 create was sent but whose order id was never written is found there by its create's tag),
-cancels what is live, and settles each reservation with what its rental was billed. A rental
+cancels what is live, and settles each reservation with what its rental was billed, up to
+the order's end: an order that ended by itself (expired, preempted, its host gone) is settled
+at what it billed until then, not at the moment the reaper came. A rental
 whose cancel is not confirmed keeps its reservation (the server may bill on): the lease expires
 again and the next reaper retries.
 """
@@ -15,14 +17,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from runner import liveness
-from runner.backends.clore import bill
 from runner.backends.clore.api import CloreClient
 from runner.backends.clore.cleanup import Action, reconcile
+from runner.backends.clore.ended import billed_usd
 from runner.backends.clore.errors import CloreApiError
 from runner.backends.clore.models import Order
-from runner.backends.clore.ownership import order_of
 from runner.clock import Clock
-from runner.core import money
 from runner.stores.ledger import Rental, RentalLedger
 from runner.stores.pools import Lease, Reservation
 from runner.stores.pools.postgres import PostgresPools
@@ -125,32 +125,3 @@ def _orders(client: CloreClient, rentals: list[Rental]) -> dict[int, Order] | No
         return {o.id: o for o in client.my_orders(return_completed=True)}
     except CloreApiError:
         return None
-
-
-def billed_usd(rental: Rental, orders: dict[int, Order] | None, worst_usd: float) -> float:
-    """What `rental` cost in USD: its order's `spend`, and its creation fee only if it lived
-    10 minutes (the fee's grace, reference §4), converted at the rental's own rate (the
-    renter's fee included). Without the API's figure: the reservation's worst case."""
-    if rental.state == "failed" and rental.order_id is None:
-        return 0.0
-    order_id = order_of(rental)
-    order = (orders or {}).get(order_id) if order_id is not None else None
-    if order is None or order.spend is None or not rental.price_per_day:
-        return worst_usd
-    usd_per_unit = (rental.usd_per_hour or 0.0) * 24 / rental.price_per_day
-    spend_native = max(0.0, float(order.spend))
-    fee_native = float(order.creation_fee or 0.0)
-    if not bill.creation_fee_charged(_billed_s(spend_native, order, rental)):
-        fee_native = 0.0
-    return (spend_native + fee_native) * usd_per_unit
-
-
-def _billed_s(spend_native: float, order: Order, rental: Rental) -> float:
-    """How long the order was billed: `spend` accrues at its price per day. The API lists no
-    end time, and `ct` to the reaper's clock would count the time the order sat ended or
-    cancelled before the reaper came; an outbid stretch (not billed) is not counted either,
-    so a spot order outbid past the 10-minute mark may be settled without a fee it paid."""
-    price_per_day = float(order.price or rental.price_per_day or 0.0)
-    if price_per_day <= 0:
-        return 0.0
-    return spend_native / price_per_day * money.SECONDS_PER_DAY

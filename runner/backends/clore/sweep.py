@@ -54,6 +54,14 @@ def cleanup(ask: CleanupAsk) -> None:
         raise InfrastructureError(str(exc)) from None
     for action in actions:
         ask.say(_line(action))
+    unproven = [a for a in actions if a.kind == "unproven"]
+    if unproven:
+        raise InfrastructureError(
+            f"{len(unproven)} rental(s) left an order that may be ours and cannot be proven: "
+            "named above, not cancelled, and it may be billed",
+            "if no other run uses this API key, run `clore-run cleanup --cancel-unproven` to "
+            "cancel them; else check them on clore.ai",
+        )
     left = sum(not a.resolved for a in actions)
     if left:
         raise InfrastructureError(
@@ -69,7 +77,7 @@ def cleanup(ask: CleanupAsk) -> None:
 
 def _sweep(
     ledger_path: str | Path, make_client: ClientFactory, ask: CleanupAsk
-) -> tuple[list[Action], dict[str, liveness.Holder]]:
+) -> tuple[list[Action], dict[str, str]]:
     """The ledger's unreleased rentals reconciled with `my_orders` (those of runs still
     running left alone): what was done, and the runs left alone."""
     with open_ledger(ledger_path, read_only=ask.dry_run) as ledger:
@@ -78,9 +86,9 @@ def _sweep(
             where = redact_url(str(ledger_path))
             ask.say(f"nothing to clean up: every rental in {where} is released")
             return [], {}
-        running = _running(unreleased)
-        for run, holder in running.items():
-            ask.say(f"left alone: run {run} is still running ({holder.describe()})")
+        running = _running(unreleased, named=ask.run_id is not None)
+        for run, why in running.items():
+            ask.say(f"left alone: run {run} {why}")
         if all(r.run_id in running for r in unreleased):
             return [], running
         return _reconcile(ledger, ledger_path, make_client, ask, running), running
@@ -97,18 +105,36 @@ def _reconcile(
     on_stderr(client)
     if not ask.dry_run:  # a dry run writes nothing, this file included
         share_limits(client, ledger_path)
-    return reconcile(ledger, client, dry_run=ask.dry_run, run_id=ask.run_id, skip_runs=set(running))
+    return reconcile(
+        ledger,
+        client,
+        dry_run=ask.dry_run,
+        run_id=ask.run_id,
+        skip_runs=set(running),
+        cancel_unproven=ask.cancel_unproven,
+    )
 
 
-def _running(rentals: list[Rental]) -> dict[str, liveness.Holder]:
-    """The runs among `rentals`' that are provably still running: another process of this
-    host that is alive (this process cleaning up its own rentals is not one)."""
-    running: dict[str, liveness.Holder] = {}
+def _running(rentals: list[Rental], named: bool = False) -> dict[str, str]:
+    """The runs among `rentals`' that may still be running, with why: another process of
+    this host that is alive, or one recorded where nothing can be proven from here (another
+    container sharing the ledger, another host, a /proc that hides it). Only a run provably
+    dead (or this process, cleaning up its own) is swept; a row that records no process is
+    swept as before. `named` (`--run`): the operator asked for that run, so only a run
+    provably alive is left alone."""
+    running: dict[str, str] = {}
     for rental in rentals:
         holder = liveness.Holder.parse(rental.owner)
-        if holder is None or holder.pid == os.getpid() or liveness.state(holder) is not True:
+        if holder is None or holder.pid == os.getpid():
             continue
-        running[rental.run_id] = holder
+        alive = liveness.state(holder)
+        if alive:
+            running[rental.run_id] = f"is still running ({holder.describe()})"
+        elif alive is None and not named:
+            running[rental.run_id] = (
+                f"may still be running ({holder.describe()}, in a place this cleanup cannot "
+                "see into: another host or container); `--run` it to cancel on purpose"
+            )
     return running
 
 

@@ -9,6 +9,7 @@ Clore backend.
 from __future__ import annotations
 
 import contextlib
+import logging
 import re
 import threading
 from collections.abc import Sequence
@@ -28,6 +29,7 @@ from runner.backends.fixed import FixedServers
 from runner.backends.ssh.connection import ConnectOptions, Endpoint, SshConnection, connect
 from runner.backends.ssh.exec import ExecOptions, run_job
 from runner.backends.ssh.facts import gpu_facts
+from runner.backends.ssh.handover import hand_over
 from runner.backends.ssh.keys import ClientKey, HostKeyStore
 from runner.core.model import FailureKind, Job
 from runner.errors import InfrastructureError, RunMustStop, UsageError
@@ -39,6 +41,8 @@ _HOST = re.compile(
 )
 _DEFAULT_IDENTITIES = ("id_ed25519", "id_ecdsa", "id_rsa")
 _SHUTDOWN_WAIT_S = 5.0  # GitHub sends SIGKILL 10 s after SIGTERM; leave room for the rest
+
+log = logging.getLogger("clore_run")
 
 
 def parse_host(text: str) -> Endpoint:
@@ -105,6 +109,10 @@ class SshBackend(FixedServers):
         self._closing = threading.Event()
         self._running = 0
         self._idle = threading.Condition(self._lock)
+        # A queue's: between two jobs on a host, the first's leftovers are checked for
+        # (runner/backends/ssh/handover.py); a host that fails is left out.
+        self.handover_mark: str | None = None
+        self._job_on: dict[str, str] = {}  # host -> the job placed on it last
 
     @classmethod
     def from_flags(cls, hosts: Sequence[str], identity: Path | None) -> SshBackend:
@@ -140,10 +148,23 @@ class SshBackend(FixedServers):
     ) -> Place:
         """The host the core chose, connected (on first use, or again after its connection
         died). A host that refused us or never answered is left out: `lost` says so."""
-        return self._connected(self._hosts[self.server_name(server)], cancel, stages)
+        endpoint = self._hosts[self.server_name(server)]
+        with self._lock:
+            self._job_on[str(endpoint)] = job.id
+        return self._connected(endpoint, cancel, stages)
 
     def attempt_done(self, place: Place) -> None:
         self._drop_dead_connection(place.name)
+        with self._lock:
+            conn = self._conns.get(place.name)
+            job_id = self._job_on.pop(place.name, None)
+        if self.handover_mark is None or conn is None or job_id is None:
+            return
+        left = hand_over(conn, job_id, self.handover_mark)
+        if left:  # never reused: the core gives a lost server back
+            log.warning("%s failed the clean handover after %s: %s", place.name, job_id, left)
+            with self._lock:
+                self._out.add(place.name)
 
     def lost(self, server: int) -> bool:
         with self._lock:

@@ -67,8 +67,11 @@ server" >&2; exit 127; }}
 {{ setsid -w bash --noprofile --norc -c {inner} </dev/null; }} 3>&2 2>/dev/null
 exit $?
 """
-_INNER = "exec 2>&3 3>&- && echo $$ > ../ctl/pgid && . ../ctl/env.sh && exec bash --noprofile \
---norc -eo pipefail ../ctl/script.sh"
+# Each job's TMPDIR is in its own folder (its env may set another): what tools write there
+# goes with the folder, and the next job on the server finds none of it.
+_INNER = 'exec 2>&3 3>&- && echo $$ > ../ctl/pgid && mkdir -p ../tmp && export \
+TMPDIR="${PWD%/work}/tmp" && . ../ctl/env.sh && exec bash --noprofile --norc -eo pipefail \
+../ctl/script.sh'
 
 _SIGNAL = """f={pgid_file}; i=0
 while [ ! -s "$f" ] && [ "$i" -lt {ticks} ]; do sleep 0.1; i=$((i+1)); done

@@ -55,6 +55,7 @@ def read_memory(target: str | Path, *, clock: Clock = SYSTEM_CLOCK) -> tuple[Hos
         return HostMemory(now=clock.time()), ""
     try:
         with open_hosts(target, clock=clock) as history:
-            return history.memory(), ""
+            memory = history.memory()
+            return memory, "; ".join(history.take_notes())
     except HostHistoryError as exc:
         return HostMemory(now=clock.time()), f"the host history was not read: {exc}"

@@ -13,6 +13,7 @@ from requests.adapters import HTTPAdapter
 
 from runner.backends.clore import errors as e
 from runner.backends.clore.api import (
+    FOLLOW_UP_DELAYS_S,
     RECOVER_DELAYS_S,
     CloreClient,
     OrderRequest,
@@ -238,8 +239,13 @@ def test_create_that_never_shows_up_is_an_outcome_unknown_error(fake_clore: Fake
     with pytest.raises(e.OrderOutcomeUnknownError) as caught:
         fake_clore.client().create_order(on_demand())
     assert caught.value.server_id == 88028 and "cleanup" in str(caught.value)
+    assert caught.value.accepted and "was accepted" in str(caught.value)
     assert len(fake_clore.calls("create_order")) == 1
-    assert len(fake_clore.calls("my_orders")) == len(RECOVER_DELAYS_S)
+    # An accepted create's order is not given up after 50 s: looked for ~6 minutes longer.
+    looks = fake_clore.calls("my_orders")
+    assert len(looks) == len(RECOVER_DELAYS_S) + len(FOLLOW_UP_DELAYS_S)
+    waited = looks[-1].t - fake_clore.calls("create_order")[0].t
+    assert waited >= sum(RECOVER_DELAYS_S) + sum(FOLLOW_UP_DELAYS_S)
 
 
 @pytest.mark.parametrize(

@@ -57,6 +57,7 @@ def elsewhere() -> Iterator[_Server]:
     server.shutdown()
 
 
+@pytest.mark.slow
 def test_a_redirect_is_not_followed_with_the_key(elsewhere: _Server) -> None:
     api = _serve(f"http://127.0.0.1:{elsewhere.server_address[1]}/v1/wallets")
     try:

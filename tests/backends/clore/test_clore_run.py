@@ -716,12 +716,15 @@ def test_the_boot_wait_has_its_own_bound_counted_in_the_worst_case(setup: Setup)
     fee_usd = backend.provisioner.creation_fee_usd(offer, False)
     from runner.core import money
 
+    # The core's worst case (the pool reserves the same): the run's 6-minute bound, or the
+    # job's own where longer, the timeout, and 2 minutes fetching the files after it.
+    after_s = 120.0
     assert backend.provisioner.worst_case_usd(job, offer) == pytest.approx(
-        money.worst_case_usd(hourly, 120.0 + 180.0, fee_usd, bill.CREATION_FEE_GRACE_S)
+        money.worst_case_usd(hourly, 360.0 + 180.0 + after_s, fee_usd, bill.CREATION_FEE_GRACE_S)
     )
-    unbounded = dataclasses.replace(job, boot_timeout_s=None)  # the default: 6 minutes
-    assert backend.provisioner.worst_case_usd(unbounded, offer) == pytest.approx(
-        money.worst_case_usd(hourly, 360.0 + 180.0, fee_usd, bill.CREATION_FEE_GRACE_S)
+    longer = dataclasses.replace(job, boot_timeout_s=900.0)
+    assert backend.provisioner.worst_case_usd(longer, offer) == pytest.approx(
+        money.worst_case_usd(hourly, 900.0 + 180.0 + after_s, fee_usd, bill.CREATION_FEE_GRACE_S)
     )
     failed = hand.rent()
     assert isinstance(failed, RentFailed) and "not online after 120 s" in failed.reason

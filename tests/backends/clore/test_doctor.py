@@ -21,7 +21,7 @@ from runner.cli.doctor import register
 from runner.stores.ledger.sqlite import SqliteLedger
 from tests.fakes.clore_api import API_KEY, FakeClore, Faults
 from tests.fakes.fake_clock import FakeClock
-from tests.processes import marked_env
+from tests.processes import default_signals, marked_env
 from tests.sshd_fixture import SshServer
 
 runner = CliRunner()
@@ -154,6 +154,7 @@ def test_the_weekly_canary_workflow_runs_the_canary_and_always_cleans_up() -> No
     assert cleanup["run"] == "clore-run cleanup" and cleanup["if"].startswith("always()")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_stops_the_canary_and_cancels_its_order(
     fake_clore: FakeClore, tmp_path: Path, sig: signal.Signals
@@ -177,6 +178,7 @@ def test_a_signal_stops_the_canary_and_cancels_its_order(
         text=True,
         cwd=tmp_path,
         env=env,
+        preexec_fn=default_signals,
     ) as proc:
         try:
             assert created.wait(60), "the canary never sent its create"

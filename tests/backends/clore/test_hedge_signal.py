@@ -15,12 +15,15 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from runner.core.hosts import HostEvent
 from runner.stores.hosts import open_hosts
 from tests.fakes.clore_api import API_KEY, FakeClore
-from tests.processes import marked_env
+from tests.processes import default_signals, marked_env
 
 
+@pytest.mark.slow
 def test_sigint_while_a_boot_and_its_hedge_are_in_flight_cancels_both(
     fake_clore: FakeClore, tmp_path: Path
 ) -> None:
@@ -51,6 +54,7 @@ def test_sigint_while_a_boot_and_its_hedge_are_in_flight_cancels_both(
         text=True,
         cwd=tmp_path,
         env=env,
+        preexec_fn=default_signals,
     ) as proc:
         try:
             if not both.wait(60):

@@ -226,6 +226,7 @@ def test_spot_bid_outbids_rivals_within_the_cap() -> None:
     cap=st.floats(1e-4, 1e3),
     rivals=st.lists(st.floats(0, 2e5), max_size=3),
 )
+@pytest.mark.slow
 def test_spot_bid_property(floor: float, rate: float, cap: float, rivals: list[float]) -> None:
     sample = dataclasses.replace(offer(99173), spot_min_price_per_day=floor, usd_per_unit=rate)
     bid = spot_bid_per_day(sample, cap, rivals)

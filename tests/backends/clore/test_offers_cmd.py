@@ -38,10 +38,13 @@ def test_table_lists_fitting_offers_best_first_in_usd_per_hour(fake_clore: FakeC
     result = runner.invoke(app_for(fake_clore), ["offers", "--gpu", "3090"])
     assert result.exit_code == 0, result.output
     header, *rows = result.stdout.splitlines()
-    assert header.split() == ["ID", "GPUS", "VRAM", "$/H", "SPOT", "$/H", "RELIAB", "CUDA", "LOC"]
+    assert header.split() == [
+        "ID", "GPUS", "VRAM", "$/H", "SPOT", "$/H", "RELIAB", "MAX", "LEN", "CUDA", "LOC"
+    ]  # fmt: skip
     assert [r.split()[0] for r in rows] == ["88028", "100201"]
     assert rows[0].split() == [
-        "88028", "1x", "RTX", "3090", "24", "GB", "0.087", "0.063", "100.0%", "13.0", "US"
+        "88028", "1x", "RTX", "3090", "24", "GB", "0.087", "0.063", "100.0%", "720", "h", "13.0",
+        "US",
     ]  # fmt: skip
     assert rows[1].split()[1:7] == ["2x", "RTX", "3090", "24", "GB", "0.210"]
 
@@ -190,3 +193,26 @@ def test_offers_say_each_hosts_chance_of_a_failed_boot(
     market = (3 + 0.3 * 2) / (4 + 2)
     assert chance[100504] == pytest.approx((3 + market * 2) / 6)
     assert chance[88028] == pytest.approx(market)
+
+
+def test_a_hosts_maximum_rental_length_is_shown_and_one_too_short_for_a_job_passed_over(
+    fake_clore: FakeClore,
+) -> None:
+    """100201 lists 73 hours: a 73-hour job with the 6-minute boot bound and 2 minutes of
+    fetching files does not fit in it; 88028's 720 hours do."""
+    args = ["offers", "--gpu", "3090", "--timeout-minutes", str(73 * 60)]
+    result = runner.invoke(app_for(fake_clore), args)
+    assert result.exit_code == 0, result.output
+    _header, *rows = result.stdout.splitlines()
+    assert rows[0].split()[0] == "88028"
+    assert rows[-1] == (
+        "#100201: passed over: maximum rental length 73 h cannot hold a 4380-minute job's "
+        "worst case 73.1 h (boot bound, timeout, fetching files)"
+    )
+    listed = json.loads(runner.invoke(app_for(fake_clore), [*args, "--json"]).stdout)
+    assert [o["server_id"] for o in listed] == [88028, 100201]
+    assert listed[0]["max_rental_s"] == 720 * 3600.0 and "passed_over" in listed[1]
+    short = runner.invoke(
+        app_for(fake_clore), ["offers", "--gpu", "3090", "--timeout-minutes", "60"]
+    )
+    assert "passed over" not in short.stdout

@@ -134,6 +134,7 @@ with open(sys.argv[2], "a") as out:
 """
 
 
+@pytest.mark.slow
 def test_processes_sharing_the_file_never_overlap_or_crowd(tmp_path: Path) -> None:
     """Two real processes, real clocks: no two calls overlap, and each starts at least the gap
     after the end of the one before (whichever process made it). Without the flock (try it:

@@ -42,3 +42,31 @@ def test_without_the_apis_figure_the_worst_case_stands_and_nothing_created_costs
     assert billed_usd(rental(), None, worst_usd=5.0) == 5.0
     assert billed_usd(rental(), {}, worst_usd=5.0) == 5.0
     assert billed_usd(rental(order_id=None, state="failed"), None, worst_usd=5.0) == 0.0
+
+
+def ended(lived_s: float, spend: float | None, spot: bool | None = None) -> Order:
+    """An order that ended by itself `lived_s` after its create, as a completed order lists it."""
+    return Order(
+        id=7, si=99173, price=PRICE_PER_DAY, spend=spend, creation_fee=CREATION_FEE,
+        ct=1_700_000_000, order_end=1_700_000_000 + lived_s, expired=True, spot=spot,
+    )  # fmt: skip
+
+
+def test_an_order_that_ended_by_itself_is_settled_at_what_it_billed_up_to_its_end() -> None:
+    by_time = PRICE_PER_DAY * 700 / 86400
+    # The completed order's spend and its end agree: the fee, since it lived past 10 minutes.
+    billed = billed_usd(rental(), {7: ended(700, by_time)}, worst_usd=5.0)
+    assert billed == pytest.approx((by_time + CREATION_FEE) * 1.05)
+    # A completed order that lists no spend, or a spend of 0: billed by its own stamps, never
+    # at $0 and never at the whole reservation.
+    for spend in (None, 0.0):
+        assert billed_usd(rental(), {7: ended(700, spend)}, worst_usd=5.0) == pytest.approx(billed)
+    # Ended 5 minutes in, found much later: no creation fee, whatever the spend suggests.
+    early = billed_usd(rental(), {7: ended(300, PRICE_PER_DAY * 900 / 86400)}, worst_usd=5.0)
+    assert early == pytest.approx(PRICE_PER_DAY * 900 / 86400 * 1.05)
+
+
+def test_a_spot_order_that_ended_by_itself_keeps_its_spend_it_billed_nothing_while_outbid() -> None:
+    outbid_most = PRICE_PER_DAY * 100 / 86400  # billed 100 s of its 700
+    billed = billed_usd(rental(), {7: ended(700, outbid_most, spot=True)}, worst_usd=5.0)
+    assert billed == pytest.approx((outbid_most + CREATION_FEE) * 1.05)

@@ -50,6 +50,7 @@ def test_default_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert (tmp_path / ".clore-run" / "ledger.db").is_file()
 
 
+@pytest.mark.slow
 def test_two_ledgers_on_one_file_write_at_once(tmp_path: Path) -> None:
     # A run and a `cleanup` are two processes: two connections contending for the write lock.
     path = tmp_path / "ledger.db"
