@@ -32,6 +32,7 @@ from runner.serve.api_models import (
     Cancelled,
     ErrorReply,
     Health,
+    IdleRow,
     JobDetail,
     JobPage,
     JobSubmission,
@@ -94,11 +95,17 @@ def create_app(
     token: str,
     body_limit: int = MAX_BODY_BYTES,
     body_timeout_s: float = BODY_TIMEOUT_S,
+    *,
+    api_docs: bool = False,
 ) -> ASGIApp:
     """The API as an ASGI app; errors are counted, requests without the token refused before
     their body is read, and large or slow bodies refused, around it."""
     tally = ErrorTally()
     api = FastAPI(
+        # Swagger UI and ReDoc load scripts from a CDN (no integrity, outside the dashboard's
+        # CSP), to a browser holding the dashboard's cookie: off unless asked for.
+        docs_url="/docs" if api_docs else None,
+        redoc_url="/redoc" if api_docs else None,
         title="clore-run queue",
         version=__version__,
         description="A persistent GPU job queue. Auth: `Authorization: Bearer $CLORE_RUN_TOKEN`.",
@@ -340,6 +347,8 @@ def _routes(service: Service, tally: ErrorTally) -> APIRouter:
     def stats() -> Stats:
         """Counts by status, spend, servers held."""
         counts = store.counts()
+        idle = service.idle_rows()
+        today = views.api_day(service.clock.time())
         return Stats(
             counts=counts,
             running=counts["running"],
@@ -351,6 +360,9 @@ def _routes(service: Service, tally: ErrorTally) -> APIRouter:
             held_until=views.api_time(held)
             if (held := service.held_until) and held > service.clock.time()
             else None,
+            idle_usd_today=sum(usd for day, _, usd, _ in idle if day == today),
+            idle_budget_usd=service.options.warmth.idle_budget_usd,
+            idle_by_day=[IdleRow(day=d, gpu=g, usd=u, seconds=s) for d, g, u, s in idle],
         )
 
     @router.get(
@@ -368,6 +380,11 @@ def _routes(service: Service, tally: ErrorTally) -> APIRouter:
             service.spent_today(),
             service.servers_held,
             tally.snapshot(),
+            metrics.Idle(
+                views.api_day(service.clock.time()),
+                service.idle_rows(),
+                service.options.warmth.idle_budget_usd,
+            ),
         )
         return PlainTextResponse(text, media_type=metrics.CONTENT_TYPE)
 

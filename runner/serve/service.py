@@ -288,6 +288,12 @@ class Service:
             return None
         return log_elsewhere(self.shared, self.options.instance, job_id)
 
+    def idle_rows(self) -> list[tuple[str, str, float, float]]:
+        """Idle money, (YYYY-MM-DD, GPU model, USD, seconds), oldest first: what rented
+        servers cost while they ran no job, the stretches going on included."""
+        figures = self._ask(self.placing.book.idle_figures)
+        return [(_date(day), gpu, f.usd, f.seconds) for (day, gpu), f in sorted(figures.items())]
+
     @property
     def servers_held(self) -> int:
         """What the core's book holds: rented servers booting, idle or busy (each is billed),
@@ -413,6 +419,10 @@ class Service:
         unsettled = self.store.unsettled()
         open_rows = {a.job_id: a for a in self.store.open_attempts()}
         dead = {a.instance for a in open_rows.values()}
+        # A server that died with no job running may still have held rentals (kept warm, or
+        # rented for warmth): those are cancelled through the ledger too, never adopted. What
+        # its last job left on them and whose domain they were is not known any more.
+        dead.update(self.store.stale_instances(self.options.instance))
         note = self.options.reconcile(dead) if dead else ""
         self._check_spend(now)  # before the jobs are added: adding starts what it can
         self._add([_entry(u) for u in unsettled], now)
@@ -524,6 +534,10 @@ def _with_message(attempt: Attempt, message: str) -> Attempt:
         attempt.number, attempt.started_at, attempt.finished_at, attempt.exit_code,
         FailureKind.SERVER_LOST, message, attempt.server, attempt.cost_usd, attempt.facts,
     )  # fmt: skip
+
+
+def _date(day: int) -> str:
+    return dt.datetime.fromtimestamp(day * 86_400, dt.timezone.utc).strftime("%Y-%m-%d")
 
 
 def _day_start(now: float) -> float:
