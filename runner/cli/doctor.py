@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
-from runner.cli.boundary import EXIT_INTERRUPTED, one_of, say_errors
+from runner.cli.boundary import EXIT_INTERRUPTED, one_of, say_errors, shaped
 from runner.core.model import GpuAsk
 from runner.errors import CloreRunError, InfrastructureError, UsageError
 from runner.stores.ledger import DEFAULT_PATH
@@ -44,7 +44,9 @@ def register(
             bool,
             typer.Option(
                 help="Also rent the cheapest fitting server for at most 5 minutes, connect over "
-                "SSH, run nvidia-smi -L and give it back (costs a few cents at most)."
+                "SSH, run nvidia-smi -L and give it back (costs a few cents at most), reading "
+                "my_orders every few seconds meanwhile: a table says which assumptions about its "
+                "replies held, and doctor fails when one is contradicted."
             ),
         ] = False,
         gpu: Annotated[str | None, typer.Option(help="GPU type, a substring: 4090, 'RTX'")] = None,
@@ -52,6 +54,18 @@ def register(
         ledger_path: Annotated[
             Path, typer.Option("--ledger", help="The rental ledger.", metavar="FILE")
         ] = DEFAULT_PATH,
+        capture: Annotated[
+            Path | None,
+            typer.Option(
+                "--capture",
+                help="With --canary: write every my_orders reply from the create until after "
+                "the cancel (redacted) to FILE as JSON lines.",
+                metavar="FILE",
+            ),
+        ] = None,
+        spot: Annotated[
+            bool, typer.Option(help="With --canary: rent a spot order (checks its echo).")
+        ] = False,
     ) -> None:
         """Check the API key, balances, fee rates and marketplace; with --canary, rent once."""
         from runner.backends.clore import doctor as checks
@@ -60,7 +74,9 @@ def register(
 
         if currency not in CURRENCIES:
             raise UsageError(f"--currency {currency}: {one_of(CURRENCIES)}")
-        ask = GpuAsk(type=gpu)
+        if capture is not None and not canary:
+            raise UsageError("--capture needs --canary", "it records the canary's rental")
+        ask = GpuAsk(type=gpu, spot=spot)
         client = make_client()  # a missing key: said by the boundary, with how to set one
         waits.on_stderr(client)
         found = checks.check_account(client, currency, ask, typer.echo)
@@ -68,14 +84,15 @@ def register(
             raise InfrastructureError(_problems(found.problems), "; ".join(found.hints))
         if canary:
             tools = make_tools(client, ledger_path)
-            for line in _canary(tools, currency, ask, found.offers[0]):
-                typer.echo(line)
+            _canary(tools, currency, ask, found.offers[0], capture)
         typer.echo("doctor: all checks passed")
 
 
-def _canary(tools: CanaryTools, currency: str, ask: GpuAsk, offer: Offer) -> list[str]:
+def _canary(
+    tools: CanaryTools, currency: str, ask: GpuAsk, offer: Offer, capture: Path | None
+) -> list[str]:
     """The canary under `run`'s signal handling: SIGINT, SIGTERM and SIGHUP stop it, its order
-    is given back, and doctor exits 130."""
+    is given back, and doctor exits 130. Its lines are said as they come."""
     from runner.backends.clore.doctor import run_canary
     from runner.engine.run_command import stop_on_signals
 
@@ -88,7 +105,7 @@ def _canary(tools: CanaryTools, currency: str, ask: GpuAsk, offer: Offer) -> lis
 
     with stop_on_signals(stop):
         try:
-            lines = run_canary(tools, currency, ask, offer, cancel)
+            lines = run_canary(tools, currency, ask, offer, cancel, typer.echo, capture)
         except CloreRunError as exc:
             if not stopped:
                 raise
@@ -99,7 +116,7 @@ def _canary(tools: CanaryTools, currency: str, ask: GpuAsk, offer: Offer) -> lis
 
 
 def _interrupted(message: str) -> NoReturn:
-    typer.echo(f"doctor: {message}", err=True)
+    typer.echo(shaped(message), err=True)
     raise typer.Exit(EXIT_INTERRUPTED)
 
 
