@@ -45,7 +45,7 @@ class FleetOptions:
 
 class FencedJournal:
     """The queue's journal for a shared store: every write names this instance as the owner,
-    so a write after another instance took the job is refused (LeaseLost), never applied."""
+    so a write after another instance took the job is refused (JobTakenOver), never applied."""
 
     def __init__(self, store: SharedQueueStore, instance: str, settled: Callable[[], None]):
         self.store = store

@@ -10,7 +10,7 @@ adds:
 - instances hold leases (`expires_at`, on the database's clock) that they heartbeat; the
   instance token, new at every start, is the fencing token: every write the scheduling loop
   makes names it (`owner = me`), so once another instance has taken a dead one's jobs, a late
-  write of the dead one touches no row and raises LeaseLost.
+  write of the dead one touches no row and raises JobTakenOver.
 - an instance whose lease expired is taken (SKIP LOCKED again, one taker) by another: its
   queued jobs become unowned, its running ones become the taker's, who records their attempts
   as lost and retries them by the retry table (runner/serve/fleet.py).
@@ -161,7 +161,7 @@ _LIVE_LEASE = (
 _OWNED = "EXISTS (SELECT 1 FROM queue_jobs o WHERE o.id = %(job)s AND o.owner = %(me)s)"
 
 
-class LeaseLost(QueueError):
+class JobTakenOver(QueueError):
     """This instance no longer owns the job: its lease expired and another took its work."""
 
 
@@ -541,7 +541,7 @@ class PostgresQueue(QueueReads):
         self._start_attempt(job_id, number, instance, now, fenced=False)
 
     def fenced_start_attempt(self, job_id: str, number: int, instance: str, now: float) -> None:
-        """Record the start while `instance` holds the job, else raise LeaseLost."""
+        """Record the start while `instance` holds the job, else raise JobTakenOver."""
         self._start_attempt(job_id, number, instance, now, fenced=True)
 
     def _start_attempt(
@@ -586,7 +586,7 @@ class PostgresQueue(QueueReads):
     def fenced_end_attempt(
         self, job_id: str, attempt: Attempt, owner: str, *, requeue: bool = False
     ) -> None:
-        """Complete the attempt row while `owner` holds the job, else raise LeaseLost.
+        """Complete the attempt row while `owner` holds the job, else raise JobTakenOver.
         `requeue`: the job goes back to everyone (a server handing over at shutdown), or is
         cancelled if a cancel was asked for it meanwhile."""
         self._end_attempt(job_id, attempt, requeue, owner)
@@ -702,7 +702,7 @@ class PostgresQueue(QueueReads):
 
     def _owned(self, rowcount: int, job_id: str, owner: str) -> None:
         if rowcount == 0:
-            raise LeaseLost(
+            raise JobTakenOver(
                 f"{self.db.where}: job {job_id} is no longer held by server {owner} "
                 "(its lease expired and another server took its work)"
             )
