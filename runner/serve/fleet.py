@@ -233,7 +233,7 @@ class Listener:
         import psycopg  # the PostgreSQL extra: only serve on a shared queue listens
 
         from runner.stores.pg import with_password
-        from runner.stores.queue.postgres import CHANNEL
+        from runner.stores.queue.pg_base import CHANNEL
 
         while not self._stop.is_set():
             try:
