@@ -188,6 +188,8 @@ def _idle_orders(
         for a in j.get("attempt_details", [])
     }
     faulty = {h.server_id for h in outcome.scenario.hosts if h.fault}
+    # A pull that outlasts the boot bound: the order is given up still deploying, no job run.
+    faulty |= {server_id for server_id, _ in outcome.scenario.pulls_s}
     job_of = {order: job for job, order, _ in run.ledger if order is not None}
     unexplained = []
     said_unproven = [line for line in run.stdout.splitlines() if "may be ours" in line]
