@@ -35,6 +35,7 @@ from runner.core.idle_money import IdleFigure, IdleMoney
 from runner.core.known_jobs import KnownJobs, Unplaceable
 from runner.core.model import GpuAsk, Job
 from runner.core.placement import Placement
+from runner.core.pulls import Pulls
 from runner.core.rentals import (
     BootTimes,
     CoreCommand,
@@ -43,6 +44,7 @@ from runner.core.rentals import (
     Provisioning,
     Quote,
     RentFailed,
+    ServerDeploying,
     ServerEvent,
     ServerLost,
     ServerReady,
@@ -205,6 +207,8 @@ class ServerBook:
             fleet.ready(server, now)
             if server.id in fleet.pairs:
                 self._hedger.won(server, now)
+        elif isinstance(event, ServerDeploying):
+            self._hedger.deploying(server, now)
         elif isinstance(event, ServerLost):
             fleet.lost(server, now, event.reason)
         elif isinstance(event, RentFailed):
@@ -309,6 +313,15 @@ class ServerBook:
     @boot.setter
     def boot(self, boot: BootTimes) -> None:
         self._fleet.boot = boot
+
+    @property
+    def pulls(self) -> Pulls:
+        """What the host history says of each image's pulls (hedging a deploy reads it)."""
+        return self._hedger.pulls
+
+    @pulls.setter
+    def pulls(self, pulls: Pulls) -> None:
+        self._hedger.pulls = pulls
 
     @property
     def hedge(self) -> HedgePolicy:

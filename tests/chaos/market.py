@@ -119,6 +119,11 @@ class Market:
             elif host.fault in ("preempt", "outbid"):
                 kind = "end" if host.fault == "preempt" else "outbid"
                 self.fake.preempt_after_s[host.server_id] = (host.fault_s, kind)
+        # Slow pulls: the container deploys (mon_container 0/1) this long after it is online.
+        self.fake.pull_s_by_server = dict(scenario.pulls_s)
+        self.fake.tag_echo = scenario.tag_echo
+        self.fake.echo_spot = scenario.echo_spot
+        self.fake.ct_late_s = scenario.ct_late_s
         self.fake.reply_delay_s = dict(scenario.reply_delay_s)
         self.fake.market_lag_s = scenario.market_lag_s
         self.fake.install()
