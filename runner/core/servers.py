@@ -265,9 +265,12 @@ class ServerBook:
                 while ends.due:
                     self._ahead.rent_ahead(now)
                     place(now)
-                self._warmth.top_up(now)  # after every ready job had its turn
             held = len(fleet.servers)
             self._giver.give_back(now, self._cancelled)
+            if not self._cancelled and self._renting and not held_back:
+                # After every ready job had its turn, and after the give-back: a warm server
+                # given back (its order's end near) is replaced in the same decision.
+                self._warmth.top_up(now)
             # A server given back frees a slot and money: a waiting job may rent now.
             if len(fleet.servers) == held or not jobs.waiting or self._cancelled:
                 self._dirty = bool(ends.due or fleet.look)
