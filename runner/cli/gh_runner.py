@@ -203,6 +203,11 @@ def _stop_command(wiring: Wiring) -> Callable[..., None]:
             str, typer.Option(help="The sticky comment to add the section to.")
         ] = "",
         coordinator: CoordinatorOption = None,
+        repo: Annotated[
+            str | None,
+            typer.Option(help="OWNER/NAME the runners are on (default $GITHUB_REPOSITORY)."),
+        ] = None,
+        org: Annotated[str | None, typer.Option(help="Or this organization.")] = None,
     ) -> None:
         """Remove the runners' registrations, cancel their servers, report what they cost."""
         from runner.gh_runner.publish import publish_stop
@@ -224,7 +229,10 @@ def _stop_command(wiring: Wiring) -> Callable[..., None]:
 
         try:
             client = wiring.clore()
-            stopped = stop_runners(parsed, client, wiring.clock, api_for if token else None)
+            scope = _stop_scope(repo, org, wiring)
+            stopped = stop_runners(
+                parsed, client, wiring.clock, api_for if token else None, scope=scope
+            )
         except CloreRunError as exc:
             typer.echo(said_error(exc), err=True)
             raise typer.Exit(exc.exit_code) from None
@@ -300,6 +308,17 @@ def _scope(repo: str | None, org: str | None, wiring: Wiring) -> Scope:
     if not name:
         _usage("which repository? --repo OWNER/NAME (or run in Actions: $GITHUB_REPOSITORY)")
     return Scope.repo(name)
+
+
+def _stop_scope(repo: str | None, org: str | None, wiring: Wiring) -> Scope | None:
+    """Where stop may remove registrations: --org, --repo, else $GITHUB_REPOSITORY; None
+    when none is known (the registrations are then left to GitHub, which drops unused ones)."""
+    from runner.gh_runner.github import Scope
+
+    if org:
+        return Scope.org(org)
+    name = repo or wiring.env.get("GITHUB_REPOSITORY", "")
+    return Scope.repo(name) if name else None
 
 
 def _runner_token(wiring: Wiring) -> str:
