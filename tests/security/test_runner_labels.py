@@ -4,12 +4,15 @@ must not be able to take the GPU server, root in its container until the cap."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.fakes.github_runners import fake_github as fake_github
 from tests.fakes.github_runners import github_server as github_server
 from tests.gh_runner.harness import Host
 from tests.gh_runner.harness import host as host
 
 
+@pytest.mark.slow
 def test_runners_carry_their_unique_label_only(host: Host) -> None:
     started = host.invoke(host.start_args())
     assert started.exit_code == 0, started.output
@@ -24,6 +27,7 @@ def test_runners_carry_their_unique_label_only(host: Host) -> None:
     assert stopped.exit_code == 0, stopped.output
 
 
+@pytest.mark.slow
 def test_there_is_no_option_to_add_a_shared_label(host: Host) -> None:
     result = host.invoke([*host.start_args(), "--label", "gpu"])
     assert result.exit_code == 2 and "--label" in result.output

@@ -147,6 +147,7 @@ def test_records_from_a_workflow_not_named_are_not_believed_and_the_reaper_fails
     assert _live(fake_clore, order_id)
 
 
+@pytest.mark.slow
 def test_one_my_orders_read_decides_a_600_rental_record(
     fake_clore: FakeClore, fake_github: FakeRunnersGitHub
 ) -> None:
