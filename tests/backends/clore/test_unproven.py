@@ -160,3 +160,29 @@ def test_cleanup_waits_a_bounded_while_for_a_deploying_orders_tag(
         actions = reconcile(ledger, fake_clore.client(), dry_run=False)
         assert [a.kind for a in actions] == ["cancelled"], actions
     assert fake_clore.live_orders() == []
+
+
+def test_a_failed_create_whose_server_shows_an_unprovable_order_moves_on_and_names_it(
+    setup: Setup,
+) -> None:
+    """A create answered HTTP 500 that made an order whose echo no client reads: the order may
+    be ours, so it is named, not cancelled; the failure was the create's own, so the job goes
+    to the next host and passes; the run exits 3 all the same."""
+    setup.fake.tag_echo = "unknown"
+    setup.fake.fail_next("create_order", Faults.DB_ERROR_BUT_CREATED)
+    pipeline = parse_pipeline(ONE_JOB, "p.yml", {})
+    backend, ledger = setup.backend(pipeline)
+    (setup.tmp / "ws").mkdir()
+    console = io.StringIO()
+    options = RunOptions(out_dir=setup.tmp / "out", workspace_root=setup.tmp / "ws")
+    record, code = execute(pipeline, backend, options, console)
+    assert code == 3 and [r.status.value for r in record.results] == ["passed"]
+    first, second = setup.fake.orders.values()
+    assert first.live and not second.live
+    assert f"order {first.id} may be ours" in console.getvalue()
+    setup.clock.advance(10)  # a person, later, with a client (and a rate limit) of its own
+    result = CliRunner().invoke(
+        cleanup_app(setup.fake), ["cleanup", "--ledger", str(ledger.path), "--cancel-unproven"]
+    )
+    assert result.exit_code == 0, result.output
+    assert not first.live
