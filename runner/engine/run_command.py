@@ -216,8 +216,11 @@ def execute(
         github_actions.publish(paths)
         if github_actions.is_active():
             github_actions.annotate_run_errors([f"{what}. {hint}" for what, hint in unproven])
+    # Each cause said once: a job's line already said the API could not be reached, the
+    # unproven orders are said last.
+    said = [r.reason for r in record.results if r.reason] + [w for w, _ in unproven]
     for warning in paths.warnings:
-        if warning not in left and not any(warning.startswith(w) for w, _ in unproven):
+        if warning not in left and not any(warning.startswith(w) for w in said):
             console.notice(f"warning: {warning}")
     _final_report(console, paths, options.out_dir)
     for what, hint in unproven:  # last, where a person looks: it bills until cancelled
