@@ -40,6 +40,7 @@ from runner.backends.clore.ownership import (
     after_success,
     find_ours,
     new_tag,
+    tagged_late,
 )
 from runner.backends.clore.ratelimit import DEFAULT_LIMITER, RateLimiter
 from runner.transport_words import cause_in_words
@@ -433,9 +434,12 @@ class CloreClient:
             verdict = find_ours(orders, claim, taken)
             if verdict.order is not None and not verdict.order.expired:
                 return verdict.order, verdict
-            accepted = after_success(orders, claim, taken) if cause is None else None
-            if accepted is not None:  # our create succeeded: the tag is just not listed yet
-                return accepted, verdict
+            if cause is None:  # our create succeeded: the tag may just not be listed yet
+                found = after_success(orders, claim, taken)
+            else:  # it failed: our tag alone, on an order stamped late
+                found = tagged_late(orders, claim, taken)
+            if found is not None:
+                return found, verdict
             if verdict.not_ours:
                 log.info("server %s: not our order: %s", claim.server_id, verdict.describe())
         if failed is not None:
