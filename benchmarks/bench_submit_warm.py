@@ -7,10 +7,11 @@ Clore API, its orders on a real sshd, a server online 30 s after its order (the 
 `--quick`: 3 s), real time, `--keep-warm 15`. `clore-run submit` is a real process. Prints, for
 the first submission (cold: a rental and its boot) and the next (warm: the server the first
 left): seconds from starting `submit --wait` to the job's first output line and to its exit,
-the ratio warm/cold, and serve's own share of the warm exit (the exit less a bare `clore-run
---version`, the process's own start). Then the orders the fake took for 10 submissions in a row
-(`--quick`: 3): 1 is the goal. Loopback only. `BENCH_TRACE=1` prints each line `submit` wrote
-with its second; `BENCH_POLL="--poll 0.1"` passes its (hidden) poll interval.
+the ratio warm/cold, and serve's own overhead on the warm one (from the server's reply to the
+submission to the first line and to exit; before it, the CLI's own start). Then the orders the
+fake took for 10 submissions in a row (`--quick`: 3): 1 is the goal. Loopback only.
+`BENCH_TRACE=1` prints each line `submit` wrote with its second; `BENCH_POLL="--poll 0.1"`
+passes its (hidden) poll interval.
 """
 
 from __future__ import annotations
@@ -57,8 +58,10 @@ def submit_once(url: str, folder: Path, number: int) -> dict[str, Any]:
         env=env,
     )
     assert proc.stdout is not None
-    first = None
+    first = submitted = None
     for line in proc.stdout:
+        if submitted is None and line.startswith("submitted "):
+            submitted = time.monotonic() - began
         if os.environ.get("BENCH_TRACE"):
             print(f"    {time.monotonic() - began:6.2f} {line.rstrip()}")
         if first is None and line.startswith(FIRST_LINE):
@@ -70,6 +73,7 @@ def submit_once(url: str, folder: Path, number: int) -> dict[str, Any]:
     return {
         "first_line_s": first if first is not None else ended,
         "exit_s": ended,
+        "submitted_s": submitted if submitted is not None else 0.0,
         "warm": job["warm_server"],
         "server_wait_s": job["server_wait_s"],
     }
@@ -119,9 +123,12 @@ def measure(tmp: Path, http: HTTPServer, sshd: Any, boot_s: float, in_a_row: int
         f"  warm/cold: first line {warm['first_line_s'] / cold['first_line_s']:.3f}x, "
         f"exit {warm['exit_s'] / cold['exit_s']:.3f}x (goal <= 0.1x)"
     )
+    queued = warm["submitted_s"]
     print(
-        f"  serve's share of the warm exit: {warm['exit_s'] - start:.2f} s "
-        f"(exit less `clore-run --version`, {start:.2f} s; goal <= 2 s)"
+        f"  warm, from the server's reply to the submission: first line "
+        f"{warm['first_line_s'] - queued:.2f} s, exit {warm['exit_s'] - queued:.2f} s "
+        f"(serve's own overhead, goal <= 2 s); before it, the CLI's start and the POST "
+        f"{queued:.2f} s (a bare `clore-run --version`: {start:.2f} s)"
     )
     warm_runs = sum(1 for r in runs if r["warm"])
     print(
