@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
-from runner.cli.options import CoordinatorOption, LedgerOption, PoolOption
+from runner.cli.options import CoordinatorOption, LedgerOption, PoolOption, usd_option
 from runner.errors import CloreRunError, UsageError
 from runner.gh_runner.wiring import TOKEN_ENV, Wiring
 
@@ -57,14 +57,14 @@ def _start_command(wiring: Wiring) -> Callable[..., None]:
         gpu_count: Annotated[int, typer.Option(help="GPUs per server.")] = 1,
         min_vram: Annotated[float, typer.Option(help="GB per GPU.")] = 0.0,
         max_price: Annotated[
-            float | None, typer.Option(help="USD per hour for the server, renter fee included.")
+            float | None, usd_option(help="USD per hour for the server, renter fee included.")
         ] = None,
         spot: Annotated[bool, typer.Option("--spot", help="Rent spot (can be outbid).")] = False,
         image: Annotated[str | None, typer.Option(help="Docker image the job runs in.")] = None,
         runners: Annotated[int, typer.Option(help="How many runners (one server each).")] = 1,
         currency: Annotated[str, typer.Option(help="Order currency.")] = "CLORE-Blockchain",
         budget: Annotated[
-            float | None, typer.Option(help="USD: the runners' worst case must fit.")
+            float | None, usd_option(help="USD: the runners' worst case must fit.")
         ] = None,
         repo: Annotated[
             str | None, typer.Option(help="OWNER/NAME to register on (default $GITHUB_REPOSITORY).")

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
-from runner.cli.options import CoordinatorOption, LedgerOption
+from runner.cli.options import CoordinatorOption, LedgerOption, usd_option
 from runner.core.hosts import HostMemory
 from runner.core.model import GpuAsk
 from runner.core.rental_length import hold_for_s, hours_text
@@ -33,7 +33,7 @@ def register(app: typer.Typer, client_factory: ClientFactory | None = None) -> N
         count: Annotated[int, typer.Option(min=1, help="At least this many GPUs")] = 1,
         min_vram: Annotated[float, typer.Option("--min-vram", help="GB per GPU")] = 0.0,
         max_price: Annotated[
-            float | None, typer.Option("--max-price", help="USD per hour, whole server")
+            float | None, usd_option("--max-price", help="USD per hour, whole server")
         ] = None,
         spot: Annotated[bool, typer.Option(help="Price and filter by the spot minimum")] = False,
         currency: Annotated[str, typer.Option(help="Order currency")] = "CLORE-Blockchain",

@@ -12,6 +12,7 @@ import typer
 from runner.backends.registry import BACKENDS
 from runner.stores.ledger import DEFAULT_PATH as DEFAULT_LEDGER
 from runner.stores.target import COORDINATOR_ENV, COORDINATOR_FILE_ENV, PASSWORD_SOURCES
+from runner.usd import usd_from_text
 
 LedgerOption = Annotated[
     str | None,
@@ -57,3 +58,10 @@ SshHostOption = Annotated[
 IdentityOption = Annotated[
     Path | None, typer.Option(help="--backend ssh: private key file (default ~/.ssh/id_*).")
 ]
+
+
+def usd_option(*names: str, help: str) -> typer.models.OptionInfo:
+    """A money flag: its text parsed by runner.usd (nan, inf, 0 or less refused, exit 2, the
+    flag named), whatever the annotation beside it. Every amount of USD a person types on the
+    command line is declared with this."""
+    return typer.Option(*names, help=help, metavar="USD", parser=usd_from_text)  # type: ignore[no-any-return]

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from runner.cli.options import CoordinatorOption
+from runner.cli.options import CoordinatorOption, usd_option
 from runner.stores.target import COORDINATOR_ENV, coordinator_from, require_psycopg
 
 if TYPE_CHECKING:
@@ -27,7 +27,7 @@ def register(app: typer.Typer) -> None:
 
 def create(
     name: Annotated[str, typer.Argument(help="The pool's name.")],
-    budget: Annotated[float, typer.Option(help="USD, in total (or per UTC day: --per-day).")],
+    budget: Annotated[float, usd_option(help="USD, in total (or per UTC day: --per-day).")],
     max_servers: Annotated[int, typer.Option(help="Servers held at once, by all its runs.")],
     per_day: Annotated[bool, typer.Option("--per-day", help="The budget is per UTC day.")] = False,
     coordinator: CoordinatorOption = None,
@@ -57,7 +57,7 @@ def show(
 
 def set_(
     name: Annotated[str, typer.Argument(help="The pool's name.")],
-    budget: Annotated[float | None, typer.Option(help="New budget, USD.")] = None,
+    budget: Annotated[float | None, usd_option(help="New budget, USD.")] = None,
     max_servers: Annotated[int | None, typer.Option(help="New server cap.")] = None,
     per_day: Annotated[
         bool | None, typer.Option("--per-day/--total", help="Budget per UTC day, or in total.")

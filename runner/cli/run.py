@@ -14,6 +14,7 @@ from runner.cli.options import (
     LedgerOption,
     PoolOption,
     backend_help,
+    usd_option,
 )
 from runner.cli.run_flags import RunFlags, run_with
 
@@ -42,7 +43,7 @@ def run(
     ] = None,
     budget: Annotated[
         float | None,
-        typer.Option(help="Override the budget: USD for the whole run, a positive amount (2.50)."),
+        usd_option(help="Override the budget: USD for the whole run, a positive amount (2.50)."),
     ] = None,
     job: Annotated[
         list[str] | None, typer.Option("--job", help="Run these jobs and what they need.")

@@ -61,12 +61,7 @@ def run_with(flags: RunFlags, echo: Echo) -> int:
         )
     budget, concurrency = flags.budget, flags.concurrency
     options = RunOptions(out_dir=flags.out, jobs=flags.job, baseline=_read_baseline(flags.baseline))
-    if budget is not None:
-        if not budget > 0 or budget == float("inf"):  # as the file's `budget:` must be
-            raise UsageError(
-                f"--budget {budget:g}: must be a positive amount of USD for the whole run",
-                "for example --budget 2.50",
-            )
+    if budget is not None:  # a positive, finite amount: runner.usd parsed the flag
         loaded = dataclasses.replace(loaded, budget_usd=budget)
     # The pipeline carries both from here on: the run, its console and the backend read them.
     if concurrency is not None:

@@ -21,6 +21,7 @@ from runner.cli.options import (
     PoolOption,
     SshHostOption,
     backend_help,
+    usd_option,
 )
 from runner.errors import UsageError
 from runner.outcome import outcome
@@ -61,8 +62,7 @@ def serve(
     ] = 3,
     daily_spend_limit: Annotated[
         float | None,
-        typer.Option(
-            min=0.0,
+        usd_option(
             help="USD per UTC day; no job starts once it is spent (a SQLite --db: N instances "
             "on PostgreSQL share a per-day --pool instead).",
         ),
@@ -105,10 +105,9 @@ def serve(
     ] = None,
     idle_budget: Annotated[
         float | None,
-        typer.Option(
+        usd_option(
             help="USD a UTC day that idle warm servers may cost; past it they go back and "
             "none is rented for warmth.",
-            metavar="USD",
         ),
     ] = None,
 ) -> None:
@@ -285,5 +284,22 @@ def _stats_text(stats: dict[str, Any]) -> str:
             f"spend: ${stats['spend_usd_today']:.2f} today"
             + (f" of ${limit:.2f}" if limit is not None else "")
             + f", ${stats['spend_usd_total']:.2f} in all",
+            *_idle_text(stats),
         ]
     )
+
+
+def _idle_text(stats: dict[str, Any]) -> list[str]:
+    """Idle money, its own figure: today's, against --idle-budget, by GPU type."""
+    budget = stats.get("idle_budget_usd")
+    rows = stats.get("idle_by_day") or []
+    if budget is None and not rows:
+        return []
+    today = max((r["day"] for r in rows), default="")
+    by_gpu = ", ".join(f"{r['gpu'] or 'server'} ${r['usd']:.2f}" for r in rows if r["day"] == today)
+    of = f" of ${budget:.2f} idle budget" if budget is not None else ""
+    return [
+        f"idle: ${stats.get('idle_usd_today', 0.0):.2f} today{of}"
+        + (f" ({by_gpu})" if by_gpu else "")
+        + " - servers rented and running no job, in no job's cost"
+    ]

@@ -31,7 +31,7 @@ from runner.core.fleet import AFTER_SCRIPT_S, EPS_S, TIMER, Fleet, ServerView
 from runner.core.giving_back import GiveBack
 from runner.core.hedge import NO_HEDGE, HedgePolicy
 from runner.core.hedging import HEDGE_AGAIN_S, Hedger
-from runner.core.idle_money import IdleMoney
+from runner.core.idle_money import IdleFigure, IdleMoney
 from runner.core.known_jobs import KnownJobs, Unplaceable
 from runner.core.model import GpuAsk, Job
 from runner.core.placement import Placement
@@ -291,6 +291,10 @@ class ServerBook:
     def idle_money(self) -> IdleMoney:
         """Idle time of rented servers, USD and seconds, by UTC day and GPU type."""
         return self._warmth.money
+
+    def idle_figures(self, now: float) -> dict[tuple[int, str], IdleFigure]:
+        """Idle money (USD, seconds) by (UTC day, GPU model), the stretches going on too."""
+        return self._warmth.idle_figures(now)
 
     def idle_today_usd(self, now: float) -> float:
         return self._warmth.idle_today_usd(now)

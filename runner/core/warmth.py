@@ -24,7 +24,7 @@ from dataclasses import replace
 from runner.core.book_part import BookPart, BookState
 from runner.core.events import SetTimer
 from runner.core.fleet import BOOTING, EPS_S, IDLE, TIMER, Server
-from runner.core.idle_money import IdleMoney
+from runner.core.idle_money import IdleFigure, IdleMoney
 from runner.core.model import GpuAsk, Job
 from runner.core.rental_length import best_that_holds, ends_at
 from runner.core.warm_policy import COLD, DAY_S, WarmPolicy, WarmPool, untrusted
@@ -58,6 +58,16 @@ class Warmth(BookPart):
         if server.id in self._for_pool:
             return server.since  # rented for warmth: idle money from its create
         return server.idle_since if server.state is IDLE else None
+
+    def idle_figures(self, now: float) -> dict[tuple[int, str], IdleFigure]:
+        """Idle money by (UTC day, GPU model): the stretches over, and those going on."""
+        going = IdleMoney()
+        going.by_day = {key: replace(f) for key, f in self.money.by_day.items()}
+        for server in self._fleet.rented.values():
+            since = self._idle_since(server)
+            if since is not None and server.job is None and now > since:
+                going.add(server.quote.gpu_model, server.quote.usd_per_hour, since, now)
+        return going.by_day
 
     def idle_today_usd(self, now: float) -> float:
         """What idle servers cost today so far: the stretches over, and those going on."""

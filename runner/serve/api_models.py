@@ -140,6 +140,13 @@ class Cancelled(BaseModel):
     status: Literal["cancelled", "cancelling"]
 
 
+class IdleRow(BaseModel):
+    day: str = Field(description="The UTC day, YYYY-MM-DD.")
+    gpu: str = Field(description="The GPU model of the idle servers.")
+    usd: float = Field(description="What they cost while they ran no job.")
+    seconds: float
+
+
 class Stats(BaseModel):
     counts: dict[str, int]
     running: int
@@ -149,6 +156,15 @@ class Stats(BaseModel):
     spend_usd_today: float
     daily_spend_limit_usd: float | None
     held_until: Time | None = Field(description="The daily limit holds starts until then.")
+    idle_usd_today: float = Field(
+        0.0,
+        description="What rented servers cost today while they ran no job (kept warm, or "
+        "waiting for one): money of its own, in no job's cost.",
+    )
+    idle_budget_usd: float | None = Field(None, description="--idle-budget: USD a UTC day.")
+    idle_by_day: list[IdleRow] = Field(
+        default_factory=list, description="Idle money by UTC day and GPU type, oldest first."
+    )
 
 
 class Health(BaseModel):

@@ -32,6 +32,7 @@ from runner.serve.api_models import (
     Cancelled,
     ErrorReply,
     Health,
+    IdleRow,
     JobDetail,
     JobPage,
     JobSubmission,
@@ -336,6 +337,8 @@ def _routes(service: Service, tally: ErrorTally) -> APIRouter:
     def stats() -> Stats:
         """Counts by status, spend, servers held."""
         counts = store.counts()
+        idle = service.idle_rows()
+        today = views.api_day(service.clock.time())
         return Stats(
             counts=counts,
             running=counts["running"],
@@ -347,6 +350,9 @@ def _routes(service: Service, tally: ErrorTally) -> APIRouter:
             held_until=views.api_time(held)
             if (held := service.held_until) and held > service.clock.time()
             else None,
+            idle_usd_today=sum(usd for day, _, usd, _ in idle if day == today),
+            idle_budget_usd=service.options.warmth.idle_budget_usd,
+            idle_by_day=[IdleRow(day=d, gpu=g, usd=u, seconds=s) for d, g, u, s in idle],
         )
 
     @router.get(
@@ -364,6 +370,11 @@ def _routes(service: Service, tally: ErrorTally) -> APIRouter:
             service.spent_today(),
             service.servers_held,
             tally.snapshot(),
+            metrics.Idle(
+                views.api_day(service.clock.time()),
+                service.idle_rows(),
+                service.options.warmth.idle_budget_usd,
+            ),
         )
         return PlainTextResponse(text, media_type=metrics.CONTENT_TYPE)
 

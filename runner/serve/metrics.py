@@ -3,7 +3,8 @@ need a client library and its process-global registry."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -14,6 +15,7 @@ def render(
     spend_today: float,
     servers_held: int,
     api_errors: Mapping[int, int],
+    idle: Idle | None = None,
 ) -> str:
     out: list[str] = []
     _family(out, "clore_run_jobs", "gauge", "Jobs in the queue database, by status.")
@@ -36,7 +38,35 @@ def render(
     out.append(f"clore_run_servers_held {servers_held}")
     _family(out, "clore_run_api_errors_total", "counter", "API replies with status >= 400.")
     out += [f'clore_run_api_errors_total{{code="{c}"}} {n}' for c, n in sorted(api_errors.items())]
+    if idle is not None:
+        _idle(out, idle)
     return "\n".join(out) + "\n"
+
+
+class Idle(NamedTuple):
+    """Idle money: today's UTC day, rows (day, GPU model, USD, seconds), the idle budget."""
+
+    today: str
+    rows: Sequence[tuple[str, str, float, float]]
+    budget_usd: float | None
+
+
+def _idle(out: list[str], idle: Idle) -> None:
+    """Today's idle money by GPU type (Prometheus keeps the days): its own figure, in no
+    attempt's spend."""
+    today = [(gpu, usd, s) for day, gpu, usd, s in idle.rows if day == idle.today]
+    _family(out, "clore_run_idle_usd_today", "gauge", "USD idle servers cost since 00:00 UTC.")
+    out += [f'clore_run_idle_usd_today{{gpu="{_label(g)}"}} {u:.6f}' for g, u, _ in today]
+    _family(out, "clore_run_idle_seconds_today", "gauge", "Idle server seconds since 00:00 UTC.")
+    out += [f'clore_run_idle_seconds_today{{gpu="{_label(g)}"}} {s:.3f}' for g, _, s in today]
+    if idle.budget_usd is not None:
+        _family(out, "clore_run_idle_budget_usd", "gauge", "--idle-budget: USD a UTC day.")
+        out.append(f"clore_run_idle_budget_usd {idle.budget_usd:.6f}")
+
+
+def _label(value: str) -> str:
+    """A label value as the text format escapes it (a GPU name is the market's text)."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 def _family(out: list[str], name: str, kind: str, text: str) -> None:

@@ -288,6 +288,12 @@ class Service:
             return None
         return log_elsewhere(self.shared, self.options.instance, job_id)
 
+    def idle_rows(self) -> list[tuple[str, str, float, float]]:
+        """Idle money, (YYYY-MM-DD, GPU model, USD, seconds), oldest first: what rented
+        servers cost while they ran no job, the stretches going on included."""
+        figures = self._ask(self.placing.book.idle_figures)
+        return [(_date(day), gpu, f.usd, f.seconds) for (day, gpu), f in sorted(figures.items())]
+
     @property
     def servers_held(self) -> int:
         """What the core's book holds: rented servers booting, idle or busy (each is billed),
@@ -524,6 +530,10 @@ def _with_message(attempt: Attempt, message: str) -> Attempt:
         attempt.number, attempt.started_at, attempt.finished_at, attempt.exit_code,
         FailureKind.SERVER_LOST, message, attempt.server, attempt.cost_usd, attempt.facts,
     )  # fmt: skip
+
+
+def _date(day: int) -> str:
+    return dt.datetime.fromtimestamp(day * 86_400, dt.timezone.utc).strftime("%Y-%m-%d")
 
 
 def _day_start(now: float) -> float:

@@ -109,3 +109,8 @@ def iso(when: float) -> str:
         return dt.datetime.fromtimestamp(when, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     except (OverflowError, ValueError, OSError):  # past year 9999 in UTC: 9999-12-31T23:59-23:59
         return f"{when:.0f} s after 1970-01-01T00:00:00Z"
+
+
+def api_day(when: float) -> str:
+    """The UTC day `when` falls in, YYYY-MM-DD (as the idle money's rows name days)."""
+    return dt.datetime.fromtimestamp(when, dt.timezone.utc).strftime("%Y-%m-%d")

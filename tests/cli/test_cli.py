@@ -466,8 +466,7 @@ def _run_hello(capsys: pytest.CaptureFixture[str], tmp_path: Path, *flags: str) 
     [
         (
             ["--budget", "-1"],
-            "--budget -1: must be a positive amount of USD for the whole run "
-            "(for example --budget 2.50)",
+            "Invalid value for '--budget': -1 is not a positive amount of USD (for example 2.50)",
         ),
         (
             ["--concurrency", "100000"],

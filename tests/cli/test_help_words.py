@@ -48,7 +48,7 @@ def test_metavars_are_words() -> None:
     plain_metavars(root)
     run = root.commands["run"]  # type: ignore[attr-defined]
     shown = {p.name: p.metavar for p in run.params}
-    assert (shown["pipeline"], shown["concurrency"], shown["budget"]) == ("PIPELINE", "N", "NUMBER")
+    assert (shown["pipeline"], shown["concurrency"], shown["budget"]) == ("PIPELINE", "N", "USD")
     assert shown["out"] == "PATH" and shown["dry_run"] == "" and shown["job"] == "TEXT"
 
 
@@ -61,7 +61,7 @@ def test_a_bare_clore_run_shows_help_and_succeeds(capsys: pytest.CaptureFixture[
     ("args", "said"),
     [
         (["run", "p.yml", "--concurrency", "abc"], "'abc' is not a whole number"),
-        (["run", "p.yml", "--budget", "lots"], "'lots' is not a number"),
+        (["run", "p.yml", "--budget", "lots"], "'lots' is not an amount of USD"),
         (["offers", "--count", "0"], "'0': must be at least 1"),
     ],
 )

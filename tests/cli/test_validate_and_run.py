@@ -251,7 +251,7 @@ jobs:
         ([], 1, "no CLORE_API_KEY set: running locally"),
         (["--backend", "local", "--concurrency", "2", "--job", "c"], 0, ""),
         (["--backend", "local", "--job", "a", "--job", "b"], 1, ""),
-        (["--backend", "local", "--budget", "0"], 2, "--budget 0: must be a positive amount"),
+        (["--backend", "local", "--budget", "0"], 2, "'--budget': 0 is not a positive amount"),
         (["--backend", "local", "--concurrency", "2000"], 2, "--concurrency 2000: must be from 1"),
         (["--backend", "local", "--pool", "gpu"], 2, "--pool gpu: pools hold rented servers"),
         (["--backend", "ssh"], 2, "--backend ssh needs hosts"),

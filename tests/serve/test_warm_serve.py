@@ -4,11 +4,17 @@ nobody's job's cost."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from runner.cli.serve import _stats_text
 from runner.core.model import Pipeline
 from runner.core.warm_policy import WarmPolicy
 from tests.fakes.clore_on_sshd import Setup
 from tests.fakes.clore_on_sshd import setup as setup  # the fixture
-from tests.serve.harness import FINAL, thread_server, wait_until
+from tests.serve.harness import FINAL, TOKEN, thread_server, wait_until
+from tests.serve.test_dashboard import logged_in
+
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 KEEP_15 = WarmPolicy(keep_warm_s=900.0)
 
@@ -36,8 +42,26 @@ def test_the_next_submission_takes_the_warm_server_and_pays_only_its_own_time(
         # b's cost is its own seconds (well under a minute), not the ten idle minutes.
         assert b["cost_usd"] < usd_per_hour * 60 / 3600
         assert backend.idle_cost_usd() >= usd_per_hour * 590 / 3600
+        seen_idle_money(srv.api.url, srv.api.get("/stats").json(), usd_per_hour)
         wait_until(lambda: len(srv.service.driver.core) == 0, 10, "the core to settle all")
     assert ledger.unreleased("inst-w1") == []
+
+
+def seen_idle_money(url: str, stats: dict[str, Any], usd_per_hour: float) -> None:
+    """The ten idle minutes are their own figure: REST, status, Prometheus, the dashboard."""
+    ten_minutes = usd_per_hour * 600 / 3600
+    (row,) = stats["idle_by_day"]
+    assert "3090" in row["gpu"] and row["seconds"] >= 600
+    assert abs(stats["idle_usd_today"] - row["usd"]) < 1e-9
+    assert ten_minutes * 0.98 <= row["usd"] <= ten_minutes * 1.1
+    assert stats["idle_budget_usd"] is None
+    said = _stats_text(stats)
+    assert f"idle: ${row['usd']:.2f} today (NVIDIA GeForce RTX 3090 $" in said, said
+    browser = logged_in(url)
+    metrics = browser.get(f"{url}/metrics", headers=AUTH).text
+    assert f'clore_run_idle_usd_today{{gpu="{row["gpu"]}"}} {row["usd"]:.6f}' in metrics
+    html = browser.get(f"{url}/ui/spend").text
+    assert 'id="idle-today"' in html and 'id="idle-by-day"' in html and row["gpu"] in html
 
 
 def test_a_job_of_another_trust_domain_gets_a_server_of_its_own(setup: Setup) -> None:

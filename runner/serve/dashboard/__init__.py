@@ -23,7 +23,12 @@ def mount(api: FastAPI, service: Service, token: str) -> Sessions:
     from runner.serve.dashboard.throttle import LoginThrottle
 
     options = service.options
-    settings = Settings(options.data_dir, options.capacity, options.daily_spend_limit_usd)
+    settings = Settings(
+        options.data_dir,
+        options.capacity,
+        options.daily_spend_limit_usd,
+        options.warmth.idle_budget_usd,
+    )
     sessions = Sessions(token, service.clock, service.store)
     routes.mount(api, service, settings, sessions, LoginThrottle(service.clock))
     return sessions

@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -38,6 +38,8 @@ class Queue(Protocol):
 
     def spent_today(self, now: float | None = None) -> float: ...
 
+    def idle_rows(self) -> list[tuple[str, str, float, float]]: ...
+
     def cancel(self, job_id: str) -> str: ...
 
 
@@ -48,6 +50,7 @@ class Settings:
     data_dir: Path  # logs/<job id>.log and artifacts/<job id>/ are under it
     capacity: int
     daily_spend_limit_usd: float | None
+    idle_budget_usd: float | None = None  # --idle-budget
 
 
 @dataclass(frozen=True)
@@ -235,6 +238,10 @@ class SpendData:
     servers_held: int
     running: int
     capacity: int
+    # Idle money, its own figure: what rented servers cost while they ran no job.
+    idle_today_usd: float = 0.0
+    idle_budget_usd: float | None = None
+    idle_rows: list[tuple[str, str, float, float]] = field(default_factory=list)  # newest first
 
 
 def spend(queue: Queue, settings: Settings) -> SpendData:
@@ -245,6 +252,7 @@ def spend(queue: Queue, settings: Settings) -> SpendData:
     days = [since + i * 86400 for i in range(SPEND_DAYS)]
     counts = queue.store.counts()
     held = queue.held_until
+    idle = queue.idle_rows()
     return SpendData(
         today_usd=queue.spent_today(now),
         daily_limit_usd=settings.daily_spend_limit_usd,
@@ -254,6 +262,9 @@ def spend(queue: Queue, settings: Settings) -> SpendData:
         servers_held=queue.servers_held,
         running=counts["running"],
         capacity=settings.capacity,
+        idle_today_usd=sum(u for d, _, u, _ in idle if d == _date(today)),
+        idle_budget_usd=settings.idle_budget_usd,
+        idle_rows=list(reversed(idle)),
     )
 
 
