@@ -2,7 +2,7 @@
 # The action's run step: the inputs (as environment variables, set in action.yml) become one
 # `clore-run` call. An empty variable means "not given": clore-run's own default applies.
 #
-#   INPUT_MODE         run (default) | runner-start | runner-stop: which command
+#   INPUT_MODE         run (default) | submit | runner-start | runner-stop: which command
 #   mode run:
 #   INPUT_PIPELINE     the pipeline file (required)
 #   INPUT_BACKEND      --backend NAME (runner/backends/registry.py)
@@ -14,6 +14,12 @@
 #   INPUT_POOL         --pool NAME (runner-start too)
 #   CLORE_RUN_LEDGER   --ledger FILE (the always-run cleanup step reads the same file); not
 #                      with a coordinator, which holds the ledger itself (runner-start too)
+#   mode submit (`clore-run submit --wait --logs`):
+#   INPUT_PIPELINE     the pipeline file (required)
+#   INPUT_SERVER       --server URL (required)
+#   INPUT_TRUST        --trust NAME
+#   INPUT_OUT          --out DIR
+#   CLORE_RUN_TOKEN    read by clore-run itself (the server's token); masked here
 #   mode runner-start (`clore-run runner start`):
 #   INPUT_GPU, INPUT_GPU_COUNT, INPUT_MAX_PRICE, INPUT_IMAGE, INPUT_MAX_MINUTES, INPUT_RUNNERS,
 #   INPUT_CURRENCY, INPUT_RUNNER_GROUP   --gpu, --gpu-count, --max-price, --image,
@@ -39,7 +45,8 @@ if [[ -n "${CLORE_API_KEY:-}" ]]; then
     echo "::add-mask::$CLORE_API_KEY"
 fi
 
-for secret in "${CLORE_RUN_COORDINATOR:-}" "${CLORE_RUNNER_TOKEN:-}" "${CLORE_GITHUB_TOKEN:-}"; do
+for secret in "${CLORE_RUN_COORDINATOR:-}" "${CLORE_RUNNER_TOKEN:-}" "${CLORE_GITHUB_TOKEN:-}" \
+    "${CLORE_RUN_TOKEN:-}"; do
     [[ -z "$secret" ]] || echo "::add-mask::$secret"
 done
 
@@ -69,6 +76,19 @@ run)
         [[ -z "$name" ]] || args+=(--job "$name")
     done
     ;;
+submit)
+    if [[ -z "${INPUT_PIPELINE:-}" ]]; then
+        echo "::error title=clore-run::the input 'pipeline' is required: the pipeline file to submit"
+        exit 2
+    fi
+    if [[ -z "${INPUT_SERVER:-}" ]]; then
+        echo "::error title=clore-run::the input 'server' is required with mode submit: the URL of your clore-run serve"
+        exit 2
+    fi
+    args=(submit "$INPUT_PIPELINE" --wait --logs --server "$INPUT_SERVER")
+    [[ -z "${INPUT_TRUST:-}" ]] || args+=(--trust "$INPUT_TRUST")
+    [[ -z "${INPUT_OUT:-}" ]] || args+=(--out "$INPUT_OUT")
+    ;;
 runner-start)
     args=(runner start)
     [[ -z "${INPUT_GPU:-}" ]] || args+=(--gpu "$INPUT_GPU")
@@ -91,7 +111,7 @@ runner-stop)
     [[ -z "${INPUT_COMMENT_HEADER:-}" ]] || args+=(--comment-header "$INPUT_COMMENT_HEADER")
     ;;
 *)
-    echo "::error title=clore-run::the input 'mode' must be run, runner-start or runner-stop"
+    echo "::error title=clore-run::the input 'mode' must be run, submit, runner-start or runner-stop"
     exit 2
     ;;
 esac

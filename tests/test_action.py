@@ -533,6 +533,18 @@ def _entrypoint(
              "CLORE_RUN_LEDGER": "/tmp/r/ledger.db"},
             ["run", "p.yml", "--pool", "gpu-ci"],
         ),
+        (  # to a queue server: its flags only, the run's ignored
+            {"INPUT_MODE": "submit", "INPUT_PIPELINE": "p.yml", "INPUT_SERVER": "http://q:8000",
+             "INPUT_TRUST": "team-ml", "INPUT_OUT": "res", "INPUT_BUDGET": "5",
+             "CLORE_RUN_LEDGER": "/tmp/r/ledger.db"},
+            ["submit", "p.yml", "--wait", "--logs", "--server", "http://q:8000",
+             "--trust", "team-ml", "--out", "res"],
+        ),
+        (
+            {"INPUT_MODE": "submit", "INPUT_PIPELINE": "p.yml", "INPUT_SERVER": "http://q:8000",
+             "INPUT_TRUST": ""},
+            ["submit", "p.yml", "--wait", "--logs", "--server", "http://q:8000"],
+        ),
     ],
 )  # fmt: skip
 def test_entrypoint_turns_inputs_into_arguments(
@@ -550,6 +562,17 @@ def test_entrypoint_masks_the_key_only_when_there_is_one(fake_cli: Path) -> None
     assert SECRET not in with_key.stdout.splitlines()[1]
     without = _entrypoint({"INPUT_PIPELINE": "p.yml", "CLORE_API_KEY": ""}, fake_cli)
     assert "add-mask" not in without.stdout
+
+
+def test_entrypoint_submit_needs_a_server_and_masks_its_token(fake_cli: Path) -> None:
+    token = "serve-token-" + "x" * 20
+    missing = _entrypoint({"INPUT_MODE": "submit", "INPUT_PIPELINE": "p.yml"}, fake_cli)
+    assert missing.returncode == 2 and "'server' is required" in missing.stdout
+    assert "argv" not in missing.stdout  # clore-run was not started
+    env = {"INPUT_MODE": "submit", "INPUT_PIPELINE": "p.yml", "INPUT_SERVER": "http://q"}
+    masked = _entrypoint({**env, "CLORE_RUN_TOKEN": token}, fake_cli)
+    assert masked.stdout.splitlines()[0] == f"::add-mask::{token}"
+    assert token not in json.dumps(json.loads(masked.stdout.splitlines()[-1])["argv"])
 
 
 def test_entrypoint_without_a_pipeline_is_a_usage_error(fake_cli: Path) -> None:
@@ -1016,3 +1039,51 @@ def test_the_host_history_is_restored_and_saved_beside_the_ledger_under_a_key_pe
     assert outputs[0]["key"] != outputs[1]["key"]
     assert all(o["key"].startswith(o["prefix"]) for o in outputs)
     assert outputs[0]["prefix"] == "clore-run-hosts-Linux-"
+
+
+# --- mode submit: the pipeline to a real `clore-run serve` on loopback -------------------------
+
+
+@pytest.mark.slow
+def test_mode_submit_waits_on_serve_and_reports_as_run_with_a_forks_own_domain(
+    httpserver: HTTPServer, tmp_path: Path
+) -> None:
+    from tests.serve.harness import TOKEN, start_serve, stop_and_show  # serve only here
+
+    github = FakeGitHub(httpserver, repo=REPO_NAME)
+    server = start_serve(tmp_path / "queue.db", "--data-dir", str(tmp_path / "data"))
+    try:
+        job = Job(
+            tmp_path / "job",
+            event_name="pull_request",
+            event=_pr_event("mallory/gpu-lib"),
+            extra_env={"GITHUB_API_URL": github.api_url},
+        )
+        shutil.copy(REPO / "examples/hello.yml", job.workspace / "hello.yml")
+        inputs = {
+            "mode": "submit",
+            "pipeline": "hello.yml",
+            "server": server.api.url,
+            "server-token": TOKEN,
+            "trust": "repo-octo.gpu-lib",  # a fork cannot take the repository's domain
+            "github-token": "ghs_token",
+        }
+        result = job.run(RUN_STEP, inputs, capture_output=True)
+        out, err = result.stdout.decode(), result.stderr.decode()
+        assert result.returncode == 0, out + err
+        masks = [line for line in out.splitlines() if TOKEN in line]
+        assert masks and all(line == f"::add-mask::{TOKEN}" for line in masks)
+        assert "[build] " in out and "build: passed" in out  # statuses and --logs
+        outputs = job.outputs["run"]
+        assert outputs["status"] == "passed" and outputs["total-cost-usd"] == "0.0000"
+        summary = json.loads((job.workspace / outputs["summary-path"]).read_text())
+        assert summary["status"] == "passed" and len(summary["jobs"]) == 4
+        assert "hello: passed" in job.summaries["run"]
+        assert TOKEN not in job.summaries["run"] + json.dumps(outputs)
+        domains = {j["trust"] for j in server.api.get("/jobs").json()["jobs"]}
+        assert domains == {"fork-pr-octo.gpu-lib-7"}
+        comment = job.run(COMMENT_STEP, inputs, capture_output=True)
+        assert comment.returncode == 0, comment.stdout + comment.stderr
+        assert "hello: passed" in github.comments[7][0]["body"]
+    finally:
+        stop_and_show([server])

@@ -124,7 +124,8 @@ class Backend(Protocol):
         self, cmd: RentServer, job: Job, report: ServerReport, stages: StageSink = NO_STAGES
     ) -> None:
         """Rent `cmd.quote` as server `cmd.server`, for `job`, and report exactly one
-        ServerReady (it answers SSH) or RentFailed (nothing is held). `stages` hears the
+        ServerReady (it answers SSH) or RentFailed (nothing is held), and before it at most
+        one ServerDeploying (online, its image pulling: alive). `stages` hears the
         rent's stages (renting, booting, connecting) for the job it is meant for."""
         ...
 

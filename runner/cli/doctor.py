@@ -43,7 +43,9 @@ def register(
             bool,
             typer.Option(
                 help="Also rent the cheapest fitting server for at most 5 minutes, connect over "
-                "SSH, run nvidia-smi -L and give it back (costs a few cents at most)."
+                "SSH, run nvidia-smi -L and give it back (costs a few cents at most), reading "
+                "my_orders every few seconds meanwhile: a table says which assumptions about its "
+                "replies held, and doctor fails when one is contradicted."
             ),
         ] = False,
         gpu: Annotated[str | None, typer.Option(help="GPU type, a substring: 4090, 'RTX'")] = None,
@@ -51,6 +53,18 @@ def register(
         ledger_path: Annotated[
             Path, typer.Option("--ledger", help="The rental ledger.", metavar="FILE")
         ] = DEFAULT_PATH,
+        capture: Annotated[
+            Path | None,
+            typer.Option(
+                "--capture",
+                help="With --canary: write every my_orders reply from the create until after "
+                "the cancel (redacted) to FILE as JSON lines.",
+                metavar="FILE",
+            ),
+        ] = None,
+        spot: Annotated[
+            bool, typer.Option(help="With --canary: rent a spot order (checks its echo).")
+        ] = False,
     ) -> None:
         """Check the API key, balances, fee rates and marketplace; with --canary, rent once."""
         from runner.backends.clore import doctor as checks
@@ -60,7 +74,10 @@ def register(
         if currency not in CURRENCIES:
             typer.echo(f"error: --currency must be one of {', '.join(CURRENCIES)}", err=True)
             raise typer.Exit(2)
-        ask = GpuAsk(type=gpu)
+        if capture is not None and not canary:
+            typer.echo("error: --capture needs --canary (it records the canary's rental)", err=True)
+            raise typer.Exit(2)
+        ask = GpuAsk(type=gpu, spot=spot)
         try:
             client = make_client()
             waits.on_stderr(client)
@@ -72,16 +89,17 @@ def register(
                 _fail(f"doctor found {count} problem{'s' if count != 1 else ''} (above)")
             if canary:
                 tools = make_tools(client, ledger_path)
-                for line in _canary(tools, currency, ask, found.offers[0]):
-                    typer.echo(line)
+                _canary(tools, currency, ask, found.offers[0], capture)
         except CloreRunError as exc:  # a missing key (with how to set it), a failed canary
             _fail(str(exc))
         typer.echo("doctor: all checks passed")
 
 
-def _canary(tools: CanaryTools, currency: str, ask: GpuAsk, offer: Offer) -> list[str]:
+def _canary(
+    tools: CanaryTools, currency: str, ask: GpuAsk, offer: Offer, capture: Path | None
+) -> list[str]:
     """The canary under `run`'s signal handling: SIGINT, SIGTERM and SIGHUP stop it, its order
-    is given back, and doctor exits 130."""
+    is given back, and doctor exits 130. Its lines are said as they come."""
     from runner.backends.clore.doctor import run_canary
     from runner.engine.run_command import stop_on_signals
 
@@ -94,7 +112,7 @@ def _canary(tools: CanaryTools, currency: str, ask: GpuAsk, offer: Offer) -> lis
 
     with stop_on_signals(stop):
         try:
-            lines = run_canary(tools, currency, ask, offer, cancel)
+            lines = run_canary(tools, currency, ask, offer, cancel, typer.echo, capture)
         except CloreRunError as exc:
             if not stopped:
                 raise

@@ -110,6 +110,24 @@ def serve(
             "none is rented for warmth.",
         ),
     ] = None,
+    trusted_proxy: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--trusted-proxy",
+            envvar="CLORE_RUN_TRUSTED_PROXIES",
+            help="A reverse proxy's address whose X-Forwarded-For is believed (repeatable). "
+            "Default none: a client's own address is what login throttling counts.",
+            metavar="ADDRESS",
+        ),
+    ] = None,
+    api_docs: Annotated[
+        bool,
+        typer.Option(
+            "--api-docs",
+            help="Serve /docs and /redoc (Swagger UI and ReDoc load scripts from a CDN: off "
+            "by default). /openapi.json is always served, behind the token.",
+        ),
+    ] = False,
 ) -> None:
     """Run the persistent job queue and its REST API (needs CLORE_RUN_TOKEN)."""
     from runner.backends.registry import backend_spec, renting_backends
@@ -160,8 +178,30 @@ def serve(
             data_dir,
             lease_ttl,
             warmth,
+            trusted_proxies=_proxies(trusted_proxy or []),
+            api_docs=api_docs,
         ),
     )
+
+
+def _proxies(given: list[str]) -> tuple[str, ...]:
+    """The addresses given (comma-separated too, as the environment variable has them),
+    each an IP address or network: anything else is a usage error naming it."""
+    import ipaddress  # only `serve` with --trusted-proxy parses addresses
+
+    out: list[str] = []
+    for item in (part.strip() for text in given for part in text.split(",")):
+        if not item:
+            continue
+        try:
+            ipaddress.ip_network(item, strict=False)
+        except ValueError:
+            raise UsageError(
+                f"--trusted-proxy {item!r}: not an IP address or network",
+                hint="e.g. --trusted-proxy 10.0.0.5 (the proxy in front of serve)",
+            ) from None
+        out.append(item)
+    return tuple(out)
 
 
 def _per_instance_limit(

@@ -76,6 +76,8 @@ class Server:
     rented_for: str | None = None
     last_job: str | None = None
     idle_since: float = 0.0  # when its last job ended (or it came up)
+    # When it was seen online, its container deploying (None: not yet): the host is alive.
+    online_at: float | None = None
 
 
 @dataclass(frozen=True)

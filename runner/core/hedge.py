@@ -9,6 +9,9 @@ rental (the loser is cancelled inside the creation fee's grace). So:
 - a boot is hedged once it runs `factor` times past the healthy boot expected of its host (its
   own history, else the market's, else the default), but no later than half the boot bound:
   a hedge after the bound would be a plain retry;
+- a boot online, its container deploying (its image pulling), is alive: it is hedged only
+  when this image's pulls elsewhere say this one runs `factor` times late (another host's
+  cache holds it); an image never seen deployed is a pull every host shares, never hedged;
 - a host whose boots fail at least `at_once_chance` of the time (the host's record, or the
   market's for a host never seen) is hedged from the start: both boots go out together;
 - a boot has at most one hedge at a time (two boots of a job in flight; when one of them fails,
@@ -41,6 +44,13 @@ class HedgePolicy:
             return 0.0
         late = max(self.min_after_s, self.factor * expected_boot_s)
         return min(late, max(self.min_after_s, self.bound_share * bound_s))
+
+    def deploy_after_s(self, expected_pull_s: float | None) -> float | None:
+        """How long a boot may deploy (online, its image pulling) before it is hedged; None:
+        never (nothing known of this image's pulls: every host must pull it alike)."""
+        if expected_pull_s is None:
+            return None
+        return max(self.min_after_s, self.factor * expected_pull_s)
 
     def may_hedge(self, held: int, cap: int) -> str | None:
         """Why a hedge may not be rented now (None: it may)."""

@@ -10,6 +10,7 @@ themselves live in the fleet (`Fleet.pairs`, `Fleet.unpair`).
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from runner.core.book_part import BookPart, BookState
@@ -18,6 +19,7 @@ from runner.core.fleet import BOOTING, EPS_S, TIMER, Server, label
 from runner.core.hedge import HedgePolicy
 from runner.core.known_jobs import Known
 from runner.core.money import usd_text
+from runner.core.pulls import Pulls
 from runner.core.rental_length import best_that_holds, worst_hold_s
 from runner.core.rentals import JobNote
 
@@ -32,14 +34,30 @@ class Hedger(BookPart):
     def __init__(self, state: BookState, policy: HedgePolicy) -> None:
         super().__init__(state)
         self.policy = policy
+        self.pulls = Pulls()  # each image's pulls, from the host history
 
     def arm(self, server: Server) -> None:
         """Look at this boot again when it has run long enough to be hedged."""
         if self.policy.enabled:
-            at = server.since + self._after_s(server)
-            self._out.append(SetTimer(at, (TIMER, "hedge", server.id)))
+            after_s = self._after_s(server)
+            if after_s < math.inf:
+                self._out.append(SetTimer(server.since + after_s, (TIMER, "hedge", server.id)))
+
+    def deploying(self, server: Server, now: float) -> None:
+        """The boot is online, its container deploying: alive. From now on it is hedged
+        only if its pull runs late by what this image took elsewhere."""
+        if server.online_at is None:
+            server.online_at = now
+            self.arm(server)
 
     def _after_s(self, server: Server) -> float:
+        """How long after its create the boot is hedged (inf: never)."""
+        if server.online_at is not None:
+            record = self._jobs.records.get(server.claim or "")
+            image = record.job.image if record is not None else None
+            expected = self.pulls.expected_s(image or "", server.quote.host)
+            after = self.policy.deploy_after_s(expected)
+            return math.inf if after is None else server.online_at - server.since + after
         q = server.quote
         boot = self._fleet.boot
         expected = q.boot_s if q.boot_s is not None else boot.expected_s

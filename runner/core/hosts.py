@@ -2,15 +2,17 @@
 
 On a marketplace most failures are a host's own: real orders never came online (8 of 13 in the
 one public log, reference/clore-api.md §8), or came up with an sshd that never answered. So each
-rental leaves an event per host: `up` (with create -> SSH seconds), `never_up`, `ssh_failed`,
-`preempted`. From them:
+rental leaves an event per host: `up` (with create -> SSH seconds, and the image's pull),
+`never_up`, `ssh_failed`, `preempted`, `slow` (a hedge's loser that was not up when the winner
+was), `pulling` (given up while its image still pulled: the image's time, never the host's
+fault). From them:
 
 - a host whose last boots failed is skipped for a while, longer after each failure in a row
   (`skip_reason`: "never booted 2 h ago"), and forgiven later: a host may be fixed;
 - its chance of a failed boot: its own record weighed against the market's (a host with one
   failure is not condemned for ever, a host never seen takes the market's rate);
-- its expected healthy boot: its own mean, else the market's, else the default. Hedging a slow
-  boot and renting ahead read it;
+- its expected healthy boot, its image's pull left out: its own mean, else the market's, else
+  the default. Hedging a slow boot and renting ahead read it;
 - the expected cost of renting it: the price with fees, plus the chance of a failed boot times
   what one costs (the wait at its price, the creation fee if that wait passes the grace).
 
@@ -24,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Literal, get_args
 
 from runner.core import money
+from runner.core.pulls import Pulls
 
 # `slow`: given back still not online when another host of its job answered SSH (a hedge's
 # loser); `pulling`: given back while its container still deployed (its image pulling). A pull
@@ -107,6 +110,22 @@ def records(events: Iterable[HostEvent]) -> dict[str, HostRecord]:
     return {host: _record(host, sorted(evs, key=_at)) for host, evs in by_host.items()}
 
 
+def pulls_of(events: Iterable[HostEvent]) -> Pulls:
+    """Each image's pulls, per host, from the events that kept one."""
+    done: dict[str, dict[str, tuple[float, ...]]] = {}
+    at_least: dict[str, dict[str, float]] = {}
+    for e in sorted(events, key=_at):
+        if not e.image or e.pull_s is None:
+            continue
+        if e.kind == "up":
+            by_host = done.setdefault(e.image, {})
+            by_host[e.host] = (*by_host.get(e.host, ()), e.pull_s)
+        else:  # `pulling`, or a `slow` loser given back while deploying: at least this long
+            longest = at_least.setdefault(e.image, {})
+            longest[e.host] = max(longest.get(e.host, 0.0), e.pull_s)
+    return Pulls(done, at_least)
+
+
 def _at(event: HostEvent) -> float:
     return event.at
 
@@ -119,7 +138,8 @@ def _record(host: str, events: list[HostEvent]) -> HostRecord:
     for e in events:
         if e.kind == "up":
             ups += 1
-            boot_total += e.boot_s or 0.0
+            # The host's own part of the boot: its image's pull is the image's (`pulls_of`).
+            boot_total += max(0.0, (e.boot_s or 0.0) - (e.pull_s or 0.0))
             in_a_row = 0
         elif e.kind == "preempted":
             pre += 1
@@ -208,10 +228,12 @@ class HostMemory:
     hosts: Mapping[str, HostRecord] = field(default_factory=dict)
     now: float = 0.0
     default_boot_s: float = DEFAULT_BOOT_S
+    pulls: Pulls = field(default_factory=Pulls)  # each image's pulls, per host
 
     @classmethod
     def of(cls, events: Iterable[HostEvent], now: float) -> HostMemory:
-        return cls(records(events), now)
+        events = list(events)
+        return cls(records(events), now, pulls=pulls_of(events))
 
     @property
     def market(self) -> Market:

@@ -36,6 +36,7 @@ from runner.core.outcome import NeedOutcome, ordered, run_status
 from runner.core.rentals import (
     CoreCommand,
     RentFailed,
+    ServerDeploying,
     ServerEvent,
     ServerLost,
     ServerReady,
@@ -175,7 +176,7 @@ class PlacingCore:
         if type(event) is AttemptEnded:  # most events that get here: tested first
             failure = event.attempt.failure
             self.book.attempt_ended(event.job_id, now, failure in _SERVER_FAILURES)
-        elif type(event) in _SERVER_EVENTS:  # one look-up for the four kinds
+        elif type(event) in _SERVER_EVENTS:  # one look-up for the five kinds
             self.book.handle(event, now)  # type: ignore[arg-type]
             return
         elif isinstance(event, TimerFired):
@@ -238,7 +239,7 @@ def _cancel_all(reason: str, _now: float) -> Event:
 _SERVER_FAILURES = (FailureKind.SERVER_LOST, FailureKind.SSH_FAILED)
 
 
-_SERVER_EVENTS = frozenset({ServerReady, ServerLost, RentFailed, ServerReleased})
+_SERVER_EVENTS = frozenset({ServerReady, ServerLost, RentFailed, ServerReleased, ServerDeploying})
 
 
 class _BookPlacer:

@@ -215,4 +215,13 @@ class ServerReleased:
     cost_usd: float | None = None
 
 
-ServerEvent = ServerReady | ServerLost | RentFailed | ServerReleased
+@dataclass(frozen=True)
+class ServerDeploying:
+    """Server `server` is online, its container deploying (its image pulls): the host is
+    alive, and what is left of its boot is the image's pull, which every host lacking the
+    image shares. Told at most once per rent, before its ServerReady or RentFailed."""
+
+    server: int
+
+
+ServerEvent = ServerReady | ServerLost | RentFailed | ServerReleased | ServerDeploying

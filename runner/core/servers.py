@@ -35,6 +35,7 @@ from runner.core.idle_money import IdleFigure, IdleMoney
 from runner.core.known_jobs import KnownJobs, Unplaceable
 from runner.core.model import GpuAsk, Job
 from runner.core.placement import Placement
+from runner.core.pulls import Pulls
 from runner.core.rentals import (
     BootTimes,
     CoreCommand,
@@ -43,6 +44,7 @@ from runner.core.rentals import (
     Provisioning,
     Quote,
     RentFailed,
+    ServerDeploying,
     ServerEvent,
     ServerLost,
     ServerReady,
@@ -205,6 +207,8 @@ class ServerBook:
             fleet.ready(server, now)
             if server.id in fleet.pairs:
                 self._hedger.won(server, now)
+        elif isinstance(event, ServerDeploying):
+            self._hedger.deploying(server, now)
         elif isinstance(event, ServerLost):
             fleet.lost(server, now, event.reason)
         elif isinstance(event, RentFailed):
@@ -261,9 +265,12 @@ class ServerBook:
                 while ends.due:
                     self._ahead.rent_ahead(now)
                     place(now)
-                self._warmth.top_up(now)  # after every ready job had its turn
             held = len(fleet.servers)
             self._giver.give_back(now, self._cancelled)
+            if not self._cancelled and self._renting and not held_back:
+                # After every ready job had its turn, and after the give-back: a warm server
+                # given back (its order's end near) is replaced in the same decision.
+                self._warmth.top_up(now)
             # A server given back frees a slot and money: a waiting job may rent now.
             if len(fleet.servers) == held or not jobs.waiting or self._cancelled:
                 self._dirty = bool(ends.due or fleet.look)
@@ -309,6 +316,15 @@ class ServerBook:
     @boot.setter
     def boot(self, boot: BootTimes) -> None:
         self._fleet.boot = boot
+
+    @property
+    def pulls(self) -> Pulls:
+        """What the host history says of each image's pulls (hedging a deploy reads it)."""
+        return self._hedger.pulls
+
+    @pulls.setter
+    def pulls(self, pulls: Pulls) -> None:
+        self._hedger.pulls = pulls
 
     @property
     def hedge(self) -> HedgePolicy:

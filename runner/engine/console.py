@@ -210,6 +210,11 @@ class Console:
         with self._lock:
             self._emit("", f"clore-run: {_one_line(text)}")
 
+    def hint(self, text: str) -> None:
+        """What to do about the notice just said, on a line of its own under it."""
+        with self._lock:
+            self._emit("", f"hint: {_one_line(text)}")
+
     def idle_cost(self, usd: float) -> None:
         """Cost of servers held with no job on them, for the header's spend."""
         with self._lock:

@@ -50,6 +50,7 @@ from runner.core.rentals import (
     ReleaseServer,
     RentFailed,
     RentServer,
+    ServerDeploying,
     ServerEvent,
     ServerLost,
     ServerReleased,
@@ -642,6 +643,8 @@ class Driver:
     def _rent_over(self, event: ServerEvent) -> None:
         """A rent said on screen ends: one that came to nothing says so, or its "renting"
         line would stand for a server never held (a rent given up before its create)."""
+        if isinstance(event, ServerDeploying):
+            return  # on its way: the rent goes on
         said = self._rents_said.pop(event.server, None)
         if said is not None and isinstance(event, RentFailed):
             self.options.notice(f"{said} not rented: {event.reason}")

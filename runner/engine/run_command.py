@@ -221,8 +221,8 @@ def execute(
             console.notice(f"warning: {warning}")
     _final_report(console, paths, options.out_dir)
     for what, hint in unproven:  # last, where a person looks: it bills until cancelled
-        console.notice(f"clore-run: {what}")
-        console.notice(f"hint: {hint}")
+        console.notice(what)
+        console.hint(hint)
     code = EXIT_CODES[record.status]
     if unproven and code in (EXIT_CODES[RunStatus.PASSED], EXIT_CODES[RunStatus.FAILED]):
         code = EXIT_CODES[RunStatus.ERROR]  # an order that may be ours is never left with 0

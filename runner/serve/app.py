@@ -95,11 +95,17 @@ def create_app(
     token: str,
     body_limit: int = MAX_BODY_BYTES,
     body_timeout_s: float = BODY_TIMEOUT_S,
+    *,
+    api_docs: bool = False,
 ) -> ASGIApp:
     """The API as an ASGI app; errors are counted, requests without the token refused before
     their body is read, and large or slow bodies refused, around it."""
     tally = ErrorTally()
     api = FastAPI(
+        # Swagger UI and ReDoc load scripts from a CDN (no integrity, outside the dashboard's
+        # CSP), to a browser holding the dashboard's cookie: off unless asked for.
+        docs_url="/docs" if api_docs else None,
+        redoc_url="/redoc" if api_docs else None,
         title="clore-run queue",
         version=__version__,
         description="A persistent GPU job queue. Auth: `Authorization: Bearer $CLORE_RUN_TOKEN`.",

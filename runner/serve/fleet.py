@@ -178,8 +178,9 @@ class Fleet:
                 log.warning(
                     "job %s: cancelled by request (its server %s is gone)", job_id, taken.token
                 )
-            if taken.running or taken.cancelled:  # what those ran on is reconciled too
-                self.hooks.recover(taken.token, taken.running, taken.open_attempts)
+            # Always reconciled: an instance with no job running may still have held rentals
+            # (kept warm, or rented for warmth), which are cancelled, never adopted.
+            self.hooks.recover(taken.token, taken.running, taken.open_attempts)
 
     def _pass_cancels(self) -> None:
         for job_id in self.store.cancel_requests(self.instance):

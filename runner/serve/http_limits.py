@@ -12,6 +12,8 @@ of sockets, and no request body.
   (`WAITING_PER_ADDRESS`) and all clients (`MAX_WAITING`) hold: past either, the one that has
   waited longest is closed. Without that, 100 connections sending partial headers filled
   uvicorn's connection limit and every authenticated request got 503.
+  A connection whose request body is still coming stays counted the same way (per address and
+  in all) until the body is in: one address trickling 300 login bodies held every slot.
 - `BodyLimit` (middleware.py) gives the whole body `BODY_TIMEOUT_S`.
 - `uvicorn_limits()` caps the requests in progress (503 past it) and keeps uvicorn's keep-alive
   and h11 header-size bounds explicit.
@@ -26,6 +28,7 @@ from collections.abc import Callable
 from http.cookies import CookieError, SimpleCookie
 from typing import Any
 
+import h11
 from starlette.types import ASGIApp, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
@@ -62,6 +65,10 @@ class TokenGate:
         self._cookie = cookie_name
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and "\x00" in scope.get("path", ""):
+            # No route takes a NUL, and a file path with one raises deep inside (a 500).
+            await _reply(send, 400, b'{"detail":"a NUL in the path"}', close=True)
+            return
         if scope["type"] != "http" or self._allowed(scope):
             await self.app(scope, receive, send)
             return
@@ -230,8 +237,15 @@ class HeaderDeadline(H11Protocol):
     def handle_events(self) -> None:
         super().handle_events()
         cycle = self.cycle
-        if cycle is not None and not cycle.response_complete:
-            self._disarm()  # a request's head has arrived
+        if cycle is None or cycle.response_complete:
+            return
+        self._stop_clock()  # a request's head has arrived: BodyLimit times its body
+        if self.conn.their_state is not h11.SEND_BODY:
+            # The whole request is in: the server's work now, no longer the client's to hold.
+            # Until then (a body still coming, maybe one byte a second) the connection stays
+            # counted against its address, as a head does: 300 slow login bodies from one
+            # address filled uvicorn's connection limit and every other request got 503.
+            self.waiting.discard(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
@@ -247,6 +261,9 @@ class HeaderDeadline(H11Protocol):
 
     def _disarm(self) -> None:
         self.waiting.discard(self)
+        self._stop_clock()
+
+    def _stop_clock(self) -> None:
         if self._deadline is not None:
             self._deadline.cancel()
             self._deadline = None
@@ -254,7 +271,8 @@ class HeaderDeadline(H11Protocol):
     def _expired(self) -> None:
         self._disarm()
         cycle = self.cycle
-        if cycle is None or cycle.response_complete:
+        unfinished = self.conn.their_state is h11.SEND_BODY  # crowded out mid-body
+        if cycle is None or cycle.response_complete or unfinished:
             self.transport.close()
             # Not counted against uvicorn's limit from now: connection_lost comes a loop turn
             # later, and a burst of new connections crowding old ones out filled it meanwhile.

@@ -51,6 +51,10 @@ class ServeOptions:
     data_dir: Path | None = None  # logs and artifacts (default: beside a SQLite --db)
     lease_ttl_s: float = FleetOptions.ttl_s
     warmth: WarmPolicy = COLD  # --keep-warm, --warm, --idle-budget
+    # Whose X-Forwarded-For is believed (--trusted-proxy): none by default, so a client cannot
+    # pick the address login throttling counts it under.
+    trusted_proxies: tuple[str, ...] = ()
+    api_docs: bool = False  # /docs and /redoc (their scripts come from a CDN)
 
 
 def data_dir_for(db: Path | str, given: Path | None) -> Path:
@@ -90,6 +94,8 @@ def bind(host: str, port: int) -> socket.socket:
 
 def run_server(options: ServeOptions) -> None:
     token = read_token()
+    # The database, its WAL (jobs' `env:` values), logs and artifacts: this user's only.
+    os.umask(0o077)
     try:
         # uvicorn and the app: only `serve` itself loads them (its other commands don't)
         import uvicorn
@@ -139,10 +145,14 @@ def run_server(options: ServeOptions) -> None:
         flush=True,
     )
     config = uvicorn.Config(
-        create_app(service, token),
+        create_app(service, token, api_docs=options.api_docs),
         log_level="warning",
         lifespan="off",
         timeout_graceful_shutdown=5,
+        # uvicorn believes X-Forwarded-For from 127.0.0.1 unless told: a client on this host
+        # (or behind a local proxy that passes the header on) could rotate it past throttling.
+        proxy_headers=bool(options.trusted_proxies),
+        forwarded_allow_ips=",".join(options.trusted_proxies) or "",
         **uvicorn_limits(),
     )
     try:

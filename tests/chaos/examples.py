@@ -218,6 +218,56 @@ def signal_at_start() -> Scenario:
     )
 
 
+def echo_shape_case(
+    shape: str, *, kill_after_s: float | None, listed_after_s: float | None, seed: int, replay: str
+) -> Scenario:
+    """One job on the cheapest of three hosts, the tag echoed in `shape` (tests/fakes/
+    clore_api.py TAG_ECHOES); with `kill_after_s`, SIGKILL that long after the create, then
+    the always-run cleanup; `listed_after_s`: my_orders lists a new order that late."""
+    hosts = (
+        Host(99170, "RTX 4090", 96.0, 72.0),
+        Host(99171, "RTX 4090", 120.0, 90.0),
+        Host(99172, "RTX 3090", 144.0, 100.0),
+    )
+    killed = kill_after_s is not None
+    return Scenario(
+        seed=seed,
+        replay=replay,
+        jobs=(_job("train", "RTX 4090", sleep_s=2.0),),
+        hosts=hosts,
+        api_faults=(),
+        currency="USD-Blockchain",
+        concurrency=1,
+        budget_usd=None,
+        boot_s=3.0,  # the kills land while the order deploys
+        cancel_lag_s=0.5,
+        signal=("SIGKILL", kill_after_s) if kill_after_s is not None else None,
+        signal_anchor="create_order" if killed else "",
+        cleanup=killed,
+        tag_echo=shape,
+        appear_after_s=listed_after_s,
+    )
+
+
+def port_http_killed_before_its_id() -> Scenario:
+    """The tag echoed as "PORT/http"; the run killed 0.5 s after its create, before my_orders
+    (2 s late) listed the order: its cleanup read the echo as another tag, said "no order was
+    created; marked failed", exited 0, and the order billed on (issue 33)."""
+    return echo_shape_case(
+        "port/http", kill_after_s=0.5, listed_after_s=2.0, seed=-20,
+        replay="--example port_http_killed_before_its_id",
+    )  # fmt: skip
+
+
+def untagged_until_deployed_killed_before_its_id() -> Scenario:
+    """As above, the tag listed only once the order is deployed (3 s after the create): the
+    cleanup finds an order with no tag yet, and looks again while it deploys."""
+    return echo_shape_case(
+        "absent-until-deployed", kill_after_s=0.5, listed_after_s=2.0, seed=-21,
+        replay="--example untagged_until_deployed_killed_before_its_id",
+    )  # fmt: skip
+
+
 EXAMPLES = {
     "two_job_leak": two_job_leak,
     "chain_of_three": chain_of_three,
@@ -228,4 +278,6 @@ EXAMPLES = {
     "rerent_while_released": rerent_while_released,
     "ahead_takes_the_last_slot": ahead_takes_the_last_slot,
     "signal_at_start": signal_at_start,
+    "port_http_killed_before_its_id": port_http_killed_before_its_id,
+    "untagged_until_deployed_killed_before_its_id": untagged_until_deployed_killed_before_its_id,
 }

@@ -125,6 +125,11 @@ class Market:
         self.fake.completed_spend = scenario.completed_spend
         # Orders live seconds here: stamps in whole seconds would be off by a third of one.
         self.fake.whole_second_stamps = False
+        # Slow pulls: the container deploys (mon_container 0/1) this long after it is online.
+        self.fake.pull_s_by_server = dict(scenario.pulls_s)
+        self.fake.tag_echo = scenario.tag_echo
+        self.fake.echo_spot = scenario.echo_spot
+        self.fake.ct_late_s = scenario.ct_late_s
         self.fake.reply_delay_s = dict(scenario.reply_delay_s)
         self.fake.market_lag_s = scenario.market_lag_s
         self.fake.install()

@@ -24,6 +24,16 @@ API_FAULTS = (
     ("cancel_refused_once", "cancel_order"),
 )
 SIGNALS = ("SIGINT", "SIGTERM", "SIGKILL")
+# How my_orders echoes the tag (tests/fakes/clore_api.py TAG_ECHOES), weighted: the captured
+# shape most often, every other one a client must survive in about one scenario in ten.
+ECHO_SHAPES = (
+    ("as-sent", 4),
+    ("integer", 1),
+    ("port/http", 1),
+    ("list", 1),
+    ("absent-until-deployed", 1),
+    ("unknown", 1),
+)
 
 
 @dataclass(frozen=True)
@@ -94,6 +104,15 @@ class Scenario:
     host_ends: tuple[tuple[int, float], ...] = ()
     order_end_echo: bool = False
     completed_spend: bool = True
+    # Slow image pulls: (server id, seconds its container deploys once online). Some outlast
+    # the jobs' boot bound: given up as a pull, never blamed on the host.
+    pulls_s: tuple[tuple[int, float], ...] = ()
+    # The echo shapes of the evidence's thin rows (reference §9): how the tag is echoed, a
+    # `spot` key left out, `ct` stamped late. Drawn apart from the rest (`_echoes`), so a
+    # seed's market, jobs and faults stay what they were before these were drawn.
+    tag_echo: str = "as-sent"
+    echo_spot: bool = True
+    ct_late_s: float = 0.0
 
     def pipeline(self, marker_dir: str) -> str:
         """The pipeline file; a flaky job's first attempt leaves a marker in `marker_dir`."""
@@ -143,6 +162,11 @@ class Scenario:
         slow += "".join(f"; {h} ends orders after {t:.1f} s" for h, t in self.host_ends)
         if self.order_end_echo or not self.completed_spend:
             slow += f"; order_end {self.order_end_echo}, completed spend {self.completed_spend}"
+        slow += "".join(f"; {h} pulls {s:.1f} s" for h, s in self.pulls_s)
+        if (self.tag_echo, self.echo_spot, self.ct_late_s) != ("as-sent", True, 0.0):
+            slow += f"; tag echoed {self.tag_echo}"
+            slow += "" if self.echo_spot else ", no spot key"
+            slow += f", ct {self.ct_late_s:g} s late" if self.ct_late_s else ""
         return (
             f"seed {self.seed}: jobs [{jobs}]; hosts [{hosts}]; api faults [{faults or 'none'}]; "
             f"signal {signal}; race {self.race}; cap {self.concurrency}; budget "
@@ -164,6 +188,8 @@ def _script(job: JobDraw, marker_dir: str) -> str:
 def draw(seed: int, *, small: bool = False) -> Scenario:
     """The scenario of `seed`. `small`: 3-5 jobs (the quick set), else 3-10."""
     rng = random.Random(seed)
+    # The echo shapes from a generator of their own: the seed's other draws stay as they were.
+    echoes = random.Random(f"echoes-{seed}")
     hosts = _hosts(rng)
     kinds = sorted({h.gpu for h in hosts})
     jobs = _jobs(rng, kinds, 5 if small else 10)
@@ -190,10 +216,23 @@ def draw(seed: int, *, small: bool = False) -> Scenario:
         cancel_lag_s=round(rng.choice((0.0, 0.5, 1.0, 1.5)), 1),
         signal=signal,
         race=rng.random() < 0.2,
+        # A generator of its own: the draws above stay what every seed drew before.
+        pulls_s=_pulls(random.Random(f"pulls-{seed}"), hosts),
+        tag_echo=echoes.choices([n for n, _ in ECHO_SHAPES], [w for _, w in ECHO_SHAPES])[0],
+        echo_spot=echoes.random() >= 0.3,
+        ct_late_s=echoes.choice((0.0, 0.0, 0.0, 0.0, 20.0, 60.0)),
         host_lengths=lengths,
         host_ends=ends,
         order_end_echo=order_end,
         completed_spend=completed_spend,
+    )
+
+
+def _pulls(rng: random.Random, hosts: tuple[Host, ...]) -> tuple[tuple[int, float], ...]:
+    """Slow image pulls on about a third of the hosts: most inside the jobs' boot bound of
+    6 s, some past it."""
+    return tuple(
+        (h.server_id, round(rng.uniform(0.5, 8.0), 1)) for h in hosts if rng.random() < 0.35
     )
 
 

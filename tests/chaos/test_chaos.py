@@ -73,6 +73,16 @@ def _interrupted(verdict: Verdict) -> list[str]:
     return [] if codes == [130] else [f"exit codes {codes}, not [130]"]
 
 
+def _nothing_left(verdict: Verdict) -> list[str]:
+    """The killed run's cleanup proved its order by the tag and cancelled it: exit 0, none
+    left billing (an unproven order named with exit 3 would hold the invariants, not this)."""
+    (run,) = verdict.outcome.runs
+    live = [o.id for o in verdict.outcome.market.fake.orders.values() if o.live]
+    if run.cleanup_code == 0 and not live:
+        return []
+    return [f"cleanup exit {run.cleanup_code}, orders left billing: {live}"]
+
+
 def _all_pass(verdict: Verdict) -> list[str]:
     codes = verdict.exit_codes
     return [] if codes == [0] else [f"exit codes {codes}: a job failed for want of the host"]
@@ -116,6 +126,13 @@ EXAMPLES: dict[str, tuple[Callable[[], Scenario], tuple[str, ...], Check | None,
     "ahead_takes_the_last_slot": (
         examples.ahead_takes_the_last_slot, ("hung", "leak", "settled"), None,
         None,  # was F12, fixed on main
+    ),
+    "port_http_killed_before_its_id": (
+        examples.port_http_killed_before_its_id, ("leak", "silent_leak"), _nothing_left, None,
+    ),
+    "untagged_until_deployed_killed_before_its_id": (
+        examples.untagged_until_deployed_killed_before_its_id, ("leak", "silent_leak"),
+        _nothing_left, None,
     ),
 }  # fmt: skip
 

@@ -19,7 +19,7 @@ from tests.processes import marked_env
 from tests.report.test_summary_schema import SCHEMA, _check_jsonschema
 from tests.serve.harness import _ENTRY, TOKEN, ServeProcess, cli, start_serve, stop_and_show
 
-# (marked `slow` once the marker is on main)
+pytestmark = pytest.mark.slow
 
 MIXED = """name: mixed
 jobs:

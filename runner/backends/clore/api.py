@@ -176,6 +176,9 @@ class CloreClient:
         # Told when a read that could have been retried is given up (endpoint, error, seconds
         # spent on it), so a command can say so once, and a run's reports can too.
         self.on_give_up: Callable[[str, e.CloreApiError, float], None] | None = None
+        # Told every reply a read got (endpoint, query, the reply as sent), so the canary can
+        # keep what the market really answered (`doctor --canary --capture`).
+        self.on_reply: Callable[[str, Mapping[str, str] | None, Json], None] | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **kwargs: Any) -> CloreClient:
@@ -464,7 +467,10 @@ class CloreClient:
             try:
                 # The first send is never given up: only the waits before retries are.
                 wait_on = abort if attempt else None
-                return self._call(method, endpoint, params=params, body=body, abort=wait_on)
+                reply = self._call(method, endpoint, params=params, body=body, abort=wait_on)
+                if self.on_reply is not None:
+                    self.on_reply(endpoint, params, reply)
+                return reply
             except e.CloreApiError as exc:
                 delay = self.retry.delay_s(attempt, exc, self._rng)
                 last = attempt + 1 >= self.retry.max_attempts

@@ -39,7 +39,7 @@ from runner.backends.clore.market import (
 )
 from runner.backends.clore.provision import Provisioner, Rental
 from runner.backends.clore.quotes import OfferMarket
-from runner.backends.clore.settings import CloreSettings
+from runner.backends.clore.settings import DEFAULT_IMAGE, CloreSettings
 from runner.backends.ssh.exec import run_job
 from runner.backends.ssh.handover import hand_over
 from runner.clock import Clock
@@ -50,6 +50,7 @@ from runner.core.rentals import (
     Quote,
     RentFailed,
     RentServer,
+    ServerDeploying,
     ServerEvent,
     ServerReady,
     ServerReleased,
@@ -68,6 +69,9 @@ DEFAULT_BOOT_S = 180.0
 # stopped by a signal waits only until its `signal_setup_within_s` is over, and leaves the
 # rest to `clore-run cleanup`.
 SETUP_ENDS_WITHIN_S = 180.0
+# A job that names no image (it runs the default one): the boot bound of a run with no jobs
+# yet (a queue server's), whose jobs come later.
+_NO_IMAGE_JOB = Job("", "", "true", 0)
 
 log = logging.getLogger("clore_run")
 
@@ -362,21 +366,31 @@ class CloreBackend:
             what = "the marketplace" if exc.endpoint == "marketplace" else "the Clore API"
             market = _LiveMarket(self, [], unread=f"{what} could not be read: {exc}")
         self._live = market
-        bound_s = self.provisioner.options.online_timeout_s
+        bound_s = self.provisioner.options.online_timeout_s  # a dead host is given up then
         memory = self.hosts.memory()
         market.remember(memory, bound_s)
-        boot = BootTimes(memory.expected_boot_s() if memory.hosts else DEFAULT_BOOT_S, bound_s)
-        return ServerBook(
+        pulls = replace(memory.pulls, default_image=DEFAULT_IMAGE)
+        self.provisioner.pulls = pulls
+        # The longest a boot may take, image pull included: what the budget reserves for
+        # each rent (a job's own bound where longer: the core's `boot_allowance_s`).
+        allowance_s = max(
+            (self.provisioner.image_allowance_s(j) for j in jobs),
+            default=self.provisioner.image_allowance_s(_NO_IMAGE_JOB),
+        )
+        expected_s = memory.expected_boot_s() if memory.hosts else DEFAULT_BOOT_S
+        book = ServerBook(
             jobs,
             cap,
             market=market,
             budget_usd=budget_usd,
             provisioning=provisioning,
-            boot=boot,
+            boot=BootTimes(expected_s, allowance_s),
             durations_s=durations_s,
             now=self.clock.time(),
             hedge=self.hedge,
         )
+        book.pulls = pulls
+        return book
 
     def rent(
         self, cmd: RentServer, job: Job, report: ServerReport, stages: StageSink = NO_STAGES
@@ -392,7 +406,7 @@ class CloreBackend:
             return
         event: ServerEvent | None = None
         try:
-            event = self._rent_for_core(cmd, job, cancel, stages)
+            event = self._rent_for_core(cmd, job, cancel, stages, report)
         finally:
             with self._lock:
                 self._setting_up.pop(cmd.server, None)
@@ -405,7 +419,12 @@ class CloreBackend:
         report(event)
 
     def _rent_for_core(
-        self, cmd: RentServer, job: Job, cancel: threading.Event, stages: StageSink
+        self,
+        cmd: RentServer,
+        job: Job,
+        cancel: threading.Event,
+        stages: StageSink,
+        report: ServerReport,
     ) -> ServerEvent:
         assert self._live is not None
         offer = self._live.offer(cmd.quote)
@@ -428,14 +447,19 @@ class CloreBackend:
             hedging = " (a hedge: its other boot runs late)" if cmd.hedge_of is not None else ""
             stages.stage("renting", label + hedging, hourly)
             rental = self.provisioner.rent(
-                job, offer, cancel, stages, track=lambda r: self._track(cmd.server, r)
+                job,
+                offer,
+                cancel,
+                stages,
+                track=lambda r: self._track(cmd.server, r),
+                deploying=lambda: report(ServerDeploying(cmd.server)),
             )
         except RunMustStop as exc:
             return RentFailed(cmd.server, exc.message, self._wasted_usd(), fatal=True)
         except JobCannotRun as exc:  # a budget pool refused it: no host would do
             return RentFailed(cmd.server, str(exc), self._wasted_usd(), job_cannot_run=True)
         except CloreRunError as exc:  # a host of its own failing (SkipOffer), or cancelled
-            self.hosts.failed(offer.server_id, exc)
+            self.hosts.failed(offer.server_id, exc, job.image or DEFAULT_IMAGE)
             self._refresh_market()
             return RentFailed(cmd.server, str(exc), self._wasted_usd())
         self.hosts.up(rental)

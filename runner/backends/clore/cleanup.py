@@ -34,7 +34,15 @@ from runner.backends.clore.api import CloreClient
 from runner.backends.clore.ended import ended_cost_usd
 from runner.backends.clore.errors import CloreApiError
 from runner.backends.clore.models import Order
-from runner.backends.clore.ownership import ACCEPTED, Claim, find_ours, order_of, record_order
+from runner.backends.clore.ownership import (
+    ACCEPTED,
+    Claim,
+    Verdict,
+    after_success,
+    find_ours,
+    order_of,
+    record_order,
+)
 from runner.clock import Clock
 from runner.core.money import usd_text
 from runner.stores.ledger import Rental, RentalLedger
@@ -199,7 +207,18 @@ def _look_up(
     if wait > 0:
         client.limiter.back_off(wait)
         found = _look(pending, client.my_orders(return_completed=True), owned, accepted)
+    for pause in (settle_s / 2, settle_s, settle_s):
+        if not any(_deploying(m) for m in found.values()):
+            break
+        # An order that may be ours is still deploying: its tag may be listed only once it
+        # is deployed (nothing shows a booting order's echo), so look again, a bounded while.
+        client.limiter.back_off(pause)
+        found = _look(pending, client.my_orders(return_completed=True), owned, accepted)
     return found
+
+
+def _deploying(match: _Match) -> bool:
+    return match.unproven and any(not o.online and not o.expired for o in match.maybe)
 
 
 def _look(
@@ -207,7 +226,7 @@ def _look(
 ) -> dict[int, _Match]:
     """`_match`, then: a rental whose create the API accepted made an order, so finding none
     that may be it is never "nothing was created" (my_orders may list it late)."""
-    found = _match(pending, orders, owned)
+    found = _match(pending, orders, owned, accepted)
     for rental_id in accepted:
         match = found.get(rental_id)
         if match is not None and match.order is None and not match.unproven:
@@ -219,7 +238,9 @@ def _look(
     return found
 
 
-def _match(pending: list[Rental], orders: list[Order], owned: set[int]) -> dict[int, _Match]:
+def _match(
+    pending: list[Rental], orders: list[Order], owned: set[int], accepted: Collection[int] = ()
+) -> dict[int, _Match]:
     by_id = {o.id: o for o in orders}
     found = {r.id: _Match(by_id.get(order)) for r in pending if (order := order_of(r)) is not None}
     taken = set(owned)
@@ -231,6 +252,12 @@ def _match(pending: list[Rental], orders: list[Order], owned: set[int]) -> dict[
             found[rental.id] = _unclaimed(rental, orders)
             continue
         verdict = find_ours(orders, claim, taken)
+        if verdict.order is None and rental.id in accepted:
+            # The ledger shows the API accepted this create: the proof the run itself would
+            # have used (our tag, stamped after our send however late) holds after its death.
+            late = after_success(orders, claim, taken)
+            if late is not None:
+                verdict = Verdict(late, verdict.not_ours)
         why = verdict.describe()
         if verdict.maybe:
             named = ", ".join(str(o.id) for o in verdict.maybe)

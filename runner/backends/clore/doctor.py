@@ -9,9 +9,14 @@ a user running it weekly learns when Clore changes under us.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from runner.backends.clore import canary_capture as capture
 from runner.backends.clore import errors as e
 from runner.backends.clore.api import CloreClient
 from runner.backends.clore.fees import FeeSchedule, read_fee_schedule
@@ -114,6 +119,8 @@ class CanaryTools:
     key: ClientKey
     host_keys: HostKeyStore
     options: ProvisionOptions
+    poll_s: float = capture.POLL_S  # the watcher's beat (real seconds)
+    after_cancel_s: tuple[float, ...] = (5.0, 10.0, 15.0)  # looks for the ended order
 
 
 def canary_options() -> ProvisionOptions:
@@ -131,12 +138,25 @@ def run_canary(
     ask: GpuAsk,
     offer: Offer,
     cancel: threading.Event | None = None,
+    say: Callable[[str], None] | None = None,
+    capture_to: Path | None = None,
 ) -> list[str]:
-    """Rent `offer` briefly, prove SSH works, give it back. Lines to print; raises
-    InfrastructureError (after the order is given back) when any step fails, and
-    CanaryInterrupted when `cancel` is set (a signal): the rent stops where it is, and an order
-    it made is cancelled the moment its id is known, as a run's are."""
+    """Rent `offer` briefly, prove SSH works, give it back, and judge every assumption about
+    `my_orders` against what it answered meanwhile (read every few seconds, from before the
+    create until after the cancel; written to `capture_to` as JSON lines). Its lines, each
+    also said to `say` as it comes (progress every few seconds among them); always one saying
+    whether the server was given back. Raises InfrastructureError (after the order is given
+    back) when any step fails or an assumption is contradicted, and CanaryInterrupted when
+    `cancel` is set (a signal): the rent stops where it is, and an order it made is cancelled
+    the moment its id is known, as a run's are."""
     cancel = cancel or threading.Event()
+    lines: list[str] = []
+
+    def emit(line: str) -> None:
+        lines.append(line)
+        if say is not None:
+            say(line)
+
     run_id = f"{CANARY_RUN_ID_PREFIX}-{int(tools.clock.time())}"
     provisioner = Provisioner(
         tools.client,
@@ -150,34 +170,112 @@ def run_canary(
     )
     job = Job(id="canary", name="canary", run=_GPU_LIST, timeout_s=CANARY_LIMIT_S, gpu=ask)
     price = offer.usd_per_hour(ask.spot) or 0.0
-    lines = [
-        f"canary: renting #{offer.server_id} {offer.gpus} at {price:.3f} $/h with {DEFAULT_IMAGE}"
-        f", for at most {CANARY_LIMIT_S / 60:g} minutes"
-    ]
+    kind = "spot" if ask.spot else "on-demand"
+    emit(
+        f"canary: renting #{offer.server_id} {offer.gpus} ({kind}) at {price:.3f} $/h with "
+        f"{DEFAULT_IMAGE}, for at most {CANARY_LIMIT_S / 60:g} minutes"
+    )
+    facts = capture.CreateFacts(offer.server_id, DEFAULT_IMAGE, ask.spot)
+    out = capture.open_capture(capture_to) if capture_to is not None else None
+    seen = capture.Capture(facts, tools.clock, emit, out, t0=tools.clock.time())
+    watcher = capture.Watcher(tools.client, tools.poll_s)
+    tools.client.on_reply = seen.on_reply
+    watcher.start()
     try:
-        rental = provisioner.rent(job, offer, cancel)
-    except InfrastructureError:
-        if cancel.is_set():  # rent gave back what it had made before raising
-            raise CanaryInterrupted(_left(tools, run_id, "the canary stopped")) from None
-        raise
-    try:
-        lines.append(
-            f"canary: order {rental.order_id} online after {rental.facts['online_after_s']} s, "
-            f"SSH ready after {rental.facts['ssh_ready_after_s']} s"
-        )
-        if not cancel.is_set():
-            lines.append(f"canary: {_gpus(rental)}")
+        rental = _rent(tools, provisioner, job, offer, cancel, seen, run_id, emit)
+        _know(facts, tools.ledger, run_id, rental, tools.clock.time())
+        try:
+            emit(
+                f"canary: order {rental.order_id} online after "
+                f"{rental.facts['online_after_s']} s, SSH ready after "
+                f"{rental.facts['ssh_ready_after_s']} s"
+            )
+            if not cancel.is_set():
+                seen.enter("running nvidia-smi")
+                emit(f"canary: {_gpus(rental)}")
+        finally:
+            seen.enter("cancelling")
+            facts.cancel_at = tools.clock.time()
+            final_usd = provisioner.release(rental)
+        seen.enter("after the cancel")
+        _look_after_cancel(tools, facts, seen)
     finally:
-        final_usd = provisioner.release(rental)
+        watcher.stop()
+        tools.client.on_reply = None
+        if out is not None:
+            out.write(json.dumps({"create": dataclasses.asdict(facts)}, sort_keys=True) + "\n")
+            out.close()
     if cancel.is_set():
         raise CanaryInterrupted(_left(tools, run_id, f"order {rental.order_id} cancelled"))
     if tools.ledger.unreleased(run_id):
+        emit(f"canary: the server was NOT confirmed given back: order {rental.order_id}")
         raise InfrastructureError(
             f"canary: order {rental.order_id} was cancelled but is still listed",
             f"run `clore-run cleanup --run {run_id}`, or cancel it on clore.ai",
         )
-    lines.append(f"canary: order {rental.order_id} cancelled and gone; {_cost(rental, final_usd)}")
+    emit(f"canary: order {rental.order_id} cancelled and gone; {_cost(rental, final_usd)}")
+    emit("canary: the server was given back")
+    _judge(seen, capture_to, emit)
     return lines
+
+
+def _rent(
+    tools: CanaryTools,
+    provisioner: Provisioner,
+    job: Job,
+    offer: Offer,
+    cancel: threading.Event,
+    seen: capture.Capture,
+    run_id: str,
+    emit: Callable[[str], None],
+) -> Rental:
+    """The canary's rent; on a failure, it says whether anything is left rented, then raises."""
+    try:
+        return provisioner.rent(job, offer, cancel, stages=seen)
+    except InfrastructureError as exc:
+        left = _left(tools, run_id, "the canary stopped")
+        given = "was given back" if "nothing of it is left" in left else "was NOT given back"
+        emit(f"canary: the server {given}: {left}")
+        if cancel.is_set():  # rent gave back what it had made before raising
+            raise CanaryInterrupted(left) from None
+        raise exc
+
+
+def _know(
+    facts: capture.CreateFacts, ledger: SqliteLedger, run_id: str, rental: Rental, now: float
+) -> None:
+    """What the ledger's marks say of the create, now that it is answered and SSH is up."""
+    row = next(r for r in ledger.rentals(run_id) if r.id == rental.rental_id)
+    facts.tag, facts.order_id, facts.ssh_at = rental.tag, rental.order_id, now
+    facts.sent_at, facts.answered_at = row.create_sent_at, row.create_answered_at
+
+
+def _look_after_cancel(
+    tools: CanaryTools, facts: capture.CreateFacts, seen: capture.Capture
+) -> None:
+    """Looks with `return_completed=true` after the cancel, until the order shows as ended."""
+    for pause in tools.after_cancel_s:
+        tools.clock.sleep(pause)
+        capture.look(tools.client)
+        ended = [o for o in seen.looks[-1].orders if o.get("id") == facts.order_id]
+        if ended and all(o.get("expired") for o in ended):
+            return
+
+
+def _judge(seen: capture.Capture, capture_to: Path | None, emit: Callable[[str], None]) -> None:
+    """The assumptions' table; an InfrastructureError when one is contradicted."""
+    findings = capture.judge(seen)
+    emit(f"canary: what my_orders showed in {len(seen.looks)} replies:")
+    for line in capture.table(findings):
+        emit(f"  {line}")
+    if capture_to is not None:
+        emit(f"canary: every reply (redacted) written to {capture_to}")
+    wrong = [f.assumption for f in findings if f.state == "contradicted"]
+    if wrong:
+        raise InfrastructureError(
+            f"canary: {len(wrong)} assumption(s) contradicted by the market: {'; '.join(wrong)}",
+            "clore-run's reading of my_orders may be wrong: open an issue with the capture",
+        )
 
 
 def _left(tools: CanaryTools, run_id: str, done: str) -> str:

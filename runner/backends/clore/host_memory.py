@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from runner.backends.clore.provision import NeverOnline, Rental, SshNeverAnswered
+from runner.backends.clore.provision import NeverOnline, Rental, SshNeverAnswered, StillPulling
 from runner.clock import SYSTEM_CLOCK, Clock
 from runner.core.hosts import EventKind, HostEvent, HostMemory
 from runner.errors import CloreRunError
@@ -43,23 +43,35 @@ class HostRecorder:
         return memory
 
     def up(self, rental: Rental) -> None:
-        """The rental answered SSH: its create -> SSH seconds."""
-        boot_s = rental.facts.get("ssh_ready_after_s")
-        self._record(rental.offer.server_id, "up", float(boot_s) if boot_s else None)
+        """The rental answered SSH: its create -> SSH seconds, and its image's pull."""
+        boot_s = _seconds(rental.facts.get("ssh_ready_after_s"))
+        pull_s = _seconds(rental.facts.get("pull_s"))
+        self._record(rental.offer.server_id, "up", boot_s, rental.image, pull_s)
 
-    def failed(self, server_id: int, exc: CloreRunError) -> None:
-        """A rent failed: kept when it was the host's own doing (never online, no sshd)."""
+    def failed(self, server_id: int, exc: CloreRunError, image: str = "") -> None:
+        """A rent failed: kept when it was the host's own doing (never online, no sshd), and
+        a pull given up as a pull (the image's time, not a failed boot)."""
         if isinstance(exc, NeverOnline):
-            self._record(server_id, "never_up", None)
+            self._record(server_id, "never_up", None, image)
         elif isinstance(exc, SshNeverAnswered):
-            self._record(server_id, "ssh_failed", None)
+            self._record(server_id, "ssh_failed", None, image)
+        elif isinstance(exc, StillPulling):
+            self._record(server_id, "pulling", None, exc.image, exc.pull_s)
 
     def lost(self, server_id: int) -> None:
         """The server went away under a job (outbid, dropped)."""
         self._record(server_id, "preempted", None)
 
-    def _record(self, server_id: int, kind: EventKind, boot_s: float | None) -> None:
-        event = HostEvent(str(server_id), kind, self.clock.time(), boot_s, self.run_id)
+    def _record(
+        self,
+        server_id: int,
+        kind: EventKind,
+        boot_s: float | None,
+        image: str = "",
+        pull_s: float | None = None,
+    ) -> None:
+        at = self.clock.time()
+        event = HostEvent(str(server_id), kind, at, boot_s, self.run_id, image, pull_s)
         try:
             with self._lock:
                 if self.history is None or self._broken:
@@ -81,3 +93,7 @@ class HostRecorder:
             history, self.history = self.history, None
         if history is not None:
             history.close()
+
+
+def _seconds(text: str | None) -> float | None:
+    return float(text) if text else None

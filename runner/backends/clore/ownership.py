@@ -145,9 +145,10 @@ def read_echo(text: str | None) -> EchoReading:
         match = _ECHOED_PORT.fullmatch(part)
         if match is None or not 0 < int(match.group(1)) <= 65535:
             unknown = True
-            _log_shape_once(part)
             continue
         ports.add(int(match.group(1)))
+    if unknown:
+        _log_shape_once(text)
     return EchoReading(frozenset(ports), unknown)
 
 
@@ -402,8 +403,8 @@ def after_success(
     was made in the create's window and shows no tag we can read as another create's. A
     server holds one renter at a time, so with our create accepted an order listed on it since
     then is ours; an order still listed from before (a cancel lagging) is outside the window.
-    Only the run that got the answer may use this: nothing later can tell that the answer was
-    a success."""
+    Only with the answer known may this be used: the run that got it, or a cleanup reading
+    the ledger's `create-accepted` verdict (written as the answer came)."""
     low, high = claim.window()
     live = [
         o

@@ -23,12 +23,13 @@ from runner.backends.clore.market import (
     skipped_ids,
 )
 from runner.backends.clore.quotes import OfferMarket
-from runner.backends.clore.settings import CloreSettings
+from runner.backends.clore.settings import DEFAULT_IMAGE, CloreSettings
 from runner.core import money
 from runner.core.hedge import HedgePolicy
 from runner.core.hosts import HostMemory
 from runner.core.model import GpuAsk, Job, Pipeline
 from runner.core.predict import Prediction, predict
+from runner.core.pulls import Pulls
 from runner.core.rental_length import best_that_holds, hours_text, passed_over_text, worst_hold_s
 from runner.core.rentals import Quote
 from runner.figures import format_duration
@@ -137,7 +138,7 @@ def _job_entry(
     market = _PlanMarket(offers, replace(fees, currency=currency))
     if memory is not None:
         market.remember(memory, bill.DEFAULT_BOOT_BOUND_S)
-    hold_s = run_hold_s(job)
+    hold_s = run_hold_s(job, memory)
     quote, passed = best_that_holds(market, ask, set(), hold_s)
     fitting = {o.server_id for o in matching_offers(offers, ask)}
     skipped = [f"#{i}: {why}" for i, why in sorted(skipped_ids(memory).items()) if i in fitting]
@@ -164,10 +165,14 @@ def _job_entry(
     }
 
 
-def run_hold_s(job: Job) -> float:
+def run_hold_s(job: Job, memory: HostMemory | None = None) -> float:
     """The longest `run` holds a server rented for `job`: its book allows every boot the
-    default bound (no per-run flag changes it), a job's `boot-timeout-minutes` where longer."""
-    return worst_hold_s(bill.DEFAULT_BOOT_BOUND_S, job)
+    default bound (no per-run flag changes it) and what the job's image's pull may add (the
+    host history's pulls of it), a job's `boot-timeout-minutes` where longer."""
+    pulls = memory.pulls if memory is not None else Pulls()
+    pulls = replace(pulls, default_image=DEFAULT_IMAGE)
+    deploy_s = pulls.deploy_bound_s(job.image or DEFAULT_IMAGE)
+    return worst_hold_s(bill.DEFAULT_BOOT_BOUND_S + deploy_s, job)
 
 
 def _passed_over(quote: Quote, hold_s: float) -> str:

@@ -24,12 +24,14 @@ from runner.backends.clore.market import Offer, per_hour, spot_bid_per_day
 from runner.backends.clore.models import Order, SpotMarket
 from runner.backends.clore.ownership import LedgerMarks, order_of, read_echo, record_order
 from runner.backends.clore.ratelimit import RequestAborted
+from runner.backends.clore.settings import DEFAULT_IMAGE as DEFAULT_IMAGE  # its old home
 from runner.backends.clore.settings import image_runs_sshd
 from runner.backends.ssh.connection import ConnectOptions, Endpoint, SshConnection, connect
 from runner.backends.ssh.keys import ClientKey, HostKeyStore
 from runner.clock import Clock
 from runner.core import money
 from runner.core.model import Job
+from runner.core.pulls import BootBounds, Pulls, boot_bounds
 from runner.core.rental_length import worst_hold_s
 from runner.errors import InfrastructureError, RunMustStop
 from runner.stores.ledger import LedgerError, RentalLedger, State
@@ -38,9 +40,6 @@ from runner.stores.pools import Reservation
 if TYPE_CHECKING:  # psycopg is an extra: only a run that joins a pool imports it
     from runner.stores.pools.seat import PoolSeat
 
-# A plain CUDA image: with `autossh_entrypoint` Clore runs sshd in any image, so the default
-# need not be one of Clore's own.
-DEFAULT_IMAGE = "nvidia/cuda:12.8.0-base-ubuntu22.04"
 _FATAL = (api_errors.NotEnoughBalanceError, api_errors.InvalidTokenError)
 SPOT_BOOK_TTL_S = 30.0  # a server's spot book read for the budget check serves the create too
 MAX_REBIDS = 3  # raises of one spot order's bid before the job moves to another host
@@ -56,6 +55,17 @@ class NeverOnline(SkipOffer):
 
 class SshNeverAnswered(SkipOffer):
     """The order came online but its sshd never answered (the host history keeps it)."""
+
+
+class StillPulling(SkipOffer):
+    """The order came online, but its container was still deploying (its image pulling) when
+    the deploy bound ran out: the image's time, not the host's fault. The host history keeps
+    it as a pull of at least `pull_s`, never as a failed boot."""
+
+    def __init__(self, message: str, image: str, pull_s: float) -> None:
+        super().__init__(message)
+        self.image = image
+        self.pull_s = pull_s
 
 
 class ProvisionCancelled(InfrastructureError):
@@ -108,6 +118,9 @@ class ProvisionOptions:
     # How to pause between polls: the real clock waits on the cancel event; tests pass their
     # fake clock's sleep so nothing waits real seconds.
     pause: Callable[[float, threading.Event], None] = _wait_on_event
+    # What an image's pull may add to `online_timeout_s`. None: what the host history says of
+    # the image's pulls (runner/core/pulls.py), a generous default for an image never seen.
+    deploy_timeout_s: float | None = None
 
 
 @dataclass
@@ -129,6 +142,7 @@ class Rental:
     lost: bool = False  # the server dropped us (spot outbid, gone): never reuse
     spot: bool = False  # a spot order: it can be outbid
     reservation: Reservation | None = None  # its share of a budget pool, when the run joined one
+    image: str = ""  # the image its order runs (the host history keeps its pulls)
     facts: dict[str, str] = field(default_factory=dict)
     fee_rate: float = 0.0  # the renter's fee on top of the listed price (in `usd_per_hour`)
     creation_fee_native: float = 0.0
@@ -191,6 +205,9 @@ class Provisioner:
     # cancels having gone out, and what is unconfirmed is left to `clore-run cleanup`.
     hurry: threading.Event = field(default_factory=threading.Event, init=False)
     _cancels: threading.Lock = field(default_factory=threading.Lock, init=False)
+    # What the host history says of each image's pulls: the deploy bound follows it. The
+    # backend sets it from the history it read at the start of the run.
+    pulls: Pulls = field(default_factory=lambda: Pulls(default_image=DEFAULT_IMAGE))
     # Orders that may be ours and could not be proven (a line each): left running, named at
     # the run's end (screen, summary.json's warnings, an `::error::`), exit 3.
     unproven: list[tuple[str, str]] = field(default_factory=list, init=False)  # (what, hint)
@@ -209,10 +226,13 @@ class Provisioner:
         cancel: threading.Event,
         stages: StageSink = NO_STAGES,
         track: Callable[[Rental], None] | None = None,
+        deploying: Callable[[], None] | None = None,
     ) -> Rental:
         """Rent `offer` for `job` and return it reachable over SSH, or raise (nothing held).
         `track` gets the rental as soon as its intent is in the ledger: its `order_id` is set
-        the moment the order is known, so a shutdown can cancel it without waiting for this."""
+        the moment the order is known, so a shutdown can cancel it without waiting for this.
+        `deploying` is told once the order is online, its container deploying: the host is
+        alive, whatever its image's pull takes from there."""
         reservation = self._reserve(job, offer, cancel)
         try:
             rental = self._intent(job, offer)
@@ -236,8 +256,8 @@ class Provisioner:
             )
             self.ledger.set_state(rental.rental_id, "ordered")
             stages.stage("booting", f"order {order.id}")
-            order = self._wait_online(order.id, cancel, rental, self.boot_timeout_s(job))
-            rental.facts["online_after_s"] = f"{self.clock.now() - asked:.1f}"
+            rental.image = job.image or DEFAULT_IMAGE
+            order = self._wait_deployed(order.id, cancel, rental, self.bounds(job), deploying)
             stages.stage("connecting", f"order {order.id}")
             rental.conn = self._connect(order, cancel)
             rental.facts["ssh_ready_after_s"] = f"{self.clock.now() - asked:.1f}"
@@ -273,13 +293,34 @@ class Provisioner:
             price = self.usd_per_hour(offer, price_per_day, spot)
         # The core's own figure for the rental (its budget reserves the same): plan, run and
         # a pool all count one worst case.
-        hold_s = worst_hold_s(self.options.online_timeout_s, job)
+        hold_s = worst_hold_s(self.image_allowance_s(job), job)
         fee_usd = self.creation_fee_usd(offer, spot)
         return money.worst_case_usd(price, hold_s, fee_usd, bill.CREATION_FEE_GRACE_S)
 
     def boot_timeout_s(self, job: Job) -> float:
-        """How long `job`'s order may take to come online before it is given up."""
-        return job.boot_timeout_s or self.options.online_timeout_s
+        """How long `job`'s order may take to be deployed (online, its image pulled) before
+        it is given up: the longest a boot is held, which every worst case counts."""
+        return self.bounds(job).allowance_s
+
+    def image_allowance_s(self, job: Job) -> float:
+        """The boot every rent of a book is budgeted for, the job's own bound aside: online
+        within the online bound, plus what `job`'s image's pull may add (the core's
+        `boot_allowance_s` then takes the job's own bound where longer)."""
+        image = job.image or DEFAULT_IMAGE
+        deploy_s = self.options.deploy_timeout_s
+        if deploy_s is None:
+            deploy_s = self.pulls.deploy_bound_s(image)
+        return self.options.online_timeout_s + deploy_s
+
+    def bounds(self, job: Job) -> BootBounds:
+        """When a boot of `job` is given up: not online within the online bound (a dead
+        host), or not deployed within what its image's pulls allow; the job's own
+        `boot-timeout-minutes` wins over both."""
+        image = job.image or DEFAULT_IMAGE
+        bounds = boot_bounds(self.pulls, image, self.options.online_timeout_s, job.boot_timeout_s)
+        if self.options.deploy_timeout_s is not None:
+            bounds = replace(bounds, deploy_s=self.options.deploy_timeout_s)
+        return bounds
 
     def _reserve(self, job: Job, offer: Offer, cancel: threading.Event) -> Reservation | None:
         """The rental's worst case from the pool, as the run's own budget counts it."""
@@ -493,6 +534,59 @@ class Provisioner:
                 rebids += 1
             if self.clock.now() >= deadline:
                 raise NeverOnline(f"order {order_id} not online after {within_s:g} s")
+            self.options.pause(delay, cancel)
+            delay = min(delay * 1.5, self.options.max_poll_s)
+
+    def _wait_deployed(
+        self,
+        order_id: int,
+        cancel: threading.Event,
+        rental: Rental,
+        bounds: BootBounds,
+        deploying: Callable[[], None] | None = None,
+    ) -> Order:
+        """Wait for the order through its phases: listed, online (its container deploying:
+        the image pulls), deployed. Given up as `NeverOnline` when it is not online within
+        its bound (a dead host), as `StillPulling` when it is online but not deployed within
+        its image's (nobody's fault). The times land in the rental's facts."""
+        started = self.clock.now()
+        online_at: float | None = None
+        delay = self.options.first_poll_s
+        rebids = 0
+        while True:
+            if cancel.is_set():
+                raise ProvisionCancelled(f"order {order_id}: cancelled while starting")
+            order = next((o for o in self.client.my_orders() if o.id == order_id), None)
+            if order is None or order.expired:
+                raise SkipOffer(f"order {order_id} ended before it came online")
+            now = self.clock.now()
+            if order.online and online_at is None:
+                online_at = now
+                rental.facts["online_after_s"] = f"{now - started:.1f}"
+                if deploying is not None:
+                    deploying()
+            if order.ready:
+                assert online_at is not None  # ready is online
+                rental.facts["deployed_after_s"] = f"{now - started:.1f}"
+                rental.facts["pull_s"] = f"{now - online_at:.1f}"
+                return order
+            if rental.spot and self._outbid(rental):
+                if rebids >= MAX_REBIDS:
+                    raise SkipOffer(f"order {order_id}: outbid again after {rebids} raises")
+                self._raise_bid(rental, order_id)
+                rebids += 1
+            verdict = bounds.give_up(now - started, online_at is not None)
+            if verdict == "never_up":
+                raise NeverOnline(f"order {order_id} not online after {bounds.online_s:g} s")
+            if verdict == "pulling":
+                assert online_at is not None
+                pulled_s = now - online_at
+                raise StillPulling(
+                    f"order {order_id}: its container still deploying (the image "
+                    f"{rental.image} pulling) {pulled_s:.0f} s after it came online",
+                    rental.image,
+                    pulled_s,
+                )
             self.options.pause(delay, cancel)
             delay = min(delay * 1.5, self.options.max_poll_s)
 

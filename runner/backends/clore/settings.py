@@ -32,6 +32,9 @@ SSH = PipelineKey(
     "starts it, so any image works) or `image` (the image runs its own).",
 )
 KEYS = (CURRENCY, SSH)
+# A plain CUDA image: with `autossh_entrypoint` Clore runs sshd in any image, so the default
+# need not be one of Clore's own.
+DEFAULT_IMAGE = "nvidia/cuda:12.8.0-base-ubuntu22.04"
 
 
 @dataclass(frozen=True)

@@ -371,7 +371,7 @@ def _inside(folder: Path, name: str) -> Path | None:
     try:
         root = folder.resolve(strict=True)
         path = (root / name).resolve(strict=True)
-    except (OSError, RuntimeError):
+    except (OSError, RuntimeError, ValueError):  # ValueError: a NUL in the name
         return None
     if not path.is_relative_to(root) or not path.is_file():
         return None

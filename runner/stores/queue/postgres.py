@@ -266,6 +266,11 @@ class PostgresQueue(QueueReads):
     def session_ended(self, nonce: str) -> bool:
         return bool(self._select("SELECT 1 FROM queue_ended_sessions WHERE nonce = ?", (nonce,)))
 
+    def stale_instances(self, besides: str) -> list[str]:
+        """None here: on a shared queue a dead instance's lease expires and another instance
+        takes it over, reconciling what it held (runner/serve/fleet.py)."""
+        return []
+
     def end_instance(self, token: str, now: float) -> None:
         """A clean stop: its queued jobs go back to everyone (those a cancel was asked for
         are cancelled), its lease ends now (a running job it could not hand over is recovered,

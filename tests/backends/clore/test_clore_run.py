@@ -27,6 +27,7 @@ from runner.core.rentals import (
     ReleaseServer,
     RentFailed,
     RentServer,
+    ServerDeploying,
     ServerEvent,
     ServerReady,
     ServerReleased,
@@ -68,7 +69,11 @@ class ByHand:
         self.todo.remove(cmd)
         reports: list[ServerEvent] = []
         self.backend.rent(cmd, self.jobs[cmd.for_job], reports.append)
-        (event,) = reports
+        # At most one ServerDeploying (online, its image pulling) before the one outcome.
+        *deploying, event = reports
+        assert all(isinstance(e, ServerDeploying) for e in deploying) and len(deploying) <= 1
+        for early in deploying:  # the core hears it; `heard` keeps the outcomes
+            self.todo += self.core.handle(early, self.clock.time())
         self.tell(event)
         return event
 

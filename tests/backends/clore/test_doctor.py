@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -10,9 +11,10 @@ from pathlib import Path
 
 import pytest
 import typer
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 from runner.backends.clore.api import CloreClient
+from runner.backends.clore.canary_capture import redact
 from runner.backends.clore.doctor import CanaryTools
 from runner.backends.clore.provision import ProvisionOptions
 from runner.backends.ssh.connection import ConnectOptions
@@ -152,6 +154,10 @@ def test_the_weekly_canary_workflow_runs_the_canary_and_always_cleans_up() -> No
     assert 'exit "$status"' in canary["run"]  # a failing canary fails the workflow
     cleanup = runs[-1]
     assert cleanup["run"] == "clore-run cleanup" and cleanup["if"].startswith("always()")
+    assert "--capture canary-capture.jsonl" in canary["run"]
+    (upload,) = (s for s in steps if "upload-artifact" in s.get("uses", ""))
+    assert upload["with"]["path"] == "canary-capture.jsonl"
+    assert upload["if"].startswith("always()")  # a failed canary's capture is the one to read
 
 
 @pytest.mark.slow
@@ -193,3 +199,91 @@ def test_a_signal_stops_the_canary_and_cancels_its_order(
     [order] = fake_clore.orders.values()
     assert fake_clore.live_orders() == []
     assert [r.body["id"] for r in fake_clore.calls("cancel_order")] == [order.id]
+
+
+# --- the canary's capture: what my_orders answered, and which assumptions held ------------
+
+
+def _canary(fake: FakeClore, sshd: SshServer, tmp_path: Path, *extra: str) -> Result:
+    args = ["doctor", "--canary", "--currency", "USD-Blockchain", "--gpu", "3090", *extra]
+    return runner.invoke(app_for(fake, sshd), [*args, "--ledger", str(tmp_path / "l.db")])
+
+
+def _states(output: str) -> dict[str, str]:
+    """The table's rows: assumption -> held / contradicted / not seen."""
+    rows = {}
+    for line in output.splitlines():
+        for state in ("held", "contradicted", "not seen"):
+            head, sep, _ = line.strip().partition(f"  {state}  ")
+            if sep and ":" in head:
+                rows[head.strip()] = state
+    return rows
+
+
+def test_the_canary_captures_every_reply_and_judges_each_assumption(
+    canary_fake: FakeClore, sshd_server: SshServer, tmp_path: Path
+) -> None:
+    canary_fake.echo_order_end = True
+    capture = tmp_path / "capture" / "canary.jsonl"
+    result = _canary(canary_fake, sshd_server, tmp_path, "--capture", str(capture))
+    print("\n" + result.output)
+    assert result.exit_code == 0, result.output
+    (order,) = canary_fake.orders.values()
+    assert canary_fake.live_orders() == []
+    states = _states(result.output)
+    assert len(states) == 10 and "contradicted" not in states.values(), result.output
+    assert states["tag echo: http_port is the tag as sent, a string"] == "held"
+    assert states["after its cancel: gone from the live list, listed as expired"] == "held"
+    assert states["order_end: on the ended order, at its cancel"] == "held"
+    assert "canary: the server was given back" in result.output
+    assert "canary: +" in result.output  # progress, as it goes
+    lines = [json.loads(line) for line in capture.read_text().splitlines()]
+    looks, create = lines[:-1], lines[-1]["create"]
+    assert create["order_id"] == order.id and create["tag"] is not None
+    assert {"t_s", "phase", "return_completed", "orders", "other_orders"} <= set(looks[0])
+    phases = [look["phase"] for look in looks]
+    assert phases[0] == "renting" and phases[-1] == "after the cancel"
+    assert any(look["return_completed"] for look in looks)
+    ended = [o for look in looks for o in look["orders"] if o.get("expired")]
+    assert ended and ended[-1]["id"] == order.id
+    assert API_KEY not in capture.read_text()
+
+
+def test_a_contradicted_assumption_fails_the_canary_after_giving_the_server_back(
+    canary_fake: FakeClore, sshd_server: SshServer, tmp_path: Path
+) -> None:
+    canary_fake.tag_echo = "port/http"
+    result = _canary(canary_fake, sshd_server, tmp_path)
+    assert result.exit_code == 3, result.output
+    assert canary_fake.live_orders() == []
+    assert "canary: the server was given back" in result.output
+    states = _states(result.output)
+    assert states["tag echo: http_port is the tag as sent, a string"] == "contradicted"
+    assert "(read tolerantly)" in result.output
+    assert "1 assumption(s) contradicted by the market" in result.output
+
+
+def test_a_spot_canary_checks_the_spot_echo(
+    canary_fake: FakeClore, sshd_server: SshServer, tmp_path: Path
+) -> None:
+    canary_fake.echo_spot = False
+    result = _canary(canary_fake, sshd_server, tmp_path, "--spot")
+    assert result.exit_code == 3, result.output
+    assert canary_fake.live_orders() == [] and next(iter(canary_fake.orders.values())).spot
+    assert _states(result.output)["spot: echoed on a spot order"] == "contradicted"
+
+
+def test_capture_needs_the_canary(fake_clore: FakeClore, tmp_path: Path) -> None:
+    result = runner.invoke(app_for(fake_clore), ["doctor", "--capture", str(tmp_path / "c")])
+    assert result.exit_code == 2 and "--capture needs --canary" in result.output
+
+
+def test_a_captured_order_keeps_no_secret() -> None:
+    order = {"id": 1, "auto_login": "root:pw", "jupyter_token": "t", "env": {"A": "b"}, "si": 2}
+    assert redact(order) == {
+        "id": 1,
+        "auto_login": "***",
+        "jupyter_token": "***",
+        "env": "***",
+        "si": 2,
+    }

@@ -41,11 +41,12 @@ def test_plan_shows_todays_offer_and_cost(
     plan = json.loads(out)["clore"]
     prepare = plan["jobs"]["prepare"]
     # 88028: RTX 3090 at 2 USD/day on-demand -> 0.0833 USD/h listed, 0.0875 with the renter's
-    # 5 % fee; the ceiling is run's worst case: the 6-minute boot bound, the 10-minute
-    # timeout and 2 minutes to fetch files, past the grace, so the creation fee (0.1 USD).
+    # 5 % fee; the ceiling is run's worst case: the 6-minute boot bound with 20 minutes more
+    # for its image's pull (an image the host history never saw), the 10-minute timeout and
+    # 2 minutes to fetch files, past the grace, so the creation fee (0.1 USD).
     assert prepare["offer"]["server_id"] == 88028
     assert prepare["offer"]["usd_per_hour"] == pytest.approx(2 / 24 * 1.05, rel=1e-3)
-    assert prepare["ceiling_usd"] == pytest.approx(2 / 24 * 1.05 * 18 / 60 + 0.1, rel=1e-3)
+    assert prepare["ceiling_usd"] == pytest.approx(2 / 24 * 1.05 * 38 / 60 + 0.1, rel=1e-3)
     assert plan["jobs"]["train-rtx-4090"]["offer"]["gpus"].endswith("RTX 4090")
     assert plan["within_budget"] is True and plan["unfit"] == []
     assert API_KEY not in out

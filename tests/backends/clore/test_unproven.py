@@ -122,3 +122,41 @@ def test_the_flag_says_in_help_it_is_for_a_key_no_other_run_uses(fake_clore: Fak
     shown = CliRunner().invoke(cleanup_app(fake_clore), ["cleanup", "--help"], terminal_width=200)
     text = " ".join(shown.output.replace("│", " ").split())
     assert "--cancel-unproven" in text and "no other run" in text
+
+
+def test_cleanup_proves_an_accepted_creates_order_by_its_tag_however_late_ct_stamps_it(
+    fake_clore: FakeClore, tmp_path: Path
+) -> None:
+    """The run saw the create accepted and died looking: its ledger says so, and its cleanup
+    takes the order echoing its tag though `ct` is two minutes after the answer."""
+    fake_clore.ct_late_s = 120.0
+    fake_clore.appear_after_s = 100.0
+    with SqliteLedger(tmp_path / "ledger.db", clock=fake_clore.clock) as ledger:
+        rid = ledger.record_intent("X", "job", SERVER, 2.0, "USD-Blockchain", 0.1, image=IMAGE)
+        with pytest.raises(e.OrderOutcomeUnknownError):  # killed while it looked
+            client = fake_clore.client(recover_delays_s=(1.0,), follow_up_delays_s=())
+            client.create_order(request(), journal=LedgerMarks(ledger, rid))
+        fake_clore.clock.advance(300)
+        actions = reconcile(ledger, fake_clore.client(), dry_run=False)
+        assert [a.kind for a in actions] == ["cancelled"], actions
+    assert fake_clore.live_orders() == []
+
+
+def test_cleanup_waits_a_bounded_while_for_a_deploying_orders_tag(
+    fake_clore: FakeClore, tmp_path: Path
+) -> None:
+    """Killed before the create's answer, on a host still deploying: the tag shows only once
+    deployed (two minutes after the create: past the 50 s a new order is waited for), so
+    cleanup looks again, a bounded while, rather than name it at once."""
+    fake_clore.tag_echo = "absent-until-deployed"
+    fake_clore.online_after_s = 120.0
+    with SqliteLedger(tmp_path / "ledger.db", clock=fake_clore.clock) as ledger:
+        rid = ledger.record_intent("X", "job", SERVER, 2.0, "USD-Blockchain", 0.1, image=IMAGE)
+        fake_clore.fail_next("create_order", Faults.DB_ERROR_BUT_CREATED)
+        with pytest.raises(e.DatabaseError):
+            died = fake_clore.client(recover_delays_s=())
+            died.create_order(request(), journal=LedgerMarks(ledger, rid))
+        fake_clore.clock.advance(5)
+        actions = reconcile(ledger, fake_clore.client(), dry_run=False)
+        assert [a.kind for a in actions] == ["cancelled"], actions
+    assert fake_clore.live_orders() == []
