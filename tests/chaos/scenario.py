@@ -256,13 +256,18 @@ def _self_ending(
         roll = rng.random()
         if host.fault is not None:
             continue
-        if roll < 0.12:
+        if roll < 0.08:
             lengths.append((host.server_id, SHORT_MRL_HOURS))
-        elif roll < 0.2:
+        elif roll < 0.14:
             lengths.append((host.server_id, TIGHT_MRL_HOURS))
-        elif roll < 0.3:
+        elif roll < 0.22:
             ends.append((host.server_id, round(rng.uniform(1.5, 5.0), 1)))
-    return tuple(lengths), tuple(ends), rng.random() < 0.5, rng.random() >= 0.3
+    # A completed order lists `order_end` (the evidence's one completed order does); whether
+    # it lists `spend` is not known. Without either, what an order that ended by itself
+    # billed cannot be known to the second: a shape the evidence does not suggest.
+    order_end = rng.random() < 0.5
+    completed_spend = rng.random() >= 0.4 or not order_end
+    return tuple(lengths), tuple(ends), order_end, completed_spend
 
 
 def _hosts(rng: random.Random) -> tuple[Host, ...]:
