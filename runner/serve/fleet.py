@@ -45,7 +45,7 @@ class FleetOptions:
 
 class FencedJournal:
     """The queue's journal for a shared store: every write names this instance as the owner,
-    so a write after another instance took the job is refused (LeaseLost), never applied."""
+    so a write after another instance took the job is refused (JobTakenOver), never applied."""
 
     def __init__(self, store: SharedQueueStore, instance: str, settled: Callable[[], None]):
         self.store = store
@@ -234,7 +234,7 @@ class Listener:
         import psycopg  # the PostgreSQL extra: only serve on a shared queue listens
 
         from runner.stores.pg import with_password
-        from runner.stores.queue.postgres import CHANNEL
+        from runner.stores.queue.pg_base import CHANNEL
 
         while not self._stop.is_set():
             try:

@@ -31,7 +31,8 @@ from runner.stores.target import check_url, is_postgres_url, require_psycopg
 
 if TYPE_CHECKING:
     from runner.stores.pools.seat import PoolSeat
-    from runner.stores.queue.postgres import Taken, Whereabouts
+    from runner.stores.queue.pg_instances import Taken
+    from runner.stores.queue.postgres import Whereabouts
 
 __all__ = [
     "FINAL",
