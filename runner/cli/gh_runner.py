@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
+from runner.cli.boundary import said as said_error
+from runner.cli.boundary import shaped
 from runner.cli.options import CoordinatorOption, LedgerOption, PoolOption, usd_option
 from runner.errors import CloreRunError, UsageError
 from runner.gh_runner.wiring import TOKEN_ENV, Wiring
@@ -166,7 +168,7 @@ def _do_start(
             with _cancel_on_signals() as cancel:
                 record = start_runners(request, tools, cancel, typer.echo)
     except CloreRunError as exc:
-        typer.echo(f"error: {exc}", err=True)
+        typer.echo(said_error(exc), err=True)
         raise typer.Exit(exc.exit_code) from None
     write_record(record, record_file)
     publish_start(record, record_file, wiring.env)
@@ -217,7 +219,7 @@ def _stop_command(wiring: Wiring) -> Callable[..., None]:
         try:
             parsed = _read_record(record, record_json)
         except CloreRunError as exc:
-            typer.echo(f"error: {exc}", err=True)
+            typer.echo(said_error(exc), err=True)
             raise typer.Exit(exc.exit_code) from None
         token = wiring.env.get(TOKEN_ENV, "").strip()
         env = wiring.env
@@ -232,7 +234,7 @@ def _stop_command(wiring: Wiring) -> Callable[..., None]:
                 parsed, client, wiring.clock, api_for if token else None, scope=scope
             )
         except CloreRunError as exc:
-            typer.echo(f"error: {exc}", err=True)
+            typer.echo(said_error(exc), err=True)
             raise typer.Exit(exc.exit_code) from None
         typer.echo(runners_markdown(stopped))
         _settle_pool(parsed, stopped, coordinator)
@@ -242,8 +244,10 @@ def _stop_command(wiring: Wiring) -> Callable[..., None]:
         left = [s for s in stopped if not s.released.settled]
         if left:
             typer.echo(
-                f"error: {len(left)} server(s) may still be billed: run "
-                "`clore-run cleanup --runners`, or cancel them on clore.ai",
+                shaped(
+                    f"{len(left)} server(s) may still be billed",
+                    "run `clore-run cleanup --runners`, or cancel them on clore.ai",
+                ),
                 err=True,
             )
             raise typer.Exit(3)
@@ -358,6 +362,6 @@ def _cancel_on_signals() -> Iterator[threading.Event]:
             signal.signal(sig, old)
 
 
-def _usage(message: str) -> NoReturn:
-    typer.echo(f"error: {message}", err=True)
+def _usage(message: str, hint: str = "") -> NoReturn:
+    typer.echo(shaped(message, hint), err=True)
     raise typer.Exit(2)

@@ -16,6 +16,7 @@ from typing import Annotated
 
 import typer
 
+from runner.cli.options import usd_option
 from runner.cli.serve import DEFAULT_DB
 from runner.errors import UsageError
 
@@ -37,9 +38,7 @@ def warmth(
         list[str] | None,
         typer.Option(help="Also replay these --warm pools (as serve takes them).", metavar="POOL"),
     ] = None,
-    idle_budget: Annotated[
-        float | None, typer.Option(help="The idle budget, USD a UTC day.", metavar="USD")
-    ] = None,
+    idle_budget: Annotated[float | None, usd_option(help="The idle budget, USD a UTC day.")] = None,
     boot_seconds: Annotated[
         float | None,
         typer.Option(help="A boot's seconds (default: what the history's cold starts took)."),

@@ -112,6 +112,11 @@ def output_folder(out_dir: Path) -> Iterator[None]:
     user's that already has a `logs/` or a `junit.xml` is refused, never emptied (`--out .`).
     """
     lock_path = out_dir / LOCK_NAME
+    if out_dir.exists() and not out_dir.is_dir():  # said in words, not as `File exists`
+        raise UsageError(
+            f"--out {out_dir}: that is a file, and the reports need a folder",
+            "name a folder (it is made if missing), such as --out clore-run-results",
+        )
     foreign = [n for n in _OUTPUTS if (out_dir / n).exists()] if not lock_path.exists() else []
     if foreign:
         raise UsageError(
@@ -121,7 +126,8 @@ def output_folder(out_dir: Path) -> Iterator[None]:
     lock = hold_lock(
         lock_path,
         lambda exc: UsageError(
-            f"--out {out_dir}: cannot write there ({exc.strerror})", "choose a writable folder"
+            f"--out {out_dir}: cannot write there: {(exc.strerror or str(exc)).lower()}",
+            "choose a writable folder",
         ),
         UsageError(f"--out {out_dir}: another clore-run is writing there", "use another --out"),
     )
@@ -216,8 +222,11 @@ def execute(
         github_actions.publish(paths)
         if github_actions.is_active():
             github_actions.annotate_run_errors([f"{what}. {hint}" for what, hint in unproven])
+    # Each cause said once: a job's line already said the API could not be reached, the
+    # unproven orders are said last.
+    said = [r.reason for r in record.results if r.reason] + [w for w, _ in unproven]
     for warning in paths.warnings:
-        if warning not in left and not any(warning.startswith(w) for w, _ in unproven):
+        if warning not in left and not any(warning.startswith(w) for w in said):
             console.notice(f"warning: {warning}")
     _final_report(console, paths, options.out_dir)
     for what, hint in unproven:  # last, where a person looks: it bills until cancelled

@@ -184,6 +184,7 @@ class Watch:
             self.say(f"[{local}] log not followed: {exc}")
         if pending:
             self.say(f"[{local}] {_inert(pending)}")
+        self._wake.set()  # a followed log ends when its job settles: look now, not a poll later
 
     def say(self, line: str) -> None:
         with self._print_lock:

@@ -101,7 +101,7 @@ class _PipelineBuilder:
     def __init__(self, source: Source, environ: dict[str, str]) -> None:
         self.source = source
         self.environ = environ
-        self.problems: list[Diagnostic] = []
+        self.problems: list[Diagnostic] = list(source.problems)  # every problem at once
 
     def build(self) -> Pipeline:
         header = self._header()
@@ -123,7 +123,9 @@ class _PipelineBuilder:
                     break
         jobs = self._resolve(drafts)  # even after problems: a cycle is reported with them
         if self.problems or header is None:
-            raise SpecError(_unique([self._quote_hint(d) for d in self.problems]))
+            problems = _unique([self._quote_hint(d) for d in self.problems])
+            # YAML 1.1's surprises stay said beside the errors: they may be their cause
+            raise SpecError(problems, warnings=self._retyped_warnings())
         env = dict(header.env)
         return Pipeline(
             name=header.name or Path(self.source.file).stem,
@@ -140,8 +142,8 @@ class _PipelineBuilder:
 
     def _quote_hint(self, problem: Diagnostic) -> Diagnostic:
         """`name: 3.10` fails as "got 3.1": say that quoting is the fix."""
-        if problem.hint:
-            return problem
+        if problem.hint or not problem.message.startswith("input should be"):
+            return problem  # a hint only where it applies: not to an unknown key, say
         retyped = self.source.retyped.get(problem.path)
         if retyped is not None:
             return dataclasses.replace(problem, hint=f'quote it: "{retyped[0]}"')

@@ -32,3 +32,12 @@ def test_there_is_no_option_to_add_a_shared_label(host: Host) -> None:
     result = host.invoke([*host.start_args(), "--label", "gpu"])
     assert result.exit_code == 2 and "--label" in result.output
     assert host.fake.requests == []
+
+
+@pytest.mark.slow
+def test_a_cap_past_the_reapers_maximum_is_refused(host: Host) -> None:
+    """The reaper cancels any runner 24 h after its create, whatever its record says: a
+    start may not ask for longer."""
+    result = host.invoke(host.start_args("--max-minutes", "1441"))
+    assert result.exit_code == 2 and "at most 1440" in result.output
+    assert host.fake.requests == []
