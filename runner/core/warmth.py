@@ -151,6 +151,10 @@ class Warmth(BookPart):
         """Rent for each pool on now that holds fewer idle servers than it asks."""
         if not self.policy.pools or not self._renting:
             return
+        servers = self._fleet.servers
+        if any(i not in servers for i in self._for_pool):  # a rent for warmth that failed
+            self._for_pool = {i: p for i, p in self._for_pool.items() if i in servers}
+            self._kept = {i: u for i, u in self._kept.items() if i in servers}
         for pool in self.policy.pools:
             if pool.window is not None:
                 self._wake_at(pool.window.next_change(now))

@@ -12,6 +12,7 @@ from runner.core.placing import PlacingCore
 from runner.core.rentals import (
     Quote,
     ReleaseServer,
+    RentFailed,
     RentServer,
     ServerLost,
     ServerReady,
@@ -203,3 +204,13 @@ def test_a_warm_server_at_its_maximum_rental_length_is_replaced() -> None:
         timers = [c for c in said if isinstance(c, SetTimer) and c.token[1] == "look"]
     replacement = [c for c in said if isinstance(c, RentServer) and c.warm is not None]
     assert now <= T0 + 2 * 3600 + 1 and replacement
+
+
+def test_a_failed_rent_for_warmth_is_tried_again_on_another_host() -> None:
+    q = warm_queue(WarmPolicy(pools=(WarmPool("4090", 1, None),)), cap=3)
+    q.submit(T0, job("a", gpu="3090"))
+    (warm,) = [r for r in q.rents() if r.warm is not None]
+    q.at(T0 + 10, RentFailed(warm.server, "the host refused the order"))
+    again = [r for r in q.rents() if r.warm is not None]
+    assert len(again) == 2 and again[1].quote.host != warm.quote.host
+    assert q.book._warmth._for_pool.keys() == {again[1].server}  # the failed one forgotten
