@@ -300,11 +300,13 @@ def _workspace(pipeline: Pipeline, root: Path, out: Path) -> Workspace:
         return Workspace((), in_git=True)
     workspace = workspace_files(root)
     files = workspace.files
+    # A run's results are not the workspace: this run's (its logs are deleted below, before
+    # any job copies them), nor an earlier run's with another --out (its lock file says so).
+    ours = {f.rsplit("/", 1)[0] + "/" for f in files if f.rsplit("/", 1)[-1] == LOCK_NAME}
     if out != root and out.is_relative_to(root):
-        # A previous run's results are not the workspace (and their logs are deleted below,
-        # before any job copies them).
-        inside = out.relative_to(root).as_posix() + "/"
-        files = tuple(f for f in files if not f.startswith(inside))
+        ours.add(out.relative_to(root).as_posix() + "/")
+    if ours:
+        files = tuple(f for f in files if not f.startswith(tuple(ours)))
     workspace = dataclasses.replace(workspace, files=files)
     if workspace.in_git or not _beside_the_pipeline(pipeline, root, files):
         # An empty folder has nothing that could leak; nor has one holding only the pipeline
@@ -336,20 +338,29 @@ def _untracked_refusal(root: Path, count: int, jobs: list[Job]) -> UsageError:
         " and `git add` the files the jobs need)"
     )
     located = [j for j in jobs if j.location is not None]
-    if not located:
+    where = located[0].location if located else None
+    if where is None:
         return UsageError(message, hint)
+    # Said once, at the first job it is about: the same words for each job would be the same
+    # refusal many times over; the others are named.
+    first = located[0]
+    others = [j.group or j.id for j in jobs if j is not first]
+    if others:
+        message += (
+            f" (and of jobs {', '.join(others)})"
+            if len(others) > 1
+            else (f" (and of job {others[0]})")
+        )
     return SpecError(
         [
             Diagnostic(
-                j.location.file,
-                j.location.line,
-                j.location.column,
-                ("jobs", j.group or j.id, "workspace"),
+                where.file,
+                where.line,
+                where.column,
+                ("jobs", first.group or first.id, "workspace"),
                 message,
                 hint,
             )
-            for j in located
-            if j.location is not None
         ]
     )
 
