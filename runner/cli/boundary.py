@@ -6,15 +6,18 @@ No traceback reaches the user for any input. Exit codes: 0 every job passed, 1 a
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
-from collections.abc import Callable
-from typing import NoReturn, Protocol
+from collections.abc import Callable, Iterable
+from typing import NoReturn, ParamSpec, Protocol, TypeVar
 
 from runner import interrupted
 from runner.errors import CloreRunError
 from runner.report.github_actions import annotate_spec_error, mask_secrets
 
+P = ParamSpec("P")
+R = TypeVar("R")
 EXIT_USAGE = 2
 EXIT_INFRA = 3
 EXIT_INTERRUPTED = interrupted.EXIT_INTERRUPTED
@@ -30,7 +33,7 @@ def run_inside(body: Callable[[], object], echo: Echo) -> NoReturn:
     try:
         code = body()
     except CloreRunError as exc:
-        echo(f"clore-run: {exc}" if exc.exit_code != EXIT_USAGE else str(exc), err=True)
+        echo(said(exc), err=True)
         annotate_spec_error(exc)
         code = exc.exit_code
     except KeyboardInterrupt:
@@ -51,6 +54,49 @@ def run_inside(body: Callable[[], object], echo: Echo) -> NoReturn:
     sys.exit(code if isinstance(code, int) else 0)
 
 
+PREFIX = "clore-run: "
+HINT = "hint: "
+
+
+def said(exc: CloreRunError) -> str:
+    """Every command's one shape: `clore-run: <what happened>`, then `hint: <what to do>` on a
+    line of its own when there is something to do. A pipeline file's problems are located lines
+    (`FILE:LINE:COL: key: what (fix)`), the shape compilers and editors read, and stay so."""
+    if getattr(exc, "diagnostics", None):
+        return str(exc)
+    return shaped(exc.message, exc.hint)
+
+
+def shaped(message: str, hint: str = "") -> str:
+    """`clore-run: message` (once, whoever already wrote the prefix) and its `hint:` line."""
+    text = message if message.startswith(PREFIX) else PREFIX + message
+    return f"{text}\n{HINT}{hint}" if hint else text
+
+
+def say_errors(command: Callable[P, R]) -> Callable[P, R]:
+    """A command that says its own errors in the one shape and exits with their code: the
+    same under the boundary and under a bare Typer app (a test's CliRunner, which would
+    otherwise report an exception as exit 1)."""
+
+    @functools.wraps(command)
+    def said_command(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return command(*args, **kwargs)
+        except CloreRunError as exc:
+            import typer  # the command's own parser: loaded already by any command
+
+            typer.echo(said(exc), err=True)
+            annotate_spec_error(exc)
+            raise typer.Exit(exc.exit_code) from None
+
+    return said_command
+
+
+def one_of(choices: Iterable[str]) -> str:
+    """`must be one of a, b, c`: the choices, listed once."""
+    return f"must be one of {', '.join(choices)}"
+
+
 def _click_exit_code(exc: Exception, echo: Echo) -> int | None:
     """Exit code for the parser's own exceptions (usage errors, Abort, Exit), else None.
 
@@ -65,9 +111,25 @@ def _click_exit_code(exc: Exception, echo: Echo) -> int | None:
         return int(getattr(exc, "exit_code", 0))
     show = getattr(exc, "show", None)
     if callable(show) and hasattr(exc, "exit_code"):
-        from runner.cli.help_words import reword
+        from runner.cli.help_words import reword  # a parse error: only a bad flag pays for it
 
         reword(exc)
-        show()
+        echo(_usage_words(exc), err=True)
         return EXIT_USAGE
     return None
+
+
+def _usage_words(exc: Exception) -> str:
+    """A bad flag or argument in the one shape: what was wrong, then where the usage is, rather
+    than click's `Usage:` block with `Error:` last."""
+    format_message = getattr(exc, "format_message", None)
+    what = str(format_message() if callable(format_message) else exc)
+    # click capitalises its sentences and ends some with a full stop; ours do neither
+    what = what[:1].lower() + what[1:].removesuffix(".")
+    ctx = getattr(exc, "ctx", None)
+    path = getattr(ctx, "command_path", "") or "clore-run"
+    hint = f"`{path} -h` lists the arguments and options"
+    what, _, close = what.partition(" (Possible options: ")
+    if close:  # click's guesses belong to what to do, not to what happened
+        hint = f"did you mean {' or '.join(close.rstrip(')').split(', '))}? {hint}"
+    return shaped(what, hint)

@@ -2,7 +2,7 @@
 
 Each renting backend in the registry (runner.backends.registry) does its own cleanup (its
 spec's `cleanup`; Clore's is runner/backends/clore/sweep.py); this command reads the flags, asks
-each in turn, and prints what fails as `error: ...` with its exit code.
+each in turn, and prints what fails as `clore-run: ...` (and its `hint:`) with its exit code.
 
 Exit 0 when nothing is left unreleased (or, with --dry-run, when every rental could be settled),
 3 when a rental could not be checked or cancelled, the key is missing or the ledger is unreadable.
@@ -18,6 +18,7 @@ import typer
 
 from runner.backends.registry import BACKENDS
 from runner.backends.spec import CleanupAsk
+from runner.cli.boundary import said, shaped
 from runner.cli.options import CoordinatorOption, LedgerOption
 from runner.errors import CloreRunError
 
@@ -111,7 +112,7 @@ def register(app: typer.Typer, client_factory: ClientFactory | None = None) -> N
             try:
                 spec.cleanup(ask)
             except CloreRunError as exc:  # the next backend still cleans up its own
-                typer.echo(f"error: {exc}", err=True)
+                typer.echo(said(exc), err=True)
                 failed = failed or exc
         if failed is not None:
             raise typer.Exit(failed.exit_code)
@@ -131,7 +132,10 @@ def _reap_runners(
     except CloreRunError as exc:
         _fail(str(exc), exc.exit_code)
     if left:
-        _fail(f"{left} runner rental(s) may still be billed: run again, or cancel on clore.ai")
+        _fail(
+            f"{left} runner rental(s) may still be billed",
+            hint="run `clore-run cleanup --runners` again, or cancel them on clore.ai",
+        )
 
 
 def _client_from_env() -> CloreClient:
@@ -140,6 +144,6 @@ def _client_from_env() -> CloreClient:
     return CloreClient.from_env()
 
 
-def _fail(message: str, exit_code: int = 3) -> NoReturn:
-    typer.echo(f"error: {message}", err=True)
+def _fail(message: str, exit_code: int = 3, hint: str = "") -> NoReturn:
+    typer.echo(shaped(message, hint), err=True)
     raise typer.Exit(exit_code)

@@ -21,6 +21,7 @@ from runner.cli import (
     schema,
     serve,
     validate,
+    warmth,
 )
 from runner.cli.help_words import plain_metavars
 from runner.cli.root import app
@@ -40,6 +41,7 @@ for _command in (
     pool,
     hosts,
     gh_runner,
+    warmth,
 ):
     _command.register(app)
 

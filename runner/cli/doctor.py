@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
-from runner.cli.boundary import EXIT_INTERRUPTED
+from runner.cli.boundary import EXIT_INTERRUPTED, one_of, say_errors, shaped
 from runner.core.model import GpuAsk
-from runner.errors import CloreRunError
+from runner.errors import CloreRunError, InfrastructureError, UsageError
 from runner.stores.ledger import DEFAULT_PATH
 
 if TYPE_CHECKING:  # the Clore client loads only when doctor runs
@@ -38,6 +38,7 @@ def register(
     make_tools = tools_factory or _real_tools
 
     @app.command("doctor")
+    @say_errors
     def doctor(
         canary: Annotated[
             bool,
@@ -72,26 +73,18 @@ def register(
         from runner.backends.clore.settings import CURRENCIES
 
         if currency not in CURRENCIES:
-            typer.echo(f"error: --currency must be one of {', '.join(CURRENCIES)}", err=True)
-            raise typer.Exit(2)
+            raise UsageError(f"--currency {currency}: {one_of(CURRENCIES)}")
         if capture is not None and not canary:
-            typer.echo("error: --capture needs --canary (it records the canary's rental)", err=True)
-            raise typer.Exit(2)
+            raise UsageError("--capture needs --canary", "it records the canary's rental")
         ask = GpuAsk(type=gpu, spot=spot)
-        try:
-            client = make_client()
-            waits.on_stderr(client)
-            found = checks.check_account(client, currency, ask)
-            for line in found.lines:
-                typer.echo(line)
-            if found.problems:
-                count = len(found.problems)  # each was said above, as a `problem:` line
-                _fail(f"doctor found {count} problem{'s' if count != 1 else ''} (above)")
-            if canary:
-                tools = make_tools(client, ledger_path)
-                _canary(tools, currency, ask, found.offers[0], capture)
-        except CloreRunError as exc:  # a missing key (with how to set it), a failed canary
-            _fail(str(exc))
+        client = make_client()  # a missing key: said by the boundary, with how to set one
+        waits.on_stderr(client)
+        found = checks.check_account(client, currency, ask, typer.echo)
+        if found.problems:
+            raise InfrastructureError(_problems(found.problems), "; ".join(found.hints))
+        if canary:
+            tools = make_tools(client, ledger_path)
+            _canary(tools, currency, ask, found.offers[0], capture)
         typer.echo("doctor: all checks passed")
 
 
@@ -123,7 +116,7 @@ def _canary(
 
 
 def _interrupted(message: str) -> NoReturn:
-    typer.echo(f"doctor: {message}", err=True)
+    typer.echo(shaped(message), err=True)
     raise typer.Exit(EXIT_INTERRUPTED)
 
 
@@ -148,6 +141,8 @@ def _real_tools(client: CloreClient, ledger_path: Path) -> CanaryTools:
     )
 
 
-def _fail(message: str) -> NoReturn:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(3)
+def _problems(problems: list[str]) -> str:
+    """One problem as it is; several in one line, each said once."""
+    if len(problems) == 1:
+        return problems[0]
+    return f"doctor found {len(problems)} problems: " + "; ".join(problems)

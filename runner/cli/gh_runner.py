@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
+from runner.cli.boundary import said as said_error
+from runner.cli.boundary import shaped
 from runner.cli.options import CoordinatorOption, LedgerOption, PoolOption, usd_option
 from runner.errors import CloreRunError, UsageError
 from runner.gh_runner.wiring import TOKEN_ENV, Wiring
@@ -166,7 +168,7 @@ def _do_start(
             with _cancel_on_signals() as cancel:
                 record = start_runners(request, tools, cancel, typer.echo)
     except CloreRunError as exc:
-        typer.echo(f"error: {exc}", err=True)
+        typer.echo(said_error(exc), err=True)
         raise typer.Exit(exc.exit_code) from None
     write_record(record, record_file)
     publish_start(record, record_file, wiring.env)
@@ -201,6 +203,11 @@ def _stop_command(wiring: Wiring) -> Callable[..., None]:
             str, typer.Option(help="The sticky comment to add the section to.")
         ] = "",
         coordinator: CoordinatorOption = None,
+        repo: Annotated[
+            str | None,
+            typer.Option(help="OWNER/NAME the runners are on (default $GITHUB_REPOSITORY)."),
+        ] = None,
+        org: Annotated[str | None, typer.Option(help="Or this organization.")] = None,
     ) -> None:
         """Remove the runners' registrations, cancel their servers, report what they cost."""
         from runner.gh_runner.publish import publish_stop
@@ -212,7 +219,7 @@ def _stop_command(wiring: Wiring) -> Callable[..., None]:
         try:
             parsed = _read_record(record, record_json)
         except CloreRunError as exc:
-            typer.echo(f"error: {exc}", err=True)
+            typer.echo(said_error(exc), err=True)
             raise typer.Exit(exc.exit_code) from None
         token = wiring.env.get(TOKEN_ENV, "").strip()
         env = wiring.env
@@ -222,9 +229,12 @@ def _stop_command(wiring: Wiring) -> Callable[..., None]:
 
         try:
             client = wiring.clore()
-            stopped = stop_runners(parsed, client, wiring.clock, api_for if token else None)
+            scope = _stop_scope(repo, org, wiring)
+            stopped = stop_runners(
+                parsed, client, wiring.clock, api_for if token else None, scope=scope
+            )
         except CloreRunError as exc:
-            typer.echo(f"error: {exc}", err=True)
+            typer.echo(said_error(exc), err=True)
             raise typer.Exit(exc.exit_code) from None
         typer.echo(runners_markdown(stopped))
         _settle_pool(parsed, stopped, coordinator)
@@ -234,8 +244,10 @@ def _stop_command(wiring: Wiring) -> Callable[..., None]:
         left = [s for s in stopped if not s.released.settled]
         if left:
             typer.echo(
-                f"error: {len(left)} server(s) may still be billed: run "
-                "`clore-run cleanup --runners`, or cancel them on clore.ai",
+                shaped(
+                    f"{len(left)} server(s) may still be billed",
+                    "run `clore-run cleanup --runners`, or cancel them on clore.ai",
+                ),
                 err=True,
             )
             raise typer.Exit(3)
@@ -298,6 +310,17 @@ def _scope(repo: str | None, org: str | None, wiring: Wiring) -> Scope:
     return Scope.repo(name)
 
 
+def _stop_scope(repo: str | None, org: str | None, wiring: Wiring) -> Scope | None:
+    """Where stop may remove registrations: --org, --repo, else $GITHUB_REPOSITORY; None
+    when none is known (the registrations are then left to GitHub, which drops unused ones)."""
+    from runner.gh_runner.github import Scope
+
+    if org:
+        return Scope.org(org)
+    name = repo or wiring.env.get("GITHUB_REPOSITORY", "")
+    return Scope.repo(name) if name else None
+
+
 def _runner_token(wiring: Wiring) -> str:
     from runner.gh_runner.errors import TOKEN_HINT
 
@@ -339,6 +362,6 @@ def _cancel_on_signals() -> Iterator[threading.Event]:
             signal.signal(sig, old)
 
 
-def _usage(message: str) -> NoReturn:
-    typer.echo(f"error: {message}", err=True)
+def _usage(message: str, hint: str = "") -> NoReturn:
+    typer.echo(shaped(message, hint), err=True)
     raise typer.Exit(2)

@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
+from runner.cli.boundary import said
 from runner.cli.options import CoordinatorOption, LedgerOption
 from runner.core.hosts import HostMemory, HostRecord, ago_text, kind_words
 from runner.errors import CloreRunError
@@ -51,7 +52,7 @@ def hosts(
             for note in history.take_notes():
                 typer.echo(f"warning: {note}", err=True)
     except CloreRunError as exc:
-        typer.echo(f"error: {exc}", err=True)
+        typer.echo(said(exc), err=True)
         raise typer.Exit(3) from None
     shown = [r for h, r in sorted(memory.hosts.items()) if not host or h in host]
     if as_json:

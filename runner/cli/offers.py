@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from runner.cli.boundary import one_of, say_errors
 from runner.cli.options import CoordinatorOption, LedgerOption, usd_option
 from runner.core.hosts import HostMemory
 from runner.core.model import GpuAsk
 from runner.core.rental_length import hold_for_s, hours_text
-from runner.errors import CloreRunError
+from runner.errors import UsageError
 
 if TYPE_CHECKING:  # the Clore client and models load only when `offers` runs
     from runner.backends.clore.api import CloreClient
@@ -20,7 +21,7 @@ if TYPE_CHECKING:  # the Clore client and models load only when `offers` runs
 
 ClientFactory = Callable[[], "CloreClient"]
 
-_COLUMNS = ("ID", "GPUS", "VRAM", "$/H", "SPOT $/H", "RELIAB", "MAX LEN", "CUDA", "LOC")
+_COLUMNS = ("ID", "GPUS", "VRAM", "$/H", "SPOT $/H", "RELIAB", "MAX LEN", "CUDA", "COUNTRY")
 
 
 def register(app: typer.Typer, client_factory: ClientFactory | None = None) -> None:
@@ -28,6 +29,7 @@ def register(app: typer.Typer, client_factory: ClientFactory | None = None) -> N
     make_client = client_factory or _client_from_env
 
     @app.command("offers")
+    @say_errors
     def offers(
         gpu: Annotated[str | None, typer.Option(help="GPU type, a substring: 4090, 'RTX'")] = None,
         count: Annotated[int, typer.Option(min=1, help="At least this many GPUs")] = 1,
@@ -62,8 +64,7 @@ def register(app: typer.Typer, client_factory: ClientFactory | None = None) -> N
         from runner.backends.clore.settings import CURRENCIES
 
         if currency not in CURRENCIES:
-            typer.echo(f"error: --currency must be one of {', '.join(CURRENCIES)}", err=True)
-            raise typer.Exit(2)
+            raise UsageError(f"--currency {currency}: {one_of(CURRENCIES)}")
         ask = GpuAsk(
             type=gpu, count=count, min_vram_gb=min_vram, max_usd_per_hour=max_price, spot=spot
         )
@@ -100,10 +101,7 @@ def _memory(ledger_arg: str | None, coordinator: str | None) -> tuple[HostMemory
     from runner.stores.ledger import DEFAULT_PATH
     from runner.stores.target import coordinator_from, ledger_target
 
-    try:
-        target = ledger_target(ledger_arg, coordinator_from(coordinator), DEFAULT_PATH)
-    except CloreRunError as exc:
-        _fail(str(exc), exc.exit_code)  # a bad --ledger is a usage error
+    target = ledger_target(ledger_arg, coordinator_from(coordinator), DEFAULT_PATH)
     return read_memory(hosts_target(target))
 
 
@@ -137,29 +135,19 @@ def _client_from_env() -> CloreClient:
 
 
 def _fetch_offers(make_client: ClientFactory, currency: str) -> list[Offer]:
-    from runner.backends.clore import errors as e
     from runner.backends.clore import waits
     from runner.backends.clore.fees import read_fee_schedule
     from runner.backends.clore.market import offers_from_servers
 
-    try:
-        client = make_client()
-        waits.on_stderr(client)
-        # The market first: when the API cannot be reached, that is the one wait and the one
-        # error; the fees have a documented fallback.
-        servers = client.marketplace().servers
-        # The account's renter fee rates (or the documented ones): every $/h includes them.
-        fees = read_fee_schedule(client, currency)
-    except e.InvalidTokenError:
-        _fail("the Clore API refused the key in CLORE_API_KEY (code 3: invalid API token)")
-    except e.CloreApiError as exc:  # a missing key with how to set one, an unreachable API
-        _fail(str(exc))
+    # A missing key, a refused one, an unreachable API: the boundary says each in its shape.
+    client = make_client()
+    waits.on_stderr(client)
+    # The market first: when the API cannot be reached, that is the one wait and the one
+    # error; the fees have a documented fallback.
+    servers = client.marketplace().servers
+    # The account's renter fee rates (or the documented ones): every $/h includes them.
+    fees = read_fee_schedule(client, currency)
     return offers_from_servers(servers, currency, fees=fees.rates)
-
-
-def _fail(message: str, exit_code: int = 3) -> NoReturn:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(exit_code)
 
 
 def render_table(offers: list[Offer]) -> str:

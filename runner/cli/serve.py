@@ -301,7 +301,8 @@ def status_word(job: dict[str, Any]) -> str:
 def _job_text(job: dict[str, Any]) -> str:
     lines = [
         f"{job['id']}: {status_word(job)}" + (f" ({job['reason']})" if job.get("reason") else ""),
-        f"  name: {job['name']}  priority: {job['priority']}  cost: ${job['cost_usd']:.4f}",
+        f"  name: {job['name']}  priority: {job['priority']}  cost: ${job['cost_usd']:.4f}"
+        + (f"  trust: {job['trust']}" if job.get("trust") else ""),
     ]
     if job.get("waiting_for"):
         lines.append(f"  waiting for: {job['waiting_for']}")

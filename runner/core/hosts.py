@@ -180,7 +180,7 @@ def _record(host: str, events: list[HostEvent]) -> HostRecord:
 
 
 @dataclass(frozen=True)
-class Market:
+class MarketVerdict:
     """The whole history's verdict on the market: how often a boot fails, how long one takes."""
 
     boots: int = 0
@@ -199,7 +199,7 @@ class Market:
         return self.boot_s_total / self.ups if self.ups else None
 
 
-def market_of(recs: Iterable[HostRecord]) -> Market:
+def market_of(recs: Iterable[HostRecord]) -> MarketVerdict:
     boots = failures = ups = 0
     total = 0.0
     for r in recs:
@@ -207,7 +207,7 @@ def market_of(recs: Iterable[HostRecord]) -> Market:
         failures += r.boot_failures
         ups += r.ups
         total += r.boot_s_total
-    return Market(boots, failures, ups, total)
+    return MarketVerdict(boots, failures, ups, total)
 
 
 def skip_for_s(failures_in_a_row: int) -> float:
@@ -248,7 +248,7 @@ class HostMemory:
         return cls(records(events), now, pulls=pulls_of(events))
 
     @property
-    def market(self) -> Market:
+    def market(self) -> MarketVerdict:
         return market_of(self.hosts.values())
 
     def skip_reason(self, host: str) -> str | None:

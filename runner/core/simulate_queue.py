@@ -64,6 +64,7 @@ class QueueSimResult:
     idle_usd: float = 0.0  # of which idle: no job on it
     cross_domain_reuses: int = 0  # a server given to a job of another domain than its last
     dirty_reuses: int = 0  # a job started on a server that failed its clean handover
+    double_starts: int = 0  # a job started on a server another job still ran on
 
     def wait_percentile(self, q: float) -> float:
         waits = sorted(self.waits_s.values())
@@ -96,6 +97,7 @@ class _QueueSim:
         self.domain_of: dict[str, str] = {}  # job -> its trust domain
         self.dirty = dirty  # does a server fail the clean handover after this attempt?
         self.failed_handover: set[int] = set()
+        self.busy: dict[int, str] = {}  # server -> the job running on it
         for arrival in arrivals:
             self.push(arrival.at, arrival)
 
@@ -112,6 +114,8 @@ class _QueueSim:
                 self.domain_of[job.id] = job.trust
                 self.apply(self.core.add([Entry(job, next(self.seq))], {}, now), now)
                 continue
+            if isinstance(item, AttemptEnded):
+                self.busy = {s: j for s, j in self.busy.items() if j != item.job_id}
             if isinstance(item, ServerReady):
                 if item.server not in self.rented:
                     continue  # given back while it booted
@@ -138,6 +142,9 @@ class _QueueSim:
         job_id = cmd.job_id
         if cmd.server in self.failed_handover:
             self.result.dirty_reuses += 1
+        if cmd.server in self.busy:
+            self.result.double_starts += 1
+        self.busy[cmd.server] = job_id
         domain = self.domain_of[job_id]
         last = self.domain_on.get(cmd.server)
         if last is not None and last != domain:

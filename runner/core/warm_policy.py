@@ -67,8 +67,24 @@ class Window:
         return float(best)
 
     def text(self) -> str:
-        days = ",".join(WEEK_DAYS[d] for d in sorted(self.days))
-        return f"{days} {_hhmm(self.start_s)}-{_hhmm(self.end_s)} UTC"
+        return f"{_days_text(self.days)} {_hhmm(self.start_s)}-{_hhmm(self.end_s)} UTC"
+
+
+def _days_text(days: frozenset[int]) -> str:
+    """`Mon-Fri`, `Sat,Sun`, `daily`: runs of three days or more as a range."""
+    if len(days) == 7:
+        return "daily"
+    runs: list[list[int]] = []
+    for day in sorted(days):
+        if runs and runs[-1][-1] == day - 1:
+            runs[-1].append(day)
+        else:
+            runs.append([day])
+    words = [
+        f"{WEEK_DAYS[r[0]]}-{WEEK_DAYS[r[-1]]}" if len(r) > 2 else ",".join(WEEK_DAYS[d] for d in r)
+        for r in runs
+    ]
+    return ",".join(words)
 
 
 def _hhmm(seconds: int) -> str:

@@ -207,8 +207,13 @@ class Console:
             self._line(job, words, now, style)
 
     def notice(self, text: str) -> None:
+        """`clore-run: TEXT`; a text already in the shape (`clore-run: ...`, or its `hint: ...`
+        line) as it is, never with a second prefix."""
+        line = _one_line(text)
+        if not line.startswith(("clore-run: ", "hint: ")):
+            line = f"clore-run: {line}"
         with self._lock:
-            self._emit("", f"clore-run: {_one_line(text)}")
+            self._emit("", line)
 
     def hint(self, text: str) -> None:
         """What to do about the notice just said, on a line of its own under it."""

@@ -88,11 +88,20 @@ if [[ "$(id -u)" == 0 && -x "$runner_dir/bin/installdependencies.sh" ]]; then
         echo "install: dependencies: see $dir/install-deps.log" >&2
 fi
 
-IFS= read -r ACTIONS_RUNNER_INPUT_JITCONFIG <.jitconfig || true
-export ACTIONS_RUNNER_INPUT_JITCONFIG
-rm -f .jitconfig
+# The config goes beside the runner (0600, the runner user's) and is read there by the last
+# shell before run.sh, which then execs run.sh: setsid, runuser and timeout, which live as long
+# as the runner, never have it in their environment (/proc/PID/environ keeps a process's
+# first environment for its life, readable by its user: a job's steps). The runner itself must
+# get it through its environment (its only other way is an argument, readable by anyone); it
+# is spent at the runner's first connection (a JIT config is good for one session).
+mv .jitconfig "$runner_dir/.jitconfig"
+if ((${#run_as[@]})); then chown "$user" "$runner_dir/.jitconfig"; fi
 cd "$runner_dir"
-setsid "${run_as[@]}" timeout -k 30 "$limit_s" ./run.sh >"$dir/runner.log" 2>&1 </dev/null &
+# shellcheck disable=SC2016 # expanded by the inner shell, not this one
+start='IFS= read -r ACTIONS_RUNNER_INPUT_JITCONFIG <.jitconfig || true
+rm -f .jitconfig
+export ACTIONS_RUNNER_INPUT_JITCONFIG
+exec ./run.sh'
+setsid "${run_as[@]}" timeout -k 30 "$limit_s" bash -c "$start" >"$dir/runner.log" 2>&1 </dev/null &
 echo "$!" >"$dir/runner.pid"
-unset ACTIONS_RUNNER_INPUT_JITCONFIG
 echo "install: runner started as $user, stopped after $limit_s s at the latest"

@@ -37,18 +37,27 @@ def stop_runners(
     clock: Clock,
     api_for: ApiFor | None,
     confirm_within_s: float = 30.0,
+    scope: Scope | None = None,
 ) -> list[Stopped]:
-    """Deregister and give back every runner of `record`, in its order."""
+    """Deregister and give back every runner of `record`, in its order. `scope`: where this
+    stop may remove registrations (the repository it runs for); a record naming another is
+    not followed there (the order is still cancelled: that takes the proof, not the scope)."""
     stopped = []
     for rental in record.runners:
-        words = _deregister(rental, api_for)
+        words = _deregister(rental, api_for, scope)
         stopped.append(Stopped(release(client, rental, clock, confirm_within_s), words))
     return stopped
 
 
-def _deregister(rental: RunnerRental, api_for: ApiFor | None) -> str:
+def _deregister(rental: RunnerRental, api_for: ApiFor | None, scope: Scope | None) -> str:
     if api_for is None:
         return "not checked (no runner token given)"
+    # The record is pasted text: its scope must not aim the runner token at a repository or
+    # organization other than the one this stop is for.
+    if scope is None:
+        return "not checked (which repository? pass --repo or --org, or run in Actions)"
+    if rental.scope != scope.path:
+        return f"not touched: the record names {rental.scope}, this stop is for {scope.path}"
     try:
         api = api_for(Scope(rental.scope))
         state = api.get_runner(rental.runner_id)

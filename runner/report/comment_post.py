@@ -40,6 +40,7 @@ class Outcome:
     exit_code: int
     message: str
     level: str = "notice"
+    hint: str = ""  # what to do, for an error a person can fix
 
 
 @dataclass(frozen=True)
@@ -63,13 +64,22 @@ def post_comment(
     http = http or Http()
     try:
         summary = load_summary(summary_path)
-    except (OSError, ValueError) as exc:
+    except OSError as exc:  # the system's reason in words, not `[Errno 2] ...`
+        why = (exc.strerror or str(exc)).lower()
+        hint = "pass the summary.json a run wrote (in its --out folder)"
+        return Outcome(2, f"cannot read {summary_path}: {why}", "error", hint)
+    except ValueError as exc:
         return Outcome(2, f"cannot read {summary_path}: {exc}", "error")
     summary, warning = _compared(summary, baseline_path)
     token = token or env.get("GITHUB_TOKEN", "")
     repo = env.get("GITHUB_REPOSITORY", "")
     if not token or not repo:
-        return Outcome(2, "need a token (--token or GITHUB_TOKEN) and GITHUB_REPOSITORY", "error")
+        return Outcome(
+            2,
+            "no GitHub token or repository to comment with",
+            "error",
+            "pass --token (or set GITHUB_TOKEN) and set GITHUB_REPOSITORY (owner/name)",
+        )
     run_url = summary.ci.run_url if summary.ci else None
     name = header or summary.pipeline.name or "default"
     body = comment_body(render_markdown(summary), name, run_url)
@@ -119,5 +129,6 @@ def say(outcome: Outcome, env: Mapping[str, str] | None = None, out: TextIO | No
     if is_active(env):
         kind = "error" if outcome.level == "error" else "notice"
         print(command(kind, outcome.message, title="clore-run comment"), file=out or sys.stdout)
-    else:
-        print(f"clore-run comment: {outcome.message}", file=out or sys.stderr)
+    else:  # the one shape of every command's message
+        hint = f"\nhint: {outcome.hint}" if outcome.hint else ""
+        print(f"clore-run: {outcome.message}{hint}", file=out or sys.stderr)

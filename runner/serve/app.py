@@ -190,18 +190,7 @@ def _handlers(api: FastAPI) -> None:
     async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
         # Without the input it was given: a NaN or 1e999 there made the reply itself invalid
         # JSON, and the default handler's render failed into a 500.
-        problems = [
-            {
-                "loc": list(err.get("loc", ())),
-                "msg": str(err.get("msg", "")),
-                "type": err.get("type"),
-                "hint": unknown_key_hint(err.get("loc", ()))
-                if err.get("type") == "extra_forbidden"
-                else "",
-            }
-            for err in exc.errors()
-        ]
-        return JSONResponse({"detail": problems}, 422)
+        return JSONResponse({"detail": [_validation_problem(err) for err in exc.errors()]}, 422)
 
     @api.exception_handler(SubmissionError)
     async def bad_submission(_: Request, exc: SubmissionError) -> JSONResponse:
@@ -238,6 +227,18 @@ def _allowed_methods(api: FastAPI, path: str) -> list[str]:
     return sorted(methods)
 
 
+def _validation_problem(err: Any) -> dict[str, Any]:
+    loc = tuple(err.get("loc", ()))
+    msg = str(err.get("msg", ""))
+    problem = {"loc": list(loc), "msg": msg, "type": err.get("type"), "hint": ""}
+    if err.get("type") == "extra_forbidden":
+        problem["hint"] = unknown_key_hint(loc)
+    elif loc[-1:] == ("trust",):
+        # The rule in words, not the pattern that encodes it: a person fixes a name from words.
+        problem["msg"], problem["hint"] = trust_names.RULE, trust_names.HINT
+    return problem
+
+
 def _problem(p: Problem) -> dict[str, Any]:
     return {"loc": list(p.loc), "msg": p.msg, "hint": p.hint, "line": p.line, "column": p.column}
 
@@ -261,6 +262,9 @@ def _routes(service: Service, tally: ErrorTally) -> APIRouter:
         trust: Annotated[
             str | None,
             Query(
+                # An empty value asks for the default domain, as leaving it out does.
+                pattern=f"^$|{trust_names.PATTERN}",
+                max_length=trust_names.MAX_LENGTH,
                 description="The submission's trust domain: a server is reused only within "
                 f"one (default: {trust_names.DEFAULT_TRUST}).",
             ),

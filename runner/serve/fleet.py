@@ -45,7 +45,7 @@ class FleetOptions:
 
 class FencedJournal:
     """The queue's journal for a shared store: every write names this instance as the owner,
-    so a write after another instance took the job is refused (LeaseLost), never applied."""
+    so a write after another instance took the job is refused (JobTakenOver), never applied."""
 
     def __init__(self, store: SharedQueueStore, instance: str, settled: Callable[[], None]):
         self.store = store
@@ -178,8 +178,9 @@ class Fleet:
                 log.warning(
                     "job %s: cancelled by request (its server %s is gone)", job_id, taken.token
                 )
-            if taken.running or taken.cancelled:  # what those ran on is reconciled too
-                self.hooks.recover(taken.token, taken.running, taken.open_attempts)
+            # Always reconciled: an instance with no job running may still have held rentals
+            # (kept warm, or rented for warmth), which are cancelled, never adopted.
+            self.hooks.recover(taken.token, taken.running, taken.open_attempts)
 
     def _pass_cancels(self) -> None:
         for job_id in self.store.cancel_requests(self.instance):
@@ -233,7 +234,7 @@ class Listener:
         import psycopg  # the PostgreSQL extra: only serve on a shared queue listens
 
         from runner.stores.pg import with_password
-        from runner.stores.queue.postgres import CHANNEL
+        from runner.stores.queue.pg_base import CHANNEL
 
         while not self._stop.is_set():
             try:

@@ -11,6 +11,7 @@ root's alone. (A server run as root has root's jobs, which can read anything any
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -55,6 +56,21 @@ class ServeOptions:
     # pick the address login throttling counts it under.
     trusted_proxies: tuple[str, ...] = ()
     api_docs: bool = False  # /docs and /redoc (their scripts come from a CDN)
+
+
+def _private(db: Path | str, data_dir: Path) -> None:
+    """What an earlier serve (before its umask) left readable by others: made this user's."""
+    paths = [data_dir]
+    if isinstance(db, Path):
+        paths += [db.with_name(db.name + suffix) for suffix in ("", "-wal", "-shm")]
+    for path in paths:
+        with contextlib.suppress(OSError):  # absent, or not ours to change: left as it is
+            if path.is_symlink():
+                continue
+            if path.is_dir():  # 0700: what is inside is closed to others with it
+                path.chmod(0o700)
+            elif path.exists():
+                path.chmod(0o600)
 
 
 def data_dir_for(db: Path | str, given: Path | None) -> Path:
@@ -105,13 +121,14 @@ def run_server(options: ServeOptions) -> None:
     except ImportError as exc:
         raise UsageError(
             f"clore-run serve needs the 'serve' extra ({exc.name} is missing)",
-            "pip install 'clore-run[serve]'",
+            "in a checkout of clore-run: pip install '.[serve]'",
         ) from None
     sock = bind(options.host, options.port)
     # One server per SQLite file; N on PostgreSQL, where leases say who holds what.
     lock = lock_db(options.db) if isinstance(options.db, Path) else None
     instance = uuid.uuid4().hex[:12]
     store = open_queue(options.db, lease_ttl_s=options.lease_ttl_s)
+    _private(options.db, data_dir_for(options.db, options.data_dir))
     backend, reconcile = build(options.backend, instance)
     seat = pool_seat(backend)
     if seat is not None and (queue := shared(store)) is not None:

@@ -419,6 +419,10 @@ class Service:
         unsettled = self.store.unsettled()
         open_rows = {a.job_id: a for a in self.store.open_attempts()}
         dead = {a.instance for a in open_rows.values()}
+        # A server that died with no job running may still have held rentals (kept warm, or
+        # rented for warmth): those are cancelled through the ledger too, never adopted. What
+        # its last job left on them and whose domain they were is not known any more.
+        dead.update(self.store.stale_instances(self.options.instance))
         note = self.options.reconcile(dead) if dead else ""
         self._check_spend(now)  # before the jobs are added: adding starts what it can
         self._add([_entry(u) for u in unsettled], now)

@@ -148,8 +148,7 @@ def _trust(value: str | None, where: tuple[str | int, ...]) -> str:
     if value is None or value == "":
         return trust_names.DEFAULT_TRUST
     if not trust_names.is_name(value):
-        hint = "e.g. repo-acme.models or team-ml; leave it out for the default domain"
-        raise SubmissionError([Problem(where, trust_names.RULE, hint)])
+        raise SubmissionError([Problem(where, trust_names.RULE, trust_names.HINT)])
     return value
 
 

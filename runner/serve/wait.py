@@ -43,6 +43,9 @@ FINAL = frozenset(s.value for s in JobStatus)
 POLL_S = 1.0  # between two looks at the jobs' status: a second is what a person notices
 CANCEL_WAIT_S = 5.0  # after a Ctrl-C: within the 7.5 s an Actions runner gives before SIGTERM
 LOG_JOIN_S = 2.0  # for a followed log to finish after its job settled
+# A server that stops answering is waited for this long: a restarted serve loses no job, and a
+# CI job that gave up at the first refused connection would fail for a restart.
+LOST_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -95,6 +98,7 @@ class Watch:
         self._print_lock = threading.Lock()
         self._followers: dict[str, threading.Thread] = {}
         self._shown: dict[str, str] = {}
+        self._lost_since: float | None = None
 
     def interrupt(self, reason: str) -> None:
         """From a signal handler: cancel the submission's jobs, then stop waiting."""
@@ -104,12 +108,10 @@ class Watch:
     def run(self) -> dict[str, dict[str, Any]]:
         jobs: dict[str, dict[str, Any]] = {}
         deadline: float | None = None
+        every = len(self.submission.server_ids)
         while True:
-            for local, server_id in self.submission.server_ids.items():
-                if jobs.get(local, {}).get("status") not in FINAL:
-                    jobs[local] = self.client.job(server_id)
-                    self._show(local, jobs[local])
-            if all(j["status"] in FINAL for j in jobs.values()):
+            self._look(jobs)
+            if len(jobs) == every and all(j["status"] in FINAL for j in jobs.values()):
                 break
             if self.interrupted and deadline is None:
                 self._cancel(jobs)
@@ -121,6 +123,33 @@ class Watch:
         for follower in self._followers.values():
             follower.join(LOG_JOIN_S)
         return jobs
+
+    def _look(self, jobs: dict[str, dict[str, Any]]) -> None:
+        """The jobs not settled yet, as the server has them now; a server that does not answer
+        is tried again until LOST_S have gone by."""
+        try:
+            for local, server_id in self.submission.server_ids.items():
+                if jobs.get(local, {}).get("status") not in FINAL:
+                    jobs[local] = self.client.job(server_id)
+                    self._show(local, jobs[local])
+        except InfrastructureError as exc:
+            self._lost(exc)
+            return
+        if self._lost_since is not None:
+            self._lost_since = None
+            self.say("the server answers again")
+
+    def _lost(self, exc: InfrastructureError) -> None:
+        now = self.clock.now()
+        if self._lost_since is None:
+            self._lost_since = now
+            self.say(f"{exc.message}: trying again for {LOST_S:.0f} s (the jobs go on there)")
+        elif now - self._lost_since >= LOST_S:
+            raise InfrastructureError(
+                f"{exc.message}, for {LOST_S:.0f} s: stopped waiting",
+                f"the jobs go on there: `clore-run status s{self.submission.number}.<job>` "
+                "(a restarted serve keeps them)",
+            )
 
     def _cancel(self, jobs: Mapping[str, dict[str, Any]]) -> None:
         self.say(f"{self.interrupted}: cancelling the submission's jobs")
@@ -155,6 +184,7 @@ class Watch:
             self.say(f"[{local}] log not followed: {exc}")
         if pending:
             self.say(f"[{local}] {_inert(pending)}")
+        self._wake.set()  # a followed log ends when its job settles: look now, not a poll later
 
     def say(self, line: str) -> None:
         with self._print_lock:

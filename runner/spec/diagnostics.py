@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from runner.errors import UsageError
+
+if TYPE_CHECKING:
+    from runner.core.model import SpecWarning
 from runner.errors import did_you_mean as did_you_mean  # its callers in spec import it here
 
 KeyPath = tuple[str | int, ...]
@@ -43,7 +47,15 @@ class Diagnostic:
 class SpecError(UsageError):
     """One or more problems in a pipeline file, reported together in file order."""
 
-    def __init__(self, diagnostics: Sequence[Diagnostic]) -> None:
+    def __init__(
+        self, diagnostics: Sequence[Diagnostic], warnings: Sequence[SpecWarning] = ()
+    ) -> None:
+        """`warnings`: said among the problems, in file order (a YAML 1.1 surprise is often
+        what caused one)."""
         ordered = sorted(diagnostics, key=lambda d: (d.file, d.line, d.column))
-        super().__init__("\n".join(str(d) for d in ordered))
+        lines = [((d.file, d.line, d.column), str(d)) for d in ordered]
+        lines += [((w.location.file, w.location.line, w.location.column), str(w)) for w in warnings]
+        lines.sort(key=lambda pair: pair[0])
+        super().__init__("\n".join(text for _, text in lines))
         self.diagnostics = tuple(ordered)
+        self.warnings = tuple(warnings)

@@ -101,7 +101,7 @@ class _PipelineBuilder:
     def __init__(self, source: Source, environ: dict[str, str]) -> None:
         self.source = source
         self.environ = environ
-        self.problems: list[Diagnostic] = []
+        self.problems: list[Diagnostic] = list(source.problems)  # every problem at once
 
     def build(self) -> Pipeline:
         header = self._header()
@@ -123,11 +123,13 @@ class _PipelineBuilder:
                     break
         jobs = self._resolve(drafts)  # even after problems: a cycle is reported with them
         if self.problems or header is None:
-            raise SpecError(_unique([self._quote_hint(d) for d in self.problems]))
+            problems = _unique([self._quote_hint(d) for d in self.problems])
+            # YAML 1.1's surprises stay said beside the errors: they may be their cause
+            raise SpecError(problems, warnings=self._retyped_warnings())
         env = dict(header.env)
         return Pipeline(
             name=header.name or Path(self.source.file).stem,
-            jobs=tuple(self._job(d, env, i) for i, d in enumerate(jobs)),
+            jobs=tuple(_job(self.source, d, env, i) for i, d in enumerate(jobs)),
             concurrency=header.concurrency,
             budget_usd=header.budget,
             timeout_s=header.timeout_minutes * 60 if header.timeout_minutes else None,
@@ -140,8 +142,8 @@ class _PipelineBuilder:
 
     def _quote_hint(self, problem: Diagnostic) -> Diagnostic:
         """`name: 3.10` fails as "got 3.1": say that quoting is the fix."""
-        if problem.hint:
-            return problem
+        if problem.hint or not problem.message.startswith("input should be"):
+            return problem  # a hint only where it applies: not to an unknown key, say
         retyped = self.source.retyped.get(problem.path)
         if retyped is not None:
             return dataclasses.replace(problem, hint=f'quote it: "{retyped[0]}"')
@@ -453,51 +455,49 @@ class _PipelineBuilder:
                 )
             seen[d.id] = d
 
-    # -- draft -> core Job -----------------------------------------------------------------
 
-    def _job(self, d: _Draft, pipeline_env: dict[str, str], index: int) -> Job:
-        spec, defaults = d.spec, d.defaults
+def _job(source: Source, d: _Draft, pipeline_env: dict[str, str], index: int) -> Job:
+    """A resolved draft as the core's Job."""
+    spec, defaults = d.spec, d.defaults
 
-        def pick(name: str) -> Any:
-            value = getattr(spec, name)
-            return value if value is not None else getattr(defaults, name)
+    def pick(name: str) -> Any:
+        value = getattr(spec, name)
+        return value if value is not None else getattr(defaults, name)
 
-        line, col = self.source.locate(("jobs", d.key), key=True)
-        label = matrix_mod.instance_label(d.combo)
-        base_name = spec.name or d.key
-        run = pick("run")
-        timeout_min = pick("timeout_minutes") or DEFAULT_TIMEOUT_MINUTES
-        estimate = pick("estimate_minutes")
-        boot = pick("boot_timeout_minutes")
-        not_before = pick("not_before")
-        return Job(
-            id=d.id,
-            name=f"{base_name} ({label})" if label and spec.name is None else base_name,
-            run=run,
-            index=index,
-            needs=tuple(d.needs),
-            priority=Priority[(pick("priority") or "normal").upper()],
-            timeout_s=float(timeout_min) * 60,
-            retries=pick("retries") or 0,
-            gpu=_gpu(spec, defaults),
-            image=pick("image"),
-            env=MappingProxyType({**pipeline_env, **(defaults.env or {}), **(spec.env or {})}),
-            workspace=pick("workspace") if pick("workspace") is not None else True,
-            artifacts=tuple(pick("artifacts") or ()),
-            junit=pick("junit"),
-            condition=parse_condition(pick("if_")) if pick("if_") else Condition.SUCCESS,
-            not_before=not_before.timestamp() if not_before is not None else None,
-            continue_on_error=bool(pick("continue_on_error")),
-            group=d.key,
-            matrix=MappingProxyType(
-                {k: matrix_mod.instance_label({k: v}) for k, v in d.combo.items()}
-            ),
-            fail_fast=d.fail_fast,
-            estimate_s=float(estimate) * 60 if estimate else None,
-            boot_timeout_s=float(boot) * 60 if boot else None,
-            location=Location(self.source.file, line, col),
-            backend_keys=_backend_keys("job", pick),
-        )
+    line, col = source.locate(("jobs", d.key), key=True)
+    label = matrix_mod.instance_label(d.combo)
+    base_name = spec.name or d.key
+    run = pick("run")
+    timeout_min = pick("timeout_minutes") or DEFAULT_TIMEOUT_MINUTES
+    estimate = pick("estimate_minutes")
+    boot = pick("boot_timeout_minutes")
+    not_before = pick("not_before")
+    return Job(
+        id=d.id,
+        name=f"{base_name} ({label})" if label and spec.name is None else base_name,
+        run=run,
+        index=index,
+        needs=tuple(d.needs),
+        priority=Priority[(pick("priority") or "normal").upper()],
+        timeout_s=float(timeout_min) * 60,
+        retries=pick("retries") or 0,
+        gpu=_gpu(spec, defaults),
+        image=pick("image"),
+        env=MappingProxyType({**pipeline_env, **(defaults.env or {}), **(spec.env or {})}),
+        workspace=pick("workspace") if pick("workspace") is not None else True,
+        artifacts=tuple(pick("artifacts") or ()),
+        junit=pick("junit"),
+        condition=parse_condition(pick("if_")) if pick("if_") else Condition.SUCCESS,
+        not_before=not_before.timestamp() if not_before is not None else None,
+        continue_on_error=bool(pick("continue_on_error")),
+        group=d.key,
+        matrix=MappingProxyType({k: matrix_mod.instance_label({k: v}) for k, v in d.combo.items()}),
+        fail_fast=d.fail_fast,
+        estimate_s=float(estimate) * 60 if estimate else None,
+        boot_timeout_s=float(boot) * 60 if boot else None,
+        location=Location(source.file, line, col),
+        backend_keys=_backend_keys("job", pick),
+    )
 
 
 def _backend_keys(level: str, value: Callable[[str], Any]) -> Mapping[str, str]:

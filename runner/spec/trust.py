@@ -13,21 +13,27 @@ import re
 from runner.core.model import DEFAULT_TRUST
 
 MAX_LENGTH = 200  # `fork-pr-` + a 39-character owner + `.` + a 100-character repository + a number
-PATTERN = rf"^[A-Za-z0-9][A-Za-z0-9._-]{{0,{MAX_LENGTH - 1}}}$"
+# A dot is followed by a letter, digit, '_' or '-' (or ends the name), so '..' cannot occur: the
+# rule is in the pattern itself, which the API document publishes, and a client that checks
+# names by the document refuses what the server refuses (no lookahead: JSON Schema's regex
+# dialects do not all have it). The length is MAX_LENGTH, checked beside the pattern.
+PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]*(\.[A-Za-z0-9_-]+)*\.?$"
 _NAME = re.compile(PATTERN)
+HINT = "e.g. repo-acme.models or team-ml; leave it out for the default domain"
 RULE = (
     f"a trust domain is a name: 1 to {MAX_LENGTH} letters, digits, '.', '_' or '-', "
     "starting with a letter or digit, without '..'"
 )
 
 __all__ = [
-    "DEFAULT_TRUST", "MAX_LENGTH", "PATTERN", "RULE", "fork_domain", "is_name", "repo_domain",
+    "DEFAULT_TRUST", "HINT", "MAX_LENGTH", "PATTERN", "RULE",
+    "fork_domain", "is_name", "repo_domain",
 ]  # fmt: skip
 
 
 def is_name(value: str) -> bool:
     """Whether `value` may name a trust domain."""
-    return _NAME.fullmatch(value) is not None and ".." not in value
+    return len(value) <= MAX_LENGTH and _NAME.fullmatch(value) is not None
 
 
 def repo_domain(repository: str) -> str:

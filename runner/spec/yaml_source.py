@@ -27,6 +27,9 @@ class Source:
     # Plain scalars YAML 1.1 read as something else than their text (`3.10` -> 3.1, `yes` ->
     # True, `010` -> 8, `12:30` -> 750), by key path: the loader warns where a string was meant.
     retyped: dict[KeyPath, tuple[str, Any]] = field(default_factory=dict)
+    # Problems found while reading that leave the data whole (a duplicate key: the first one
+    # kept), reported with the rest of the file's problems rather than alone.
+    problems: list[Diagnostic] = field(default_factory=list)
 
     def locate(self, path: KeyPath, *, key: bool = False) -> tuple[int, int]:
         """Position of the node at `path`, or of its nearest existing ancestor."""
@@ -143,7 +146,7 @@ class _Builder:
                         line,
                         col,
                         child_path,
-                        f"duplicate key '{key}' (first defined on line {first})",
+                        f"duplicate key '{key}': first defined on line {first}",
                         "remove or rename one of them",
                     )
                 )
@@ -217,7 +220,8 @@ def _retyped(node: yaml.ScalarNode, value: Any) -> bool:
 
 
 def parse_yaml(text: str, file: str) -> Source:
-    """Parse `text`; raise SpecError with located problems (syntax, duplicates, empty)."""
+    """Parse `text`; raise SpecError with located problems (syntax, empty). Duplicate keys and
+    the like are in `problems`, for the loader to report with everything else it finds."""
     source = Source(file=file, data=None)
     loader = _LOADER(text)
     try:
@@ -232,8 +236,7 @@ def parse_yaml(text: str, file: str) -> Source:
         raise SpecError([Diagnostic(file, 1, 1, (), f"not valid YAML: {exc}")]) from None
     finally:
         loader.dispose()
-    if builder.problems:
-        raise SpecError(builder.problems)
+    source.problems = builder.problems
     return source
 
 
@@ -261,10 +264,26 @@ def _syntax_diagnostic(exc: yaml.MarkedYAMLError, file: str, text: str) -> Diagn
         hint = "close the quote"
     elif "mapping values are not allowed" in problem:
         hint = _colon_hint(text, line)
-    elif "expected ','" in problem and _char_at(text, line, col) == ":":  # {run: a: b}
-        hint = "a value holding ': ' must be quoted; a script is best a block, `run: |`"
+    elif "expected ','" in problem:
+        hint = _unclosed_hint(exc, text, line, col)
     what = f"{exc.context}, {problem}" if exc.context else problem
     return Diagnostic(file, line, col, (), f"not valid YAML: {what}", hint)
+
+
+def _unclosed_hint(exc: yaml.MarkedYAMLError, text: str, line: int, col: int) -> str:
+    """A flow collection (`[...]`, `{...}`) that found no `,` or closing bracket. Opened on an
+    earlier line, it was never closed: say where it opened, not a hint about ': ', which only
+    applies where `{run: a: b}` put a colon inside a value on the line it opened on."""
+    opened = exc.context_mark
+    bracket = _char_at(text, opened.line + 1, opened.column + 1) if opened else ""
+    closing = {"[": "]", "{": "}"}.get(bracket, "")
+    at_opening = opened is not None and (opened.line + 1, opened.column + 1) == (line, col)
+    if opened is not None and closing and (opened.line + 1 < line or at_opening):
+        # the file ended, or went on to other lines, before the bracket closed
+        return f"close the `{bracket}` opened on line {opened.line + 1} with `{closing}`"
+    if _char_at(text, line, col) == ":":  # {run: a: b}
+        return "a value holding ': ' must be quoted; a script is best a block, `run: |`"
+    return ""
 
 
 _KEY_AND_VALUE = r"^\s*(?:-\s+)?([A-Za-z_][\w-]*):\s+\S"  # compiled (by re) only for a hint

@@ -101,7 +101,7 @@ def test_cleanup_asks_every_renting_backend_s_spec(monkeypatch: pytest.MonkeyPat
     assert all((a.dry_run, a.run_id, a.ledger) == (True, "r1", "l.db") for _, a in asked)
     assert "clore: one order left" in result.output
     assert "second: nothing to clean up" in result.output
-    assert "error: 1 rental(s) may still be billed" in result.output
+    assert "clore-run: 1 rental(s) may still be billed" in result.output
     assert result.exit_code == 3
 
 

@@ -32,7 +32,7 @@ def test_a_misspelt_command_gets_the_nearest_one(
 ) -> None:
     code, _, err = cli(capsys, *args)
     assert code == 2
-    assert err == f"clore-run: '{args[0]}' is not a command (did you mean '{nearest}'?)\n"
+    assert err == f"clore-run: '{args[0]}' is not a command\nhint: did you mean '{nearest}'?\n"
 
 
 def test_a_bare_word_far_from_any_command_lists_them(capsys: pytest.CaptureFixture[str]) -> None:

@@ -71,21 +71,37 @@ def test_sigterm_while_the_server_boots_cancels_the_order_and_the_registration(
 
 
 def test_sigterm_while_the_runner_installs_gives_back_the_server_and_the_registration(
-    host: Host,
+    host: Host, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cancelled = threading.Event()
     host.fake.on_order_end = lambda order: (host.ended.__setitem__(order.id, 0.0), cancelled.set())
+    real_install = start_module.install_runner
 
-    def slow_download() -> None:  # the signal comes while the package downloads
+    def install_under_a_signal(*args: object) -> str:  # the signal comes while it installs
         os.kill(os.getpid(), signal.SIGTERM)
-        cancelled.wait(10.0)  # ...and the download lasts until the server is gone
+        cancelled.wait(10.0)  # ...and the install lasts until the server is gone
+        return real_install(*args)  # type: ignore[arg-type]
 
-    host.github.on_download = slow_download
+    monkeypatch.setattr(start_module, "install_runner", install_under_a_signal)
     result = host.invoke(host.start_args())
     assert result.exit_code == 130, result.output
     assert cancelled.is_set() and host.fake.live_orders() == []
     assert host.github.runners == {} and len(host.github.removed) == 1
     assert not SqliteLedger(host.tmp / "ledger.db").unreleased()
+
+
+def test_sigterm_while_the_package_downloads_here_rents_nothing(host: Host) -> None:
+    """The package is fetched on this machine before anything is rented: a signal then ends
+    the start with nothing to give back but the registration."""
+
+    def slow_download() -> None:
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    host.github.on_download = slow_download
+    result = host.invoke(host.start_args())
+    assert result.exit_code == 130, result.output
+    assert host.fake.calls("create_order") == [] and host.fake.live_orders() == []
+    assert host.github.runners == {} and len(host.github.removed) == 1
 
 
 def test_a_job_past_max_minutes_is_stopped_on_the_server_and_stop_still_cancels(

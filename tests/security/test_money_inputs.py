@@ -31,6 +31,7 @@ MONEY_FLAGS: list[tuple[tuple[str, ...], tuple[str, ...], str]] = [
     (("pool", "set"), ("gpu-ci",), "--budget"),
     (("serve",), (), "--daily-spend-limit"),
     (("serve",), (), "--idle-budget"),
+    (("warmth",), (), "--idle-budget"),
 ]
 # action.yml's money inputs: the mode that reads each, and the flag entrypoint.sh gives it to.
 MONEY_INPUTS: list[tuple[str, str, str]] = [

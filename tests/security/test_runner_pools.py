@@ -5,6 +5,8 @@ after a reaper took the lease. On the private PostgreSQL of tests/pg_fixture.py.
 
 from __future__ import annotations
 
+import pytest
+
 from runner.stores.ledger import open_ledger
 from runner.stores.pools.postgres import PostgresPools
 from tests.fakes.github_runners import fake_github as fake_github
@@ -28,6 +30,7 @@ def _stop(host: Host, pg_url: str) -> str:
     return stopped.output
 
 
+@pytest.mark.slow
 def test_the_lease_and_the_ledger_share_one_run_id_and_the_lease_names_no_process(
     host: Host, pg_url: str
 ) -> None:
@@ -47,6 +50,7 @@ def test_the_lease_and_the_ledger_share_one_run_id_and_the_lease_names_no_proces
     _stop(host, pg_url)
 
 
+@pytest.mark.slow
 def test_stop_settles_after_a_reaper_took_the_lease(host: Host, pg_url: str) -> None:
     pools = PostgresPools(pg_url)
     pools.create("gpu", 5.0, per_day=False, max_servers=4)

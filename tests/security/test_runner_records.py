@@ -147,6 +147,7 @@ def test_records_from_a_workflow_not_named_are_not_believed_and_the_reaper_fails
     assert _live(fake_clore, order_id)
 
 
+@pytest.mark.slow
 def test_one_my_orders_read_decides_a_600_rental_record(
     fake_clore: FakeClore, fake_github: FakeRunnersGitHub
 ) -> None:
@@ -161,6 +162,16 @@ def test_one_my_orders_read_decides_a_600_rental_record(
     calls = fake_clore.requests[before:]
     print(f"\nreaper API calls for a 600-rental record within its caps: {len(calls)}")
     assert left == 0 and [c.endpoint for c in calls] == ["my_orders"]
+    fake_clore.clock.advance(2 * HOUR)  # every one past its cap: one cancel each, shared reads
+    before = len(fake_clore.requests)
+    left, _ = _reap(fake_clore, fake_github)
+    calls = [c.endpoint for c in fake_clore.requests[before:]]
+    print(
+        f"reaper API calls for a 600-rental record past its caps: {len(calls)} "
+        f"({calls.count('cancel_order')} cancel_order, {calls.count('my_orders')} my_orders)"
+    )
+    assert left == 0 and fake_clore.live_orders() == []
+    assert calls.count("cancel_order") == 600 and calls.count("my_orders") <= 3
 
 
 def test_record_text_is_inert_in_the_log(

@@ -46,6 +46,7 @@ def bare_sshd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[SshCo
         server.stop()
 
 
+@pytest.mark.slow
 def test_the_runner_installs_where_there_is_no_curl_or_wget(
     bare_sshd: SshConnection, fake_github: FakeRunnersGitHub, tmp_path: Path
 ) -> None:
@@ -65,6 +66,7 @@ def test_the_runner_installs_where_there_is_no_curl_or_wget(
     )
 
 
+@pytest.mark.slow
 def test_a_package_with_the_wrong_checksum_is_refused_before_anything(
     fake_github: FakeRunnersGitHub, tmp_path: Path
 ) -> None:

@@ -63,7 +63,7 @@ def test_client_errors_map_to_exit_codes(tmp_path: Path) -> None:
         # In words, never requests' nested text (HTTPConnectionPool(...): Max retries ...).
         said = f"clore-run: cannot reach http://127.0.0.1:{port}: connection refused"
         assert down.stderr.startswith(said), command
-        assert "is `clore-run serve` running there? Check --server" in down.stderr  # the fix
+        assert "\nhint: is `clore-run serve` running there? Check --server" in down.stderr
 
 
 def test_serve_refuses_to_start_without_a_token(tmp_path: Path) -> None:

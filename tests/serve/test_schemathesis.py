@@ -35,6 +35,16 @@ _REPO = Path(__file__).resolve().parents[2]
 # stays readable (as `cancelled`) with its attempts and cost.
 _EXCLUDED = "use_after_free"
 QUICK_EXAMPLES = 25  # per operation and phase: about 1,400 requests, 25 s here
+# The stateful phase chains calls along the document's links; left to its defaults it grows with
+# every operation that accepts what it is sent (212 scenarios, 120 s on a loaded machine), so
+# it is bounded as the other phases are by QUICK_EXAMPLES.
+_CONFIG = """
+[phases.stateful]
+max-steps = 4
+
+[phases.stateful.generation]
+max-examples = 10
+"""
 
 
 @pytest.mark.slow
@@ -44,12 +54,16 @@ def test_the_api_is_as_strict_as_its_document(tmp_path: Path) -> None:
         "SCHEMATHESIS_HOOKS": "tests.serve.schemathesis_hooks",
         "PYTHONPATH": os.pathsep.join(filter(None, [str(_REPO), os.environ.get("PYTHONPATH")])),
     }
+    config = tmp_path / "schemathesis.toml"
+    config.write_text(_CONFIG)
     with thread_server(tmp_path, backend=PassingBackend()) as srv:
         result = subprocess.run(
             [
                 sys.executable,
                 "-c",
                 _CLI,
+                "--config-file",
+                str(config),
                 "run",
                 f"{srv.api.url}/openapi.json",
                 "--checks",
@@ -79,4 +93,9 @@ def test_the_api_is_as_strict_as_its_document(tmp_path: Path) -> None:
     assert counted is not None, result.stdout[-2000:]
     generated, passed = map(int, counted.groups())
     assert generated == passed and generated > 500  # it really exercised the API
-    assert "No issues found" in result.stdout
+    # Fuzzed ids name no job, so DELETE /jobs/{job_id} answers 404 to most of them: the one
+    # warning taken as expected. Any other warning fails, as an issue does.
+    warnings = result.stdout.split("=== WARNINGS ===")[1:]
+    assert "No issues found" in result.stdout or (
+        warnings and re.findall(r"^\s+- (\S+ \S+)$", warnings[0], re.M) == ["DELETE /jobs/{job_id}"]
+    ), result.stdout[-3000:]

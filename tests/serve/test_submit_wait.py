@@ -172,3 +172,43 @@ def test_out_and_logs_need_wait(tmp_path: Path) -> None:
     pipeline.write_text(MIXED)
     done = cli("submit", str(pipeline), "--out", str(tmp_path / "o"))
     assert done.returncode == 2 and "add --wait" in done.stderr
+
+
+def test_a_serve_restart_while_waiting_loses_nothing(tmp_path: Path) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = str(sock.getsockname()[1])
+    gate = tmp_path / "gate"
+    pipeline = tmp_path / "gated.yml"
+    pipeline.write_text(f"jobs:\n  gated:\n    run: while [ ! -e {gate} ]; do sleep 0.02; done\n")
+    db, data = str(tmp_path / "queue.db"), str(tmp_path / "data")
+    first = start_serve(db, "--port", port, "--data-dir", data)
+    servers = [first]
+    args = ["submit", str(pipeline), "--server", first.api.url, "--wait", "--poll", "0.05"]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _ENTRY, *args, "--out", str(tmp_path / "out")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=marked_env({"CLORE_RUN_TOKEN": TOKEN, "GITHUB_ACTIONS": ""}),
+    )
+    assert proc.stdout is not None
+    try:
+        said = []
+        for line in proc.stdout:  # blocks until the job runs, then until the loss is noticed
+            said.append(line)
+            if line.startswith("gated: running"):
+                first.terminate()  # hands the running job back as queued
+            if "trying again" in line:
+                break
+        servers.append(start_serve(db, "--port", port, "--data-dir", data))
+        gate.touch()
+        rest, errors = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        stop_and_show(servers)
+    assert proc.returncode == 0, "".join(said) + rest + errors
+    assert f"cannot reach {first.api.url}" in "".join(said)
+    assert "the server answers again" in rest and "gated: passed" in rest

@@ -10,6 +10,7 @@ import pytest
 from runner.core.model import DEFAULT_TRUST
 from runner.spec.trust import MAX_LENGTH, fork_domain, is_name, repo_domain
 from tests.serve.harness import FINAL, thread_server
+from tests.serve.test_dashboard import logged_in
 
 PIPELINE = "jobs:\n  build:\n    run: echo built\n  test:\n    needs: build\n    run: echo ok\n"
 NOT_NAMES = [
@@ -54,6 +55,8 @@ def test_a_pipelines_jobs_are_of_the_domain_it_names(tmp_path: Path) -> None:
         assert [srv.api.job(i)["trust"] for i in plain] == [DEFAULT_TRUST] * 2
         listed = srv.api.get("/jobs").json()["jobs"]
         assert {j["id"]: j["trust"] for j in listed}[ids[1]] == "repo-acme.models"
+        page = logged_in(srv.api.url).get(f"{srv.api.url}/ui/jobs/{ids[0]}").text
+        assert '<dd id="job-trust">repo-acme.models</dd>' in page  # the job page says it
 
 
 def test_the_core_is_given_jobs_of_their_domain(tmp_path: Path) -> None:

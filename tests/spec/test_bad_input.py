@@ -79,7 +79,7 @@ def test_duplicate_job_names() -> None:
         """
     )
     assert error == (
-        "p.yml:4:3: jobs.build: duplicate key 'build' (first defined on line 2)"
+        "p.yml:4:3: jobs.build: duplicate key 'build': first defined on line 2"
         " (remove or rename one of them)"
     )
 
@@ -133,7 +133,10 @@ def test_concurrency_zero() -> None:
 
 def test_unknown_priority() -> None:
     error = one_error("jobs:\n  a:\n    run: x\n    priority: hihg\n")
-    assert error.startswith("p.yml:4:15: jobs.a.priority: input should be 'low', 'normal'")
+    assert error == (
+        "p.yml:4:15: jobs.a.priority: input should be one of low, normal, high, urgent, "
+        "got 'hihg' (did you mean 'high'?)"
+    )
 
 
 def test_needs_unknown_job_did_you_mean() -> None:
@@ -332,7 +335,7 @@ def test_an_env_name_bash_cannot_export_is_refused(name: str) -> None:
 def test_provision_takes_only_its_two_words() -> None:
     error = one_error("provision: early\njobs:\n  a: {run: x}\n")
     assert error.startswith("p.yml:1:12: provision: ")
-    assert "'ahead' or 'on-demand'" in error
+    assert "should be one of ahead, on-demand, got 'early'" in error
 
 
 def test_fetched_paths_leaving_the_job_are_refused_where_written() -> None:

@@ -40,6 +40,7 @@ from runner.backends.clore.ownership import (
     after_success,
     find_ours,
     new_tag,
+    tagged_late,
 )
 from runner.backends.clore.ratelimit import DEFAULT_LIMITER, RateLimiter
 from runner.transport_words import cause_in_words
@@ -433,9 +434,12 @@ class CloreClient:
             verdict = find_ours(orders, claim, taken)
             if verdict.order is not None and not verdict.order.expired:
                 return verdict.order, verdict
-            accepted = after_success(orders, claim, taken) if cause is None else None
-            if accepted is not None:  # our create succeeded: the tag is just not listed yet
-                return accepted, verdict
+            if cause is None:  # our create succeeded: the tag may just not be listed yet
+                found = after_success(orders, claim, taken)
+            else:  # it failed: our tag alone, on an order stamped late
+                found = tagged_late(orders, claim, taken)
+            if found is not None:
+                return found, verdict
             if verdict.not_ours:
                 log.info("server %s: not our order: %s", claim.server_id, verdict.describe())
         if failed is not None:
@@ -533,7 +537,7 @@ class CloreClient:
         log.debug("clore %s: %s", endpoint, self._key.redact(str(exc))[:500])
         return e.TransportError(
             self._key.redact(
-                f"Clore API {endpoint}: cannot reach {self.base_url}: {cause_in_words(exc)}"
+                f"{e.about(endpoint)}: cannot reach {self.base_url}: {cause_in_words(exc)}"
             ),
             endpoint=endpoint,
             cause=cause_in_words(exc),
@@ -548,7 +552,7 @@ class CloreClient:
         if not isinstance(data, dict):
             snippet = console_line(" ".join(response.text.split())[:200])
             raise e.NonJsonReplyError(
-                f"Clore API {endpoint}: HTTP {response.status_code} with a non-JSON reply: "
+                f"{e.about(endpoint)}: HTTP {response.status_code} with a non-JSON reply: "
                 f"{self._key.redact(snippet)!r}",
                 endpoint=endpoint,
                 http_status=response.status_code,
@@ -578,11 +582,11 @@ def map_error(
         text = redact(str(reply.get("error", "")))
         app_cls = e.ERROR_STRINGS.get(text, e.ApplicationError)
         # The API's own words: text from a machine we do not control, shown as one safe line.
-        msg = f"Clore API {endpoint}: {console_line(text) or 'application error'} (code 6)"
+        msg = f"{e.about(endpoint)}: {console_line(text) or 'application error'} (code 6)"
         return app_cls(msg, error=text, hint=e.HINTS.get(app_cls, ""), **common)
     if code == 5 or (code is None and http_status == 429):
         return e.RateLimitedError(
-            f"Clore API {endpoint}: rate limit exceeded (code {code}, HTTP {http_status})",
+            f"{e.about(endpoint)}: rate limit exceeded (code {code}, HTTP {http_status})",
             retry_after_s=_retry_after(response),
             hint=e.HINTS[e.RateLimitedError],
             **common,
@@ -590,9 +594,11 @@ def map_error(
     if code in e.CODES:
         cls, meaning = e.CODES[code]
         hint = e.HINTS.get(cls, "")
-        return cls(f"Clore API {endpoint}: {meaning} (code {code})", hint=hint, **common)
+        if cls is e.InvalidTokenError:  # the same refusal whichever call met it first
+            return cls(f"{e.REFUSED_KEY} (code {code}: {meaning})", hint=hint, **common)
+        return cls(f"{e.about(endpoint)}: {meaning} (code {code})", hint=hint, **common)
     return e.UnknownCodeError(
-        f"Clore API {endpoint}: unexpected reply (code {code}, HTTP {http_status})",
+        f"{e.about(endpoint)}: unexpected reply (code {code}, HTTP {http_status})",
         retryable=http_status >= 500,  # a 5xx without a known code looks like an outage
         **common,
     )

@@ -364,8 +364,9 @@ class CloreBackend:
             market = _LiveMarket(self, self._offers())
         except api_errors.CloreApiError as exc:
             # Nothing can be rented: each job ends saying why, and the reports are written.
-            what = "the marketplace" if exc.endpoint == "marketplace" else "the Clore API"
-            market = _LiveMarket(self, [], unread=f"{what} could not be read: {exc}")
+            # Its own words (the hint, what to do, is the command's to give): the API names
+            # the read that failed, a refused key is the same refusal whichever read met it.
+            market = _LiveMarket(self, [], unread=exc.message)
         self._live = market
         bound_s = self.provisioner.options.online_timeout_s  # a dead host is given up then
         memory = self.hosts.memory()

@@ -41,35 +41,43 @@ _GPU_LIST = "nvidia-smi -L"
 
 @dataclass
 class Checkup:
-    """What doctor found: lines to print, and the problems among them (none: exit 0)."""
+    """What doctor found: the checks that passed, said as each is done (`out`: a check reads
+    the API for a second or more, and a person watching should see it move), and the problems
+    with what to do about each (none: exit 0), said once, by the command, at the end."""
 
+    out: Callable[[str], None] | None = None
     lines: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    hints: list[str] = field(default_factory=list)
     offers: list[Offer] = field(default_factory=list)  # those fitting the ask, best first
     fees: FeeSchedule | None = None
 
     def say(self, line: str) -> None:
         self.lines.append(line)
+        if self.out is not None:
+            self.out(line)
 
-    def problem(self, line: str) -> None:
-        self.lines.append(f"problem: {line}")
+    def problem(self, line: str, hint: str = "") -> None:
         self.problems.append(line)
+        if hint and hint not in self.hints:
+            self.hints.append(hint)
 
 
-def check_account(client: CloreClient, currency: str, ask: GpuAsk) -> Checkup:
+def check_account(
+    client: CloreClient, currency: str, ask: GpuAsk, out: Callable[[str], None] | None = None
+) -> Checkup:
     """Key, balances, fee rates, marketplace. A refused key stops the checks: nothing else
     can be read with it. Never prints the key."""
-    found = Checkup()
+    found = Checkup(out)
     try:
         wallets = client.wallets()
-    except e.InvalidTokenError:
-        found.problem("the Clore API refused the key in CLORE_API_KEY (code 3: invalid API token)")
-        return found
-    except e.TransportError as exc:  # the other checks would each wait as long to fail alike
-        found.problem(str(exc))
+    except (e.InvalidTokenError, e.TransportError) as exc:
+        # A refused key reads nothing else; an unreachable API would make every other check
+        # wait as long to fail alike.
+        found.problem(exc.message, exc.hint)
         return found
     except e.CloreApiError as exc:
-        found.problem(f"could not read the wallets: {exc.message}")
+        found.problem(f"could not read the wallets: {exc.message}", exc.hint)
         wallets = []
     else:
         found.say("key: accepted by the Clore API")
@@ -78,7 +86,7 @@ def check_account(client: CloreClient, currency: str, ask: GpuAsk) -> Checkup:
         listed = ", ".join(f"{name} {_amount(bal)}" for name, bal in sorted(balances.items()))
         found.say(f"balances: {listed}")
         if not balances.get(currency):
-            found.problem(f"nothing to pay with in {currency}: top up that wallet on clore.ai")
+            found.problem(f"nothing to pay with in {currency}", "top up that wallet on clore.ai")
     found.fees = read_fee_schedule(client, currency)
     found.say(f"fees: {found.fees.describe()}{_creation_fees(found.fees)}")
     for note in found.fees.notes:
@@ -91,7 +99,7 @@ def _check_market(client: CloreClient, currency: str, ask: GpuAsk, found: Checku
     try:
         servers = client.marketplace().servers
     except e.CloreApiError as exc:
-        found.problem(f"the marketplace could not be read: {exc.message}")
+        found.problem(f"the marketplace could not be read: {exc.message}", exc.hint)
         return
     rates = found.fees.rates if found.fees else None
     offers = offers_from_servers(servers, currency, fees=rates) if rates else []

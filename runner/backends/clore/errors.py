@@ -182,8 +182,29 @@ CODES: dict[int, tuple[type[CloreApiError], str]] = {
     5: (RateLimitedError, "rate limit exceeded"),
 }
 
+# What each call was doing, as a person would say it: an endpoint's name is the API's, not
+# the reader's (`renter_fees` meant nothing to someone whose key was refused).
+DOING = {
+    "marketplace": "listing the market",
+    "spot_marketplace": "reading a spot market",
+    "my_orders": "listing your orders",
+    "wallets": "reading your wallets",
+    "renter_fees": "reading your fees",
+    "create_order": "renting a server",
+    "cancel_order": "cancelling an order",
+    "set_spot_price": "changing a spot bid",
+}
+REFUSED_KEY = "the Clore API refused the key in CLORE_API_KEY"
+
+
+def about(endpoint: str) -> str:
+    """The start of every message about one call: `Clore API (listing the market)`."""
+    return f"Clore API ({DOING.get(endpoint, 'a request')})"
+
+
 HINTS: dict[type[CloreApiError], str] = {
-    InvalidTokenError: "check CLORE_API_KEY: the API refused the key it holds",
+    InvalidTokenError: "check CLORE_API_KEY: copy the key again from your clore.ai profile "
+    "(API section), or create a new one there",
     NotEnoughBalanceError: "top up the wallet of the order currency on clore.ai",
     RateLimitedError: "the API allows about one request per second per key",
     CurrencyNotAllowedError: "this host refuses the currency; try another host or currency",

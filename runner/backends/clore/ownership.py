@@ -430,6 +430,28 @@ def after_success(
     return fits[0] if len(fits) == 1 and not tagged else None
 
 
+def tagged_late(orders: Iterable[Order], claim: Claim, taken: Collection[int] = ()) -> Order | None:
+    """While the run that sent a create (answered or not) still looks for its order, minutes
+    at most after the send: the one live order on the server echoing our tag, stamped after
+    our send however late, whose echoed image, currency and bid agree. What `ct` stamps is
+    unknown (the create? the deploy?), and an order made after our send with our random tag
+    is ours but for a 1-in-6,900 draw by a create racing ours on this very host. A cleanup,
+    hours later, keeps to the window: there such an order is named, not taken."""
+    low, _ = claim.window()
+    tagged = [
+        o
+        for o in orders
+        if o.si == claim.server_id
+        and o.id not in taken
+        and not o.expired
+        and claim.tag_matches(o)
+        and o.ct is not None
+        and low <= o.ct
+        and claim._echo_mismatch(o) is None
+    ]
+    return tagged[0] if len(tagged) == 1 else None
+
+
 def _maybe_ours(order: Order, claim: Claim) -> bool:
     """An order that failed a check yet may be ours: it echoes our tag (whatever else is
     off), or shows none we can read as another create's and was made in the create's window

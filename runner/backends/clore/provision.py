@@ -464,12 +464,16 @@ class Provisioner:
                 self._settle_pool(rental.reservation, 0.0)
             raise SkipOffer(f"server {rental.offer.server_id}: {exc}") from None
 
-    def _unproven(self, rental: Rental, exc: api_errors.OrderOutcomeUnknownError) -> RunMustStop:
+    def _unproven(
+        self, rental: Rental, exc: api_errors.OrderOutcomeUnknownError
+    ) -> InfrastructureError:
         """A create that made an order (it was accepted, or one on its server may be ours)
         whose order could not be proven ours, even looking longer. It is not cancelled (only
         proof makes an order ours) nor dropped: the row stays open with the verdict and its
-        reason, the run names it at its end and exits 3. Renting on would only leave more
-        orders like it: the run stops."""
+        reason, the run names it at its end and exits 3. After an accepted create the API's
+        listing itself fails us, and renting on would only leave more orders like it: the run
+        stops. After a create that failed (HTTP 500, say), the failure is the create's own:
+        the job moves to the next host."""
         server = rental.offer.server_id
         maybe = ", ".join(map(str, exc.maybe_ours))
         what = "accepted" if exc.accepted else "answered with an error"
@@ -485,7 +489,7 @@ class Provisioner:
         hint = _cancel_hint(self.run_id)
         with self._lock:
             self.unproven.append((line, hint))
-        return RunMustStop(line, hint)
+        return RunMustStop(line, hint) if exc.accepted else SkipOffer(line, hint)
 
     def _send_create(self, rental: Rental, job: Job, cancel: threading.Event) -> Order:
         """One create, with the ledger's ownership marks; the orders the ledger's other

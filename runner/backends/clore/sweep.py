@@ -51,7 +51,7 @@ def cleanup(ask: CleanupAsk) -> None:
     try:
         actions, running = _sweep(ledger_path, make_client, ask)
     except CloreRunError as exc:  # an unreadable ledger, a missing key (with how to set it)
-        raise InfrastructureError(str(exc)) from None
+        raise InfrastructureError(exc.message, exc.hint) from None
     for action in actions:
         ask.say(_line(action))
     unproven = [a for a in actions if a.kind == "unproven"]
@@ -65,13 +65,14 @@ def cleanup(ask: CleanupAsk) -> None:
     left = sum(not a.resolved for a in actions)
     if left:
         raise InfrastructureError(
-            f"{left} rental(s) may still be billed: run `clore-run cleanup` again, "
-            "or cancel them on clore.ai"
+            f"{left} rental(s) may still be billed",
+            "run `clore-run cleanup` again, or cancel them on clore.ai",
         )
     if running:
         raise InfrastructureError(
             f"{len(running)} run(s) still running hold rentals: they give their servers "
-            "back themselves; run `clore-run cleanup` again once they have ended"
+            "back themselves",
+            "run `clore-run cleanup` again once they have ended",
         )
 
 

@@ -38,7 +38,7 @@ class ApiWaits:
 
     def retrying(self, endpoint: str, exc: e.CloreApiError, wait_s: float, next_try: int) -> None:
         self.say(
-            f"Clore API {endpoint}: {why(exc)}; trying again in {wait_s:.0f} s "
+            f"{e.about(endpoint)}: {why(exc)}; trying again in {wait_s:.0f} s "
             f"(try {next_try} of {self.tries})"
         )
 
@@ -60,4 +60,4 @@ def why(exc: e.CloreApiError) -> str:
     """The reason of a failed call without the 'Clore API endpoint: ' every message starts with."""
     if isinstance(exc, e.TransportError):
         return exc.cause
-    return exc.message.removeprefix(f"Clore API {exc.endpoint}: ")
+    return exc.message.removeprefix(f"{e.about(exc.endpoint)}: ")

@@ -31,13 +31,19 @@ _NAME = re.compile(r"[^A-Za-z0-9_.-]")
 _SCRIPT = r"""set -u
 job="$1"; mark="$2"; name="$3"; me=$$
 ours() {
-  for e in /proc/[0-9]*/environ; do
+  # One grep over every environment (NUL-separated lines, whole-line match); per process
+  # where grep has no -z.
+  if printf 'z\0' | grep -qzx z 2>/dev/null; then
+    found=$(grep -lzxF -- "CLORE_RUN_JOB=$job" /proc/[0-9]*/environ 2>/dev/null)
+  else
+    found=$(for e in /proc/[0-9]*/environ; do
+      tr '\0' '\n' < "$e" 2>/dev/null | grep -qxF "CLORE_RUN_JOB=$job" && echo "$e"
+    done)
+  fi
+  for e in $found; do
     p=${e#/proc/}; p=${p%/environ}
     [ "$p" = "$me" ] && continue
-    env=$(tr '\0' '\n' < "$e" 2>/dev/null) || continue
-    case "$env" in *"CLORE_RUN_JOB=$job"*) ;; *) continue ;; esac
-    printf '%s\n' "$env" | grep -qxF "CLORE_RUN_JOB=$job" || continue
-    printf '%s\n' "$env" | grep -qxF "$mark" && echo "$p"
+    tr '\0' '\n' < "$e" 2>/dev/null | grep -qxF -- "$mark" && echo "$p"
   done
 }
 for p in $(ours); do kill -KILL "$p" 2>/dev/null; done

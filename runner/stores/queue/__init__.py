@@ -31,7 +31,8 @@ from runner.stores.target import check_url, is_postgres_url, require_psycopg
 
 if TYPE_CHECKING:
     from runner.stores.pools.seat import PoolSeat
-    from runner.stores.queue.postgres import Taken, Whereabouts
+    from runner.stores.queue.pg_instances import Taken
+    from runner.stores.queue.postgres import Whereabouts
 
 __all__ = [
     "FINAL",
@@ -59,6 +60,11 @@ class QueueStore(Protocol):
     def begin_instance(self, token: str, pid: int, backend: str, now: float) -> None: ...
 
     def end_instance(self, token: str, now: float) -> None: ...
+
+    def stale_instances(self, besides: str) -> list[str]:
+        """Instances that started on this queue and never stopped, but `besides`: on a
+        queue one server holds at a time, each died (a kill -9) and may have left rentals."""
+        ...
 
     def end_session(self, nonce: str, expires: float, now: float) -> None: ...
 

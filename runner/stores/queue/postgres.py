@@ -10,7 +10,7 @@ adds:
 - instances hold leases (`expires_at`, on the database's clock) that they heartbeat; the
   instance token, new at every start, is the fencing token: every write the scheduling loop
   makes names it (`owner = me`), so once another instance has taken a dead one's jobs, a late
-  write of the dead one touches no row and raises LeaseLost.
+  write of the dead one touches no row and raises JobTakenOver.
 - an instance whose lease expired is taken (SKIP LOCKED again, one taker) by another: its
   queued jobs become unowned, its running ones become the taker's, who records their attempts
   as lost and retries them by the retry table (runner/serve/fleet.py).
@@ -25,22 +25,21 @@ from __future__ import annotations
 import json
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from runner.core.model import DEFAULT_TRUST, Attempt, FailureKind, Job, JobResult
-from runner.stores.pg import Conn, LeaseLine, PgDatabase, Timeouts, marks
+from runner.stores.pg import Conn, LeaseLine, PgDatabase, Timeouts
 from runner.stores.queue.codec import dumps, job_from_json, job_to_json
+from runner.stores.queue.pg_base import CHANNEL, _give_back, _release
+from runner.stores.queue.pg_instances import _LIVE_LEASE, PgInstances
 from runner.stores.queue.rows import (
     FINAL,
     JOB_COLUMNS,
     STATUSES,
-    OpenAttempt,
     QueueDialect,
     QueueError,
-    QueueReads,
     Unsettled,
     placed_facts,
     unsettled_from,
@@ -50,7 +49,6 @@ from runner.stores.target import redact_url
 if TYPE_CHECKING:
     from runner.stores.pools.seat import PoolSeat
 
-CHANNEL = "clore_run_queue"
 # A job asked to be cancelled while its instance stopped: the hand-over's kill of its attempt
 # was the cancel's (the attempt is not `server_lost`: its server was fine, nothing retries it).
 CANCELLED_IN_HAND_OVER = "cancelled by request while its queue server shut down"
@@ -152,27 +150,11 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (  # MIGRATIONS[n]: version n -> n + 1
     (f"ALTER TABLE queue_jobs ADD COLUMN trust TEXT NOT NULL DEFAULT '{DEFAULT_TRUST}'",),
 )
 
-# The claimer's lease runs: one woken from a freeze past its ttl claims nothing (in the moment
-# before its refused heartbeat stops it, a claim would strand jobs until a taker recovered them).
-_LIVE_LEASE = (
-    "EXISTS (SELECT 1 FROM queue_instances i WHERE i.token = %(me)s AND i.taken_by IS NULL "
-    "AND i.stopped_at IS NULL AND i.expires_at > now())"
-)
 _OWNED = "EXISTS (SELECT 1 FROM queue_jobs o WHERE o.id = %(job)s AND o.owner = %(me)s)"
 
 
-class LeaseLost(QueueError):
+class JobTakenOver(QueueError):
     """This instance no longer owns the job: its lease expired and another took its work."""
-
-
-@dataclass(frozen=True)
-class Taken:
-    """A dead instance's work, now the taker's: the jobs it was running, their open attempts."""
-
-    token: str
-    running: list[Unsettled]
-    open_attempts: dict[str, OpenAttempt]
-    cancelled: list[str] = field(default_factory=list)  # its jobs a cancel was asked for
 
 
 @dataclass(frozen=True)
@@ -184,7 +166,7 @@ class Whereabouts:
     alive: bool
 
 
-class PostgresQueue(QueueReads):
+class PostgresQueue(PgInstances):
     """The queue in the database at `url`. Thread-safe. `shared` tells the service that other
     instances may work on the same rows (so jobs are claimed, not all loaded at start)."""
 
@@ -209,142 +191,6 @@ class PostgresQueue(QueueReads):
     def close(self) -> None:
         self._lease.close()
         self.db.close()
-
-    # -- instances -------------------------------------------------------------------------
-
-    def begin_instance(self, token: str, pid: int, backend: str, now: float) -> None:
-        self.join(token, pid, backend, now, 30.0)
-
-    def join(self, token: str, pid: int, backend: str, now: float, ttl_s: float) -> None:
-        """Record the instance with a lease of `ttl_s` on the database's clock."""
-        url = ""
-
-        def insert(conn: Conn) -> None:
-            conn.execute(
-                "INSERT INTO queue_instances (token, pid, backend, url, started_at, expires_at) "
-                "VALUES (%s, %s, %s, %s, %s, now() + make_interval(secs => %s)) "
-                "ON CONFLICT (token) DO NOTHING",
-                (token, pid, backend, url, now, ttl_s),
-            )
-
-        self.db.run("record the server start", insert)
-
-    def set_url(self, token: str, url: str) -> None:
-        self._write(
-            "record where the server listens",
-            "UPDATE queue_instances SET url = %s WHERE token = %s",
-            (url, token),
-        )
-
-    def heartbeat(self, token: str, ttl_s: float) -> bool:
-        """Extend the lease; False once it was taken (or never was), the caller must stop."""
-
-        def beat(conn: Conn) -> int:
-            cursor = conn.execute(
-                "UPDATE queue_instances SET expires_at = now() + make_interval(secs => %s) "
-                "WHERE token = %s AND taken_by IS NULL AND stopped_at IS NULL "
-                "AND expires_at > now()",
-                (ttl_s, token),
-            )
-            return cursor.rowcount
-
-        return self._lease.run(ttl_s, "renew the server's lease", beat) == 1
-
-    def end_session(self, nonce: str, expires: float, now: float) -> None:
-        """A dashboard logout, for every instance (expired ones are dropped on the way)."""
-
-        def end(conn: Conn) -> None:
-            conn.execute("DELETE FROM queue_ended_sessions WHERE expires <= %s", (now,))
-            conn.execute(
-                "INSERT INTO queue_ended_sessions (nonce, expires) VALUES (%s, %s) "
-                "ON CONFLICT (nonce) DO NOTHING",
-                (nonce, expires),
-            )
-
-        self._run("record a logout", end)
-
-    def session_ended(self, nonce: str) -> bool:
-        return bool(self._select("SELECT 1 FROM queue_ended_sessions WHERE nonce = ?", (nonce,)))
-
-    def end_instance(self, token: str, now: float) -> None:
-        """A clean stop: its queued jobs go back to everyone (those a cancel was asked for
-        are cancelled), its lease ends now (a running job it could not hand over is recovered,
-        or cancelled as asked, by whoever takes it next)."""
-
-        def end(conn: Conn) -> None:
-            args = {"me": token, "now": now}
-            _, slots = _give_back(conn, "owner = %(me)s AND status = 'queued'", args, "%(now)s")
-            _release(conn, slots, f"stop of {token}")
-            conn.execute(
-                "UPDATE queue_instances SET stopped_at = %(now)s, expires_at = now() "
-                "WHERE token = %(me)s AND taken_by IS NULL",
-                args,
-            )
-            conn.execute(f"NOTIFY {CHANNEL}")
-
-        self.db.run("record the server stop", end)
-
-    def take_dead(self, taker: str, limit: int = 5) -> list[Taken]:
-        """Take instances whose lease expired: one taker each (SKIP LOCKED), in one
-        transaction with their jobs (queued ones to everyone, running ones to the taker)."""
-        key = uuid.uuid4().hex
-
-        def take(conn: Conn) -> list[Taken]:
-            tokens = [
-                r[0]
-                for r in conn.execute(
-                    "SELECT token FROM queue_instances WHERE taken_key = %s", (key,)
-                ).fetchall()
-            ]  # a landed first try, when the reply to its COMMIT was lost
-            if not tokens:
-                tokens = _dead_to_take(conn, taker, limit)
-            return [self._take_one(conn, taker, key, token) for token in tokens]
-
-        taken = self.db.run("take the work of a dead server", take)
-        return taken
-
-    def _take_one(self, conn: Conn, taker: str, key: str, token: str) -> Taken:
-        conn.execute(
-            "UPDATE queue_instances SET taken_by = %s, taken_key = %s, "
-            "stopped_at = coalesce(stopped_at, extract(epoch FROM now())) WHERE token = %s",
-            (taker, key, token),
-        )
-        cancelled = _cancel_held(conn, token, taker, key)
-        given = conn.execute(
-            "UPDATE queue_jobs SET owner = NULL, claim = NULL "
-            "WHERE owner = %s AND status = 'queued' RETURNING pool_slot",
-            (token,),
-        ).fetchall()
-        rows = conn.execute(
-            f"UPDATE queue_jobs SET owner = %s, claim = %s WHERE owner IN (%s, %s) "
-            f"AND status = 'running' AND (owner = %s OR claim = %s) "
-            f"RETURNING {JOB_COLUMNS}, spec, pool_slot",
-            (taker, key, token, taker, token, key),
-        ).fetchall()
-        # Every slot the dead instance's claims held goes back: its running attempts are lost,
-        # and their retries reserve anew when they rent.
-        slots = [r[0] for r in given] + [r[-1] for r in rows] + [r[1] for r in cancelled]
-        _release(conn, slots, f"take-over of {token}")
-        running = sorted((unsettled_from(r[:-1]) for r in rows), key=lambda u: u.row.seq)
-        ids = [u.row.id for u in running]
-        opened = conn.execute(
-            "SELECT job_id, number, instance, started_at FROM queue_attempts "
-            "WHERE finished_at IS NULL AND job_id = ANY(%s)",
-            (ids,),
-        ).fetchall()
-        if rows or cancelled:
-            conn.execute(f"NOTIFY {CHANNEL}")
-        attempts = {r[0]: OpenAttempt(*r) for r in opened}
-        return Taken(token, running, attempts, [str(r[0]) for r in cancelled])
-
-    def live_instances(self) -> list[tuple[str, str]]:
-        """(token, url) of the instances whose lease runs."""
-        rows = self._select(
-            "SELECT token, url FROM queue_instances WHERE taken_by IS NULL "
-            "AND stopped_at IS NULL AND expires_at > now() ORDER BY started_at",
-            (),
-        )
-        return [(str(t), str(u)) for t, u in rows]
 
     # -- claims ----------------------------------------------------------------------------
 
@@ -541,7 +387,7 @@ class PostgresQueue(QueueReads):
         self._start_attempt(job_id, number, instance, now, fenced=False)
 
     def fenced_start_attempt(self, job_id: str, number: int, instance: str, now: float) -> None:
-        """Record the start while `instance` holds the job, else raise LeaseLost."""
+        """Record the start while `instance` holds the job, else raise JobTakenOver."""
         self._start_attempt(job_id, number, instance, now, fenced=True)
 
     def _start_attempt(
@@ -586,7 +432,7 @@ class PostgresQueue(QueueReads):
     def fenced_end_attempt(
         self, job_id: str, attempt: Attempt, owner: str, *, requeue: bool = False
     ) -> None:
-        """Complete the attempt row while `owner` holds the job, else raise LeaseLost.
+        """Complete the attempt row while `owner` holds the job, else raise JobTakenOver.
         `requeue`: the job goes back to everyone (a server handing over at shutdown), or is
         cancelled if a cancel was asked for it meanwhile."""
         self._end_attempt(job_id, attempt, requeue, owner)
@@ -685,90 +531,14 @@ class PostgresQueue(QueueReads):
 
         self._run("settle a job", write)
 
-    @contextmanager
-    def batch(self) -> Iterator[None]:
-        """The writes inside as one transaction (on this thread), all of them or none."""
-        if getattr(self._batch, "conn", None) is not None:
-            yield
-            return
-        with self.db.transaction("record a batch of changes") as conn:
-            self._batch.conn = conn
-            try:
-                yield
-            finally:
-                self._batch.conn = None
-
-    # -- plumbing --------------------------------------------------------------------------
+    # -- plumbing ---------------------------------------------------------------------------
 
     def _owned(self, rowcount: int, job_id: str, owner: str) -> None:
         if rowcount == 0:
-            raise LeaseLost(
+            raise JobTakenOver(
                 f"{self.db.where}: job {job_id} is no longer held by server {owner} "
                 "(its lease expired and another server took its work)"
             )
-
-    def _run(self, doing: str, work: Callable[[Conn], None]) -> None:
-        """`work` inside the open batch on this thread, else in a transaction of its own."""
-        conn = getattr(self._batch, "conn", None)
-        if conn is not None:
-            work(conn)
-        else:
-            self.db.run(doing, work)
-
-    def _write(self, doing: str, query: str, args: Sequence[Any] | Mapping[str, Any]) -> None:
-        def write(conn: Conn) -> None:
-            conn.execute(query.encode(), args)
-
-        self._run(doing, write)
-
-    def _select(self, query: str, args: Sequence[Any]) -> list[tuple[Any, ...]]:
-        """A read inside the open batch on this thread, else on its own. Placeholders are
-        written `?` (QueueReads' statements serve SQLite too) and become psycopg's `%s`."""
-        statement = marks(query)
-
-        def read(conn: Conn) -> list[tuple[Any, ...]]:
-            return conn.execute(statement, args).fetchall()
-
-        conn: Conn | None = getattr(self._batch, "conn", None)
-        return read(conn) if conn is not None else self.db.run("read the queue", read)
-
-
-def _dead_to_take(conn: Conn, taker: str, limit: int) -> list[str]:
-    """Instances whose lease expired that `taker` may take now, each locked for it.
-
-    Nothing while the taker's own lease has run out: an instance woken from a freeze past its
-    ttl must not take the instance that took its work (it would recover its own job twice) in
-    the moment before its refused heartbeat stops it.
-    Left for a later round: one with a job row still locked. Its client stopped (frozen,
-    killed) inside a transaction, which the database rolls back when it ends that session;
-    waiting for the lock here would hold this store's connection, and every write the
-    taker's scheduling loop makes, for as long."""
-    live = conn.execute(f"SELECT {_LIVE_LEASE}", {"me": taker}).fetchone()
-    if not (live and live[0]):
-        return []
-    expired = conn.execute(
-        "SELECT token FROM queue_instances WHERE taken_by IS NULL "
-        "AND expires_at < now() AND token <> %s "
-        "ORDER BY expires_at LIMIT %s FOR UPDATE SKIP LOCKED",
-        (taker, limit),
-    ).fetchall()
-    free = []
-    for (token,) in expired:
-        owned = _count(conn, "SELECT count(*) FROM queue_jobs WHERE owner = %s", token)
-        lockable = _count(
-            conn,
-            "SELECT count(*) FROM (SELECT 1 FROM queue_jobs WHERE owner = %s "
-            "FOR UPDATE SKIP LOCKED) AS rows_now_ours",
-            token,
-        )
-        if lockable == owned:
-            free.append(str(token))
-    return free
-
-
-def _count(conn: Conn, query: str, token: str) -> int:
-    row = conn.execute(query.encode(), (token,)).fetchone()
-    return int(row[0]) if row else 0
 
 
 def _room(conn: Conn, seat: PoolSeat, want: int) -> int:
@@ -793,62 +563,3 @@ def _hold(conn: Conn, seat: PoolSeat, key: str, ids: list[str]) -> dict[str, int
         (seat.holder, seat.pool, key, ids),
     ).fetchall()
     return {str(job): int(slot) for job, slot in rows}
-
-
-def _cancel_held(conn: Conn, dead: str, taker: str, key: str) -> list[tuple[str, int | None]]:
-    """A dead instance's jobs with a cancel request are cancelled by its taker, in the
-    take-over's transaction: retried (running) or given to everyone (queued), a job asked to
-    be cancelled would run again. Their open attempts end `server_lost` (their server went with
-    the instance; the taker's recovery kills or cancels what is left of it)."""
-    conn.execute(
-        "UPDATE queue_jobs SET status = 'cancelled', reason = 'cancelled by request', "
-        "finished_at = extract(epoch FROM now()), retry_at = NULL, failure_origin = id, "
-        "owner = %s, claim = %s WHERE owner = %s AND cancel_requested "
-        "AND status IN ('queued', 'running')",
-        (taker, key, dead),
-    )
-    rows = conn.execute(  # these, or the first try's when its reply was lost (`key`)
-        "SELECT id, pool_slot FROM queue_jobs WHERE owner = %s AND claim = %s "
-        "AND status = 'cancelled'",
-        (taker, key),
-    ).fetchall()
-    if rows:
-        conn.execute(
-            "UPDATE queue_attempts SET finished_at = extract(epoch FROM now()), "
-            "failure = 'server_lost', message = %s WHERE job_id = ANY(%s) AND finished_at IS NULL",
-            (f"lost with server {dead}; cancelled by request", [r[0] for r in rows]),
-        )
-    return [(str(job), slot) for job, slot in rows]
-
-
-def _give_back(
-    conn: Conn, which: str, args: Mapping[str, Any], finished_at: str
-) -> tuple[list[str], list[int | None]]:
-    """A clean stop's jobs (`which`, of this instance) back to everyone, as queued: except
-    those a cancel was asked for, which are cancelled here (finished at `finished_at`).
-    Given back with the request on them, another instance would claim such a job and start it
-    again before its own pass of the requests cancelled it. The ids of those cancelled, and
-    the pool slots of all of them, to release."""
-    cancelled = conn.execute(
-        "UPDATE queue_jobs SET status = 'cancelled', reason = 'cancelled by request', "
-        f"finished_at = {finished_at}, retry_at = NULL, failure_origin = id "
-        f"WHERE {which} AND cancel_requested AND status IN ('queued', 'running') "
-        "RETURNING id, pool_slot",
-        args,
-    ).fetchall()
-    given = conn.execute(
-        "UPDATE queue_jobs SET status = 'queued', owner = NULL, claim = NULL "
-        f"WHERE {which} AND status IN ('queued', 'running') RETURNING pool_slot",
-        args,
-    ).fetchall()
-    if cancelled:
-        conn.execute(f"NOTIFY {CHANNEL}")  # its dependents can be settled now
-    slots = [r[1] for r in cancelled] + [r[0] for r in given]
-    return [str(r[0]) for r in cancelled], slots
-
-
-def _release(conn: Conn, slots: Sequence[int | None], by: str) -> None:
-    """Give back the claims' server slots that are still held (none: no round trip)."""
-    held = [slot for slot in slots if slot is not None]
-    if held:
-        conn.execute("SELECT clore_run_release_slots(%s, %s)", (held, by))

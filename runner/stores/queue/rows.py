@@ -337,13 +337,9 @@ def placed_facts(facts: Mapping[str, str], usd_per_hour: float) -> str:
 
 
 def unsettled_from(row: Sequence[Any]) -> Unsettled:
-    """A row of JOB_COLUMNS and then `spec`. The job's trust domain is the row's column (the
-    spec of a row written before the column existed has none)."""
-    job_row = JobRow(*row[:-1])
-    job = job_from_json(json.loads(row[-1]))
-    if job.trust != job_row.trust:
-        job = dataclasses.replace(job, trust=job_row.trust)
-    return Unsettled(job_row, job)
+    """A row of JOB_COLUMNS and then `spec`. (The trust domain is in both, written together;
+    a row from before either has the default in both.)"""
+    return Unsettled(JobRow(*row[:-1]), job_from_json(json.loads(row[-1])))
 
 
 def _where(clauses: Sequence[str]) -> str:

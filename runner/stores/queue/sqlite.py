@@ -124,6 +124,13 @@ class SqliteQueue(SqliteRows, QueueReads):
                 (token, pid, backend, now),
             )
 
+    def stale_instances(self, besides: str) -> list[str]:
+        rows = self._select(
+            "SELECT token FROM instances WHERE stopped_at IS NULL AND token != ? ORDER BY rowid",
+            (besides,),
+        )
+        return [str(r[0]) for r in rows]
+
     def end_instance(self, token: str, now: float) -> None:
         with self._tx("record the server stop") as db:
             db.execute("UPDATE instances SET stopped_at = ? WHERE token = ?", (now, token))

@@ -131,7 +131,7 @@ ERROR_CASES = [
     (Faults.UNKNOWN_APP_ERROR, e.ApplicationError, "gpu-on-fire (code 6)"),
     (Faults.DB_ERROR, e.DatabaseError, "database error (code 1)"),
     (Faults.INVALID_INPUT, e.InvalidInputError, "invalid input data (code 2)"),
-    (Faults.INVALID_TOKEN, e.InvalidTokenError, "invalid API token (code 3)"),
+    (Faults.INVALID_TOKEN, e.InvalidTokenError, "code 3: invalid API token"),
     (Faults.INVALID_ENDPOINT, e.InvalidEndpointError, "invalid endpoint (code 4)"),
     (Faults.UNKNOWN_CODE, e.UnknownCodeError, "unexpected reply (code 42, HTTP 200)"),
     (Faults.BAD_GATEWAY, e.NonJsonReplyError, "HTTP 502 with a non-JSON reply: '<html>"),
@@ -154,7 +154,11 @@ def test_every_code_maps_to_its_typed_error(
     exc = caught.value
     assert type(exc) is expected  # not just a parent class
     assert isinstance(exc, InfrastructureError) and exc.exit_code == 3
-    assert str(exc).startswith(f"Clore API wallets: {message}")
+    # What the call was doing, in words (never the endpoint's name); a refused key is the one
+    # refusal whichever call met it.
+    start = e.REFUSED_KEY + " (" if expected is e.InvalidTokenError else "Clore API (reading "
+    assert exc.message.startswith(start) and message in exc.message
+    assert "wallets:" not in exc.message
     assert exc.http_status == fault.status
     assert API_KEY not in str(exc) and API_KEY not in repr(exc)
 

@@ -354,7 +354,9 @@ def test_an_unconfirmable_cancel_stays_unreleased(
 
     def my_orders(return_completed: bool = False) -> list[Order]:
         if not return_completed:  # the confirming look fails
-            raise e.TransportError("Clore API my_orders: timed out", endpoint="my_orders")
+            raise e.TransportError(
+                "Clore API (listing your orders): timed out", endpoint="my_orders"
+            )
         return real_list(return_completed)
 
     monkeypatch.setattr(client, "my_orders", my_orders)

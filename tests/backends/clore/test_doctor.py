@@ -194,7 +194,7 @@ def test_a_signal_stops_the_canary_and_cancels_its_order(
             if proc.poll() is None:
                 proc.kill()
     assert proc.returncode == 130, out + err
-    assert f"doctor: interrupted by {sig.name}" in err and "nothing of it is left rented" in err
+    assert f"clore-run: interrupted by {sig.name}" in err and "nothing of it is left rented" in err
     assert "all checks passed" not in out and "Traceback" not in err
     [order] = fake_clore.orders.values()
     assert fake_clore.live_orders() == []

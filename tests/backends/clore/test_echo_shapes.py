@@ -164,3 +164,13 @@ def test_cleanup_never_marks_failed_an_order_with_our_tag_and_a_late_ct(
         assert [a.kind for a in actions] == ["unproven"] and not actions[0].resolved
         assert [r.state for r in ledger.rentals("X")] == ["intent"]
     assert len(fake_clore.live_orders()) == 1
+
+
+def test_a_failed_create_finds_its_tagged_order_stamped_late(fake_clore: FakeClore) -> None:
+    """HTTP 500 that created the order, `ct` a minute after the answer: the run looking for
+    it takes the order echoing its tag (before: outside the window, "most likely not created",
+    and the order billed on; the fault suite's seed 102)."""
+    fake_clore.ct_late_s = 60.0
+    fake_clore.fail_next("create_order", Faults.DB_ERROR_BUT_CREATED)
+    order = fake_clore.client().create_order(request())
+    assert [o.id for o in fake_clore.live_orders()] == [order.id]

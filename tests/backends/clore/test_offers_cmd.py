@@ -39,7 +39,7 @@ def test_table_lists_fitting_offers_best_first_in_usd_per_hour(fake_clore: FakeC
     assert result.exit_code == 0, result.output
     header, *rows = result.stdout.splitlines()
     assert header.split() == [
-        "ID", "GPUS", "VRAM", "$/H", "SPOT", "$/H", "RELIAB", "MAX", "LEN", "CUDA", "LOC"
+        "ID", "GPUS", "VRAM", "$/H", "SPOT", "$/H", "RELIAB", "MAX", "LEN", "CUDA", "COUNTRY"
     ]  # fmt: skip
     assert [r.split()[0] for r in rows] == ["88028", "100201"]
     assert rows[0].split() == [
@@ -147,16 +147,16 @@ def test_an_unreachable_api_shows_each_wait_and_ends_with_one_line(fake_clore: F
     result = runner.invoke(app, ["offers"])
     assert result.exit_code == 3
     lines = result.stderr.splitlines()
-    assert [re.sub(r"\d+ s", "N s", line) for line in lines[:-1]] == [
-        "Clore API marketplace: connection refused; trying again in N s (try 2 of 3)",
-        "Clore API marketplace: connection refused; trying again in N s (try 3 of 3)",
+    assert [re.sub(r"\d+ s", "N s", line) for line in lines[:-2]] == [
+        "Clore API (listing the market): connection refused; trying again in N s (try 2 of 3)",
+        "Clore API (listing the market): connection refused; trying again in N s (try 3 of 3)",
     ]
     assert re.fullmatch(
-        rf"error: Clore API marketplace: cannot reach http://127.0.0.1:{port}/v1: "
-        r"connection refused; "
-        r"gave up after \d+ s \(check the network, or CLORE_API_URL\)",
-        lines[-1],
+        rf"clore-run: Clore API \(listing the market\): cannot reach http://127.0.0.1:{port}/v1: "
+        r"connection refused; gave up after \d+ s",
+        lines[-2],
     )
+    assert lines[-1] == "hint: check the network, or CLORE_API_URL"
     assert "Max retries" not in result.output and "renter_fees" not in result.output
     assert result.stdout == ""
 

@@ -160,3 +160,60 @@ def test_cleanup_waits_a_bounded_while_for_a_deploying_orders_tag(
         actions = reconcile(ledger, fake_clore.client(), dry_run=False)
         assert [a.kind for a in actions] == ["cancelled"], actions
     assert fake_clore.live_orders() == []
+
+
+def test_a_failed_create_whose_server_shows_an_unprovable_order_moves_on_and_names_it(
+    setup: Setup,
+) -> None:
+    """A create answered HTTP 500 that made an order whose echo no client reads: the order may
+    be ours, so it is named, not cancelled; the failure was the create's own, so the job goes
+    to the next host and passes; the run exits 3 all the same."""
+    setup.fake.tag_echo = "unknown"
+    setup.fake.fail_next("create_order", Faults.DB_ERROR_BUT_CREATED)
+    pipeline = parse_pipeline(ONE_JOB, "p.yml", {})
+    backend, ledger = setup.backend(pipeline)
+    (setup.tmp / "ws").mkdir()
+    console = io.StringIO()
+    options = RunOptions(out_dir=setup.tmp / "out", workspace_root=setup.tmp / "ws")
+    record, code = execute(pipeline, backend, options, console)
+    assert code == 3 and [r.status.value for r in record.results] == ["passed"]
+    first, second = setup.fake.orders.values()
+    assert first.live and not second.live
+    assert f"order {first.id} may be ours" in console.getvalue()
+    setup.clock.advance(10)  # a person, later, with a client (and a rate limit) of its own
+    result = CliRunner().invoke(
+        cleanup_app(setup.fake), ["cleanup", "--ledger", str(ledger.path), "--cancel-unproven"]
+    )
+    assert result.exit_code == 0, result.output
+    assert not first.live
+
+
+def test_cleanup_waits_too_while_an_online_order_still_pulls_its_image(
+    fake_clore: FakeClore, tmp_path: Path
+) -> None:
+    """Online at once, its container deploying (`mon_container` 0, then 1) for two minutes:
+    the tag shows only once deployed, so cleanup looks again while it pulls."""
+    fake_clore.tag_echo = "absent-until-deployed"
+    fake_clore.online_after_s = 1.0
+    fake_clore.pull_s_by_server = {SERVER: 120.0}
+    with SqliteLedger(tmp_path / "ledger.db", clock=fake_clore.clock) as ledger:
+        rid = ledger.record_intent("X", "job", SERVER, 2.0, "USD-Blockchain", 0.1, image=IMAGE)
+        fake_clore.fail_next("create_order", Faults.DB_ERROR_BUT_CREATED)
+        with pytest.raises(e.DatabaseError):
+            died = fake_clore.client(recover_delays_s=())
+            died.create_order(request(), journal=LedgerMarks(ledger, rid))
+        fake_clore.clock.advance(5)
+        actions = reconcile(ledger, fake_clore.client(), dry_run=False)
+        assert [a.kind for a in actions] == ["cancelled"], actions
+    assert fake_clore.live_orders() == []
+
+
+def test_a_runs_verdicts_say_why_its_order_was_taken_for_ours(setup: Setup) -> None:
+    setup.fake.tag_echo = "port/http"
+    record, code, ledger = setup.run(parse_pipeline(ONE_JOB, "p.yml", {}))
+    assert code == 0, record.results
+    (row,) = ledger.rentals("run-1")
+    kept = ledger.verdicts(row.id)
+    assert [v.verdict for v in kept] == ["create-accepted", "ours"]
+    assert kept[1].order_id == row.order_id and "echoes our tag" in kept[1].reason
+    assert "/http" in kept[1].reason

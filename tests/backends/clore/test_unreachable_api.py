@@ -70,17 +70,17 @@ def test_doctor_says_each_wait_and_stops_at_the_first_unreachable_read(
     assert result.exit_code == 3
     waits = [re.sub(r"\d+ s", "N s", line) for line in result.stderr.splitlines()[:2]]
     assert waits == [
-        "Clore API wallets: connection refused; trying again in N s (try 2 of 3)",
-        "Clore API wallets: connection refused; trying again in N s (try 3 of 3)",
+        "Clore API (reading your wallets): connection refused; trying again in N s (try 2 of 3)",
+        "Clore API (reading your wallets): connection refused; trying again in N s (try 3 of 3)",
     ]
-    problems = [line for line in result.stdout.splitlines() if line.startswith("problem:")]
-    assert len(problems) == 1  # not once per endpoint: the fees and market were not tried
+    # said once, in the one shape: not once per endpoint (the fees and market were not tried)
+    assert result.stdout == ""
     assert re.fullmatch(
-        rf"problem: Clore API wallets: cannot reach {client.base_url}: connection refused; "
-        r"gave up after \d+ s \(check the network, or CLORE_API_URL\)",
-        problems[0],
+        rf"clore-run: Clore API \(reading your wallets\): cannot reach {client.base_url}: "
+        r"connection refused; gave up after \d+ s",
+        result.stderr.splitlines()[-2],
     )
-    assert result.stderr.splitlines()[-1] == "error: doctor found 1 problem (above)"
+    assert result.stderr.splitlines()[-1] == "hint: check the network, or CLORE_API_URL"
     assert not any(word in result.output for word in LIBRARY_WORDS)
 
 
@@ -94,7 +94,7 @@ def test_cleanup_says_each_wait_in_words(fake_clore: FakeClore, tmp_path: Path) 
     args = ["cleanup", "--ledger", str(tmp_path / "ledger.db")]
     result = runner.invoke(_app(cleanup.register, lambda: client), args)
     assert result.exit_code == 3
-    assert "Clore API my_orders: connection refused; trying again in" in result.stderr
+    assert "Clore API (listing your orders): connection refused; trying again in" in result.stderr
     assert "cannot reach http://127.0.0.1:" in result.output
     assert not any(word in result.output for word in LIBRARY_WORDS)
 
@@ -117,11 +117,13 @@ def test_a_run_says_each_wait_and_its_reports_say_the_api_was_not_reached(
     assert record.results[0].status is JobStatus.ERROR
     shown = screen.getvalue()
     first = shown.splitlines()[0]
-    assert first.startswith("clore-run: Clore API renter_fees: connection refused; trying again")
+    assert first.startswith(
+        "clore-run: Clore API (reading your fees): connection refused; trying again"
+    )
     assert "cannot reach http://127.0.0.1:" in record.results[0].reason
     summary = json.loads((out / "summary.json").read_text())
     (warning,) = summary["warnings"]
-    assert warning.startswith("Clore API renter_fees: cannot reach http://127.0.0.1:")
+    assert warning.startswith("Clore API (reading your fees): cannot reach http://127.0.0.1:")
     # The minute the client spent on the API is the run's time too (the fake clock moved it).
     assert summary["duration_s"] >= setup.clock.time() - started - 1 > 20
     for text in (shown, (out / "summary.md").read_text(), (out / "junit.xml").read_text()):
