@@ -19,7 +19,7 @@ from runner.core.book_part import BookPart, BookState
 from runner.core.ends import Ends
 from runner.core.fleet import AFTER_SCRIPT_S, BOOTING, Server, by_id, label
 from runner.core.hedging import Hedger
-from runner.core.known_jobs import Entry
+from runner.core.known_jobs import Entry, WaitReason
 from runner.core.ranks import Key
 from runner.core.rental_length import outlives
 from runner.core.rentals import JobNote, StartOn
@@ -147,7 +147,7 @@ class Placement(BookPart):
                 fleet.unclaim(job_id)
             return False
         if server.rented and not self._budget.extend(server.id, until, now):
-            jobs.why[job_id] = "budget"
+            jobs.why[job_id] = WaitReason.BUDGET
             return False
         del jobs.waiting[job_id]
         if job_id in jobs.why:

@@ -206,3 +206,14 @@ def test_cleanup_waits_too_while_an_online_order_still_pulls_its_image(
         actions = reconcile(ledger, fake_clore.client(), dry_run=False)
         assert [a.kind for a in actions] == ["cancelled"], actions
     assert fake_clore.live_orders() == []
+
+
+def test_a_runs_verdicts_say_why_its_order_was_taken_for_ours(setup: Setup) -> None:
+    setup.fake.tag_echo = "port/http"
+    record, code, ledger = setup.run(parse_pipeline(ONE_JOB, "p.yml", {}))
+    assert code == 0, record.results
+    (row,) = ledger.rentals("run-1")
+    kept = ledger.verdicts(row.id)
+    assert [v.verdict for v in kept] == ["create-accepted", "ours"]
+    assert kept[1].order_id == row.order_id and "echoes our tag" in kept[1].reason
+    assert "/http" in kept[1].reason
