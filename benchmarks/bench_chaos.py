@@ -7,13 +7,15 @@ through the real CLI against the fake Clore on real sshds, and checks every inva
 each. Prints the counts: scenarios, violations by invariant (with the first seeds of each),
 exit codes, signals and races played, and the wall time per scenario. Each violation's seed
 replays it: `python -m tests.chaos SEED`. `--quick`: 3 small scenarios (what CI runs).
-Exits 0 whatever was found: the findings are the output (CI runs every benchmark for rot).
-Loopback only; no network.
+Exits 1 when any scenario broke an invariant (the seeds are printed to replay it), 0 when
+every invariant held: a long run that finds something must not look like one that found
+nothing. Loopback only; no network.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 import time
 from collections import Counter, defaultdict
@@ -48,10 +50,14 @@ def main() -> None:
             verdicts.append(verdict)
             mark = ", ".join(sorted({v.invariant for v in verdict.violations})) or "ok"
             print(f"seed {verdict.scenario.seed}: {mark} ({verdict.seconds:.1f} s)", flush=True)
-    print_counts(verdicts, time.monotonic() - started, args.jobs)
+    failed = print_counts(verdicts, time.monotonic() - started, args.jobs)
+    if failed:
+        print(f"FAIL: {failed} scenario(s) broke an invariant", file=sys.stderr)
+        sys.exit(1)
 
 
-def print_counts(verdicts: list[Verdict], wall_s: float, jobs: int) -> None:
+def print_counts(verdicts: list[Verdict], wall_s: float, jobs: int) -> int:
+    """Print the run's counts; how many scenarios broke an invariant."""
     by_invariant: dict[str, list[int]] = defaultdict(list)
     for verdict in verdicts:
         for invariant in sorted({v.invariant for v in verdict.violations}):
@@ -71,6 +77,7 @@ def print_counts(verdicts: list[Verdict], wall_s: float, jobs: int) -> None:
         seeds = by_invariant.get(invariant, [])
         shown = ", ".join(map(str, seeds[:8])) + (" ..." if len(seeds) > 8 else "")
         print(f"  {invariant:15} {len(seeds):4}  {shown}")
+    return failed
 
 
 if __name__ == "__main__":

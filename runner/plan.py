@@ -75,13 +75,16 @@ def render_plan(plan: dict[str, Any]) -> str:
     lines = [
         f"{plan['pipeline']} ({plan['source']}): {len(jobs)} job{'s' if len(jobs) != 1 else ''}, "
         f"concurrency {plan['concurrency']}{budget}",
-        f"provision: {plan['provision']} ("
-        + (
-            "a job's server is rented while its needs run, to be up when they end)"
-            if ahead
-            else "a job's server is rented once the job is ready)"
-        ),
     ]
+    if any(j["gpu"] is not None for j in jobs.values()):  # nothing is rented for the others
+        lines.append(
+            f"provision: {plan['provision']} ("
+            + (
+                "a job's server is rented while its needs run, to be up when they end)"
+                if ahead
+                else "a job's server is rented once the job is ready)"
+            )
+        )
     for n, wave in enumerate(plan["waves"], start=1):
         lines.append(f"wave {n}")
         for job_id in wave:

@@ -145,7 +145,9 @@ class LocalBackend(FixedServers):
         if request.job.artifacts or request.job.junit:
             stages.stage("fetching")
             warnings = collect_artifacts(Path(workdir), request.job, request.artifacts_dir)
-            for warning in warnings:
+            # A cancelled job was stopped before it could write them: nothing to warn about.
+            stopped = outcome.failure is FailureKind.CANCELLED
+            for warning in () if stopped else warnings:
                 sink.write("stderr", f"clore-run: {warning}\n".encode())
         return outcome
 

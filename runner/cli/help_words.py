@@ -8,6 +8,7 @@ built, and a parse error's message is reworded from pydantic's error type before
 
 from __future__ import annotations
 
+import inspect
 import types
 from pathlib import Path
 from typing import Any, Union, get_args, get_origin
@@ -24,6 +25,7 @@ def plain_metavars(root: Any) -> None:
         command = todo.pop()
         todo.extend(getattr(command, "commands", {}).values())
         # `--help` is made (and kept) on first use: make it now, to word it too.
+        command.help = unwrapped(command.help)
         made = command.get_help_option(command.context_class(command, help_option_names=names))
         for param in [*getattr(command, "params", ()), *([made] if made else [])]:
             if type(param).__name__ == "TyperArgument":
@@ -35,6 +37,16 @@ def plain_metavars(root: Any) -> None:
             if param.metavar is not None or described is None or described.is_choice:
                 continue
             param.metavar = _metavar(param, described)
+
+
+def unwrapped(text: str | None) -> str | None:
+    """A docstring's paragraphs without its hard line breaks: the help's table of commands cut
+    a sentence where the source line ended (`...first; hosts` / `that failed...`), not where
+    the terminal does. Blank lines (paragraphs) stay."""
+    if not text:
+        return text
+    paragraphs = inspect.cleandoc(text).split("\n\n")
+    return "\n\n".join(" ".join(p.split()) for p in paragraphs)
 
 
 def _no_type(ctx: object = None) -> str:

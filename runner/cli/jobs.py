@@ -121,14 +121,33 @@ def logs(
     """Print a job's log (every attempt); with -f, as it is written, until the job ends."""
     from runner.serve.client import Client
 
-    chunks = Client(server).log(job, follow)
+    client = Client(server)
+    chunks = client.log(job, follow)
     out = sys.stdout.buffer
     if raw:
         for chunk in chunks:
             out.write(chunk)
             out.flush()
-        return
-    write_safe_lines(chunks, out)
+    else:
+        write_safe_lines(chunks, out)
+    if follow:
+        raise typer.Exit(_ended(client.job(job)))
+
+
+# A followed job's end as an exit code, as `run` gives a run's: 0 it passed (or failed as
+# continue-on-error allows), 1 it did not (skipped or cancelled too), 3 infrastructure.
+_FOLLOWED_EXIT = {"passed": 0, "error": 3}
+
+
+def _ended(reply: dict[str, Any]) -> int:
+    """The closing line of a followed log: how the job ended (a job skipped before it wrote a
+    line would otherwise end with nothing said), and its exit code."""
+    reason = reply.get("reason") or ""
+    said = console_line(f"{reply['id']}: {status_word(reply)}" + (f": {reason}" if reason else ""))
+    typer.echo(f"clore-run: {said}", err=True)
+    if reply.get("allowed_failure"):
+        return 0
+    return _FOLLOWED_EXIT.get(str(reply.get("status")), 1)
 
 
 def write_safe_lines(chunks: Iterable[bytes], out: BinaryIO) -> None:

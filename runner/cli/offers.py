@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # the Clore client and models load only when `offers` runs
 
 ClientFactory = Callable[[], "CloreClient"]
 
-_COLUMNS = ("ID", "GPUS", "VRAM", "$/H", "SPOT $/H", "RELIAB", "MAX LEN", "CUDA", "LOC")
+_COLUMNS = ("ID", "GPUS", "VRAM", "$/H", "SPOT $/H", "RELIAB", "MAX LEN", "CUDA", "COUNTRY")
 
 
 def register(app: typer.Typer, client_factory: ClientFactory | None = None) -> None:

@@ -14,8 +14,8 @@ import math
 
 from runner.core.book_part import BookPart, BookState
 from runner.core.ends import Ends
-from runner.core.events import SetTimer
-from runner.core.fleet import AFTER_SCRIPT_S, BOOTING, EPS_S, TIMER
+from runner.core.events import BookTimer, BookWake, SetTimer
+from runner.core.fleet import AFTER_SCRIPT_S, BOOTING, EPS_S
 from runner.core.rental_length import best_that_holds, boot_allowance_s, outlives
 from runner.core.renting import Renter
 
@@ -48,7 +48,7 @@ class RentAhead(BookPart):
             ends.eta[job_id] = eta
             start_at = eta - fleet.boot.expected_s
             if start_at > now + EPS_S:  # its needs are later than first thought
-                self._out.append(SetTimer(start_at, (TIMER, "ahead", job_id)))
+                self._out.append(SetTimer(start_at, BookTimer(BookWake.AHEAD, job_id)))
             elif self._server_will_be_free(job_id, eta, now):
                 continue
             elif len(fleet.servers) >= self._cap:

@@ -14,8 +14,8 @@ from __future__ import annotations
 import math
 
 from runner.core.book_part import BookPart, BookState
-from runner.core.events import SetTimer
-from runner.core.fleet import AFTER_SCRIPT_S, EPS_S, TIMER
+from runner.core.events import BookTimer, BookWake, SetTimer
+from runner.core.fleet import AFTER_SCRIPT_S, EPS_S
 from runner.core.rentals import Provisioning
 
 
@@ -118,4 +118,4 @@ class Ends(BookPart):
         if start_at <= now + EPS_S:
             self.due[job_id] = None
         else:
-            self._out.append(SetTimer(start_at, (TIMER, "ahead", job_id)))
+            self._out.append(SetTimer(start_at, BookTimer(BookWake.AHEAD, job_id)))

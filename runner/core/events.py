@@ -8,7 +8,6 @@ are named apart: `AttemptEnded` comes in from the driver, `AttemptRecorded` and 
 from __future__ import annotations
 
 import enum
-from collections.abc import Hashable
 from dataclasses import dataclass
 
 from runner.core.model import Attempt, FailureKind, JobResult
@@ -34,10 +33,57 @@ class AttemptEnded:
 
 
 @dataclass(frozen=True)
+class AttemptTimeout:
+    """A timer's token: attempt `number` of the job has run its time (stale if it ended)."""
+
+    job_id: str
+    number: int
+
+
+@dataclass(frozen=True)
+class Wake:
+    """A timer's token: the job's wait for a time (not-before, a retry's backoff) is over."""
+
+    job_id: str
+
+
+@dataclass(frozen=True)
+class HoldOver:
+    """A timer's token: the hold on starting (HoldStarts) is over."""
+
+
+@dataclass(frozen=True)
+class RunTimeout:
+    """A timer's token: the whole run's time is up."""
+
+
+class BookWake(str, enum.Enum):
+    """What a server book's timer makes it look at again."""
+
+    AHEAD = "ahead"  # a job's rent-ahead time: rent its server now (of: the job)
+    LOOK = "look"  # an idle server's paid time ends: keep it or give it back (of: the server)
+    HEDGE = "hedge"  # a boot is late: hedge it (of: the server)
+    HOLD = "hold"  # the budget's hold on renting is over (of: 0)
+    DAY = "day"  # a new UTC day of a daily budget (of: the day's number)
+    WARM = "warm"  # a warm window opens or closes (of: the time, in whole seconds)
+
+
+@dataclass(frozen=True)
+class BookTimer:
+    """A timer's token: the server book's, `what` about `of`."""
+
+    what: BookWake
+    of: str | int
+
+
+TimerToken = AttemptTimeout | Wake | HoldOver | RunTimeout | BookTimer
+
+
+@dataclass(frozen=True)
 class TimerFired:
     """A timer the core asked for came due. Stale timers are ignored by the core."""
 
-    token: Hashable
+    token: TimerToken
 
 
 @dataclass(frozen=True)
@@ -98,7 +144,7 @@ class SetTimer:
     """Feed `TimerFired(token)` back to the core at `at`."""
 
     at: float
-    token: Hashable
+    token: TimerToken
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,6 @@ from runner.core.rentals import (
     RentServer,
 )
 
-TIMER = "servers"  # the first element of every timer token the book asks for
 # After a script's timeout the job is killed and its artifacts fetched: the budget holds a
 # server this much longer than the timeout.
 AFTER_SCRIPT_S = 120.0

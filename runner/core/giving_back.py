@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from runner.core.book_part import BookPart, BookState
 from runner.core.ends import Ends
-from runner.core.events import SetTimer
-from runner.core.fleet import BOOTING, BUSY, EPS_S, TIMER, Server
+from runner.core.events import BookTimer, BookWake, SetTimer
+from runner.core.fleet import BOOTING, BUSY, EPS_S, Server
 from runner.core.rental_length import outlives
 from runner.core.warmth import Warmth
 
@@ -91,7 +91,7 @@ class GiveBack(BookPart):
 
     def _look_at(self, server: Server, until: float) -> None:
         # Just after `until`: a job ending at that very moment is told first, and takes it.
-        self._out.append(SetTimer(until + _AFTER_TIE_S, (TIMER, "look", server.id)))
+        self._out.append(SetTimer(until + _AFTER_TIE_S, BookTimer(BookWake.LOOK, server.id)))
 
     def _wanted_soon(self, server: Server, until: float) -> str | None:
         """A job about to be retried that fits, or one not ready yet that fits, should be

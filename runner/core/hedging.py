@@ -14,8 +14,8 @@ import math
 from dataclasses import replace
 
 from runner.core.book_part import BookPart, BookState
-from runner.core.events import SetTimer
-from runner.core.fleet import BOOTING, EPS_S, TIMER, Server, label
+from runner.core.events import BookTimer, BookWake, SetTimer
+from runner.core.fleet import BOOTING, EPS_S, Server, label
 from runner.core.hedge import HedgePolicy
 from runner.core.known_jobs import Known
 from runner.core.money import usd_text
@@ -41,7 +41,9 @@ class Hedger(BookPart):
         if self.policy.enabled:
             after_s = self._after_s(server)
             if after_s < math.inf:
-                self._out.append(SetTimer(server.since + after_s, (TIMER, "hedge", server.id)))
+                self._out.append(
+                    SetTimer(server.since + after_s, BookTimer(BookWake.HEDGE, server.id))
+                )
 
     def deploying(self, server: Server, now: float) -> None:
         """The boot is online, its container deploying: alive. From now on it is hedged
@@ -81,7 +83,9 @@ class Hedger(BookPart):
             if want is None or server_id in fleet.pairs:
                 # Rented ahead, its job not ready yet; or hedged already, and the hedge may
                 # fail first: look again in a while.
-                self._out.append(SetTimer(now + HEDGE_AGAIN_S, (TIMER, "hedge", server_id)))
+                self._out.append(
+                    SetTimer(now + HEDGE_AGAIN_S, BookTimer(BookWake.HEDGE, server_id))
+                )
                 continue
             self._hedge(server, server.claim, want, now)
 

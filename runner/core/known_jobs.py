@@ -12,6 +12,7 @@ may still ask for a server.
 
 from __future__ import annotations
 
+import enum
 import heapq
 import itertools
 from collections.abc import Iterable, Mapping, Sequence
@@ -23,6 +24,16 @@ from runner.core.ranks import Key, Ranked, raise_ranks
 from runner.core.rentals import Market, NoMarket, Quote
 
 Entry = tuple[Key, int, str]  # a queue entry: key, sequence number, job
+
+
+class WaitReason(str, enum.Enum):
+    """What a waiting job waits for, once a decision has said."""
+
+    BUDGET = "budget"  # the budget cannot hold its worst case yet
+    CAP = "cap"  # the cap on servers is reached
+    BOOT = "boot"  # its server is booting
+    REUSE = "reuse"  # a server that will come free was promised to it
+    RELEASE = "release"  # a server being given back must be released first
 
 
 @dataclass(frozen=True)
@@ -89,7 +100,7 @@ class KnownJobs:
         self._seq = itertools.count()
         self.retrying: set[str] = set()  # an attempt ended, the job is not final yet
         self.retry_at: dict[str, float] = {}  # retrying jobs: when the retry is due
-        self.why: dict[str, str] = {}  # waiting jobs: what they wait for, when known
+        self.why: dict[str, WaitReason] = {}  # waiting jobs: what they wait for, when known
         self.unplaceable: list[Unplaceable] = []
 
     def add(self, jobs: Sequence[Job]) -> list[str]:

@@ -17,12 +17,12 @@ from dataclasses import replace
 
 from runner.core.book_part import BookPart, BookState
 from runner.core.ends import Ends
-from runner.core.fleet import AFTER_SCRIPT_S, BOOTING, Server, by_id
+from runner.core.fleet import AFTER_SCRIPT_S, BOOTING, Server, by_id, label
 from runner.core.hedging import Hedger
-from runner.core.known_jobs import Entry
+from runner.core.known_jobs import Entry, WaitReason
 from runner.core.ranks import Key
 from runner.core.rental_length import outlives
-from runner.core.rentals import StartOn
+from runner.core.rentals import JobNote, StartOn
 
 
 class Placement(BookPart):
@@ -120,6 +120,22 @@ class Placement(BookPart):
             and self._jobs.fits(own.quote, claimant)
         )
 
+    def _say_boot_not_waited_for(self, job_id: str, server: Server) -> None:
+        """The job starts on `server`, free first, while a server rented for it still boots
+        (and is no hedge of this one: a hedge's loser says so itself). Starting now, on a
+        server already paid for, beats waiting out the boot; that boot goes to another job
+        or back, within the creation fee's grace. Said, since its order may run no job."""
+        own = self._fleet.claimed(job_id)
+        if own is None or own is server or own.state is not BOOTING or not own.rented:
+            return
+        if self._fleet.pairs.get(own.id) == server.id:
+            return
+        said = (
+            f"started on {label(server.quote)}, free before {label(own.quote)} booting for it "
+            "was up: that boot goes to another job or back"
+        )
+        self._out.append(JobNote(job_id, said))
+
     def _start(self, job_id: str, server: Server, now: float) -> bool:
         jobs, fleet = self._jobs, self._fleet
         want = jobs.waiting[job_id]
@@ -131,7 +147,7 @@ class Placement(BookPart):
                 fleet.unclaim(job_id)
             return False
         if server.rented and not self._budget.extend(server.id, until, now):
-            jobs.why[job_id] = "budget"
+            jobs.why[job_id] = WaitReason.BUDGET
             return False
         del jobs.waiting[job_id]
         if job_id in jobs.why:
@@ -144,6 +160,7 @@ class Placement(BookPart):
                 fleet.unclaim(job_id)
         else:
             if job_id in fleet.claims:
+                self._say_boot_not_waited_for(job_id, server)
                 fleet.unclaim(job_id)
             if claimant is not None and claimant != job_id:
                 fleet.unclaim(claimant)  # a better job took it: that one plans again

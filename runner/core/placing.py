@@ -23,10 +23,12 @@ from collections.abc import Callable, Mapping, Sequence
 from runner.core.events import (
     AttemptEnded,
     AttemptPlaced,
+    BookTimer,
     CancelAll,
     Command,
     Event,
     HoldStarts,
+    RunTimeout,
     SetTimer,
     StopCause,
     TimerFired,
@@ -44,7 +46,7 @@ from runner.core.rentals import (
 )
 from runner.core.retry import backoff_s
 from runner.core.scheduler import Entry, JobState, Phase, Scheduler
-from runner.core.servers import TIMER, ServerBook
+from runner.core.servers import ServerBook
 
 CoreEvent = Event | ServerEvent
 
@@ -151,7 +153,7 @@ class PlacingCore:
     def start(self, now: float) -> list[CoreCommand]:
         self._started = True
         if self._run_timeout_s is not None:  # the run's timeout: a timer that cancels all
-            self._out.append(SetTimer(now + self._run_timeout_s, _RUN_TIMEOUT))
+            self._out.append(SetTimer(now + self._run_timeout_s, RunTimeout()))
         # The book ranked these very jobs already: the scheduler need not rank them again.
         same = self.book.ranks.keys() == self._by_id.keys()
         ranks = self.book.ranks if same else None
@@ -180,10 +182,10 @@ class PlacingCore:
             self.book.handle(event, now)  # type: ignore[arg-type]
             return
         elif isinstance(event, TimerFired):
-            if _is_book_timer(event.token):
+            if isinstance(event.token, BookTimer):
                 self.book.timer(event.token, now)
                 return
-            if event.token == _RUN_TIMEOUT:
+            if isinstance(event.token, RunTimeout):
                 reason = f"the run timed out after {self._run_timeout_s or 0:g} s"
                 event = CancelAll(reason, StopCause.TIMED_OUT)
         elif isinstance(event, HoldStarts):
@@ -225,7 +227,6 @@ class PlacingCore:
         return out
 
 
-_RUN_TIMEOUT = ("run_timeout",)
 FORGIVE_HOST_AFTER_S = 3600.0
 _UNBOUNDED = 1 << 62  # the scheduler's cap on attempts out, when the book caps servers
 
@@ -267,7 +268,3 @@ class _BookPlacer:
             return True  # it runs on a server: the driver kills it there
         self.dropped.append((job_id, number, reason))
         return False
-
-
-def _is_book_timer(token: object) -> bool:
-    return isinstance(token, tuple) and bool(token) and token[0] == TIMER

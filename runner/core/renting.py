@@ -19,10 +19,10 @@ from dataclasses import replace
 from runner.core.book_part import BookPart, BookState
 from runner.core.budget import DAY_S
 from runner.core.ends import Ends
-from runner.core.events import SetTimer
-from runner.core.fleet import AFTER_SCRIPT_S, BOOTING, BUSY, TIMER, Server, by_id, label
+from runner.core.events import BookTimer, BookWake, SetTimer
+from runner.core.fleet import AFTER_SCRIPT_S, BOOTING, BUSY, Server, by_id, label
 from runner.core.hedging import Hedger
-from runner.core.known_jobs import Entry, Known
+from runner.core.known_jobs import Entry, Known, WaitReason
 from runner.core.model import FailureKind, Job
 from runner.core.rental_length import (
     best_that_holds,
@@ -67,16 +67,16 @@ class Renter(BookPart):
             seen.append(entry)
             job_id = entry[2]
             if job_id in self._fleet.claims or self._claim_booting(job_id, now):
-                why.setdefault(job_id, "boot")  # its server is coming
+                why.setdefault(job_id, WaitReason.BOOT)  # its server is coming
                 continue
             want = jobs.waiting[job_id]
             promised = next((s for s in soon_free if self._holds_after(s, want)), None)
             if promised is not None:
-                why.setdefault(job_id, "reuse")
+                why.setdefault(job_id, WaitReason.REUSE)
                 soon_free.remove(promised)
                 continue
             if not self._room(now):
-                why.setdefault(job_id, "cap")
+                why.setdefault(job_id, WaitReason.CAP)
                 if not soon_free:
                     break  # at the cap, nothing frees within a boot: no one else can go
                 continue
@@ -147,7 +147,9 @@ class Renter(BookPart):
         quote, passed = best_that_holds(market, want.job.gpu, fleet.not_to_rent(), hold_s)
         if quote is None:
             if self._freed_soon(job_id):
-                self._jobs.why.setdefault(job_id, "release")  # short of money first, if it is
+                self._jobs.why.setdefault(
+                    job_id, WaitReason.RELEASE
+                )  # short of money first, if it is
             elif not any(self._holds_job(s, job_id, want, now) for s in fleet.servers.values()):
                 self._none_left(job_id, want, passed_over_text(passed, hold_s))
             return
@@ -157,7 +159,7 @@ class Renter(BookPart):
             self._drop_ahead_rentals(now)
             over = budget.over(cost, now)
         if over > 0:
-            self._jobs.why[job_id] = "budget"
+            self._jobs.why[job_id] = WaitReason.BUDGET
             if budget.day is not None:
                 self._wait_for_next_day(job_id, want, quote, hold_s, cost, now)
             elif not any(s.rented for s in fleet.servers.values()):
@@ -181,7 +183,9 @@ class Renter(BookPart):
             return
         if self._day_timer != budget.day + 1:  # once a day, for every job waiting so
             self._day_timer = budget.day + 1
-            self._out.append(SetTimer(self._day_timer * DAY_S, (TIMER, "day", self._day_timer)))
+            self._out.append(
+                SetTimer(self._day_timer * DAY_S, BookTimer(BookWake.DAY, self._day_timer))
+            )
 
     def _holds_job(self, server: Server, job_id: str, want: Known, now: float) -> bool:
         """Could the job still run on `server`: it fits, and its worst case there (a boot
@@ -255,14 +259,14 @@ class Renter(BookPart):
         if server is not None and server.state is BOOTING:
             return f"renting a server for it ({label(server.quote)}), booting"
         why = self._jobs.why.get(job_id)
-        if why == "cap":
+        if why is WaitReason.CAP:
             return f"waiting for a server: {len(self._fleet.servers)} of {self._cap} held (the cap)"
-        if why == "budget":
+        if why is WaitReason.BUDGET:
             daily = " today" if self._budget.day is not None else ""
             return f"waiting for a server: the budget{daily} cannot hold its worst case yet"
-        if why == "release":
+        if why is WaitReason.RELEASE:
             return "waiting for a server being given back to be released"
-        if why == "reuse" or server is not None:
+        if why is WaitReason.REUSE or server is not None:
             return "waiting for a server to come free"
         if not self._renting:  # hosts that already exist: one must come free
             return "a free slot"

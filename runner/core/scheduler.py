@@ -29,7 +29,7 @@ from __future__ import annotations
 import enum
 import heapq
 from collections import deque
-from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Protocol
@@ -39,10 +39,12 @@ from runner.core.events import (
     AttemptEnded,
     AttemptPlaced,
     AttemptRecorded,
+    AttemptTimeout,
     CancelAll,
     CancelJob,
     Command,
     Event,
+    HoldOver,
     HoldStarts,
     KillAttempt,
     Requeued,
@@ -51,6 +53,8 @@ from runner.core.events import (
     StartAttempt,
     StopCause,
     TimerFired,
+    TimerToken,
+    Wake,
 )
 from runner.core.model import Attempt, Condition, FailureKind, Job, JobResult, JobStatus
 from runner.core.outcome import (
@@ -411,22 +415,20 @@ class Scheduler:
         slot.phase = Phase.RUNNING
         if slot.kill is None:
             timeout = slot.job.timeout_s
-            self._out.append(SetTimer(now + timeout, ("timeout", job_id, number)))
+            self._out.append(SetTimer(now + timeout, AttemptTimeout(job_id, number)))
 
-    def _timer(self, token: Hashable, now: float) -> None:
-        if not isinstance(token, tuple) or not token:
-            return
-        if token[0] == "timeout":
-            _, job_id, number = token
-            slot = self._slots.get(job_id)
-            if slot is not None and slot.phase is Phase.RUNNING and slot.attempts == number:
+    def _timer(self, token: TimerToken, now: float) -> None:
+        if isinstance(token, AttemptTimeout):
+            slot = self._slots.get(token.job_id)
+            running = slot is not None and slot.phase is Phase.RUNNING
+            if slot is not None and running and slot.attempts == token.number:
                 limit = slot.job.timeout_s
                 self._kill(slot, FailureKind.TIMEOUT, f"timed out after {limit:g} s")
-        elif token[0] == "wake":
-            slot = self._slots.get(token[1])
+        elif isinstance(token, Wake):
+            slot = self._slots.get(token.job_id)
             if slot is not None and slot.phase is Phase.TIMER and now >= (slot.wake_at or now):
                 self._make_ready(slot)
-        # ("hold",): the hold is over; starting what is ready follows every event
+        # HoldOver: the hold is over; starting what is ready follows every event
 
     def _cancel_one(self, job_id: str, reason: str) -> None:
         slot = self._slots.get(job_id)
@@ -452,7 +454,7 @@ class Scheduler:
         if until > self._hold_until:
             self._hold_until = until
             if until > now:
-                self._out.append(SetTimer(until, ("hold",)))
+                self._out.append(SetTimer(until, HoldOver()))
 
     def _kill(self, slot: _Slot, kind: FailureKind, message: str) -> None:
         if slot.kill is None:
@@ -507,7 +509,7 @@ class Scheduler:
 
     def _wait(self, slot: _Slot, at: float) -> None:
         slot.phase, slot.wake_at = Phase.TIMER, at
-        self._out.append(SetTimer(at, ("wake", slot.job.id)))
+        self._out.append(SetTimer(at, Wake(slot.job.id)))
 
     def _make_ready(self, slot: _Slot) -> None:
         slot.phase = Phase.READY

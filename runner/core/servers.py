@@ -20,19 +20,19 @@ back before the end. Nothing here reads a clock, does I/O or recurses.
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from runner.core.ahead import RentAhead
 from runner.core.book_part import BookState
 from runner.core.budget import Budget
 from runner.core.ends import Ends
-from runner.core.events import SetTimer
-from runner.core.fleet import AFTER_SCRIPT_S, EPS_S, TIMER, Fleet, ServerView
+from runner.core.events import BookTimer, BookWake, SetTimer, TimerToken
+from runner.core.fleet import AFTER_SCRIPT_S, EPS_S, Fleet, ServerView
 from runner.core.giving_back import GiveBack
 from runner.core.hedge import NO_HEDGE, HedgePolicy
 from runner.core.hedging import HEDGE_AGAIN_S, Hedger
 from runner.core.idle_money import IdleFigure, IdleMoney
-from runner.core.known_jobs import KnownJobs, Unplaceable
+from runner.core.known_jobs import KnownJobs, Unplaceable, WaitReason
 from runner.core.model import GpuAsk, Job
 from runner.core.placement import Placement
 from runner.core.pulls import Pulls
@@ -58,7 +58,6 @@ __all__ = [
     "AFTER_SCRIPT_S",
     "HEDGE_AGAIN_S",
     "MAX_OFFERS_PER_ATTEMPT",
-    "TIMER",
     "ServerBook",
     "ServerView",
     "Unplaceable",
@@ -136,7 +135,7 @@ class ServerBook:
         self._hold_until = until
         self._dirty = True
         if until < math.inf:
-            self._out.append(SetTimer(until, (TIMER, "hold", 0)))
+            self._out.append(SetTimer(until, BookTimer(BookWake.HOLD, 0)))
 
     def want(self, job_id: str, attempt: int, timeout_s: float, now: float) -> None:
         """The job is ready for attempt `attempt` and needs a server."""
@@ -226,19 +225,19 @@ class ServerBook:
         else:  # rent nothing in this decision: the caller's hold says until when
             self._hold_until = math.inf
 
-    def timer(self, token: Hashable, now: float) -> None:
+    def timer(self, token: TimerToken, now: float) -> None:
         """A timer this book asked for came due."""
         self._dirty = True
-        if not isinstance(token, tuple) or len(token) != 3 or token[0] != TIMER:
+        if not isinstance(token, BookTimer):
             return
-        what, of = token[1], token[2]
-        if what == "ahead" and of in self._ends.eta:
-            self._ends.due[of] = None
-        elif what == "look" and of in self._fleet.servers:
+        what, of = token.what, token.of
+        if what is BookWake.AHEAD and of in self._ends.eta:
+            self._ends.due[str(of)] = None
+        elif what is BookWake.LOOK and isinstance(of, int) and of in self._fleet.servers:
             self._fleet.look.add(of)
-        elif what == "hedge" and of in self._fleet.servers:
+        elif what is BookWake.HEDGE and isinstance(of, int) and of in self._fleet.servers:
             self._fleet.to_hedge.append(of)
-        elif what == "warm":
+        elif what is BookWake.WARM and isinstance(of, int):
             self._warmth.woken(of)  # a window opened or closed, or a new day's idle budget
 
     # -- deciding --------------------------------------------------------------------------
@@ -407,9 +406,8 @@ class ServerBook:
     def waiting(self) -> list[str]:
         return list(self._jobs.waiting)  # ready, with no server yet
 
-    def wait_reason(self, job_id: str) -> str | None:
-        """What a waiting job waits for ("budget", "cap", "boot", "reuse", "release"), if
-        decided."""
+    def wait_reason(self, job_id: str) -> WaitReason | None:
+        """What a waiting job waits for, if decided."""
         return self._jobs.why.get(job_id) if job_id in self._jobs.waiting else None
 
     def server_wait(self, job_id: str) -> str | None:

@@ -20,11 +20,13 @@ from typing import Any
 from runner.core.events import (
     AttemptEnded,
     AttemptPlaced,
+    AttemptTimeout,
     KillAttempt,
     SetTimer,
     TimerFired,
 )
 from runner.core.hosts import EventKind, HostEvent, HostMemory, expected_usd_per_hour
+from runner.core.known_jobs import WaitReason
 from runner.core.model import Attempt, FailureKind, GpuAsk, Job, JobResult, RunStatus
 from runner.core.placing import CoreEvent, PlacingCore
 from runner.core.rentals import (
@@ -251,9 +253,9 @@ class _ServersSim:
         # and skipping them here keeps a 10,000-job simulation to the events that decide
         # something.
         token = event.token
-        if isinstance(token, tuple) and len(token) == 3 and token[0] == "timeout":
-            current = self.running.get(token[1])
-            return current is None or current[0] != token[2]
+        if isinstance(token, AttemptTimeout):
+            current = self.running.get(token.job_id)
+            return current is None or current[0] != token.number
         return False
 
     def _stale_server(self, event: ServerReady | ServerLost | RentFailed) -> bool:
@@ -309,10 +311,11 @@ class _ServersSim:
         attempt is over when it would fire (a kill only ends it sooner), so it would find
         nothing to do. Not queued: these are a third of a large simulation's events."""
         token = timer.token
-        if not (isinstance(token, tuple) and len(token) == 3 and token[0] == "timeout"):
+        if not isinstance(token, AttemptTimeout):
             return False
-        current = self.running.get(token[1])
-        return current is not None and current[0] == token[2] and self.ends[token[1]] <= timer.at
+        current = self.running.get(token.job_id)
+        ends_at = self.ends[token.job_id]
+        return current is not None and current[0] == token.number and ends_at <= timer.at
 
     def _rent(self, cmd: RentServer) -> None:
         self.result.rents += 1
@@ -410,7 +413,9 @@ class _ServersSim:
             return
         idle = book.idle_servers()
         for job_id in book.waiting():
-            short_of_money = book.budget_usd is not None and book.wait_reason(job_id) == "budget"
+            short_of_money = (
+                book.budget_usd is not None and book.wait_reason(job_id) is WaitReason.BUDGET
+            )
             # A server rented for another job is that job's: taking it makes that one rent again.
             free = (v for v in idle if v.rented_for in (None, job_id))
             if not short_of_money and any(book.holds(v, job_id, now) for v in free):

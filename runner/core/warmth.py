@@ -22,9 +22,10 @@ import math
 from dataclasses import replace
 
 from runner.core.book_part import BookPart, BookState
-from runner.core.events import SetTimer
-from runner.core.fleet import BOOTING, EPS_S, IDLE, TIMER, Server
+from runner.core.events import BookTimer, BookWake, SetTimer
+from runner.core.fleet import BOOTING, EPS_S, IDLE, Server
 from runner.core.idle_money import IdleFigure, IdleMoney
+from runner.core.known_jobs import WaitReason
 from runner.core.model import GpuAsk, Job
 from runner.core.rental_length import best_that_holds, ends_at
 from runner.core.warm_policy import COLD, DAY_S, WarmPolicy, WarmPool, untrusted
@@ -151,6 +152,10 @@ class Warmth(BookPart):
         """Rent for each pool on now that holds fewer idle servers than it asks."""
         if not self.policy.pools or not self._renting:
             return
+        servers = self._fleet.servers
+        if any(i not in servers for i in self._for_pool):  # a rent for warmth that failed
+            self._for_pool = {i: p for i, p in self._for_pool.items() if i in servers}
+            self._kept = {i: u for i, u in self._kept.items() if i in servers}
         for pool in self.policy.pools:
             if pool.window is not None:
                 self._wake_at(pool.window.next_change(now))
@@ -161,7 +166,7 @@ class Warmth(BookPart):
 
     def _rent_for(self, pool: WarmPool, now: float) -> bool:
         fleet, jobs = self._fleet, self._jobs
-        if len(fleet.servers) >= self._cap or any(w == "cap" for w in jobs.why.values()):
+        if len(fleet.servers) >= self._cap or WaitReason.CAP in jobs.why.values():
             return False  # a ready job's slot is never taken for warmth
         end = pool.window.next_change(now) if pool.window is not None else math.inf
         until = min(end, now + LOOK_AGAIN_S) + fleet.boot.allowance_s
@@ -186,7 +191,7 @@ class Warmth(BookPart):
     def _wake_at(self, at: float) -> None:
         if at < math.inf and int(at) not in self._timers:
             self._timers.add(int(at))
-            self._out.append(SetTimer(float(int(at)), (TIMER, "warm", int(at))))
+            self._out.append(SetTimer(float(int(at)), BookTimer(BookWake.WARM, int(at))))
 
     def woken(self, at: int) -> None:
         self._timers.discard(at)

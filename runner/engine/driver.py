@@ -22,7 +22,7 @@ import itertools
 import queue
 import threading
 import time
-from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -40,6 +40,8 @@ from runner.core.events import (
     Settled,
     StopCause,
     TimerFired,
+    TimerToken,
+    Wake,
 )
 from runner.core.model import Attempt, FailureKind, Job, JobResult
 from runner.core.outcome import NeedOutcome
@@ -261,6 +263,9 @@ class _GraceOver:
     """The cancel's grace is over: settle the attempts that have not ended."""
 
 
+_Token = TimerToken | _Deadline | _GraceOver  # the core's timers and the driver's own
+
+
 class _Out:
     """An attempt handed to a worker (one per attempt: a plain class, not a dataclass with a
     default factory, whose generated __init__ costs a few calls more)."""
@@ -297,7 +302,7 @@ class Driver:
         self.clock = clock
         self.options = options
         self._events: queue.SimpleQueue[_Posted] = queue.SimpleQueue()
-        self._timers: list[tuple[float, int, Hashable]] = []
+        self._timers: list[tuple[float, int, _Token]] = []
         self._seq = itertools.count()
         self._jobs: dict[str, Job] = {}  # unsettled jobs (the core forgets them when settled)
         self._out: dict[str, _Out] = {}
@@ -487,10 +492,10 @@ class Driver:
         if self._out.pop(job_id).placed:
             self._places_held -= 1
 
-    def _timer(self, at: float, token: Hashable) -> None:
+    def _timer(self, at: float, token: _Token) -> None:
         heapq.heappush(self._timers, (at, next(self._seq), token))
 
-    def _fire(self, token: Hashable, now: float) -> None:
+    def _fire(self, token: _Token, now: float) -> None:
         if isinstance(token, _Deadline):
             self.feed(CancelAll(token.reason, StopCause.TIMED_OUT), now)
         elif isinstance(token, _GraceOver):
@@ -541,10 +546,10 @@ class Driver:
     def _say_waiting(self, timer: SetTimer) -> None:
         """A job waiting for its not-before time (a retry's wait is told as `requeued`)."""
         token = timer.token
-        if isinstance(token, tuple) and token[0] == "wake":
-            state = self.core.state(token[1])
+        if isinstance(token, Wake):
+            state = self.core.state(token.job_id)
             if state is not None and state.attempts == 0:
-                self.journal.waits_until(self._jobs[token[1]], timer.at)
+                self.journal.waits_until(self._jobs[token.job_id], timer.at)
 
     def _stopping(self, now: float) -> None:
         """Everything was cancelled: attempts get a grace period to stop, and a renting backend

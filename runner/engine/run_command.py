@@ -207,17 +207,21 @@ def execute(
             options.clock,
         )
         startup_over()  # what was made so far lives for the run
+        given_back: list[str] = []
         with stop_on_signals(pipeline_run.cancel):
             try:
                 record = pipeline_run.run(
                     lambda early: _reports_before_give_back(console, options, early)
                 )
-                _say_given_back(console, backend)
+                given_back = _say_given_back(console, backend)
             finally:
                 console.close()
         left = pipeline_run.driver.give_back_warnings  # said on screen when they happened
         unproven = _unproven(backend)
         notes = (*_notes(options), *left, *(f"{what}. {hint}" for what, hint in unproven))
+        # What was rented and went back is in the reports too: after a Ctrl-C the jobs show no
+        # server and $0.00 beside a run total that paid for one.
+        notes += tuple(given_back)
         paths = write_reports(options.out_dir, record, options.baseline, notes=notes)
         github_actions.publish(paths)
         if github_actions.is_active():
@@ -225,6 +229,7 @@ def execute(
     # Each cause said once: a job's line already said the API could not be reached, the
     # unproven orders are said last.
     said = [r.reason for r in record.results if r.reason] + [w for w, _ in unproven]
+    said += given_back  # on screen already, as the run ended
     for warning in paths.warnings:
         if warning not in left and not any(warning.startswith(w) for w in said):
             console.notice(f"warning: {warning}")
@@ -245,16 +250,19 @@ def _unproven(backend: Backend) -> tuple[tuple[str, str], ...]:
     return tuple(getattr(backend, "orders_unproven", ()))
 
 
-def _say_given_back(console: Console, backend: Backend) -> None:
-    """One line naming the servers the run gave back, with what each cost as billed: at the
-    end of every run that rented, Ctrl-C included (a person stopping a run wants to see it).
-    A server not confirmed gone is said by the backend itself, with `clore-run cleanup`."""
+def _say_given_back(console: Console, backend: Backend) -> list[str]:
+    """One line naming the servers the run rented and gave back, with what each cost as
+    billed: at the end of every run that rented, Ctrl-C included (a person stopping a run
+    wants to see it), and returned for the reports. A server not confirmed gone is said by the
+    backend itself, with `clore-run cleanup`."""
     given = getattr(backend, "orders_given_back", None)  # a renting backend's record
     if not given:
-        return
+        return []
     servers = ", ".join(_server_cost(order) for order in given[:10])
     more = f" and {len(given) - 10} more" if len(given) > 10 else ""
-    console.notice(f"given back: {servers}{more}")
+    line = f"rented and given back: {servers}{more}"
+    console.notice(line)
+    return [line]
 
 
 def _server_cost(order: dict[str, str]) -> str:
@@ -300,11 +308,13 @@ def _workspace(pipeline: Pipeline, root: Path, out: Path) -> Workspace:
         return Workspace((), in_git=True)
     workspace = workspace_files(root)
     files = workspace.files
+    # A run's results are not the workspace: this run's (its logs are deleted below, before
+    # any job copies them), nor an earlier run's with another --out (its lock file says so).
+    ours = {f.rsplit("/", 1)[0] + "/" for f in files if f.rsplit("/", 1)[-1] == LOCK_NAME}
     if out != root and out.is_relative_to(root):
-        # A previous run's results are not the workspace (and their logs are deleted below,
-        # before any job copies them).
-        inside = out.relative_to(root).as_posix() + "/"
-        files = tuple(f for f in files if not f.startswith(inside))
+        ours.add(out.relative_to(root).as_posix() + "/")
+    if ours:
+        files = tuple(f for f in files if not f.startswith(tuple(ours)))
     workspace = dataclasses.replace(workspace, files=files)
     if workspace.in_git or not _beside_the_pipeline(pipeline, root, files):
         # An empty folder has nothing that could leak; nor has one holding only the pipeline
@@ -336,20 +346,29 @@ def _untracked_refusal(root: Path, count: int, jobs: list[Job]) -> UsageError:
         " and `git add` the files the jobs need)"
     )
     located = [j for j in jobs if j.location is not None]
-    if not located:
+    where = located[0].location if located else None
+    if where is None:
         return UsageError(message, hint)
+    # Said once, at the first job it is about: the same words for each job would be the same
+    # refusal many times over; the others are named.
+    first = located[0]
+    others = [j.group or j.id for j in jobs if j is not first]
+    if others:
+        message += (
+            f" (and of jobs {', '.join(others)})"
+            if len(others) > 1
+            else (f" (and of job {others[0]})")
+        )
     return SpecError(
         [
             Diagnostic(
-                j.location.file,
-                j.location.line,
-                j.location.column,
-                ("jobs", j.group or j.id, "workspace"),
+                where.file,
+                where.line,
+                where.column,
+                ("jobs", first.group or first.id, "workspace"),
                 message,
                 hint,
             )
-            for j in located
-            if j.location is not None
         ]
     )
 

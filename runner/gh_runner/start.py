@@ -46,6 +46,7 @@ from runner.clock import Clock
 from runner.core import money
 from runner.core.events import CancelAll, Event, StopCause
 from runner.core.hedge import HedgePolicy
+from runner.core.known_jobs import WaitReason
 from runner.core.model import Attempt, FailureKind, GpuAsk, Job, JobResult, JobStatus, Provisioning
 from runner.core.placing import PlacingCore
 from runner.core.servers import ServerBook
@@ -317,7 +318,7 @@ def _budget_stuck(book: ServerBook) -> str:
     """A runner that waits for money the others' servers hold: they live on past this start
     (its run never ends to free it), so it never gets a server."""
     for job_id in book.waiting():
-        if book.wait_reason(job_id) == "budget":
+        if book.wait_reason(job_id) is WaitReason.BUDGET:
             return (
                 f"no offer left within the budget for {job_id} beside the other runners' "
                 "servers (a host failed, and the next fitting one costs more)"

@@ -98,7 +98,8 @@ def build_junit(out_dir: Path, record: RunRecord) -> JUnitReport:
         # a result for a job the pipeline does not know (should not happen): still report it
         job = by_id.get(result.job_id) or Job(id=result.job_id, name=result.job_id, run="")
         own = _own_junit(out_dir, job)
-        if own is not None:
+        # A job cancelled or skipped before it could write its JUnit file is no file missing.
+        if own is not None and (own.found or result.status not in _NOT_RUN):
             warnings.extend(own.warnings)
         suite, tests = writer.suite(job, result, own)
         suites.append(suite)

@@ -121,7 +121,7 @@ def run_server(options: ServeOptions) -> None:
     except ImportError as exc:
         raise UsageError(
             f"clore-run serve needs the 'serve' extra ({exc.name} is missing)",
-            "pip install 'clore-run[serve]'",
+            "in a checkout of clore-run: pip install '.[serve]'",
         ) from None
     sock = bind(options.host, options.port)
     # One server per SQLite file; N on PostgreSQL, where leases say who holds what.

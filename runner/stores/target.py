@@ -128,5 +128,5 @@ def require_psycopg() -> None:
     except ImportError:
         raise UsageError(
             "a postgresql:// store needs psycopg, which is not installed",
-            hint="pip install 'clore-run[postgres]'",
+            hint="in a checkout of clore-run: pip install '.[postgres]'",
         ) from None

@@ -119,6 +119,12 @@ class Market:
             elif host.fault in ("preempt", "outbid"):
                 kind = "end" if host.fault == "preempt" else "outbid"
                 self.fake.preempt_after_s[host.server_id] = (host.fault_s, kind)
+        self.fake.mrl_hours_by_server = dict(scenario.host_lengths)
+        self.fake.ends_after_s = {h: (t, "host-gone") for h, t in scenario.host_ends}
+        self.fake.echo_order_end = scenario.order_end_echo
+        self.fake.completed_spend = scenario.completed_spend
+        # Orders live seconds here: stamps in whole seconds would be off by a third of one.
+        self.fake.whole_second_stamps = False
         # Slow pulls: the container deploys (mon_container 0/1) this long after it is online.
         self.fake.pull_s_by_server = dict(scenario.pulls_s)
         self.fake.tag_echo = scenario.tag_echo

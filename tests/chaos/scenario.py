@@ -96,6 +96,14 @@ class Scenario:
     replay: str = ""  # the arguments of `python -m tests.chaos` that play it again
     run_bound_s: float = 90.0  # a run not ended by then is hung: a finding, and killed
     appear_after_s: float | None = None  # my_orders lists a new order this late (None: 0.3 s)
+    # Orders that end by themselves (drawn apart from the rest, so that every other draw of a
+    # seed stays what it was): hosts' maximum rental lengths in hours (Clore's `mrl`), hosts
+    # that end any order that many seconds after its create (gone), and what a completed
+    # order lists: its `order_end`, and its `spend` or not.
+    host_lengths: tuple[tuple[int, float], ...] = ()
+    host_ends: tuple[tuple[int, float], ...] = ()
+    order_end_echo: bool = False
+    completed_spend: bool = True
     # Slow image pulls: (server id, seconds its container deploys once online). Some outlast
     # the jobs' boot bound: given up as a pull, never blamed on the host.
     pulls_s: tuple[tuple[int, float], ...] = ()
@@ -150,6 +158,10 @@ class Scenario:
         if self.signal and self.signal_anchor:
             signal += f" after the first {self.signal_anchor}"
         slow = "".join(f"; {e} answers {s:.0f} s late" for e, s in self.reply_delay_s)
+        slow += "".join(f"; {h} mrl {hours:g} h" for h, hours in self.host_lengths)
+        slow += "".join(f"; {h} ends orders after {t:.1f} s" for h, t in self.host_ends)
+        if self.order_end_echo or not self.completed_spend:
+            slow += f"; order_end {self.order_end_echo}, completed spend {self.completed_spend}"
         slow += "".join(f"; {h} pulls {s:.1f} s" for h, s in self.pulls_s)
         if (self.tag_echo, self.echo_spot, self.ct_late_s) != ("as-sent", True, 0.0):
             slow += f"; tag echoed {self.tag_echo}"
@@ -190,6 +202,7 @@ def draw(seed: int, *, small: bool = False) -> Scenario:
     if roll < 0.3:
         signal = (rng.choice(SIGNALS), round(rng.uniform(0.2, 5.0), 1))
     budget = rng.choice((None, None, None, 0.6, 1.5, 3.0))
+    lengths, ends, order_end, completed_spend = _self_ending(seed, hosts)
     return Scenario(
         seed=seed,
         replay=f"{seed} --small" if small else str(seed),
@@ -208,6 +221,10 @@ def draw(seed: int, *, small: bool = False) -> Scenario:
         tag_echo=echoes.choices([n for n, _ in ECHO_SHAPES], [w for _, w in ECHO_SHAPES])[0],
         echo_spot=echoes.random() >= 0.3,
         ct_late_s=echoes.choice((0.0,) * 8 + (20.0, 60.0)),
+        host_lengths=lengths,
+        host_ends=ends,
+        order_end_echo=order_end,
+        completed_spend=completed_spend,
     )
 
 
@@ -217,6 +234,40 @@ def _pulls(rng: random.Random, hosts: tuple[Host, ...]) -> tuple[tuple[int, floa
     return tuple(
         (h.server_id, round(rng.uniform(0.5, 8.0), 1)) for h in hosts if rng.random() < 0.35
     )
+
+
+# A job's worst case in the suite: the runs' boot bound (entry.py: 8 s; the pipelines' own
+# 0.1 minute is shorter), the 1-minute timeout and 2 minutes of fetching files after it.
+WORST_HOLD_S = 8.0 + 60.0 + 120.0
+SHORT_MRL_HOURS = 0.02  # 72 s: a host no job of the suite fits (never to be rented)
+TIGHT_MRL_HOURS = 0.06  # 216 s: holds one job's worst case, not a second job's after it
+
+
+def _self_ending(
+    seed: int, hosts: tuple[Host, ...]
+) -> tuple[tuple[tuple[int, float], ...], tuple[tuple[int, float], ...], bool, bool]:
+    """The draws of orders that end by themselves, from a generator of their own (the seed's
+    other draws stay as they were): on hosts with no other fault, a maximum rental length too
+    short for any job or just long enough for one, or orders ended by the host (gone)."""
+    rng = random.Random(f"{seed}/self-ending")
+    lengths: list[tuple[int, float]] = []
+    ends: list[tuple[int, float]] = []
+    for host in hosts:
+        roll = rng.random()
+        if host.fault is not None:
+            continue
+        if roll < 0.08:
+            lengths.append((host.server_id, SHORT_MRL_HOURS))
+        elif roll < 0.14:
+            lengths.append((host.server_id, TIGHT_MRL_HOURS))
+        elif roll < 0.22:
+            ends.append((host.server_id, round(rng.uniform(1.5, 5.0), 1)))
+    # A completed order lists `order_end` (the evidence's one completed order does); whether
+    # it lists `spend` is not known. Without either, what an order that ended by itself
+    # billed cannot be known to the second: a shape the evidence does not suggest.
+    order_end = rng.random() < 0.5
+    completed_spend = rng.random() >= 0.4 or not order_end
+    return tuple(lengths), tuple(ends), order_end, completed_spend
 
 
 def _hosts(rng: random.Random) -> tuple[Host, ...]:

@@ -3,8 +3,8 @@ rented for it now, only when it would otherwise wait for a boot."""
 
 from __future__ import annotations
 
-from runner.core.events import SetTimer
-from runner.core.fleet import AFTER_SCRIPT_S, TIMER
+from runner.core.events import BookTimer, BookWake, SetTimer
+from runner.core.fleet import AFTER_SCRIPT_S
 from runner.core.rentals import RentServer, rental_cost_usd
 from tests.core.book_parts import A3090, OFFERS, Parts, job, parts, pipeline, rents, timers
 
@@ -19,7 +19,7 @@ def running(p: Parts, job_id: str, end: float, worst: float) -> None:
 def test_a_job_is_planned_after_its_need_on_the_server_that_runs_it() -> None:
     p = parts(pipeline(job("a"), job("b", "a")))
     running(p, "a", 300.0, 1000.0)
-    assert timers(p.said()) == [SetTimer(200.0, (TIMER, "ahead", "b"))]  # a boot before
+    assert timers(p.said()) == [SetTimer(200.0, BookTimer(BookWake.AHEAD, "b"))]  # a boot before
     p.ends.due["b"] = None  # the timer came due
     p.ahead.rent_ahead(200.0)
     assert p.said() == []  # nothing rented: the server a runs on is b's next
@@ -76,7 +76,7 @@ def test_needs_later_than_first_thought_set_a_new_timer() -> None:
     p.jobs.records["a"].end = 900.0  # a runs longer than it was expected to
     p.ends.due["b"] = None
     p.ahead.rent_ahead(200.0)
-    assert p.said() == [SetTimer(800.0, (TIMER, "ahead", "b"))]
+    assert p.said() == [SetTimer(800.0, BookTimer(BookWake.AHEAD, "b"))]
     assert p.ends.eta["b"] == 900.0
 
 

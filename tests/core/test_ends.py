@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from runner.core.events import SetTimer
-from runner.core.fleet import AFTER_SCRIPT_S, TIMER
+from runner.core.events import BookTimer, BookWake, SetTimer
+from runner.core.fleet import AFTER_SCRIPT_S
 from runner.core.rentals import Provisioning
 from tests.core.book_parts import A3090, job, parts, pipeline, timers
 
@@ -23,7 +23,7 @@ def test_a_job_is_due_one_boot_before_its_last_need_ends() -> None:
     assert p.jobs.records["c"].ends_known == 1
     p.ends.set_end("b", 400.0, 950.0, 0.0)
     assert p.ends.eta == {"a": 0.0, "b": 0.0, "c": 400.0}
-    assert timers(p.said()) == [SetTimer(300.0, (TIMER, "ahead", "c"))]
+    assert timers(p.said()) == [SetTimer(300.0, BookTimer(BookWake.AHEAD, "c"))]
     assert not p.ends.due
 
 

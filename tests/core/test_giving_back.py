@@ -3,8 +3,7 @@ soon is kept until then; one up before its job waits a boot for it; fixed hosts 
 
 from __future__ import annotations
 
-from runner.core.events import SetTimer
-from runner.core.fleet import TIMER
+from runner.core.events import BookTimer, BookWake, SetTimer
 from runner.core.rentals import Quote
 from tests.core.book_parts import A3090, OFFERS, job, parts, pipeline, releases, timers
 
@@ -27,12 +26,12 @@ def test_an_idle_server_a_waiting_or_retrying_job_fits_is_kept_a_boot() -> None:
     server = p.up(A3090, now=10.0)
     p.want("a")  # waiting, short of money (or past the placement scan)
     p.giver.give_back(10.0, stopping=False)
-    assert p.said() == [SetTimer(110.0 + TIE_S, (TIMER, "look", server.id))]
+    assert p.said() == [SetTimer(110.0 + TIE_S, BookTimer(BookWake.LOOK, server.id))]
     q = parts([job("a")])
     server = q.up(A3090, now=10.0)
     q.jobs.retrying.add("a")
     q.giver.give_back(10.0, stopping=False)
-    assert q.said() == [SetTimer(110.0 + TIE_S, (TIMER, "look", server.id))]
+    assert q.said() == [SetTimer(110.0 + TIE_S, BookTimer(BookWake.LOOK, server.id))]
     q.fleet.look.add(server.id)
     q.giver.give_back(110.0 + TIE_S, stopping=False)  # a boot later, still unused: back
     assert [r.server for r in releases(q.said())] == [server.id]
@@ -43,7 +42,7 @@ def test_kept_for_a_job_ready_soon_unless_another_server_will_be_free_for_it() -
     server = p.up(A3090)
     p.ends.eta["b"] = 50.0  # b's needs end within a boot, and nothing else is free for it
     p.giver.give_back(0.0, stopping=False)
-    assert timers(p.said()) == [SetTimer(100.0 + TIE_S, (TIMER, "look", server.id))]
+    assert timers(p.said()) == [SetTimer(100.0 + TIE_S, BookTimer(BookWake.LOOK, server.id))]
 
     q = parts(pipeline(job("a"), job("b", "a")))
     q.up(A3090)
@@ -75,7 +74,7 @@ def test_a_server_up_before_its_job_waits_a_boot_from_when_the_job_should_be_rea
     p.fleet.claim("b", server)  # rented ahead for b, whose needs end at 200 s
     p.ends.eta["b"] = 200.0
     p.giver.give_back(10.0, stopping=False)
-    assert p.said() == [SetTimer(300.0 + TIE_S, (TIMER, "look", server.id))]
+    assert p.said() == [SetTimer(300.0 + TIE_S, BookTimer(BookWake.LOOK, server.id))]
     p.fleet.look.add(server.id)
     p.giver.give_back(300.0 + TIE_S, stopping=False)
     assert [r.reason for r in releases(p.said())] == ["b did not come within a boot"]
@@ -87,7 +86,7 @@ def test_a_retry_due_later_moves_the_wait_too() -> None:
     p.fleet.keep_for("r", server)
     p.jobs.retry_at["r"] = 500.0
     p.giver.give_back(10.0, stopping=False)
-    assert p.said() == [SetTimer(600.0 + TIE_S, (TIMER, "look", server.id))]
+    assert p.said() == [SetTimer(600.0 + TIE_S, BookTimer(BookWake.LOOK, server.id))]
 
 
 def test_a_stopping_run_gives_back_all_but_busy_servers_and_fixed_hosts_stay() -> None:

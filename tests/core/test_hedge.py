@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from runner.core.events import SetTimer, TimerFired
+from runner.core.events import BookTimer, BookWake, SetTimer, TimerFired
 from runner.core.hedge import NO_HEDGE, HedgePolicy
 from runner.core.hosts import HostEvent, HostMemory
 from runner.core.model import RunStatus
@@ -127,10 +127,10 @@ def test_a_boot_rented_ahead_is_hedged_once_its_job_is_ready() -> None:
     # Late at 135 s (1.5 x the 50 s boot measured), but b is not ready: looked at every 10 s.
     run_timers_until(d, 250.0)
     assert not any(r.hedge_of for r in d.rents())
-    looks = [t.at for t in d.timers() if t.token == ("servers", "hedge", b_rent.server)]
+    looks = [t.at for t in d.timers() if t.token == BookTimer(BookWake.HEDGE, b_rent.server)]
     assert looks[:3] == [135, 145, 155] and looks[-1] == 255
     d.finish(250.0, d.start_of("a"))
-    d.at(255.0, TimerFired(("servers", "hedge", b_rent.server)))
+    d.at(255.0, TimerFired(BookTimer(BookWake.HEDGE, b_rent.server)))
     (hedge,) = [r for r in d.rents() if r.hedge_of is not None]
     assert hedge.hedge_of == b_rent.server and hedge.for_job == "b"
 
@@ -149,15 +149,15 @@ def test_a_host_that_likely_fails_is_hedged_from_the_start() -> None:
     rent = next(c for c in said if isinstance(c, RentServer))
     assert rent.quote.host == "a2"  # a1 ranks behind by its expected cost
     assert rent.quote.boot_s == 60.0
-    timers = [c.at for c in said if isinstance(c, SetTimer) and c.token[1] == "hedge"]
+    timers = [c.at for c in said if isinstance(c, SetTimer) and _book(c.token, "hedge")]
     assert timers == [90.0]  # 1.5 x its own boots
     memory = HostMemory.of([HostEvent("x", "never_up", t) for t in range(9)], now=1e9)
     market = ModelMarket(OFFERS, memory, BOOT.allowance_s)  # a market whose boots all failed
     book = ServerBook(d.jobs, 3, market=market, boot=BOOT, hedge=HedgePolicy())
     book.want("a", 1, 600.0, 0.0)
-    timers = [c.at for c in book.decide(0.0) if isinstance(c, SetTimer) and c.token[1] == "hedge"]
+    timers = [c.at for c in book.decide(0.0) if isinstance(c, SetTimer) and _book(c.token, "hedge")]
     assert timers == [0.0]
-    book.timer(("servers", "hedge", 1), 0.0)
+    book.timer(BookTimer(BookWake.HEDGE, 1), 0.0)
     assert [c.hedge_of for c in book.decide(0.0) if isinstance(c, RentServer)] == [1]
 
 
@@ -215,3 +215,13 @@ def test_the_simulated_market_has_dead_hosts_and_sshds_that_never_answer() -> No
     assert run.billed_usd == pytest.approx(
         0.30 * 300 / 3600 + 0.40 * 220 / 3600 + 0.50 * 650 / 3600
     )
+
+
+def _book(token: object, what: str) -> bool:
+    """The book's timer of that kind."""
+    return isinstance(token, BookTimer) and token.what == what
+
+
+def _of(token: object) -> object:
+    """What a book timer is about (a job, a server, a time)."""
+    return token.of if isinstance(token, BookTimer) else None

@@ -3,8 +3,8 @@ saying why not), the first up wins, and a job that starts elsewhere sends its bo
 
 from __future__ import annotations
 
-from runner.core.events import SetTimer
-from runner.core.fleet import AFTER_SCRIPT_S, TIMER, Server
+from runner.core.events import BookTimer, BookWake, SetTimer
+from runner.core.fleet import AFTER_SCRIPT_S, Server
 from runner.core.hedge import NO_HEDGE, HedgePolicy
 from runner.core.hedging import HEDGE_AGAIN_S
 from runner.core.rentals import JobNote, Quote, RentServer, rental_cost_usd
@@ -22,7 +22,7 @@ def booting_for(p: Parts, job_id: str) -> Server:
 def test_a_late_boot_for_a_waiting_job_gets_a_second_host() -> None:
     p = parts([job("a")], hedge=POLICY)
     boot = booting_for(p, "a")
-    assert p.said()[-1] == SetTimer(150.0, (TIMER, "hedge", boot.id))
+    assert p.said()[-1] == SetTimer(150.0, BookTimer(BookWake.HEDGE, boot.id))
     p.want("a")
     p.fleet.to_hedge.append(boot.id)  # the timer came due
     p.hedger.hedge_due(150.0)
@@ -37,7 +37,7 @@ def test_a_late_boot_for_a_waiting_job_gets_a_second_host() -> None:
             "the first to answer SSH runs it",
         )
     ]
-    assert out[-1] == SetTimer(300.0, (TIMER, "hedge", rent.server))  # it may be late too
+    assert out[-1] == SetTimer(300.0, BookTimer(BookWake.HEDGE, rent.server))  # it may be late too
     assert p.fleet.pairs == {boot.id: rent.server, rent.server: boot.id}
 
 
@@ -50,7 +50,7 @@ def test_a_boot_not_late_or_for_a_job_not_ready_is_looked_at_later() -> None:
     assert p.said() == []
     p.fleet.to_hedge.append(boot.id)
     p.hedger.hedge_due(150.0)  # rented ahead: a is not waiting yet
-    assert p.said() == [SetTimer(150.0 + HEDGE_AGAIN_S, (TIMER, "hedge", boot.id))]
+    assert p.said() == [SetTimer(150.0 + HEDGE_AGAIN_S, BookTimer(BookWake.HEDGE, boot.id))]
 
 
 def test_a_boot_that_cannot_be_hedged_says_why() -> None:

@@ -13,8 +13,10 @@ from runner.core.events import (
     AttemptEnded,
     AttemptPlaced,
     AttemptRecorded,
+    AttemptTimeout,
     CancelJob,
     Command,
+    HoldOver,
     HoldStarts,
     KillAttempt,
     Requeued,
@@ -22,6 +24,7 @@ from runner.core.events import (
     Settled,
     StartAttempt,
     TimerFired,
+    Wake,
 )
 from runner.core.model import Attempt, Condition, FailureKind, Job, JobResult, JobStatus, Priority
 from runner.core.outcome import NeedOutcome, need_outcome
@@ -120,9 +123,9 @@ def test_not_before_waits_for_its_timer() -> None:
     core = Scheduler(2)
     out = core.add(entries(job("night", not_before=100.0)), {}, 0)
     assert started(out) == []
-    assert SetTimer(100.0, ("wake", "night")) in out
-    assert started(core.handle(TimerFired(("wake", "night")), 99.0)) == []  # early: ignored
-    assert started(core.handle(TimerFired(("wake", "night")), 100.0)) == ["night"]
+    assert SetTimer(100.0, Wake("night")) in out
+    assert started(core.handle(TimerFired(Wake("night")), 99.0)) == []  # early: ignored
+    assert started(core.handle(TimerFired(Wake("night")), 100.0)) == ["night"]
 
 
 def test_cancel_queued_skips_dependents_and_frees_nothing() -> None:
@@ -166,7 +169,7 @@ def test_a_failure_retries_after_backoff_with_persisted_counters() -> None:
     core.add(entries(job("flaky", retries=1)), {}, 0)
     out = finish(core, "flaky", 1, 10, FailureKind.TEST_FAILURE)
     assert Requeued("flaky", 15.0, 1, 0) in out and not completed(out)
-    out = core.handle(TimerFired(("wake", "flaky")), 15.0)
+    out = core.handle(TimerFired(Wake("flaky")), 15.0)
     assert [c for c in out if isinstance(c, StartAttempt)] == [StartAttempt("flaky", 2, 3600.0)]
     out = finish(core, "flaky", 2, 20, FailureKind.TEST_FAILURE)
     assert completed(out) == {"flaky": (JobStatus.FAILED, "test_failure")}
@@ -175,9 +178,9 @@ def test_a_failure_retries_after_backoff_with_persisted_counters() -> None:
 def test_timeout_timer_kills_the_attempt() -> None:
     core = Scheduler(1)
     core.add(entries(job("slow", timeout_s=30.0)), {}, 0)
-    assert core.handle(TimerFired(("timeout", "slow", 1)), 30.0) == []  # not placed yet
-    assert core.handle(AttemptPlaced("slow", 1), 5.0) == [SetTimer(35.0, ("timeout", "slow", 1))]
-    out = core.handle(TimerFired(("timeout", "slow", 1)), 35.0)
+    assert core.handle(TimerFired(AttemptTimeout("slow", 1)), 30.0) == []  # not placed yet
+    assert core.handle(AttemptPlaced("slow", 1), 5.0) == [SetTimer(35.0, AttemptTimeout("slow", 1))]
+    out = core.handle(TimerFired(AttemptTimeout("slow", 1)), 35.0)
     assert out == [KillAttempt("slow", FailureKind.TIMEOUT)]
     out = finish(core, "slow", 1, 31, FailureKind.CANCELLED)
     assert completed(out) == {"slow": (JobStatus.TIMED_OUT, "timed out after 30 s")}
@@ -189,7 +192,7 @@ def test_an_attempt_lost_in_a_restart_is_retried_then_given_up() -> None:
     assert core.add([entry], {}, 0) == [] and core.attempts_out == 1
     out = finish(core, "j", 2, 1, FailureKind.SERVER_LOST)
     assert Requeued("j", 1.0, 0, MAX_INFRA_RETRIES) in out
-    out = core.handle(TimerFired(("wake", "j")), 1.0)
+    out = core.handle(TimerFired(Wake("j")), 1.0)
     assert started(out) == ["j"]
     out = finish(core, "j", 3, 2, FailureKind.SERVER_LOST)
     assert completed(out)["j"][0] is JobStatus.ERROR
@@ -197,9 +200,9 @@ def test_an_attempt_lost_in_a_restart_is_retried_then_given_up() -> None:
 
 def test_hold_starts_nothing_until_its_time() -> None:
     core = Scheduler(2)
-    assert core.handle(HoldStarts(50.0), 0) == [SetTimer(50.0, ("hold",))]
+    assert core.handle(HoldStarts(50.0), 0) == [SetTimer(50.0, HoldOver())]
     assert started(core.add(entries(job("a")), {}, 1)) == []
-    assert started(core.handle(TimerFired(("hold",)), 50.0)) == ["a"]
+    assert started(core.handle(TimerFired(HoldOver()), 50.0)) == ["a"]
 
 
 def test_a_shorter_hold_does_not_lift_a_longer_one() -> None:
@@ -209,8 +212,8 @@ def test_a_shorter_hold_does_not_lift_a_longer_one() -> None:
     core.handle(HoldStarts(86_400.0), 0)
     core.handle(HoldStarts(60.0), 1)
     assert started(core.add(entries(job("a")), {}, 2)) == []
-    assert started(core.handle(TimerFired(("hold",)), 61.0)) == []
-    assert started(core.handle(TimerFired(("hold",)), 86_400.0)) == ["a"]
+    assert started(core.handle(TimerFired(HoldOver()), 61.0)) == []
+    assert started(core.handle(TimerFired(HoldOver()), 86_400.0)) == ["a"]
 
 
 def test_a_cancel_while_a_timeout_kill_is_under_way_is_not_retried() -> None:
@@ -219,7 +222,9 @@ def test_a_cancel_while_a_timeout_kill_is_under_way_is_not_retried() -> None:
     core = Scheduler(1)
     core.add(entries(job("j", retries=2, timeout_s=10.0)), {}, 0)
     core.handle(AttemptPlaced("j", 1), 0)
-    assert KillAttempt("j", FailureKind.TIMEOUT) in core.handle(TimerFired(("timeout", "j", 1)), 10)
+    assert KillAttempt("j", FailureKind.TIMEOUT) in core.handle(
+        TimerFired(AttemptTimeout("j", 1)), 10
+    )
     core.handle(CancelJob("j", "cancelled by request"), 11)
     out = finish(core, "j", 1, 12, FailureKind.TEST_FAILURE)
     assert not [c for c in out if isinstance(c, Requeued)]

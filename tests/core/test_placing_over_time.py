@@ -5,7 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from runner.core.events import AttemptEnded, HoldStarts, SetTimer, Settled, TimerFired
+from runner.core.events import (
+    AttemptEnded,
+    BookTimer,
+    HoldStarts,
+    SetTimer,
+    Settled,
+    TimerFired,
+    Wake,
+)
 from runner.core.model import Attempt, FailureKind, JobStatus
 from runner.core.outcome import NeedOutcome
 from runner.core.placing import CoreEvent, PlacingCore
@@ -19,7 +27,7 @@ from runner.core.rentals import (
     StartOn,
 )
 from runner.core.scheduler import Entry, Phase
-from runner.core.servers import TIMER, ServerBook
+from runner.core.servers import ServerBook
 from runner.core.simulate_market import ModelMarket
 from tests.core.test_servers import BOOT, OFFERS, job
 
@@ -55,7 +63,11 @@ class Queue:
         return out
 
     def book_timers(self, kind: str) -> list[SetTimer]:
-        return [c for c in self.said if isinstance(c, SetTimer) and c.token[:2] == (TIMER, kind)]
+        return [
+            c
+            for c in self.said
+            if isinstance(c, SetTimer) and isinstance(c.token, BookTimer) and c.token.what == kind
+        ]
 
     def rents(self) -> list[RentServer]:
         return [c for c in self.said if isinstance(c, RentServer)]
@@ -150,7 +162,7 @@ def test_a_refused_key_holds_starts_for_a_while_and_then_rents_again() -> None:
     (resume,) = q.book_timers("hold")
     assert resume.at == T0 + 65
     q.at(resume.at, TimerFired(resume.token))
-    q.at(resume.at, TimerFired(("wake", "x")))  # the scheduler's own timer is harmless
+    q.at(resume.at, TimerFired(Wake("x")))  # the scheduler's own timer is harmless
     assert [r.for_job for r in q.rents()] == ["a", "a"]
 
 

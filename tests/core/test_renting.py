@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from runner.core.budget import DAY_S
-from runner.core.events import SetTimer
-from runner.core.fleet import AFTER_SCRIPT_S, TIMER
+from runner.core.events import BookTimer, BookWake, SetTimer
+from runner.core.fleet import AFTER_SCRIPT_S
 from runner.core.hedge import HedgePolicy
 from runner.core.known_jobs import Unplaceable
 from runner.core.model import FailureKind
@@ -36,7 +36,7 @@ def test_a_waiting_job_rents_the_best_offer_reserving_its_worst_case() -> None:
     assert rents(out) == [RentServer(1, A3090, "a", cost, False)]
     assert p.budget.committed_usd(0.0) == pytest.approx(cost)
     assert p.jobs.records["a"].end == 100.0 + 300.0  # an expected boot, then its 5 minutes
-    assert timers(out) == [SetTimer(150.0, (TIMER, "hedge", 1))]  # 1.5 boots: hedged then
+    assert timers(out) == [SetTimer(150.0, BookTimer(BookWake.HEDGE, 1))]  # 1.5 boots: hedged then
     p.renter.rent_for_waiting(1.0)
     assert rents(p.said()) == [] and p.jobs.why == {"a": "boot"}  # its server is coming
     assert p.renter.server_wait("a") == "renting a server for it (RTX 3090 #a1), booting"
@@ -108,7 +108,7 @@ def test_a_daily_budget_waits_for_the_next_day_once() -> None:
     p.budget.per_day(cost * 1.5, cost, 10.0)  # most of today's spent already
     p.want("a", "b")
     p.renter.rent_for_waiting(10.0)
-    assert timers(p.said()) == [SetTimer(DAY_S, (TIMER, "day", 1))]  # one timer for both
+    assert timers(p.said()) == [SetTimer(DAY_S, BookTimer(BookWake.DAY, 1))]  # one timer for both
     assert p.jobs.why == {"a": "budget", "b": "budget"} and not p.jobs.unplaceable
     assert p.renter.server_wait("a") == (
         "waiting for a server: the budget today cannot hold its worst case yet"

@@ -26,6 +26,7 @@ from runner.core.events import (
     StartAttempt,
     StopCause,
     TimerFired,
+    Wake,
 )
 from runner.core.model import (
     Attempt,
@@ -591,10 +592,10 @@ def test_lower_priority_ready_job_runs_while_the_high_one_waits() -> None:
 def test_not_before_is_a_timer_and_the_job_starts_exactly_then() -> None:
     core, out = fresh(pipeline(job("nightly", not_before=1000.0), job("now")), 2, 0.0)
     assert started(out) == ["now"]
-    assert SetTimer(1000.0, ("wake", "nightly")) in out
+    assert SetTimer(1000.0, Wake("nightly")) in out
     out = core.handle(finished("now", 1, 0, 5), 5.0)
     assert started(out) == []  # a freed slot does not let it start early
-    out = core.handle(TimerFired(("wake", "nightly")), 1000.0)
+    out = core.handle(TimerFired(Wake("nightly")), 1000.0)
     assert started(out) == ["nightly"]
 
 
@@ -609,7 +610,7 @@ def test_not_before_already_passed_when_needs_finish() -> None:
     core, _ = fresh(jobs, 1, 0.0)
     out = core.handle(finished("a", 1, 0, 10), 10.0)
     assert started(out) == ["b"]
-    assert ("wake", "b") not in [t.token for t in timers(out)]
+    assert Wake("b") not in [t.token for t in timers(out)]
 
 
 def test_a_need_skipped_for_nothing_to_handle_skips_success_jobs() -> None:
@@ -628,7 +629,7 @@ def test_not_before_timer_is_asked_for_once() -> None:
         job("b", "on-fail", not_before=50.0, condition=Condition.ALWAYS),
     )
     _, out = fresh(jobs, 1)
-    assert [t.token for t in timers(out)] == [("wake", "b")]
+    assert [t.token for t in timers(out)] == [Wake("b")]
 
 
 def test_a_job_readied_during_start_is_queued_once() -> None:
@@ -697,7 +698,7 @@ def test_run_timeout_after_the_run_finished_changes_nothing() -> None:
 def test_not_before_timer_for_a_settled_job_is_ignored() -> None:
     core, _ = fresh(pipeline(job("a", not_before=100.0)), 1, 0.0)
     core.handle(CancelAll("stop", StopCause.INTERRUPTED), 10.0)
-    assert core.handle(TimerFired(("wake", "a")), 100.0) == []
+    assert core.handle(TimerFired(Wake("a")), 100.0) == []
 
 
 # -- the run's status ------------------------------------------------------------------------

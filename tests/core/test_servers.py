@@ -16,9 +16,12 @@ from runner.core.events import (
     AttemptEnded,
     AttemptPlaced,
     AttemptRecorded,
+    BookTimer,
+    BookWake,
     SetTimer,
     Settled,
     TimerFired,
+    Wake,
 )
 from runner.core.model import (
     Attempt,
@@ -312,7 +315,7 @@ def test_a_server_a_job_will_want_within_a_boot_is_kept_then_given_back_if_unuse
     d2.at(100.0, ServerReady(d2.rent_for("a").server))
     d2.at(100.0, ServerReady(d2.rent_for("b").server))
     d2.finish(400.0, d2.start_of("a"))
-    assert d2.at(500.0, TimerFired(("servers", "look", d2.rent_for("a").server))) == [
+    assert d2.at(500.0, TimerFired(BookTimer(BookWake.LOOK, d2.rent_for("a").server))) == [
         ReleaseServer(d2.rent_for("a").server, "no job waiting can use it within a boot")
     ]
 
@@ -336,7 +339,7 @@ def test_a_job_s_server_is_rented_one_boot_before_its_needs_are_expected_to_end(
     d = Drive(jobs)
     assert [r.for_job for r in d.rents()] == ["a"]
     # a's server boots in 100 s, a runs 300 s: b's needs end at 400, so b rents at 300.
-    (timer,) = [t for t in d.timers() if t.token[1] == "ahead"]
+    (timer,) = [t for t in d.timers() if _book(t.token, "ahead")]
     assert timer.at == pytest.approx(400.0 - BOOT.expected_s)
     d.at(100.0, ServerReady(d.rent_for("a").server))
     out = d.at(300.0, TimerFired(timer.token))
@@ -360,13 +363,13 @@ def test_on_demand_provisioning_rents_only_once_a_job_is_ready() -> None:
 def test_a_job_without_an_estimate_or_history_is_not_planned_ahead_of() -> None:
     jobs = pipeline(job("a", gpu="4090", minutes=None), job("b", "a", gpu="A100"))
     d = Drive(jobs)
-    assert [t for t in d.timers() if t.token[1] == "ahead"] == []
+    assert [t for t in d.timers() if _book(t.token, "ahead")] == []
 
 
 def test_past_durations_stand_in_for_a_missing_estimate() -> None:
     jobs = pipeline(job("a", gpu="4090", minutes=None), job("b", "a", gpu="A100"))
     d = Drive(jobs, durations_s={"a": 250.0})
-    (timer,) = [t for t in d.timers() if t.token[1] == "ahead"]
+    (timer,) = [t for t in d.timers() if _book(t.token, "ahead")]
     assert timer.at == pytest.approx(100.0 + 250.0 - BOOT.expected_s)
 
 
@@ -398,7 +401,7 @@ def test_an_attempt_fails_as_provisioning_once_every_offer_tried_failed() -> Non
     assert len({r.quote.host for r in d.rents()}) == MAX_OFFERS_PER_ATTEMPT
     # The attempt ended as an infrastructure failure: the scheduler retries it after a backoff,
     # on a host not tried yet.
-    (retry,) = [t for t in d.timers() if t.token[0] == "wake"]
+    (retry,) = [t for t in d.timers() if isinstance(t.token, Wake)]
     d.at(retry.at, TimerFired(retry.token))
     assert d.rents()[-1].quote.host == f"h{MAX_OFFERS_PER_ATTEMPT}"
 
@@ -438,7 +441,7 @@ def test_a_lost_server_is_given_back_and_its_host_never_rented_again() -> None:
     out = d.at(150.0, ServerLost(server, "outbid"))
     assert ReleaseServer(server, "lost: outbid") in out
     d.finish(150.0, d.start_of("a"), FailureKind.SERVER_LOST)
-    (retry,) = [t for t in d.timers() if t.token[0] == "wake"]
+    (retry,) = [t for t in d.timers() if isinstance(t.token, Wake)]
     d.at(retry.at, TimerFired(retry.token))
     assert d.rents()[-1].quote.host == "a2"
 
@@ -478,7 +481,7 @@ def test_a_server_won_back_for_a_jobs_retry_is_kept_for_it_not_given_to_another_
     out = d.finish(130.0, d.start_of("a"), FailureKind.SERVER_LOST)
     assert not [c for c in out if isinstance(c, (StartOn, ReleaseServer))]
     assert d.book.wait_reason("c") == "cap"
-    (retry,) = [t for t in d.timers() if t.token[0] == "wake"]
+    (retry,) = [t for t in d.timers() if isinstance(t.token, Wake)]
     out = d.at(retry.at, TimerFired(retry.token))
     assert StartOn("a", 2, server, 600.0) in out
     assert [r.for_job for r in d.rents()] == ["a"]  # the retry rented nothing
@@ -495,7 +498,7 @@ def test_a_won_back_server_is_not_given_back_for_a_ready_jobs_money() -> None:
     d.at(100.0, ServerReady(server))
     out = d.finish(130.0, d.start_of("a"), FailureKind.SERVER_LOST)
     assert ReleaseServer(server, "its money is needed by a job that is ready") not in out
-    (retry,) = [t for t in d.timers() if t.token[0] == "wake"]
+    (retry,) = [t for t in d.timers() if isinstance(t.token, Wake)]
     assert StartOn("a", 2, server, 600.0) in d.at(retry.at, TimerFired(retry.token))
 
 
@@ -575,3 +578,13 @@ def test_a_job_takes_a_server_rented_for_another_when_they_swap() -> None:
     out = d.at(60.0, ServerReady(a_rent.server))
     assert StartOn("b", 1, a_rent.server, 600.0) in out
     assert len(d.rents()) == 2
+
+
+def _book(token: object, what: str) -> bool:
+    """The book's timer of that kind."""
+    return isinstance(token, BookTimer) and token.what == what
+
+
+def _of(token: object) -> object:
+    """What a book timer is about (a job, a server, a time)."""
+    return token.of if isinstance(token, BookTimer) else None

@@ -6,12 +6,13 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
-from runner.core.events import SetTimer, TimerFired
+from runner.core.events import BookTimer, SetTimer, TimerFired
 from runner.core.model import GpuAsk, Job
 from runner.core.placing import PlacingCore
 from runner.core.rentals import (
     Quote,
     ReleaseServer,
+    RentFailed,
     RentServer,
     ServerLost,
     ServerReady,
@@ -60,7 +61,7 @@ def test_without_keep_warm_an_idle_server_no_job_wants_goes_back_at_once() -> No
 
 
 def look_timer(q: Queue, server: int) -> SetTimer:
-    return next(t for t in reversed(q.book_timers("look")) if t.token[2] == server)
+    return next(t for t in reversed(q.book_timers("look")) if _of(t.token) == server)
 
 
 def fired(timer: SetTimer) -> TimerFired:
@@ -192,7 +193,7 @@ def test_a_warm_server_at_its_maximum_rental_length_is_replaced() -> None:
     (warm,) = [c for c in said if isinstance(c, RentServer) and c.warm is not None]
     assert warm.quote.host == "short"  # its two hours hold the first hour kept warm
     said = core.handle(ServerReady(warm.server), T0 + 100)
-    timers = [c for c in said if isinstance(c, SetTimer) and c.token[1] == "look"]
+    timers = [c for c in said if isinstance(c, SetTimer) and _book(c.token, "look")]
     # Kept an hour at a time, never past the order's end (two hours after its create).
     now = T0 + 100
     while not any(isinstance(c, ReleaseServer) for c in said):
@@ -200,6 +201,26 @@ def test_a_warm_server_at_its_maximum_rental_length_is_replaced() -> None:
         assert timer.at <= T0 + 2 * 3600 + 1
         now = timer.at
         said = core.handle(TimerFired(timer.token), now)
-        timers = [c for c in said if isinstance(c, SetTimer) and c.token[1] == "look"]
+        timers = [c for c in said if isinstance(c, SetTimer) and _book(c.token, "look")]
     replacement = [c for c in said if isinstance(c, RentServer) and c.warm is not None]
     assert now <= T0 + 2 * 3600 + 1 and replacement
+
+
+def test_a_failed_rent_for_warmth_is_tried_again_on_another_host() -> None:
+    q = warm_queue(WarmPolicy(pools=(WarmPool("4090", 1, None),)), cap=3)
+    q.submit(T0, job("a", gpu="3090"))
+    (warm,) = [r for r in q.rents() if r.warm is not None]
+    q.at(T0 + 10, RentFailed(warm.server, "the host refused the order"))
+    again = [r for r in q.rents() if r.warm is not None]
+    assert len(again) == 2 and again[1].quote.host != warm.quote.host
+    assert q.book._warmth._for_pool.keys() == {again[1].server}  # the failed one forgotten
+
+
+def _book(token: object, what: str) -> bool:
+    """The book's timer of that kind."""
+    return isinstance(token, BookTimer) and token.what == what
+
+
+def _of(token: object) -> object:
+    """What a book timer is about (a job, a server, a time)."""
+    return token.of if isinstance(token, BookTimer) else None

@@ -51,6 +51,7 @@ What it models:
   reason ("host-gone", "preempted", ...); `echo_order_end` lists an ended order's `order_end`
   (unix seconds) and `completed_spend=False` drops `spend` from ended orders (what a settlement
   must then do without). `ended_by_itself` records each order so ended, with why;
+  `whole_second_stamps=False` sends `ct` and `order_end` as floats (a market on compressed time);
 - callers: a client whose URL is `url_for_caller(NAME)` (a path prefix before /v1) is recorded as
   NAME on its requests and on the orders its creates made (`FakeOrder.creator`), so a test can
   tell which of two processes on one key created and cancelled what.
@@ -352,6 +353,7 @@ class FakeClore:
         ends_after_s: dict[int, tuple[float, str]] | None = None,
         echo_order_end: bool = False,
         completed_spend: bool = True,
+        whole_second_stamps: bool = True,
     ) -> None:
         if tag_echo not in TAG_ECHOES:
             raise ValueError(f"tag_echo {tag_echo!r}: one of {', '.join(TAG_ECHOES)}")
@@ -386,6 +388,10 @@ class FakeClore:
         self.echo_order_end = echo_order_end
         self.completed_spend = completed_spend
         self.ended_by_itself: dict[int, str] = {}  # order id -> why it ended on its own
+        # `ct` and `order_end` in whole seconds, as the API sends them; False: as floats, for
+        # a market on compressed time (the fault suite's orders live seconds, not hours, and
+        # a whole second there is what twenty minutes would be to a real order).
+        self.whole_second_stamps = whole_second_stamps
         self.ssh_host = "n1.us.clorecloud.net"
         self.ssh_port: int | None = None  # None: a port derived from the order id
         self.enforce_rate_limits = True
@@ -910,6 +916,9 @@ class FakeClore:
         order.price_per_day = float(desired)
         return 200, {"code": 0}
 
+    def _stamp(self, unix: float) -> float:
+        return int(unix) if self.whole_second_stamps else unix
+
     def _order_json(self, order: FakeOrder, now: float) -> Json:
         server = self.servers[order.server_id]
         reply: Json = {
@@ -920,7 +929,7 @@ class FakeClore:
             "image": order.image,
             "currency": order.currency,
             "spend": self.spend(order.id),
-            "ct": int(order.created_unix + self.ct_late_s),
+            "ct": self._stamp(order.created_unix + self.ct_late_s),
             "specs": server.get("specs", {}),
             "si": order.server_id,
             "mon_container": 0,
@@ -963,7 +972,7 @@ class FakeClore:
         if not self.listed_live(order, now):
             reply["expired"] = True
             if self.echo_order_end and order.ended_unix is not None:
-                reply["order_end"] = int(order.ended_unix)
+                reply["order_end"] = self._stamp(order.ended_unix)
             if not self.completed_spend:
                 del reply["spend"]
         return reply

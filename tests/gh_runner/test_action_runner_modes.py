@@ -78,7 +78,7 @@ def test_entrypoint_masks_the_runner_and_comment_tokens(fake_cli: Path) -> None:
 
 def test_entrypoint_refuses_an_unknown_mode(fake_cli: Path) -> None:
     result = _entrypoint({"INPUT_MODE": "runner-begin", "INPUT_PIPELINE": "p.yml"}, fake_cli)
-    assert result.returncode == 2 and "'mode' must be run, runner-start or runner-stop" in (
+    assert result.returncode == 2 and "'mode' must be run, submit, runner-start or runner-stop" in (
         result.stdout
     )
     assert "argv" not in result.stdout

@@ -76,6 +76,7 @@ def test_a_negative_keep_warm_is_a_usage_error(minutes: float) -> None:
         warm_policy(minutes, [], None)
 
 
+@pytest.mark.slow  # a process: the CLI, or serve and its jobs
 def test_the_command_exits_2_naming_the_flag() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "runner", "serve", "--idle-budget", "nan"],

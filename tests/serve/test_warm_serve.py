@@ -4,11 +4,18 @@ nobody's job's cost."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import pytest
+
+from runner.backends.local import LocalBackend
 from runner.cli.serve import _stats_text
 from runner.core.model import Pipeline
-from runner.core.warm_policy import WarmPolicy
+from runner.core.warm_policy import WarmPolicy, WarmPool
+from runner.errors import UsageError
+from runner.serve.service import Service, ServiceOptions
+from runner.stores.queue.sqlite import SqliteQueue
 from tests.fakes.clore_on_sshd import Setup
 from tests.fakes.clore_on_sshd import setup as setup  # the fixture
 from tests.serve.harness import FINAL, TOKEN, thread_server, wait_until
@@ -77,3 +84,20 @@ def test_a_job_of_another_trust_domain_gets_a_server_of_its_own(setup: Setup) ->
         assert a["server"] != b["server"]
         assert len(setup.fake.orders) == 2
     assert ledger.unreleased("inst-w2") == []
+
+
+def test_a_pool_of_a_gpu_no_offer_has_is_refused_with_the_fix(setup: Setup) -> None:
+    backend, _ = setup.backend(Pipeline(name="serve", jobs=(), concurrency=2), "inst-w3")
+    options = ServiceOptions(
+        data_dir=setup.tmp / "data", capacity=2, warmth=WarmPolicy(pools=(WarmPool("H100"),))
+    )
+    with pytest.raises(UsageError, match="no offer on the market has a GPU matching 'H100'") as e:
+        Service(SqliteQueue(setup.tmp / "q.db"), backend, options, setup.clock)
+    assert e.value.exit_code == 2 and "clore-run offers" in e.value.hint
+
+
+def test_warmth_on_a_backend_that_rents_nothing_is_refused(tmp_path: Path) -> None:
+    options = ServiceOptions(data_dir=tmp_path / "data", capacity=1, warmth=KEEP_15)
+    with pytest.raises(UsageError, match="rents nothing") as e:
+        Service(SqliteQueue(tmp_path / "q.db"), LocalBackend(tmp_path), options)
+    assert "--backend clore" in e.value.hint

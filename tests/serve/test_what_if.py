@@ -23,6 +23,7 @@ def _app() -> typer.Typer:
     return app
 
 
+@pytest.mark.slow  # a process: the CLI, or serve and its jobs
 def test_the_table_replays_the_queue_at_each_keep_warm(tmp_path: Path) -> None:
     clock = FakeClock(start_unix=time.time() - 7200)  # two hours ago, ten minutes apart
     with thread_server(tmp_path, capacity=1, clock=clock) as srv:

@@ -218,7 +218,14 @@ def _look_up(
 
 
 def _deploying(match: _Match) -> bool:
-    return match.unproven and any(not o.online and not o.expired for o in match.maybe)
+    """An order that may be the rental's is still coming up: not online, or online with its
+    container still deploying (`mon_container` 0 or 1, its image pulling)."""
+    return match.unproven and any(_coming_up(o) for o in match.maybe)
+
+
+def _coming_up(order: Order) -> bool:
+    pulling = order.mon_container is not None and order.mon_container < 2
+    return not order.expired and (not order.online or pulling)
 
 
 def _look(

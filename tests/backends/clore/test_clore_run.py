@@ -420,6 +420,13 @@ def test_sigterm_mid_run_cancels_everything_fast(setup: Setup) -> None:
     }
     assert (setup.tmp / "out" / "summary.json").exists()
     assert all(r.state == "released" for r in ledger.rentals("run-1"))
+    # ...and so do its reports: the jobs show no server and $0.00, the total paid for two.
+    said = given.removeprefix("clore-run: ")
+    assert said.startswith("rented and given back: #")
+    summary = json.loads((setup.tmp / "out" / "summary.json").read_text())
+    assert said in summary["warnings"]
+    assert "rented and given back: " in (setup.tmp / "out" / "summary.md").read_text()
+    assert screen.getvalue().count("rented and given back") == 1  # said once on screen
 
 
 _ONE_3090 = "currency: USD-Blockchain\njobs:\n  a: {run: echo hi, gpu: {type: '3090'}}\n"
@@ -696,7 +703,9 @@ def test_a_marketplace_that_cannot_be_read_ends_the_jobs_with_why_and_writes_rep
     record, code, _ = setup.run(pipeline)
     assert code == 3
     (a, b) = record.results
-    assert a.status is JobStatus.ERROR and "the marketplace could not be read" in a.reason
+    # the read that failed in words, once (not "could not be read: Clore API marketplace: ...")
+    assert a.status is JobStatus.ERROR
+    assert a.reason.startswith("Clore API (listing the market): HTTP 502 with a non-JSON reply")
     assert b.status is JobStatus.SKIPPED
     assert setup.fake.calls("create_order") == []
     assert (setup.tmp / "out" / "summary.json").exists()

@@ -39,7 +39,7 @@ def test_table_lists_fitting_offers_best_first_in_usd_per_hour(fake_clore: FakeC
     assert result.exit_code == 0, result.output
     header, *rows = result.stdout.splitlines()
     assert header.split() == [
-        "ID", "GPUS", "VRAM", "$/H", "SPOT", "$/H", "RELIAB", "MAX", "LEN", "CUDA", "LOC"
+        "ID", "GPUS", "VRAM", "$/H", "SPOT", "$/H", "RELIAB", "MAX", "LEN", "CUDA", "COUNTRY"
     ]  # fmt: skip
     assert [r.split()[0] for r in rows] == ["88028", "100201"]
     assert rows[0].split() == [

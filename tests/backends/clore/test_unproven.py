@@ -186,3 +186,34 @@ def test_a_failed_create_whose_server_shows_an_unprovable_order_moves_on_and_nam
     )
     assert result.exit_code == 0, result.output
     assert not first.live
+
+
+def test_cleanup_waits_too_while_an_online_order_still_pulls_its_image(
+    fake_clore: FakeClore, tmp_path: Path
+) -> None:
+    """Online at once, its container deploying (`mon_container` 0, then 1) for two minutes:
+    the tag shows only once deployed, so cleanup looks again while it pulls."""
+    fake_clore.tag_echo = "absent-until-deployed"
+    fake_clore.online_after_s = 1.0
+    fake_clore.pull_s_by_server = {SERVER: 120.0}
+    with SqliteLedger(tmp_path / "ledger.db", clock=fake_clore.clock) as ledger:
+        rid = ledger.record_intent("X", "job", SERVER, 2.0, "USD-Blockchain", 0.1, image=IMAGE)
+        fake_clore.fail_next("create_order", Faults.DB_ERROR_BUT_CREATED)
+        with pytest.raises(e.DatabaseError):
+            died = fake_clore.client(recover_delays_s=())
+            died.create_order(request(), journal=LedgerMarks(ledger, rid))
+        fake_clore.clock.advance(5)
+        actions = reconcile(ledger, fake_clore.client(), dry_run=False)
+        assert [a.kind for a in actions] == ["cancelled"], actions
+    assert fake_clore.live_orders() == []
+
+
+def test_a_runs_verdicts_say_why_its_order_was_taken_for_ours(setup: Setup) -> None:
+    setup.fake.tag_echo = "port/http"
+    record, code, ledger = setup.run(parse_pipeline(ONE_JOB, "p.yml", {}))
+    assert code == 0, record.results
+    (row,) = ledger.rentals("run-1")
+    kept = ledger.verdicts(row.id)
+    assert [v.verdict for v in kept] == ["create-accepted", "ours"]
+    assert kept[1].order_id == row.order_id and "echoes our tag" in kept[1].reason
+    assert "/http" in kept[1].reason
