@@ -250,5 +250,8 @@ def test_the_quick_set_is_not_vacuous(case: str, verdicts: dict[str, Verdict]) -
         for j in (run.summary or {}).get("jobs", [])
     )
     codes = {code for v in played for code in v.exit_codes}
-    assert orders >= 30 and passed >= 30, (orders, passed)
+    # A harness that broke the CLI rents nothing and passes nothing; a working one rents ~40
+    # and passes 25-35 jobs (fewer since a run that cannot prove an accepted create's order
+    # stops renting and exits 3, as seeds 105, 113 and 125 now do, and fewer on a loaded machine).
+    assert orders >= 20 and passed >= 20, (orders, passed)
     assert {0, 1, 3, 130, -9} <= codes, codes

@@ -66,7 +66,7 @@ def renter_fee_rates(
     on_demand, spot = account_on_demand_fee_rate, account_spot_fee_rate
     if on_demand is not None and spot is not None and _plausible(on_demand) and _plausible(spot):
         return RenterFeeRates(on_demand, spot, "account")
-    return RenterFeeRates(note="renter_fees gave no usable rate for this currency")
+    return RenterFeeRates(note="your fee rates gave no usable rate for this currency")
 
 
 def _plausible(fee_rate: float) -> bool:
@@ -162,3 +162,18 @@ def ended_spend_native(
     if by_time is None or spot:
         return max(0.0, spend_native)
     return max(spend_native, by_time)
+
+
+# `ct` may be stamped well after an order began billing (one order's `order_end - ct` was 948 s
+# against 1,006 s its spend billed): a `ct` later than our create's send by more than the
+# API's pacing and clocks' skew allow is not believed as the start of its billing.
+CT_LATE_AFTER_S = 10.0
+
+
+def billing_start(ct: float | None, create_sent_unix: float | None) -> float | None:
+    """When an order began billing, as best known: its `ct`, or our create's send where `ct`
+    is later than that by more than `CT_LATE_AFTER_S` (at worst a few seconds early: the
+    cautious side)."""
+    if ct is None or create_sent_unix is None:
+        return ct if ct is not None else create_sent_unix
+    return create_sent_unix if ct > create_sent_unix + CT_LATE_AFTER_S else ct

@@ -22,7 +22,8 @@ def ended_cost_usd(rental: Rental, order: Order) -> float | None:
     if not rental.price_per_day:
         return None
     price_per_day = float(order.price or rental.price_per_day)
-    lived_s = bill.ended_lived_s(order.ct, order.order_end, order.spend, price_per_day)
+    start = bill.billing_start(order.ct, rental.create_sent_at)
+    lived_s = bill.ended_lived_s(start, order.order_end, order.spend, price_per_day)
     spot = bool(order.spot if order.spot is not None else rental.spot)
     spend_native = bill.ended_spend_native(order.spend, price_per_day, lived_s, spot)
     if spend_native is None:

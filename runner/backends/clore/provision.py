@@ -256,9 +256,12 @@ class Provisioner:
             self._settle_pool(reservation, 0.0)  # no create was sent: it made nothing
             raise
         asked = self.clock.now()
+        sent_unix = self.clock.time()
         order = self._create(rental, job, cancel)
         rental.order_id = order.id
-        rental.held_since = rental.billed_until = order.ct or self.clock.time()
+        sent_unix = self._sent_at(rental.rental_id, sent_unix)
+        start = bill.billing_start(order.ct, sent_unix) if order.ct else None
+        rental.held_since = rental.billed_until = start or self.clock.time()
         self._note_fee(rental, order)
         try:  # the order exists: from here on, every failure cancels it
             record_order(self.ledger, rental.rental_id, order.id)
@@ -277,6 +280,15 @@ class Provisioner:
             self._waste(rental, self.release(rental))
             raise
         return rental
+
+    def _sent_at(self, rental_id: int, before_unix: float) -> float:
+        """When the create went out, as its ledger row marks it (the rate limiter may have
+        held it a while after `before_unix`, the moment it was asked for)."""
+        with contextlib.suppress(LedgerError):
+            for row in self.ledger.rentals(self.run_id):
+                if row.id == rental_id and row.create_sent_at is not None:
+                    return row.create_sent_at
+        return before_unix
 
     def take_wasted_usd(self) -> float:
         """What orders cancelled before they served any job cost (fee and minutes, USD) since
@@ -864,7 +876,8 @@ class Provisioner:
         if order is None:
             return None
         price = order.price or rental.price_per_day
-        lived_s = bill.ended_lived_s(order.ct, order.order_end, order.spend, price)
+        start = min(order.ct, rental.held_since) if order.ct is not None else None
+        lived_s = bill.ended_lived_s(start, order.order_end, order.spend, price)
         if order.order_end is not None and lived_s is not None:
             rental.ended_lived_s = lived_s
         return bill.ended_spend_native(order.spend, price, lived_s, rental.spot)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from runner.backends.clore.models import Order
@@ -70,3 +72,14 @@ def test_a_spot_order_that_ended_by_itself_keeps_its_spend_it_billed_nothing_whi
     outbid_most = PRICE_PER_DAY * 100 / 86400  # billed 100 s of its 700
     billed = billed_usd(rental(), {7: ended(700, outbid_most, spot=True)}, worst_usd=5.0)
     assert billed == pytest.approx((outbid_most + CREATION_FEE) * 1.05)
+
+
+def test_a_ct_stamped_late_is_not_taken_for_the_start_of_billing() -> None:
+    """The reference's one completed order: `order_end - ct` 948 s, its spend 1,006 s. Our
+    create went out 58 s before its `ct`: the billing is counted from there."""
+    late = dataclasses.replace(rental(), create_sent_at=1_700_000_000 - 58.0)
+    billed = billed_usd(late, {7: ended(948, None)}, worst_usd=5.0)
+    assert billed == pytest.approx((PRICE_PER_DAY * 1006 / 86400 + CREATION_FEE) * 1.05)
+    on_time = dataclasses.replace(rental(), create_sent_at=1_700_000_000 - 2.0)
+    billed = billed_usd(on_time, {7: ended(948, None)}, worst_usd=5.0)
+    assert billed == pytest.approx((PRICE_PER_DAY * 948 / 86400 + CREATION_FEE) * 1.05)

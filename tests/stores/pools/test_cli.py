@@ -47,6 +47,7 @@ def test_pool_create_show_set(
     assert code == 2 and "no pool named 'nope'" in err
 
 
+@pytest.mark.slow
 def test_pool_commands_and_flags_say_what_is_wrong(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
