@@ -442,6 +442,7 @@ def test_actionlint_passes_on_every_workflow() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.slow
 def test_actionlint_catches_a_broken_workflow(tmp_path: Path) -> None:
     """The linter really runs: an undefined input in an expression is reported."""
     command = _actionlint()
@@ -556,6 +557,7 @@ def test_entrypoint_turns_inputs_into_arguments(
     assert not (tmp_path / "pwned").exists()
 
 
+@pytest.mark.slow
 def test_entrypoint_masks_the_key_only_when_there_is_one(fake_cli: Path) -> None:
     with_key = _entrypoint({"INPUT_PIPELINE": "p.yml", "CLORE_API_KEY": SECRET}, fake_cli)
     assert with_key.stdout.splitlines()[0] == f"::add-mask::{SECRET}"
@@ -582,6 +584,7 @@ def test_entrypoint_without_a_pipeline_is_a_usage_error(fake_cli: Path) -> None:
     assert "argv" not in result.stdout  # clore-run was not started
 
 
+@pytest.mark.slow
 def test_entrypoint_prefers_the_actions_venv(fake_cli: Path, tmp_path: Path) -> None:
     temp = tmp_path / "runner-temp"
     venv_bin = temp / "clore-run-venv" / "bin"
@@ -1008,6 +1011,7 @@ def test_the_host_history_is_cached_only_for_clore_runs_without_a_coordinator(
     assert condition(step_named(HOSTS_KEY_STEP).get("if"), _context(**inputs), "success") is kept
 
 
+@pytest.mark.slow
 def test_the_host_history_is_restored_and_saved_beside_the_ledger_under_a_key_per_run(
     tmp_path: Path,
 ) -> None:

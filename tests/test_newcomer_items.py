@@ -144,6 +144,7 @@ def test_the_refusal_of_an_untracked_folder_is_said_once(tmp_path: Path) -> None
     assert "(and of jobs j1, j2, j3, j4, j5)" in said
 
 
+@pytest.mark.slow
 def test_logs_follow_on_a_job_that_is_skipped_says_how_it_ended(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -20,7 +20,13 @@ import anyio
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from fastapi.responses import (
+    FileResponse,
+    JSONResponse,
+    PlainTextResponse,
+    Response,
+    StreamingResponse,
+)
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -41,6 +47,7 @@ from runner.serve.api_models import (
     Submitted,
     unknown_key_hint,
 )
+from runner.serve.dashboard.routes import file_inside
 from runner.serve.dashboard.session import COOKIE
 from runner.serve.http_limits import BODY_TIMEOUT_S, TokenGate
 from runner.serve.middleware import MAX_BODY_BYTES, BodyLimit, ErrorCounter, ErrorTally
@@ -331,6 +338,23 @@ def _routes(service: Service, tally: ErrorTally) -> APIRouter:
             raise HTTPException(409, elsewhere)  # N servers: the one that runs it has it
         follow_up = _Follow(lambda: _settled(service, job_id), lambda: _waiting(service, job_id))
         return StreamingResponse(_tail(path, follow, follow_up), media_type="text/plain")
+
+    @router.get(
+        "/jobs/{job_id}/artifacts/{name:path}",
+        response_class=FileResponse,
+        responses={200: {"content": {"application/octet-stream": {}}}},
+        tags=["jobs"],
+    )
+    def job_artifact(job_id: str, name: str) -> FileResponse:
+        """A file the job kept (its `artifacts:`, its `junit:`), as bytes: what `submit --wait`
+        reads a job's own JUnit report from."""
+        if store.job(job_id) is None:
+            raise HTTPException(404, f"no job '{job_id}'")
+        path = file_inside(service.options.data_dir / "artifacts" / job_id, name)
+        if path is None:
+            raise HTTPException(404, f"job '{job_id}' has no artifact '{name}'")
+        # A download, never a page of ours: a file from a rented server must not run here.
+        return FileResponse(path, media_type="application/octet-stream", filename=path.name)
 
     @router.delete("/jobs/{job_id}", tags=["jobs"], responses={202: {"model": Cancelled}})
     def cancel_job(job_id: str) -> JSONResponse:

@@ -82,6 +82,21 @@ class Client:
                     f"{self.server}: the log stream broke: {_short(exc)}"
                 ) from None
 
+    def artifact(self, job_id: str, name: str) -> bytes | None:
+        """A file the job kept, None when it has no such file (404)."""
+        path = f"/jobs/{_quote(job_id)}/artifacts/{urllib.parse.quote(name)}"
+        try:
+            reply = self.session.get(self.server + path, timeout=TIMEOUT_S)
+        except requests.RequestException as exc:
+            raise InfrastructureError(
+                f"cannot reach {self.server}: {_short(exc)}", UNREACHABLE
+            ) from None
+        if reply.status_code == 404:
+            return None
+        if reply.status_code >= 400:
+            self._check(reply, _json(reply))
+        return reply.content
+
     def stats(self) -> dict[str, Any]:
         return self._call("GET", "/stats")
 

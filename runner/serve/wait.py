@@ -206,8 +206,25 @@ def write_submission_reports(
         if local in jobs and jobs[local].get("attempts"):
             text = b"".join(client.log(server_id))
             (logs / f"{local}.log").write_bytes(redact.data(text))
+    for job in submission.pipeline.jobs:
+        if job.junit and jobs.get(job.id, {}).get("attempts"):
+            _fetch_junit(
+                client, submission.server_ids[job.id], job.junit, out_dir / "artifacts" / job.id
+            )
     record = record_of(submission, jobs, finished_at, interrupted)
     return record, write_reports(out_dir, record)
+
+
+def _fetch_junit(client: Client, server_id: str, name: str, folder: Path) -> None:
+    """The job's own JUnit file where `run` keeps it (artifacts/<job>/), for junit.xml to merge
+    as `run`'s does; a path that leaves the folder is left to the report's own warning."""
+    path = (folder / name).resolve()
+    if not path.is_relative_to(folder.resolve()):
+        return
+    body = client.artifact(server_id, name)
+    if body is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(body)
 
 
 def record_of(

@@ -242,6 +242,7 @@ def test_hard_link_copies_count_against_the_size_limit(dest: Path) -> None:
     assert report.rejected and "4000 bytes" in report.rejected[0][1]
 
 
+@pytest.mark.slow
 def test_an_endless_stream_of_headers_stops_at_the_limit(dest: Path) -> None:
     info = tarfile.TarInfo("d")
     info.type = tarfile.DIRTYPE

@@ -103,6 +103,7 @@ def place(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str,
     yield {"pipeline": str(pipeline), "ledger": str(tmp_path / "ledger.db"), "out": "out"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("failure", FAILURES)
 @pytest.mark.parametrize("command", list(CLORE_COMMANDS))
 def test_clore_commands_fail_in_the_one_shape(
@@ -144,6 +145,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield srv.api.url
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("failure", FAILURES)
 @pytest.mark.parametrize("command", list(SERVER_COMMANDS))
 def test_queue_commands_fail_in_the_one_shape(

@@ -162,6 +162,7 @@ def run_local_probe(tmp_path: Path, probe: str) -> subprocess.CompletedProcess[s
     )
 
 
+@pytest.mark.slow
 def test_a_local_run_loads_no_module_it_does_not_use(tmp_path: Path) -> None:
     """jinja2 (summary.md is written without it), the rent-ahead predictor and its market
     simulation (only with a baseline), the plan (only for --dry-run) and the remote backends'
@@ -195,6 +196,7 @@ GC_PROBE = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_start_up_holds_the_collector_and_the_run_has_it(tmp_path: Path) -> None:
     """The cyclic collector is off while the command starts up, and on again, with what
     start-up made frozen out of its passes, by the time the jobs run."""

@@ -7,6 +7,8 @@ import random
 from collections.abc import Callable
 from dataclasses import replace
 
+import pytest
+
 from runner.core.fleet import AFTER_SCRIPT_S
 from runner.core.hedge import HedgePolicy
 from runner.core.known_jobs import Unplaceable
@@ -123,6 +125,7 @@ def _by_job(durations: dict[str, float]) -> Callable[[str, int], float]:
     return lambda job_id, _attempt: durations[job_id]
 
 
+@pytest.mark.slow
 def test_simulated_runs_never_hold_a_rental_past_its_hosts_maximum_length() -> None:
     """Hosts of lengths from minutes to days, jobs of seconds to hours with retries, servers
     lost and rents failing: no rental outlives its host's maximum (the figure: 0)."""

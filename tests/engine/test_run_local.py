@@ -40,6 +40,7 @@ def run(
     return record, code, {r.job_id: r.status for r in record.results}
 
 
+@pytest.mark.slow
 def test_every_status_and_the_skip_cascade(tmp_path: Path) -> None:
     record, code, status = run(
         tmp_path,
@@ -144,6 +145,7 @@ def test_retry_passes_on_second_attempt(tmp_path: Path) -> None:
     assert "attempt 1 failed: exit code 1" in log and "attempt 2 passed" in log
 
 
+@pytest.mark.slow
 def test_timeout_kills_background_children(tmp_path: Path) -> None:
     pidfile = tmp_path / "child.pid"
     _, _, status = run(
@@ -189,6 +191,7 @@ def test_big_streams_on_both_pipes_do_not_hang(tmp_path: Path) -> None:
     assert b"end\xff\xfe\n" in log
 
 
+@pytest.mark.slow
 def test_run_timeout_cancels_everything(tmp_path: Path) -> None:
     record, code, status = run(
         tmp_path,
@@ -235,6 +238,7 @@ class RecordingBackend(LocalBackend):
                 self.now -= 1
 
 
+@pytest.mark.slow
 def test_concurrency_cap_is_reached_and_never_exceeded(tmp_path: Path) -> None:
     backend = RecordingBackend()
     jobs = "".join(f"  j{i}: {{run: sleep 0.2, workspace: false}}\n" for i in range(10))
@@ -528,6 +532,7 @@ def test_a_job_reads_dev_null_writes_two_pipes_and_holds_no_other_descriptor(
     assert out.startswith("pipe:") and err.startswith("pipe:") and out != err
 
 
+@pytest.mark.slow
 def test_a_detached_child_writing_on_does_not_keep_an_ended_job_running(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -153,6 +153,7 @@ def test_a_run_timeout_settles_attempts_that_ignore_their_kill(tmp_path: Path) -
     assert record.results[0].reason == "the run timed out after 60 s"
 
 
+@pytest.mark.slow
 def test_a_cancel_ends_within_one_grace_period_when_an_attempt_ignores_it(
     tmp_path: Path,
 ) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import re
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -41,6 +42,7 @@ def test_terminal_sequences_are_dropped_or_shown() -> None:
     assert line == "titlered \\x1b \\x9b \\u202eevil"
 
 
+@pytest.mark.slow
 @given(st.text())
 def test_no_text_yields_a_command_or_a_control(text: str) -> None:
     line = console_line(text)

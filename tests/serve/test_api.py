@@ -22,6 +22,7 @@ def gated(name: str, gate: Path, extra: str = "") -> str:
 {extra}"""
 
 
+@pytest.mark.slow
 def test_a_pipeline_runs_with_its_log_and_listing(tmp_path: Path) -> None:
     with thread_server(tmp_path) as srv:
         ids = srv.api.submit(
@@ -41,6 +42,7 @@ def test_a_pipeline_runs_with_its_log_and_listing(tmp_path: Path) -> None:
         assert [j["id"] for j in page["jobs"]] == ids and page["next_after"] is None
 
 
+@pytest.mark.slow
 def test_needs_across_submissions(tmp_path: Path) -> None:
     gate = tmp_path / "gate"
     with thread_server(tmp_path) as srv:
@@ -95,6 +97,7 @@ def test_a_not_before_past_year_9999_in_utc_is_shown_not_a_500(tmp_path: Path) -
         assert job["waiting_for"] == "not before 253402387139 s after 1970-01-01T00:00:00Z"
 
 
+@pytest.mark.slow
 def test_cancel_in_each_state(tmp_path: Path) -> None:
     gate = tmp_path / "gate"
     with thread_server(tmp_path, capacity=1) as srv:
@@ -122,6 +125,7 @@ def test_cancel_in_each_state(tmp_path: Path) -> None:
         assert srv.api.request("DELETE", "/jobs/s9.nope").status_code == 404
 
 
+@pytest.mark.slow
 def test_auth_is_required_except_for_health(tmp_path: Path) -> None:
     with thread_server(tmp_path) as srv:
         anonymous = Api(srv.api.url, token=None)
@@ -206,6 +210,7 @@ def test_submitted_text_cannot_read_the_servers_environment(
         assert problem["msg"] == "environment variable 'SERVER_SECRET' is not set"
 
 
+@pytest.mark.slow
 def test_stats_and_metrics(tmp_path: Path) -> None:
     with thread_server(tmp_path) as srv:
         srv.api.submit("jobs:\n  ok:\n    run: echo ok\n  bad:\n    run: exit 1\n")
@@ -261,6 +266,7 @@ def test_a_thousand_queued_jobs_list_and_status_latency(tmp_path: Path) -> None:
         )
 
 
+@pytest.mark.slow
 def test_a_path_names_all_its_methods_in_allow(tmp_path: Path) -> None:
     """Starlette named only the first route's method (POST for /jobs)."""
     with thread_server(tmp_path) as srv:

@@ -46,6 +46,7 @@ def gated(name: str, gate: Path) -> str:
     return f"  {name}:\n    run: while [ ! -e {gate} ]; do sleep 0.02; done\n"
 
 
+@pytest.mark.slow
 def test_login_sets_a_strict_httponly_cookie_and_pages_need_it(tmp_path: Path) -> None:
     with thread_server(tmp_path) as srv:
         srv.api.submit("jobs:\n  a:\n    run: echo a\n")
@@ -97,6 +98,7 @@ OFF_ORIGIN = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", OFF_ORIGIN)
 def test_the_login_sends_back_only_to_a_path_here(tmp_path: Path, target: str) -> None:
     with thread_server(tmp_path) as srv:
@@ -106,6 +108,7 @@ def test_the_login_sends_back_only_to_a_path_here(tmp_path: Path, target: str) -
         assert reply.headers["location"] == "/"
 
 
+@pytest.mark.slow
 def test_a_logged_in_login_link_redirects_only_to_a_path_here(tmp_path: Path) -> None:
     """The attack found: a logged-in browser following `/login?next=/%09/HOST/x` (issue 25)."""
     with thread_server(tmp_path) as srv:
@@ -218,6 +221,7 @@ def test_a_logged_out_cookie_stays_dead_after_a_restart(tmp_path: Path) -> None:
         assert fresh.get(f"{srv.api.url}/ui/spend", allow_redirects=False).status_code == 200
 
 
+@pytest.mark.slow
 def test_cancel_needs_the_pages_csrf_token(tmp_path: Path) -> None:
     gate = tmp_path / "gate"
     with thread_server(tmp_path) as srv:
@@ -245,6 +249,7 @@ def test_cancel_needs_the_pages_csrf_token(tmp_path: Path) -> None:
         assert browser.get(f"{url}/", allow_redirects=False).status_code == 303
 
 
+@pytest.mark.slow
 def test_every_page_has_a_strict_csp_and_no_inline_script_or_style(tmp_path: Path) -> None:
     with thread_server(tmp_path) as srv:
         srv.api.submit("jobs:\n  a:\n    run: echo a\n")
@@ -262,6 +267,7 @@ def test_every_page_has_a_strict_csp_and_no_inline_script_or_style(tmp_path: Pat
             assert not re.search(r"\sstyle=|\son[a-z]+=", reply.text), path
 
 
+@pytest.mark.slow
 def test_text_from_jobs_and_servers_is_escaped(tmp_path: Path) -> None:
     evil = "<script>alert(1)</script>"
     with thread_server(tmp_path) as srv:
@@ -303,6 +309,7 @@ def test_the_queue_is_paged_and_filtered_by_the_server(tmp_path: Path) -> None:
         store.close()
 
 
+@pytest.mark.slow
 def test_queue_pages_link_forward_and_back(tmp_path: Path) -> None:
     clock = FakeClock()
     with thread_server(tmp_path, clock=clock) as srv:
@@ -328,6 +335,7 @@ def test_queue_pages_link_forward_and_back(tmp_path: Path) -> None:
         assert browser.get(srv.api.url + "/?limit=100000").status_code == 422
 
 
+@pytest.mark.slow
 def test_a_fragment_that_did_not_change_comes_back_empty(tmp_path: Path) -> None:
     with thread_server(tmp_path) as srv:
         browser = logged_in(srv.api.url)
@@ -343,6 +351,7 @@ def test_a_fragment_that_did_not_change_comes_back_empty(tmp_path: Path) -> None
         assert changed.status_code == 200 and "s1.a" in changed.text
 
 
+@pytest.mark.slow
 def test_the_log_opens_at_its_tail_on_a_line_and_reads_on_in_ranges(tmp_path: Path) -> None:
     with thread_server(tmp_path) as srv:
         (job,) = srv.api.submit("jobs:\n  a:\n    run: echo a\n")
@@ -388,6 +397,7 @@ def test_artifacts_download_as_files_and_stay_in_their_folder(tmp_path: Path) ->
             assert reply.status_code == 404 and b"not an artifact" not in reply.content, sneaky
 
 
+@pytest.mark.slow
 def test_spend_shows_today_against_the_limit(tmp_path: Path) -> None:
     with thread_server(tmp_path, daily_spend_limit=5.0) as srv:
         html = logged_in(srv.api.url).get(srv.api.url + "/ui/spend").text
@@ -457,6 +467,7 @@ class PricedLocal(LocalBackend):
         return dataclasses.replace(place, name="clore-42", usd_per_hour=2.0)
 
 
+@pytest.mark.slow
 def test_a_running_job_shows_its_server_price_and_cost_so_far(tmp_path: Path) -> None:
     clock = FakeClock()
     gate = tmp_path / "gate"

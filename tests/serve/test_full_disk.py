@@ -99,6 +99,7 @@ def test_a_full_disk_strands_no_job_and_no_slot(tmp_path: Path) -> None:
         assert srv.api.get("/healthz").json() == {"status": "ok"}
 
 
+@pytest.mark.slow
 def test_once_the_disk_has_room_the_kept_writes_land_without_new_work(tmp_path: Path) -> None:
     """Issue 25: after a full disk cleared, the queue stayed degraded with a stale "running"
     job until a new submission came. The kept writes are tried again on a timer now."""

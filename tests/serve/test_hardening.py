@@ -59,6 +59,7 @@ def _body_with(where: tuple[str, ...], literal: str) -> str:
     return json.dumps(body).replace('"@@"', literal)
 
 
+@pytest.mark.slow
 def test_no_non_finite_number_anywhere_in_a_job_gets_a_500(srv: ThreadServer) -> None:
     spec = srv.api.get("/openapi.json").json()
     schema = spec["paths"]["/jobs"]["post"]["requestBody"]["content"]["application/json"]
@@ -99,6 +100,7 @@ def test_a_body_is_not_read_before_the_token(srv: ThreadServer) -> None:
     assert b"connection: close" in reply.lower()
 
 
+@pytest.mark.slow
 def test_docs_and_the_openapi_spec_need_the_token(srv: ThreadServer) -> None:
     import requests
 
@@ -108,12 +110,14 @@ def test_docs_and_the_openapi_spec_need_the_token(srv: ThreadServer) -> None:
     assert requests.get(srv.api.url + "/healthz", timeout=10).status_code == 200
 
 
+@pytest.mark.slow
 def test_a_client_trickling_its_headers_is_cut_off(srv: ThreadServer) -> None:
     with _raw(srv) as sock:
         sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")  # and never the blank line
         assert _read_all(sock) == b""  # closed by the server at its header deadline
 
 
+@pytest.mark.slow
 def test_a_body_that_does_not_arrive_in_time_gets_408(srv: ThreadServer) -> None:
     with _raw(srv) as sock:
         sock.sendall(
@@ -124,6 +128,7 @@ def test_a_body_that_does_not_arrive_in_time_gets_408(srv: ThreadServer) -> None
     assert reply.startswith(b"HTTP/1.1 408 ")
 
 
+@pytest.mark.slow
 def test_an_idle_kept_alive_connection_after_a_reply_is_cut_off_too(srv: ThreadServer) -> None:
     with _raw(srv) as sock:
         sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")

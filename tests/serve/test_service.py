@@ -27,6 +27,7 @@ class BilledBackend(PassingBackend):
     outcome = RunOutcome(0, None, facts={"cost_usd": "2.5"})
 
 
+@pytest.mark.slow
 def test_the_daily_spend_limit_holds_starts_until_the_next_utc_day(tmp_path: Path) -> None:
     clock = FakeClock(1_800_000_000.0)  # 2027-01-15T08:00:00Z
     with thread_server(
@@ -50,6 +51,7 @@ def test_the_daily_spend_limit_holds_starts_until_the_next_utc_day(tmp_path: Pat
         assert "clore_run_spend_usd_total 7.500000" in srv.api.get("/metrics").text
 
 
+@pytest.mark.slow
 def test_a_followed_log_streams_until_the_job_settles(tmp_path: Path) -> None:
     gate = tmp_path / "gate"
     with thread_server(tmp_path) as srv:
@@ -85,6 +87,7 @@ def test_a_not_before_centuries_away_does_not_stop_the_loop(tmp_path: Path) -> N
         assert srv.api.get("/healthz").json() == {"status": "ok"}
 
 
+@pytest.mark.slow
 def test_an_attempt_whose_log_cannot_be_opened_ends_and_frees_its_slot(tmp_path: Path) -> None:
     # A folder where the log file should go: opening `<id>.log` fails.
     (tmp_path / "data" / "logs" / "s1.broken.log").mkdir(parents=True)
@@ -97,6 +100,7 @@ def test_an_attempt_whose_log_cannot_be_opened_ends_and_frees_its_slot(tmp_path:
         assert srv.api.wait_status(after, FINAL)["status"] == "passed"
 
 
+@pytest.mark.slow
 def test_the_daily_spend_limit_still_holds_after_a_restart(tmp_path: Path) -> None:
     clock = FakeClock(1_800_000_000.0)  # 2027-01-15T08:00:00Z
 
@@ -138,6 +142,7 @@ def test_followers_of_a_waiting_job_do_not_starve_the_api(tmp_path: Path) -> Non
             assert reply.status_code == 200 and reply.json()["counts"]["queued"] == 1
 
 
+@pytest.mark.slow
 def test_a_followed_job_that_waits_says_why_at_once_and_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -181,6 +186,7 @@ class SlowToDie(PassingBackend):
         return RunOutcome(-15, FailureKind.TEST_FAILURE, "killed by signal SIGTERM")
 
 
+@pytest.mark.slow
 def test_a_job_cancelled_just_before_a_shutdown_is_not_run_again(tmp_path: Path) -> None:
     backend = SlowToDie()
     with thread_server(tmp_path, backend=backend) as srv:

@@ -212,3 +212,23 @@ def test_a_serve_restart_while_waiting_loses_nothing(tmp_path: Path) -> None:
     assert proc.returncode == 0, "".join(said) + rest + errors
     assert f"cannot reach {first.api.url}" in "".join(said)
     assert "the server answers again" in rest and "gated: passed" in rest
+
+
+def test_a_jobs_own_junit_report_is_merged_as_runs_is(server: ServeProcess, tmp_path: Path) -> None:
+    suite = (
+        '<testsuite name="gpu" tests="2" failures="1">'
+        '<testcase classname="tests.test_gpu" name="test_ok"/>'
+        '<testcase classname="tests.test_gpu" name="test_bad"><failure message="boom"/>'
+        "</testcase></testsuite>"
+    )
+    text = (
+        "jobs:\n  gpu:\n    junit: reports/gpu.xml\n    run: |\n"
+        f"      mkdir -p reports && echo '{suite}' > reports/gpu.xml\n"
+    )
+    out = tmp_path / "out"
+    done = submit(server, tmp_path, text, "--wait", "--out", str(out))
+    assert done.returncode == 0, done.stdout + done.stderr  # the job passed: as `run` exits
+    xml = junitparser.JUnitXml.fromfile(str(out / "junit.xml"))
+    cases = {(c.classname, c.name): c for s in xml for c in s}
+    assert {("gpu.tests.test_gpu", "test_bad"), ("gpu.tests.test_gpu", "test_ok")} <= set(cases)
+    assert (out / "artifacts" / "gpu" / "reports" / "gpu.xml").is_file()

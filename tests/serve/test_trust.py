@@ -45,6 +45,7 @@ def test_names_of_repositories_and_forks() -> None:
     assert is_name("a" * MAX_LENGTH) and is_name(DEFAULT_TRUST)
 
 
+@pytest.mark.slow
 def test_a_pipelines_jobs_are_of_the_domain_it_names(tmp_path: Path) -> None:
     with thread_server(tmp_path) as srv:
         ids = srv.api.submit(PIPELINE, trust="repo-acme.models")
@@ -59,6 +60,7 @@ def test_a_pipelines_jobs_are_of_the_domain_it_names(tmp_path: Path) -> None:
         assert '<dd id="job-trust">repo-acme.models</dd>' in page  # the job page says it
 
 
+@pytest.mark.slow
 def test_the_core_is_given_jobs_of_their_domain(tmp_path: Path) -> None:
     gate = tmp_path / "gate"
     with thread_server(tmp_path, capacity=1) as srv:

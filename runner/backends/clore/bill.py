@@ -66,7 +66,7 @@ def renter_fee_rates(
     on_demand, spot = account_on_demand_fee_rate, account_spot_fee_rate
     if on_demand is not None and spot is not None and _plausible(on_demand) and _plausible(spot):
         return RenterFeeRates(on_demand, spot, "account")
-    return RenterFeeRates(note="renter_fees gave no usable rate for this currency")
+    return RenterFeeRates(note="your fee rates gave no usable rate for this currency")
 
 
 def _plausible(fee_rate: float) -> bool:

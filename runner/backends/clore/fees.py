@@ -72,5 +72,6 @@ def read_fee_schedule(client: CloreClient, currency: str) -> FeeSchedule:
         raise
     except e.CloreApiError as exc:
         log.warning("renter_fees: %s; using the documented fee rates", exc.message)
-        note = f"renter_fees could not be read ({exc.message})"
+        # in words, not the endpoint's name; exc.message already says which read failed
+        note = f"your fee rates could not be read: {exc.message}"
         return FeeSchedule(currency, bill.RenterFeeRates(note=note), notes=(note,))

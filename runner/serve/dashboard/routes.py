@@ -227,7 +227,7 @@ def _page_routes(
         _session(request, sessions)
         if queue.store.job(job_id) is None:
             raise NotFound(f"no job '{job_id}'")
-        path = _inside(settings.data_dir / "artifacts" / job_id, name)
+        path = file_inside(settings.data_dir / "artifacts" / job_id, name)
         if path is None:
             raise NotFound(f"job '{job_id}' has no artifact '{name}'")
         # A download, never a page of ours: an HTML file from a server must not run here.
@@ -366,7 +366,7 @@ def _whole_lines(begin: int, stop: int, chunk: bytes) -> tuple[int, bytes]:
     return begin + cut + 1, chunk[: cut + 1]
 
 
-def _inside(folder: Path, name: str) -> Path | None:
+def file_inside(folder: Path, name: str) -> Path | None:
     """`name` under `folder` as a regular file, or None: no `..`, no symlink out."""
     try:
         root = folder.resolve(strict=True)

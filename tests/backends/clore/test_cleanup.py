@@ -128,6 +128,7 @@ def test_known_order_is_cancelled_confirmed_and_released(
     assert [r.endpoint for r in fake_clore.requests] == ["my_orders", "cancel_order", "my_orders"]
 
 
+@pytest.mark.slow
 def test_an_order_id_written_as_a_number_by_an_older_ledger_is_still_cancelled(
     fake_clore: FakeClore, fake_clock: FakeClock, tmp_path: Path
 ) -> None:
@@ -435,6 +436,7 @@ CRASHING_RUN = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_cleanup_leaves_a_run_still_running_alone_and_cleans_it_once_killed(
     fake_clore: FakeClore, tmp_path: Path
 ) -> None:
@@ -472,6 +474,7 @@ def test_cleanup_leaves_a_run_still_running_alone_and_cleans_it_once_killed(
     assert "left alone" not in dead.output and fake_clore.live_orders() == []
 
 
+@pytest.mark.slow
 def test_after_kill_9_cleanup_leaves_no_order_of_that_run_active(
     fake_clore: FakeClore, tmp_path: Path
 ) -> None:

@@ -91,7 +91,8 @@ def test_doctor_without_renter_fees_uses_the_documented_rates_and_says_so(
     result = runner.invoke(app_for(fake_clore), ["doctor"])
     assert result.exit_code == 0, result.output
     assert "5 % on-demand, 1.25 % spot (documented rates)" in result.stdout
-    assert "note: renter_fees could not be read" in result.stdout
+    assert "note: your fee rates could not be read: Clore API (reading your fees)" in result.stdout
+    assert "renter_fees" not in result.output  # an endpoint's name is the API's, not ours
 
 
 @pytest.fixture

@@ -316,7 +316,7 @@ def test_renter_fees_unreadable_falls_back_to_the_documented_rates_and_says_so(
     assert code == 0, record.results
     (facts,) = attempt_facts(out, "a")
     assert facts["renter_fee_source"] == "documented" and facts["renter_fee_rate"] == "0.05"
-    assert "renter_fees could not be read" in console
+    assert "your fee rates could not be read" in console  # in words, not by endpoint
 
 
 def test_a_short_balance_stops_every_later_rental_too(setup: Setup) -> None:
