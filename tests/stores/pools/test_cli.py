@@ -73,7 +73,7 @@ def test_pool_commands_and_flags_say_what_is_wrong(
     monkeypatch.delenv("CLORE_RUN_COORDINATOR")
     assert code == 3 and "secret" not in err
     # libpq's nested wording (host, port, the socket's text, the phrase twice) is not shown.
-    assert ": cannot connect: connection refused (is the server up" in err
+    assert ": cannot connect: connection refused\nhint: is the server up" in err
     assert "cannot connect: cannot connect" not in err and "port 1 failed" not in err
     pipeline = tmp_path / "p.yml"
     pipeline.write_text("jobs:\n  a: {run: 'true'}\n")
