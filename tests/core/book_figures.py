@@ -7,8 +7,9 @@
   outside the modules that own the data (Fleet in fleet.py, KnownJobs in known_jobs.py,
   Budget in budget.py); and the same among every part of the book (Ends, Hedger, Warmth, ...
   too), a part's own file not counted;
-- reads through what an owner exposes read-only (a property: `jobs.waiting` typed `Mapping`,
-  which only KnownJobs changes), counted apart: not a reach-in, but still a read of its state;
+- reads through what an owner exposes (a property, read-only or a setting: `jobs.waiting`
+  typed `Mapping`, which only KnownJobs changes), counted apart: not a reach-in, but still a
+  read of its state;
 - the methods of ServerBook and of its read-only view BookView, and how many of them are one
   `return` (reads passed through);
 - the largest classes of runner/ (lines).
