@@ -2,10 +2,14 @@
 
     python -m tests.core.book_figures
 
-- reach-ins: reads and writes of another part's data, `self._fleet.servers` or through a local
-  alias (`fleet.servers`, `jobs.waiting`), in core/ outside the modules that own the data
-  (Fleet in fleet.py, KnownJobs in known_jobs.py, Budget in budget.py);
-- ServerBook's methods, and how many of them are one `return` (reads passed through);
+- reach-ins: reads and writes of another part's data (what it assigns on self),
+  `self._fleet.servers` or through a local alias (`fleet.servers`, `jobs.waiting`), in core/
+  outside the modules that own the data (Fleet in fleet.py, KnownJobs in known_jobs.py,
+  Budget in budget.py);
+- reads through what an owner exposes read-only (a property: `jobs.waiting` typed `Mapping`,
+  which only KnownJobs changes), counted apart: not a reach-in, but still a read of its state;
+- the methods of ServerBook and of its read-only view BookView, and how many of them are one
+  `return` (reads passed through);
 - the largest classes of runner/ (lines).
 """
 
@@ -13,6 +17,7 @@ from __future__ import annotations
 
 import ast
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 RUNNER = Path(__file__).parents[2] / "runner"
@@ -38,8 +43,18 @@ def data_of(path: Path, name: str) -> set[str]:
     return kept
 
 
-def reach_ins() -> Counter[str]:
-    data = {part: data_of(CORE / file, cls) for part, (file, cls) in OWNERS.items()}
+def properties_of(path: Path, name: str) -> set[str]:
+    """What the class exposes read-only: its properties."""
+    found = set()
+    for node in _class(path, name).body:
+        decorated = isinstance(node, ast.FunctionDef) and node.decorator_list
+        if decorated and any(isinstance(d, ast.Name) and d.id == "property" for d in decorated):
+            found.add(node.name)
+    return found
+
+
+def reach_ins(of: Callable[[Path, str], set[str]] = data_of) -> Counter[str]:
+    data = {part: of(CORE / file, cls) for part, (file, cls) in OWNERS.items()}
     owners = {file for file, _ in OWNERS.values()}
     counts: Counter[str] = Counter()
     for path in sorted(CORE.glob("*.py")):
@@ -58,8 +73,8 @@ def reach_ins() -> Counter[str]:
     return counts
 
 
-def pass_throughs() -> tuple[int, int]:
-    book = _class(CORE / "servers.py", "ServerBook")
+def pass_throughs(file: str = "servers.py", name: str = "ServerBook") -> tuple[int, int]:
+    book = _class(CORE / file, name)
     methods = [m for m in book.body if isinstance(m, ast.FunctionDef)]
     one = 0
     for method in methods:
@@ -81,7 +96,10 @@ def largest_classes(top: int = 12) -> list[tuple[int, str, str]]:
 if __name__ == "__main__":
     counts = reach_ins()
     print(f"reach-ins into Fleet/KnownJobs/Budget data: {sum(counts.values())}", dict(counts))
-    methods, one = pass_throughs()
-    print(f"ServerBook: {methods} methods, {one} of them a single return")
+    exposed = reach_ins(properties_of)
+    print(f"reads through their read-only properties: {sum(exposed.values())}", dict(exposed))
+    for file, name in (("servers.py", "ServerBook"), ("book_view.py", "BookView")):
+        methods, one = pass_throughs(file, name)
+        print(f"{name}: {methods} methods, {one} of them a single return")
     for size, name, where in largest_classes():
         print(f"{size:5} {name} ({where})")
