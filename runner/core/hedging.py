@@ -21,7 +21,7 @@ from runner.core.known_jobs import Known
 from runner.core.money import usd_text
 from runner.core.pulls import Pulls
 from runner.core.rental_length import best_that_holds, worst_hold_s
-from runner.core.rentals import JobNote
+from runner.core.rentals import JobNote, Quote
 
 # A late boot that cannot be hedged yet (its job not ready, or its hedge still booting) is
 # looked at again this often: a hedge that fails leaves a boot to hedge again at once.
@@ -91,7 +91,7 @@ class Hedger(BookPart):
                 continue  # not late (a timer of an earlier plan): its own timer comes
             want = self._jobs.waiting.get(server.claim)
             if want is not None and not self.policy.hedges_now(len(fleet.racing(server_id))):
-                self._make_room(server, now)  # the oldest racer not online gives way
+                self._make_room(server, want, now)  # the oldest racer not online gives way
             if want is None or not self.policy.hedges_now(len(fleet.racing(server_id))):
                 # Rented ahead, its job not ready yet; or as many boots racing for its job
                 # as the policy allows, and one may fail first: look again in a while.
@@ -101,22 +101,29 @@ class Hedger(BookPart):
                 continue
             self._hedge(server, server.claim, want, now)
 
-    def _make_room(self, server: Server, now: float) -> None:
+    def _make_room(self, server: Server, want: Known, now: float) -> None:
         """As many boots racing for the job as the policy allows, `server` late among them:
         the oldest other racer still not online `racing_after_s` past its own lateness goes
-        back (it is all but dead; its bound would give it up soon), for a fresh host."""
+        back (it is all but dead; its bound would give it up soon), for a fresh host. Its
+        host is not rented again in this run, as one whose boot failed: given back before
+        its bound it would fail no rent, and a ring among a few dead cheap hosts would re-rent
+        them in turn for ever, each given way to before the bound could end the run. Nor
+        does a racer go back before it has run `min_after_s` (no boot is up sooner): a racer
+        rented this instant would make room for the next at the same instant."""
         fleet, extra_s = self._fleet, self.policy.racing_after_s
+        first_s = self.policy.min_after_s
         late = [
             other
             for other_id in fleet.racing(server.id)[1:]
             if (other := fleet.servers.get(other_id)) is not None
             and other.state is BOOTING
             and other.online_at is None
-            and now + EPS_S >= other.since + self._after_s(other) + extra_s
+            and now + EPS_S >= other.since + max(self._after_s(other) + extra_s, first_s)
         ]
-        if late:
+        if late and self._fresh(want) is not None:  # none: the racers may still come up
             oldest = min(late, key=_since)
             why = f"hedge: not online after {now - oldest.since:.0f} s; a fresh host in its place"
+            fleet.excluded.exclude(oldest.quote.host, now)
             fleet.release(oldest, now, why)
 
     def _hedge(self, server: Server, job_id: str, want: Known, now: float) -> None:
@@ -136,8 +143,7 @@ class Hedger(BookPart):
         quote = None
         hold_s = worst_hold_s(fleet.boot.allowance_s, want.job, want.timeout_s)
         if why is None:
-            market = self._jobs.market
-            quote, _ = best_that_holds(market, want.job.gpu, fleet.not_to_rent(), hold_s)
+            quote = self._fresh(want)
             why = "no other host fits" if quote is None else None
         cost = quote.cost_usd(hold_s) if quote else 0
         if quote is not None and self._budget.over(cost, now) > 0:
@@ -155,6 +161,13 @@ class Hedger(BookPart):
         self._out.append(JobNote(job_id, said))
         self.arm(hedge)
         return True
+
+    def _fresh(self, want: Known) -> Quote | None:
+        """The best host to race for the job beside those held (None: no other fits)."""
+        fleet = self._fleet
+        hold_s = worst_hold_s(fleet.boot.allowance_s, want.job, want.timeout_s)
+        quote, _ = best_that_holds(self._jobs.market, want.job.gpu, fleet.not_to_rent(), hold_s)
+        return quote
 
     def won(self, server: Server, now: float) -> None:
         """One of the boots racing for a job answers SSH: the others still booting go back

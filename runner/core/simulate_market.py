@@ -51,6 +51,17 @@ from runner.core.servers import ServerBook
 
 Duration = Callable[[str, int], float]  # (job id, attempt) -> seconds its script runs
 
+# A run's events, at most: so many per job (a job's attempts, timers, boots and hedges take
+# tens) and so many besides. A core that neither ends the run nor stops making events (a
+# livelock: a ring of hedges re-renting the same dead hosts) would run a simulation for ever
+# and hang `plan` and the tests; past this it is stopped, loudly.
+EVENTS_PER_JOB = 2_000
+EVENTS_BESIDES = 20_000
+
+
+class SimulationStuck(RuntimeError):
+    """The core made more events than any run can need: it is caught in a loop."""
+
 
 # A healthy Clore boot, create -> SSH answering: 35 s at best in the one real log, minutes
 # with a large image (reference/clore-api.md §8).
@@ -195,8 +206,10 @@ class _ServersSim:
         seed: int,
         checks: bool,
         start_unix: float = 0.0,
+        max_events: int = EVENTS_BESIDES,
     ):
         self.core, self.model, self.duration = core, model, duration
+        self.max_events = max_events
         self.checks = checks
         self.rng = random.Random(seed)
         self.queue: list[tuple[float, int, CoreEvent]] = []
@@ -240,7 +253,11 @@ class _ServersSim:
         self.apply(self.core.start(self.now))
         queue, core, apply = self.queue, self.core, self.apply
         stale_by_kind = self._stale_by_kind  # `stale`, inlined: it runs for every event
+        left = self.max_events
         while queue and (self.held or not core.done):
+            left -= 1
+            if left < 0:
+                raise SimulationStuck(self._stuck())
             self.now, _, event = heapq.heappop(queue)
             check = stale_by_kind.get(type(event))
             if check is None or not check(event):
@@ -249,6 +266,13 @@ class _ServersSim:
         r.makespan_s, r.results = self.now, self.core.results()
         r.status, r.cost_usd = self.core.status(), self.core.book.cost_usd(self.now)
         return r
+
+    def _stuck(self) -> str:
+        r, held = self.result, sorted({h.quote.host for h in self.held.values()})
+        return (
+            f"the simulation made {self.max_events} events and the run has not ended "
+            f"(at {self.now:.0f} s: {r.rents} rents, {len(held)} held on {', '.join(held)})"
+        )
 
     def _stale_end(self, event: AttemptEnded) -> bool:
         current = self.running.get(event.job_id)
@@ -465,12 +489,16 @@ def simulate_servers(
     run_timeout_s: float | None = None,
     checks: bool = True,
     start_unix: float = 0.0,
+    max_events: int | None = None,
 ) -> ServersResult:
     """Run the core with servers to completion against a simulated market. `checks`: check
     the core's promises after every step (a benchmark of the core alone turns them off).
-    `start_unix`: the run's start on the history's clock (its host events are stamped so)."""
+    `start_unix`: the run's start on the history's clock (its host events are stamped so).
+    `max_events`: past so many events the run raises `SimulationStuck` (None: a generous
+    bound for these jobs)."""
     core = PlacingCore(jobs, book, run_timeout_s)
-    return _ServersSim(core, model, duration, seed, checks, start_unix).run()
+    limit = max_events if max_events is not None else EVENTS_BESIDES + EVENTS_PER_JOB * len(jobs)
+    return _ServersSim(core, model, duration, seed, checks, start_unix, limit).run()
 
 
 def _finish(
