@@ -26,15 +26,12 @@ commands. The driver and the simulator run the same code.
 
 from __future__ import annotations
 
-import enum
-import heapq
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from types import MappingProxyType
 from typing import Protocol
 
-from runner.core import graph
 from runner.core.events import (
     AttemptEnded,
     AttemptPlaced,
@@ -56,6 +53,7 @@ from runner.core.events import (
     TimerToken,
     Wake,
 )
+from runner.core.job_table import OUT, Entry, JobState, JobTable, Phase, Slot
 from runner.core.model import Attempt, Condition, FailureKind, Job, JobResult, JobStatus
 from runner.core.outcome import (
     PASSED_CLEAN,
@@ -65,90 +63,13 @@ from runner.core.outcome import (
     need_outcome,
     skip_reason,
 )
-from runner.core.ranks import Key, Ranked, raise_ranks
 from runner.core.retry import RETRY_TABLE, backoff_s, should_retry
 
-
-class Phase(str, enum.Enum):
-    WAITING = "waiting"  # for needs to settle
-    TIMER = "timer"  # for a time: not-before, or a retry's backoff
-    READY = "ready"  # for a free slot (or the end of a hold)
-    PLACING = "placing"  # an attempt is out, getting a place (renting, booting, connecting)
-    RUNNING = "running"  # placed: the script runs
-
-
-OUT = (Phase.PLACING, Phase.RUNNING)  # an attempt is out
-
-
-@dataclass(frozen=True)
-class JobState:
-    """Where an unsettled job stands."""
-
-    phase: Phase
-    needs: tuple[str, ...] = ()  # the needs not settled yet (WAITING)
-    until: float | None = None  # when the timer ends (TIMER)
-    attempts: int = 0  # attempts made, the one out included
-    # PLACING, with a core that holds servers: what its server is doing (None: it has one)
-    server: str | None = None
-
-
-@dataclass(frozen=True)
-class Entry:
-    """A job handed to the core, with what a store knows of its past (serve's recovery)."""
-
-    job: Job
-    seq: int  # submission order: the last tie-breaker
-    attempts: int = 0  # attempts already made
-    retries_used: int = 0
-    infra_used: int = 0
-    wake_at: float | None = None  # a retry's backoff ends at this time
-    running: bool = False  # attempt `attempts` is out; an AttemptEnded for it must follow
-
-    @classmethod
-    def of(cls, item: Job | Entry) -> Entry:
-        return item if isinstance(item, Entry) else cls(item, item.index)
-
+# Where they were first defined: serve, the driver and the placing core import them from here.
+__all__ = ["OUT", "Entry", "JobState", "Phase", "Placer", "Scheduler"]
 
 _NO_OUTCOMES: Mapping[str, NeedOutcome] = MappingProxyType({})  # a job without needs hears none
 _Work = tuple[str, JobStatus | None, str]  # (job, status to settle with or None: decide, reason)
-
-
-class _Slot:
-    """An unsettled job as the scheduler holds it. A plain class with slots and positional
-    arguments: one is made for every job added, and read on every event about it. What a
-    job may not need is not made for it (a leaf's dependents, the outcomes of needs that
-    passed cleanly, a list of attempts): at 10,000 jobs each container is 10,000 more
-    objects for the garbage collector to walk."""
-
-    __slots__ = (
-        "attempts", "dependents", "history", "infra_used", "job", "key", "kill", "origin",
-        "outcomes", "pending", "phase", "retries_used", "wake_at",
-    )  # fmt: skip
-
-    def __init__(
-        self,
-        job: Job,
-        key: Key,
-        attempts: int = 0,
-        retries_used: int = 0,
-        infra_used: int = 0,
-        wake_at: float | None = None,
-    ) -> None:
-        self.job = job
-        self.key = key
-        self.phase = Phase.WAITING
-        self.pending = 0  # needs not settled yet
-        self.attempts = attempts
-        self.retries_used = retries_used
-        self.infra_used = infra_used
-        self.wake_at = wake_at
-        self.origin = ""  # the first failure above it, once its needs settled
-        self.dependents: list[str] | None = None  # the jobs added that need it
-        # Its settled needs' outcomes that are not PASSED_CLEAN, until it is decided (None:
-        # none; the usual case, which then needs no dict, nor a store for every need).
-        self.outcomes: dict[str, NeedOutcome] | None = None
-        self.kill: tuple[FailureKind, str] | None = None
-        self.history: tuple[Attempt, ...] = ()
 
 
 class Placer(Protocol):
@@ -188,27 +109,21 @@ class Scheduler:
         self.capacity = capacity
         self._backoff = backoff
         self._placer = placer
-        self._slots: dict[str, _Slot] = {}
-        # Matrix group -> its unsettled jobs: the one job's id while it has one (most groups
-        # are a single job, and a dict each would be an object per job), else a dict of them
-        # in the order they were added.
-        self._groups: dict[str, str | dict[str, None]] = {}
-        self._ready: list[tuple[Key, str]] = []
+        self._table = JobTable()
+        # The table's records, read on every event: the table alone adds and removes them.
+        self._slots = self._table.slots
         self._out_count = 0  # attempts out (placing or running)
         self._hold_until = float("-inf")
         self._stop: tuple[StopCause, str] | None = None
         self._work: deque[_Work] = deque()
         self._out: list[Command] = []
-        # Raises not made yet: (an older job, the rank of a new dependent), made once a rank
-        # is read (`_make_raises`).
-        self._raises: list[tuple[str, float]] = []
 
     # -- queries ---------------------------------------------------------------------------
 
     @property
     def idle(self) -> bool:
         """Nothing left: every job added so far is settled."""
-        return not self._slots
+        return not self._table.slots
 
     @property
     def attempts_out(self) -> int:
@@ -225,25 +140,20 @@ class Scheduler:
 
     def __len__(self) -> int:
         """Jobs not settled yet (running ones included)."""
-        return len(self._slots)
+        return len(self._table)
 
     def __contains__(self, job_id: object) -> bool:
-        return job_id in self._slots
+        return job_id in self._table.slots
 
     def job(self, job_id: str) -> Job:
-        return self._slots[job_id].job
+        return self._table.slots[job_id].job
 
     def jobs(self) -> Iterator[Job]:
         """The unsettled jobs, in the order they were added."""
-        return (slot.job for slot in self._slots.values())
+        return self._table.jobs()
 
     def state(self, job_id: str) -> JobState | None:
-        slot = self._slots.get(job_id)
-        if slot is None:
-            return None
-        waiting = tuple(n for n in slot.job.needs if n in self._slots)
-        until = slot.wake_at if slot.phase is Phase.TIMER else None
-        return JobState(slot.phase, waiting, until, slot.attempts)
+        return self._table.state(job_id)
 
     # -- input -----------------------------------------------------------------------------
 
@@ -256,63 +166,27 @@ class Scheduler:
     ) -> list[Command]:
         """Queue `jobs`. Every need must be in the core, in `jobs`, or in `settled_needs`.
         `ranks`: the batch's upward ranks (by `duration_hint_s`), when the caller has them."""
-        # Plain jobs (a run's whole pipeline) are taken as they are: an Entry each would be
-        # one more object per job for defaults.
-        entries: dict[str, Entry] = {}
-        fresh: dict[str, Job] = {}
-        for item in jobs:
-            if isinstance(item, Entry):
-                entries[item.job.id] = item
-                item = item.job
-            fresh[item.id] = item
-        if len(fresh) != len(jobs):
-            raise ValueError("a job id appears twice in one add()")
-        self._check_new(fresh, settled_needs)
-        if ranks is None:
-            ranks = self._batch_ranks(fresh)
-        older = bool(self._slots)  # jobs from earlier adds, whose ranks the new ones may raise
-        slots, groups = self._slots, self._groups
-        for job in fresh.values():
-            e = entries.get(job.id) if entries else None
-            key = (-int(job.priority), -ranks[job.id], job.index if e is None else e.seq)
-            if e is None:
-                slots[job.id] = _Slot(job, key)
-            else:
-                slots[job.id] = _Slot(job, key, e.attempts, e.retries_used, e.infra_used, e.wake_at)
-            group_key = job.group or job.id
-            group = groups.get(group_key)
-            if group is None:
-                groups[group_key] = job.id
-            elif isinstance(group, str):
-                groups[group_key] = {group: None, job.id: None}
-            else:
-                group[job.id] = None
         work = self._work
-        for job in fresh.values():
-            slot = self._link(job, settled_needs)
-            if older:
-                rank = ranks[job.id]
-                self._raises.extend((n, rank) for n in job.needs if n in slots and n not in fresh)
+        for slot, entry in self._table.add(jobs, settled_needs, ranks):
             # Its pending count is final once its own needs are linked: it can be queued now.
-            e = entries.get(job.id) if entries else None
-            if e is not None and e.running:
+            if entry is not None and entry.running:
                 slot.phase = Phase.RUNNING
                 self._out_count += 1
             elif slot.pending == 0:
-                work.append((job.id, None, ""))
+                work.append((slot.job.id, None, ""))
         return self._settle_and_start(now)
 
     def placed(self, job_id: str, attempt: int, now: float) -> list[Command]:
         """`handle(AttemptPlaced(job_id, attempt), now)` without the look for its kind: the
         core with servers hears one for every attempt."""
-        if self._raises:
-            self._make_raises()
+        if self._table.raises:
+            self._table.make_raises()
         self._placed(job_id, attempt, now)
         return self._settle_and_start(now)
 
     def handle(self, event: Event, now: float) -> list[Command]:
-        if self._raises:
-            self._make_raises()
+        if self._table.raises:
+            self._table.make_raises()
         if isinstance(event, AttemptEnded):
             self._ended(event.job_id, event.attempt, now)
         elif isinstance(event, AttemptPlaced):
@@ -326,54 +200,6 @@ class Scheduler:
         elif isinstance(event, HoldStarts):
             self._hold(event.until, now)
         return self._settle_and_start(now)
-
-    # -- adding ----------------------------------------------------------------------------
-
-    def _check_new(self, fresh: Mapping[str, Job], settled: Mapping[str, object]) -> None:
-        slots = self._slots
-        for job in fresh.values():
-            if job.id in slots:
-                raise ValueError(f"{job.id}: already queued")
-            for need in job.needs:
-                if need not in fresh and need not in slots and need not in settled:
-                    raise ValueError(f"{job.id}: need {need!r} is neither queued nor settled")
-
-    def _batch_ranks(self, fresh: Mapping[str, Job]) -> dict[str, float]:
-        """Upward ranks inside the batch: nothing outside it can need a job not yet added."""
-        needs = {i: [n for n in job.needs if n in fresh] for i, job in fresh.items()}
-        return graph.upward_ranks(needs, lambda i: fresh[i].duration_hint_s)
-
-    def _link(self, job: Job, settled: Mapping[str, NeedOutcome]) -> _Slot:
-        slots = self._slots
-        slot = slots[job.id]
-        for need in job.needs:
-            held = slots.get(need)
-            if held is not None:
-                if held.dependents is None:
-                    held.dependents = [job.id]
-                else:
-                    held.dependents.append(job.id)
-                slot.pending += 1
-            elif (outcome := settled[need]) is not PASSED_CLEAN:
-                if slot.outcomes is None:
-                    slot.outcomes = {}
-                slot.outcomes[need] = outcome
-        return slot
-
-    def _make_raises(self) -> None:
-        """Raise the ranks of older jobs that new dependents lengthen (runner/core/ranks.py):
-        a ready job is pushed again under its new key; its old heap entry goes stale and is
-        skipped when popped."""
-        raises, self._raises = self._raises, []
-        raise_ranks(raises, self._slots.get, self._held_needs, self._ready_again)
-
-    def _held_needs(self, slot: Ranked) -> list[str]:
-        return [n for n in slot.job.needs if n in self._slots]
-
-    def _ready_again(self, job_id: str, slot: Ranked) -> None:
-        assert isinstance(slot, _Slot)
-        if slot.phase is Phase.READY:
-            heapq.heappush(self._ready, (slot.key, job_id))
 
     # -- events ----------------------------------------------------------------------------
 
@@ -427,7 +253,7 @@ class Scheduler:
         elif isinstance(token, Wake):
             slot = self._slots.get(token.job_id)
             if slot is not None and slot.phase is Phase.TIMER and now >= (slot.wake_at or now):
-                self._make_ready(slot)
+                self._table.make_ready(slot)
         # HoldOver: the hold is over; starting what is ready follows every event
 
     def _cancel_one(self, job_id: str, reason: str) -> None:
@@ -443,7 +269,7 @@ class Scheduler:
         if self._stop is not None or not self._slots:
             return  # a run that finished was not stopped
         self._stop = (cause, reason)
-        self._ready.clear()
+        self._table.clear_ready()
         for job_id, slot in self._slots.items():
             if slot.phase in OUT:
                 self._kill(slot, FailureKind.CANCELLED, reason)
@@ -456,7 +282,7 @@ class Scheduler:
             if until > now:
                 self._out.append(SetTimer(until, HoldOver()))
 
-    def _kill(self, slot: _Slot, kind: FailureKind, message: str) -> None:
+    def _kill(self, slot: Slot, kind: FailureKind, message: str) -> None:
         if slot.kill is None:
             slot.kill = (kind, message)
             if self._placer is None or self._placer.kill(slot.job.id, kind):
@@ -479,7 +305,7 @@ class Scheduler:
                 self._decide(slot, now)
         return self._start_ready(now)
 
-    def _decide(self, slot: _Slot, now: float) -> None:
+    def _decide(self, slot: Slot, now: float) -> None:
         """Every need is settled: settle the job as skipped, or wait for a time, or queue it."""
         job = slot.job
         # Every need passed, nothing failed above (no outcome but the clean one was kept): no
@@ -505,29 +331,15 @@ class Scheduler:
         if wake > now:
             self._wait(slot, wake)
         else:
-            self._make_ready(slot)
+            self._table.make_ready(slot)
 
-    def _wait(self, slot: _Slot, at: float) -> None:
+    def _wait(self, slot: Slot, at: float) -> None:
         slot.phase, slot.wake_at = Phase.TIMER, at
         self._out.append(SetTimer(at, Wake(slot.job.id)))
 
-    def _make_ready(self, slot: _Slot) -> None:
-        slot.phase = Phase.READY
-        heapq.heappush(self._ready, (slot.key, slot.job.id))
-
-    def _finalize(self, slot: _Slot, status: JobStatus, reason: str, now: float) -> None:
-        if self._raises:  # a raise walks through the jobs still held: make them first
-            self._make_raises()
+    def _finalize(self, slot: Slot, status: JobStatus, reason: str, now: float) -> None:
         job = slot.job
-        del self._slots[job.id]
-        group_key = job.group or job.id
-        group = self._groups[group_key]
-        if isinstance(group, str):
-            del self._groups[group_key]
-        else:
-            del group[job.id]
-            if not group:
-                del self._groups[group_key]
+        group_key = self._table.remove(job)
         failed = counts_as_failure(job, status)
         origin = job.id if failed else slot.origin
         result = JobResult(job.id, status, reason, slot.history, origin)
@@ -554,27 +366,26 @@ class Scheduler:
 
     def _fail_fast(self, failed: Job, group_key: str) -> None:
         reason = f"fail-fast: '{failed.id}' failed"
-        group = self._groups.get(group_key, ())
-        for sibling in (group,) if isinstance(group, str) else group:
-            slot = self._slots[sibling]
+        for slot in self._table.group(group_key):
             if slot.phase in OUT:
                 self._kill(slot, FailureKind.CANCELLED, reason)
             else:
-                self._work.append((sibling, JobStatus.CANCELLED, reason))
+                self._work.append((slot.job.id, JobStatus.CANCELLED, reason))
 
     def _start_ready(self, now: float) -> list[Command]:
         """Start ready jobs while there is capacity; hand back the commands gathered."""
         placer = self._placer
-        if self._raises and self._ready and self._out_count < self.capacity:
-            self._make_raises()  # the keys of older ready jobs are compared
-        while self._ready and self._out_count < self.capacity and now >= self._hold_until:
-            key, job_id = heapq.heappop(self._ready)
-            slot = self._slots.get(job_id)
-            if slot is None or slot.phase is not Phase.READY or slot.key != key:
-                continue  # settled, cancelled, or re-ranked since it was pushed
+        table = self._table
+        if table.raises and table.any_ready and self._out_count < self.capacity:
+            table.make_raises()  # the keys of older ready jobs are compared
+        while self._out_count < self.capacity and now >= self._hold_until:
+            slot = table.pop_ready()
+            if slot is None:
+                break
             slot.phase = Phase.PLACING
             slot.attempts += 1
             self._out_count += 1
+            job_id = slot.job.id
             if placer is None:
                 self._out.append(StartAttempt(job_id, slot.attempts, slot.job.timeout_s))
             else:

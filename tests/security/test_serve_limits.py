@@ -4,7 +4,6 @@ serve` processes on loopback."""
 
 from __future__ import annotations
 
-import resource
 import socket
 import stat
 from collections.abc import Iterator
@@ -15,7 +14,7 @@ import requests
 
 from runner.serve.http_limits import WAITING_PER_ADDRESS
 from tests.serve import test_slow_clients
-from tests.serve.harness import TOKEN, ServeProcess, start_serve, stop_and_show
+from tests.serve.harness import TOKEN, ServeProcess
 
 SLOW_BODIES = 320
 # A whole login head, then a body that never finishes (under the form's 8 KiB cap, so the gate
@@ -28,16 +27,8 @@ SLOW_BODY = (
 
 @pytest.fixture
 def serve(tmp_path: Path) -> Iterator[ServeProcess]:
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    wanted = SLOW_BODIES * 2 + 256
-    if soft < wanted:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (min(wanted, hard), hard))
-    server = start_serve(tmp_path / "q.db", "--backend", "local")
-    try:
+    with test_slow_clients.serve_for_sockets(tmp_path, SLOW_BODIES) as server:
         yield server
-    finally:
-        stop_and_show([server])
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
 @pytest.mark.slow

@@ -86,10 +86,12 @@ class SlowClients:
         self._selector.close()
 
 
-@pytest.fixture
-def serve(tmp_path: Path) -> Iterator[ServeProcess]:
+@contextlib.contextmanager
+def serve_for_sockets(tmp_path: Path, sockets: int) -> Iterator[ServeProcess]:
+    """A local serve, the file limit raised for `sockets` held by the test and as many by the
+    server (a child inherits the limit), put back after."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    wanted = SLOW_CLIENTS * 2 + 256  # our sockets, and the server's (a child inherits this)
+    wanted = sockets * 2 + 256
     if soft < wanted:
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(wanted, hard), hard))
     server = start_serve(tmp_path / "q.db", "--backend", "local")
@@ -98,6 +100,12 @@ def serve(tmp_path: Path) -> Iterator[ServeProcess]:
     finally:
         stop_and_show([server])
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+@pytest.fixture
+def serve(tmp_path: Path) -> Iterator[ServeProcess]:
+    with serve_for_sockets(tmp_path, SLOW_CLIENTS) as server:
+        yield server
 
 
 @pytest.mark.slow

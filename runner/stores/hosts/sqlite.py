@@ -110,8 +110,15 @@ def untrusted_schema(path: Path) -> str | None:
         with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
             version = int(db.execute("PRAGMA user_version").fetchone()[0])
             found = _schema(db)
+    except sqlite3.OperationalError:
+        return None  # busy or unreadable, not foreign: opening it fails with the file named
+    except sqlite3.DatabaseError as exc:
+        # Not a database, or a damaged one: the history is only advice and the Actions cache
+        # (which a pull request's run can write) may have put it here, so it must not stop
+        # every later run; set aside, it is still there to look at.
+        return f"it is not a readable SQLite database ({exc})"
     except (sqlite3.Error, OSError, ValueError):
-        return None  # not a database at all: opening it fails with the file named
+        return None  # opening it fails with the file named
     if version > SCHEMA_VERSION:
         return None  # a newer clore-run's: opening refuses it with its own words
     expected = _expected_schema(version)

@@ -120,6 +120,15 @@ class QueueStore(Protocol):
 
     def spend_by_day(self, since: float) -> list[tuple[float, float]]: ...
 
+    def record_idle(self, instance: str, rows: Sequence[tuple[int, str, float, float]]) -> None:
+        """`instance`'s idle money totals (UTC day number, GPU model, USD, seconds), each
+        replacing what it recorded for that day and GPU."""
+        ...
+
+    def idle_money(self, since_day: int, besides: str = "") -> list[tuple[int, str, float, float]]:
+        """Idle money from `since_day` on, summed over the instances (but `besides`)."""
+        ...
+
 
 class SharedQueueStore(QueueStore, Protocol):
     """What N instances on one database add: leases, claims, take-overs, fenced writes."""

@@ -56,6 +56,7 @@ POSTGRES = QueueDialect(
     jobs="queue_jobs",
     attempts="queue_attempts",
     submissions="queue_submissions",
+    idle="queue_idle_money",
     find="strpos",
     day="floor({} / 86400)",
     arrays=True,
@@ -148,6 +149,19 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (  # MIGRATIONS[n]: version n -> n + 1
     # A submission's trust domain on each of its jobs: a server is reused only within one.
     # Jobs queued before it are the default domain's.
     (f"ALTER TABLE queue_jobs ADD COLUMN trust TEXT NOT NULL DEFAULT '{DEFAULT_TRUST}'",),
+    # Idle money (what rented servers cost while they ran no job), so a restart shows the
+    # figures it had: each instance's own totals, which it overwrites (a transaction run again
+    # after a lost connection writes the same), summed over the instances when read.
+    (
+        """CREATE TABLE queue_idle_money (
+            instance TEXT NOT NULL,
+            day BIGINT NOT NULL,
+            gpu TEXT NOT NULL,
+            usd DOUBLE PRECISION NOT NULL,
+            seconds DOUBLE PRECISION NOT NULL,
+            PRIMARY KEY (instance, day, gpu)
+        )""",
+    ),
 )
 
 _OWNED = "EXISTS (SELECT 1 FROM queue_jobs o WHERE o.id = %(job)s AND o.owner = %(me)s)"
@@ -191,6 +205,21 @@ class PostgresQueue(PgInstances):
     def close(self) -> None:
         self._lease.close()
         self.db.close()
+
+    def record_idle(self, instance: str, rows: Sequence[tuple[int, str, float, float]]) -> None:
+        """`instance`'s idle money totals, (UTC day number, GPU model, USD, seconds): each
+        replaces what it recorded for that day and GPU before (so writing one twice is safe)."""
+
+        def write(conn: Conn) -> None:
+            for day, gpu, usd, seconds in rows:
+                conn.execute(
+                    "INSERT INTO queue_idle_money (instance, day, gpu, usd, seconds) "
+                    "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (instance, day, gpu) DO UPDATE "
+                    "SET usd = excluded.usd, seconds = excluded.seconds",
+                    (instance, day, gpu, usd, seconds),
+                )
+
+        self._run("record idle money", write)
 
     # -- claims ----------------------------------------------------------------------------
 

@@ -104,6 +104,7 @@ class QueueDialect:
     jobs: str  # the table names
     attempts: str
     submissions: str
+    idle: str  # idle money: each instance's figures by (UTC day, GPU model)
     find: str  # the function giving where a substring starts (0: nowhere): find(text, part)
     day: str  # the UTC day number of the unix time `{}` (a whole number, rounded down)
     arrays: bool  # binds a list as one array (`= ANY(?)`); else one `?` per value
@@ -300,6 +301,16 @@ class QueueReads:
             (since,),
         )
         return [(float(day) * 86400, float(usd or 0.0)) for day, usd in rows]
+
+    def idle_money(self, since_day: int, besides: str = "") -> list[tuple[int, str, float, float]]:
+        """Idle money, (UTC day number, GPU model, USD, seconds), from `since_day` on, summed
+        over the instances that recorded it (but `besides`), oldest first."""
+        rows = self._select(
+            f"SELECT day, gpu, sum(usd), sum(seconds) FROM {self._dialect.idle} "
+            "WHERE day >= ? AND instance != ? GROUP BY day, gpu ORDER BY day, gpu",
+            (since_day, besides),
+        )
+        return [(int(d), str(g), float(u or 0.0), float(s or 0.0)) for d, g, u, s in rows]
 
     # -- plumbing --------------------------------------------------------------------------
 

@@ -31,11 +31,12 @@ SQLITE = QueueDialect(
     jobs="jobs",
     attempts="attempts",
     submissions="submissions",
+    idle="idle_money",
     find="instr",
     day="CAST({} / 86400 AS INTEGER)",
     arrays=False,
 )
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 MIGRATIONS: tuple[tuple[str, ...], ...] = (  # MIGRATIONS[n]: version n -> n + 1; append only
     (
         """CREATE TABLE submissions (
@@ -100,6 +101,18 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (  # MIGRATIONS[n]: version n -> n + 1
     # A submission's trust domain on each of its jobs: a server is reused only within one.
     # Jobs queued before it are the default domain's.
     (f"ALTER TABLE jobs ADD COLUMN trust TEXT NOT NULL DEFAULT '{DEFAULT_TRUST}'",),
+    # Idle money (what rented servers cost while they ran no job), so a restart shows and
+    # budgets the day's figures it had: each instance's own totals, which it overwrites.
+    (
+        """CREATE TABLE idle_money (
+            instance TEXT NOT NULL,
+            day INTEGER NOT NULL,
+            gpu TEXT NOT NULL,
+            usd REAL NOT NULL,
+            seconds REAL NOT NULL,
+            PRIMARY KEY (instance, day, gpu)
+        )""",
+    ),
 )
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
@@ -147,6 +160,19 @@ class SqliteQueue(SqliteRows, QueueReads):
 
     def session_ended(self, nonce: str) -> bool:
         return bool(self._select("SELECT 1 FROM ended_sessions WHERE nonce = ?", (nonce,)))
+
+    # -- idle money ------------------------------------------------------------------------
+
+    def record_idle(self, instance: str, rows: Sequence[tuple[int, str, float, float]]) -> None:
+        """`instance`'s idle money totals, (UTC day number, GPU model, USD, seconds): each
+        replaces what it recorded for that day and GPU before (so writing one twice is safe)."""
+        with self._tx("record idle money") as db:
+            db.executemany(
+                "INSERT INTO idle_money (instance, day, gpu, usd, seconds) VALUES (?, ?, ?, ?, ?) "
+                "ON CONFLICT (instance, day, gpu) DO UPDATE "
+                "SET usd = excluded.usd, seconds = excluded.seconds",
+                [(instance, day, gpu, usd, s) for day, gpu, usd, s in rows],
+            )
 
     # -- submissions -----------------------------------------------------------------------
 

@@ -59,8 +59,20 @@ def test_clear_forgets_one_host_or_all(tmp_path: Path) -> None:
     assert empty.stdout.strip() == f"no host remembered in {tmp_path / 'hosts.db'}"
 
 
-def test_a_damaged_history_exits_3_with_the_file_named(tmp_path: Path) -> None:
+def test_a_history_that_is_not_a_database_is_set_aside_and_begun_afresh(
+    tmp_path: Path,
+) -> None:
+    """It is only advice, and the Actions cache a pull request can write may have put it
+    there: it must not stop the run, nor vanish (it stays beside, to look at)."""
     (tmp_path / "hosts.db").write_bytes(b"garbage" * 500)
+    result = runner.invoke(_app(), ["hosts", "--ledger", str(tmp_path / "ledger.db")])
+    assert result.exit_code == 0, result.output
+    assert "set aside and begun afresh: it is not a readable SQLite database" in result.stderr
+    assert (tmp_path / "hosts.db.refused").read_bytes() == b"garbage" * 500
+
+
+def test_a_history_that_cannot_be_opened_exits_3_with_the_file_named(tmp_path: Path) -> None:
+    (tmp_path / "hosts.db").mkdir()  # not foreign content: nothing to set aside
     result = runner.invoke(_app(), ["hosts", "--ledger", str(tmp_path / "ledger.db")])
     assert result.exit_code == 3
     assert str(tmp_path / "hosts.db") in result.stderr

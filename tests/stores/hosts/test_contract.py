@@ -72,9 +72,19 @@ def test_the_file_lives_beside_the_ledger_and_a_database_holds_both() -> None:
     assert hosts_target("postgresql://u@h/db") == "postgresql://u@h/db"
 
 
-def test_a_damaged_file_is_an_error_naming_it(tmp_path: Path) -> None:
+def test_a_file_that_is_not_a_database_is_set_aside_and_a_fresh_one_begun(
+    tmp_path: Path,
+) -> None:
     bad = tmp_path / "hosts.db"
     bad.write_bytes(b"not a database at all, just bytes" * 100)
+    with _open(str(bad)) as hosts:
+        assert hosts.events() == []
+    assert (tmp_path / "hosts.db.refused").read_bytes().startswith(b"not a database")
+
+
+def test_a_file_that_cannot_be_opened_is_an_error_naming_it(tmp_path: Path) -> None:
+    bad = tmp_path / "hosts.db"
+    bad.mkdir()
     with pytest.raises(HostHistoryError, match=str(bad)):
         _open(str(bad))
 
