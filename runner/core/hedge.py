@@ -19,8 +19,11 @@ rental (the loser is cancelled inside the creation fee's grace). So:
   same length; later, a late boot gets one more, up to `max_racing` boots racing for one job
   (when one of them fails, the others' own timers may hedge them in turn); a hedge not online
   `racing_after_s` after its rent is late itself, and with as many racing as allowed the
-  oldest racer still not online gives way to a fresh host; a hedge is rented only under the
-  cap and when the budget holds its worst case besides everything else;
+  oldest racer still not online gives way to a fresh host (when one fits, and never before it
+  has run `min_after_s`); the host it was on is not rented again in the run, so a run among
+  dead hosts always ends: each host is tried once, and the last racers run out their bound;
+  a hedge is rented only under the cap and when the budget holds its worst case besides
+  everything else;
 - the first boot to answer SSH wins, the other is cancelled at once.
 
 `benchmarks/bench_dead_hosts.py` measures these choices against a simulated market of dead
