@@ -25,6 +25,7 @@ from runner.core.retry import backoff_s
 from runner.engine.console import Console
 from runner.engine.pipeline_run import PipelineRun, RunSettings, new_run_id
 from runner.errors import UsageError
+from runner.figures import money
 from runner.file_lock import hold_lock
 from runner.report import REPORT_FILES, ReportPaths, github_actions, write_reports
 from runner.spec.diagnostics import Diagnostic, SpecError, did_you_mean
@@ -266,8 +267,10 @@ def _say_given_back(console: Console, backend: Backend) -> list[str]:
 
 
 def _server_cost(order: dict[str, str]) -> str:
+    """`RTX 3090 #88028 ($0.0016)`: the GPUs and server rented, and what it cost as billed."""
     cost = order.get("order_cost_usd")
-    return f"#{order.get('server_id', '?')}" + (f" (${float(cost):.4f})" if cost else "")
+    where = order.get("label") or f"#{order.get('server_id', '?')}"
+    return where + (f" ({money(float(cost))})" if cost else "")
 
 
 def _baseline_durations(baseline: dict[str, Any] | None) -> dict[str, float]:

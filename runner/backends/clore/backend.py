@@ -271,9 +271,7 @@ class CloreBackend:
             idle = {h.rental.rental_id: self._bill(h.rental) for h in helds}
         finals = self.provisioner.release_all([h.rental for h in helds], within_s)
         with self._lock:
-            self.orders_given_back += [
-                {"server_id": str(h.rental.offer.server_id), **h.rental.facts} for h in helds
-            ]
+            self.orders_given_back += [_given_back(h.rental) for h in helds]
             for held in helds:
                 final = finals.get(held.rental.rental_id)
                 self._idle_usd += idle[held.rental.rental_id]
@@ -413,7 +411,9 @@ class CloreBackend:
         finally:
             with self._lock:
                 self._setting_up.pop(cmd.server, None)
-                self._booting.pop(cmd.server, None)
+                booting = self._booting.pop(cmd.server, None)
+                if isinstance(event, RentFailed) and booting is not None:
+                    self._note_boot_given_back(booting, event.cost_usd)
                 if cmd.server in self._given_back_booting:
                     self._given_back_booting[cmd.server] = event
                 self._lock.notify_all()
@@ -481,6 +481,17 @@ class CloreBackend:
             cost = final if final is not None else billed
             return RentFailed(cmd.server, "the run is shutting down", cost)
         return ServerReady(cmd.server)
+
+    def _note_boot_given_back(self, rental: Rental, cost_usd: float) -> None:
+        """A rent whose order was made and given back before it served a job (a boot that
+        failed, a Ctrl-C while it booted) is said at the run's end with the servers it held:
+        its job ran on nothing, and the run's total paid for it. With the lock held."""
+        ids = {g.get("rental_id") for g in self.orders_given_back}
+        if rental.order_id is None or str(rental.rental_id) in ids:
+            return  # no order was made, or it was given back as a server held
+        said = _given_back(rental)
+        said.setdefault("order_cost_usd", f"{cost_usd:.6f}")
+        self.orders_given_back.append(said)
 
     def _track(self, server: int, rental: Rental) -> None:
         with self._lock:
@@ -653,6 +664,12 @@ class _LiveMarket(OfferMarket):
         # The last book read, however old: the core's loop never waits for the API. A rent
         # reads it afresh (off the loop) and asks for a new price if the bid moved up.
         return self._backend.provisioner.known_rival_bids(offer.server_id)
+
+
+def _given_back(rental: Rental) -> dict[str, str]:
+    """An order given back, as the run's end names it: its server, GPUs and cost (`order_*`)."""
+    server = {"server_id": str(rental.offer.server_id), "label": _offer_label(rental.offer)}
+    return {**server, "rental_id": str(rental.rental_id), **rental.facts}
 
 
 def _offer_label(offer: Offer) -> str:

@@ -58,6 +58,7 @@ from email.utils import parsedate_to_datetime
 from typing import Protocol
 
 from runner.backends.clore.models import Order
+from runner.core.pulls import DEFAULT_DEPLOY_BOUND_S
 from runner.stores.ledger import LedgerError, Rental, RentalLedger
 from runner.untrusted import console_line
 
@@ -71,6 +72,12 @@ LISTING_LAG_S = 15.0
 # A create whose answer we never saw (the process died) ran at most this long: the client's
 # connect and read timeouts.
 LONGEST_CREATE_S = 70.0
+# How much later than the create's window `ct` may stamp an order that may still be ours (its
+# tag not listed, or unreadable): if `ct` stamps the deploy, not the create, it comes after
+# the image's pull, waited for up to this long for an image never seen; the one capture's
+# `order_end - ct` falls ~58 s short of what it billed. Only ever names an order (unproven),
+# never adopts one: past it, an order without a readable tag is some later renter's.
+LATE_STAMP_S = DEFAULT_DEPLOY_BOUND_S
 _PRICE_TOLERANCE = 1e-6  # relative: the bid comes back as the JSON number we sent
 ACCEPTED = "create-accepted"  # the ledger's verdict for a create the API answered with code 0
 ACCEPTED_WHY = "the API answered the create with code 0: an order was made, and it is ours"
@@ -454,11 +461,14 @@ def tagged_late(orders: Iterable[Order], claim: Claim, taken: Collection[int] = 
 
 def _maybe_ours(order: Order, claim: Claim) -> bool:
     """An order that failed a check yet may be ours: it echoes our tag (whatever else is
-    off), or shows none we can read as another create's and was made in the create's window
-    (or says not when)."""
+    off), or shows none we can read as another create's and was stamped after our send (or
+    says not when). What `ct` stamps is unknown (the create? the deploy?), so an order stamped
+    a minute after our answer, its tag not listed yet or in a shape we cannot read, may well be
+    ours: the window's end stretches by `LATE_STAMP_S` here. One stamped before our send
+    cannot be ours."""
     if claim.tag_matches(order):
         return True
     if claim.another_tag(order):
         return False
     low, high = claim.window()
-    return order.ct is None or low <= order.ct <= high
+    return order.ct is None or low <= order.ct <= high + LATE_STAMP_S

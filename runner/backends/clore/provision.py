@@ -18,10 +18,11 @@ from typing import TYPE_CHECKING
 from runner.backends.base import NO_STAGES, StageSink
 from runner.backends.clore import bill
 from runner.backends.clore import errors as api_errors
-from runner.backends.clore.api import CloreClient, OrderRequest, may_have_created
+from runner.backends.clore.api import CloreClient, OrderRequest
 from runner.backends.clore.fees import FeeSchedule, read_fee_schedule
 from runner.backends.clore.market import Offer, per_hour, spot_bid_per_day
 from runner.backends.clore.models import Order, SpotMarket
+from runner.backends.clore.order_create import may_have_created
 from runner.backends.clore.ownership import LedgerMarks, order_of, read_echo, record_order
 from runner.backends.clore.ratelimit import RequestAborted
 from runner.backends.clore.settings import DEFAULT_IMAGE as DEFAULT_IMAGE  # its old home

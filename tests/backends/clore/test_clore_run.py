@@ -422,7 +422,7 @@ def test_sigterm_mid_run_cancels_everything_fast(setup: Setup) -> None:
     assert all(r.state == "released" for r in ledger.rentals("run-1"))
     # ...and so do its reports: the jobs show no server and $0.00, the total paid for two.
     said = given.removeprefix("clore-run: ")
-    assert said.startswith("rented and given back: #")
+    assert said.startswith("rented and given back: NVIDIA GeForce RTX ")  # GPUs, server
     summary = json.loads((setup.tmp / "out" / "summary.json").read_text())
     assert said in summary["warnings"]
     assert "rented and given back: " in (setup.tmp / "out" / "summary.md").read_text()

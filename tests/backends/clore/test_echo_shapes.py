@@ -174,3 +174,44 @@ def test_a_failed_create_finds_its_tagged_order_stamped_late(fake_clore: FakeClo
     fake_clore.fail_next("create_order", Faults.DB_ERROR_BUT_CREATED)
     order = fake_clore.client().create_order(request())
     assert [o.id for o in fake_clore.live_orders()] == [order.id]
+
+
+@pytest.mark.parametrize("shape", ["absent-until-deployed", "unknown"])
+def test_cleanup_names_an_unlisted_or_unreadable_tag_stamped_late_never_failed(
+    fake_clore: FakeClore, tmp_path: Path, shape: str
+) -> None:
+    """The long fault run's seed 7011: a create answered HTTP 500 made its order, the run was
+    stopped before it looked, and the order, still deploying, lists no tag; `ct` stamps it a
+    minute late. Before: outside the window, "no order was created; marked failed", exit 0,
+    the order billing on. It may be ours: named, the row kept open."""
+    fake_clore.tag_echo = shape
+    fake_clore.ct_late_s = 60.0
+    fake_clore.online_after_s = 3600.0  # its image still pulling through the cleanup
+    with SqliteLedger(tmp_path / "ledger.db", clock=fake_clore.clock) as ledger:
+        rid = ledger.record_intent("X", "job", SERVER, 2.0, "USD-Blockchain", 0.1, image=IMAGE)
+        fake_clore.fail_next("create_order", Faults.DB_ERROR_BUT_CREATED)
+        with pytest.raises(e.DatabaseError):
+            died = fake_clore.client(recover_delays_s=())
+            died.create_order(request(), journal=LedgerMarks(ledger, rid))
+        fake_clore.clock.advance(120)
+        actions = reconcile(ledger, fake_clore.client(), dry_run=False)
+        (made,) = [o.id for o in fake_clore.live_orders()]
+        assert [a.kind for a in actions] == ["unproven"] and not actions[0].resolved
+        assert f"order {made} may be ours" in actions[0].detail
+        assert [r.state for r in ledger.rentals("X")] == ["intent"]
+    assert fake_clore.calls("cancel_order") == []
+
+
+def test_an_accepted_create_names_its_unreadable_order_stamped_late(fake_clore: FakeClore) -> None:
+    """The long fault run's seed 7035: an accepted create whose order echoes the tag in a
+    shape we cannot read, `ct` 20 s after the answer. Before: outside the window, no order
+    "may be ours", and the run said "its order is not listed yet" about a listed, billing
+    order it never named. Now the error names the order."""
+    fake_clore.tag_echo = "unknown"
+    fake_clore.ct_late_s = 20.0
+    client = fake_clore.client(recover_delays_s=(1.0, 2.0), follow_up_delays_s=(5.0,))
+    with pytest.raises(e.OrderOutcomeUnknownError) as raised:
+        client.create_order(request())
+    (made,) = [o.id for o in fake_clore.live_orders()]
+    assert raised.value.accepted and raised.value.maybe_ours == (made,)
+    assert f"order {made}" in str(raised.value)

@@ -84,15 +84,16 @@ def y_rents(fake: FakeClore, ledger: SqliteLedger, rental_id: int) -> Order:
 def test_a_sent_create_adopts_no_order_made_after_its_window(
     fake_clore: FakeClore, tmp_path: Path
 ) -> None:
-    """X sent its create, which made nothing, and died; Y rents the server ten minutes later.
-    X's cleanup lists Y's order with the reason and cancels nothing."""
+    """X sent its create, which made nothing, and died; Y rents the server half an hour later
+    (past the longest an unseen image's pull is waited for, which a `ct` stamping the deploy
+    could lag by). X's cleanup lists Y's order with the reason and cancels nothing."""
     with ledger_at(tmp_path, "x", fake_clore.clock) as x:
         rid = intent(x)
         fake_clore.fail_next("create_order", Faults.DB_ERROR)
         client = fake_clore.client(recover_delays_s=(1.0,))
         with pytest.raises(e.DatabaseError):
             client.create_order(request(), journal=LedgerMarks(x, rid))
-        fake_clore.clock.advance(600)
+        fake_clore.clock.advance(1800)
         theirs = fake_clore.add_order(SERVER, age_s=0, image=IMAGE)
         fake_clore.clock.advance(60)
         actions = reconcile(x, fake_clore.client(), dry_run=False)
@@ -192,14 +193,35 @@ def test_create_recovery_does_not_adopt_an_order_made_after_the_answer(
     fake_clore: FakeClore, tmp_path: Path
 ) -> None:
     """The create failed ambiguously and made nothing; while we look, another run rents the
-    server. The old rule (newest order since intent - 30 s) adopted it."""
-    later = fake_clore.add_order(SERVER, age_s=-30, image=IMAGE)  # made 30 s from now
+    server (its order echoes its own tag). The old rule (newest order since intent - 30 s)
+    adopted it."""
+    later = fake_clore.add_order(SERVER, age_s=-30, image=IMAGE, tag=50001)  # 30 s from now
     fake_clore.fail_next("create_order", Faults.DB_ERROR)
     with ledger_at(tmp_path, "x", fake_clore.clock) as x:
         rid = intent(x)
         with pytest.raises(e.DatabaseError, match="most likely not created"):
             fake_clore.client().create_order(request(), journal=LedgerMarks(x, rid))
     assert [o.id for o in fake_clore.live_orders()] == [later]
+
+
+def test_create_recovery_names_an_untagged_order_stamped_late(
+    fake_clore: FakeClore, tmp_path: Path
+) -> None:
+    """The create is answered HTTP 500 yet made its order; the order shows no tag yet (it is
+    listed only once deployed) and `ct` stamps it a minute after our answer (it may stamp the
+    deploy). Nothing proves it another's: it may be ours, so it is named, never adopted nor
+    taken for "not created" (the long fault run's seed 7011 left such an order billing)."""
+    fake_clore.tag_echo = "absent-until-deployed"
+    fake_clore.ct_late_s = 60.0
+    fake_clore.online_after_s = 3600.0  # deploying all the while we look
+    fake_clore.fail_next("create_order", Faults.DB_ERROR_BUT_CREATED)
+    with ledger_at(tmp_path, "x", fake_clore.clock) as x:
+        rid = intent(x)
+        with pytest.raises(e.OrderOutcomeUnknownError) as raised:
+            fake_clore.client().create_order(request(), journal=LedgerMarks(x, rid))
+    made = [o.id for o in fake_clore.live_orders()]
+    assert len(made) == 1 and raised.value.maybe_ours == tuple(made)
+    assert fake_clore.calls("cancel_order") == []
 
 
 def test_create_recovery_skips_orders_other_rentals_hold(fake_clore: FakeClore) -> None:
