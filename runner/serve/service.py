@@ -61,6 +61,7 @@ from runner.serve.fleet import (
     log_elsewhere,
     waiting_elsewhere,
 )
+from runner.serve.idle_kept import IdleKept
 from runner.serve.kept_journal import KeptJournal
 from runner.serve.quiet_console import QuietConsole
 from runner.serve.submit import Prepared, check_known, with_server_ids
@@ -170,6 +171,7 @@ class Service:
         self._retry_timer: threading.Timer | None = None  # loop thread only
         journal = self.journal
         self.placing = self._placing_core()
+        self.idle = IdleKept(store, options.instance)  # idle money kept across restarts
         self.driver: Driver = Driver(
             self.placing,
             backend,
@@ -206,6 +208,7 @@ class Service:
         limit = self.options.daily_spend_limit_usd
         if limit is not None:  # before the loop runs
             self.placing.book.budget_per_day(limit, self.spent_today(now), now)
+        self.idle.seed(self.placing.book.idle_money(), now)  # counts toward --idle-budget
         if self.shared is not None and self.fleet is not None:
             ttl_s = self.options.fleet.ttl_s
             self.shared.join(self.options.instance, os.getpid(), self.backend.name, now, ttl_s)
@@ -223,6 +226,7 @@ class Service:
         if self._thread.is_alive():
             self.driver.quit()
             self._thread.join()
+            self._keep_idle(force=True)  # the stretches going on, to now: servers go back
         if self._retry_timer is not None:
             self._retry_timer.cancel()
         self._hand_over(grace_s)
@@ -292,7 +296,8 @@ class Service:
         """Idle money, (YYYY-MM-DD, GPU model, USD, seconds), oldest first: what rented
         servers cost while they ran no job, the stretches going on included."""
         figures = self._ask(self.placing.book.idle_figures)
-        return [(_date(day), gpu, f.usd, f.seconds) for (day, gpu), f in sorted(figures.items())]
+        rows = self.idle.rows(figures, self.clock.time())
+        return [(_date(day), gpu, usd, seconds) for day, gpu, usd, seconds in rows]
 
     @property
     def servers_held(self) -> int:
@@ -318,8 +323,15 @@ class Service:
             try:
                 if not self.driver.step():
                     return
+                self._keep_idle()
             except Exception:  # a store error must not end the loop: log it, go on
                 log.exception("clore-run serve: scheduling loop error")
+
+    def _keep_idle(self, force: bool = False) -> None:
+        """Idle money into the store when a write is due (loop thread, or after it ended)."""
+        book, now = self.placing.book, self.clock.time()
+        if force or self.idle.due(book.idle_money(), now):
+            self.idle.flush(book.idle_money(), book.idle_figures(now), now)
 
     def _add(self, entries: Iterable[Entry], now: float) -> None:
         entries = tuple(entries)

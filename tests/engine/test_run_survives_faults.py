@@ -313,7 +313,8 @@ def test_the_concurrency_flag_reaches_the_clore_backend(
 
     def clore_backend(pipeline: Pipeline, ledger: Path, run_id: str, **_pool: object) -> object:
         seen.append(pipeline.concurrency)
-        return SimpleNamespace(client=SimpleNamespace(retry=SimpleNamespace(max_attempts=1)))
+        retry = SimpleNamespace(max_attempts=1)
+        return SimpleNamespace(client=SimpleNamespace(retry=retry, hooks=SimpleNamespace()))
 
     # The run command imports these when it runs, so they are patched where they live.
     monkeypatch.setattr(factory, "clore_backend", clore_backend)

@@ -187,7 +187,7 @@ def run_canary(
     out = capture.open_capture(capture_to) if capture_to is not None else None
     seen = capture.Capture(facts, tools.clock, emit, out, t0=tools.clock.time())
     watcher = capture.Watcher(tools.client, tools.poll_s)
-    tools.client.on_reply = seen.on_reply
+    tools.client.hooks.on_reply = seen.on_reply
     watcher.start()
     try:
         rental = _rent(tools, provisioner, job, offer, cancel, seen, run_id, emit)
@@ -209,7 +209,7 @@ def run_canary(
         _look_after_cancel(tools, facts, seen)
     finally:
         watcher.stop()
-        tools.client.on_reply = None
+        tools.client.hooks.on_reply = None
         if out is not None:
             out.write(json.dumps({"create": dataclasses.asdict(facts)}, sort_keys=True) + "\n")
             out.close()

@@ -17,10 +17,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from runner import liveness
+from runner.backends.clore import bill
 from runner.backends.clore.api import CloreClient
 from runner.backends.clore.cleanup import Action, reconcile
 from runner.backends.clore.ended import billed_usd
 from runner.backends.clore.errors import CloreApiError
+from runner.backends.clore.fees import read_fee_schedule
 from runner.backends.clore.models import Order
 from runner.clock import Clock
 from runner.stores.ledger import Rental, RentalLedger
@@ -100,6 +102,7 @@ def _settle(
 ) -> Reaped:
     rentals = {r.id: r for r in ledger.rentals(lease.holder)}
     orders = _orders(client, [r for r in rentals.values() if r.order_id is not None])
+    rates = _FeeRates(client)
     settled: dict[int, float] = {}
     left: list[Reservation] = []
     for reservation in pools.reservations(lease.holder):
@@ -110,12 +113,32 @@ def _settle(
             left.append(reservation)
             continue
         else:
-            billed = billed_usd(rental, orders, reservation.amount_usd)
+            billed = billed_usd(rental, orders, reservation.amount_usd, rates.of(rental))
         pools.settle(lease, reservation.id, billed)
         settled[reservation.id] = billed
     if not left:
         pools.finish(lease)
     return Reaped(lease, actions, settled, left)
+
+
+class _FeeRates:
+    """The account's renter fee rates per currency, read once each (`renter_fees`), only for
+    a rental to settle: the settlement is what the wallet lost, at the rates the rental's
+    USD per hour was priced with. When they cannot be read, the documented ones."""
+
+    def __init__(self, client: CloreClient) -> None:
+        self._client = client
+        self._by_currency: dict[str, bill.RenterFeeRates] = {}
+
+    def of(self, rental: Rental) -> bill.RenterFeeRates:
+        currency = rental.currency or ""
+        if currency not in self._by_currency:
+            try:
+                rates = read_fee_schedule(self._client, currency).rates
+            except CloreApiError:
+                rates = bill.DOCUMENTED_RATES
+            self._by_currency[currency] = rates
+        return self._by_currency[currency]
 
 
 def _orders(client: CloreClient, rentals: list[Rental]) -> dict[int, Order] | None:

@@ -32,8 +32,8 @@ class ApiWaits:
     @classmethod
     def attach(cls, client: CloreClient, say: Say) -> ApiWaits:
         waits = cls(say, client.retry.max_attempts)
-        client.on_retry = waits.retrying
-        client.on_give_up = waits.gave_up
+        client.hooks.on_retry = waits.retrying
+        client.hooks.on_give_up = waits.gave_up
         return waits
 
     def retrying(self, endpoint: str, exc: e.CloreApiError, wait_s: float, next_try: int) -> None:
