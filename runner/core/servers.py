@@ -229,8 +229,8 @@ class ServerBook(BookView):
         if not isinstance(token, BookTimer):
             return
         what, of = token.what, token.of
-        if what is BookWake.AHEAD and of in self._ends.eta:
-            self._ends.due[str(of)] = None
+        if what is BookWake.AHEAD and isinstance(of, str):
+            self._ends.timer_due(of)
         elif what is BookWake.LOOK and isinstance(of, int) and of in self._fleet.servers:
             self._fleet.look.add(of)
         elif what is BookWake.HEDGE and isinstance(of, int) and of in self._fleet.servers:

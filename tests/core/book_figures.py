@@ -5,9 +5,11 @@
 - reach-ins: reads and writes of another part's data (what it assigns on self),
   `self._fleet.servers` or through a local alias (`fleet.servers`, `jobs.waiting`), in core/
   outside the modules that own the data (Fleet in fleet.py, KnownJobs in known_jobs.py,
-  Budget in budget.py);
-- reads through what an owner exposes read-only (a property: `jobs.waiting` typed `Mapping`,
-  which only KnownJobs changes), counted apart: not a reach-in, but still a read of its state;
+  Budget in budget.py); and the same among every part of the book (Ends, Hedger, Warmth, ...
+  too), a part's own file not counted;
+- reads through what an owner exposes (a property, read-only or a setting: `jobs.waiting`
+  typed `Mapping`, which only KnownJobs changes), counted apart: not a reach-in, but still a
+  read of its state;
 - the methods of ServerBook and of its read-only view BookView, and how many of them are one
   `return` (reads passed through);
 - the largest classes of runner/ (lines).
@@ -24,6 +26,11 @@ RUNNER = Path(__file__).parents[2] / "runner"
 CORE = RUNNER / "core"
 OWNERS = {"fleet": ("fleet.py", "Fleet"), "jobs": ("known_jobs.py", "KnownJobs"),
           "budget": ("budget.py", "Budget")}  # fmt: skip
+# Every part of the book, by the name the others hold it under (`self._ends`, `ends`).
+PARTS = {**OWNERS, "ends": ("ends.py", "Ends"), "hedger": ("hedging.py", "Hedger"),
+         "warmth": ("warmth.py", "Warmth"), "renter": ("renting.py", "Renter"),
+         "placer": ("placement.py", "Placement"), "giver": ("giving_back.py", "GiveBack"),
+         "ahead": ("ahead.py", "RentAhead")}  # fmt: skip
 
 
 def _class(path: Path, name: str) -> ast.ClassDef:
@@ -53,13 +60,14 @@ def properties_of(path: Path, name: str) -> set[str]:
     return found
 
 
-def reach_ins(of: Callable[[Path, str], set[str]] = data_of) -> Counter[str]:
-    data = {part: of(CORE / file, cls) for part, (file, cls) in OWNERS.items()}
-    owners = {file for file, _ in OWNERS.values()}
+def reach_ins(
+    of: Callable[[Path, str], set[str]] = data_of,
+    owners_of: dict[str, tuple[str, str]] = OWNERS,
+) -> Counter[str]:
+    data = {part: of(CORE / file, cls) for part, (file, cls) in owners_of.items()}
+    by_file = {file: part for part, (file, _) in owners_of.items()}
     counts: Counter[str] = Counter()
     for path in sorted(CORE.glob("*.py")):
-        if path.name in owners:
-            continue
         for node in ast.walk(ast.parse(path.read_text())):
             if not isinstance(node, ast.Attribute):
                 continue
@@ -68,7 +76,7 @@ def reach_ins(of: Callable[[Path, str], set[str]] = data_of) -> Counter[str]:
                 part = inner.attr.lstrip("_") if inner.value.id == "self" else ""
             else:
                 part = inner.id if isinstance(inner, ast.Name) else ""
-            if node.attr in data.get(part, ()):
+            if by_file.get(path.name) != part and node.attr in data.get(part, ()):
                 counts[path.name] += 1
     return counts
 
@@ -96,7 +104,9 @@ def largest_classes(top: int = 12) -> list[tuple[int, str, str]]:
 if __name__ == "__main__":
     counts = reach_ins()
     print(f"reach-ins into Fleet/KnownJobs/Budget data: {sum(counts.values())}", dict(counts))
-    exposed = reach_ins(properties_of)
+    every = reach_ins(data_of, PARTS)
+    print(f"reach-ins among all the book's parts: {sum(every.values())}", dict(every))
+    exposed = reach_ins(properties_of, PARTS)
     print(f"reads through their read-only properties: {sum(exposed.values())}", dict(exposed))
     for file, name in (("servers.py", "ServerBook"), ("book_view.py", "BookView")):
         methods, one = pass_throughs(file, name)
