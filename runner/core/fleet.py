@@ -77,6 +77,7 @@ class Server:
     idle_since: float = 0.0  # when its last job ended (or it came up)
     # When it was seen online, its container deploying (None: not yet): the host is alive.
     online_at: float | None = None
+    hedge_of: int | None = None  # rented as a hedge of this boot (a late one)
 
 
 @dataclass(frozen=True)
@@ -142,8 +143,8 @@ class Fleet:
         self.claims: dict[str, int] = {}  # job -> server meant for it
         self.releasing: dict[int, Server] = {}  # given back, the release not confirmed
         self.look: set[int] = set()  # servers whose keep-or-give-back is to be decided
-        # Hedged boots (runner/core/hedge.py): each boot and its hedge, both ways, and the
-        # boots to look at for a hedge now.
+        # Hedged boots (runner/core/hedge.py): the boots racing for one job, a ring of each
+        # to the next (a pair: each to the other), and the boots to look at for a hedge now.
         self.pairs: dict[int, int] = {}
         self.to_hedge: list[int] = []
         self.excluded = Exclusions()
@@ -192,10 +193,12 @@ class Fleet:
         """Rent a second server beside the slow `boot`, meant for the same job; the job's
         claim stays on `boot` (`unpair` moves it if that one goes first)."""
         hedge = Server(next(self._ids), quote, True, now)
+        hedge.hedge_of = boot.id
         self.budget.reserve(hedge.id, quote, now, until)
         hedge.claim = job_id
         self.servers[hedge.id] = self.rented[hedge.id] = hedge
-        self.pairs[hedge.id], self.pairs[boot.id] = boot.id, hedge.id
+        self.pairs[hedge.id] = self.pairs.get(boot.id, boot.id)  # into the ring, after `boot`
+        self.pairs[boot.id] = hedge.id
         self._out.append(RentServer(hedge.id, quote, job_id, cost_usd, hedge_of=boot.id))
         return hedge
 
@@ -336,18 +339,31 @@ class Fleet:
         server.kept_for = job_id
 
     def unpair(self, server: Server) -> None:
-        """`server` leaves its hedged pair (given back, failed): the job it was meant for is
-        the other's from now on, so its going takes nothing from the job."""
-        other_id = self.pairs.pop(server.id, None)
-        if other_id is None:
+        """`server` leaves the boots racing for its job (given back, failed): the job it was
+        meant for is the others' from now on, so its going takes nothing from the job."""
+        after = self.pairs.pop(server.id, None)
+        if after is None:
             return
-        self.pairs.pop(other_id, None)
-        other = self.servers.get(other_id)
+        ring = self.racing(after)
+        if len(ring) == 1:
+            self.pairs.pop(after, None)  # a pair: the other is alone now
+        else:
+            self.pairs[ring[-1]] = after  # the one before it points past it
         job_id = server.claim
-        if other is not None and job_id is not None and other.claim == job_id:
-            self.claims[job_id] = other_id
+        heir = next((self.servers[i] for i in ring if i in self.servers), None)
+        if heir is not None and job_id is not None and heir.claim == job_id:
+            self.claims[job_id] = heir.id
             server.claim = None
-            self.to_hedge.append(other_id)  # alone now: hedged at once if it runs late
+            self.to_hedge += ring  # fewer racing now: each hedged at once if it runs late
+
+    def racing(self, server_id: int) -> list[int]:
+        """The boots racing for the job of `server_id` (hedged), itself first; alone: itself."""
+        ring = [server_id]
+        at = self.pairs.get(server_id)
+        while at is not None and at != server_id and at in self.pairs:
+            ring.append(at)
+            at = self.pairs[at]
+        return ring
 
     # -- reading -----------------------------------------------------------------------------
 

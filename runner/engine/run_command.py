@@ -27,18 +27,23 @@ from runner.engine.pipeline_run import PipelineRun, RunSettings, new_run_id
 from runner.errors import UsageError
 from runner.figures import money
 from runner.file_lock import hold_lock
+from runner.outcome import (
+    EXIT_FAILED,
+    EXIT_INFRA,
+    EXIT_INTERRUPTED,
+    EXIT_PASSED,
+    exit_hint,
+    exit_line,
+    outcome,
+    run_exit_code,
+)
 from runner.report import REPORT_FILES, ReportPaths, github_actions, write_reports
 from runner.spec.diagnostics import Diagnostic, SpecError, did_you_mean
 from runner.workspace import Workspace, workspace_files
 
 _OUTPUTS = ("logs", "artifacts", *REPORT_FILES)
 LOCK_NAME = ".clore-run.lock"  # in every output folder clore-run wrote: it is ours
-EXIT_CODES = {
-    RunStatus.PASSED: 0,
-    RunStatus.FAILED: 1,
-    RunStatus.ERROR: 3,
-    RunStatus.INTERRUPTED: 130,
-}
+EXIT_CODES = {status: run_exit_code(status) for status in RunStatus}
 
 
 @dataclass
@@ -223,7 +228,10 @@ def execute(
         # What was rented and went back is in the reports too: after a Ctrl-C the jobs show no
         # server and $0.00 beside a run total that paid for one.
         notes += tuple(given_back)
-        paths = write_reports(options.out_dir, record, options.baseline, notes=notes)
+        code = _exit_code(record, bool(unproven), pipeline_run.interrupted)
+        paths = write_reports(
+            options.out_dir, record, options.baseline, notes=notes, exit_code=code
+        )
         github_actions.publish(paths)
         if github_actions.is_active():
             github_actions.annotate_run_errors([f"{what}. {hint}" for what, hint in unproven])
@@ -235,15 +243,31 @@ def execute(
         if warning not in left and not any(warning.startswith(w) for w in said):
             console.notice(f"warning: {warning}")
     _final_report(console, paths, options.out_dir)
-    for what, hint in unproven:  # last, where a person looks: it bills until cancelled
+    for what, hint in unproven:  # where a person looks: it bills until cancelled
         console.notice(what)
         console.hint(hint)
+    # Last, why the run exits, in the words summary.md has; the unproven orders' own hints
+    # say what to do about them.
+    allowed = _allowed_failures(record)
+    hint = "" if unproven else exit_hint(code, f"{options.out_dir}{os.sep}", backend.name)
+    console.run_exit(code, exit_line(code, allowed), hint)
+    return record, code
+
+
+def _allowed_failures(record: RunRecord) -> int:
+    allows = {job.id: job.continue_on_error for job in record.pipeline.jobs}
+    said = (outcome(r.status, allowed=allows.get(r.job_id, False)) for r in record.results)
+    return sum(1 for o in said if o.allowed)
+
+
+def _exit_code(record: RunRecord, unproven: bool, interrupted: bool) -> int:
+    """What the run exits with: its status's code, but never 0 or 1 with an order left that
+    may be ours, and 130 after a signal, even one after the jobs ended (it cut the give-back
+    short: what it left unconfirmed is `clore-run cleanup`'s)."""
+    if interrupted:
+        return EXIT_INTERRUPTED
     code = EXIT_CODES[record.status]
-    if unproven and code in (EXIT_CODES[RunStatus.PASSED], EXIT_CODES[RunStatus.FAILED]):
-        code = EXIT_CODES[RunStatus.ERROR]  # an order that may be ours is never left with 0
-    # A signal after the jobs ended cut the give-back short: the run was interrupted all the
-    # same, and what it left unconfirmed is `clore-run cleanup`'s.
-    return record, EXIT_CODES[RunStatus.INTERRUPTED] if pipeline_run.interrupted else code
+    return EXIT_INFRA if unproven and code in (EXIT_PASSED, EXIT_FAILED) else code
 
 
 def _unproven(backend: Backend) -> tuple[tuple[str, str], ...]:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from runner import untrusted
 from runner.figures import counted, duration, money, pct, rate
-from runner.outcome import MARKS, outcome, run_line
+from runner.outcome import MARKS, exit_reason, outcome, run_line
 from runner.report.text import escape_text
 
 if TYPE_CHECKING:
@@ -78,6 +78,8 @@ def _headline(s: Summary, cmp: Comparison | None) -> str:
         given_back = s.hedges.boots_given_back
         text += f" (hedged boots: {given_back} given back, {money(s.hedges.cost_usd)})"
     text += f" · **time**: {duration(s.duration_s)} · **backend**: {cell(s.backend)}\n"
+    if s.exit_code is not None:  # a summary from before it was kept has none
+        text += f" · **exit {s.exit_code}**: {exit_reason(s.exit_code, allowed)}\n"
     if cmp:
         total = cmp.total
         text += (

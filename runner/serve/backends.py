@@ -32,6 +32,7 @@ class BackendChoice:
     ledger: Path | str = Path(".clore-run/ledger.db")  # a file, or a postgresql:// URL
     pool: str | None = None  # a budget pool on the coordinator that every rental reserves from
     coordinator: str | None = None
+    cancel_unproven: bool = False  # a restart cancels orders that may be ours, none proven
 
 
 def build(choice: BackendChoice, instance: str) -> tuple[Backend, Reconcile]:
@@ -47,6 +48,7 @@ def build(choice: BackendChoice, instance: str) -> tuple[Backend, Reconcile]:
         ledger=choice.ledger,
         pool=choice.pool,
         coordinator=choice.coordinator,
+        cancel_unproven=choice.cancel_unproven,
     )
     backend = spec.build(setup)
     return backend, spec.restart(setup)

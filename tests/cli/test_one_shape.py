@@ -14,6 +14,7 @@ import pytest
 
 from runner.backends.clore import api
 from runner.cli import main
+from runner.outcome import exit_line
 from tests.fakes.clore_api import API_KEY, FakeClore
 from tests.serve.harness import TOKEN, thread_server
 from tests.sshd_fixture import free_port
@@ -54,21 +55,23 @@ def _said(capsys: pytest.CaptureFixture[str], args: list[str]) -> tuple[int, str
 
 def _check_shape(code: int, out: str, err: str, expected_code: int, *, ran: bool) -> None:
     """`ran`: a run that started reports per job (its job lines carry the cause, once each,
-    with no second telling and no endpoint name); every other failure ends in the shape."""
+    with no second telling and no endpoint name), and ends in the shape too: why it exits,
+    and what to do. Every other failure ends in the shape."""
     text = out + err
     assert code == expected_code, text
     assert "Traceback" not in text and "Errno" not in text
     assert not ENDPOINTS.search(text), text
     if ran:
-        # `error: 1 errored · $0.00 · 0.4s` is the run's own result (its status word), the
-        # only line that may start so; a warning telling the cause again may not.
         reasons = re.findall(r"^\[a\] error in [^:]*: (.*)$", text, re.M)
         assert len(reasons) == 1, text
         cause = reasons[0]
         assert text.count(cause) <= 2, text  # the job's line and its row in the table, no more
         assert NESTED.search(cause) is None and "could not be read: " not in cause, cause
-        assert not FOREIGN_PREFIX.search(text.replace("\nerror: 1 errored · ", "\n")), text
+        assert not FOREIGN_PREFIX.search(text), text  # the totals too: `errored: 1 errored`
         assert "clore-run: warning" not in text
+        *_, said, hint = out.rstrip("\n").split("\n")
+        assert said == f"clore-run: {exit_line(expected_code)}", text
+        assert hint.startswith("hint: ") and not NESTED.search(hint), text
         return
     assert not FOREIGN_PREFIX.search(text), text
     lines = err.rstrip("\n").split("\n")

@@ -74,7 +74,7 @@ def _reference_markdown(summary: dict[str, Any]) -> str:
     env.filters.update(
         cell=md.cell, money=md.money, rate=md.rate, duration=md.duration, pct=md.pct,
         icon=md.icon, fence=md.fence, html_text=md.html_text, counted=md.counted,
-        look=outcome.outcome, run_line=outcome.run_line,
+        look=outcome.outcome, run_line=outcome.run_line, exit_reason=outcome.exit_reason,
         gantt=lambda s: md.summary_gantt(parse_summary(s)),
         remote=lambda value, limit=200: untrusted.markdown(str(value), limit),
     )  # fmt: skip
@@ -100,6 +100,8 @@ def _variants(summary: dict[str, Any]) -> list[dict[str, Any]]:
         {"ci": None, "comparison": None},
         {"jobs": [dict(j, attempt_details=[], attempts=0) for j in summary["jobs"]]},
         {"hedges": {"boots_given_back": 3, "cost_usd": 0.0123}},
+        {"exit_code": None},  # a summary written before it was kept
+        {"exit_code": 0, "jobs": [dict(job, allowed_failure=True)]},
         # a failure continue-on-error allows, beside one that fails the run
         {"jobs": [dict(job, allowed_failure=True, id="allowed"), job]},
     ]

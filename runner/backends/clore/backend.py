@@ -35,13 +35,13 @@ from runner.backends.base import (
 from runner.backends.clore import bill
 from runner.backends.clore import errors as api_errors
 from runner.backends.clore.api import CloreClient
-from runner.backends.clore.hedge_log import HedgeLog
+from runner.backends.clore.hedge_log import HEDGE_REASON, HedgeLog
 from runner.backends.clore.host_memory import HostRecorder
 from runner.backends.clore.market import (
     Offer,
     offers_from_servers,
 )
-from runner.backends.clore.provision import Provisioner, Rental
+from runner.backends.clore.provision import CancelledBooting, Provisioner, Rental
 from runner.backends.clore.quotes import OfferMarket
 from runner.backends.clore.settings import DEFAULT_IMAGE, CloreSettings
 from runner.backends.ssh.exec import run_job
@@ -122,6 +122,7 @@ class CloreBackend:
     # Servers the core gave back while their rent was under way: what each rent came to.
     _given_back_booting: dict[int, ServerEvent | None] = field(default_factory=dict)
     _skipped: dict[str, list[str]] = field(default_factory=dict)
+    _hedge_losers: set[int] = field(default_factory=set)  # given back: another answered first
     # Guards the maps above (rents, releases and attempts run on threads of their own); the
     # shutdown waits on it for the rentals being set up.
     _lock: threading.Condition = field(default_factory=threading.Condition)
@@ -400,7 +401,8 @@ class CloreBackend:
         self._live = market
         bound_s = self.provisioner.options.online_timeout_s  # a dead host is given up then
         memory = self.hosts.memory()
-        market.remember(memory, bound_s)
+        images = sorted({j.image or DEFAULT_IMAGE for j in jobs})
+        market.remember(memory, bound_s, images)  # a host whose cache holds them ranks first
         pulls = replace(memory.pulls, default_image=DEFAULT_IMAGE)
         self.provisioner.pulls = pulls
         # The longest a boot may take, image pull included: what the budget reserves for
@@ -494,6 +496,10 @@ class CloreBackend:
             return RentFailed(cmd.server, str(exc), self._wasted_usd(), job_cannot_run=True)
         except CloreRunError as exc:  # a host of its own failing (SkipOffer), or cancelled
             self.hosts.failed(offer.server_id, exc, job.image or DEFAULT_IMAGE)
+            with self._lock:
+                lost_race = cmd.server in self._hedge_losers
+            if lost_race and isinstance(exc, CancelledBooting):
+                self.hosts.lost_race(offer.server_id, exc)
             self._refresh_market()
             return RentFailed(cmd.server, str(exc), self._wasted_usd())
         self.hosts.up(rental)
@@ -610,6 +616,9 @@ class CloreBackend:
         if handed is not None:  # not ours to give back: it may cost all of its worst case
             report(ServerReleased(server, handed[1]))
             return
+        if reason.startswith(HEDGE_REASON):
+            with self._lock:  # before its rent hears the cancel: the rent says what it was
+                self._hedge_losers.add(server)
         booted = self._stop_rent(server)
         with self._lock:
             held = self._held.pop(self._rentals_of.pop(server, -1), None)
