@@ -86,7 +86,7 @@ def _one_job_among_dead_hosts(seed: int, dead: float = 0.6, n: int = 12) -> list
     run = simulate_servers(
         jobs, book, model, lambda j, a: 600.0, seed=seed, max_events=ONE_JOB_EVENTS
     )
-    assert not run.broken
+    assert not run.broken and 0 < run.events <= ONE_JOB_EVENTS
     alive = [h for h in run.rented_hosts if not model.dead(h, seed)]
     assert (run.status is RunStatus.PASSED) == bool(alive)
     return run.rented_hosts
