@@ -30,7 +30,8 @@ and with the one before it (one hedge at a time). Healthy boots there are as on 
 model's (35 s-3 min). Then, on the dead-free market, the orders per
 job with and without hedging (hedging must add none there), and a few hedging policies against
 each other (how soon a hedge goes out: saved time at 60 % dead against orders that ran
-nothing on a healthy market).
+nothing on a healthy market). Last, that every run among 60-100 % dead hosts ends, each host
+rented at most once (the most events one run took: a loop would raise past the bound).
 """
 
 from __future__ import annotations
@@ -232,6 +233,31 @@ def three_dead_cheapest(seeds: int) -> None:
                   f"rents {sum(not_up)} host(s) that did not come up")  # fmt: skip
 
 
+def always_ends(seeds: int) -> None:
+    """Every run among dead hosts ends, each host rented at most once: a ring of hedges once
+    went round the same dead hosts for ever (seed 5 of tests/core/test_hedge.py's market).
+    The simulation raises past its bound of events, so a loop fails here, it cannot hang."""
+    print(f"every run ends: single job, today's policy, bounds of 2 and 6 minutes, {seeds} "
+          "markets each")  # fmt: skip
+    seconds = {j.id: j.duration_hint_s for j in single()}
+    for dead in (0.6, 0.9, 1.0):
+        runs, most, twice = 0, 0, 0
+        for bound_s in (CASE_BOUND_S, BOUND_S):
+            for seed in range(seeds):
+                boot = BootTimes(default_s=180.0, allowance_s=bound_s)
+                book = ServerBook(single(), 3, market=ModelMarket(OFFERS), boot=boot,
+                                  hedge=HedgePolicy())  # fmt: skip
+                model = MarketModel(OFFERS, boot_s=HEALTHY_BOOT_S, dead_fraction=dead)
+                result = simulate_servers(single(), book, model, lambda j, a: seconds[j],
+                                          seed=seed)  # fmt: skip
+                assert not result.broken, result.broken[:3]
+                runs += 1
+                most = max(most, result.events)
+                twice += len(result.rented_hosts) - len(set(result.rented_hosts))
+        print(f"  {dead * 100:3.0f} % dead: {runs} runs ended, at most {most} events in one, "
+              f"{twice} host(s) rented twice in a run")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="few markets: a few seconds")
@@ -243,6 +269,7 @@ def main() -> None:
     table("20-job DAG, concurrency 4", dag(), 4, max(2, seeds // 3) if args.quick else seeds)
     orders_without_dead_hosts(seeds)
     policies(seeds)
+    always_ends(seeds * 5)
 
 
 if __name__ == "__main__":

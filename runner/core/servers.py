@@ -23,6 +23,7 @@ import math
 from collections.abc import Mapping, Sequence
 
 from runner.core.ahead import RentAhead
+from runner.core.book_offer import BookOffer
 from runner.core.book_part import BookState
 from runner.core.book_view import BookView
 from runner.core.budget import Budget
@@ -111,6 +112,34 @@ class ServerBook(BookView):
         for quote in fixed_hosts:
             fleet.add_fixed(quote, now)
         self.add_jobs(jobs, now)
+
+    @classmethod
+    def from_offer(
+        cls,
+        jobs: Sequence[Job],
+        cap: int,
+        offer: BookOffer,
+        *,
+        budget_usd: float | None = None,
+        provisioning: Provisioning = Provisioning.AHEAD,
+        durations_s: Mapping[str, float] | None = None,
+        now: float = 0.0,
+    ) -> ServerBook:
+        """The book of a run (or a queue) over what a backend offers (book_offer.py)."""
+        book = cls(
+            jobs,
+            cap,
+            market=offer.market,
+            budget_usd=budget_usd,
+            provisioning=provisioning,
+            fixed_hosts=offer.fixed_hosts,
+            boot=offer.boot,
+            durations_s=durations_s,
+            now=now,
+            hedge=offer.hedge,
+        )
+        book.pulls = offer.pulls
+        return book
 
     # -- what the book is told -------------------------------------------------------------
 

@@ -193,6 +193,7 @@ class ServersResult:
     # Rentals held past their host's maximum rental length (the market would have ended them
     # under the run): the core promises none.
     outlived: int = 0
+    events: int = 0  # events the core was handed: a run that loops is stopped by their count
 
 
 class _ServersSim:
@@ -263,6 +264,7 @@ class _ServersSim:
             if check is None or not check(event):
                 apply(core.handle(event, self.now))
         r = self.result
+        r.events = self.max_events - left
         r.makespan_s, r.results = self.now, self.core.results()
         r.status, r.cost_usd = self.core.status(), self.core.book.cost_usd(self.now)
         return r
