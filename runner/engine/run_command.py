@@ -15,7 +15,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, TextIO
 
-from runner.backends.base import Backend
+from runner.backends.base import Backend, GivenBack, RentingBackend
 from runner.backends.spec import Waits
 from runner.clock import SYSTEM_CLOCK, Clock
 from runner.collector import startup_over
@@ -248,13 +248,14 @@ def execute(
         console.hint(hint)
     # Last, why the run exits, in the words summary.md has; the unproven orders' own hints
     # say what to do about them.
-    allowed = _allowed_failures(record)
+    allowed = allowed_failures(record)
     hint = "" if unproven else exit_hint(code, f"{options.out_dir}{os.sep}", backend.name)
     console.run_exit(code, exit_line(code, allowed), hint)
     return record, code
 
 
-def _allowed_failures(record: RunRecord) -> int:
+def allowed_failures(record: RunRecord) -> int:
+    """How many of the run's jobs failed as continue-on-error allows (runner.outcome's rule)."""
     allows = {job.id: job.continue_on_error for job in record.pipeline.jobs}
     said = (outcome(r.status, allowed=allows.get(r.job_id, False)) for r in record.results)
     return sum(1 for o in said if o.allowed)
@@ -272,7 +273,9 @@ def _exit_code(record: RunRecord, unproven: bool, interrupted: bool) -> int:
 
 def _unproven(backend: Backend) -> tuple[tuple[str, str], ...]:
     """A renting backend's orders that may be ours and were not proven: (what, hint) each."""
-    return tuple(getattr(backend, "orders_unproven", ()))
+    if not isinstance(backend, RentingBackend):
+        return ()
+    return tuple((order.what, order.hint) for order in backend.unproven_orders())
 
 
 def _say_given_back(console: Console, backend: Backend) -> list[str]:
@@ -280,7 +283,7 @@ def _say_given_back(console: Console, backend: Backend) -> list[str]:
     billed: at the end of every run that rented, Ctrl-C included (a person stopping a run
     wants to see it), and returned for the reports. A server not confirmed gone is said by the
     backend itself, with `clore-run cleanup`."""
-    given = getattr(backend, "orders_given_back", None)  # a renting backend's record
+    given = backend.given_back() if isinstance(backend, RentingBackend) else ()
     if not given:
         return []
     servers = ", ".join(_server_cost(order) for order in given[:10])
@@ -290,11 +293,9 @@ def _say_given_back(console: Console, backend: Backend) -> list[str]:
     return [line]
 
 
-def _server_cost(order: dict[str, str]) -> str:
+def _server_cost(order: GivenBack) -> str:
     """`RTX 3090 #88028 ($0.0016)`: the GPUs and server rented, and what it cost as billed."""
-    cost = order.get("order_cost_usd")
-    where = order.get("label") or f"#{order.get('server_id', '?')}"
-    return where + (f" ({money(float(cost))})" if cost else "")
+    return order.label + (f" ({money(order.cost_usd)})" if order.cost_usd is not None else "")
 
 
 def _baseline_durations(baseline: dict[str, Any] | None) -> dict[str, float]:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from runner.backends.base import Backend
+from runner.backends.base import Backend, RentingBackend
 from runner.backends.registry import backend_spec
 from runner.backends.spec import Reconcile, Setup
 from runner.core.model import Pipeline
@@ -57,5 +57,4 @@ def build(choice: BackendChoice, instance: str) -> tuple[Backend, Reconcile]:
 def pool_seat(backend: Backend) -> PoolSeat | None:
     """The budget pool seat the backend rents under, if it joined one (--pool): a shared
     queue claims each job with a server slot of that pool (runner/stores/queue/postgres.py)."""
-    seat: PoolSeat | None = getattr(getattr(backend, "provisioner", None), "seat", None)
-    return seat
+    return backend.pool_seat() if isinstance(backend, RentingBackend) else None

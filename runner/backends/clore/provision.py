@@ -169,6 +169,10 @@ class Rental:
     # order that ended by itself (expired, preempted, its host gone) before our cancel was
     # billed up to its own end, not up to when we noticed.
     ended_lived_s: float | None = None
+    # What the shares billed on our own clock add up to (None: nothing billed yet), and the
+    # order's cost as the API billed it, once it is known.
+    billed_usd: float | None = None
+    order_cost: bill.BilledCost | None = None
 
     @property
     def usd_per_unit(self) -> float:
@@ -818,14 +822,8 @@ class Provisioner:
         return rental.estimated_cost(self.clock.time()).total_usd  # no `spend`: our estimate
 
     def _settle(self, rental: Rental, spend_native: float) -> float:
-        cost = rental.billed_cost(spend_native, self.clock.time())
-        rental.facts.update(
-            order_rental_usd=f"{cost.rental_usd:.6f}",
-            order_renter_fee_usd=f"{cost.renter_fee_usd:.6f}",
-            order_creation_fee_usd=f"{cost.creation_fee_usd:.6f}",
-            order_cost_usd=f"{cost.total_usd:.6f}",
-        )
-        return cost.total_usd
+        rental.order_cost = rental.billed_cost(spend_native, self.clock.time())
+        return rental.order_cost.total_usd
 
     def _note(self, rental: Rental, state: State) -> None:
         """A ledger write while giving back: a failing ledger must not stop the cancels (the
