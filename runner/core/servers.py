@@ -213,7 +213,7 @@ class ServerBook(BookView):
         """Rent nothing more; give back every server no job runs on."""
         self._dirty = True
         self._cancelled = True
-        self._fleet.look.update(self._fleet.servers)
+        self._fleet.look_at_all()
 
     def finish(self, now: float) -> list[CoreCommand]:
         """The run is over: give everything back."""
@@ -248,7 +248,7 @@ class ServerBook(BookView):
         self.stop_reason = reason
         if self.stop_on_fatal:
             self._cancelled = True
-            self._fleet.look.update(self._fleet.servers)
+            self._fleet.look_at_all()
         else:  # rent nothing in this decision: the caller's hold says until when
             self._hold_until = math.inf
 
@@ -261,9 +261,9 @@ class ServerBook(BookView):
         if what is BookWake.AHEAD and isinstance(of, str):
             self._ends.timer_due(of)
         elif what is BookWake.LOOK and isinstance(of, int) and of in self._fleet.servers:
-            self._fleet.look.add(of)
+            self._fleet.look_at(of)
         elif what is BookWake.HEDGE and isinstance(of, int) and of in self._fleet.servers:
-            self._fleet.to_hedge.append(of)
+            self._fleet.races.hedge_soon((of,))
         elif what is BookWake.WARM and isinstance(of, int):
             self._warmth.woken(of)  # a window opened or closed, or a new day's idle budget
 
