@@ -166,7 +166,7 @@ EXIT_REASONS = {
     EXIT_PASSED: "every job passed",
     EXIT_FAILED: "a job failed",
     EXIT_USAGE: "invalid input",
-    EXIT_INFRA: "infrastructure failed, not a job's code",
+    EXIT_INFRA: "infrastructure stopped a job, not its code",
     EXIT_INTERRUPTED: "interrupted",
 }
 _PASSED_ALLOWED = "every job passed or failed as allowed"
@@ -177,7 +177,7 @@ EXIT_HINTS = {
 }
 EXIT_HINT_CLORE = (
     "the cause is on its job's line above; `clore-run doctor` checks the key, the wallet "
-    "and the API"
+    "and the API, `clore-run offers` lists what fits"
 )
 
 
