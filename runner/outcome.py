@@ -155,6 +155,10 @@ RUN_WORDS = {
     "interrupted": "interrupted",
 }
 
+# The line naming the servers a run rented and gave back, with what each cost: on screen as the
+# run ends and beside the cost in summary.md, whatever ended the run (a Ctrl-C included).
+GIVEN_BACK = "rented and given back: "
+
 # The exit code of a run, by its status (an order that may be ours left running, or a signal
 # after the jobs ended, changes it: the run's end decides, summary.json keeps what it decided).
 RUN_EXIT_CODES = {"passed": 0, "failed": 1, "error": 3, "interrupted": 130}
