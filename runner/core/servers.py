@@ -10,8 +10,12 @@ server (a budget reservation is made first), start a job on one, give one back. 
   with who each is meant for; budget.py: the money each reserves;
 - placement.py: which waiting job a ready server runs;
 - renting.py: renting for ready jobs; ends.py and ahead.py: expected ends and renting ahead
-  of need; hedging.py: a second host beside a slow boot;
-- giving_back.py: which idle server to keep, and for how long.
+  of need; hedging.py: a second host beside a slow boot (races.py: who races whom);
+- giving_back.py: which idle server to keep, and for how long; warmth.py: keeping warm.
+
+Each part owns its collections: the others read them typed read-only and change them through
+its methods (book_part.py wires them). What the book shows is its read-only view,
+book_view.py; what a backend offers to build one from is book_offer.py.
 
 Servers that already exist (SSH hosts, local slots) are the same model, never rented or given
 back before the end. Nothing here reads a clock, does I/O or recurses.
