@@ -19,15 +19,25 @@ cost of:
 - ideal: a healthy boot, no dead host.
 
 over a single 10-minute job, and over a 20-job DAG (10 minutes a job, concurrency 4). The ratio
-against the ideal is printed beside each time. Then, on the dead-free market, the orders per
+against the ideal is printed beside each time.
+
+First, the issue's case: the three cheapest hosts never come up, a 2-minute boot bound, a fresh
+ledger, concurrency 3; the first run's time to its job's start (target: 150 s) and the second
+run's rentals of hosts that did not come up (target: none), with today's policy (a late boot
+gets two hedges, hedges are late 30 s after their rent, the oldest racer not online gives way)
+and with the one before it (one hedge at a time). Healthy boots there are as on the fake
+(tests/backends/clore/test_dead_hosts.py: online in 5 s, SSH in 10-20 s), and as the market
+model's (35 s-3 min). Then, on the dead-free market, the orders per
 job with and without hedging (hedging must add none there), and a few hedging policies against
 each other (how soon a hedge goes out: saved time at 60 % dead against orders that ran
-nothing on a healthy market).
+nothing on a healthy market). Last, that every run among 60-100 % dead hosts ends, each host
+rented at most once (the most events one run took: a loop would raise past the bound).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import random
 import statistics
 from dataclasses import dataclass, replace
@@ -184,16 +194,82 @@ def policies(seeds: int) -> None:
         print(f"  {name:<36} {first:6.0f} s  ${cost:.3f}  {orders:.2f} orders | {clean:.2f}")
 
 
+CASE_BOUND_S = 120.0
+CASE_DEAD = frozenset(q.host for q in OFFERS[:3])
+ONE_AT_A_TIME = HedgePolicy(fan_out=1, max_racing=2, racing_after_s=math.inf)
+
+
+def case_run(seed: int, policy: HedgePolicy, boot_s: tuple[float, float],
+             memory: HostMemory | None) -> ServersResult:  # fmt: skip
+    """One run of the issue's case: three dead cheapest hosts, a 2-minute bound."""
+    market = ModelMarket(OFFERS, memory, CASE_BOUND_S) if memory else ModelMarket(OFFERS)
+    boot = BootTimes(default_s=180.0, allowance_s=CASE_BOUND_S)
+    book = ServerBook(single(), 3, market=market, boot=boot, hedge=policy)
+    model = MarketModel(OFFERS, boot_s=boot_s, dead_hosts=CASE_DEAD, market_seed=seed)
+    seconds = {j.id: j.duration_hint_s for j in single()}
+    result = simulate_servers(single(), book, model, lambda j, a: seconds[j], seed=seed,
+                              start_unix=DAY_S * seed)  # fmt: skip
+    assert not result.broken, result.broken[:3]
+    return result
+
+
+def three_dead_cheapest(seeds: int) -> None:
+    print("three dead cheapest hosts, 2-minute bound, fresh ledger, concurrency 3: first run's "
+          f"start, second run's rentals of hosts not up (mean of {seeds} runs)")  # fmt: skip
+    for boot_name, boot_s in (("as on the fake, 10-20 s", (10.0, 20.0)),
+                              ("35 s-3 min", HEALTHY_BOOT_S)):  # fmt: skip
+        for name, policy in (("today", HedgePolicy()), ("one at a time", ONE_AT_A_TIME)):
+            starts, not_up, orders = [], [], []
+            for seed in range(seeds):
+                first = case_run(seed, policy, boot_s, None)
+                memory = HostMemory.of(first.host_events, DAY_S * seed + first.makespan_s + 60)
+                second = case_run(seed + 10_000, policy, boot_s, memory)
+                starts.append(first.first_start_s or first.makespan_s)
+                not_up.append(sum(h in CASE_DEAD for h in second.rented_hosts))
+                orders.append(first.rents)
+            start = statistics.fmean(starts)
+            print(f"  boots {boot_name:<22} {name:<14} first start {start:5.0f} s "
+                  f"(max {max(starts):.0f} s), {statistics.fmean(orders):.1f} orders; second run "
+                  f"rents {sum(not_up)} host(s) that did not come up")  # fmt: skip
+
+
+def always_ends(seeds: int) -> None:
+    """Every run among dead hosts ends, each host rented at most once: a ring of hedges once
+    went round the same dead hosts for ever (seed 5 of tests/core/test_hedge.py's market).
+    The simulation raises past its bound of events, so a loop fails here, it cannot hang."""
+    print(f"every run ends: single job, today's policy, bounds of 2 and 6 minutes, {seeds} "
+          "markets each")  # fmt: skip
+    seconds = {j.id: j.duration_hint_s for j in single()}
+    for dead in (0.6, 0.9, 1.0):
+        runs, most, twice = 0, 0, 0
+        for bound_s in (CASE_BOUND_S, BOUND_S):
+            for seed in range(seeds):
+                boot = BootTimes(default_s=180.0, allowance_s=bound_s)
+                book = ServerBook(single(), 3, market=ModelMarket(OFFERS), boot=boot,
+                                  hedge=HedgePolicy())  # fmt: skip
+                model = MarketModel(OFFERS, boot_s=HEALTHY_BOOT_S, dead_fraction=dead)
+                result = simulate_servers(single(), book, model, lambda j, a: seconds[j],
+                                          seed=seed)  # fmt: skip
+                assert not result.broken, result.broken[:3]
+                runs += 1
+                most = max(most, result.events)
+                twice += len(result.rented_hosts) - len(set(result.rented_hosts))
+        print(f"  {dead * 100:3.0f} % dead: {runs} runs ended, at most {most} events in one, "
+              f"{twice} host(s) rented twice in a run")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="few markets: a few seconds")
     parser.add_argument("--seeds", type=int, default=None)
     args = parser.parse_args()
     seeds = args.seeds or (6 if args.quick else 60)
+    three_dead_cheapest(seeds)
     table("single 10-minute job", single(), 3, seeds)
     table("20-job DAG, concurrency 4", dag(), 4, max(2, seeds // 3) if args.quick else seeds)
     orders_without_dead_hosts(seeds)
     policies(seeds)
+    always_ends(seeds * 5)
 
 
 if __name__ == "__main__":

@@ -134,9 +134,81 @@ def counted(status: object) -> str:
 
 
 def run_line(status: object, allowed_failures: int = 0) -> str:
-    """The run's one-line result: `passed`, or `passed (1 allowed failure)` when
+    """The run's one-line result: `passed`, `errored`, or `passed (1 allowed failure)` when
     continue-on-error let some failures pass, so a reader of the line alone is not misled."""
-    text = status_words(status)
+    word = str(getattr(status, "value", status))
+    text = RUN_WORDS.get(word) or status_words(word)
     if allowed_failures:
         text += f" ({allowed_failures} allowed failure{'s' if allowed_failures != 1 else ''})"
     return text
+
+
+# -- the run ---------------------------------------------------------------------------------
+
+# A run's status (summary.json's `status`) as its one-line result says it: a past participle
+# as a job's counts are said (`1 errored`), never `error:` at a line's start, which reads as a
+# message of another shape.
+RUN_WORDS = {
+    "passed": "passed",
+    "failed": "failed",
+    "error": "errored",
+    "interrupted": "interrupted",
+}
+
+# The line naming the servers a run rented and gave back, with what each cost: on screen as the
+# run ends and beside the cost in summary.md, whatever ended the run (a Ctrl-C included).
+GIVEN_BACK = "rented and given back: "
+
+# The exit code of a run, by its status (an order that may be ours left running, or a signal
+# after the jobs ended, changes it: the run's end decides, summary.json keeps what it decided).
+RUN_EXIT_CODES = {"passed": 0, "failed": 1, "error": 3, "interrupted": 130}
+EXIT_PASSED, EXIT_FAILED, EXIT_USAGE, EXIT_INFRA, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+
+# Why clore-run exits, by exit code: the run's last line on screen, summary.md (and so the PR
+# comment and the step summary that carry it), `--help`. summary.json keeps the code.
+EXIT_REASONS = {
+    EXIT_PASSED: "every job passed",
+    EXIT_FAILED: "a job failed",
+    EXIT_USAGE: "invalid input",
+    EXIT_INFRA: "infrastructure stopped a job, not its code",
+    EXIT_INTERRUPTED: "interrupted",
+}
+_PASSED_ALLOWED = "every job passed or failed as allowed"
+# What to do, by exit code, said under the last line of a run that did not pass.
+EXIT_HINTS = {
+    EXIT_FAILED: "the failed jobs' last lines are above; their whole logs are in {out}logs/",
+    EXIT_INFRA: "the cause is on its job's line above; fix it and run again",
+}
+EXIT_HINT_CLORE = (
+    "the cause is on its job's line above; `clore-run doctor` checks the key, the wallet "
+    "and the API, `clore-run offers` lists what fits"
+)
+
+
+def run_exit_code(status: object) -> int:
+    """The exit code a run with this status ends with (3 for a status this version lacks)."""
+    return RUN_EXIT_CODES.get(str(getattr(status, "value", status)), EXIT_INFRA)
+
+
+def exit_reason(code: int, allowed_failures: int = 0) -> str:
+    """Why a run exits with `code`: `a job failed`; a pass with allowed failures says so."""
+    if code == EXIT_PASSED and allowed_failures:
+        return _PASSED_ALLOWED
+    return EXIT_REASONS.get(code, "an exit code this version does not know")
+
+
+def exit_line(code: int, allowed_failures: int = 0) -> str:
+    """`exit 1: a job failed`: the run's last line on screen; summary.md says the same."""
+    return f"exit {code}: {exit_reason(code, allowed_failures)}"
+
+
+def exit_hint(code: int, out_dir: str = "", backend: str = "") -> str:
+    """What to do after a run that exits `code` ("" when there is nothing to do)."""
+    if code == EXIT_INFRA and backend == "clore":
+        return EXIT_HINT_CLORE
+    return EXIT_HINTS.get(code, "").format(out=out_dir)
+
+
+def exit_codes_help() -> str:
+    """`0 every job passed; 1 a job failed; ...`: the codes as `--help` lists them."""
+    return "; ".join(f"{code} {reason}" for code, reason in EXIT_REASONS.items())

@@ -12,11 +12,14 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 from runner.core.model import FailureKind, Job, Provisioning
 from runner.core.rentals import RentServer, ServerEvent
 from runner.core.servers import ServerBook
+
+if TYPE_CHECKING:  # psycopg is an extra: only a backend that joined a pool holds a seat
+    from runner.stores.pools.seat import PoolSeat
 
 Stream = Literal["stdout", "stderr"]
 # What a place is doing for an attempt, as a backend reports it: the live view shows it per job.
@@ -91,6 +94,30 @@ class RunOutcome:
     facts: Mapping[str, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class AttemptBill:
+    """What one attempt cost, as the backend that rented its server billed it: its share of
+    the rental since the server's last bill (renter fee and any creation fee included)."""
+
+    usd: float
+
+
+@dataclass(frozen=True)
+class GivenBack:
+    """A rented server the run gave back, as the run's end names it."""
+
+    label: str  # the GPUs and the server: `RTX 4090 #88028`
+    cost_usd: float | None  # the order's cost as the provider billed it; None: not known
+
+
+@dataclass(frozen=True)
+class Unproven:
+    """An order a create may have made that could not be proven ours: left running."""
+
+    what: str  # what happened, naming the order
+    hint: str  # what to do about it
+
+
 ServerReport = Callable[[ServerEvent], None]  # how a backend tells the core of a server
 
 
@@ -148,8 +175,10 @@ class Backend(Protocol):
         """Run one attempt; honour `cancel` and `request.timeout_s` by killing the whole job."""
         ...
 
-    def attempt_done(self, place: Place) -> None:
-        """The attempt on `place` ended: what it cost lands in its facts; the server stays."""
+    def attempt_done(self, place: Place) -> AttemptBill | None:
+        """The attempt on `place` ended; the server stays. Its bill, from a backend that
+        bills its servers itself; None: the attempt cost the place's hourly price over its
+        time."""
         ...
 
     def lost(self, server: int) -> bool:
@@ -174,6 +203,19 @@ class RentingBackend(Protocol):
 
     def stop_soon(self) -> None:
         """The run is being stopped (a signal): the give-back must fit in CI's grace."""
+        ...
+
+    def given_back(self) -> Sequence[GivenBack]:
+        """The servers rented and given back so far, in the order they went back."""
+        ...
+
+    def unproven_orders(self) -> Sequence[Unproven]:
+        """Orders this run's creates may have made, not proven ours, left running: the run
+        names them at its end and exits 3."""
+        ...
+
+    def pool_seat(self) -> PoolSeat | None:
+        """The budget pool seat it rents under, if it joined one (--pool)."""
         ...
 
 

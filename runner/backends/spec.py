@@ -48,6 +48,9 @@ class Setup:
     ledger: str | Path | None = None  # --ledger (None: the default, or the coordinator)
     pool: str | None = None  # --pool
     coordinator: str | None = None  # --coordinator (None: $CLORE_RUN_COORDINATOR, if set)
+    # serve --cancel-unproven: a restart also cancels a dead instance's orders that may be
+    # its own but cannot be proven (a person's decision, for a key no other run uses).
+    cancel_unproven: bool = False
 
 
 @dataclass(frozen=True)

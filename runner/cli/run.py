@@ -17,10 +17,12 @@ from runner.cli.options import (
     usd_option,
 )
 from runner.cli.run_flags import RunFlags, run_with
+from runner.outcome import exit_codes_help
 
 
 def register(app: typer.Typer) -> None:
-    app.command()(run)
+    # The exit codes in runner.outcome's words, as the run's last line and summary.md say them.
+    app.command(help=f"Run a pipeline. Exits {exit_codes_help()}.")(run)
 
 
 def run(
@@ -66,7 +68,7 @@ def run(
     pool: PoolOption = None,
     coordinator: CoordinatorOption = None,
 ) -> None:
-    """Run a pipeline: exit 0 all passed, 1 a job failed, 3 infrastructure, 130 interrupted."""
+    """Run a pipeline (its help, with the exit codes, is given where it is registered)."""
     flags = RunFlags(
         pipeline,
         backend,

@@ -128,6 +128,16 @@ def serve(
             "by default). /openapi.json is always served, behind the token.",
         ),
     ] = False,
+    cancel_unproven: Annotated[
+        bool,
+        typer.Option(
+            "--cancel-unproven",
+            help="At a restart, also cancel a dead instance's orders that may be its own but "
+            "cannot be proven (without it they are named in the log and left running). Only "
+            "for an API key that no other run, machine or person uses: an order of theirs "
+            "would be cancelled too.",
+        ),
+    ] = False,
 ) -> None:
     """Run the persistent job queue and its REST API (needs CLORE_RUN_TOKEN)."""
     from runner.backends.registry import backend_spec, renting_backends
@@ -165,7 +175,13 @@ def serve(
         raise _per_instance_limit(daily_spend_limit, backend, spec.rents, pool)
     rentals = ledger_target(ledger, shared, Path(".clore-run/ledger.db"))
     choice = BackendChoice(
-        spec.name, tuple(ssh_host or ()), identity, rentals, pool=pool, coordinator=shared
+        spec.name,
+        tuple(ssh_host or ()),
+        identity,
+        rentals,
+        pool=pool,
+        coordinator=shared,
+        cancel_unproven=cancel_unproven,
     )
     run_server(
         ServeOptions(

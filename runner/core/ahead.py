@@ -37,22 +37,20 @@ class RentAhead(BookPart):
         """Plan each due job onto a server that will be free for it, or rent one now. At the
         cap, a job that would need a new server waits for a slot to open."""
         jobs, ends, fleet = self._jobs, self._ends, self._fleet
-        due = ends.due
-        if jobs.raises and due:
+        if jobs.raises and ends.due:
             jobs.make_raises()
-        for job_id in sorted(due, key=jobs.key_of):
-            del due[job_id]
+        for job_id in sorted(ends.due, key=jobs.key_of):
+            ends.take_due(job_id)
             if job_id not in ends.eta or job_id in fleet.claims:
                 continue
-            eta = ends.needs_end(job_id, now)
-            ends.eta[job_id] = eta
+            eta = ends.refresh_eta(job_id, now)
             start_at = eta - fleet.boot.expected_s
             if start_at > now + EPS_S:  # its needs are later than first thought
                 self._out.append(SetTimer(start_at, BookTimer(BookWake.AHEAD, job_id)))
             elif self._server_will_be_free(job_id, eta, now):
                 continue
             elif len(fleet.servers) >= self._cap:
-                ends.starved[job_id] = None
+                ends.starve(job_id)
             else:
                 self._rent_for(job_id, eta, now)
 

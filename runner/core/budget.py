@@ -48,35 +48,50 @@ class Budget:
     """What a run may spend (None: no limit), what it spent, and what its rentals reserve."""
 
     def __init__(self, limit_usd: float | None = None) -> None:
-        self.limit_usd = limit_usd
-        self.spent_usd = 0.0
+        self._limit_usd = limit_usd
+        self._spent_usd = 0.0
         self._holds: dict[int, _Hold] = {}
         # Given back, its final figure not heard yet: quote, cost counted (a queue server runs
         # for months: each goes once its ServerReleased settles it).
         self._booked: dict[int, tuple[Quote, float]] = {}
-        self.day: int | None = None  # the UTC day a daily budget is for (None: not daily)
+        self._day: int | None = None  # the UTC day a daily budget is for (None: not daily)
 
     # -- reading ---------------------------------------------------------------------------
 
+    @property
+    def limit_usd(self) -> float | None:
+        """What the run (or, daily, the day) may spend; None: no limit."""
+        return self._limit_usd
+
+    @property
+    def spent_usd(self) -> float:
+        """Spent: the rentals given back (estimates until settled) and failed rents."""
+        return self._spent_usd
+
+    @property
+    def day(self) -> int | None:
+        """The UTC day a daily budget is for (None: not a daily budget)."""
+        return self._day
+
     def cost_usd(self, now: float) -> float:
         """Spent, plus what the servers held have cost so far."""
-        return self.spent_usd + sum(h.cost_so_far(now) for h in self._holds.values())
+        return self._spent_usd + sum(h.cost_so_far(now) for h in self._holds.values())
 
     def committed_usd(self, now: float) -> float:
         """Spent, plus the reservation (or the cost so far, if more) of every server held."""
-        return self.spent_usd + sum(h.committed(now) for h in self._holds.values())
+        return self._spent_usd + sum(h.committed(now) for h in self._holds.values())
 
     def over(self, extra_usd: float, now: float) -> float:
         """How far `extra_usd` more would go over the limit (<= 0: it fits)."""
-        if self.limit_usd is None:
+        if self._limit_usd is None:
             return 0.0
-        return self.committed_usd(now) + extra_usd - self.limit_usd - _SLACK_USD
+        return self.committed_usd(now) + extra_usd - self._limit_usd - _SLACK_USD
 
     def over_a_day(self, cost_usd: float) -> float:
         """How far one rental's worst case is over a whole day's budget (<= 0: a new day
         can hold it)."""
-        assert self.limit_usd is not None
-        return cost_usd - self.limit_usd - _SLACK_USD
+        assert self._limit_usd is not None
+        return cost_usd - self._limit_usd - _SLACK_USD
 
     def cost_so_far(self, server: int, now: float) -> float:
         hold = self._holds.get(server)
@@ -106,37 +121,37 @@ class Budget:
         hold = self._holds.pop(server)
         cost = hold.cost_so_far(now)
         self._booked[server] = (hold.quote, cost)
-        self.spent_usd += cost
+        self._spent_usd += cost
         return cost
 
     def rent_failed(self, server: int, cost_usd: float) -> None:
         """The rent failed: nothing is held, and what the failed order cost (the adapter's own
         figure) is spent, with nothing to settle later."""
         self._holds.pop(server, None)
-        self.spent_usd += cost_usd
+        self._spent_usd += cost_usd
 
     def settle(self, server: int, final_usd: float | None) -> None:
         """The adapter's own figure for a rental given back replaces the estimate counted (no
         figure: the estimate stays)."""
         booked = self._booked.pop(server, None)
         if booked is not None and final_usd is not None:
-            self.spent_usd += final_usd - booked[1]
+            self._spent_usd += final_usd - booked[1]
 
     # -- a budget per day ------------------------------------------------------------------
 
     def per_day(self, limit_usd: float, spent_today_usd: float, now: float) -> None:
         """The limit renews each UTC day: `limit_usd` a day, `spent_today_usd` of it gone."""
-        self.limit_usd = limit_usd
-        self.day = day_of(now)
-        self.spent_usd = spent_today_usd
+        self._limit_usd = limit_usd
+        self._day = day_of(now)
+        self._spent_usd = spent_today_usd
 
     def new_day_if_due(self, now: float) -> bool:
         """A daily budget renews once `now` is in a later day: what earlier days spent no
         longer counts (what the servers held cost counts whole, from their create)."""
-        if self.day is None or day_of(now) <= self.day:
+        if self._day is None or day_of(now) <= self._day:
             return False
-        self.day = day_of(now)
-        self.spent_usd = 0.0
+        self._day = day_of(now)
+        self._spent_usd = 0.0
         self._booked.clear()  # a late figure for an earlier day's order does not count either
         return True
 
@@ -150,7 +165,7 @@ class Budget:
         charged = hold_s >= quote.creation_fee_after_s
         creation = quote.creation_fee_usd if charged else 0.0
         return (
-            f"budget {usd_text(self.limit_usd or 0)} would be exceeded by {usd_text(over_usd)}: "
+            f"budget {usd_text(self._limit_usd or 0)} would be exceeded by {usd_text(over_usd)}: "
             f"committed {usd_text(self.committed_usd(now))} + this rental's worst case "
             f"{usd_text(cost_usd)} (${quote.usd_per_hour:.4f}/h{fee} x {hold_s / 3600:.2f} h: "
             f"start-up, the job's timeout and fetching its files"

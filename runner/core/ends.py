@@ -12,6 +12,7 @@ rent ahead reserves. A book of fixed hosts keeps none of this.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 from runner.core.book_part import BookPart, BookState
 from runner.core.events import BookTimer, BookWake, SetTimer
@@ -25,31 +26,66 @@ class Ends(BookPart):
     def __init__(self, state: BookState, provisioning: Provisioning) -> None:
         super().__init__(state)
         self._ahead = provisioning is Provisioning.AHEAD and state.renting
-        self.eta: dict[str, float] = {}  # unready jobs: when all their needs should be done
-        self.due: dict[str, None] = {}  # jobs whose server should be rented ahead now
-        self.starved: dict[str, None] = {}  # due, but at the cap: due again when a slot opens
+        self._eta: dict[str, float] = {}  # unready jobs: when all their needs should be done
+        self._due: dict[str, None] = {}  # jobs whose server should be rented ahead now
+        self._starved: dict[str, None] = {}  # due, but at the cap: due again when a slot opens
+
+    # -- what the other parts read and do ----------------------------------------------------
+
+    @property
+    def eta(self) -> Mapping[str, float]:
+        """Unready jobs: when all their needs should be done."""
+        return self._eta
+
+    @property
+    def due(self) -> Mapping[str, None]:
+        """Jobs whose server should be rented ahead now."""
+        return self._due
+
+    @property
+    def starved(self) -> Mapping[str, None]:
+        """Due, but at the cap: due again when a slot opens."""
+        return self._starved
+
+    def timer_due(self, job_id: str) -> None:
+        """The timer set for the job's rent ahead came due: it is due, if still planned."""
+        if job_id in self._eta:
+            self._due[job_id] = None
+
+    def take_due(self, job_id: str) -> None:
+        """The job's rent ahead is being decided: it is no longer due."""
+        del self._due[job_id]
+
+    def starve(self, job_id: str) -> None:
+        """Due at the cap: due again when a slot opens."""
+        self._starved[job_id] = None
+
+    def refresh_eta(self, job_id: str, now: float) -> float:
+        """When the job's needs should all be done, as known now: its eta from now on."""
+        eta = self._eta[job_id] = self.needs_end(job_id, now)
+        return eta
 
     def wake_starved(self) -> None:
         """A slot under the cap opened: the jobs that waited for one are due again."""
-        if self.starved:
-            self.due.update(self.starved)
-            self.starved.clear()
+        if self._starved:
+            self._due.update(self._starved)
+            self._starved.clear()
 
     def ready(self, job_id: str) -> None:
         """The job waits for a server now: it is no longer planned ahead."""
-        if job_id in self.eta:
-            del self.eta[job_id]
-        if job_id in self.due:
-            del self.due[job_id]
+        if job_id in self._eta:
+            del self._eta[job_id]
+        if job_id in self._due:
+            del self._due[job_id]
 
     def drop(self, job_id: str) -> None:
         """The job is ready (or final): nothing is rented ahead for it any more."""
-        if job_id in self.eta:
-            del self.eta[job_id]
-        if job_id in self.due:
-            del self.due[job_id]
-        if job_id in self.starved:
-            del self.starved[job_id]
+        if job_id in self._eta:
+            del self._eta[job_id]
+        if job_id in self._due:
+            del self._due[job_id]
+        if job_id in self._starved:
+            del self._starved[job_id]
 
     def set_end(self, job_id: str, end: float | None, worst: float, now: float) -> None:
         """Record when a job is expected to end (None: unknown) and its worst case; the first
@@ -111,11 +147,11 @@ class Ends(BookPart):
         if record.settled or job_id in self._jobs.waiting or job_id in self._fleet.on:
             return
         eta = self.needs_end(job_id, now)
-        self.eta[job_id] = eta
+        self._eta[job_id] = eta
         if not self._ahead or not record.needs:
             return
         start_at = eta - self._fleet.boot.expected_s
         if start_at <= now + EPS_S:
-            self.due[job_id] = None
+            self._due[job_id] = None
         else:
             self._out.append(SetTimer(start_at, BookTimer(BookWake.AHEAD, job_id)))

@@ -40,6 +40,9 @@ BOOT_FAILURES: tuple[EventKind, ...] = ("never_up", "ssh_failed", "slow")
 # the same hosts fail all day), and a nightly run tries it again the next night.
 SKIP_FIRST_S = 6 * 3600.0
 SKIP_MAX_S = 7 * 86400.0
+# A hedge's loser given back before it came online is `slow` only if it had this long to come
+# up: one rented seconds before the winner answered says nothing of its host.
+SLOW_EVIDENCE_S = 30.0
 # A healthy Clore boot, create -> SSH answering: 35 s seen at best, minutes with a big image.
 DEFAULT_BOOT_S = 180.0
 # What the market's failed-boot rate is taken to be before any boot is seen, and how many
@@ -124,6 +127,15 @@ def pulls_of(events: Iterable[HostEvent]) -> Pulls:
             longest = at_least.setdefault(e.image, {})
             longest[e.host] = max(longest.get(e.host, 0.0), e.pull_s)
     return Pulls(done, at_least)
+
+
+def loser_kind(waited_s: float, online: bool) -> EventKind | None:
+    """What a hedge's loser (given back still booting when another host of its job answered
+    SSH) leaves in the history: `pulling` if it was online, its image pulling (a pull, never
+    the host's fault), `slow` if it was not online yet, nothing if rented too recently."""
+    if online:
+        return "pulling"
+    return "slow" if waited_s >= SLOW_EVIDENCE_S else None
 
 
 def _at(event: HostEvent) -> float:
@@ -269,6 +281,14 @@ class HostMemory:
             return market
         return (rec.boot_failures + market * PRIOR_WEIGHT) / (rec.boots + PRIOR_WEIGHT)
 
+    def expected_pull_s(self, images: Iterable[str], host: str) -> float:
+        """How long `images` are expected to pull on `host`, on average: its own last pull of
+        each, else the other hosts' median, else nothing known (0: every host alike). A host
+        whose cache held an image pulls it in seconds: it ranks first (`with_pull_usd_per_hour`)."""
+        seen = [self.pulls.expected_s(image, host) for image in images]
+        known = [s for s in seen if s is not None]
+        return sum(known) / len(seen) if known else 0.0
+
     def expected_boot_s(self, host: str | None = None) -> float:
         """A healthy boot of `host`: its own mean, else the market's, else the default."""
         rec = self.hosts.get(host) if host is not None else None
@@ -284,6 +304,17 @@ def failed_boot_usd(
     """What a boot that never comes up costs when it is given up after `waited_s`: the time
     at its price, and the creation fee if that passed its grace (`fee_after_s`)."""
     return money.worst_case_usd(usd_per_hour, waited_s, creation_fee_usd, fee_after_s)
+
+
+def with_pull_usd_per_hour(
+    expected_usd_per_hour: float, usd_per_hour: float, pull_s: float, per_hours: float = 1.0
+) -> float:
+    """An hour of work's expected cost on a host, with its image's expected pull counted as
+    time (the job starts that much later, valued at the host's own price, as a failed boot's
+    wait is): a host that deployed the image fast before (its cache holds it) ranks first
+    among hosts priced alike."""
+    wait_usd = usd_per_hour * pull_s / money.SECONDS_PER_HOUR
+    return expected_usd_per_hour + wait_usd / max(per_hours, 1e-9)
 
 
 def expected_usd_per_hour(

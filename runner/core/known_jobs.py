@@ -15,7 +15,7 @@ from __future__ import annotations
 import enum
 import heapq
 import itertools
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass
 
 from runner.core import graph
@@ -81,33 +81,82 @@ class Known:
 
 
 class KnownJobs:
-    """The jobs a book holds, which of them wait for a server, in what order, and why."""
+    """The jobs a book holds, which of them wait for a server, in what order, and why. Its
+    collections are its own: the other parts read them through read-only properties and
+    change them only through its methods."""
 
     def __init__(self, market: Market, durations_s: Mapping[str, float] | None = None) -> None:
-        self.market = market
+        self._market = market
         self._fits_all = type(market) is NoMarket  # fixed hosts: every job fits each
         # Unsettled jobs, and settled ones a dependent still needs (for their ends and warm
         # files): forgotten after that.
-        self.records: dict[str, Known] = {}
+        self._records: dict[str, Known] = {}
         self._known_s = dict(durations_s or {})
         # The scheduler of the same run orders its ready jobs by these: it takes them from here.
-        self.ranks: dict[str, float] = {}
-        self.waiting: dict[str, Known] = {}  # ready jobs with no server yet
+        self._ranks: dict[str, float] = {}
+        self._waiting: dict[str, Known] = {}  # ready jobs with no server yet
         self.queue: list[Entry] = []
         # Raises of older jobs' ranks not made yet, (job, rank of a new dependent): made
         # before a rank is read (`make_raises`).
-        self.raises: list[tuple[str, float]] = []
+        self._raises: list[tuple[str, float]] = []
         self._seq = itertools.count()
-        self.retrying: set[str] = set()  # an attempt ended, the job is not final yet
-        self.retry_at: dict[str, float] = {}  # retrying jobs: when the retry is due
-        self.why: dict[str, WaitReason] = {}  # waiting jobs: what they wait for, when known
-        self.unplaceable: list[Unplaceable] = []
+        self._retrying: set[str] = set()  # an attempt ended, the job is not final yet
+        self._retry_at: dict[str, float] = {}  # retrying jobs: when the retry is due
+        self._why: dict[str, WaitReason] = {}  # waiting jobs: what they wait for, when known
+        self._unplaceable: list[Unplaceable] = []
+
+    # -- what the other parts read ---------------------------------------------------------
+
+    @property
+    def market(self) -> Market:
+        """The offers the book rents from (NoMarket: it rents nothing)."""
+        return self._market
+
+    @property
+    def records(self) -> Mapping[str, Known]:
+        """Unsettled jobs, and settled ones a dependent still needs."""
+        return self._records
+
+    @property
+    def waiting(self) -> Mapping[str, Known]:
+        """Ready jobs with no server yet."""
+        return self._waiting
+
+    @property
+    def ranks(self) -> Mapping[str, float]:
+        """The last batch's upward ranks: the scheduler of the same run orders by these."""
+        return self._ranks
+
+    @property
+    def why(self) -> Mapping[str, WaitReason]:
+        """What waiting jobs wait for, as this decision has said so far."""
+        return self._why
+
+    @property
+    def retrying(self) -> Set[str]:
+        """Jobs whose attempt ended and that are not final yet."""
+        return self._retrying
+
+    @property
+    def retry_at(self) -> Mapping[str, float]:
+        """Retrying jobs: when the retry is due, once the scheduler said."""
+        return self._retry_at
+
+    @property
+    def unplaceable(self) -> Sequence[Unplaceable]:
+        """Attempts given no server, until the caller takes them (`take_unplaceable`)."""
+        return self._unplaceable
+
+    @property
+    def raises(self) -> Sequence[tuple[str, float]]:
+        """Rank raises not made yet."""
+        return self._raises
 
     def add(self, jobs: Sequence[Job]) -> list[str]:
         """Hold `jobs`. A need the book does not hold is settled already. A job's rank counts
         its dependents in the book: a later batch raises the ranks of the jobs it needs.
         Returns the new jobs whose needs all have an expected end (none: all of them)."""
-        known = self.records
+        known = self._records
         older = bool(known)  # jobs from earlier batches, whose ranks these may raise
         fresh = {j.id: j for j in jobs}
         if older:
@@ -121,7 +170,7 @@ class KnownJobs:
         below = graph.dependents_of(inside)
         order = graph.topological_order(inside, below)
         hint = {j.id: j.duration_hint_s for j in jobs}
-        self.ranks = rank = graph.upward_ranks(inside, hint.__getitem__, order, below)
+        self._ranks = rank = graph.upward_ranks(inside, hint.__getitem__, order, below)
         known_s = self._known_s
         for job in jobs:
             key = (-int(job.priority), -rank[job.id], job.index)
@@ -137,7 +186,7 @@ class KnownJobs:
         return [j.id for j in jobs if known[j.id].ends_known == len(known[j.id].needs)]
 
     def _link_to_older(self, jobs: Sequence[Job], fresh: Mapping[str, Job]) -> None:
-        known = self.records
+        known = self._records
         for job in jobs:
             record = known[job.id]
             for need in record.needs:
@@ -147,10 +196,10 @@ class KnownJobs:
                 held.dependents[job.id] = None
                 held.open += 1
             record.ends_known = sum(known[n].end is not None for n in record.needs)
-        self.raises.extend(
-            (n, self.ranks[j.id]) for j in jobs for n in known[j.id].needs if n not in fresh
+        self._raises.extend(
+            (n, self._ranks[j.id]) for j in jobs for n in known[j.id].needs if n not in fresh
         )
-        if self.waiting:  # queued under their keys, and numbered in the order raised
+        if self._waiting:  # queued under their keys, and numbered in the order raised
             self.make_raises()
 
     def make_raises(self) -> None:
@@ -162,15 +211,15 @@ class KnownJobs:
         waits (serve adds a chain a job at a time while its head runs), and are made before
         a job waits, a due one is ordered or a job settles. With no job waiting none is
         queued, so the sequence numbers come out the same in any order too."""
-        raises, self.raises = self.raises, []
+        raises, self._raises = self._raises, []
         raise_ranks(raises, self._unsettled, _held_needs_of, self._queue_again)
 
     def _unsettled(self, job_id: str) -> Known | None:
-        record = self.records[job_id]
+        record = self._records[job_id]
         return None if record.settled else record  # a settled job's rank orders nothing
 
     def _queue_again(self, job_id: str, record: Ranked) -> None:
-        if job_id in self.waiting:
+        if job_id in self._waiting:
             assert isinstance(record, Known)
             record.seq = next(self._seq)
             heapq.heappush(self.queue, (record.key, record.seq, job_id))
@@ -179,19 +228,19 @@ class KnownJobs:
 
     def want(self, job_id: str, attempt: int, timeout_s: float, now: float = 0.0) -> Known:
         """The job waits for a server for attempt `attempt`: queued under its key."""
-        if self.raises:
+        if self._raises:
             self.make_raises()
-        record = self.records[job_id]
+        record = self._records[job_id]
         record.attempt, record.timeout_s, record.wanted_at = attempt, timeout_s, now
         record.seq = seq = next(self._seq)
-        self.waiting[job_id] = record
+        self._waiting[job_id] = record
         heapq.heappush(self.queue, (record.key, seq, job_id))
         # Membership tests before removals: most of these hold nothing for this job, and a
         # test is cheaper than a call.
-        if job_id in self.retrying:
-            self.retrying.discard(job_id)
-        if job_id in self.retry_at:
-            del self.retry_at[job_id]
+        if job_id in self._retrying:
+            self._retrying.discard(job_id)
+        if job_id in self._retry_at:
+            del self._retry_at[job_id]
         if record.rent_failures:
             record.rent_failures = ()
         return record
@@ -199,7 +248,7 @@ class KnownJobs:
     def pop_waiting(self) -> Entry | None:
         """The best waiting job's queue entry, taken off the queue (None: none waits); stale
         entries on the way are dropped. The caller pushes back what it does not place."""
-        queue, waiting = self.queue, self.waiting
+        queue, waiting = self.queue, self._waiting
         while queue:
             entry = heapq.heappop(queue)
             want = waiting.get(entry[2])
@@ -209,41 +258,80 @@ class KnownJobs:
 
     def push_back(self, seen: Iterable[Entry]) -> None:
         """Queue again the entries of jobs still waiting (one placed or failed is not)."""
-        queue, waiting = self.queue, self.waiting
+        queue, waiting = self.queue, self._waiting
         for entry in seen:
             if entry[2] in waiting:
                 heapq.heappush(queue, entry)
 
     def fail(self, job_id: str, want: Known, kind: FailureKind, message: str) -> None:
         """The waiting attempt gets no server: it ends with `kind`."""
-        del self.waiting[job_id]
-        self.unplaceable.append(Unplaceable(job_id, want.attempt, kind, message))
+        del self._waiting[job_id]
+        self._unplaceable.append(Unplaceable(job_id, want.attempt, kind, message))
+
+    def take_unplaceable(self) -> list[Unplaceable]:
+        """The attempts given no server since the last take."""
+        failed, self._unplaceable = self._unplaceable, []
+        return failed
+
+    def placed(self, job_id: str) -> Known:
+        """The waiting job got a server: it waits no more."""
+        want = self._waiting.pop(job_id)
+        if job_id in self._why:
+            del self._why[job_id]
+        return want
+
+    def unwant(self, job_id: str) -> Known | None:
+        """The job no longer wants a server (killed while waiting): the record that waited
+        (None: it was not waiting)."""
+        return self._waiting.pop(job_id, None)
+
+    def waits_for(self, job_id: str, reason: WaitReason, first: bool = False) -> None:
+        """Say what the waiting job waits for (`first`: unless this decision said already)."""
+        if first:
+            self._why.setdefault(job_id, reason)
+        else:
+            self._why[job_id] = reason
+
+    def new_decision(self) -> None:
+        """Each decision says afresh what a job waits for."""
+        if self._why:
+            self._why.clear()
+
+    # -- retries ---------------------------------------------------------------------------
+
+    def attempt_ended(self, job_id: str) -> None:
+        """The job's attempt ended; until it is wanted again or final, it may be retried."""
+        self._retrying.add(job_id)
+
+    def retry_due(self, job_id: str, at: float) -> None:
+        """The job's next attempt is due at `at` (a retry's backoff)."""
+        self._retry_at[job_id] = at
 
     # -- settling ----------------------------------------------------------------------------
 
     def settle(self, job_id: str) -> Known | None:
         """The job is final: it wants nothing more. Its record (None: not held) stays until
         `forget_settled`, once its end has been told to its dependents."""
-        if self.raises:  # a raise stops at settled jobs: make them first
+        if self._raises:  # a raise stops at settled jobs: make them first
             self.make_raises()
-        known = self.records
+        known = self._records
         record = known.get(job_id)
         if record is not None and not record.settled:
             record.settled = True
             for need in record.needs:
                 known[need].open -= 1
         # Tests before removals, as in `want`: most of these do not hold the job.
-        if job_id in self.retrying:
-            self.retrying.discard(job_id)
-        if job_id in self.retry_at:
-            del self.retry_at[job_id]
-        if job_id in self.waiting:
-            del self.waiting[job_id]
+        if job_id in self._retrying:
+            self._retrying.discard(job_id)
+        if job_id in self._retry_at:
+            del self._retry_at[job_id]
+        if job_id in self._waiting:
+            del self._waiting[job_id]
         return record
 
     def forget_settled(self, job_id: str, record: Known) -> None:
         """Forget the settled job, and each of its needs, once no dependent wants more."""
-        known = self.records
+        known = self._records
         if not record.open:
             self._forget(job_id, record)
         for need in record.needs:
@@ -252,7 +340,7 @@ class KnownJobs:
                 self._forget(need, held)
 
     def _forget(self, job_id: str, record: Known) -> None:
-        known = self.records
+        known = self._records
         for need in record.needs:  # settled, and now no dependent of anything
             held = known.get(need)
             if held is not None and held.dependents is not None:
@@ -267,15 +355,15 @@ class KnownJobs:
         server that ran one domain's job is never another domain's)."""
         if self._fits_all:
             return True
-        job = self.records[job_id].job
+        job = self._records[job_id].job
         if quote.trust is not None and quote.trust != job.trust:
             return False
         if quote.image is not None and quote.image != (job.image or ""):
             return False
-        return self.market.fits(quote, job.gpu)
+        return self._market.fits(quote, job.gpu)
 
     def key_of(self, job_id: str) -> Key:
-        return self.records[job_id].key
+        return self._records[job_id].key
 
 
 def _held_needs_of(record: Ranked) -> tuple[str, ...]:

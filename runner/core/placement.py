@@ -147,11 +147,9 @@ class Placement(BookPart):
                 fleet.unclaim(job_id)
             return False
         if server.rented and not self._budget.extend(server.id, until, now):
-            jobs.why[job_id] = WaitReason.BUDGET
+            jobs.waits_for(job_id, WaitReason.BUDGET)
             return False
-        del jobs.waiting[job_id]
-        if job_id in jobs.why:
-            del jobs.why[job_id]
+        jobs.placed(job_id)
         claimant = server.claim
         if claimant is not None and claimant != job_id and server.rented_for == claimant:
             if claimant in jobs.waiting:

@@ -213,7 +213,7 @@ class PlacingCore:
             self._out.extend(book.decide(now))
             if not book.unplaceable and book.stop_reason is None:
                 break
-            failed, book.unplaceable = book.unplaceable, []
+            failed = book.take_unplaceable()
             stop, book.stop_reason = book.stop_reason, None
             if stop is not None:
                 self._feed(self._on_fatal(stop, now), now)

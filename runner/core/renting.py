@@ -57,7 +57,7 @@ class Renter(BookPart):
 
     def rent_for_waiting(self, now: float) -> None:
         """A server for each waiting job that has none coming, best first."""
-        jobs, why = self._jobs, self._jobs.why
+        jobs = self._jobs
         seen: list[Entry] = []
         soon_free = self._soon_free(now)  # promised to the first waiting jobs they fit
         while len(seen) <= 4 * self._cap + 16:
@@ -67,16 +67,16 @@ class Renter(BookPart):
             seen.append(entry)
             job_id = entry[2]
             if job_id in self._fleet.claims or self._claim_booting(job_id, now):
-                why.setdefault(job_id, WaitReason.BOOT)  # its server is coming
+                jobs.waits_for(job_id, WaitReason.BOOT, first=True)  # its server is coming
                 continue
             want = jobs.waiting[job_id]
             promised = next((s for s in soon_free if self._holds_after(s, want)), None)
             if promised is not None:
-                why.setdefault(job_id, WaitReason.REUSE)
+                jobs.waits_for(job_id, WaitReason.REUSE, first=True)
                 soon_free.remove(promised)
                 continue
             if not self._room(now):
-                why.setdefault(job_id, WaitReason.CAP)
+                jobs.waits_for(job_id, WaitReason.CAP, first=True)
                 if not soon_free:
                     break  # at the cap, nothing frees within a boot: no one else can go
                 continue
@@ -147,9 +147,8 @@ class Renter(BookPart):
         quote, passed = best_that_holds(market, want.job.gpu, fleet.not_to_rent(), hold_s)
         if quote is None:
             if self._freed_soon(job_id):
-                self._jobs.why.setdefault(
-                    job_id, WaitReason.RELEASE
-                )  # short of money first, if it is
+                # Short of money first, if it is.
+                self._jobs.waits_for(job_id, WaitReason.RELEASE, first=True)
             elif not any(self._holds_job(s, job_id, want, now) for s in fleet.servers.values()):
                 self._none_left(job_id, want, passed_over_text(passed, hold_s))
             return
@@ -159,7 +158,7 @@ class Renter(BookPart):
             self._drop_ahead_rentals(now)
             over = budget.over(cost, now)
         if over > 0:
-            self._jobs.why[job_id] = WaitReason.BUDGET
+            self._jobs.waits_for(job_id, WaitReason.BUDGET)
             if budget.day is not None:
                 self._wait_for_next_day(job_id, want, quote, hold_s, cost, now)
             elif not any(s.rented for s in fleet.servers.values()):

@@ -20,8 +20,10 @@ waiting on its needs never holds back a lower one that could run.
   chain settles in one call.
 - A failure's taint is data on the result (`failure_origin`), inherited through every job below.
 
-The core never reads a clock and does no I/O: it is fed events with the time and answers with
-commands. The driver and the simulator run the same code.
+The jobs held (their records, matrix groups, the ready heap and the rank raises) are
+job_table.py's; this module is the rules applied to them. The core never reads a clock and does
+no I/O: it is fed events with the time and answers with commands. The driver and the simulator
+run the same code.
 """
 
 from __future__ import annotations

@@ -10,8 +10,12 @@ server (a budget reservation is made first), start a job on one, give one back. 
   with who each is meant for; budget.py: the money each reserves;
 - placement.py: which waiting job a ready server runs;
 - renting.py: renting for ready jobs; ends.py and ahead.py: expected ends and renting ahead
-  of need; hedging.py: a second host beside a slow boot;
-- giving_back.py: which idle server to keep, and for how long.
+  of need; hedging.py: a second host beside a slow boot (races.py: who races whom);
+- giving_back.py: which idle server to keep, and for how long; warmth.py: keeping warm.
+
+Each part owns its collections: the others read them typed read-only and change them through
+its methods (book_part.py wires them). What the book shows is its read-only view,
+book_view.py; what a backend offers to build one from is book_offer.py.
 
 Servers that already exist (SSH hosts, local slots) are the same model, never rented or given
 back before the end. Nothing here reads a clock, does I/O or recurses.
@@ -23,17 +27,18 @@ import math
 from collections.abc import Mapping, Sequence
 
 from runner.core.ahead import RentAhead
+from runner.core.book_offer import BookOffer
 from runner.core.book_part import BookState
+from runner.core.book_view import BookView
 from runner.core.budget import Budget
 from runner.core.ends import Ends
 from runner.core.events import BookTimer, BookWake, SetTimer, TimerToken
-from runner.core.fleet import AFTER_SCRIPT_S, EPS_S, Fleet, ServerView
+from runner.core.fleet import AFTER_SCRIPT_S, Fleet, ServerView
 from runner.core.giving_back import GiveBack
 from runner.core.hedge import NO_HEDGE, HedgePolicy
 from runner.core.hedging import HEDGE_AGAIN_S, Hedger
-from runner.core.idle_money import IdleFigure, IdleMoney
-from runner.core.known_jobs import KnownJobs, Unplaceable, WaitReason
-from runner.core.model import GpuAsk, Job
+from runner.core.known_jobs import KnownJobs, Unplaceable
+from runner.core.model import Job
 from runner.core.placement import Placement
 from runner.core.pulls import Pulls
 from runner.core.rentals import (
@@ -64,8 +69,9 @@ __all__ = [
 ]
 
 
-class ServerBook:
-    """Decides which servers a run holds and which job runs on which."""
+class ServerBook(BookView):
+    """Decides which servers a run holds and which job runs on which; what it shows is its
+    view's (book_view.py)."""
 
     def __init__(
         self,
@@ -83,36 +89,61 @@ class ServerBook:
     ) -> None:
         if cap < 1:
             raise ValueError("cap must be at least 1")
-        self.cap = cap
-        self.budget = Budget(budget_usd)  # the only place money is reserved
         self.provisioning = provisioning
-        self._renting = renting = market is not None
+        budget = Budget(budget_usd)
         self._out: list[CoreCommand] = []  # every part adds its commands here
         out = self._out
-        self._jobs = jobs_ = KnownJobs(market or NoMarket(), durations_s)
-        self._fleet = fleet = Fleet(self.budget, out, boot or BootTimes())
-        state = BookState(fleet, jobs_, self.budget, out, cap, renting)
+        jobs_ = KnownJobs(market or NoMarket(), durations_s)
+        fleet = Fleet(budget, out, boot or BootTimes())
+        state = BookState(fleet, jobs_, budget, out, cap, market is not None)
         self._ends = ends = Ends(state, provisioning)
         fleet.on_free = ends.wake_starved  # a server given back opens a slot under the cap
         self._hedger = hedger = Hedger(state, hedge)
         self._placer = Placement(state, ends, hedger)
         self._renter = renter = Renter(state, ends, hedger)
         self._ahead = RentAhead(state, ends, renter)
-        self._warmth = warmth = Warmth(state)
+        warmth = Warmth(state)
         fleet.on_idle_end = warmth.idle_ended
         self._giver = GiveBack(state, ends, warmth)
+        super().__init__(state, renter, warmth)
         self._cancelled = False
-        # Something the book was told since its last decision: without it a decision would
-        # decide nothing new (most events are the scheduler's own: a placed attempt, a
+        # The view's `dirty`: without something told since the last decision, a decision
+        # would decide nothing new (most events are the scheduler's own: a placed attempt, a
         # timeout timer of an attempt that already ended), and is skipped.
-        self._dirty = True
-        self.stop_reason: str | None = None
         self._hold_until = -math.inf  # place and rent nothing before this (serve's holds)
         # A fatal rent failure cancels the run; a queue server holds its starts instead.
         self.stop_on_fatal = True
         for quote in fixed_hosts:
             fleet.add_fixed(quote, now)
         self.add_jobs(jobs, now)
+
+    @classmethod
+    def from_offer(
+        cls,
+        jobs: Sequence[Job],
+        cap: int,
+        offer: BookOffer,
+        *,
+        budget_usd: float | None = None,
+        provisioning: Provisioning = Provisioning.AHEAD,
+        durations_s: Mapping[str, float] | None = None,
+        now: float = 0.0,
+    ) -> ServerBook:
+        """The book of a run (or a queue) over what a backend offers (book_offer.py)."""
+        book = cls(
+            jobs,
+            cap,
+            market=offer.market,
+            budget_usd=budget_usd,
+            provisioning=provisioning,
+            fixed_hosts=offer.fixed_hosts,
+            boot=offer.boot,
+            durations_s=durations_s,
+            now=now,
+            hedge=offer.hedge,
+        )
+        book.pulls = offer.pulls
+        return book
 
     # -- what the book is told -------------------------------------------------------------
 
@@ -147,7 +178,7 @@ class ServerBook:
         """The job no longer wants a server (killed while waiting): the number of the attempt
         that waited. None: it is not waiting (it runs on a server, or is not known)."""
         self._dirty = True
-        want = self._jobs.waiting.pop(job_id, None)
+        want = self._jobs.unwant(job_id)
         if want is None:
             return None
         self._fleet.unclaim(job_id)
@@ -158,7 +189,7 @@ class ServerBook:
         server failed under it; a rented server not reported lost after that was won back
         for the job (a spot order outbid, its bid raised) and is kept for the job's retry."""
         self._dirty = True
-        self._jobs.retrying.add(job_id)
+        self._jobs.attempt_ended(job_id)
         server = self._fleet.job_ended(job_id, now)
         if server is None:
             return
@@ -168,7 +199,7 @@ class ServerBook:
 
     def requeued(self, job_id: str, at: float) -> None:
         """The job's next attempt is due at `at` (a retry's backoff)."""
-        self._jobs.retry_at[job_id] = at
+        self._jobs.retry_due(job_id, at)
 
     def settled(self, job_id: str, now: float) -> None:
         """The job is final: it wants nothing more."""
@@ -186,7 +217,7 @@ class ServerBook:
         """Rent nothing more; give back every server no job runs on."""
         self._dirty = True
         self._cancelled = True
-        self._fleet.look.update(self._fleet.servers)
+        self._fleet.look_at_all()
 
     def finish(self, now: float) -> list[CoreCommand]:
         """The run is over: give everything back."""
@@ -221,7 +252,7 @@ class ServerBook:
         self.stop_reason = reason
         if self.stop_on_fatal:
             self._cancelled = True
-            self._fleet.look.update(self._fleet.servers)
+            self._fleet.look_at_all()
         else:  # rent nothing in this decision: the caller's hold says until when
             self._hold_until = math.inf
 
@@ -231,12 +262,12 @@ class ServerBook:
         if not isinstance(token, BookTimer):
             return
         what, of = token.what, token.of
-        if what is BookWake.AHEAD and of in self._ends.eta:
-            self._ends.due[str(of)] = None
+        if what is BookWake.AHEAD and isinstance(of, str):
+            self._ends.timer_due(of)
         elif what is BookWake.LOOK and isinstance(of, int) and of in self._fleet.servers:
-            self._fleet.look.add(of)
+            self._fleet.look_at(of)
         elif what is BookWake.HEDGE and isinstance(of, int) and of in self._fleet.servers:
-            self._fleet.to_hedge.append(of)
+            self._fleet.races.hedge_soon((of,))
         elif what is BookWake.WARM and isinstance(of, int):
             self._warmth.woken(of)  # a window opened or closed, or a new day's idle budget
 
@@ -247,8 +278,7 @@ class ServerBook:
         if not self._dirty:
             return self._flush()
         jobs, fleet, ends = self._jobs, self._fleet, self._ends
-        if jobs.why:
-            jobs.why.clear()  # each decision says afresh what a job waits for
+        jobs.new_decision()  # each decision says afresh what a job waits for
         self.budget.new_day_if_due(now)
         fleet.excluded.forgive(now)
         held_back = now < self._hold_until
@@ -290,22 +320,7 @@ class ServerBook:
         self._warmth.policy = policy
         self._dirty = True
 
-    def offered(self, gpu: str) -> bool:
-        """Does any offer on the market fit a job asking for `gpu` (a pool's GPU type)?"""
-        return self._jobs.market.best(GpuAsk(type=gpu), frozenset()) is not None
-
-    def idle_money(self) -> IdleMoney:
-        """Idle time of rented servers, USD and seconds, by UTC day and GPU type."""
-        return self._warmth.money
-
-    def idle_figures(self, now: float) -> dict[tuple[int, str], IdleFigure]:
-        """Idle money (USD, seconds) by (UTC day, GPU model), the stretches going on too."""
-        return self._warmth.idle_figures(now)
-
-    def idle_today_usd(self, now: float) -> float:
-        return self._warmth.idle_today_usd(now)
-
-    # -- reading (delegated to the part that holds each figure) ------------------------------
+    # -- settings --------------------------------------------------------------------------
 
     @property
     def boot(self) -> BootTimes:
@@ -342,98 +357,6 @@ class ServerBook:
     def forgive_after_s(self, seconds: float | None) -> None:
         self._fleet.excluded.forgive_after_s = seconds
 
-    @property
-    def ranks(self) -> dict[str, float]:
-        """The scheduler of the same run orders its ready jobs by these: it takes them here."""
-        return self._jobs.ranks
-
-    @property
-    def unplaceable(self) -> list[Unplaceable]:
-        """Attempts the book could not give a server, until the caller takes them."""
-        return self._jobs.unplaceable
-
-    @unplaceable.setter
-    def unplaceable(self, failed: list[Unplaceable]) -> None:
-        self._jobs.unplaceable = failed
-
-    @property
-    def budget_usd(self) -> float | None:
-        return self.budget.limit_usd
-
-    @property
-    def spent_usd(self) -> float:
-        return self.budget.spent_usd  # the servers given back (and failed rents)
-
-    def cost_usd(self, now: float) -> float:
-        return self.budget.cost_usd(now)  # spent, and what the servers held cost so far
-
-    def committed_usd(self, now: float) -> float:
-        return self.budget.committed_usd(now)  # spent, and every reservation (or cost so far)
-
-    def servers(self) -> list[ServerView]:
-        return self._fleet.views()
-
-    def idle_servers(self) -> list[ServerView]:
-        return self._fleet.idle_views()  # up and running nothing
-
-    @property
-    def held(self) -> int:
-        return len(self._fleet.servers)  # booting, idle or busy
-
-    @property
-    def in_use(self) -> int:
-        """Servers that count as held for a person: every rented one (booting, idle or busy:
-        each is billed) and each that already exists while a job runs on it (an idle one
-        costs nothing and is no one's). Two ints, so another thread may read it."""
-        return len(self._fleet.rented) + self._fleet.fixed_busy
-
-    @property
-    def idle_count(self) -> int:
-        return len(self._fleet.idle)
-
-    @property
-    def jobs_known(self) -> int:
-        return len(self._jobs.records)  # unsettled, and settled ones a dependent still needs
-
-    @property
-    def running_count(self) -> int:
-        return len(self._fleet.on)  # at most the cap
-
-    @property
-    def waiting_count(self) -> int:
-        return len(self._jobs.waiting)
-
-    def waiting(self) -> list[str]:
-        return list(self._jobs.waiting)  # ready, with no server yet
-
-    def wait_reason(self, job_id: str) -> WaitReason | None:
-        """What a waiting job waits for, if decided."""
-        return self._jobs.why.get(job_id) if job_id in self._jobs.waiting else None
-
-    def server_wait(self, job_id: str) -> str | None:
-        """What a waiting job's server is doing, for a person (None: the job is not waiting)."""
-        return self._renter.server_wait(job_id)
-
-    def fits(self, quote: Quote, job_id: str) -> bool:
-        return self._jobs.fits(quote, job_id)
-
-    def holds(self, view: ServerView, job_id: str, now: float) -> bool:
-        """Could the waiting job start on `view` now: it fits, and its worst case there ends
-        before the server's maximum rental length does."""
-        if not self._jobs.fits(view.quote, job_id):
-            return False
-        want = self._jobs.waiting.get(job_id)
-        longest = 0.0 if want is None else want.timeout_s + AFTER_SCRIPT_S
-        return view.ends_at is None or now + longest <= view.ends_at + EPS_S
-
-    @property
-    def dirty(self) -> bool:
-        return self._dirty  # told something since its last decision
-
-    @property
-    def renting(self) -> bool:
-        return self._renting  # False: it holds only servers that already exist
-
-    @property
-    def expected_boot_s(self) -> float:
-        return self._fleet.boot.expected_s
+    def take_unplaceable(self) -> list[Unplaceable]:
+        """The attempts the book could not give a server since the last take."""
+        return self._jobs.take_unplaceable()

@@ -25,7 +25,13 @@ from runner.core.events import (
     SetTimer,
     TimerFired,
 )
-from runner.core.hosts import EventKind, HostEvent, HostMemory, expected_usd_per_hour
+from runner.core.hosts import (
+    EventKind,
+    HostEvent,
+    HostMemory,
+    expected_usd_per_hour,
+    loser_kind,
+)
 from runner.core.known_jobs import WaitReason
 from runner.core.model import Attempt, FailureKind, GpuAsk, Job, JobResult, RunStatus
 from runner.core.placing import CoreEvent, PlacingCore
@@ -35,6 +41,7 @@ from runner.core.rentals import (
     ReleaseServer,
     RentFailed,
     RentServer,
+    ServerDeploying,
     ServerLost,
     ServerReady,
     ServerReleased,
@@ -44,12 +51,26 @@ from runner.core.servers import ServerBook
 
 Duration = Callable[[str, int], float]  # (job id, attempt) -> seconds its script runs
 
+# A run's events, at most: so many per job (a job's attempts, timers, boots and hedges take
+# tens) and so many besides. A core that neither ends the run nor stops making events (a
+# livelock: a ring of hedges re-renting the same dead hosts) would run a simulation for ever
+# and hang `plan` and the tests; past this it is stopped, loudly.
+EVENTS_PER_JOB = 2_000
+EVENTS_BESIDES = 20_000
+
+
+class SimulationStuck(RuntimeError):
+    """The core made more events than any run can need: it is caught in a loop."""
+
 
 # A healthy Clore boot, create -> SSH answering: 35 s at best in the one real log, minutes
 # with a large image (reference/clore-api.md §8).
 HEALTHY_BOOT_S = (35.0, 180.0)
 # After "online", how long the adapter probes an sshd that never answers before giving up.
 SSH_PROBE_S = 170.0
+# A healthy boot comes online this share of the way to SSH (its container then deploys: the
+# image pulls); a dead host never does. Lets the core tell a pull from a host not coming up.
+ONLINE_SHARE = 0.3
 
 
 @dataclass(frozen=True)
@@ -168,9 +189,11 @@ class ServersResult:
     failed_boots: int = 0  # rents whose host never came up or never answered SSH
     creation_fees_usd: float = 0.0  # paid for orders that lived 10 minutes
     host_events: list[HostEvent] = field(default_factory=list)  # what the history would keep
+    rented_hosts: list[str] = field(default_factory=list)  # each rent's host, in order
     # Rentals held past their host's maximum rental length (the market would have ended them
     # under the run): the core promises none.
     outlived: int = 0
+    events: int = 0  # events the core was handed: a run that loops is stopped by their count
 
 
 class _ServersSim:
@@ -184,8 +207,10 @@ class _ServersSim:
         seed: int,
         checks: bool,
         start_unix: float = 0.0,
+        max_events: int = EVENTS_BESIDES,
     ):
         self.core, self.model, self.duration = core, model, duration
+        self.max_events = max_events
         self.checks = checks
         self.rng = random.Random(seed)
         self.queue: list[tuple[float, int, CoreEvent]] = []
@@ -199,6 +224,7 @@ class _ServersSim:
         self.start_unix = start_unix
         self.boots: dict[int, float] = {}  # booting servers that will come up: their boot
         self.failing: dict[int, tuple[EventKind, float, float]] = {}  # ... that will not
+        self.online: set[int] = set()  # booting servers seen online (deploying)
         # What to do with each kind of command and event, found with one look-up each (a
         # chain of isinstance tests costs more, for every one of them); commands that change
         # nothing in the simulated market (a recorded attempt, a settled job) have no entry.
@@ -216,6 +242,7 @@ class _ServersSim:
             AttemptPlaced: self._stale_placed,
             TimerFired: self._stale_timer,
             ServerReady: self._stale_server,
+            ServerDeploying: self._stale_deploying,
             ServerLost: self._stale_server,
             RentFailed: self._stale_server,
         }
@@ -227,15 +254,27 @@ class _ServersSim:
         self.apply(self.core.start(self.now))
         queue, core, apply = self.queue, self.core, self.apply
         stale_by_kind = self._stale_by_kind  # `stale`, inlined: it runs for every event
+        left = self.max_events
         while queue and (self.held or not core.done):
+            left -= 1
+            if left < 0:
+                raise SimulationStuck(self._stuck())
             self.now, _, event = heapq.heappop(queue)
             check = stale_by_kind.get(type(event))
             if check is None or not check(event):
                 apply(core.handle(event, self.now))
         r = self.result
+        r.events = self.max_events - left
         r.makespan_s, r.results = self.now, self.core.results()
         r.status, r.cost_usd = self.core.status(), self.core.book.cost_usd(self.now)
         return r
+
+    def _stuck(self) -> str:
+        r, held = self.result, sorted({h.quote.host for h in self.held.values()})
+        return (
+            f"the simulation made {self.max_events} events and the run has not ended "
+            f"(at {self.now:.0f} s: {r.rents} rents, {len(held)} held on {', '.join(held)})"
+        )
 
     def _stale_end(self, event: AttemptEnded) -> bool:
         current = self.running.get(event.job_id)
@@ -278,6 +317,12 @@ class _ServersSim:
             self._remember(held.quote.host, kind, None)
         return False
 
+    def _stale_deploying(self, event: ServerDeploying) -> bool:
+        if event.server not in self.held:
+            return True  # given back before it came online
+        self.online.add(event.server)
+        return False
+
     def _remember(self, host: str, kind: EventKind, boot_s: float | None) -> None:
         self.result.host_events.append(HostEvent(host, kind, self.start_unix + self.now, boot_s))
 
@@ -302,6 +347,17 @@ class _ServersSim:
             self.push(self.now, _finish(cmd.job_id, number, began, self.now, cmd.reason))
 
     def _release_cmd(self, cmd: ReleaseServer) -> None:
+        held = self.held.get(cmd.server)
+        if held is not None and held.ready_at is None and cmd.reason.startswith("hedge:"):
+            # A hedge's loser, given back still booting: the history keeps it as slow (not
+            # online yet) or a pull, as the adapter's would.
+            online = cmd.server in self.online
+            kind = loser_kind(self.now - held.rented_at, online)
+            if kind is not None:
+                self._remember(held.quote.host, kind, self.now - held.rented_at)
+            self.boots.pop(cmd.server, None)
+            self.failing.pop(cmd.server, None)
+        self.online.discard(cmd.server)
         self._release(cmd.server)
         if cmd.rented:  # the market confirms a cancel at once: the host may be rented again
             self.push(self.now, ServerReleased(cmd.server))
@@ -319,6 +375,7 @@ class _ServersSim:
 
     def _rent(self, cmd: RentServer) -> None:
         self.result.rents += 1
+        self.result.rented_hosts.append(cmd.quote.host)
         self.result.hedges += cmd.hedge_of is not None
         self.held[cmd.server] = _Held(self.now, cmd.quote)
         low, high = self.model.boot_s
@@ -327,10 +384,12 @@ class _ServersSim:
         if model.dead(host, seed):
             self._fails(cmd, self.core.book.boot.allowance_s, "never_up")
         elif model.ssh_dead(host, seed):
+            self.push(self.now + boot * ONLINE_SHARE, ServerDeploying(cmd.server))  # online
             self._fails(cmd, min(boot, self.core.book.boot.allowance_s) + SSH_PROBE_S, "ssh_failed")
         elif self.rng.random() < self.model.rent_failure_rate:
             self.push(self.now + boot / 2, RentFailed(cmd.server, "the host did not start"))
         else:
+            self.push(self.now + boot * ONLINE_SHARE, ServerDeploying(cmd.server))
             self.push(self.now + boot, ServerReady(cmd.server))
             self.boots[cmd.server] = boot
 
@@ -432,12 +491,16 @@ def simulate_servers(
     run_timeout_s: float | None = None,
     checks: bool = True,
     start_unix: float = 0.0,
+    max_events: int | None = None,
 ) -> ServersResult:
     """Run the core with servers to completion against a simulated market. `checks`: check
     the core's promises after every step (a benchmark of the core alone turns them off).
-    `start_unix`: the run's start on the history's clock (its host events are stamped so)."""
+    `start_unix`: the run's start on the history's clock (its host events are stamped so).
+    `max_events`: past so many events the run raises `SimulationStuck` (None: a generous
+    bound for these jobs)."""
     core = PlacingCore(jobs, book, run_timeout_s)
-    return _ServersSim(core, model, duration, seed, checks, start_unix).run()
+    limit = max_events if max_events is not None else EVENTS_BESIDES + EVENTS_PER_JOB * len(jobs)
+    return _ServersSim(core, model, duration, seed, checks, start_unix, limit).run()
 
 
 def _finish(

@@ -38,11 +38,26 @@ class Warmth(BookPart):
 
     def __init__(self, state: BookState) -> None:
         super().__init__(state)
-        self.policy: WarmPolicy = COLD
-        self.money = IdleMoney()
+        self._policy: WarmPolicy = COLD
+        self._money = IdleMoney()
         self._kept: dict[int, float] = {}  # server -> until when it is kept for warmth
         self._for_pool: dict[int, WarmPool] = {}  # rented for warmth, no job ran on it yet
         self._timers: set[int] = set()  # times the book asked to be woken at for warmth
+
+    @property
+    def policy(self) -> WarmPolicy:
+        """What a queue keeps warm (serve's --keep-warm, --warm, --idle-budget)."""
+        return self._policy
+
+    @policy.setter
+    def policy(self, policy: WarmPolicy) -> None:
+        self._policy = policy
+
+    @property
+    def money(self) -> IdleMoney:
+        """Idle time of rented servers, USD and seconds, by UTC day and GPU type, of the
+        stretches over."""
+        return self._money
 
     # -- idle money ----------------------------------------------------------------------
 
@@ -51,7 +66,7 @@ class Warmth(BookPart):
         since = self._idle_since(server)
         if since is not None and now > since:
             quote = server.quote
-            self.money.add(quote.gpu_model, quote.usd_per_hour, since, now)
+            self._money.add(quote.gpu_model, quote.usd_per_hour, since, now)
         self._kept.pop(server.id, None)
         self._for_pool.pop(server.id, None)
 
@@ -63,7 +78,7 @@ class Warmth(BookPart):
     def idle_figures(self, now: float) -> dict[tuple[int, str], IdleFigure]:
         """Idle money by (UTC day, GPU model): the stretches over, and those going on."""
         going = IdleMoney()
-        going.by_day = {key: replace(f) for key, f in self.money.by_day.items()}
+        going.by_day = {key: replace(f) for key, f in self._money.by_day.items()}
         for server in self._fleet.rented.values():
             since = self._idle_since(server)
             if since is not None and server.job is None and now > since:
@@ -73,7 +88,7 @@ class Warmth(BookPart):
     def idle_today_usd(self, now: float) -> float:
         """What idle servers cost today so far: the stretches over, and those going on."""
         day_start = int(now // DAY_S) * DAY_S
-        total = self.money.on_day(int(now // DAY_S))
+        total = self._money.on_day(int(now // DAY_S))
         for server in self._fleet.rented.values():
             since = self._idle_since(server)
             if since is not None and server.job is None:
@@ -84,7 +99,7 @@ class Warmth(BookPart):
 
     def keep_until(self, server: Server, now: float) -> float | None:
         """Until when to keep a rented server nobody is meant for, for warmth (None: not)."""
-        if not self.policy.active:
+        if not self._policy.active:
             return None
         trust = server.quote.trust
         if trust is not None and untrusted(trust):
@@ -92,8 +107,8 @@ class Warmth(BookPart):
         if server.state is BOOTING:
             return self._kept.get(server.id) if server.id in self._for_pool else None
         want = -math.inf
-        if self.policy.keep_warm_s > 0 and server.last_job is not None:
-            want = server.idle_since + self.policy.keep_warm_s
+        if self._policy.keep_warm_s > 0 and server.last_job is not None:
+            want = server.idle_since + self._policy.keep_warm_s
         pool = self._pool_short(server, now)
         if pool is not None:
             closes = pool.window.next_change(now) if pool.window is not None else math.inf
@@ -109,7 +124,7 @@ class Warmth(BookPart):
     def _pool_short(self, server: Server, now: float) -> WarmPool | None:
         """The pool, on now, that the server is of and that is short without it."""
         model = server.quote.gpu_model
-        for pool in self.policy.pools:
+        for pool in self._policy.pools:
             if pool.on(now) and pool.matches(model) and self._held_for(pool, server) < pool.count:
                 return pool
         return None
@@ -128,7 +143,7 @@ class Warmth(BookPart):
 
     def _affordable(self, server: Server, want: float, now: float) -> float:
         """`want`, or sooner: as long as the idle budget holds the server idle."""
-        limit = self.policy.idle_budget_usd
+        limit = self._policy.idle_budget_usd
         price = server.quote.usd_per_hour
         if limit is None or price <= 0 or want <= now:
             return want
@@ -150,13 +165,13 @@ class Warmth(BookPart):
 
     def top_up(self, now: float) -> None:
         """Rent for each pool on now that holds fewer idle servers than it asks."""
-        if not self.policy.pools or not self._renting:
+        if not self._policy.pools or not self._renting:
             return
         servers = self._fleet.servers
         if any(i not in servers for i in self._for_pool):  # a rent for warmth that failed
             self._for_pool = {i: p for i, p in self._for_pool.items() if i in servers}
             self._kept = {i: u for i, u in self._kept.items() if i in servers}
-        for pool in self.policy.pools:
+        for pool in self._policy.pools:
             if pool.window is not None:
                 self._wake_at(pool.window.next_change(now))
             if pool.on(now):
@@ -176,8 +191,8 @@ class Warmth(BookPart):
             return False
         cost = quote.cost_usd(until - now)
         idle_left = math.inf
-        if self.policy.idle_budget_usd is not None:
-            idle_left = self.policy.idle_budget_usd - self.idle_today_usd(now)
+        if self._policy.idle_budget_usd is not None:
+            idle_left = self._policy.idle_budget_usd - self.idle_today_usd(now)
             idle_left -= self._reserved_usd(now)
         if cost > idle_left or self._budget.over(cost, now) > 0:
             self._wake_at((int(now // DAY_S) + 1) * DAY_S)  # a new day, a new budget

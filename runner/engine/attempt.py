@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runner.backends.base import Backend, Place, RunOutcome, RunRequest
+from runner.backends.base import AttemptBill, Backend, Place, RunOutcome, RunRequest
 from runner.clock import Clock
 from runner.core.model import Attempt, FailureKind, Job
 from runner.errors import CloreRunError, JobCannotRun, RunMustStop, local_fault_from
@@ -125,6 +125,7 @@ class AttemptRunner:
     ) -> Ran:
         place: Place | None = None
         placed_at: float | None = None
+        owed: AttemptBill | None = None
         stop = ""
         log = JobLog(self.out_dir, job, number, self.console)
         try:
@@ -151,10 +152,10 @@ class AttemptRunner:
             outcome = RunOutcome(None, FailureKind.PROVISIONING_FAILED, f"internal: {exc!r}")
         finally:
             if place is not None:
-                self._done(place, log)
+                owed = self._done(place, log)
         outcome = _as_killed(outcome, kill, timeout_s)
         log.close(outcome)
-        return Ran(self._attempt(number, began, place, placed_at, outcome), stop)
+        return Ran(self._attempt(number, began, place, placed_at, outcome, owed), stop)
 
     def _attempt(
         self,
@@ -163,15 +164,15 @@ class AttemptRunner:
         place: Place | None,
         placed_at: float | None,
         outcome: RunOutcome,
+        owed: AttemptBill | None,
     ) -> Attempt:
         ended = self.clock.time()
         facts = {**(place.facts if place else {}), **outcome.facts}
         facts.pop("workdir", None)
         # A renting backend knows what the attempt cost (its share of the rental); otherwise
         # it is the place's hourly price over the attempt.
-        billed = facts.pop("cost_usd", None)
         hourly = place.usd_per_hour if place else 0.0
-        cost = float(billed) if billed is not None else hourly * max(0.0, ended - began) / 3600
+        cost = owed.usd if owed is not None else hourly * max(0.0, ended - began) / 3600
         server = place.name if place else ""
         # A timeout's process ends by our signal (-15): that number is ours, not the job's, and
         # read as an exit code it says "killed by SIGTERM" where every report says "timed out".
@@ -181,11 +182,12 @@ class AttemptRunner:
             cost, facts, placed_at,
         )  # fmt: skip
 
-    def _done(self, place: Place, log: JobLog) -> None:
+    def _done(self, place: Place, log: JobLog) -> AttemptBill | None:
         try:
-            self.backend.attempt_done(place)
+            return self.backend.attempt_done(place)
         except Exception as exc:  # shutdown() tries again; the run goes on
             log.note(f"releasing {place.name} failed: {exc}")
+            return None
 
     def _request(self, job: Job, number: int, timeout_s: float) -> RunRequest:
         env = {

@@ -220,6 +220,17 @@ class Console:
         with self._lock:
             self._emit("", f"hint: {_one_line(text)}")
 
+    def run_exit(self, code: int, line: str, hint: str = "") -> None:
+        """The run's last line: why it exits (`exit 1: a job failed`, runner.outcome's words),
+        in the message shape when it did not pass, with what to do under it."""
+        with self._lock:
+            if code == 0:
+                self._emit("", _one_line(line), body_style="dim")
+                return
+        self.notice(line)
+        if hint:
+            self.hint(hint)
+
     def idle_cost(self, usd: float) -> None:
         """Cost of servers held with no job on them, for the header's spend."""
         with self._lock:

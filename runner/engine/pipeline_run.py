@@ -22,7 +22,8 @@ from runner.core.placing import PlacingCore
 from runner.core.retry import backoff_s
 from runner.engine.attempt import AttemptRunner
 from runner.engine.console import Console
-from runner.engine.driver import Driver, DriverOptions, Journal, Journals
+from runner.engine.driver import Driver, DriverOptions
+from runner.engine.journal import Journal, Journals
 
 
 def new_run_id() -> str:

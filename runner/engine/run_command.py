@@ -15,7 +15,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, TextIO
 
-from runner.backends.base import Backend
+from runner.backends.base import Backend, GivenBack, RentingBackend
 from runner.backends.spec import Waits
 from runner.clock import SYSTEM_CLOCK, Clock
 from runner.collector import startup_over
@@ -27,18 +27,24 @@ from runner.engine.pipeline_run import PipelineRun, RunSettings, new_run_id
 from runner.errors import UsageError
 from runner.figures import money
 from runner.file_lock import hold_lock
+from runner.outcome import (
+    EXIT_FAILED,
+    EXIT_INFRA,
+    EXIT_INTERRUPTED,
+    EXIT_PASSED,
+    GIVEN_BACK,
+    exit_hint,
+    exit_line,
+    outcome,
+    run_exit_code,
+)
 from runner.report import REPORT_FILES, ReportPaths, github_actions, write_reports
 from runner.spec.diagnostics import Diagnostic, SpecError, did_you_mean
 from runner.workspace import Workspace, workspace_files
 
 _OUTPUTS = ("logs", "artifacts", *REPORT_FILES)
 LOCK_NAME = ".clore-run.lock"  # in every output folder clore-run wrote: it is ours
-EXIT_CODES = {
-    RunStatus.PASSED: 0,
-    RunStatus.FAILED: 1,
-    RunStatus.ERROR: 3,
-    RunStatus.INTERRUPTED: 130,
-}
+EXIT_CODES = {status: run_exit_code(status) for status in RunStatus}
 
 
 @dataclass
@@ -223,7 +229,10 @@ def execute(
         # What was rented and went back is in the reports too: after a Ctrl-C the jobs show no
         # server and $0.00 beside a run total that paid for one.
         notes += tuple(given_back)
-        paths = write_reports(options.out_dir, record, options.baseline, notes=notes)
+        code = _exit_code(record, bool(unproven), pipeline_run.interrupted)
+        paths = write_reports(
+            options.out_dir, record, options.baseline, notes=notes, exit_code=code
+        )
         github_actions.publish(paths)
         if github_actions.is_active():
             github_actions.annotate_run_errors([f"{what}. {hint}" for what, hint in unproven])
@@ -235,20 +244,39 @@ def execute(
         if warning not in left and not any(warning.startswith(w) for w in said):
             console.notice(f"warning: {warning}")
     _final_report(console, paths, options.out_dir)
-    for what, hint in unproven:  # last, where a person looks: it bills until cancelled
+    for what, hint in unproven:  # where a person looks: it bills until cancelled
         console.notice(what)
         console.hint(hint)
+    # Last, why the run exits, in the words summary.md has; the unproven orders' own hints
+    # say what to do about them.
+    allowed = allowed_failures(record)
+    hint = "" if unproven else exit_hint(code, f"{options.out_dir}{os.sep}", backend.name)
+    console.run_exit(code, exit_line(code, allowed), hint)
+    return record, code
+
+
+def allowed_failures(record: RunRecord) -> int:
+    """How many of the run's jobs failed as continue-on-error allows (runner.outcome's rule)."""
+    allows = {job.id: job.continue_on_error for job in record.pipeline.jobs}
+    said = (outcome(r.status, allowed=allows.get(r.job_id, False)) for r in record.results)
+    return sum(1 for o in said if o.allowed)
+
+
+def _exit_code(record: RunRecord, unproven: bool, interrupted: bool) -> int:
+    """What the run exits with: its status's code, but never 0 or 1 with an order left that
+    may be ours, and 130 after a signal, even one after the jobs ended (it cut the give-back
+    short: what it left unconfirmed is `clore-run cleanup`'s)."""
+    if interrupted:
+        return EXIT_INTERRUPTED
     code = EXIT_CODES[record.status]
-    if unproven and code in (EXIT_CODES[RunStatus.PASSED], EXIT_CODES[RunStatus.FAILED]):
-        code = EXIT_CODES[RunStatus.ERROR]  # an order that may be ours is never left with 0
-    # A signal after the jobs ended cut the give-back short: the run was interrupted all the
-    # same, and what it left unconfirmed is `clore-run cleanup`'s.
-    return record, EXIT_CODES[RunStatus.INTERRUPTED] if pipeline_run.interrupted else code
+    return EXIT_INFRA if unproven and code in (EXIT_PASSED, EXIT_FAILED) else code
 
 
 def _unproven(backend: Backend) -> tuple[tuple[str, str], ...]:
     """A renting backend's orders that may be ours and were not proven: (what, hint) each."""
-    return tuple(getattr(backend, "orders_unproven", ()))
+    if not isinstance(backend, RentingBackend):
+        return ()
+    return tuple((order.what, order.hint) for order in backend.unproven_orders())
 
 
 def _say_given_back(console: Console, backend: Backend) -> list[str]:
@@ -256,21 +284,19 @@ def _say_given_back(console: Console, backend: Backend) -> list[str]:
     billed: at the end of every run that rented, Ctrl-C included (a person stopping a run
     wants to see it), and returned for the reports. A server not confirmed gone is said by the
     backend itself, with `clore-run cleanup`."""
-    given = getattr(backend, "orders_given_back", None)  # a renting backend's record
+    given = backend.given_back() if isinstance(backend, RentingBackend) else ()
     if not given:
         return []
     servers = ", ".join(_server_cost(order) for order in given[:10])
     more = f" and {len(given) - 10} more" if len(given) > 10 else ""
-    line = f"rented and given back: {servers}{more}"
+    line = f"{GIVEN_BACK}{servers}{more}"
     console.notice(line)
     return [line]
 
 
-def _server_cost(order: dict[str, str]) -> str:
+def _server_cost(order: GivenBack) -> str:
     """`RTX 3090 #88028 ($0.0016)`: the GPUs and server rented, and what it cost as billed."""
-    cost = order.get("order_cost_usd")
-    where = order.get("label") or f"#{order.get('server_id', '?')}"
-    return where + (f" ({money(float(cost))})" if cost else "")
+    return order.label + (f" ({money(order.cost_usd)})" if order.cost_usd is not None else "")
 
 
 def _baseline_durations(baseline: dict[str, Any] | None) -> dict[str, float]:

@@ -40,6 +40,7 @@ from runner.backends.clore.market import (
     offers_from_servers,
 )
 from runner.backends.clore.provision import Provisioner, ProvisionOptions, Rental
+from runner.backends.clore.quotes import OfferMarket
 from runner.backends.clore.settings import CloreSettings
 from runner.backends.ssh.keys import ClientKey, HostKeyStore
 from runner.clock import Clock
@@ -49,6 +50,8 @@ from runner.core.hedge import HedgePolicy
 from runner.core.known_jobs import WaitReason
 from runner.core.model import Attempt, FailureKind, GpuAsk, Job, JobResult, JobStatus, Provisioning
 from runner.core.placing import PlacingCore
+from runner.core.rental_length import holds, passed_over_text, worst_hold_s
+from runner.core.rentals import Quote
 from runner.core.servers import ServerBook
 from runner.engine.attempt import Ran
 from runner.engine.driver import Driver, DriverOptions
@@ -174,18 +177,45 @@ def _fitting_offers(
     registered (the core reads the market again to rent, and ranks it the same way)."""
     rates = provisioner.fees().rates
     offers = offers_from_servers(tools.client.marketplace().servers, tools.currency, fees=rates)
-    ranked = matching_offers(offers, request.ask, memory=tools.hosts.memory())
+    matching = matching_offers(offers, request.ask, memory=tools.hosts.memory())
+    ranked, short = _holding(matching, provisioner, request, tools.currency)
     if len(ranked) < request.runners:
         why = (
             explain_no_fit(offers, request.ask, tools.currency)
-            if not ranked
+            if not matching
             else (
                 f"{len(ranked)} servers fit {describe_ask(request.ask, tools.currency)}, "
                 f"{request.runners} runners were asked for"
             )
         )
-        raise JobCannotRun(why, "widen the ask (gpu, max-price, spot) or ask for fewer runners")
+        if short:
+            why += f"; {short}"
+        raise JobCannotRun(
+            why,
+            "widen the ask (gpu, max-price, spot), lower --max-minutes or ask for fewer runners",
+        )
     return ranked
+
+
+def _holding(
+    offers: list[Offer], provisioner: Provisioner, request: StartRequest, currency: str
+) -> tuple[list[Offer], str]:
+    """The offers whose host's maximum rental length (`mrl`) holds a runner's worst case (the
+    boot bound, `max-minutes`, fetching its files: the hold its budget reserves), by the
+    core's one rule, and why the others were passed over ("" if none was): the core would
+    not rent them for a runner either."""
+    job = _job("check", request)
+    hold_s = worst_hold_s(provisioner.image_allowance_s(job), job)
+    market = OfferMarket(offers, currency)
+    kept: list[Offer] = []
+    passed: list[Quote] = []
+    for offer in offers:
+        quote = market.quote(offer, request.ask)
+        if quote is not None and not holds(quote, hold_s):
+            passed.append(quote)
+        else:
+            kept.append(offer)
+    return kept, passed_over_text(tuple(passed), hold_s)
 
 
 def _check_budget(provisioner: Provisioner, ranked: list[Offer], request: StartRequest) -> None:

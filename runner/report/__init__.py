@@ -109,9 +109,11 @@ def write_reports(
     record: RunRecord,
     baseline: Mapping[str, Any] | None = None,
     notes: Sequence[str] = (),
+    exit_code: int | None = None,
 ) -> ReportPaths:
     """Write REPORTS into `out_dir`, each atomically; `baseline`: an earlier summary.json as
-    read (its JSON object). `notes` join the summary's warnings.
+    read (its JSON object). `notes` join the summary's warnings; `exit_code`: what the run
+    exits with, when not what its status gives.
 
     Bad job JUnit files and a bad baseline become warnings. OSError (e.g. an unwritable
     `out_dir`) is raised: the caller decides what an unwritable output means.
@@ -122,7 +124,7 @@ def write_reports(
 
     out_dir.mkdir(parents=True, exist_ok=True)
     junit = build_junit(out_dir, record)
-    summary = build_summary(out_dir, record, junit, notes=notes)
+    summary = build_summary(out_dir, record, junit, notes=notes, exit_code=exit_code)
     if baseline is not None:
         summary = with_comparison(summary, baseline)
     drawn = Drawn(junit, summary, timeline_of(summary))

@@ -27,6 +27,7 @@ from typing import cast
 
 from runner import __version__
 from runner.core.model import Attempt, Job, JobResult, JobStatus, RunRecord
+from runner.outcome import run_exit_code
 from runner.redact import text_redactor
 from runner.report import facts as F
 from runner.report import summary_model as S
@@ -44,9 +45,11 @@ def build_summary(
     junit: JUnitReport,
     env: Mapping[str, str] | None = None,
     notes: Sequence[str] = (),
+    exit_code: int | None = None,
 ) -> S.Summary:
     """The summary of a run, without comparison (see `with_comparison`); `notes` join the
-    JUnit files' warnings."""
+    JUnit files' warnings; `exit_code`: what the run exits with, when its end changed it from
+    what its status gives (an order left that may be ours, a signal after the jobs ended)."""
     env = os.environ if env is None else env
     tests = {t.job_id: t for t in junit.jobs}
     by_id = pipeline_jobs(record)
@@ -64,6 +67,7 @@ def build_summary(
         backend=record.backend,
         run_id=record.run_id,
         status=record.status.value,
+        exit_code=run_exit_code(record.status) if exit_code is None else exit_code,
         started_at=iso(record.started_at),
         finished_at=iso(record.finished_at),
         duration_s=_round(max(0.0, record.finished_at - record.started_at), 3),

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSche
 from typing_extensions import TypedDict
 
 from runner.core.model import FailureKind, JobStatus, RunStatus
+from runner.outcome import exit_codes_help
 
 if TYPE_CHECKING:
     from pydantic import GetJsonSchemaHandler
@@ -240,7 +241,7 @@ class Job(_Model):
 
 # Added to schema 1 after the schema was published: a file from before has none, so the schema
 # does not require them (their model default stands in when such a file is read).
-ADDED_AFTER_PUBLISHING = ("hedges",)
+ADDED_AFTER_PUBLISHING = ("hedges", "exit_code")
 
 
 def _published(schema: dict[str, Any]) -> None:
@@ -265,6 +266,11 @@ class Summary(_Model):
     backend: str = ""
     run_id: str = ""
     status: RunStatusWord = ""
+    exit_code: int | None = Field(
+        None,
+        description="what clore-run exited with, its reason in runner.outcome's words: "
+        + exit_codes_help(),
+    )
     started_at: Time = ""
     finished_at: Time = ""
     duration_s: Seconds = 0.0

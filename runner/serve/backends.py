@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from runner.backends.base import Backend
+from runner.backends.base import Backend, RentingBackend
 from runner.backends.registry import backend_spec
 from runner.backends.spec import Reconcile, Setup
 from runner.core.model import Pipeline
@@ -32,6 +32,7 @@ class BackendChoice:
     ledger: Path | str = Path(".clore-run/ledger.db")  # a file, or a postgresql:// URL
     pool: str | None = None  # a budget pool on the coordinator that every rental reserves from
     coordinator: str | None = None
+    cancel_unproven: bool = False  # a restart cancels orders that may be ours, none proven
 
 
 def build(choice: BackendChoice, instance: str) -> tuple[Backend, Reconcile]:
@@ -47,6 +48,7 @@ def build(choice: BackendChoice, instance: str) -> tuple[Backend, Reconcile]:
         ledger=choice.ledger,
         pool=choice.pool,
         coordinator=choice.coordinator,
+        cancel_unproven=choice.cancel_unproven,
     )
     backend = spec.build(setup)
     return backend, spec.restart(setup)
@@ -55,5 +57,4 @@ def build(choice: BackendChoice, instance: str) -> tuple[Backend, Reconcile]:
 def pool_seat(backend: Backend) -> PoolSeat | None:
     """The budget pool seat the backend rents under, if it joined one (--pool): a shared
     queue claims each job with a server slot of that pool (runner/stores/queue/postgres.py)."""
-    seat: PoolSeat | None = getattr(getattr(backend, "provisioner", None), "seat", None)
-    return seat
+    return backend.pool_seat() if isinstance(backend, RentingBackend) else None

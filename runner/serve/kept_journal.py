@@ -21,7 +21,7 @@ from contextlib import contextmanager
 
 from runner.backends.base import Place
 from runner.core.model import Attempt, Job, JobResult
-from runner.engine.driver import Journal
+from runner.engine.journal import Journal
 from runner.stores.queue import QueueError
 
 log = logging.getLogger("clore_run.serve")

@@ -7,7 +7,7 @@ BOOT in the book tests: 100 s expected, 300 s allowed; a boot not online is hedg
 from __future__ import annotations
 
 from runner.core.hedge import HedgePolicy
-from runner.core.hosts import HostEvent, HostMemory, pulls_of
+from runner.core.hosts import HostEvent, HostMemory, loser_kind, pulls_of
 from runner.core.pulls import (
     DEFAULT_DEPLOY_BOUND_S,
     MIN_DEPLOY_BOUND_S,
@@ -15,7 +15,7 @@ from runner.core.pulls import (
     Pulls,
     boot_bounds,
 )
-from runner.core.rentals import ServerDeploying, ServerReady
+from runner.core.rentals import Quote, RentFailed, ServerDeploying, ServerReady
 from tests.core.test_servers import Drive, job, pipeline, run_timers_until
 
 IMG = "pytorch/pytorch:2.5"
@@ -105,8 +105,8 @@ def test_a_boot_deploying_an_image_never_seen_is_never_hedged() -> None:
 def test_a_boot_not_online_is_still_hedged_as_before() -> None:
     d = Drive(pipeline(job("a", image=IMG)), hedge=HedgePolicy())
     run_timers_until(d, 150.0)
-    first, hedge = d.rents()
-    assert hedge.hedge_of == first.server
+    first, *hedges = d.rents()
+    assert hedges and all(h.hedge_of == first.server for h in hedges)
 
 
 def test_a_pull_late_by_what_the_image_took_elsewhere_is_hedged() -> None:
@@ -120,3 +120,57 @@ def test_a_pull_late_by_what_the_image_took_elsewhere_is_hedged() -> None:
     run_timers_until(d, 70.0)  # online at 10 s + 1.5 x 40 s
     _, hedge = d.rents()
     assert hedge.hedge_of == first.server
+
+
+# -- dead hosts, faster: more than one hedge once the first boot is late -----------------------
+
+
+def test_a_boot_late_the_first_time_gets_two_hedges_then_one_at_a_time_up_to_three() -> None:
+    policy = HedgePolicy()
+    assert [policy.hedges_now(n) for n in (1, 2, 3)] == [2, 1, 0]
+    assert HedgePolicy(enabled=False).hedges_now(1) == 0
+    assert HedgePolicy(fan_out=1).hedges_now(1) == 1  # the old policy: one at a time
+
+
+def test_a_late_boot_races_two_hedges_and_the_first_up_sends_back_both_others() -> None:
+    d = Drive(pipeline(job("a")), hedge=HedgePolicy())
+    run_timers_until(d, 150.0)
+    first, h1, h2 = d.rents()
+    assert h1.hedge_of == h2.hedge_of == first.server
+    assert {h1.quote.host, h2.quote.host} == {"a2", "a3"}
+    d.at(170.0, ServerReady(h2.server))
+    assert sorted(r.server for r in d.releases()) == [first.server, h1.server]
+    assert d.start_of("a").server == h2.server
+
+
+def test_with_three_racing_the_oldest_not_online_gives_way_to_a_fresh_host() -> None:
+    d = Drive(pipeline(job("a")), hedge=HedgePolicy(), offers=d_offers(), cap=4)
+    run_timers_until(d, 150.0)
+    first, _, _ = d.rents()
+    run_timers_until(d, 179.0)
+    assert len(d.rents()) == 3 and d.releases() == []
+    run_timers_until(d, 180.0)  # the hedges are late 30 s after their rent: three racing
+    (gave_way,) = d.releases()
+    assert gave_way.server == first.server  # 30 s past its own lateness, not online
+    assert gave_way.reason.startswith("hedge: not online after 180 s")
+    assert len(d.rents()) == 4  # a fresh host in its place
+
+
+def test_when_one_racing_boot_fails_a_late_one_gets_a_hedge_in_its_place() -> None:
+    d = Drive(pipeline(job("a")), hedge=HedgePolicy(racing_after_s=1e9), offers=d_offers())
+    run_timers_until(d, 150.0)
+    first, h1, h2 = d.rents()
+    d.at(200.0, RentFailed(first.server, "not online after 200 s"))  # gone: two racing
+    run_timers_until(d, 300.0)  # h1 and h2 (150 s old) are late: one more, up to three
+    assert len(d.rents()) == 4
+    assert d.rents()[-1].hedge_of in (h1.server, h2.server)
+
+
+def d_offers() -> list[Quote]:
+    return [Quote(f"a{n}", "RTX 3090", 1, 0.30 + n / 100) for n in range(1, 7)]
+
+
+def test_a_hedges_loser_is_slow_if_it_had_time_to_come_up_a_pull_if_it_was_deploying() -> None:
+    assert loser_kind(60.0, online=False) == "slow"
+    assert loser_kind(5.0, online=False) is None  # rented seconds before the winner answered
+    assert loser_kind(60.0, online=True) == "pulling"

@@ -18,9 +18,13 @@ from runner.core.servers import AFTER_SCRIPT_S, ServerBook
 from runner.core.simulate_market import HEALTHY_BOOT_S, MarketModel, ModelMarket, simulate_servers
 from tests.core.test_servers import BOOT, OFFERS, Drive, job, pipeline, run_timers_until
 
+# One hedge at a time: these tests follow a pair. A first late boot's two hedges, and a ring
+# of three: tests/core/test_boot_phases.py.
+PAIRS = HedgePolicy(fan_out=1, max_racing=2, racing_after_s=1e9)
+
 
 def hedged(*jobs: object, **book: object) -> Drive:
-    return Drive(pipeline(*jobs), hedge=HedgePolicy(), **book)  # type: ignore[arg-type]
+    return Drive(pipeline(*jobs), hedge=PAIRS, **book)  # type: ignore[arg-type]
 
 
 # -- the policy ------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
+from runner.backends.base import GivenBack, Unproven
 from runner.core.model import Job
 from runner.engine.run_command import RunOptions, execute
 from runner.spec.loader import parse_pipeline
@@ -36,6 +37,15 @@ class SlowGiveBack(PassingBackend):
 
     def idle_cost_usd(self) -> float:
         return 0.25 if self.seen_at_shutdown else 0.0  # known once the servers are back
+
+    def given_back(self) -> tuple[GivenBack, ...]:
+        return ()
+
+    def unproven_orders(self) -> tuple[Unproven, ...]:
+        return ()
+
+    def pool_seat(self) -> None:
+        return None
 
     def shutdown(self) -> None:
         if self.seen_at_shutdown:

@@ -64,7 +64,7 @@ def _history(host: Host) -> dict[str, list[str]]:
     """Per host, the kinds of event the history holds of it."""
     with open_hosts(hosts_target(host.tmp / "ledger.db"), clock=host.clock) as history:
         memory = history.memory()
-    kinds = ("ups", "never_up", "ssh_failed", "preempted")
+    kinds = ("ups", "never_up", "ssh_failed", "preempted", "slow")
     return {
         name: [kind for kind in kinds if getattr(rec, kind)] for name, rec in memory.hosts.items()
     }
@@ -96,7 +96,8 @@ def test_a_boot_that_runs_late_is_hedged_and_the_loser_cancelled(host: Host) -> 
     assert all(r.create_sent_at is not None for r in rows.values())
     assert rows[DEAD].order_id == str(dead.id) and rows[DEAD].state == "released"
     assert rows[NEXT].order_id == str(rental.order_id) and rows[NEXT].state == "running"
-    assert _history(host) == {str(NEXT): ["ups"]}
+    # The loser had not come up when the winner did: remembered as slow, not forgotten.
+    assert _history(host) == {str(DEAD): ["slow"], str(NEXT): ["ups"]}
     host.github.wait_for("done", rental.runner_id)
     _stop(host)
 

@@ -88,7 +88,7 @@ def test_more_runners_than_fitting_servers_is_refused_up_front(host: Host) -> No
         (["--org", "octo", "--repo", "octo/x"], {}, "not both"),
         (["--repo", "not-a-repo"], {}, "not a repository"),
         (["--org", "a/b"], {}, "not an organization"),
-        ([], {"GITHUB_REPOSITORY": ""}, "which repository?"),
+        ([], {"GITHUB_REPOSITORY": ""}, "which repository"),
         ([], {"CLORE_RUNNER_TOKEN": ""}, "CLORE_RUNNER_TOKEN is not set"),
     ],
 )
@@ -178,3 +178,16 @@ def test_a_runner_whose_next_host_the_budget_cannot_hold_ends_the_start(host: Ho
     # The runner installed had taken its job (the stand-in's at once) and removed itself.
     assert host.github.runners == {} and "could not remove" not in words
     assert not (host.tmp / "record.json").exists()
+
+
+def test_a_host_too_short_for_the_runners_cap_is_no_fit_and_says_why(host: Host) -> None:
+    """The only 3090 taking USD-Blockchain may hold an order 1 hour (`mrl`); a runner capped at
+    60 minutes is held longer at worst (the boot bound and fetching files on top). The pre-check
+    counted it as fitting, registered the runner, and the core then would not rent it."""
+    host.fake.mrl_hours_by_server[88028] = 1.0
+    host.fake.servers[88028]["mrl"] = 1
+    started = host.invoke(host.start_args("--max-minutes", "60"))
+    assert started.exit_code == 3, started.output
+    said = " ".join(started.output.split())
+    assert "0 servers fit" in said and "maximum rental length 1 h or less cannot hold" in said
+    assert host.github.seen == [] and host.fake.calls("create_order") == []

@@ -132,4 +132,6 @@ def test_the_totals_line_counts_errors_in_words() -> None:
         "duration_s": 32.4,
     }
     line = "".join(text for text, _ in totals_parts(parse_summary(summary)))
-    assert line.startswith("error: 2 errored, 2 skipped · ")  # not "error: 2 error"
+    # Not "error: 2 error": a run's word is a participle, as the counts say it, and a line
+    # that starts `error:` reads as a message of another shape.
+    assert line.startswith("errored: 2 errored, 2 skipped · ")

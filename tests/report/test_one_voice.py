@@ -6,20 +6,25 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import os
 import re
+import signal
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 
 from runner import outcome as O
+from runner.backends.base import NO_STAGES, RunOutcome
 from runner.core.model import Attempt, FailureKind, JobResult, JobStatus, RunRecord
+from runner.errors import JobCannotRun
 from runner.report import write_reports
 from runner.report.comment import comment_body
 from runner.report.markdown import render_markdown
 from runner.report.mermaid import gantt
 from runner.report.summary_model import Summary, parse_summary
 from runner.report.timeline import build_timeline, records_from_summary
+from tests.fakes.passing_backend import PassingBackend
 from tests.report.records import T0, _job, mixed_record, write_outputs
 
 # job id -> the outcome it must read as everywhere: every status, each qualifier.
@@ -239,3 +244,90 @@ def test_follow_is_ticked_only_while_the_job_can_still_write() -> None:
     assert box is not None and box.group() == (
         '<input type="checkbox" id="log-follow"{% if not data.final %} checked{% endif %}>'
     )
+
+
+class _EndsByName(PassingBackend):
+    """A job's attempt ends as its name says: `fail` exits 1, `infra` finds no place (exit 3),
+    `stop` gets the run a SIGINT (exit 130); any other passes."""
+
+    name = "ends"
+
+    def place(self, server, job, cancel, stages=NO_STAGES):  # type: ignore[no-untyped-def]
+        if job.id.startswith("infra"):
+            raise JobCannotRun("no place fits it")
+        return super().place(server, job, cancel, stages)
+
+    def run(self, place, request, sink, cancel, stages=NO_STAGES):  # type: ignore[no-untyped-def]
+        if request.job.id.startswith("fail"):
+            return RunOutcome(1, FailureKind.TEST_FAILURE, "exit code 1")
+        if request.job.id.startswith("stop"):
+            os.kill(os.getpid(), signal.SIGINT)
+            assert cancel.wait(10), "the run never stopped the job"
+            return RunOutcome(None, FailureKind.CANCELLED, "interrupted")
+        return super().run(place, request, sink, cancel, stages)
+
+
+# (jobs, the exit code, failures continue-on-error allows)
+RUN_ENDS = {
+    "passed": ("ok", 0, 0),
+    "passed, a failure allowed": ("ok fail-allowed", 0, 1),
+    "failed": ("ok fail", 1, 0),
+    "errored": ("infra", 3, 0),
+    "interrupted": ("stop", 130, 0),
+}
+
+
+@pytest.mark.parametrize("end", list(RUN_ENDS))
+def test_every_writer_says_why_the_run_exits_alike(
+    end: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The console's last line, summary.json's code, summary.md, the step summary and the PR
+    comment give the same exit code and reason (runner.outcome's), and the console's totals
+    and summary.md's headline the same run word."""
+    from runner.engine.run_command import RunOptions, execute
+    from runner.spec.loader import parse_pipeline
+
+    ids, expected, allowed = RUN_ENDS[end]
+    lines = [f"  {i}: {{run: 'true', workspace: false}}" for i in ids.split()]
+    lines = [line.replace("}", ", continue-on-error: true}") if "allowed" in line else line
+             for line in lines]  # fmt: skip
+    pipeline = parse_pipeline("jobs:\n" + "\n".join(lines) + "\n", "p.yml", {})
+    step_summary = tmp_path / "step-summary.md"
+    for name, value in {"GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(step_summary),
+                        "GITHUB_OUTPUT": str(tmp_path / "output")}.items():  # fmt: skip
+        monkeypatch.setenv(name, value)
+    screen = io.StringIO()
+    out = tmp_path / "out"
+    _, code = execute(pipeline, _EndsByName(), RunOptions(out_dir=out), screen)
+    assert code == expected
+    summary = parse_summary(json.loads((out / "summary.json").read_text()))
+    assert summary.exit_code == code
+    said = O.exit_line(code, allowed)
+    assert said.startswith(f"exit {code}: ")
+    # On screen: the last line (in the message shape when the run did not pass, its hint
+    # under it), and the totals beginning with the run's word.
+    shown = screen.getvalue().rstrip("\n").split("\n")
+    ending = shown[-2:] if shown[-1].startswith("hint: ") else shown[-1:]
+    assert ending[0] == (said if code == 0 else f"clore-run: {said}")
+    word = O.run_line(summary.status, allowed)
+    assert any(line.startswith(f"{word}: ") for line in shown), shown
+    markdown = (out / "summary.md").read_text()
+    in_markdown = f" · **exit {code}**: {O.exit_reason(code, allowed)}\n"
+    assert markdown.splitlines()[0].endswith(f": {word}")
+    for text in (markdown, step_summary.read_text(), comment_body(markdown, "gpu", None)):
+        assert in_markdown in text
+        assert text.count("**exit ") == 1
+
+
+def test_the_exit_reasons_are_one_table() -> None:
+    """`--help`, summary.json's schema and the run's end read the same table."""
+    from runner.report.summary_model import Summary
+
+    listed = O.exit_codes_help()
+    assert all(f"{code} {reason}" in listed for code, reason in O.EXIT_REASONS.items())
+    described = Summary.model_fields["exit_code"].description or ""
+    assert listed in described
+    repo = Path(__file__).parents[2]
+    for doc in ("README.md", "docs/cli.md"):
+        text = " ".join((repo / doc).read_text().split())
+        assert all(reason in text for reason in O.EXIT_REASONS.values()), doc

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from runner import outcome as outcome_words
 from runner.core.model import JobResult, JobStatus, RunRecord, RunStatus
 from runner.report import load_summary, read_json, write_reports
 from runner.report.compare import BadBaseline, compare, parse_baseline
@@ -74,11 +75,12 @@ def _reference_markdown(summary: dict[str, Any]) -> str:
     env.filters.update(
         cell=md.cell, money=md.money, rate=md.rate, duration=md.duration, pct=md.pct,
         icon=md.icon, fence=md.fence, html_text=md.html_text, counted=md.counted,
-        look=outcome.outcome, run_line=outcome.run_line,
+        look=outcome.outcome, run_line=outcome.run_line, exit_reason=outcome.exit_reason,
         gantt=lambda s: md.summary_gantt(parse_summary(s)),
         remote=lambda value, limit=200: untrusted.markdown(str(value), limit),
     )  # fmt: skip
-    return env.get_template("summary.md.j2").render(s=summary)
+    env.tests["startswith"] = lambda value, prefix: str(value).startswith(prefix)
+    return env.get_template("summary.md.j2").render(s=summary, given_back=outcome.GIVEN_BACK)
 
 
 def _variants(summary: dict[str, Any]) -> list[dict[str, Any]]:
@@ -94,12 +96,15 @@ def _variants(summary: dict[str, Any]) -> list[dict[str, Any]]:
         {"tests": dict(summary["tests"], total=0)},
         {"tests": dict(summary["tests"], failures=0, errors=0, skipped=0, flaky_jobs=2)},
         {"budget_usd": None, "warnings": ["a | b", "x" * 600]},
+        {"warnings": [f"{outcome_words.GIVEN_BACK}RTX 3090 #88028 ($0.0016)", "a | b"]},
         {"jobs": [dict(job, failed_tests=many_failed)]},
         {"jobs": with_log},
         {"ci": {"run_id": "7", "run_url": "https://x/7", "sha": ""}},
         {"ci": None, "comparison": None},
         {"jobs": [dict(j, attempt_details=[], attempts=0) for j in summary["jobs"]]},
         {"hedges": {"boots_given_back": 3, "cost_usd": 0.0123}},
+        {"exit_code": None},  # a summary written before it was kept
+        {"exit_code": 0, "jobs": [dict(job, allowed_failure=True)]},
         # a failure continue-on-error allows, beside one that fails the run
         {"jobs": [dict(job, allowed_failure=True, id="allowed"), job]},
     ]

@@ -18,26 +18,30 @@ import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from runner.backends.base import (
     NO_STAGES,
+    AttemptBill,
+    GivenBack,
     OutputSink,
     Place,
     RunOutcome,
     RunRequest,
     ServerReport,
     StageSink,
+    Unproven,
 )
 from runner.backends.clore import bill
 from runner.backends.clore import errors as api_errors
 from runner.backends.clore.api import CloreClient
-from runner.backends.clore.hedge_log import HedgeLog
+from runner.backends.clore.hedge_log import HEDGE_REASON, HedgeLog
 from runner.backends.clore.host_memory import HostRecorder
 from runner.backends.clore.market import (
     Offer,
     offers_from_servers,
 )
-from runner.backends.clore.provision import Provisioner, Rental
+from runner.backends.clore.provision import CancelledBooting, Provisioner, Rental
 from runner.backends.clore.quotes import OfferMarket
 from runner.backends.clore.settings import DEFAULT_IMAGE, CloreSettings
 from runner.backends.ssh.exec import run_job
@@ -58,6 +62,9 @@ from runner.core.rentals import (
 from runner.core.servers import ServerBook
 from runner.errors import CloreRunError, InfrastructureError, JobCannotRun, RunMustStop
 
+if TYPE_CHECKING:  # psycopg is an extra: only a run that joins a pool imports it
+    from runner.stores.pools.seat import PoolSeat
+
 MARKET_TTL_S = 60.0  # the marketplace is ~2,100 servers: fetch it at most once a minute
 MAX_OFFERS_PER_ATTEMPT = 5
 _ANY_GPU = GpuAsk()
@@ -74,6 +81,20 @@ SETUP_ENDS_WITHIN_S = 180.0
 _NO_IMAGE_JOB = Job("", "", "true", 0)
 
 log = logging.getLogger("clore_run")
+
+
+@dataclass(frozen=True)
+class GivenOrder:
+    """An order given back: its rental, and what it cost where the API said no figure of its
+    own (an order given back while booting: what its rent came to; None: not known)."""
+
+    rental: Rental
+    fallback_usd: float | None = None
+
+    @property
+    def cost_usd(self) -> float | None:
+        cost = self.rental.order_cost
+        return cost.total_usd if cost is not None else self.fallback_usd
 
 
 @dataclass
@@ -101,6 +122,7 @@ class CloreBackend:
     # Servers the core gave back while their rent was under way: what each rent came to.
     _given_back_booting: dict[int, ServerEvent | None] = field(default_factory=dict)
     _skipped: dict[str, list[str]] = field(default_factory=dict)
+    _hedge_losers: set[int] = field(default_factory=set)  # given back: another answered first
     # Guards the maps above (rents, releases and attempts run on threads of their own); the
     # shutdown waits on it for the rentals being set up.
     _lock: threading.Condition = field(default_factory=threading.Condition)
@@ -113,9 +135,12 @@ class CloreBackend:
     _balance_checked: bool = False
     _balance_short: RunMustStop | None = None  # every later rental stops the same way
     _fees_noted: bool = False  # the fee rates assumed are said once per run
-    # Each order given back, with what it cost as the API billed it (`order_*_usd`): the
-    # attempts' facts hold their shares; these hold the orders'.
-    orders_given_back: list[dict[str, str]] = field(default_factory=list)
+    # Each order given back, with what it cost as the API billed it: the attempts' bills
+    # hold their shares; these hold the orders'.
+    orders_given_back: list[GivenOrder] = field(default_factory=list)
+    # Attempts whose server the shutdown gave back under them: their bills, settled then
+    # (rental id -> USD), for their `attempt_done` to hand over.
+    _settled: dict[int, float] = field(default_factory=dict)
     # The host history (what each host did, across runs), hedged boots' policy and record.
     hosts: HostRecorder = field(default_factory=HostRecorder)
     hedge: HedgePolicy = field(default_factory=HedgePolicy)
@@ -242,23 +267,25 @@ class CloreBackend:
         return outcome
 
     def _bill(self, rental: Rental) -> float:
-        """Cost since the last attempt billed on this server, renter fee included; the
-        creation fee goes to the attempt that sees the order past 10 minutes (Clore charges
-        none for an order cancelled sooner; the final settlement catches one it passes later)."""
-        now = self.clock.time()
-        cost = rental.usd_per_hour * max(0.0, now - rental.billed_until) / 3600
-        if not rental.fee_billed and bill.creation_fee_charged(now - rental.held_since):
-            cost += rental.creation_fee_usd
-            rental.fee_billed = True
-        rental.billed_until = now
-        rental.facts["billed_usd"] = f"{float(rental.facts.get('billed_usd', 0)) + cost:.6f}"
-        return cost
+        """Cost since the last attempt billed on this server (bill.share_since), now on
+        the rental's shares."""
+        share = bill.share_since(
+            rental.usd_per_hour,
+            rental.billed_until,
+            self.clock.time(),
+            rental.held_since,
+            rental.creation_fee_usd,
+            rental.fee_billed,
+        )
+        rental.billed_until, rental.fee_billed = share.billed_until, share.fee_billed
+        rental.billed_usd = (rental.billed_usd or 0.0) + share.usd
+        return share.usd
 
     def _rest(self, rental: Rental, final_usd: float) -> float:
         """What the order's final figure adds to the shares billed on our own clock, or takes
         back (negative): a preempted spot order stops billing, an order's `ct` is in whole
         seconds. The run's total is then what the provider billed."""
-        return final_usd - float(rental.facts.get("billed_usd", 0))
+        return final_usd - (rental.billed_usd or 0.0)
 
     def _give_back_idle(
         self, helds: list[_Held], within_s: float | None = None
@@ -270,9 +297,9 @@ class CloreBackend:
             idle = {h.rental.rental_id: self._bill(h.rental) for h in helds}
         finals = self.provisioner.release_all([h.rental for h in helds], within_s)
         with self._lock:
-            self.orders_given_back += [_given_back(h.rental) for h in helds]
             for held in helds:
                 final = finals.get(held.rental.rental_id)
+                self.orders_given_back.append(GivenOrder(held.rental))
                 self._idle_usd += idle[held.rental.rental_id]
                 if final is not None:
                     self._idle_usd += self._rest(held.rental, final)
@@ -308,7 +335,7 @@ class CloreBackend:
                 if h.job is not None and h.place is not None:
                     # Its attempt_done() will find the server gone: settle the attempt's
                     # share now, so the run does not price it again (the rest is idle).
-                    h.place.facts["cost_usd"] = f"{self._bill(h.rental):.6f}"
+                    self._settled[h.rental.rental_id] = self._bill(h.rental)
         for rental in booting:  # an order already known is cancelled now, not when its rent
             self.provisioner.send_cancel(rental)  # notices: that may be after SIGKILL
         options = self.provisioner.options
@@ -320,12 +347,19 @@ class CloreBackend:
         self.hosts.close()
         self._check_ledger()
 
-    @property
-    def orders_unproven(self) -> tuple[tuple[str, str], ...]:
+    def unproven_orders(self) -> tuple[Unproven, ...]:
         """Orders this run's creates made that could not be proven ours, left running: what
         happened and what to do, each. `run` names them at its end and exits 3."""
         with self.provisioner._lock:
-            return tuple(self.provisioner.unproven)
+            return tuple(Unproven(what, hint) for what, hint in self.provisioner.unproven)
+
+    def given_back(self) -> tuple[GivenBack, ...]:
+        with self._lock:
+            given = list(self.orders_given_back)
+        return tuple(GivenBack(_offer_label(g.rental.offer), g.cost_usd) for g in given)
+
+    def pool_seat(self) -> PoolSeat | None:
+        return self.provisioner.seat
 
     def _check_ledger(self) -> None:
         """Say so when this run leaves a rental it could not confirm released (an ambiguous
@@ -367,7 +401,8 @@ class CloreBackend:
         self._live = market
         bound_s = self.provisioner.options.online_timeout_s  # a dead host is given up then
         memory = self.hosts.memory()
-        market.remember(memory, bound_s)
+        images = sorted({j.image or DEFAULT_IMAGE for j in jobs})
+        market.remember(memory, bound_s, images)  # a host whose cache holds them ranks first
         pulls = replace(memory.pulls, default_image=DEFAULT_IMAGE)
         self.provisioner.pulls = pulls
         # The longest a boot may take, image pull included: what the budget reserves for
@@ -461,6 +496,10 @@ class CloreBackend:
             return RentFailed(cmd.server, str(exc), self._wasted_usd(), job_cannot_run=True)
         except CloreRunError as exc:  # a host of its own failing (SkipOffer), or cancelled
             self.hosts.failed(offer.server_id, exc, job.image or DEFAULT_IMAGE)
+            with self._lock:
+                lost_race = cmd.server in self._hedge_losers
+            if lost_race and isinstance(exc, CancelledBooting):
+                self.hosts.lost_race(offer.server_id, exc)
             self._refresh_market()
             return RentFailed(cmd.server, str(exc), self._wasted_usd())
         self.hosts.up(rental)
@@ -471,8 +510,7 @@ class CloreBackend:
                 self._rentals_of[cmd.server] = rental.rental_id
         if closing:  # shut down while it was being set up: it ran nothing, and cost this
             final = self._give_back_idle([_Held(rental)]).get(rental.rental_id)
-            billed = float(rental.facts.get("billed_usd", 0))
-            cost = final if final is not None else billed
+            cost = final if final is not None else rental.billed_usd or 0.0
             return RentFailed(cmd.server, "the run is shutting down", cost)
         return ServerReady(cmd.server)
 
@@ -480,12 +518,10 @@ class CloreBackend:
         """A rent whose order was made and given back before it served a job (a boot that
         failed, a Ctrl-C while it booted) is said at the run's end with the servers it held:
         its job ran on nothing, and the run's total paid for it. With the lock held."""
-        ids = {g.get("rental_id") for g in self.orders_given_back}
-        if rental.order_id is None or str(rental.rental_id) in ids:
+        ids = {g.rental.rental_id for g in self.orders_given_back}
+        if rental.order_id is None or rental.rental_id in ids:
             return  # no order was made, or it was given back as a server held
-        said = _given_back(rental)
-        said.setdefault("order_cost_usd", f"{cost_usd:.6f}")
-        self.orders_given_back.append(said)
+        self.orders_given_back.append(GivenOrder(rental, cost_usd))
 
     def _track(self, server: int, rental: Rental) -> None:
         with self._lock:
@@ -522,7 +558,7 @@ class CloreBackend:
             if not self.provisioner.cover(held.rental, job):
                 raise InfrastructureError(f"{job.id}: the budget pool cannot cover it now")
             held.rental.skipped = self._skipped.pop(job.id, []) + held.rental.skipped
-            if held.rental.job_id != job.id or "billed_usd" in held.rental.facts:
+            if held.rental.job_id != job.id or held.rental.billed_usd is not None:
                 # A server that waited for this job (kept warm, rented for warmth or for
                 # another job): the time since its last bill was idle, nobody's job's.
                 self._idle_usd += self._bill(held.rental)
@@ -531,22 +567,25 @@ class CloreBackend:
             held.place.facts.update(self.hedges.facts(job.id, server))
             return held.place
 
-    def attempt_done(self, place: Place) -> None:
+    def attempt_done(self, place: Place) -> AttemptBill | None:
         held = self._find(place)
-        if held is None:
-            return  # given back under it (a shutdown): that settled the attempt's share
+        if held is None:  # given back under it (a shutdown): that settled the attempt's share
+            with self._lock:
+                settled = self._settled.pop(int(place.facts.get("rental_id", "-1")), None)
+            return AttemptBill(settled) if settled is not None else None
         with self._lock:
             job, held.job = held.job, None
-            place.facts["cost_usd"] = f"{self._bill(held.rental):.6f}"
+            owed = AttemptBill(self._bill(held.rental))
         place.facts.update(self.hedges.cost_facts(held.rental.job_id))
         conn = held.rental.conn
         if self.handover_mark is None or job is None or conn is None or not conn.alive:
-            return
+            return owed
         left = hand_over(conn, job.id, self.handover_mark)
         if left:  # never reused: the core gives a lost server back
             log.warning("%s failed the clean handover after %s: %s", place.name, job.id, left)
             with self._lock:
                 held.rental.lost = True
+        return owed
 
     def rental_at(self, place: Place) -> Rental | None:
         """The rental `place` is on, for work of the caller's own over its SSH connection
@@ -577,6 +616,9 @@ class CloreBackend:
         if handed is not None:  # not ours to give back: it may cost all of its worst case
             report(ServerReleased(server, handed[1]))
             return
+        if reason.startswith(HEDGE_REASON):
+            with self._lock:  # before its rent hears the cancel: the rent says what it was
+                self._hedge_losers.add(server)
         booted = self._stop_rent(server)
         with self._lock:
             held = self._held.pop(self._rentals_of.pop(server, -1), None)
@@ -589,7 +631,7 @@ class CloreBackend:
         final = self._give_back_idle([held]).get(held.rental.rental_id)
         # The API's figure; without one (no `spend` in its reply), what this order was billed
         # here, from its create to now: either replaces the core's estimate.
-        billed = float(held.rental.facts.get("billed_usd", 0))
+        billed = held.rental.billed_usd or 0.0
         self.hedges.given_back(server, reason, final if final is not None else billed)
         report(ServerReleased(server, final if final is not None else billed))
 
@@ -655,12 +697,6 @@ class _LiveMarket(OfferMarket):
         # The last book read, however old: the core's loop never waits for the API. A rent
         # reads it afresh (off the loop) and asks for a new price if the bid moved up.
         return self._backend.provisioner.known_rival_bids(offer.server_id)
-
-
-def _given_back(rental: Rental) -> dict[str, str]:
-    """An order given back, as the run's end names it: its server, GPUs and cost (`order_*`)."""
-    server = {"server_id": str(rental.offer.server_id), "label": _offer_label(rental.offer)}
-    return {**server, "rental_id": str(rental.rental_id), **rental.facts}
 
 
 def _offer_label(offer: Offer) -> str:

@@ -177,3 +177,29 @@ def billing_start(ct: float | None, create_sent_unix: float | None) -> float | N
     if ct is None or create_sent_unix is None:
         return ct if ct is not None else create_sent_unix
     return create_sent_unix if ct > create_sent_unix + CT_LATE_AFTER_S else ct
+
+
+@dataclass(frozen=True)
+class Share:
+    """One attempt's share of an order held (or the idle time between two), in USD."""
+
+    usd: float
+    billed_until: float  # unix seconds: the next share starts here
+    fee_billed: bool  # the creation fee is on some share now
+
+
+def share_since(
+    with_fee_usd_per_hour: float,
+    billed_until: float,
+    now_unix: float,
+    held_since: float,
+    creation_fee_usd: float,
+    fee_billed: bool,
+) -> Share:
+    """What an order cost since its last share, on our own clock: the hourly price with fee
+    for the time since `billed_until`, and the creation fee on the share that sees the order
+    past its grace (none is charged for an order cancelled sooner; the final settlement
+    catches one it passes later)."""
+    usd = with_fee_usd_per_hour * max(0.0, now_unix - billed_until) / SECONDS_PER_HOUR
+    charged = not fee_billed and creation_fee_charged(now_unix - held_since)
+    return Share(usd + (creation_fee_usd if charged else 0.0), now_unix, fee_billed or charged)

@@ -308,13 +308,12 @@ def _gpus(rental: Rental) -> str:
 
 
 def _cost(rental: Rental, final_usd: float | None) -> str:
-    if final_usd is None:
+    parts = rental.order_cost
+    if final_usd is None or parts is None:
         return "the API reported no spend, so the cost is not known"
-    parts = rental.facts
     return (
-        f"cost as billed ${final_usd:.6f} (rental ${float(parts['order_rental_usd']):.6f}, "
-        f"renter fee ${float(parts['order_renter_fee_usd']):.6f}, "
-        f"creation fee ${float(parts['order_creation_fee_usd']):.6f})"
+        f"cost as billed ${final_usd:.6f} (rental ${parts.rental_usd:.6f}, "
+        f"renter fee ${parts.renter_fee_usd:.6f}, creation fee ${parts.creation_fee_usd:.6f})"
     )
 
 

@@ -16,9 +16,13 @@ from runner.backends.clore.ownership import order_of
 from runner.stores.ledger import Rental
 
 
-def ended_cost_usd(rental: Rental, order: Order) -> float | None:
-    """What `order` (the rental's) cost in USD up to its end, converted at the rental's own
-    rate (the renter's fee included); None when neither its spend nor its lifetime is known."""
+def ended_cost_usd(
+    rental: Rental, order: Order, rates: bill.RenterFeeRates = bill.DOCUMENTED_RATES
+) -> float | None:
+    """What `order` (the rental's) cost in USD up to its end, as `bill.billed_cost` reckons
+    it: the renter's fee (`rates`: the account's, read where the caller can) on its spend, the
+    creation fee as charged, with no renter's fee on it. None when neither its spend nor its
+    lifetime is known."""
     if not rental.price_per_day:
         return None
     price_per_day = float(order.price or rental.price_per_day)
@@ -28,14 +32,23 @@ def ended_cost_usd(rental: Rental, order: Order) -> float | None:
     spend_native = bill.ended_spend_native(order.spend, price_per_day, lived_s, spot)
     if spend_native is None:
         return None
-    usd_per_unit = (rental.usd_per_hour or 0.0) * 24 / rental.price_per_day
-    fee_native = float(order.creation_fee or 0.0)
-    if not bill.creation_fee_charged(lived_s or 0.0):
-        fee_native = 0.0
-    return (spend_native + fee_native) * usd_per_unit
+    fee_rate = rates.fee_rate(spot)
+    # The ledger keeps the rental's USD per hour with the renter's fee in it (what the UI
+    # shows): the server's own USD per native unit is that rate without the fee.
+    usd_per_native = (rental.usd_per_hour or 0.0) * 24 / rental.price_per_day / (1 + fee_rate)
+    creation_fee_native = float(order.creation_fee or 0.0)
+    cost = bill.billed_cost(
+        spend_native, usd_per_native, fee_rate, creation_fee_native, lived_s or 0.0
+    )
+    return cost.total_usd
 
 
-def billed_usd(rental: Rental, orders: dict[int, Order] | None, worst_usd: float) -> float:
+def billed_usd(
+    rental: Rental,
+    orders: dict[int, Order] | None,
+    worst_usd: float,
+    rates: bill.RenterFeeRates = bill.DOCUMENTED_RATES,
+) -> float:
     """What `rental` cost in USD: what its order billed up to its end (whoever ended it),
     the creation fee only if it lived 10 minutes (the fee's grace, reference §4). Without the
     API's figures: the reservation's worst case. A rental whose create made nothing: $0."""
@@ -43,5 +56,5 @@ def billed_usd(rental: Rental, orders: dict[int, Order] | None, worst_usd: float
         return 0.0
     order_id = order_of(rental)
     order = (orders or {}).get(order_id) if order_id is not None else None
-    cost = ended_cost_usd(rental, order) if order is not None else None
+    cost = ended_cost_usd(rental, order, rates) if order is not None else None
     return worst_usd if cost is None else cost

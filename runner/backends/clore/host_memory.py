@@ -11,9 +11,15 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from runner.backends.clore.provision import NeverOnline, Rental, SshNeverAnswered, StillPulling
+from runner.backends.clore.provision import (
+    CancelledBooting,
+    NeverOnline,
+    Rental,
+    SshNeverAnswered,
+    StillPulling,
+)
 from runner.clock import SYSTEM_CLOCK, Clock
-from runner.core.hosts import EventKind, HostEvent, HostMemory
+from runner.core.hosts import EventKind, HostEvent, HostMemory, loser_kind
 from runner.errors import CloreRunError
 from runner.stores.hosts import HostHistory, HostHistoryError
 
@@ -57,6 +63,13 @@ class HostRecorder:
             self._record(server_id, "ssh_failed", None, image)
         elif isinstance(exc, StillPulling):
             self._record(server_id, "pulling", None, exc.image, exc.pull_s)
+
+    def lost_race(self, server_id: int, exc: CancelledBooting) -> None:
+        """A hedge's loser, given back still booting when another host answered SSH: slow
+        (not online yet), or a pull, as the core's rule says; not forgotten."""
+        kind = loser_kind(exc.waited_s, exc.pulled_s is not None)
+        if kind is not None:
+            self._record(server_id, kind, exc.waited_s, exc.image, exc.pulled_s)
 
     def lost(self, server_id: int) -> None:
         """The server went away under a job (outbid, dropped)."""

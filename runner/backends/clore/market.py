@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -265,13 +265,19 @@ def rank_key(offer: Offer, spot: bool = False) -> tuple[float, float, float, int
 
 
 def expected_rank_key(
-    offer: Offer, spot: bool, memory: HostMemory, given_up_after_s: float
+    offer: Offer,
+    spot: bool,
+    memory: HostMemory,
+    given_up_after_s: float,
+    images: Sequence[str] = (),
 ) -> tuple[float, float, float, int]:
     """`rank_key` with the host history in: the price per reliable hour becomes the expected
     cost per reliable hour, the price plus the host's chance of a failed boot (its record
     weighed against the market's) times what such a boot costs (the wait at its price, and
-    the creation fee if the wait passes the grace). What a person would pick knowing the
-    history: a host that failed half its boots loses to a slightly dearer one that never did."""
+    the creation fee if the wait passes the grace), and the expected pull of the run's
+    `images` on it as time. What a person would pick knowing the history: a host that failed
+    half its boots loses to a slightly dearer one that never did, and a host whose cache holds
+    the image to one priced alike that must pull it for minutes."""
     price = offer.usd_per_hour(spot)
     reliability = offer.reliability or 0.0
     if price is None:
@@ -281,6 +287,9 @@ def expected_rank_key(
     expected = hosts.expected_usd_per_hour(
         price, fee_usd, chance, given_up_after_s, bill.CREATION_FEE_GRACE_S
     )
+    if images:
+        pull_s = memory.expected_pull_s(images, str(offer.server_id))
+        expected = hosts.with_pull_usd_per_hour(expected, price, pull_s)
     return (expected / max(reliability, RELIABILITY_FLOOR), price, -reliability, offer.server_id)
 
 
@@ -297,6 +306,7 @@ def matching_offers(
     excluded: Collection[int] = (),
     memory: HostMemory | None = None,
     given_up_after_s: float = bill.DEFAULT_BOOT_BOUND_S,
+    images: Sequence[str] = (),
 ) -> list[Offer]:
     """The offers that fit `ask`, best first (see `rank_key`). With the host `memory`: hosts
     it says to skip are left out, and the rest rank by expected cost (`expected_rank_key`)."""
@@ -310,7 +320,9 @@ def matching_offers(
         fitting = [o for o in offers if not misses(o, ask, excluded)]
     if memory is None:
         return sorted(fitting, key=lambda o: rank_key(o, ask.spot))
-    return sorted(fitting, key=lambda o: expected_rank_key(o, ask.spot, memory, given_up_after_s))
+    return sorted(
+        fitting, key=lambda o: expected_rank_key(o, ask.spot, memory, given_up_after_s, images)
+    )
 
 
 def best_offer(

@@ -68,20 +68,23 @@ class OrderCreation:
         sent: list[float] = []
 
         def mark_sent() -> None:
+            # The last send is the one that may have made an order: a send refused for the
+            # rate limit made nothing. Its time opens the ownership window and starts the bill
+            # where `ct` stamps late (from the first, a refused send's wait was billed too).
             sent.append(self._transport.limiter.clock.time())
             if journal is not None:
-                journal.sent(sent[0], self._transport.clock_offset.current(), request.tag)
+                journal.sent(sent[-1], self._transport.clock_offset.current(), request.tag)
 
         try:
             self._send(request, abort, mark_sent)
         except e.CloreApiError as exc:
             if not sent:
                 raise
-            claim = self._claim(request, sent[0], journal)
+            claim = self._claim(request, sent[-1], journal)
             if not may_have_created(exc):
                 raise
             return self._after_failure(request, claim, taken, exc)
-        claim = self._claim(request, sent[0], journal, accepted=True)
+        claim = self._claim(request, sent[-1], journal, accepted=True)
         order, verdict = self._recover(claim, taken, cause=None)
         if order is None:
             order, verdict = self._follow_up(claim, taken)
@@ -188,7 +191,7 @@ class OrderCreation:
         """Send the create; a refusal for the rate limit (HTTP 429 / code 5) rented nothing, so
         it is sent again to the same server after a wait that every caller shares, a bounded
         number of times. Any other failure is the caller's to judge. `before_send` runs before
-        each send (the first one's time opens the ownership window)."""
+        each send (the last one's time opens the ownership window)."""
         retries = self.pacing.rate_limit_retries
         for attempt in range(retries + 1):
             try:

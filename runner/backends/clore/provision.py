@@ -73,6 +73,17 @@ class ProvisionCancelled(InfrastructureError):
     """The run was cancelled while this rental was being set up (the order is cancelled)."""
 
 
+class CancelledBooting(ProvisionCancelled):
+    """Cancelled while its order booted: how long it had, and how far it got (online, its
+    image pulling for `pulled_s`), so that a hedge's loser is remembered as what it was."""
+
+    def __init__(self, message: str, waited_s: float, pulled_s: float | None, image: str) -> None:
+        super().__init__(message)
+        self.waited_s = waited_s
+        self.pulled_s = pulled_s  # None: not online yet
+        self.image = image
+
+
 def _proof(order: Order, tag: int | None) -> str:
     """Why `order` was taken for ours, in words for the ledger."""
     if tag is not None and tag in read_echo(order.http_port).ports:
@@ -158,6 +169,10 @@ class Rental:
     # order that ended by itself (expired, preempted, its host gone) before our cancel was
     # billed up to its own end, not up to when we noticed.
     ended_lived_s: float | None = None
+    # What the shares billed on our own clock add up to (None: nothing billed yet), and the
+    # order's cost as the API billed it, once it is known.
+    billed_usd: float | None = None
+    order_cost: bill.BilledCost | None = None
 
     @property
     def usd_per_unit(self) -> float:
@@ -572,7 +587,13 @@ class Provisioner:
         rebids = 0
         while True:
             if cancel.is_set():
-                raise ProvisionCancelled(f"order {order_id}: cancelled while starting")
+                now = self.clock.now()
+                raise CancelledBooting(
+                    f"order {order_id}: cancelled while starting",
+                    now - started,
+                    None if online_at is None else now - online_at,
+                    rental.image,
+                )
             order = next((o for o in self.client.my_orders() if o.id == order_id), None)
             if order is None or order.expired:
                 raise SkipOffer(f"order {order_id} ended before it came online")
@@ -592,7 +613,8 @@ class Provisioner:
                     raise SkipOffer(f"order {order_id}: outbid again after {rebids} raises")
                 self._raise_bid(rental, order_id)
                 rebids += 1
-            verdict = bounds.give_up(now - started, online_at is not None)
+            waited_s = now - started
+            verdict = bounds.give_up(waited_s, online_at is not None)
             if verdict == "never_up":
                 raise NeverOnline(f"order {order_id} not online after {bounds.online_s:g} s")
             if verdict == "pulling":
@@ -604,7 +626,9 @@ class Provisioner:
                     rental.image,
                     pulled_s,
                 )
-            self.options.pause(delay, cancel)
+            # Polls back off, but never past the bound: a dead host is given up when due.
+            due_s = bounds.allowance_s if online_at is not None else bounds.online_s
+            self.options.pause(max(0.1, min(delay, due_s - waited_s)), cancel)
             delay = min(delay * 1.5, self.options.max_poll_s)
 
     def _outbid(self, rental: Rental) -> bool:
@@ -798,14 +822,8 @@ class Provisioner:
         return rental.estimated_cost(self.clock.time()).total_usd  # no `spend`: our estimate
 
     def _settle(self, rental: Rental, spend_native: float) -> float:
-        cost = rental.billed_cost(spend_native, self.clock.time())
-        rental.facts.update(
-            order_rental_usd=f"{cost.rental_usd:.6f}",
-            order_renter_fee_usd=f"{cost.renter_fee_usd:.6f}",
-            order_creation_fee_usd=f"{cost.creation_fee_usd:.6f}",
-            order_cost_usd=f"{cost.total_usd:.6f}",
-        )
-        return cost.total_usd
+        rental.order_cost = rental.billed_cost(spend_native, self.clock.time())
+        return rental.order_cost.total_usd
 
     def _note(self, rental: Rental, state: State) -> None:
         """A ledger write while giving back: a failing ledger must not stop the cancels (the

@@ -45,12 +45,14 @@ class OfferMarket:
         self.creation_fee_usd = creation_fee_usd
         self._memory: HostMemory | None = None
         self._bound_s = bill.DEFAULT_BOOT_BOUND_S
+        self._images: tuple[str, ...] = ()
 
-    def remember(self, memory: HostMemory, bound_s: float) -> None:
+    def remember(self, memory: HostMemory, bound_s: float, images: Iterable[str] = ()) -> None:
         """Rank and quote with the host history: hosts it says to skip are left out, the
-        rest rank by expected cost (boots given up after `bound_s`), and each quote carries
-        its host's expected boot and chance of a failed one, for hedging."""
-        self._memory, self._bound_s = memory, bound_s
+        rest rank by expected cost (boots given up after `bound_s`, the expected pull of the
+        run's `images` counted as time), and each quote carries its host's expected boot and
+        chance of a failed one, for hedging."""
+        self._memory, self._bound_s, self._images = memory, bound_s, tuple(images)
 
     def update(self, offers: Iterable[Offer]) -> None:
         """A newer snapshot to choose from; the offers seen before stay known for fitting."""
@@ -65,7 +67,8 @@ class OfferMarket:
     def best(self, ask: GpuAsk | None, excluded: Set[str]) -> Quote | None:
         ask = ask or _ANY_GPU
         skip = {int(h) for h in excluded if h.isdigit()}
-        for offer in matching_offers(self._offers, ask, skip, self._memory, self._bound_s):
+        ranked = matching_offers(self._offers, ask, skip, self._memory, self._bound_s, self._images)
+        for offer in ranked:
             quote = self.quote(offer, ask)
             if quote is not None:  # else no spot bid wins within the cap: the next one
                 return quote

@@ -17,10 +17,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from runner import liveness
+from runner.backends.clore import bill
 from runner.backends.clore.api import CloreClient
 from runner.backends.clore.cleanup import Action, reconcile
 from runner.backends.clore.ended import billed_usd
 from runner.backends.clore.errors import CloreApiError
+from runner.backends.clore.fees import read_fee_schedule
 from runner.backends.clore.models import Order
 from runner.clock import Clock
 from runner.stores.ledger import Rental, RentalLedger
@@ -43,6 +45,11 @@ class Reaped:
     def done(self) -> bool:
         return not self.left
 
+    @property
+    def unproven(self) -> list[Action]:
+        """The rentals left with an order that may be theirs, none proven: named, kept."""
+        return [a for a in self.actions if a.kind == "unproven"]
+
 
 def reap(
     pools: PostgresPools,
@@ -53,19 +60,34 @@ def reap(
     limit: int = 10,
     clock: Clock | None = None,
     settle_s: float | None = None,
+    cancel_unproven: bool = False,
 ) -> list[Reaped]:
-    """Take and settle up to `limit` expired leases (none is taken twice across reapers)."""
+    """Take and settle up to `limit` expired leases (none is taken twice across reapers).
+    `cancel_unproven`: as `reconcile`'s (a person's decision, for a key no other run uses);
+    without it an order that may be a holder's, none proven, is named in its actions
+    (`unproven`) and its reservation kept: the lease expires again, and it is named again."""
     out = []
     for lease in pools.take_expired(reaper, REAPER_TTL_S, limit):
         actions = reconcile(
-            ledger, client, dry_run=False, run_id=lease.holder, clock=clock, settle_s=settle_s
+            ledger,
+            client,
+            dry_run=False,
+            run_id=lease.holder,
+            clock=clock,
+            settle_s=settle_s,
+            cancel_unproven=cancel_unproven,
         )
         out.append(_settle(pools, ledger, client, lease, actions))
     return out
 
 
 def reap_holder(
-    pools: PostgresPools, ledger: RentalLedger, client: CloreClient, holder: str, reaper: str
+    pools: PostgresPools,
+    ledger: RentalLedger,
+    client: CloreClient,
+    holder: str,
+    reaper: str,
+    cancel_unproven: bool = False,
 ) -> Reaped | None:
     """Reap `holder` now, its lease expired or not (it is known dead: a serve instance whose
     queue lease was taken). None: it held no lease. A lease taken twice (a rerun) is harmless:
@@ -73,19 +95,25 @@ def reap_holder(
     lease = pools.take_holder(holder, reaper, REAPER_TTL_S)
     if lease is None:
         return None
-    actions = reconcile(ledger, client, dry_run=False, run_id=holder)
+    actions = reconcile(
+        ledger, client, dry_run=False, run_id=holder, cancel_unproven=cancel_unproven
+    )
     return _settle(pools, ledger, client, lease, actions)
 
 
 def reap_proven_dead(
-    pools: PostgresPools, ledger: RentalLedger, client: CloreClient, reaper: str
+    pools: PostgresPools,
+    ledger: RentalLedger,
+    client: CloreClient,
+    reaper: str,
+    cancel_unproven: bool = False,
 ) -> list[Reaped]:
     """Reap at once every live lease whose holder is provably dead: a process on this host
     (same boot, same pid namespace) that is gone, or whose pid another process now holds."""
     out = []
     for held in pools.live_leases():
         if liveness.state(liveness.Holder.parse(held.owner)) is False:
-            done = reap_holder(pools, ledger, client, held.holder, reaper)
+            done = reap_holder(pools, ledger, client, held.holder, reaper, cancel_unproven)
             if done is not None:
                 out.append(done)
     return out
@@ -100,6 +128,7 @@ def _settle(
 ) -> Reaped:
     rentals = {r.id: r for r in ledger.rentals(lease.holder)}
     orders = _orders(client, [r for r in rentals.values() if r.order_id is not None])
+    rates = _FeeRates(client)
     settled: dict[int, float] = {}
     left: list[Reservation] = []
     for reservation in pools.reservations(lease.holder):
@@ -110,12 +139,32 @@ def _settle(
             left.append(reservation)
             continue
         else:
-            billed = billed_usd(rental, orders, reservation.amount_usd)
+            billed = billed_usd(rental, orders, reservation.amount_usd, rates.of(rental))
         pools.settle(lease, reservation.id, billed)
         settled[reservation.id] = billed
     if not left:
         pools.finish(lease)
     return Reaped(lease, actions, settled, left)
+
+
+class _FeeRates:
+    """The account's renter fee rates per currency, read once each (`renter_fees`), only for
+    a rental to settle: the settlement is what the wallet lost, at the rates the rental's
+    USD per hour was priced with. When they cannot be read, the documented ones."""
+
+    def __init__(self, client: CloreClient) -> None:
+        self._client = client
+        self._by_currency: dict[str, bill.RenterFeeRates] = {}
+
+    def of(self, rental: Rental) -> bill.RenterFeeRates:
+        currency = rental.currency or ""
+        if currency not in self._by_currency:
+            try:
+                rates = read_fee_schedule(self._client, currency).rates
+            except CloreApiError:
+                rates = bill.DOCUMENTED_RATES
+            self._by_currency[currency] = rates
+        return self._by_currency[currency]
 
 
 def _orders(client: CloreClient, rentals: list[Rental]) -> dict[int, Order] | None:

@@ -160,7 +160,7 @@ def _reap(url: str, ledger_url: str | Path, make_client: ClientFactory, ask: Cle
             return
         reaper = f"cleanup@{socket.gethostname()}:{os.getpid()}"
         with open_ledger(ledger_url) as ledger:
-            session = _Reaping(pools, ledger, make_client, reaper, ask.say)
+            session = _Reaping(pools, ledger, make_client, reaper, ask.say, ask.cancel_unproven)
             held = session.run()
             if held and ask.wait:
                 longest_s = max(min(h.expires_in_s, h.ttl_s) for h in held)
@@ -201,6 +201,7 @@ class _Reaping:
     make_client: ClientFactory
     reaper: str
     say: Say
+    cancel_unproven: bool = False  # --cancel-unproven: a person's decision, as for a ledger
     _client: CloreClient | None = None
 
     def client(self) -> CloreClient:
@@ -214,14 +215,16 @@ class _Reaping:
         from runner.backends.clore.reaper import reap, reap_proven_dead  # with a coordinator
 
         pools = self.pools
+        unproven = self.cancel_unproven
         while any(pools.usage(n).expired_holders for n in pools.names()):
-            reaped = reap(pools, self.ledger, self.client(), self.reaper)
+            reaped = reap(pools, self.ledger, self.client(), self.reaper, cancel_unproven=unproven)
             if not reaped:
                 break
             self._said(reaped)
         held = [h for h in pools.live_leases() if h.unsettled]
         if any(liveness.state(liveness.Holder.parse(h.owner)) is False for h in held):
-            self._said(reap_proven_dead(pools, self.ledger, self.client(), self.reaper))
+            dead = reap_proven_dead(pools, self.ledger, self.client(), self.reaper, unproven)
+            self._said(dead)
             held = [h for h in pools.live_leases() if h.unsettled]
         left = []
         for h in held:
@@ -235,6 +238,17 @@ class _Reaping:
     def _said(self, reaped: list[Reaped]) -> None:
         for done in reaped:
             self.say(_reaped_line(done))
+            for action in done.actions:
+                if not action.resolved:  # each one that may still bill, named
+                    self.say(f"  {_line(action)}")
+        unproven = sum(len(d.unproven) for d in reaped)
+        if unproven:
+            raise InfrastructureError(
+                f"{unproven} rental(s) of a dead holder left an order that may be theirs and "
+                "cannot be proven: named above, not cancelled, and it may be billed",
+                "if no other run uses this API key, run `clore-run cleanup --coordinator URL "
+                "--cancel-unproven` to cancel them; else check them on clore.ai",
+            )
         if any(not d.done for d in reaped):
             raise InfrastructureError(
                 "some rentals of a dead holder are not confirmed released: run again"

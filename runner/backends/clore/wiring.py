@@ -3,6 +3,7 @@ backend, serve's restart reconcile, plan's offers and run's API waits."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any, cast
 
@@ -10,7 +11,7 @@ from runner.backends.base import Backend
 from runner.backends.clore import factory
 from runner.backends.clore.api import CloreClient
 from runner.backends.clore.backend import CloreBackend
-from runner.backends.clore.cleanup import reconcile
+from runner.backends.clore.cleanup import Action, reconcile
 from runner.backends.clore.fees import read_fee_schedule
 from runner.backends.clore.market import offers_from_servers
 from runner.backends.clore.plan_offers import plan_offers, render_offers
@@ -22,6 +23,8 @@ from runner.core.model import Pipeline
 from runner.stores.hosts import hosts_target, read_memory
 from runner.stores.ledger import DEFAULT_PATH, RentalLedger, open_ledger
 from runner.stores.target import coordinator_from, ledger_target
+
+log = logging.getLogger(__name__)
 
 
 def where(setup: Setup) -> tuple[Path | str, str | None]:
@@ -40,38 +43,76 @@ def build(setup: Setup) -> Backend:
 def restart(setup: Setup) -> Reconcile:
     ledger_at, shared = where(setup)
     client = CloreClient.from_env()  # built now: the key leaves the environment before jobs run
+    on_purpose = setup.cancel_unproven
 
     def cancel_rentals(tokens: set[str]) -> str:
-        failed = 0
+        actions: list[Action] = []
         with open_ledger(ledger_at) as ledger:
             for token in sorted(tokens):
                 if setup.pool is not None and shared is not None:
-                    failed += _reap_pool_holder(shared, ledger, client, token, setup.run_id)
+                    actions += _reap_pool_holder(
+                        shared, ledger, client, token, setup.run_id, on_purpose
+                    )
                     continue
-                actions = reconcile(ledger, client, dry_run=False, run_id=token)
-                failed += sum(not a.resolved for a in actions)
-        if failed:
-            return f"{failed} rental(s) could not be cancelled: run `clore-run cleanup`"
-        return "its rental was reconciled with the ledger and cancelled"
+                actions += reconcile(
+                    ledger, client, dry_run=False, run_id=token, cancel_unproven=on_purpose
+                )
+        return _restart_note(actions)
 
     return cancel_rentals
 
 
+def _restart_note(actions: list[Action]) -> str:
+    """What a restart's reconcile came to, in one line for the jobs it recovers. Each order
+    that may be a dead instance's, none proven, is never dropped silently: it is named in
+    serve's log, with the command that cancels it on purpose, and counted here."""
+    unproven = [a for a in actions if a.kind == "unproven"]
+    for action in unproven:
+        run = action.rental.run_id
+        log.warning(
+            "restart: rental %s/%s on server %s: %s; it may be billed: if no other run uses "
+            "this API key, `clore-run cleanup --run %s --cancel-unproven` (or serve "
+            "--cancel-unproven) cancels it",
+            run,
+            action.rental.job_id,
+            action.rental.server_id,
+            action.describe(),
+            run,
+        )
+    failed = sum(not a.resolved for a in actions) - len(unproven)
+    notes = []
+    if unproven:
+        servers = ", ".join(str(a.rental.server_id) for a in unproven)
+        notes.append(
+            f"{len(unproven)} rental(s) left an order that may be ours and cannot be proven "
+            f"(servers {servers}): named in serve's log, not cancelled"
+        )
+    if failed:
+        notes.append(f"{failed} rental(s) could not be cancelled: run `clore-run cleanup`")
+    return "; ".join(notes) or "its rental was reconciled with the ledger and cancelled"
+
+
 def _reap_pool_holder(
-    coordinator: str, ledger: RentalLedger, client: CloreClient, token: str, instance: str
-) -> int:
+    coordinator: str,
+    ledger: RentalLedger,
+    client: CloreClient,
+    token: str,
+    instance: str,
+    cancel_unproven: bool = False,
+) -> list[Action]:
     """A dead instance's pool lease, taken now (its queue lease was): its rentals cancelled
     through the ledger and its reservations settled at what they were billed, so its servers
     and money go back to the pool at once, not when its pool lease runs out and a
-    `clore-run cleanup --coordinator` reaps it. How many rentals could not be cancelled."""
+    `clore-run cleanup --coordinator` reaps it. What was done with each rental."""
     from runner.stores.pools.postgres import PostgresPools  # psycopg: the postgres extra, if used
 
     with PostgresPools(coordinator) as pools:
-        reaped = reap_holder(pools, ledger, client, token, f"serve {instance}")
+        reaped = reap_holder(pools, ledger, client, token, f"serve {instance}", cancel_unproven)
     if reaped is None:  # it held no pool lease: its rentals, as without a pool
-        actions = reconcile(ledger, client, dry_run=False, run_id=token)
-        return sum(not a.resolved for a in actions)
-    return sum(not a.resolved for a in reaped.actions)
+        return reconcile(
+            ledger, client, dry_run=False, run_id=token, cancel_unproven=cancel_unproven
+        )
+    return reaped.actions
 
 
 def plan(pipeline: Pipeline, result: dict[str, Any]) -> tuple[str, bool]:

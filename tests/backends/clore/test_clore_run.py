@@ -86,11 +86,14 @@ class ByHand:
         self.todo.remove(start)
         return self.backend.place(start.server, self.jobs[job_id], threading.Event())
 
-    def ended(self, job_id: str, place: Place) -> None:
-        """The attempt on `place` passed: the adapter settles its cost, the core hears it."""
-        self.backend.attempt_done(place)
+    def ended(self, job_id: str, place: Place) -> float:
+        """The attempt on `place` passed: the adapter settles its cost (answered), the core
+        hears it."""
+        owed = self.backend.attempt_done(place)
         now = self.clock.time()
         self.todo += self.core.handle(AttemptEnded(job_id, Attempt(1, now, now, 0, None)), now)
+        assert owed is not None  # a rented server's attempt always has its bill
+        return owed.usd
 
     def release(self) -> ServerReleased:
         """Carry out the core's next give-back."""
@@ -425,7 +428,7 @@ def test_sigterm_mid_run_cancels_everything_fast(setup: Setup) -> None:
     assert said.startswith("rented and given back: NVIDIA GeForce RTX ")  # GPUs, server
     summary = json.loads((setup.tmp / "out" / "summary.json").read_text())
     assert said in summary["warnings"]
-    assert "rented and given back: " in (setup.tmp / "out" / "summary.md").read_text()
+    assert " · **rented and given back**: " in (setup.tmp / "out" / "summary.md").read_text()
     assert screen.getvalue().count("rented and given back") == 1  # said once on screen
 
 
@@ -465,13 +468,13 @@ def test_idle_server_given_back_counts_in_spent_without_api_spend(setup: Setup) 
     assert hand.rent() == ServerReady(1)
     place = hand.place("a")
     setup.clock.advance(600)
-    hand.ended("a", place)  # the core gives the server back...
+    job_usd = hand.ended("a", place)  # the core gives the server back...
     setup.clock.advance(3600)  # ...and the give-back takes an hour to be carried out
     hand.release()
     hand.backend.shutdown()
     theirs = fake_cost_usd(setup.fake)
     assert _close(hand.spent_usd, theirs), (hand.spent_usd, theirs)
-    ours = float(place.facts["cost_usd"]) + hand.backend.idle_cost_usd()
+    ours = job_usd + hand.backend.idle_cost_usd()
     assert _close(ours, theirs), (ours, theirs)
 
 
@@ -490,13 +493,13 @@ def test_an_order_that_never_served_a_job_is_still_counted(setup: Setup) -> None
     assert all(isinstance(f, RentFailed) for f in failed), hand.heard
     assert sum(f.cost_usd for f in failed if isinstance(f, RentFailed)) > 0  # the core heard it
     place = hand.place("a")
-    hand.ended("a", place)
+    job_usd = hand.ended("a", place)
     assert hand.release().server == ready.server
     hand.backend.shutdown()
     assert len(setup.fake.orders) == 2  # the first was cancelled: it cost its fee and minutes
     theirs = fake_cost_usd(setup.fake)
     assert _close(hand.spent_usd, theirs), (hand.spent_usd, theirs)
-    ours = float(place.facts["cost_usd"]) + hand.backend.idle_cost_usd()
+    ours = job_usd + hand.backend.idle_cost_usd()
     assert _close(ours, theirs), (ours, theirs)
 
 
@@ -547,12 +550,12 @@ def test_a_job_running_at_shutdown_is_billed_once(setup: Setup) -> None:
     place = hand.place("a")
     setup.clock.advance(3600)  # an hour into the job
     hand.backend.shutdown()  # the run is cancelled: every server is given back at once
-    hand.backend.attempt_done(place)  # ...and the job's attempt ends after that
+    owed = hand.backend.attempt_done(place)  # ...and the job's attempt ends after that
     theirs = fake_cost_usd(setup.fake)
-    # Without cost_usd the engine prices the attempt again from its hourly rate, on top of
+    # Without a bill the engine prices the attempt again from its hourly rate, on top of
     # the idle cost that already holds the same hour.
-    assert "cost_usd" in place.facts, place.facts
-    job_usd = float(place.facts["cost_usd"])
+    assert owed is not None
+    job_usd = owed.usd
     assert _close(job_usd + hand.backend.idle_cost_usd(), theirs), (job_usd, theirs)
     assert job_usd > 0.9 * theirs  # the hour was the job's, not idle time
 
@@ -672,7 +675,10 @@ def test_a_rental_left_unconfirmed_is_named_with_the_cleanup_command(setup: Setu
     assert code == 0, record.results
     assert [r.state for r in ledger.rentals("run-1")] == ["intent", "released"]
     assert console.getvalue().count("1 rental(s) of run run-1 not confirmed released") == 1
-    assert "clore-run cleanup --run run-1" in console.getvalue()
+    assert (
+        "clore-run: 1 rental(s) of run run-1 not confirmed released (servers " in console.getvalue()
+    )
+    assert "\nhint: run `clore-run cleanup --run run-1`\n" in console.getvalue()  # one shape
     # The reports say it too, where CI looks: summary.json's warnings (and so an annotation).
     summary = json.loads((setup.tmp / "out" / "summary.json").read_text())
     assert any("not confirmed released" in w for w in summary["warnings"]), summary["warnings"]

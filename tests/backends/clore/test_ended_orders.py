@@ -11,6 +11,7 @@ import pytest
 
 from runner.backends.clore.cleanup import reconcile
 from runner.backends.clore.ended import billed_usd
+from runner.core.money import usd_text
 from runner.core.rentals import ServerLost, ServerReady
 from runner.spec.loader import parse_pipeline
 from runner.stores.ledger.sqlite import SqliteLedger
@@ -31,8 +32,9 @@ def ledger(tmp_path: Path, fake_clock: FakeClock) -> Iterator[SqliteLedger]:
 
 def _rented(fake: FakeClore, ledger: SqliteLedger) -> tuple[int, int]:
     """A run's rental of 88028 whose order id is known, its run dead since."""
+    # USD per hour with the renter's 5 % in it, as a run records it.
     rid = ledger.record_intent(
-        "run-1", "train", 88028, PRICE_PER_DAY, "USD-Blockchain", PRICE_PER_DAY / 24
+        "run-1", "train", 88028, PRICE_PER_DAY, "USD-Blockchain", PRICE_PER_DAY / 24 * 1.05
     )
     ledger.mark_create_sent(rid, fake.clock.time(), (0.0, 1.0), tag=54321)
     oid = fake.add_order(88028, age_s=0, tag=54321)
@@ -53,12 +55,11 @@ def test_cleanup_settles_an_order_that_expired_at_what_it_billed_up_to_its_end(
     fake_clore.clock.advance(3600.0)  # cleanup comes an hour later
     (action,) = reconcile(ledger, fake_clore.client(), dry_run=False)
     assert action.kind == "ended" and fake_clore.ended_by_itself == {oid: "expired"}
-    # Past the 10 minutes: the creation fee. (The rental was recorded at the listed price:
-    # the renter's fee the wallet also pays is not in this figure.)
-    billed = (PRICE_PER_DAY * 700 / 86400) + 0.1
-    assert fake_clore.billed(oid) == pytest.approx(PRICE_PER_DAY * 700 / 86400 * 1.05 + 0.1)
-    assert f"billed ${billed:.4f} up to its end after 12 min" in action.describe()
-    assert "billed $0.1162" in ledger.rentals("run-1")[0].note
+    # Past the 10 minutes: the creation fee, with no renter's fee on it: what the wallet lost.
+    billed = PRICE_PER_DAY * 700 / 86400 * 1.05 + 0.1
+    assert fake_clore.billed(oid) == pytest.approx(billed)
+    assert f"billed {usd_text(billed)} up to its end after 12 min" in action.describe()
+    assert "billed $0.117 " in ledger.rentals("run-1")[0].note
     assert ledger.rentals("run-1")[0].state == "released" and rid == action.rental.id
 
 
@@ -74,8 +75,8 @@ def test_the_reaper_settles_an_order_that_ended_by_itself_neither_at_0_nor_at_th
     (rental,) = ledger.rentals("run-1")
     orders = {o.id: o for o in fake_clore.client().my_orders(return_completed=True)}
     settled = billed_usd(rental, orders, worst_usd=5.0)
-    assert settled == pytest.approx(PRICE_PER_DAY * 300 / 86400, abs=1e-5)  # no creation fee
-    assert settled * 1.05 == pytest.approx(fake_clore.billed(oid), abs=1e-5)
+    assert settled == pytest.approx(PRICE_PER_DAY * 300 / 86400 * 1.05, abs=1e-5)  # no fee
+    assert settled == pytest.approx(fake_clore.billed(oid), abs=1e-5)
 
 
 def test_a_runs_server_whose_order_ended_by_itself_is_settled_up_to_its_end(

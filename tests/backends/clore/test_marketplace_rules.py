@@ -144,16 +144,13 @@ def test_reported_cost_is_what_the_wallet_lost(setup: Setup, spot: bool, job_s: 
     assert abs(ours - lost) / lost < 0.01, (ours, lost)
     (facts,) = attempt_facts(out, "a")
     # The order is given back after its last attempt ended: its bill is the order's.
-    (billed,) = setup.used.orders_given_back  # type: ignore[attr-defined]
-    facts = {**facts, **billed}
-    creation = float(facts["order_creation_fee_usd"])
+    (given,) = setup.used.orders_given_back  # type: ignore[attr-defined]
+    billed = given.rental.order_cost
+    creation = billed.creation_fee_usd
     assert (creation > 0) is (setup.fake.lived_s(order.id) >= 600)
     assert (creation > 0) is (job_s > 600)
     rate = 0.0125 if spot else 0.05
-    assert float(facts["order_renter_fee_usd"]) == pytest.approx(
-        float(facts["order_rental_usd"]) * rate,
-        abs=1e-6,  # facts keep 6 decimals
-    )
+    assert billed.renter_fee_usd == pytest.approx(billed.rental_usd * rate, abs=1e-9)
     assert facts["renter_fee_source"] == "account" and float(facts["renter_fee_rate"]) == rate
     print(
         f"\n{'spot' if spot else 'on-demand'} {job_s / 60:.0f} min: "

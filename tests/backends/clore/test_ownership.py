@@ -402,3 +402,21 @@ def test_a_refused_create_with_no_order_says_nothing(fake_clore: FakeClore, tmp_
         fake_clore.clock.advance(120)
         assert reconcile(x, fake_clore.client(), dry_run=False) == []
         assert [r.state for r in x.rentals("X")] == ["failed"]
+
+
+def test_a_create_sent_again_after_the_rate_limit_is_marked_at_its_last_send(
+    fake_clore: FakeClore, tmp_path: Path
+) -> None:
+    """The long fault run's seed 7016: a create refused for the rate limit (it made nothing),
+    sent again after a wait; `ct` stamped a minute late, so the bill starts at the mark. The
+    mark was the refused send's: the wait was billed too (the summary 34 % over the bill)."""
+    fake_clore.ct_late_s = 60.0
+    fake_clore.fail_next("create_order", Faults.RATE_LIMITED)
+    with ledger_at(tmp_path, "x", fake_clore.clock) as x:
+        rid = intent(x)
+        order = fake_clore.client().create_order(request(), journal=LedgerMarks(x, rid))
+        (row,) = x.rentals("X")
+    made_unix = fake_clore.orders[order.id].created_unix
+    assert fake_clore.calls("create_order")[0].status == 429  # a wait went by since
+    assert row.create_sent_at is not None
+    assert made_unix - 1.0 <= row.create_sent_at <= made_unix
