@@ -32,6 +32,7 @@ from runner.outcome import (
     EXIT_INFRA,
     EXIT_INTERRUPTED,
     EXIT_PASSED,
+    GIVEN_BACK,
     exit_hint,
     exit_line,
     outcome,
@@ -288,7 +289,7 @@ def _say_given_back(console: Console, backend: Backend) -> list[str]:
         return []
     servers = ", ".join(_server_cost(order) for order in given[:10])
     more = f" and {len(given) - 10} more" if len(given) > 10 else ""
-    line = f"rented and given back: {servers}{more}"
+    line = f"{GIVEN_BACK}{servers}{more}"
     console.notice(line)
     return [line]
 

@@ -428,7 +428,7 @@ def test_sigterm_mid_run_cancels_everything_fast(setup: Setup) -> None:
     assert said.startswith("rented and given back: NVIDIA GeForce RTX ")  # GPUs, server
     summary = json.loads((setup.tmp / "out" / "summary.json").read_text())
     assert said in summary["warnings"]
-    assert "rented and given back: " in (setup.tmp / "out" / "summary.md").read_text()
+    assert " · **rented and given back**: " in (setup.tmp / "out" / "summary.md").read_text()
     assert screen.getvalue().count("rented and given back") == 1  # said once on screen
 
 
