@@ -41,8 +41,9 @@ from runner.backends.clore.market import (
     Offer,
     offers_from_servers,
 )
-from runner.backends.clore.provision import CancelledBooting, Provisioner, Rental
+from runner.backends.clore.provision import Provisioner
 from runner.backends.clore.quotes import OfferMarket
+from runner.backends.clore.rental import CancelledBooting, Rental
 from runner.backends.clore.settings import DEFAULT_IMAGE, CloreSettings
 from runner.backends.ssh.exec import run_job
 from runner.backends.ssh.handover import hand_over
