@@ -240,7 +240,7 @@ def test_stopping_while_two_hedged_boots_are_in_flight_cancels_both(market: Mark
     book = backend.server_book(pipeline.jobs, 3, None, Provisioning.ON_DEMAND, {})
     book.want("train", 1, 3600.0, market.clock.time())
     (first,) = [c for c in book.decide(market.clock.time()) if isinstance(c, RentServer)]
-    quote = backend._live.best(pipeline.jobs[0].gpu, {first.quote.host})  # type: ignore[union-attr]
+    quote = backend.market.live.best(pipeline.jobs[0].gpu, {first.quote.host})  # type: ignore[union-attr]
     assert quote is not None
     hedge = RentServer(first.server + 1, quote, "train", 0.2, hedge_of=first.server)
     created = threading.Semaphore(0)
