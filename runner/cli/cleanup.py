@@ -93,7 +93,8 @@ def register(app: typer.Typer, client_factory: ClientFactory | None = None) -> N
         coordinator: settle what dead pool holders left (and `--run`'s rentals, if given)."""
         if runners:  # the cron reaper of `clore-run runner` (runner/gh_runner/reap.py)
             names = tuple(w.strip() for w in workflows.split(",") if w.strip())
-            _reap_runners(client_factory or _client_from_env, dry_run, names, max_hours)
+            make = client_factory or _client_from_env
+            _reap_runners(make, dry_run, names, max_hours, cancel_unproven)
             return
         ask = CleanupAsk(
             ledger_arg,
@@ -119,7 +120,11 @@ def register(app: typer.Typer, client_factory: ClientFactory | None = None) -> N
 
 
 def _reap_runners(
-    make_client: ClientFactory, dry_run: bool, workflows: tuple[str, ...], max_hours: float
+    make_client: ClientFactory,
+    dry_run: bool,
+    workflows: tuple[str, ...],
+    max_hours: float,
+    cancel_unproven: bool = False,
 ) -> None:
     from runner.gh_runner.reap_cmd import reap_from_github
 
@@ -127,14 +132,20 @@ def _reap_runners(
         _fail("--workflows is empty: name the workflow files that start runners", 2)
     try:
         left = reap_from_github(
-            make_client, dry_run, typer.echo, workflows=workflows, max_life_s=max_hours * 3600
+            make_client,
+            dry_run,
+            typer.echo,
+            workflows=workflows,
+            max_life_s=max_hours * 3600,
+            cancel_unproven=cancel_unproven,
         )
     except CloreRunError as exc:
         _fail(str(exc), exc.exit_code)
     if left:
         _fail(
-            f"{left} runner rental(s) may still be billed",
-            hint="run `clore-run cleanup --runners` again, or cancel them on clore.ai",
+            f"{left} runner rental(s) may still be billed (each named above)",
+            hint="run `clore-run cleanup --runners` again; one that may be ours, if no other run "
+            "uses this API key, with --cancel-unproven; else cancel them on clore.ai",
         )
 
 

@@ -47,6 +47,9 @@ class Reaped:
     rental: RunnerRental
     released: Released | None  # None: not cancelled (within its cap, not proven, a dry run)
     note: str = ""
+    # A live order of this key that a record names but does not prove: it may be ours (the
+    # record's) or another run's on the same key. Named and left, or cancelled on purpose.
+    unproven: bool = False
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,7 @@ class _Verdict:
     order: Order | None
     cap_unix: float = 0.0
     why_not: str = ""  # no record proves the order: why the first one does not
+    maybe: Order | None = None  # unproven, yet live in this key's my_orders: may be ours
 
 
 def reap(
@@ -66,8 +70,12 @@ def reap(
     grace_s: float = GRACE_S,
     max_life_s: float = MAX_LIFE_S,
     confirm_within_s: float = 30.0,
+    cancel_unproven: bool = False,
 ) -> list[Reaped]:
-    """Cancel every proven rental of `records` past its cap (and grace); say what was done."""
+    """Cancel every proven rental of `records` past its cap (and grace); say what was done.
+    A live order a record names but does not prove may be ours: it is named (`unproven`)
+    and left, or, `cancel_unproven` (a person's decision), cancelled once it has lived
+    `max_life_s` from its own creation (see `_on_purpose`)."""
     try:
         listed = {o.id: o for o in client.my_orders(return_completed=True)}
     except CloreApiError as exc:
@@ -77,6 +85,11 @@ def reap(
     now = clock.time()
     for verdict in _judge(records, listed, max_life_s):
         rental, order = verdict.rental, verdict.order
+        if verdict.maybe is not None and cancel_unproven:
+            order, verdict = verdict.maybe, _on_purpose(verdict, verdict.maybe, max_life_s, now)
+        elif verdict.maybe is not None:
+            done.append(Reaped(rental, None, _unproven_note(verdict), unproven=True))
+            continue
         if order is None:
             done.append(Reaped(rental, None, verdict.why_not))
             continue
@@ -120,14 +133,31 @@ def _judge(
         proven = [r for r in rentals if proof_mismatch(order, r) is None]
         if not proven:
             why = proof_mismatch(order, rentals[0])
+            maybe = None if order.expired else order
             verdicts.append(
-                _Verdict(rentals[0], None, why_not=f"{why}: not provably ours, left alone")
+                _Verdict(rentals[0], None, why_not=f"{why}: not provably ours", maybe=maybe)
             )
             continue
         rental = max(proven, key=lambda r: r.cap_unix)
         cap_unix = min(rental.cap_unix, rental.created_unix + max_life_s)
         verdicts.append(_Verdict(rental, order, cap_unix))
     return verdicts
+
+
+def _unproven_note(verdict: _Verdict) -> str:
+    return (
+        f"{verdict.why_not}: it may be ours, left running (it may be billed); if no other run "
+        "uses this API key, `clore-run cleanup --runners --cancel-unproven` cancels it"
+    )
+
+
+def _on_purpose(verdict: _Verdict, order: Order, max_life_s: float, now: float) -> _Verdict:
+    """An unproven order judged as proven, on a person's word, against the one bound no
+    record chooses: its own creation (as listed) plus the reaper's maximum life. The record's
+    cap is not believed: it proves nothing of this order, and a forged one must not cut a live
+    runner short (`--max-hours` brings the bound nearer)."""
+    created = order.ct if order.ct is not None else now
+    return _Verdict(verdict.rental, order, created + max_life_s)
 
 
 def _cancel_all(

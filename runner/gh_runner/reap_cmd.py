@@ -28,9 +28,11 @@ def reap_from_github(
     session: requests.Session | None = None,
     workflows: tuple[str, ...] = DEFAULT_WORKFLOWS,
     max_life_s: float = MAX_LIFE_S,
+    cancel_unproven: bool = False,
 ) -> int:
-    """Reap; returns how many rentals may still be billed. Raises InfrastructureError when
-    records came from a workflow it was not told to trust (the reaper must fail loudly)."""
+    """Reap; returns how many rentals may still be billed (an order a record names and does
+    not prove, live, among them: it may be ours). Raises InfrastructureError when records
+    came from a workflow it was not told to trust (the reaper must fail loudly)."""
     env = os.environ if env is None else env
     token, repo = env.get("GITHUB_TOKEN", "").strip(), env.get("GITHUB_REPOSITORY", "").strip()
     if not token or not repo:
@@ -57,11 +59,18 @@ def reap_from_github(
     else:
         client = make_client()
         done = reap(
-            sources.records, client, client.limiter.clock, dry_run=dry_run, max_life_s=max_life_s
+            sources.records,
+            client,
+            client.limiter.clock,
+            dry_run=dry_run,
+            max_life_s=max_life_s,
+            cancel_unproven=cancel_unproven,
         )
         for each in done:
             tell(describe(each))
-        left = sum(1 for d in done if d.released is not None and not d.released.settled)
+        left = sum(
+            1 for d in done if d.unproven or (d.released is not None and not d.released.settled)
+        )
     if sources.unnamed:
         raise InfrastructureError(
             f"{len(sources.unnamed)} runner record(s) came from workflows not named "

@@ -127,12 +127,35 @@ def test_a_record_failing_the_proof_settles_no_order_another_names(
 def test_a_record_proving_nothing_is_left_alone_and_said(
     fake_clore: FakeClore, fake_github: FakeRunnersGitHub
 ) -> None:
+    """A live order of this key that a record names and does not prove may be ours: named,
+    counted among what may bill (exit 3), never cancelled on the record's word. Before: "left
+    alone", exit 0."""
     order_id = fake_clore.add_order(88028, age_s=3 * HOUR)
     wrong = _rental(fake_clore, order_id, HOUR, server_id=7)
     _upload(fake_github, [wrong])
-    _left, lines = _reap(fake_clore, fake_github)
-    assert _live(fake_clore, order_id)
-    assert any("not provably ours, left alone" in line for line in lines), lines
+    left, lines = _reap(fake_clore, fake_github)
+    assert _live(fake_clore, order_id) and left == 1
+    (said,) = [line for line in lines if f"order {order_id}" in line]
+    assert "not provably ours: it may be ours, left running" in said
+    assert "--cancel-unproven" in said
+
+
+def test_cancel_unproven_holds_an_unproven_order_to_the_reapers_own_bound_not_the_records(
+    fake_clore: FakeClore, fake_github: FakeRunnersGitHub
+) -> None:
+    """On a person's word an unproven order is cancelled, but only past the bound no record
+    chooses (its own creation plus --max-hours): a forged record's early cap cuts no live
+    runner short."""
+    young = fake_clore.add_order(88028, age_s=600)  # a live runner, 10 minutes in
+    _upload(fake_github, [_rental(fake_clore, young, 60.0, created_unix=1)])  # forged
+    left, lines = _reap(fake_clore, fake_github, cancel_unproven=True)
+    assert _live(fake_clore, young) and left == 0, lines
+    old = fake_clore.add_order(100302, age_s=3 * HOUR)  # an orphan past the operator's 2 h
+    _upload(fake_github, [_rental(fake_clore, old, HOUR, server_id=7)])
+    left, lines = _reap(fake_clore, fake_github, cancel_unproven=True, max_life_s=2 * HOUR)
+    assert not _live(fake_clore, old) and left == 0, lines
+    assert _live(fake_clore, young)
+    fake_clore.end_order(young)  # the fixture checks nothing is left billing
 
 
 def test_records_from_a_workflow_not_named_are_not_believed_and_the_reaper_fails(
