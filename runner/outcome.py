@@ -155,6 +155,10 @@ RUN_WORDS = {
     "interrupted": "interrupted",
 }
 
+# The line naming the servers a run rented and gave back, with what each cost: on screen as the
+# run ends and beside the cost in summary.md, whatever ended the run (a Ctrl-C included).
+GIVEN_BACK = "rented and given back: "
+
 # The exit code of a run, by its status (an order that may be ours left running, or a signal
 # after the jobs ended, changes it: the run's end decides, summary.json keeps what it decided).
 RUN_EXIT_CODES = {"passed": 0, "failed": 1, "error": 3, "interrupted": 130}
@@ -166,7 +170,7 @@ EXIT_REASONS = {
     EXIT_PASSED: "every job passed",
     EXIT_FAILED: "a job failed",
     EXIT_USAGE: "invalid input",
-    EXIT_INFRA: "infrastructure failed, not a job's code",
+    EXIT_INFRA: "infrastructure stopped a job, not its code",
     EXIT_INTERRUPTED: "interrupted",
 }
 _PASSED_ALLOWED = "every job passed or failed as allowed"
@@ -177,7 +181,7 @@ EXIT_HINTS = {
 }
 EXIT_HINT_CLORE = (
     "the cause is on its job's line above; `clore-run doctor` checks the key, the wallet "
-    "and the API"
+    "and the API, `clore-run offers` lists what fits"
 )
 
 

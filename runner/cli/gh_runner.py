@@ -306,7 +306,10 @@ def _scope(repo: str | None, org: str | None, wiring: Wiring) -> Scope:
         return Scope.org(org)
     name = repo or wiring.env.get("GITHUB_REPOSITORY", "")
     if not name:
-        _usage("which repository? --repo OWNER/NAME (or run in Actions: $GITHUB_REPOSITORY)")
+        _usage(
+            "which repository should the runners register on? none was named",
+            "give --repo OWNER/NAME (in Actions, $GITHUB_REPOSITORY names it)",
+        )
     return Scope.repo(name)
 
 
@@ -326,7 +329,7 @@ def _runner_token(wiring: Wiring) -> str:
 
     token = wiring.env.get(TOKEN_ENV, "").strip()
     if not token:
-        _usage(f"{TOKEN_ENV} is not set: the token that registers runners ({TOKEN_HINT})")
+        _usage(f"{TOKEN_ENV} is not set: the token that registers runners", TOKEN_HINT)
     return token
 
 

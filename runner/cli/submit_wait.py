@@ -16,11 +16,14 @@ from typing import Protocol
 from runner.clock import SYSTEM_CLOCK
 from runner.engine.run_command import (
     EXIT_CODES,
+    allowed_failures,
     check_out_folder,
     output_folder,
     stop_on_signals,
 )
 from runner.errors import UsageError
+from runner.figures import money
+from runner.outcome import exit_line, run_line
 from runner.report import github_actions
 from runner.serve.ci_trust import actions_domain
 from runner.serve.client import Client, ClientError, key_path
@@ -104,11 +107,15 @@ def submit_pipeline(asked: Asked, echo: Echo) -> int:
         github_actions.publish(paths)
     for warning in paths.warnings:
         echo(f"warning: {console_line(warning)}", err=True)
+    # As `run` ends: the run's word and cost, and last why it exits (runner.outcome's words).
+    allowed = allowed_failures(record)
     echo(
-        f"{record.status.value}: ${record.total_cost_usd:.4f}; reports in {out_dir}/ "
-        f"(junit.xml, summary.json, summary.md)"
+        f"{run_line(record.status, allowed)}: {money(record.total_cost_usd)}; reports in "
+        f"{out_dir}/ (junit.xml, summary.json, summary.md)"
     )
-    return EXIT_INTERRUPTED if interrupted else EXIT_CODES[record.status]
+    code = EXIT_INTERRUPTED if interrupted else EXIT_CODES[record.status]
+    echo(exit_line(code, allowed) if code == 0 else f"clore-run: {exit_line(code)}")
+    return code
 
 
 def _trust(asked: str | None, echo: Echo) -> str | None:

@@ -4,7 +4,11 @@ The book is carved into parts (the ends, placing, renting, renting ahead, hedgin
 back), and each works on the same few things: one fleet, one ranked queue of jobs, one budget,
 one list of commands the book answers with, one cap, and whether the book rents at all. They
 are made once, in `BookState`, and every part takes them from there, so a new part cannot be
-given a different budget or a list of its own that nobody reads.
+given a different budget or a list of its own that nobody reads. Sharing a part is not
+sharing its collections: each part shows them typed read-only (Mapping, Set, Sequence, or a
+property) and changes them only in its own methods, so mypy --strict refuses a part that adds
+to or takes from another's. The records in them are rows some parts fill in: Ends sets a
+job's ends on its `Known`, and a rent or a start sets the quote a `Server` runs under.
 """
 
 from __future__ import annotations

@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import enum
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from runner.core.budget import Budget
 from runner.core.model import Job
+from runner.core.races import Races
 from runner.core.rentals import (
     BootTimes,
     CoreCommand,
@@ -128,26 +129,32 @@ class Exclusions:
 class Fleet:
     """The servers held, indexed for the decisions made after every event, and every change
     of a server's state. `out` is the book's list of commands; `on_free` is told each time a
-    server is given back (a slot under the cap opens)."""
+    server is given back (a slot under the cap opens). Its indexes are its own: the other
+    parts read them typed read-only and change them only through its methods."""
 
     def __init__(self, budget: Budget, out: list[CoreCommand], boot: BootTimes) -> None:
         self.budget = budget
-        self.boot = boot  # boot times, learned from each boot seen
-        self.servers: dict[int, Server] = {}
+        self._boot = boot  # learned from each boot seen
+        # What the other parts read, typed read-only (only the fleet changes them; read on
+        # every decision: plain attributes, no property calls), and the fleet's own dicts.
+        self._servers: dict[int, Server] = {}
+        self.servers: Mapping[int, Server] = self._servers
         # Ready servers running nothing, kept beside `servers` so that each decision looks at
         # these few, not at every server held.
-        self.idle: dict[int, Server] = {}
-        self.rented: dict[int, Server] = {}
-        self.fixed_busy = 0  # servers that already exist, running a job
-        self.on: dict[str, int] = {}  # job -> server it runs on
-        self.claims: dict[str, int] = {}  # job -> server meant for it
-        self.releasing: dict[int, Server] = {}  # given back, the release not confirmed
+        self._idle: dict[int, Server] = {}
+        self.idle: Mapping[int, Server] = self._idle
+        self._rented: dict[int, Server] = {}
+        self.rented: Mapping[int, Server] = self._rented
+        self._fixed_busy = 0  # servers that already exist, running a job
+        self._on: dict[str, int] = {}  # job -> server it runs on
+        self.on: Mapping[str, int] = self._on
+        self._claims: dict[str, int] = {}  # job -> server meant for it
+        self.claims: Mapping[str, int] = self._claims
+        self._releasing: dict[int, Server] = {}  # given back, the release not confirmed
+        self.releasing: Mapping[int, Server] = self._releasing
         self.look: set[int] = set()  # servers whose keep-or-give-back is to be decided
-        # Hedged boots (runner/core/hedge.py): the boots racing for one job, a ring of each
-        # to the next (a pair: each to the other), and the boots to look at for a hedge now.
-        self.pairs: dict[int, int] = {}
-        self.to_hedge: list[int] = []
-        self.excluded = Exclusions()
+        self.races = Races()  # hedged boots (runner/core/hedge.py)
+        self.excluded = Exclusions()  # hosts not to rent again
         self._out = out
         self.on_free: Callable[[], None] = _nothing
         # Told when a rented server running nothing gets a job or goes back: its idle time is
@@ -155,12 +162,53 @@ class Fleet:
         self.on_idle_end: Callable[[Server, float], None] = _no_idle
         self._ids = itertools.count(1)
 
+    # -- what the other parts read -----------------------------------------------------------
+
+    @property
+    def boot(self) -> BootTimes:
+        """The boot times planned with: the book's at first, then learned from each boot."""
+        return self._boot
+
+    @boot.setter
+    def boot(self, boot: BootTimes) -> None:
+        self._boot = boot
+
+    @property
+    def fixed_busy(self) -> int:
+        return self._fixed_busy
+
+    @property
+    def pairs(self) -> Mapping[int, int]:
+        """Each boot racing for a job, and the next in its ring (races.py)."""
+        return self.races.pairs
+
+    @property
+    def to_hedge(self) -> list[int]:
+        """The boots to look at for a hedge now (races.py)."""
+        return self.races.to_hedge
+
+    # -- what is to be looked at -------------------------------------------------------------
+
+    def look_at(self, server_id: int) -> None:
+        """Decide the server's keep-or-give-back in the next decision."""
+        self.look.add(server_id)
+
+    def look_at_all(self) -> None:
+        self.look.update(self._servers)
+
+    def take_look(self) -> set[int]:
+        """The servers to look at now; none after this."""
+        look = self.look
+        if look:
+            self.look = set()
+        return look
+
     # -- coming in ---------------------------------------------------------------------------
 
     def add_fixed(self, quote: Quote, now: float) -> Server:
         """A server that already exists: up from the start, never rented."""
         server = Server(next(self._ids), quote, False, now, IDLE)
-        self.servers[server.id] = self.idle[server.id] = server
+        self._servers[server.id] = self._idle[server.id] = server
         return server
 
     def rent(
@@ -170,7 +218,7 @@ class Fleet:
         server = Server(next(self._ids), quote, True, now)
         server.rented_for = job_id
         self.budget.reserve(server.id, quote, now, until)
-        self.servers[server.id] = self.rented[server.id] = server
+        self._servers[server.id] = self._rented[server.id] = server
         self.claim(job_id, server)
         self._out.append(RentServer(server.id, quote, job_id, cost_usd, ahead))
         return server
@@ -183,7 +231,7 @@ class Fleet:
         boots for (the default image, its GPU)."""
         server = Server(next(self._ids), quote, True, now)
         self.budget.reserve(server.id, quote, now, until)
-        self.servers[server.id] = self.rented[server.id] = server
+        self._servers[server.id] = self._rented[server.id] = server
         self._out.append(RentServer(server.id, quote, warm.id, cost_usd, warm=warm))
         return server
 
@@ -196,9 +244,8 @@ class Fleet:
         hedge.hedge_of = boot.id
         self.budget.reserve(hedge.id, quote, now, until)
         hedge.claim = job_id
-        self.servers[hedge.id] = self.rented[hedge.id] = hedge
-        self.pairs[hedge.id] = self.pairs.get(boot.id, boot.id)  # into the ring, after `boot`
-        self.pairs[boot.id] = hedge.id
+        self._servers[hedge.id] = self._rented[hedge.id] = hedge
+        self.races.join(boot.id, hedge.id)
         self._out.append(RentServer(hedge.id, quote, job_id, cost_usd, hedge_of=boot.id))
         return hedge
 
@@ -207,10 +254,10 @@ class Fleet:
         server.idle_since = now
         if server.job is None:
             server.state = IDLE
-            self.idle[server.id] = server
+            self._idle[server.id] = server
         else:
             server.state = BUSY
-        self.boot = self.boot.with_sample(now - server.since)
+        self._boot = self._boot.with_sample(now - server.since)
         self.look.add(server.id)
 
     # -- running jobs ------------------------------------------------------------------------
@@ -224,23 +271,23 @@ class Fleet:
         server.job = job_id
         server.state = BUSY
         if not server.rented:
-            self.fixed_busy += 1
-        self.idle.pop(server.id, None)
-        self.on[job_id] = server.id
+            self._fixed_busy += 1
+        self._idle.pop(server.id, None)
+        self._on[job_id] = server.id
         if self.look:
             self.look.discard(server.id)
 
     def job_ended(self, job_id: str, now: float) -> Server | None:
         """The job's attempt ended: the server it ran on (None: it ran on none) is idle."""
-        server = self.servers.get(self.on.pop(job_id, -1))
+        server = self._servers.get(self._on.pop(job_id, -1))
         if server is None:
             return None
         server.job, server.last_job, server.idle_since = None, job_id, now
         if not server.rented:
-            self.fixed_busy -= 1
+            self._fixed_busy -= 1
         if server.state is BUSY:
             server.state = IDLE
-            self.idle[server.id] = server
+            self._idle[server.id] = server
         self.look.add(server.id)
         return server
 
@@ -254,17 +301,17 @@ class Fleet:
         self._forget(server)
         for job_id in (server.claim, *server.after):
             if job_id is not None:
-                self.claims.pop(job_id, None)
+                self._claims.pop(job_id, None)
         if server.rented:
             self.budget.given_back(server.id, now)
             server.state = RELEASING
-            self.releasing[server.id] = server
+            self._releasing[server.id] = server
         self.on_free()
         self._out.append(ReleaseServer(server.id, reason, server.rented))
 
     def released(self, server_id: int, cost_usd: float | None) -> None:
         """The release is confirmed: its host may be rented again, its cost is final."""
-        server = self.releasing.pop(server_id, None)
+        server = self._releasing.pop(server_id, None)
         if server is not None:
             server.state = GONE
         self.budget.settle(server_id, cost_usd)
@@ -283,30 +330,30 @@ class Fleet:
         self.budget.rent_failed(server.id, event.cost_usd)
         for meant in (server.claim, *server.after):
             if meant is not None:
-                self.claims.pop(meant, None)
+                self._claims.pop(meant, None)
 
     def _forget(self, server: Server) -> None:
         if not server.rented and server.job is not None:
-            self.fixed_busy -= 1
+            self._fixed_busy -= 1
         server.state = GONE
-        del self.servers[server.id]
-        self.idle.pop(server.id, None)
-        self.rented.pop(server.id, None)
+        del self._servers[server.id]
+        self._idle.pop(server.id, None)
+        self._rented.pop(server.id, None)
 
     # -- who a server is for -----------------------------------------------------------------
 
     def claim(self, job_id: str, server: Server) -> None:
         self.unclaim(job_id)
         server.claim = job_id
-        self.claims[job_id] = server.id
+        self._claims[job_id] = server.id
 
     def plan_after(self, job_id: str, server: Server) -> None:
         """The job is expected on `server` after the jobs already meant for it."""
         server.after.append(job_id)
-        self.claims[job_id] = server.id
+        self._claims[job_id] = server.id
 
     def unclaim(self, job_id: str) -> None:
-        server = self.servers.get(self.claims.pop(job_id, -1))
+        server = self._servers.get(self._claims.pop(job_id, -1))
         if server is None:
             return
         if server.kept_for == job_id:
@@ -320,14 +367,14 @@ class Fleet:
     def swap(self, job_id: str, claimant: str, server: Server) -> None:
         """`job_id` takes `server`, rented for `claimant`, which takes the server booting
         for `job_id` in its place (the caller checked that one fits it)."""
-        own = self.servers[self.claims.pop(job_id)]
+        own = self._servers[self._claims.pop(job_id)]
         # Each job's followers go where it runs: their planned starts stay as they were.
         own.after, server.after = server.after, own.after
         own.claim = own.rented_for = claimant
         for moved in (claimant, *own.after):
-            self.claims[moved] = own.id
+            self._claims[moved] = own.id
         for moved in server.after:
-            self.claims[moved] = server.id
+            self._claims[moved] = server.id
         server.claim = server.after.pop(0) if server.after else None
 
     def keep_for(self, job_id: str, server: Server) -> None:
@@ -341,51 +388,35 @@ class Fleet:
     def unpair(self, server: Server) -> None:
         """`server` leaves the boots racing for its job (given back, failed): the job it was
         meant for is the others' from now on, so its going takes nothing from the job."""
-        after = self.pairs.pop(server.id, None)
-        if after is None:
-            return
-        ring = self.racing(after)
-        if len(ring) == 1:
-            self.pairs.pop(after, None)  # a pair: the other is alone now
-        else:
-            self.pairs[ring[-1]] = after  # the one before it points past it
+        ring = self.races.leave(server.id)
         job_id = server.claim
-        heir = next((self.servers[i] for i in ring if i in self.servers), None)
+        heir = next((self._servers[i] for i in ring if i in self._servers), None)
         if heir is not None and job_id is not None and heir.claim == job_id:
-            self.claims[job_id] = heir.id
+            self._claims[job_id] = heir.id
             server.claim = None
-            self.to_hedge += ring  # fewer racing now: each hedged at once if it runs late
-
-    def racing(self, server_id: int) -> list[int]:
-        """The boots racing for the job of `server_id` (hedged), itself first; alone: itself."""
-        ring = [server_id]
-        at = self.pairs.get(server_id)
-        while at is not None and at != server_id and at in self.pairs:
-            ring.append(at)
-            at = self.pairs[at]
-        return ring
+            self.races.hedge_soon(ring)  # fewer racing now: each hedged at once if it runs late
 
     # -- reading -----------------------------------------------------------------------------
 
     def claimed(self, job_id: str) -> Server | None:
         """The server meant for the job, if any."""
-        return self.servers.get(self.claims.get(job_id, -1))
+        return self._servers.get(self._claims.get(job_id, -1))
 
     def hosts_held(self) -> set[str]:
         """Hosts of the servers held, and of those whose release is not confirmed."""
-        held = {s.quote.host for s in self.servers.values()}
-        if self.releasing:
-            held.update(s.quote.host for s in self.releasing.values())
+        held = {s.quote.host for s in self._servers.values()}
+        if self._releasing:
+            held.update(s.quote.host for s in self._releasing.values())
         return held
 
     def not_to_rent(self) -> set[str]:
         return self.excluded.hosts | self.hosts_held()
 
     def views(self) -> list[ServerView]:
-        return [_view(s) for s in self.servers.values()]
+        return [_view(s) for s in self._servers.values()]
 
     def idle_views(self) -> list[ServerView]:
-        return [_view(s) for s in sorted(self.idle.values(), key=by_id)]
+        return [_view(s) for s in sorted(self._idle.values(), key=by_id)]
 
 
 def _nothing() -> None:

@@ -37,12 +37,9 @@ class GiveBack(BookPart):
 
     def give_back(self, now: float, stopping: bool) -> None:
         fleet = self._fleet
-        if not fleet.look:
-            return
-        if not self._renting and not stopping:
-            fleet.look.clear()  # fixed hosts are kept to the end
-            return
-        look, fleet.look = fleet.look, set()
+        look = fleet.take_look()
+        if not look or (not self._renting and not stopping):
+            return  # fixed hosts are kept to the end
         for server_id in sorted(look):
             server = fleet.servers.get(server_id)
             if server is None or server.state is BUSY:

@@ -4,8 +4,8 @@ The policy (how late is late, whether the cap allows one) is runner/core/hedge.p
 timer per boot for when it would be late; at that time a boot still booting for a waiting job
 gets a second fitting host, if the cap and the budget allow (its worst case reserved like any
 rent), or a note that says why not; the first of the pair to answer SSH wins and the other goes
-back at once; a job that starts elsewhere sends back every boot still meant for it. The pairs
-themselves live in the fleet (`Fleet.pairs`, `Fleet.unpair`).
+back at once; a job that starts elsewhere sends back every boot still meant for it. Who races
+whom is runner/core/races.py, held by the fleet, whose servers leave a race (`Fleet.unpair`).
 """
 
 from __future__ import annotations
@@ -37,12 +37,32 @@ class Hedger(BookPart):
 
     def __init__(self, state: BookState, policy: HedgePolicy) -> None:
         super().__init__(state)
-        self.policy = policy
-        self.pulls = Pulls()  # each image's pulls, from the host history
+        self._policy = policy
+        self._pulls = Pulls()  # each image's pulls, from the host history
+        # The boots racing for each job: the fleet's (its servers leave them), hedged here.
+        self._races = state.fleet.races
+
+    @property
+    def policy(self) -> HedgePolicy:
+        """When and how a late boot is hedged (the book's setting)."""
+        return self._policy
+
+    @policy.setter
+    def policy(self, policy: HedgePolicy) -> None:
+        self._policy = policy
+
+    @property
+    def pulls(self) -> Pulls:
+        """Each image's pulls, as the host history saw them (the book's setting)."""
+        return self._pulls
+
+    @pulls.setter
+    def pulls(self, pulls: Pulls) -> None:
+        self._pulls = pulls
 
     def arm(self, server: Server) -> None:
         """Look at this boot again when it has run long enough to be hedged."""
-        if self.policy.enabled:
+        if self._policy.enabled:
             after_s = self._after_s(server)
             if after_s < math.inf:
                 self._out.append(
@@ -59,12 +79,12 @@ class Hedger(BookPart):
     def _after_s(self, server: Server) -> float:
         """How long after its create the boot is hedged (inf: never)."""
         if server.online_at is None and server.hedge_of is not None:
-            return min(self._boot_after_s(server), self.policy.racing_after_s)
+            return min(self._boot_after_s(server), self._policy.racing_after_s)
         if server.online_at is not None:
             record = self._jobs.records.get(server.claim or "")
             image = record.job.image if record is not None else None
-            expected = self.pulls.expected_s(image or "", server.quote.host)
-            after = self.policy.deploy_after_s(expected)
+            expected = self._pulls.expected_s(image or "", server.quote.host)
+            after = self._policy.deploy_after_s(expected)
             return math.inf if after is None else server.online_at - server.since + after
         return self._boot_after_s(server)
 
@@ -76,13 +96,13 @@ class Hedger(BookPart):
         record = self._jobs.records.get(server.claim or "")
         own = record.job.boot_timeout_s if record is not None else None  # the job's own bound
         bound_s = own if own is not None else boot.allowance_s
-        return self.policy.after_s(expected, q.fail_chance or 0.0, bound_s)
+        return self._policy.after_s(expected, q.fail_chance or 0.0, bound_s)
 
     def hedge_due(self, now: float) -> None:
         """Each boot due and still booting for a waiting job gets a second fitting host, if
         the policy, the cap and the budget allow; a slow boot that gets none says why."""
         fleet = self._fleet
-        due, fleet.to_hedge = fleet.to_hedge, []
+        due = self._races.take_to_hedge()
         for server_id in due:
             server = fleet.servers.get(server_id)
             if server is None or server.state is not BOOTING or server.claim is None:
@@ -90,9 +110,10 @@ class Hedger(BookPart):
             if now + EPS_S < server.since + self._after_s(server):
                 continue  # not late (a timer of an earlier plan): its own timer comes
             want = self._jobs.waiting.get(server.claim)
-            if want is not None and not self.policy.hedges_now(len(fleet.racing(server_id))):
+            racing = self._races.racing
+            if want is not None and not self._policy.hedges_now(len(racing(server_id))):
                 self._make_room(server, want, now)  # the oldest racer not online gives way
-            if want is None or not self.policy.hedges_now(len(fleet.racing(server_id))):
+            if want is None or not self._policy.hedges_now(len(racing(server_id))):
                 # Rented ahead, its job not ready yet; or as many boots racing for its job
                 # as the policy allows, and one may fail first: look again in a while.
                 self._out.append(
@@ -110,11 +131,11 @@ class Hedger(BookPart):
         them in turn for ever, each given way to before the bound could end the run. Nor
         does a racer go back before it has run `min_after_s` (no boot is up sooner): a racer
         rented this instant would make room for the next at the same instant."""
-        fleet, extra_s = self._fleet, self.policy.racing_after_s
-        first_s = self.policy.min_after_s
+        fleet, extra_s = self._fleet, self._policy.racing_after_s
+        first_s = self._policy.min_after_s
         late = [
             other
-            for other_id in fleet.racing(server.id)[1:]
+            for other_id in self._races.racing(server.id)[1:]
             if (other := fleet.servers.get(other_id)) is not None
             and other.state is BOOTING
             and other.online_at is None
@@ -129,9 +150,9 @@ class Hedger(BookPart):
     def _hedge(self, server: Server, job_id: str, want: Known, now: float) -> None:
         """Rent as many hedges as the policy gives the late boot, each while the cap, the
         market and the budget allow (the first refusal is said, and ends it)."""
-        racing = len(self._fleet.racing(server.id))
+        racing = len(self._races.racing(server.id))
         fan = server.online_at is None and self._after_s(server) > 0
-        for n in range(self.policy.hedges_now(racing, fan)):
+        for n in range(self._policy.hedges_now(racing, fan)):
             if not self._hedge_one(server, job_id, want, now, say_no=n == 0):
                 return
 
@@ -139,7 +160,7 @@ class Hedger(BookPart):
         self, server: Server, job_id: str, want: Known, now: float, say_no: bool = True
     ) -> bool:
         fleet = self._fleet
-        why = self.policy.may_hedge(len(fleet.servers), self._cap)
+        why = self._policy.may_hedge(len(fleet.servers), self._cap)
         quote = None
         hold_s = worst_hold_s(fleet.boot.allowance_s, want.job, want.timeout_s)
         if why is None:
@@ -173,7 +194,7 @@ class Hedger(BookPart):
         """One of the boots racing for a job answers SSH: the others still booting go back
         at once."""
         fleet = self._fleet
-        for other_id in fleet.racing(server.id)[1:]:
+        for other_id in self._races.racing(server.id)[1:]:
             other = fleet.servers.get(other_id)
             if other is not None and other.state is BOOTING and other.job is None:
                 fleet.release(other, now, f"hedge: {label(server.quote)} answered SSH first")

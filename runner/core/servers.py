@@ -10,8 +10,12 @@ server (a budget reservation is made first), start a job on one, give one back. 
   with who each is meant for; budget.py: the money each reserves;
 - placement.py: which waiting job a ready server runs;
 - renting.py: renting for ready jobs; ends.py and ahead.py: expected ends and renting ahead
-  of need; hedging.py: a second host beside a slow boot;
-- giving_back.py: which idle server to keep, and for how long.
+  of need; hedging.py: a second host beside a slow boot (races.py: who races whom);
+- giving_back.py: which idle server to keep, and for how long; warmth.py: keeping warm.
+
+Each part owns its collections: the others read them typed read-only and change them through
+its methods (book_part.py wires them). What the book shows is its read-only view,
+book_view.py; what a backend offers to build one from is book_offer.py.
 
 Servers that already exist (SSH hosts, local slots) are the same model, never rented or given
 back before the end. Nothing here reads a clock, does I/O or recurses.
@@ -213,7 +217,7 @@ class ServerBook(BookView):
         """Rent nothing more; give back every server no job runs on."""
         self._dirty = True
         self._cancelled = True
-        self._fleet.look.update(self._fleet.servers)
+        self._fleet.look_at_all()
 
     def finish(self, now: float) -> list[CoreCommand]:
         """The run is over: give everything back."""
@@ -248,7 +252,7 @@ class ServerBook(BookView):
         self.stop_reason = reason
         if self.stop_on_fatal:
             self._cancelled = True
-            self._fleet.look.update(self._fleet.servers)
+            self._fleet.look_at_all()
         else:  # rent nothing in this decision: the caller's hold says until when
             self._hold_until = math.inf
 
@@ -261,9 +265,9 @@ class ServerBook(BookView):
         if what is BookWake.AHEAD and isinstance(of, str):
             self._ends.timer_due(of)
         elif what is BookWake.LOOK and isinstance(of, int) and of in self._fleet.servers:
-            self._fleet.look.add(of)
+            self._fleet.look_at(of)
         elif what is BookWake.HEDGE and isinstance(of, int) and of in self._fleet.servers:
-            self._fleet.to_hedge.append(of)
+            self._fleet.races.hedge_soon((of,))
         elif what is BookWake.WARM and isinstance(of, int):
             self._warmth.woken(of)  # a window opened or closed, or a new day's idle budget
 

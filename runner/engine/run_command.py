@@ -32,6 +32,7 @@ from runner.outcome import (
     EXIT_INFRA,
     EXIT_INTERRUPTED,
     EXIT_PASSED,
+    GIVEN_BACK,
     exit_hint,
     exit_line,
     outcome,
@@ -248,13 +249,14 @@ def execute(
         console.hint(hint)
     # Last, why the run exits, in the words summary.md has; the unproven orders' own hints
     # say what to do about them.
-    allowed = _allowed_failures(record)
+    allowed = allowed_failures(record)
     hint = "" if unproven else exit_hint(code, f"{options.out_dir}{os.sep}", backend.name)
     console.run_exit(code, exit_line(code, allowed), hint)
     return record, code
 
 
-def _allowed_failures(record: RunRecord) -> int:
+def allowed_failures(record: RunRecord) -> int:
+    """How many of the run's jobs failed as continue-on-error allows (runner.outcome's rule)."""
     allows = {job.id: job.continue_on_error for job in record.pipeline.jobs}
     said = (outcome(r.status, allowed=allows.get(r.job_id, False)) for r in record.results)
     return sum(1 for o in said if o.allowed)
@@ -287,7 +289,7 @@ def _say_given_back(console: Console, backend: Backend) -> list[str]:
         return []
     servers = ", ".join(_server_cost(order) for order in given[:10])
     more = f" and {len(given) - 10} more" if len(given) > 10 else ""
-    line = f"rented and given back: {servers}{more}"
+    line = f"{GIVEN_BACK}{servers}{more}"
     console.notice(line)
     return [line]
 

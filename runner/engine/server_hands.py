@@ -100,7 +100,9 @@ class ServerHands:
             # twice), and kept for the run's reports.
             if str(exc) not in self.give_back_warnings:
                 self.give_back_warnings.append(str(exc))
-                self._notice(f"warning: {exc}")
+                self._notice(exc.message)  # in the one shape: what is left, then what to do
+                if exc.hint:
+                    self._notice(f"hint: {exc.hint}")
         except Exception as exc:
             self._notice(f"giving places back failed: {type(exc).__name__}: {exc}")
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from runner import redact
-from runner.outcome import outcome
+from runner.outcome import GIVEN_BACK, outcome
 from runner.report.markdown import cut_markdown
 from runner.report.text import tail_lines
 from runner.untrusted import console_line
@@ -177,7 +177,9 @@ def annotate_run_warnings(warnings: Sequence[str], out: TextIO | None = None) ->
     """One `::warning::` per warning of the run (a rental left unconfirmed, a bad JUnit
     file): the checks page shows them where nobody reads the log."""
     stream = out or sys.stdout
-    for text in list(warnings)[:ERROR_ANNOTATION_LIMIT]:
+    # What was rented and given back is no warning: it is said beside the cost in summary.md.
+    kept = [w for w in warnings if not str(w).startswith(GIVEN_BACK)]
+    for text in kept[:ERROR_ANNOTATION_LIMIT]:
         print(command("warning", str(text), title="clore-run"), file=stream)
     stream.flush()
 

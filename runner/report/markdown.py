@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from runner import untrusted
 from runner.figures import counted, duration, money, pct, rate
-from runner.outcome import MARKS, exit_reason, outcome, run_line
+from runner.outcome import GIVEN_BACK, MARKS, exit_reason, outcome, run_line
 from runner.report.text import escape_text
 
 if TYPE_CHECKING:
@@ -40,9 +40,10 @@ def render_markdown(s: Summary, timeline: Timeline | None = None) -> str:
     (text a server could have written), or `html_text` inside an HTML element."""
     cmp = s.comparison
     parts = [_headline(s, cmp), _jobs_table(s, cmp), _failed_tests(s), _failed_logs(s)]
-    if s.warnings:
+    warnings = [w for w in s.warnings if not w.startswith(GIVEN_BACK)]  # beside the cost
+    if warnings:
         parts.append("\n### Warnings\n\n")
-        parts.extend(f"- {cell(w, 500)}\n" for w in s.warnings)
+        parts.extend(f"- {cell(w, 500)}\n" for w in warnings)
     chart = summary_gantt(s, timeline)
     if chart:
         parts.append(f"\n### Timeline\n\n```mermaid\n{chart}```\n")
@@ -78,6 +79,8 @@ def _headline(s: Summary, cmp: Comparison | None) -> str:
         given_back = s.hedges.boots_given_back
         text += f" (hedged boots: {given_back} given back, {money(s.hedges.cost_usd)})"
     text += f" · **time**: {duration(s.duration_s)} · **backend**: {cell(s.backend)}\n"
+    for given in (w for w in s.warnings if w.startswith(GIVEN_BACK)):
+        text += f" · **{GIVEN_BACK.strip(': ')}**: {cell(given.removeprefix(GIVEN_BACK), 500)}\n"
     if s.exit_code is not None:  # a summary from before it was kept has none
         text += f" · **exit {s.exit_code}**: {exit_reason(s.exit_code, allowed)}\n"
     if cmp:

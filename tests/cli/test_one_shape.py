@@ -33,6 +33,8 @@ CLORE_COMMANDS = {
     "doctor": ["doctor"],
     "cleanup": ["cleanup", "--ledger", "{ledger}"],
     "run": ["run", "{pipeline}", "--backend", "clore", "--out", "{out}"],
+    "plan": ["plan", "{pipeline}", "--backend", "clore"],
+    "runner start": ["runner", "start", "--gpu", "4090", "--repo", "o/r"],
 }
 SERVER_COMMANDS = {
     "jobs": ["jobs"],
@@ -83,7 +85,8 @@ def _check_shape(code: int, out: str, err: str, expected_code: int, *, ran: bool
     last = said[-1]
     assert lines[last + 1 :] in ([], [lines[-1]]), err
     if last + 1 < len(lines):
-        assert lines[-1].startswith("hint: ") and not NESTED.search(lines[-1]), err
+        prose = lines[-1].split("$(")[0]  # a shell command to copy has its own parentheses
+        assert lines[-1].startswith("hint: ") and not NESTED.search(prose), err
     cause = lines[last].removeprefix("clore-run: ")
     assert text.count(cause) == 1, text  # each cause said once
     assert NESTED.search(cause) is None, cause
@@ -119,6 +122,8 @@ def test_clore_commands_fail_in_the_one_shape(
 ) -> None:
     args = [a.format(**place) for a in CLORE_COMMANDS[command]]
     monkeypatch.setenv("CLORE_API_URL", fake_clore.url)
+    monkeypatch.setenv("CLORE_RUNNER_TOKEN", "github_pat_x")  # `runner start`'s other token
+    monkeypatch.setenv("GITHUB_API_URL", f"http://127.0.0.1:{free_port()}")
     if failure != "no key":
         monkeypatch.setenv(
             "CLORE_API_KEY", "sk-wrong-5d1e" if failure == "refused key" else API_KEY
@@ -139,6 +144,11 @@ def test_clore_commands_fail_in_the_one_shape(
         assert "the Clore API refused the key in CLORE_API_KEY" in out + err
     if failure == "bad flag":
         assert f"clore-run: no such option: {BAD_FLAG}\nhint: " in err
+    if command == "cleanup" and failure in ("refused key", "unreachable"):
+        # Each rental's line says why it is left, the API's hint comes once, under the end.
+        assert all(NESTED.search(line) is None for line in out.splitlines()), out
+        said = "check CLORE_API_KEY" if failure == "refused key" else "check the network"
+        assert said not in out and f"\nhint: {said}" in err, out + err
     CHECKED.append((command, failure))
 
 
@@ -178,6 +188,40 @@ def test_queue_commands_fail_in_the_one_shape(
     if failure == "unreachable":
         assert "hint: is `clore-run serve` running there?" in err
     CHECKED.append((command, failure))
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "code"),
+    [
+        (["serve", "--backend", "clore", "--port", "0"], {"CLORE_RUN_TOKEN": "t" * 32}, 3),
+        (["serve", "--backend", "clore", "--port", "0"], {}, 2),  # no token of its own
+        (["serve", BAD_FLAG], {}, 2),
+        (["runner", "start", "--gpu", "4090", "--repo", "o/r"], {"CLORE_API_KEY": "k"}, 2),
+        (["runner", "start", "--gpu", "4090"], {"CLORE_RUNNER_TOKEN": "github_pat_x"}, 2),
+        (["hosts", "--coordinator", "postgresql://u@127.0.0.1:{port}/x"], {}, 3),
+        (["warmth", "--db", "postgresql://u@127.0.0.1:{port}/x"], {}, 3),
+        (["warmth", "--db", "none.db"], {}, 2),
+        (["warmth", BAD_FLAG], {}, 2),
+    ],
+)
+def test_commands_without_an_api_failure_end_in_the_one_shape(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    place: dict[str, str],
+    args: list[str],
+    env: dict[str, str],
+    code: int,
+) -> None:
+    """No key for serve (none of its own either), none of runner start's GitHub token nor a
+    repository, a coordinator or queue database that cannot be reached or is not there: each
+    ends in the shape, before anything listens or is rented."""
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("GITHUB_REPOSITORY", raising=False)
+    args = [a.format(port=free_port(), **place) for a in args]
+    said, out, err = _said(capsys, args)
+    _check_shape(said, out, err, code, ran=False)
+    CHECKED.append((" ".join(a for a in args[:2] if not a.startswith("-")), "no key or place"))
 
 
 @pytest.mark.parametrize(

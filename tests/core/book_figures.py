@@ -8,8 +8,8 @@
   Budget in budget.py); and the same among every part of the book (Ends, Hedger, Warmth, ...
   too), a part's own file not counted;
 - reads through what an owner exposes (a property, read-only or a setting: `jobs.waiting`
-  typed `Mapping`, which only KnownJobs changes), counted apart: not a reach-in, but still a
-  read of its state;
+  typed `Mapping`, which only KnownJobs changes; or an attribute typed read-only,
+  `fleet.servers: Mapping[...]`), counted apart: not a reach-in, but still a read of its state;
 - the methods of ServerBook and of its read-only view BookView, and how many of them are one
   `return` (reads passed through);
 - the largest classes of runner/ (lines).
@@ -38,8 +38,12 @@ def _class(path: Path, name: str) -> ast.ClassDef:
     return next(n for n in found if n.name == name)
 
 
+READ_ONLY = {"Mapping", "Set", "AbstractSet", "Sequence"}  # what mypy lets no caller change
+
+
 def data_of(path: Path, name: str) -> set[str]:
-    """What the class keeps: attributes assigned on self, and annotated fields."""
+    """What the class keeps: attributes assigned on self, and annotated fields; not those it
+    exposes typed read-only (`self.servers: Mapping[...] = self._servers`)."""
     kept = set()
     for node in ast.walk(_class(path, name)):
         mine = isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
@@ -47,12 +51,25 @@ def data_of(path: Path, name: str) -> set[str]:
             kept.add(node.attr)
         if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
             kept.add(node.target.id)
-    return kept
+    return kept - read_only_of(path, name)
+
+
+def read_only_of(path: Path, name: str) -> set[str]:
+    """Attributes the class assigns on self typed read-only (Mapping, Set, Sequence)."""
+    found = set()
+    for node in ast.walk(_class(path, name)):
+        if not isinstance(node, ast.AnnAssign) or not isinstance(node.target, ast.Attribute):
+            continue
+        kind = node.annotation
+        kind = kind.value if isinstance(kind, ast.Subscript) else kind
+        if isinstance(kind, ast.Name) and kind.id in READ_ONLY:
+            found.add(node.target.attr)
+    return found
 
 
 def properties_of(path: Path, name: str) -> set[str]:
-    """What the class exposes read-only: its properties."""
-    found = set()
+    """What the class exposes read-only: its properties, and attributes typed read-only."""
+    found = read_only_of(path, name)
     for node in _class(path, name).body:
         decorated = isinstance(node, ast.FunctionDef) and node.decorator_list
         if decorated and any(isinstance(d, ast.Name) and d.id == "property" for d in decorated):

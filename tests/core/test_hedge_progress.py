@@ -27,6 +27,7 @@ from tests.core.test_servers import BOOT, Drive, job, pipeline
 
 # One job needs a few dozen events; a run that makes this many is caught in a loop.
 ONE_JOB_EVENTS = 2_000
+STEPS = 1_000  # timers a test drive fires at most
 
 
 def _offers(n: int) -> list[Quote]:
@@ -39,10 +40,11 @@ def _offers(n: int) -> list[Quote]:
 
 def _fire_confirming(d: Drive, until: float) -> None:
     """Fire every timer due by `until` in order, the market confirming each release at once
-    (so a host given back may be rented again, as on Clore)."""
+    (so a host given back may be rented again, as on Clore). A core that loops fails it
+    past `STEPS` timers, it cannot hang it."""
     fired: set[int] = set()
     confirmed: set[int] = set()
-    while True:
+    for _ in range(STEPS):
         for release in d.releases():
             if release.server not in confirmed:
                 confirmed.add(release.server)
@@ -53,6 +55,7 @@ def _fire_confirming(d: Drive, until: float) -> None:
         at, index = min(due)
         fired.add(index)
         d.at(max(at, d.now), TimerFired(d.timers()[index].token))
+    raise AssertionError(f"{STEPS} timers fired and more are due by {until:.0f} s: a loop")
 
 
 def test_a_racer_given_way_to_is_not_rented_again_in_the_run() -> None:

@@ -88,7 +88,7 @@ def test_more_runners_than_fitting_servers_is_refused_up_front(host: Host) -> No
         (["--org", "octo", "--repo", "octo/x"], {}, "not both"),
         (["--repo", "not-a-repo"], {}, "not a repository"),
         (["--org", "a/b"], {}, "not an organization"),
-        ([], {"GITHUB_REPOSITORY": ""}, "which repository?"),
+        ([], {"GITHUB_REPOSITORY": ""}, "which repository"),
         ([], {"CLORE_RUNNER_TOKEN": ""}, "CLORE_RUNNER_TOKEN is not set"),
     ],
 )

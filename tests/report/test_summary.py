@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from runner import outcome as outcome_words
 from runner.core.model import JobResult, JobStatus, RunRecord, RunStatus
 from runner.report import load_summary, read_json, write_reports
 from runner.report.compare import BadBaseline, compare, parse_baseline
@@ -78,7 +79,8 @@ def _reference_markdown(summary: dict[str, Any]) -> str:
         gantt=lambda s: md.summary_gantt(parse_summary(s)),
         remote=lambda value, limit=200: untrusted.markdown(str(value), limit),
     )  # fmt: skip
-    return env.get_template("summary.md.j2").render(s=summary)
+    env.tests["startswith"] = lambda value, prefix: str(value).startswith(prefix)
+    return env.get_template("summary.md.j2").render(s=summary, given_back=outcome.GIVEN_BACK)
 
 
 def _variants(summary: dict[str, Any]) -> list[dict[str, Any]]:
@@ -94,6 +96,7 @@ def _variants(summary: dict[str, Any]) -> list[dict[str, Any]]:
         {"tests": dict(summary["tests"], total=0)},
         {"tests": dict(summary["tests"], failures=0, errors=0, skipped=0, flaky_jobs=2)},
         {"budget_usd": None, "warnings": ["a | b", "x" * 600]},
+        {"warnings": [f"{outcome_words.GIVEN_BACK}RTX 3090 #88028 ($0.0016)", "a | b"]},
         {"jobs": [dict(job, failed_tests=many_failed)]},
         {"jobs": with_log},
         {"ci": {"run_id": "7", "run_url": "https://x/7", "sha": ""}},

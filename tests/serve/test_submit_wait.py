@@ -63,7 +63,8 @@ def test_a_submission_is_followed_and_reported_as_run_reports(
     assert said[0] == f"submitted s1 to {server.api.url}: 3 job(s)"
     assert "build: passed ($0.0000)" in said and "docs: passed ($0.0000)" in said
     assert "test: failed ($0.0000): exit code 1" in said
-    assert said[-1].startswith("failed: $0.0000; reports in")
+    assert said[-2].startswith("failed: $0.00; reports in")
+    assert said[-1] == "clore-run: exit 1: a job failed"  # as `run` ends, in the same words
     # the reports of `run`, read by the consumers a workflow uses
     xml = junitparser.JUnitXml.fromfile(str(out / "junit.xml"))
     suites = {s.name: s for s in xml}

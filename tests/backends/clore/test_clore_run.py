@@ -428,7 +428,7 @@ def test_sigterm_mid_run_cancels_everything_fast(setup: Setup) -> None:
     assert said.startswith("rented and given back: NVIDIA GeForce RTX ")  # GPUs, server
     summary = json.loads((setup.tmp / "out" / "summary.json").read_text())
     assert said in summary["warnings"]
-    assert "rented and given back: " in (setup.tmp / "out" / "summary.md").read_text()
+    assert " · **rented and given back**: " in (setup.tmp / "out" / "summary.md").read_text()
     assert screen.getvalue().count("rented and given back") == 1  # said once on screen
 
 
@@ -675,7 +675,10 @@ def test_a_rental_left_unconfirmed_is_named_with_the_cleanup_command(setup: Setu
     assert code == 0, record.results
     assert [r.state for r in ledger.rentals("run-1")] == ["intent", "released"]
     assert console.getvalue().count("1 rental(s) of run run-1 not confirmed released") == 1
-    assert "clore-run cleanup --run run-1" in console.getvalue()
+    assert (
+        "clore-run: 1 rental(s) of run run-1 not confirmed released (servers " in console.getvalue()
+    )
+    assert "\nhint: run `clore-run cleanup --run run-1`\n" in console.getvalue()  # one shape
     # The reports say it too, where CI looks: summary.json's warnings (and so an annotation).
     summary = json.loads((setup.tmp / "out" / "summary.json").read_text())
     assert any("not confirmed released" in w for w in summary["warnings"]), summary["warnings"]
@@ -687,7 +690,7 @@ def test_a_create_still_waiting_for_its_slot_gives_up_on_cancel(setup: Setup) ->
 
     pipeline = parse_pipeline("jobs:\n  a: {run: echo a, gpu: {type: '3090'}}\n", "p.yml", {})
     backend, ledger = setup.backend(pipeline)
-    offer = backend._offers()[0]
+    offer = backend.market.offers()[0]
     cancel = threading.Event()
     cancel.set()
     with pytest.raises(ProvisionCancelled):
@@ -728,8 +731,8 @@ def test_the_boot_wait_has_its_own_bound_counted_in_the_worst_case(setup: Setup)
     assert job.boot_timeout_s == 120.0
     hand = ByHand(setup, pipeline)
     backend = hand.backend
-    offer = backend._offers()[0]
-    hourly = backend._hourly(job, offer)
+    offer = backend.market.offers()[0]
+    hourly = backend.market.hourly(job, offer)
     fee_usd = backend.provisioner.creation_fee_usd(offer, False)
     from runner.core import money
 
