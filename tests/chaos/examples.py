@@ -268,6 +268,16 @@ def untagged_until_deployed_killed_before_its_id() -> Scenario:
     )  # fmt: skip
 
 
+def dirty_handover() -> Scenario:
+    """chain_of_three, its first job leaving the GPU busy (an nvidia-smi lists a compute
+    process): its server fails the clean handover, goes back and runs no other job; the
+    second job rents a server of its own, which the third (clean after the second) reuses:
+    two orders, none left, each billed as the summary says."""
+    return dataclasses.replace(
+        chain_of_three(), seed=-30, replay="--example dirty_handover", dirty_gpu=("one",)
+    )
+
+
 EXAMPLES = {
     "two_job_leak": two_job_leak,
     "chain_of_three": chain_of_three,
@@ -280,4 +290,5 @@ EXAMPLES = {
     "signal_at_start": signal_at_start,
     "port_http_killed_before_its_id": port_http_killed_before_its_id,
     "untagged_until_deployed_killed_before_its_id": untagged_until_deployed_killed_before_its_id,
+    "dirty_handover": dirty_handover,
 }
