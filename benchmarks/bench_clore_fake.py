@@ -45,8 +45,9 @@ from runner.backends.base import (
 from runner.backends.clore.backend import CloreBackend
 from runner.backends.clore.market import offer_from_server, offers_from_servers
 from runner.backends.clore.models import MarketServer, Order
-from runner.backends.clore.provision import Provisioner, ProvisionOptions, Rental
+from runner.backends.clore.provision import Provisioner
 from runner.backends.clore.quotes import OfferMarket
+from runner.backends.clore.rental import ProvisionOptions, Rental
 from runner.backends.clore.settings import CloreSettings
 from runner.backends.ssh.connection import ConnectOptions
 from runner.backends.ssh.keys import ClientKey, HostKeyStore
@@ -81,9 +82,11 @@ class TimingProvisioner(Provisioner):
         self, rentals: list[Rental], within_s: float | None = None
     ) -> dict[int, float | None]:
         finals = super().release_all(rentals, within_s)
-        for rental in rentals:  # each order's final cost, in its parts, as we settled it
+        for rental in rentals:  # each order's facts, and its final cost as we settled it
             if rental.order_id is not None:
-                self.settled[rental.order_id] = dict(rental.facts)
+                cost = rental.order_cost
+                total = {"order_cost_usd": str(cost.total_usd)} if cost is not None else {}
+                self.settled[rental.order_id] = {**rental.facts, **total}
         return finals
 
 

@@ -35,7 +35,8 @@ from werkzeug.serving import WSGIRequestHandler
 
 from runner.backends.base import NO_STAGES, OutputSink, Place, RunOutcome, RunRequest, StageSink
 from runner.backends.clore.backend import CloreBackend
-from runner.backends.clore.provision import Provisioner, ProvisionOptions
+from runner.backends.clore.provision import Provisioner
+from runner.backends.clore.rental import ProvisionOptions
 from runner.backends.clore.settings import CloreSettings
 from runner.backends.ssh.connection import ConnectOptions
 from runner.backends.ssh.keys import ClientKey, HostKeyStore

@@ -60,42 +60,27 @@ class Entry:
         return item if isinstance(item, Entry) else cls(item, item.index)
 
 
+@dataclass(slots=True, eq=False)  # slots: one per job, read on every event about it
 class Slot:
-    """An unsettled job as the scheduler holds it. A plain class with slots and positional
-    arguments: one is made for every job added, and read on every event about it. What a
-    job may not need is not made for it (a leaf's dependents, the outcomes of needs that
-    passed cleanly, a list of attempts): at 10,000 jobs each container is 10,000 more
-    objects for the garbage collector to walk."""
+    """An unsettled job as the scheduler holds it. What a job may not need is not made for it
+    (a leaf's dependents, the outcomes of needs that passed cleanly, a list of attempts): at
+    10,000 jobs each container is 10,000 more objects for the garbage collector to walk."""
 
-    __slots__ = (
-        "attempts", "dependents", "history", "infra_used", "job", "key", "kill", "origin",
-        "outcomes", "pending", "phase", "retries_used", "wake_at",
-    )  # fmt: skip
-
-    def __init__(
-        self,
-        job: Job,
-        key: Key,
-        attempts: int = 0,
-        retries_used: int = 0,
-        infra_used: int = 0,
-        wake_at: float | None = None,
-    ) -> None:
-        self.job = job
-        self.key = key
-        self.phase = Phase.WAITING
-        self.pending = 0  # needs not settled yet
-        self.attempts = attempts
-        self.retries_used = retries_used
-        self.infra_used = infra_used
-        self.wake_at = wake_at
-        self.origin = ""  # the first failure above it, once its needs settled
-        self.dependents: list[str] | None = None  # the jobs added that need it
-        # Its settled needs' outcomes that are not PASSED_CLEAN, until it is decided (None:
-        # none; the usual case, which then needs no dict, nor a store for every need).
-        self.outcomes: dict[str, NeedOutcome] | None = None
-        self.kill: tuple[FailureKind, str] | None = None
-        self.history: tuple[Attempt, ...] = ()
+    job: Job
+    key: Key
+    attempts: int = 0
+    retries_used: int = 0
+    infra_used: int = 0
+    wake_at: float | None = None
+    phase: Phase = Phase.WAITING
+    pending: int = 0  # needs not settled yet
+    origin: str = ""  # the first failure above it, once its needs settled
+    dependents: list[str] | None = None  # the jobs added that need it
+    # Its settled needs' outcomes that are not PASSED_CLEAN, until it is decided (None: none;
+    # the usual case, which then needs no dict, nor a store for every need).
+    outcomes: dict[str, NeedOutcome] | None = None
+    kill: tuple[FailureKind, str] | None = None
+    history: tuple[Attempt, ...] = ()
 
 
 class JobTable:
@@ -103,10 +88,9 @@ class JobTable:
 
     def __init__(self) -> None:
         self.slots: dict[str, Slot] = {}
-        # Matrix group -> its unsettled jobs: the one job's id while it has one (most groups
-        # are a single job, and a dict each would be an object per job), else a dict of them
-        # in the order they were added.
-        self._groups: dict[str, str | dict[str, None]] = {}
+        # Matrix group -> its unsettled instances, in the order they were added (fail-fast
+        # cancels the others). A job of no matrix is in none: most jobs, and no dict each.
+        self._groups: dict[str, dict[str, None]] = {}
         self._ready: list[tuple[Key, str]] = []
         # Raises not made yet: (an older job, the rank of a new dependent), made once a rank
         # is read (`make_raises`).
@@ -160,7 +144,8 @@ class JobTable:
                 slots[job.id] = Slot(job, key)
             else:
                 slots[job.id] = Slot(job, key, e.attempts, e.retries_used, e.infra_used, e.wake_at)
-            self._join_group(job)
+            if job.matrix:
+                self._groups.setdefault(job.group, {})[job.id] = None
         added = []
         for job in fresh.values():
             slot = self._link(job, settled_needs)
@@ -184,16 +169,6 @@ class JobTable:
         """Upward ranks inside the batch: nothing outside it can need a job not yet added."""
         needs = {i: [n for n in job.needs if n in fresh] for i, job in fresh.items()}
         return graph.upward_ranks(needs, lambda i: fresh[i].duration_hint_s)
-
-    def _join_group(self, job: Job) -> None:
-        group_key = job.group or job.id
-        group = self._groups.get(group_key)
-        if group is None:
-            self._groups[group_key] = job.id
-        elif isinstance(group, str):
-            self._groups[group_key] = {group: None, job.id: None}
-        else:
-            group[job.id] = None
 
     def _link(self, job: Job, settled: Mapping[str, NeedOutcome]) -> Slot:
         slots = self.slots
@@ -253,22 +228,17 @@ class JobTable:
 
     # -- removing --------------------------------------------------------------------------
 
-    def remove(self, job: Job) -> str:
-        """Hold the job no more: its group's key."""
+    def remove(self, job: Job) -> None:
+        """Hold the job no more."""
         if self.raises:  # a raise walks through the jobs still held: make them first
             self.make_raises()
         del self.slots[job.id]
-        group_key = job.group or job.id
-        group = self._groups[group_key]
-        if isinstance(group, str):
-            del self._groups[group_key]
-        else:
+        if job.matrix:
+            group = self._groups[job.group]
             del group[job.id]
             if not group:
-                del self._groups[group_key]
-        return group_key
+                del self._groups[job.group]
 
-    def group(self, group_key: str) -> list[Slot]:
-        """The unsettled jobs of a matrix group, in the order they were added."""
-        group = self._groups.get(group_key, ())
-        return [self.slots[j] for j in ((group,) if isinstance(group, str) else group)]
+    def matrix_group(self, group: str) -> list[Slot]:
+        """The unsettled instances of a matrix, in the order they were added."""
+        return [self.slots[j] for j in self._groups.get(group, ())]

@@ -341,7 +341,7 @@ class Scheduler:
 
     def _finalize(self, slot: Slot, status: JobStatus, reason: str, now: float) -> None:
         job = slot.job
-        group_key = self._table.remove(job)
+        self._table.remove(job)
         failed = counts_as_failure(job, status)
         origin = job.id if failed else slot.origin
         result = JobResult(job.id, status, reason, slot.history, origin)
@@ -364,11 +364,11 @@ class Scheduler:
                 if child.pending == 0:
                     work.append((child_id, None, ""))
         if failed and status is not JobStatus.CANCELLED and job.fail_fast and job.matrix:
-            self._fail_fast(job, group_key)
+            self._fail_fast(job)
 
-    def _fail_fast(self, failed: Job, group_key: str) -> None:
+    def _fail_fast(self, failed: Job) -> None:
         reason = f"fail-fast: '{failed.id}' failed"
-        for slot in self._table.group(group_key):
+        for slot in self._table.matrix_group(failed.group):
             if slot.phase in OUT:
                 self._kill(slot, FailureKind.CANCELLED, reason)
             else:

@@ -39,8 +39,9 @@ from runner.backends.clore.market import (
     matching_offers,
     offers_from_servers,
 )
-from runner.backends.clore.provision import Provisioner, ProvisionOptions, Rental
+from runner.backends.clore.provision import Provisioner
 from runner.backends.clore.quotes import OfferMarket
+from runner.backends.clore.rental import ProvisionOptions, Rental
 from runner.backends.clore.settings import CloreSettings
 from runner.backends.ssh.keys import ClientKey, HostKeyStore
 from runner.clock import Clock

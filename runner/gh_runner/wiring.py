@@ -14,7 +14,7 @@ from runner.core.hedge import HedgePolicy
 
 if TYPE_CHECKING:
     from runner.backends.clore.api import CloreClient
-    from runner.backends.clore.provision import ProvisionOptions
+    from runner.backends.clore.rental import ProvisionOptions
     from runner.backends.ssh.keys import ClientKey
     from runner.gh_runner.github import RunnerApi, Scope
     from runner.report.comment_post import Http
@@ -40,7 +40,7 @@ def _github(token: str, scope: Scope, env: Mapping[str, str]) -> RunnerApi:
 
 def _options() -> ProvisionOptions:
     # a runner command builds it: the CLI imports this module for every command
-    from runner.backends.clore.provision import ProvisionOptions
+    from runner.backends.clore.rental import ProvisionOptions
 
     return ProvisionOptions()
 

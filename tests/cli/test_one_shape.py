@@ -144,6 +144,11 @@ def test_clore_commands_fail_in_the_one_shape(
         assert "the Clore API refused the key in CLORE_API_KEY" in out + err
     if failure == "bad flag":
         assert f"clore-run: no such option: {BAD_FLAG}\nhint: " in err
+    if command == "cleanup" and failure in ("refused key", "unreachable"):
+        # Each rental's line says why it is left, the API's hint comes once, under the end.
+        assert all(NESTED.search(line) is None for line in out.splitlines()), out
+        said = "check CLORE_API_KEY" if failure == "refused key" else "check the network"
+        assert said not in out and f"\nhint: {said}" in err, out + err
     CHECKED.append((command, failure))
 
 

@@ -18,7 +18,8 @@ import pytest
 from runner.backends.clore.backend import CloreBackend
 from runner.backends.clore.market import offer_from_server
 from runner.backends.clore.models import MarketServer
-from runner.backends.clore.provision import Provisioner, ProvisionOptions
+from runner.backends.clore.provision import Provisioner
+from runner.backends.clore.rental import ProvisionOptions
 from runner.backends.clore.settings import CloreSettings
 from runner.backends.ssh.connection import ConnectOptions
 from runner.backends.ssh.keys import ClientKey, HostKeyStore

@@ -23,7 +23,7 @@ import pytest
 import typer
 from typer.testing import CliRunner, Result
 
-from runner.backends.clore.provision import ProvisionOptions
+from runner.backends.clore.rental import ProvisionOptions
 from runner.backends.ssh.connection import ConnectOptions
 from runner.backends.ssh.keys import ClientKey
 from runner.cli.gh_runner import register

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence, Set
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -32,26 +32,22 @@ from runner.backends.base import (
     StageSink,
     Unproven,
 )
-from runner.backends.clore import bill
-from runner.backends.clore import errors as api_errors
 from runner.backends.clore.api import CloreClient
+from runner.backends.clore.balance import BalanceCheck
 from runner.backends.clore.hedge_log import HEDGE_REASON, HedgeLog
 from runner.backends.clore.host_memory import HostRecorder
-from runner.backends.clore.market import (
-    Offer,
-    offers_from_servers,
-)
-from runner.backends.clore.provision import CancelledBooting, Provisioner, Rental
-from runner.backends.clore.quotes import OfferMarket
+from runner.backends.clore.live_market import MarketFeed
+from runner.backends.clore.place_facts import offer_label, place_on
+from runner.backends.clore.provision import Provisioner
+from runner.backends.clore.rental import CancelledBooting, Rental
 from runner.backends.clore.settings import DEFAULT_IMAGE, CloreSettings
+from runner.backends.clore.spend import Spend
 from runner.backends.ssh.exec import run_job
 from runner.backends.ssh.handover import hand_over
 from runner.clock import Clock
 from runner.core.hedge import HedgePolicy
-from runner.core.model import FailureKind, GpuAsk, Job, Provisioning
+from runner.core.model import FailureKind, Job, Provisioning
 from runner.core.rentals import (
-    BootTimes,
-    Quote,
     RentFailed,
     RentServer,
     ServerDeploying,
@@ -65,36 +61,13 @@ from runner.errors import CloreRunError, InfrastructureError, JobCannotRun, RunM
 if TYPE_CHECKING:  # psycopg is an extra: only a run that joins a pool imports it
     from runner.stores.pools.seat import PoolSeat
 
-MARKET_TTL_S = 60.0  # the marketplace is ~2,100 servers: fetch it at most once a minute
-MAX_OFFERS_PER_ATTEMPT = 5
-_ANY_GPU = GpuAsk()
-# What the core plans rent-ahead with until the run has measured its own create -> SSH-ready
-# times: a Clore server takes minutes (image pull, boot, sshd).
-DEFAULT_BOOT_S = 180.0
 # A rent being set up, once cancelled, ends within this: its create answered and its order
 # found (or not), its cancel sent and confirmed. A run that ended waits that long for it; a run
 # stopped by a signal waits only until its `signal_setup_within_s` is over, and leaves the
 # rest to `clore-run cleanup`.
 SETUP_ENDS_WITHIN_S = 180.0
-# A job that names no image (it runs the default one): the boot bound of a run with no jobs
-# yet (a queue server's), whose jobs come later.
-_NO_IMAGE_JOB = Job("", "", "true", 0)
 
 log = logging.getLogger("clore_run")
-
-
-@dataclass(frozen=True)
-class GivenOrder:
-    """An order given back: its rental, and what it cost where the API said no figure of its
-    own (an order given back while booting: what its rent came to; None: not known)."""
-
-    rental: Rental
-    fallback_usd: float | None = None
-
-    @property
-    def cost_usd(self) -> float | None:
-        cost = self.rental.order_cost
-        return cost.total_usd if cost is not None else self.fallback_usd
 
 
 @dataclass
@@ -128,19 +101,7 @@ class CloreBackend:
     _lock: threading.Condition = field(default_factory=threading.Condition)
     _closing: bool = False
     _hurry_at: float | None = None  # when the run was told to stop (monotonic seconds)
-    _market: tuple[float, list[Offer]] | None = None
-    _live: _LiveMarket | None = None
-    _idle_usd: float = 0.0
-    _balance_lock: threading.Lock = field(default_factory=threading.Lock)
-    _balance_checked: bool = False
-    _balance_short: RunMustStop | None = None  # every later rental stops the same way
     _fees_noted: bool = False  # the fee rates assumed are said once per run
-    # Each order given back, with what it cost as the API billed it: the attempts' bills
-    # hold their shares; these hold the orders'.
-    orders_given_back: list[GivenOrder] = field(default_factory=list)
-    # Attempts whose server the shutdown gave back under them: their bills, settled then
-    # (rental id -> USD), for their `attempt_done` to hand over.
-    _settled: dict[int, float] = field(default_factory=dict)
     # The host history (what each host did, across runs), hedged boots' policy and record.
     hosts: HostRecorder = field(default_factory=HostRecorder)
     hedge: HedgePolicy = field(default_factory=HedgePolicy)
@@ -152,95 +113,23 @@ class CloreBackend:
     # A queue's: between two jobs on a server, the first's leftovers are checked for
     # (runner/backends/ssh/handover.py); a server that fails goes back, never reused.
     handover_mark: str | None = None
+    # The marketplace for the core, the wallet check, and the money outside the attempts.
+    market: MarketFeed = field(init=False)
+    balance: BalanceCheck = field(init=False)
+    spend: Spend = field(init=False)
+
+    def __post_init__(self) -> None:
+        currency = self.settings.currency
+        self.market = MarketFeed(self.client, self.provisioner, self.clock, currency)
+        self.balance = BalanceCheck(self.client, currency)
+        self.spend = Spend(self.clock, self.provisioner)
 
     def capacity(self) -> int | None:
         return None  # no places of its own: it rents as many as the run's concurrency allows
 
     def idle_cost_usd(self) -> float:
         """What servers held with no job on them cost (and orders that never served one)."""
-        with self._lock:
-            return self._idle_usd
-
-    def _offers(self) -> list[Offer]:
-        now = self.clock.now()
-        if self._market is None or now - self._market[0] > MARKET_TTL_S:
-            rates = self.provisioner.fees().rates  # read first: the offers' $/h include them
-            servers = self.client.marketplace().servers
-            currency = self.settings.currency
-            self._market = (now, offers_from_servers(servers, currency, fees=rates))
-        return self._market[1]
-
-    def _hourly(self, job: Job, offer: Offer) -> float:
-        """What renting `offer` for `job` costs per hour: a spot bid, not the spot minimum."""
-        spot = job.gpu is not None and job.gpu.spot
-        price_per_day = self.provisioner.price_per_day(job, offer)
-        if price_per_day is None:
-            return offer.usd_per_hour(spot) or 0.0  # no bid fits: renting will skip the offer
-        return self.provisioner.usd_per_hour(offer, price_per_day, spot)
-
-    def _check_balance(self, offer: Offer, worst_case_usd: float) -> None:
-        """Once per run, before the first rental: the wallet of the run's currency must pay
-        for that rental's worst case, or nothing is rented at all."""
-        with self._balance_lock:  # the other workers wait for the verdict, then share it
-            if not self._balance_checked:
-                self._balance_checked = True
-                try:
-                    self._read_balance(offer, worst_case_usd)
-                except RunMustStop as exc:
-                    self._balance_short = exc
-            if self._balance_short is not None:
-                raise RunMustStop(self._balance_short.message, self._balance_short.hint)
-
-    def _read_balance(self, offer: Offer, worst_case_usd: float) -> None:
-        try:
-            wallets = {w.name: w for w in self.client.wallets()}
-        except api_errors.InvalidTokenError as exc:
-            raise RunMustStop(str(exc)) from None
-        except api_errors.CloreApiError:
-            return  # not knowing is no reason to stop: the create says not_enough_balance
-        currency = self.settings.currency
-        wallet = wallets.get(currency)
-        balance = wallet.balance if wallet is not None else 0.0
-        if balance is None or offer.usd_per_unit is None or offer.usd_per_unit <= 0:
-            return
-        needed = worst_case_usd / offer.usd_per_unit
-        if balance < needed:
-            raise RunMustStop(
-                f"the {currency} wallet holds {balance:g}, and the first rental may cost "
-                f"up to {needed:g} {currency} (${worst_case_usd:.2f}, fees included): "
-                "nothing was rented",
-                f"top up the {currency} wallet on clore.ai, or pay in another currency "
-                "(`currency:` in the pipeline)",
-            )
-
-    def _place(self, rental: Rental) -> Place:
-        offer = rental.offer
-        fees = self.provisioner.fees()
-        facts = {
-            "rental_id": str(rental.rental_id),
-            "server_id": str(offer.server_id),
-            "order_id": str(rental.order_id),
-            "gpu": offer.gpu_model,
-            "gpu_count": str(offer.gpu_count),
-            "usd_per_hour": f"{rental.usd_per_hour:.4f}",
-            "order_currency": rental.currency,
-            "price_per_day": f"{rental.price_per_day:g}",
-            "renter_fee_rate": f"{rental.fee_rate:g}",
-            "renter_fee_source": fees.source,
-        }
-        if offer.cuda_version:
-            facts["cuda"] = offer.cuda_version
-        notes = list(rental.skipped)  # said by the first job on it only
-        for timing in ("online_after_s", "ssh_ready_after_s"):  # from the create
-            if timing in rental.facts:
-                facts[timing] = rental.facts[timing]
-        if rental.skipped:
-            facts["skipped_hosts"] = "; ".join(rental.skipped)
-            rental.skipped = []
-        if not self._fees_noted:
-            notes += fees.notes
-            self._fees_noted = True
-        return Place(f"clore-{offer.server_id}", facts, rental.usd_per_hour, notes)
+        return self.spend.idle_usd()
 
     # -- running on a server ---------------------------------------------------------------
 
@@ -265,45 +154,6 @@ class CloreBackend:
             held.rental.lost = True  # gone: the core gives it back, and excludes its host
             self.hosts.lost(held.rental.offer.server_id)
         return outcome
-
-    def _bill(self, rental: Rental) -> float:
-        """Cost since the last attempt billed on this server (bill.share_since), now on
-        the rental's shares."""
-        share = bill.share_since(
-            rental.usd_per_hour,
-            rental.billed_until,
-            self.clock.time(),
-            rental.held_since,
-            rental.creation_fee_usd,
-            rental.fee_billed,
-        )
-        rental.billed_until, rental.fee_billed = share.billed_until, share.fee_billed
-        rental.billed_usd = (rental.billed_usd or 0.0) + share.usd
-        return share.usd
-
-    def _rest(self, rental: Rental, final_usd: float) -> float:
-        """What the order's final figure adds to the shares billed on our own clock, or takes
-        back (negative): a preempted spot order stops billing, an order's `ct` is in whole
-        seconds. The run's total is then what the provider billed."""
-        return final_usd - (rental.billed_usd or 0.0)
-
-    def _give_back_idle(
-        self, helds: list[_Held], within_s: float | None = None
-    ) -> dict[int, float | None]:
-        """Cancel servers with no job on them and confirm; each one's final cost, as the API
-        billed it (None: not confirmed). What they cost since their last job is idle time,
-        billed before the cancel so that it counts even when the API reports no `spend`."""
-        with self._lock:
-            idle = {h.rental.rental_id: self._bill(h.rental) for h in helds}
-        finals = self.provisioner.release_all([h.rental for h in helds], within_s)
-        with self._lock:
-            for held in helds:
-                final = finals.get(held.rental.rental_id)
-                self.orders_given_back.append(GivenOrder(held.rental))
-                self._idle_usd += idle[held.rental.rental_id]
-                if final is not None:
-                    self._idle_usd += self._rest(held.rental, final)
-        return finals
 
     def _find(self, place: Place) -> _Held | None:
         with self._lock:
@@ -335,13 +185,13 @@ class CloreBackend:
                 if h.job is not None and h.place is not None:
                     # Its attempt_done() will find the server gone: settle the attempt's
                     # share now, so the run does not price it again (the rest is idle).
-                    self._settled[h.rental.rental_id] = self._bill(h.rental)
+                    self.spend.settle_at_shutdown(h.rental)
         for rental in booting:  # an order already known is cancelled now, not when its rent
             self.provisioner.send_cancel(rental)  # notices: that may be after SIGKILL
         options = self.provisioner.options
         within_s = options.shutdown_confirm_within_s if stopped else None
         if held:
-            self._give_back_idle(held, within_s)
+            self.spend.give_back_idle([h.rental for h in held], within_s)
         self._wait_for_setups(SETUP_ENDS_WITHIN_S)
         self.provisioner.close_pool()
         self.hosts.close()
@@ -354,9 +204,8 @@ class CloreBackend:
             return tuple(Unproven(what, hint) for what, hint in self.provisioner.unproven)
 
     def given_back(self) -> tuple[GivenBack, ...]:
-        with self._lock:
-            given = list(self.orders_given_back)
-        return tuple(GivenBack(_offer_label(g.rental.offer), g.cost_usd) for g in given)
+        given = list(self.spend.given)
+        return tuple(GivenBack(offer_label(g.rental.offer), g.cost_usd) for g in given)
 
     def pool_seat(self) -> PoolSeat | None:
         return self.provisioner.seat
@@ -391,40 +240,16 @@ class CloreBackend:
         """The core's book of servers for a run: today's offers, the budget, the cap, and
         boot times allowed as long as the provisioner waits for one."""
         self.provisioner.make_room = lambda: False  # the core decides what is given back
-        try:
-            market = _LiveMarket(self, self._offers())
-        except api_errors.CloreApiError as exc:
-            # Nothing can be rented: each job ends saying why, and the reports are written.
-            # Its own words (the hint, what to do, is the command's to give): the API names
-            # the read that failed, a refused key is the same refusal whichever read met it.
-            market = _LiveMarket(self, [], unread=exc.message)
-        self._live = market
-        bound_s = self.provisioner.options.online_timeout_s  # a dead host is given up then
-        memory = self.hosts.memory()
-        images = sorted({j.image or DEFAULT_IMAGE for j in jobs})
-        market.remember(memory, bound_s, images)  # a host whose cache holds them ranks first
-        pulls = replace(memory.pulls, default_image=DEFAULT_IMAGE)
-        self.provisioner.pulls = pulls
-        # The longest a boot may take, image pull included: what the budget reserves for
-        # each rent (a job's own bound where longer: the core's `boot_allowance_s`).
-        allowance_s = max(
-            (self.provisioner.image_allowance_s(j) for j in jobs),
-            default=self.provisioner.image_allowance_s(_NO_IMAGE_JOB),
-        )
-        expected_s = memory.expected_boot_s() if memory.hosts else DEFAULT_BOOT_S
-        book = ServerBook(
+        offer = self.market.book_offer(jobs, self.hosts, self.hedge)
+        return ServerBook.from_offer(
             jobs,
             cap,
-            market=market,
+            offer,
             budget_usd=budget_usd,
             provisioning=provisioning,
-            boot=BootTimes(expected_s, allowance_s),
             durations_s=durations_s,
             now=self.clock.time(),
-            hedge=self.hedge,
         )
-        book.pulls = pulls
-        return book
 
     def rent(
         self, cmd: RentServer, job: Job, report: ServerReport, stages: StageSink = NO_STAGES
@@ -446,7 +271,7 @@ class CloreBackend:
                 self._setting_up.pop(cmd.server, None)
                 booting = self._booting.pop(cmd.server, None)
                 if isinstance(event, RentFailed) and booting is not None:
-                    self._note_boot_given_back(booting, event.cost_usd)
+                    self.spend.boot_given_back(booting, event.cost_usd)
                 if cmd.server in self._given_back_booting:
                     self._given_back_booting[cmd.server] = event
                 self._lock.notify_all()
@@ -462,12 +287,12 @@ class CloreBackend:
         stages: StageSink,
         report: ServerReport,
     ) -> ServerEvent:
-        assert self._live is not None
-        offer = self._live.offer(cmd.quote)
-        self._refresh_market()  # for the core's next decisions
+        assert self.market.live is not None
+        offer = self.market.live.offer(cmd.quote)
+        self.market.refresh()  # for the core's next decisions
         try:
-            self._check_balance(offer, cmd.worst_case_usd)
-            hourly = self._hourly(job, offer)
+            self.balance.check(offer, cmd.worst_case_usd)
+            hourly = self.market.hourly(job, offer)
             if hourly > cmd.quote.usd_per_hour * (1 + 1e-6) + 1e-9:
                 # The spot book, read just now, moved since the core priced the quote with
                 # the last one read: the budget reserved less than this. The core prices it
@@ -478,7 +303,7 @@ class CloreBackend:
                     f"over the ${cmd.quote.usd_per_hour:.4f}/h reserved for it",
                     requote=True,
                 )
-            label = _offer_label(offer)
+            label = offer_label(offer)
             self.hedges.rented(cmd, label)
             hedging = " (a hedge: its other boot runs late)" if cmd.hedge_of is not None else ""
             stages.stage("renting", label + hedging, hourly)
@@ -491,17 +316,17 @@ class CloreBackend:
                 deploying=lambda: report(ServerDeploying(cmd.server)),
             )
         except RunMustStop as exc:
-            return RentFailed(cmd.server, exc.message, self._wasted_usd(), fatal=True)
+            return RentFailed(cmd.server, exc.message, self.spend.wasted(), fatal=True)
         except JobCannotRun as exc:  # a budget pool refused it: no host would do
-            return RentFailed(cmd.server, str(exc), self._wasted_usd(), job_cannot_run=True)
+            return RentFailed(cmd.server, str(exc), self.spend.wasted(), job_cannot_run=True)
         except CloreRunError as exc:  # a host of its own failing (SkipOffer), or cancelled
             self.hosts.failed(offer.server_id, exc, job.image or DEFAULT_IMAGE)
             with self._lock:
                 lost_race = cmd.server in self._hedge_losers
             if lost_race and isinstance(exc, CancelledBooting):
                 self.hosts.lost_race(offer.server_id, exc)
-            self._refresh_market()
-            return RentFailed(cmd.server, str(exc), self._wasted_usd())
+            self.market.refresh()
+            return RentFailed(cmd.server, str(exc), self.spend.wasted())
         self.hosts.up(rental)
         with self._lock:
             closing = self._closing
@@ -509,44 +334,15 @@ class CloreBackend:
                 self._held[rental.rental_id] = _Held(rental)
                 self._rentals_of[cmd.server] = rental.rental_id
         if closing:  # shut down while it was being set up: it ran nothing, and cost this
-            final = self._give_back_idle([_Held(rental)]).get(rental.rental_id)
+            final = self.spend.give_back_idle([rental]).get(rental.rental_id)
             cost = final if final is not None else rental.billed_usd or 0.0
             return RentFailed(cmd.server, "the run is shutting down", cost)
         return ServerReady(cmd.server)
-
-    def _note_boot_given_back(self, rental: Rental, cost_usd: float) -> None:
-        """A rent whose order was made and given back before it served a job (a boot that
-        failed, a Ctrl-C while it booted) is said at the run's end with the servers it held:
-        its job ran on nothing, and the run's total paid for it. With the lock held."""
-        ids = {g.rental.rental_id for g in self.orders_given_back}
-        if rental.order_id is None or rental.rental_id in ids:
-            return  # no order was made, or it was given back as a server held
-        self.orders_given_back.append(GivenOrder(rental, cost_usd))
 
     def _track(self, server: int, rental: Rental) -> None:
         with self._lock:
             if server in self._setting_up:
                 self._booting[server] = rental
-
-    def _wasted_usd(self) -> float:
-        """What orders cancelled before they served a job cost: the run's, as idle time."""
-        wasted = self.provisioner.take_wasted_usd()
-        with self._lock:
-            self._idle_usd += wasted
-        return wasted
-
-    def _refresh_market(self) -> None:
-        """A new snapshot for the core, read off its loop, once the one it has is a minute
-        old (a queue server runs for days; a host that failed may have been rented away)."""
-        if self._live is None:
-            return
-        before = self._market
-        try:
-            offers = self._offers()
-        except api_errors.CloreApiError:
-            return  # the snapshot it has stays: the next rent tries again
-        if self._market is not before:
-            self._live.update(offers)
 
     def place(
         self, server: int, job: Job, cancel: threading.Event, stages: StageSink = NO_STAGES
@@ -561,9 +357,10 @@ class CloreBackend:
             if held.rental.job_id != job.id or held.rental.billed_usd is not None:
                 # A server that waited for this job (kept warm, rented for warmth or for
                 # another job): the time since its last bill was idle, nobody's job's.
-                self._idle_usd += self._bill(held.rental)
+                self.spend.idle(held.rental)
             held.job = job
-            held.place = self._place(held.rental)
+            held.place = place_on(held.rental, self.provisioner.fees(), not self._fees_noted)
+            self._fees_noted = True
             held.place.facts.update(self.hedges.facts(job.id, server))
             return held.place
 
@@ -571,11 +368,11 @@ class CloreBackend:
         held = self._find(place)
         if held is None:  # given back under it (a shutdown): that settled the attempt's share
             with self._lock:
-                settled = self._settled.pop(int(place.facts.get("rental_id", "-1")), None)
+                settled = self.spend.settled(int(place.facts.get("rental_id", "-1")))
             return AttemptBill(settled) if settled is not None else None
         with self._lock:
             job, held.job = held.job, None
-            owed = AttemptBill(self._bill(held.rental))
+            owed = AttemptBill(self.spend.share(held.rental))
         place.facts.update(self.hedges.cost_facts(held.rental.job_id))
         conn = held.rental.conn
         if self.handover_mark is None or job is None or conn is None or not conn.alive:
@@ -628,7 +425,7 @@ class CloreBackend:
             self.hedges.given_back(server, reason, cost)
             report(ServerReleased(server, cost))
             return
-        final = self._give_back_idle([held]).get(held.rental.rental_id)
+        final = self.spend.give_back_idle([held.rental]).get(held.rental.rental_id)
         # The API's figure; without one (no `spend` in its reply), what this order was billed
         # here, from its create to now: either replaces the core's estimate.
         billed = held.rental.billed_usd or 0.0
@@ -667,39 +464,3 @@ class CloreBackend:
         if self._hurry_at is None:
             return deadline
         return min(deadline, self._hurry_at + self.provisioner.options.signal_setup_within_s)
-
-
-class _LiveMarket(OfferMarket):
-    """The marketplace as the core sees it: the last snapshot fetched, priced as the
-    provisioner will rent (a spot order bids over the rivals in its server's book), and every
-    offer seen this run kept for fitting (a server we hold is listed as rented)."""
-
-    def __init__(self, backend: CloreBackend, offers: list[Offer], unread: str = "") -> None:
-        super().__init__(offers, backend.settings.currency)
-        self._backend = backend
-        self._unread = unread  # why there is no snapshot, if there is none
-
-    def why_none(self, ask: GpuAsk | None, excluded: Set[str]) -> str:
-        return self._unread or super().why_none(ask, excluded)
-
-    def update(self, offers: Iterable[Offer]) -> None:
-        self._unread = ""
-        super().update(offers)
-
-    def quote(self, offer: Offer, ask: GpuAsk) -> Quote | None:
-        quote = super().quote(offer, ask)
-        if quote is None:
-            return None
-        fee = self._backend.provisioner.creation_fee_usd(offer, ask.spot)
-        return replace(quote, creation_fee_usd=fee, fee_rate=offer.fee_rate(ask.spot))
-
-    def rival_bids(self, offer: Offer) -> Iterable[float]:
-        # The last book read, however old: the core's loop never waits for the API. A rent
-        # reads it afresh (off the loop) and asks for a new price if the bid moved up.
-        return self._backend.provisioner.known_rival_bids(offer.server_id)
-
-
-def _offer_label(offer: Offer) -> str:
-    """`RTX 4090 #88028`, `2x RTX 4090 #88028`: what the live view says is being rented."""
-    gpus = offer.gpu_model if offer.gpu_count == 1 else offer.gpus
-    return f"{gpus} #{offer.server_id}"

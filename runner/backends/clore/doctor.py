@@ -21,12 +21,8 @@ from runner.backends.clore import errors as e
 from runner.backends.clore.api import CloreClient
 from runner.backends.clore.fees import FeeSchedule, read_fee_schedule
 from runner.backends.clore.market import Offer, describe_ask, matching_offers, offers_from_servers
-from runner.backends.clore.provision import (
-    DEFAULT_IMAGE,
-    Provisioner,
-    ProvisionOptions,
-    Rental,
-)
+from runner.backends.clore.provision import DEFAULT_IMAGE, Provisioner
+from runner.backends.clore.rental import ProvisionOptions, Rental
 from runner.backends.ssh.keys import ClientKey, HostKeyStore
 from runner.clock import Clock
 from runner.core.model import GpuAsk, Job

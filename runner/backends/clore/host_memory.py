@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from runner.backends.clore.provision import (
+from runner.backends.clore.rental import (
     CancelledBooting,
     NeverOnline,
     Rental,

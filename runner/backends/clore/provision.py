@@ -9,7 +9,6 @@ offer raise `RunMustStop`.
 from __future__ import annotations
 
 import contextlib
-import math
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -19,15 +18,23 @@ from runner.backends.base import NO_STAGES, StageSink
 from runner.backends.clore import bill
 from runner.backends.clore import errors as api_errors
 from runner.backends.clore.api import CloreClient, OrderRequest
+from runner.backends.clore.boot_watch import BootWatch
 from runner.backends.clore.fees import FeeSchedule, read_fee_schedule
-from runner.backends.clore.market import Offer, per_hour, spot_bid_per_day
-from runner.backends.clore.models import Order, SpotMarket
+from runner.backends.clore.market import Offer
+from runner.backends.clore.models import Order
 from runner.backends.clore.order_create import may_have_created
+from runner.backends.clore.order_release import Releaser
 from runner.backends.clore.ownership import LedgerMarks, order_of, read_echo, record_order
 from runner.backends.clore.ratelimit import RequestAborted
+from runner.backends.clore.rental import (
+    ProvisionCancelled,
+    ProvisionOptions,
+    Rental,
+    SkipOffer,
+)
 from runner.backends.clore.settings import DEFAULT_IMAGE as DEFAULT_IMAGE  # its old home
 from runner.backends.clore.settings import image_runs_sshd
-from runner.backends.ssh.connection import ConnectOptions, Endpoint, SshConnection, connect
+from runner.backends.clore.spot_bids import SpotBids
 from runner.backends.ssh.keys import ClientKey, HostKeyStore
 from runner.clock import Clock
 from runner.core import money
@@ -35,7 +42,7 @@ from runner.core.model import Job
 from runner.core.pulls import BootBounds, Pulls, boot_bounds
 from runner.core.rental_length import worst_hold_s
 from runner.errors import InfrastructureError, RunMustStop
-from runner.stores.ledger import LedgerError, RentalLedger, State
+from runner.stores.ledger import LedgerError, RentalLedger
 from runner.stores.pools import Reservation
 
 if TYPE_CHECKING:  # psycopg is an extra: only a run that joins a pool imports it
@@ -44,44 +51,6 @@ if TYPE_CHECKING:  # psycopg is an extra: only a run that joins a pool imports i
 _FATAL = (api_errors.NotEnoughBalanceError, api_errors.InvalidTokenError)
 SPOT_BOOK_TTL_S = 30.0  # a server's spot book read for the budget check serves the create too
 MAX_REBIDS = 3  # raises of one spot order's bid before the job moves to another host
-
-
-class SkipOffer(InfrastructureError):
-    """This host failed for a reason of its own: exclude it and try the next offer."""
-
-
-class NeverOnline(SkipOffer):
-    """The order did not come online within the boot bound (the host history keeps it)."""
-
-
-class SshNeverAnswered(SkipOffer):
-    """The order came online but its sshd never answered (the host history keeps it)."""
-
-
-class StillPulling(SkipOffer):
-    """The order came online, but its container was still deploying (its image pulling) when
-    the deploy bound ran out: the image's time, not the host's fault. The host history keeps
-    it as a pull of at least `pull_s`, never as a failed boot."""
-
-    def __init__(self, message: str, image: str, pull_s: float) -> None:
-        super().__init__(message)
-        self.image = image
-        self.pull_s = pull_s
-
-
-class ProvisionCancelled(InfrastructureError):
-    """The run was cancelled while this rental was being set up (the order is cancelled)."""
-
-
-class CancelledBooting(ProvisionCancelled):
-    """Cancelled while its order booted: how long it had, and how far it got (online, its
-    image pulling for `pulled_s`), so that a hedge's loser is remembered as what it was."""
-
-    def __init__(self, message: str, waited_s: float, pulled_s: float | None, image: str) -> None:
-        super().__init__(message)
-        self.waited_s = waited_s
-        self.pulled_s = pulled_s  # None: not online yet
-        self.image = image
 
 
 def _proof(order: Order, tag: int | None) -> str:
@@ -101,105 +70,6 @@ def _cancel_hint(run_id: str) -> str:
     )
 
 
-def _wait_on_event(seconds: float, cancel: threading.Event) -> None:
-    cancel.wait(seconds)
-
-
-@dataclass(frozen=True)
-class ProvisionOptions:
-    # Create -> online, image pull included, unless the job sets `boot-timeout-minutes`.
-    # (bill.DEFAULT_BOOT_BOUND_S: inside the creation fee's grace, the SSH probe included.)
-    online_timeout_s: float = bill.DEFAULT_BOOT_BOUND_S
-    first_poll_s: float = 3.0  # my_orders polling backoff (the rate limiter spaces it further)
-    max_poll_s: float = 30.0
-    ssh: ConnectOptions = field(
-        # 8 tries: at most ~3 minutes after "online", so a host whose sshd never answers is
-        # given up before the creation fee's 10 minutes.
-        default_factory=lambda: ConnectOptions(tries=8, backoff_s=2.0, max_backoff_s=20.0)
-    )
-    # A cancelled order can stay listed for a few seconds: confirm it is gone with backoff
-    # for this long before calling it unconfirmed. A shutdown on a signal has GitHub's 7.5 s
-    # in all, so it confirms for less and leaves the rest to the cleanup step.
-    confirm_within_s: float = 30.0
-    shutdown_confirm_within_s: float = 4.0
-    # A run stopped by a signal waits this long, from the signal, for rents under way: a
-    # create already sent is answered, its order found and cancelled, before CI's SIGKILL
-    # (10 s after its SIGINT). One not sent by then is given up at once.
-    signal_setup_within_s: float = 9.0
-    first_confirm_pause_s: float = 1.0
-    # How to pause between polls: the real clock waits on the cancel event; tests pass their
-    # fake clock's sleep so nothing waits real seconds.
-    pause: Callable[[float, threading.Event], None] = _wait_on_event
-    # What an image's pull may add to `online_timeout_s`. None: what the host history says of
-    # the image's pulls (runner/core/pulls.py), a generous default for an image never seen.
-    deploy_timeout_s: float | None = None
-
-
-@dataclass
-class Rental:
-    """A server we hold (or are setting up)."""
-
-    rental_id: int
-    job_id: str
-    offer: Offer
-    price_per_day: float  # in `currency`
-    currency: str
-    usd_per_hour: float
-    order_id: int | None = None
-    conn: SshConnection | None = None
-    held_since: float = 0.0  # unix seconds (the injected clock)
-    billed_until: float = 0.0  # cost up to here is already on some attempt
-    creation_fee_usd: float = 0.0
-    fee_billed: bool = False
-    lost: bool = False  # the server dropped us (spot outbid, gone): never reuse
-    spot: bool = False  # a spot order: it can be outbid
-    reservation: Reservation | None = None  # its share of a budget pool, when the run joined one
-    image: str = ""  # the image its order runs (the host history keeps its pulls)
-    facts: dict[str, str] = field(default_factory=dict)
-    fee_rate: float = 0.0  # the renter's fee on top of the listed price (in `usd_per_hour`)
-    creation_fee_native: float = 0.0
-    cancelled_at: float | None = None  # unix seconds of the first cancel sent
-    # A cancel went out (the API took it): whoever knows the order first sends it, the
-    # run's shutdown or the rent's own thread, and the other does not send it again.
-    cancel_sent: bool = False
-    tag: int | None = None  # the tag the last create carried (the ownership proof)
-    skipped: list[str] = field(default_factory=list)  # hosts tried before this one, and why
-    max_usd_per_hour: float | None = None  # the job's cap, fee included: bids stay under it
-    # How long the order lived by the API's stamps (`order_end - ct`), once it has ended: an
-    # order that ended by itself (expired, preempted, its host gone) before our cancel was
-    # billed up to its own end, not up to when we noticed.
-    ended_lived_s: float | None = None
-    # What the shares billed on our own clock add up to (None: nothing billed yet), and the
-    # order's cost as the API billed it, once it is known.
-    billed_usd: float | None = None
-    order_cost: bill.BilledCost | None = None
-
-    @property
-    def usd_per_unit(self) -> float:
-        return self.offer.usd_per_unit or 0.0
-
-    def lived_s(self, now_unix: float) -> float:
-        if self.ended_lived_s is not None:  # the API's own stamps, once the order has ended
-            return self.ended_lived_s
-        end = self.cancelled_at if self.cancelled_at is not None else now_unix
-        return max(0.0, end - self.held_since)
-
-    def billed_cost(self, spend_native: float, now_unix: float) -> bill.BilledCost:
-        """What the order cost as the wallet loses it, from the API's `spend`."""
-        return bill.billed_cost(
-            spend_native,
-            self.usd_per_unit,
-            self.fee_rate,
-            self.creation_fee_native,
-            self.lived_s(now_unix),
-        )
-
-    def estimated_cost(self, now_unix: float) -> bill.BilledCost:
-        """Our own figure, for when the API reports no `spend`."""
-        held_s = self.lived_s(now_unix)
-        return bill.estimated_cost(self.usd_per_hour, held_s, self.fee_rate, self.creation_fee_usd)
-
-
 @dataclass
 class Provisioner:
     client: CloreClient
@@ -216,7 +86,6 @@ class Provisioner:
     _wasted_usd: float = field(default=0.0, init=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
     _fees: FeeSchedule | None = field(default=None, init=False)
-    _books: dict[int, tuple[float, tuple[float, ...]]] = field(default_factory=dict, init=False)
     # Set when the run is being stopped (a signal): confirming releases is cut short, the
     # cancels having gone out, and what is unconfirmed is left to `clore-run cleanup`.
     hurry: threading.Event = field(default_factory=threading.Event, init=False)
@@ -227,6 +96,11 @@ class Provisioner:
     # Orders that may be ours and could not be proven (a line each): left running, named at
     # the run's end (screen, summary.json's warnings, an `::error::`), exit 3.
     unproven: list[tuple[str, str]] = field(default_factory=list, init=False)  # (what, hint)
+    # Prices and bids, from the spot books it reads (the core's loop prices with them too).
+    bids: SpotBids = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.bids = SpotBids(self.client, self.clock, self.currency)
 
     def fees(self) -> FeeSchedule:
         """The account's fees, read once per run (the documented ones if that fails)."""
@@ -278,7 +152,7 @@ class Provisioner:
             rental.image = job.image or DEFAULT_IMAGE
             order = self._wait_deployed(order.id, cancel, rental, self.bounds(job), deploying)
             stages.stage("connecting", f"order {order.id}")
-            rental.conn = self._connect(order, cancel)
+            rental.conn = self._boots().connect(order, cancel)
             rental.facts["ssh_ready_after_s"] = f"{self.clock.now() - asked:.1f}"
             self.ledger.set_state(rental.rental_id, "running")
         except BaseException:
@@ -378,52 +252,19 @@ class Provisioner:
     # -- steps -----------------------------------------------------------------------------
 
     def price_per_day(self, job: Job, offer: Offer) -> float | None:
-        """What renting `offer` for `job` will cost per day in the order currency, listed
-        (the fee comes on top): the spot bid, a few percent over the highest rival bid in the
-        server's spot book (None when no bid fits the cap), or the on-demand price."""
-        if job.gpu is not None and job.gpu.spot:
-            rivals = self._rival_bids(offer.server_id)
-            return spot_bid_per_day(offer, job.gpu.max_usd_per_hour, rivals)
-        return offer.on_demand_price_per_day or 0.0
+        """What renting `offer` for `job` costs per day, listed (spot_bids)."""
+        return self.bids.price_per_day(job, offer)
 
     def usd_per_hour(self, offer: Offer, price_per_day: float, spot: bool = False) -> float:
         """USD per hour of a rental at `price_per_day` listed, the renter's fee included."""
-        listed = per_hour(price_per_day) * (offer.usd_per_unit or 0.0)
-        return bill.with_fee_per_hour(listed, offer.fee_rate(spot))
+        return self.bids.usd_per_hour(offer, price_per_day, spot)
 
     def creation_fee_usd(self, offer: Offer, spot: bool) -> float:
         return self.fees().creation_fee_usd(spot, offer.usd_per_unit)
 
     def known_rival_bids(self, server_id: int) -> tuple[float, ...]:
-        """The active bids of others on `server_id` as last read from its spot book, however
-        old; none if it was never read. Never calls the API (the core's loop prices with it)."""
-        with self._lock:
-            cached = self._books.get(server_id)
-        return cached[1] if cached is not None else ()
-
-    def _rival_bids(self, server_id: int, fresh: bool = False) -> tuple[float, ...]:
-        """The active bids of others on `server_id` in our currency, per day. A book that
-        cannot be read leaves the bid at the spot minimum: the create then says if it is low."""
-        now = self.clock.now()
-        with self._lock:
-            cached = self._books.get(server_id)
-        if cached is not None and not fresh and now - cached[0] < SPOT_BOOK_TTL_S:
-            return cached[1]
-        try:
-            book = self.client.spot_marketplace(server_id)
-        except api_errors.CloreApiError:
-            return ()
-        return self._keep_book(server_id, book)
-
-    def _keep_book(self, server_id: int, book: SpotMarket) -> tuple[float, ...]:
-        bids = tuple(
-            o.bid
-            for o in book.offers
-            if o.active and not o.my and o.bid is not None and o.currency in (None, self.currency)
-        )
-        with self._lock:
-            self._books[server_id] = (self.clock.now(), bids)
-        return bids
+        """The rivals' bids on `server_id` as last read; never calls the API."""
+        return self.bids.known_rival_bids(server_id)
 
     def _intent(self, job: Job, offer: Offer) -> Rental:
         price_per_day = self.price_per_day(job, offer)
@@ -454,7 +295,7 @@ class Provisioner:
             except api_errors.TooLowPriceError:
                 # A bid under a new rival or minimum was refused, renting nothing: bid again
                 # from a fresh book, once, if the cap allows a higher bid.
-                if not rental.spot or not self._rebid_for_create(rental, job):
+                if not rental.spot or not self.bids.rebid_for_create(rental, job):
                     raise
                 return self._send_create(rental, job, cancel)
         except RequestAborted:
@@ -527,47 +368,9 @@ class Provisioner:
             autossh_entrypoint=not image_runs_sshd(job),
         )
 
-    def _rebid_for_create(self, rental: Rental, job: Job) -> bool:
-        self._rival_bids(rental.offer.server_id, fresh=True)
-        bid = self.price_per_day(job, rental.offer)
-        if bid is None or bid <= rental.price_per_day:
-            return False
-        self._set_price(rental, bid)
-        return True
-
-    def _set_price(self, rental: Rental, price_per_day: float) -> None:
-        """The rental's new bid (the ledger keeps the first: cleanup matches on the order)."""
-        rental.price_per_day = price_per_day
-        rental.usd_per_hour = self.usd_per_hour(rental.offer, price_per_day, rental.spot)
-
-    def _wait_online(
-        self,
-        order_id: int,
-        cancel: threading.Event,
-        rental: Rental | None = None,
-        within_s: float | None = None,
-    ) -> Order:
-        within_s = self.options.online_timeout_s if within_s is None else within_s
-        deadline = self.clock.now() + within_s
-        delay = self.options.first_poll_s
-        rebids = 0
-        while True:
-            if cancel.is_set():
-                raise ProvisionCancelled(f"order {order_id}: cancelled while starting")
-            order = next((o for o in self.client.my_orders() if o.id == order_id), None)
-            if order is None or order.expired:
-                raise SkipOffer(f"order {order_id} ended before it came online")
-            if order.ready:
-                return order
-            if rental is not None and rental.spot and self._outbid(rental):
-                if rebids >= MAX_REBIDS:
-                    raise SkipOffer(f"order {order_id}: outbid again after {rebids} raises")
-                self._raise_bid(rental, order_id)
-                rebids += 1
-            if self.clock.now() >= deadline:
-                raise NeverOnline(f"order {order_id} not online after {within_s:g} s")
-            self.options.pause(delay, cancel)
-            delay = min(delay * 1.5, self.options.max_poll_s)
+    def _boots(self) -> BootWatch:
+        """The boot watch, with the provisioner's settings as they are now."""
+        return BootWatch(self.client, self.clock, self.options, self.bids, self.key, self.host_keys)
 
     def _wait_deployed(
         self,
@@ -577,137 +380,8 @@ class Provisioner:
         bounds: BootBounds,
         deploying: Callable[[], None] | None = None,
     ) -> Order:
-        """Wait for the order through its phases: listed, online (its container deploying:
-        the image pulls), deployed. Given up as `NeverOnline` when it is not online within
-        its bound (a dead host), as `StillPulling` when it is online but not deployed within
-        its image's (nobody's fault). The times land in the rental's facts."""
-        started = self.clock.now()
-        online_at: float | None = None
-        delay = self.options.first_poll_s
-        rebids = 0
-        while True:
-            if cancel.is_set():
-                now = self.clock.now()
-                raise CancelledBooting(
-                    f"order {order_id}: cancelled while starting",
-                    now - started,
-                    None if online_at is None else now - online_at,
-                    rental.image,
-                )
-            order = next((o for o in self.client.my_orders() if o.id == order_id), None)
-            if order is None or order.expired:
-                raise SkipOffer(f"order {order_id} ended before it came online")
-            now = self.clock.now()
-            if order.online and online_at is None:
-                online_at = now
-                rental.facts["online_after_s"] = f"{now - started:.1f}"
-                if deploying is not None:
-                    deploying()
-            if order.ready:
-                assert online_at is not None  # ready is online
-                rental.facts["deployed_after_s"] = f"{now - started:.1f}"
-                rental.facts["pull_s"] = f"{now - online_at:.1f}"
-                return order
-            if rental.spot and self._outbid(rental):
-                if rebids >= MAX_REBIDS:
-                    raise SkipOffer(f"order {order_id}: outbid again after {rebids} raises")
-                self._raise_bid(rental, order_id)
-                rebids += 1
-            waited_s = now - started
-            verdict = bounds.give_up(waited_s, online_at is not None)
-            if verdict == "never_up":
-                raise NeverOnline(f"order {order_id} not online after {bounds.online_s:g} s")
-            if verdict == "pulling":
-                assert online_at is not None
-                pulled_s = now - online_at
-                raise StillPulling(
-                    f"order {order_id}: its container still deploying (the image "
-                    f"{rental.image} pulling) {pulled_s:.0f} s after it came online",
-                    rental.image,
-                    pulled_s,
-                )
-            # Polls back off, but never past the bound: a dead host is given up when due.
-            due_s = bounds.allowance_s if online_at is not None else bounds.online_s
-            self.options.pause(max(0.1, min(delay, due_s - waited_s)), cancel)
-            delay = min(delay * 1.5, self.options.max_poll_s)
-
-    def _outbid(self, rental: Rental) -> bool:
-        """A spot order not up yet whose bid a rival's matches or beats has lost the server
-        until the bid is raised."""
-        rivals = self._rival_bids(rental.offer.server_id, fresh=True)
-        return any(bid >= rental.price_per_day for bid in rivals)
-
-    def _raise_bid(self, rental: Rental, order_id: int, outbid_at: float | None = None) -> None:
-        """Bid over the rivals again with `set_spot_price`, within the job's cap (fee
-        included); raising is not limited by the API's step or its 600 s lowering rule.
-        `outbid_at` (unix; default now) is when the order lost the server."""
-        outbid_at = self.clock.time() if outbid_at is None else outbid_at
-        ask = rental.max_usd_per_hour
-        bid = spot_bid_per_day(rental.offer, ask, self._rival_bids(rental.offer.server_id))
-        if bid is None or bid <= rental.price_per_day:
-            raise SkipOffer(
-                f"order {order_id}: outbid, and no higher bid fits the "
-                f"{ask or 0:.3f} $/h cap (renter fee included)"
-            )
-        try:
-            try:
-                bid = self._send_bid(rental, order_id, bid)
-            except api_errors.TooLowPriceError:
-                # The host's spot minimum rose over the bid: price it from a fresh book, once.
-                bid = self._send_bid(rental, order_id, self._bid_over_new_minimum(rental))
-        except api_errors.CloreApiError as exc:
-            raise SkipOffer(f"order {order_id}: outbid; raising the bid failed: {exc}") from None
-        before_usd_per_hour = rental.usd_per_hour
-        self._set_price(rental, bid)
-        self._rebill(rental, before_usd_per_hour, outbid_at)
-
-    def _send_bid(self, rental: Rental, order_id: int, bid: float) -> float:
-        """`set_spot_price`; returns the bid the order now has."""
-        try:
-            self.client.set_spot_price(order_id, bid)
-        except api_errors.ExceededMaxStepError as exc:
-            # Documented for lowering only; should a raise meet it, go up one step now
-            # and let the next look at the book decide whether that is enough.
-            if not exc.max_step or exc.max_step <= 0:
-                raise
-            # Rounded down, so that float error cannot make it a hair over the step.
-            step = exc.max_step * (1 - 1e-6)
-            bid = math.floor((rental.price_per_day + step) * 1e8) / 1e8
-            self.client.set_spot_price(order_id, bid)
-        return bid
-
-    def _bid_over_new_minimum(self, rental: Rental) -> float:
-        """The bid over the server's spot minimum as its book says it now (the offer keeps the
-        new one, so the price cap is checked against it too), or SkipOffer."""
-        offer = rental.offer
-        book = self.client.spot_marketplace(offer.server_id)
-        floor = book.server.min_pricing.get(self.currency)
-        if floor is not None and floor > 0 and offer.usd_per_unit is not None:
-            listed_usd_per_hour = per_hour(floor) * offer.usd_per_unit
-            rental.offer = replace(
-                offer,
-                spot_min_price_per_day=floor,
-                spot_usd_per_hour=bill.with_fee_per_hour(listed_usd_per_hour, offer.spot_fee_rate),
-            )
-        ask = rental.max_usd_per_hour
-        bid = spot_bid_per_day(rental.offer, ask, self._keep_book(offer.server_id, book))
-        if bid is None or bid <= rental.price_per_day:
-            raise SkipOffer(
-                f"order {rental.order_id}: the server's spot minimum rose to {floor} "
-                f"{self.currency}/day; no bid over it fits the {ask or 0:.3f} $/h cap"
-            )
-        return bid
-
-    def _rebill(self, rental: Rental, before_usd_per_hour: float, outbid_at: float) -> None:
-        """After a raise, the next bill (`usd_per_hour` x the time since `billed_until`) must
-        still charge the time before the outbid at the old bid, and none of the outbid stretch
-        up to now: Clore bills no time while an order is outbid. So `billed_until` moves to
-        where the new price over the time since charges exactly that."""
-        now = self.clock.time()
-        owed_s = max(0.0, outbid_at - rental.billed_until)
-        if rental.usd_per_hour > 0:
-            owed_s *= before_usd_per_hour / rental.usd_per_hour
-        rental.billed_until = now - owed_s
+        """The order deployed (boot_watch), or the SkipOffer that says why not."""
+        return self._boots().wait_deployed(order_id, cancel, rental, bounds, deploying)
 
     def win_back(self, rental: Rental, cancel: threading.Event) -> tuple[bool, str]:
         """A spot rental whose job lost its server: if the order was outbid, raise the bid on
@@ -724,11 +398,12 @@ class Provisioner:
             return False, ""
         try:
             order = next((o for o in self.client.my_orders() if o.id == order_id), None)
-            if order is None or order.expired or not self._outbid(rental):
+            if order is None or order.expired or not self.bids.outbid(rental):
                 return False, ""  # ended, or not outbid: the server is lost for another reason
             before = rental.price_per_day
-            self._raise_bid(rental, order_id, outbid_at)
-            conn = self._connect(self._wait_online(order_id, cancel, rental), cancel)
+            self.bids.raise_bid(rental, order_id, outbid_at)
+            boots = self._boots()
+            conn = boots.connect(boots.wait_online(order_id, cancel, rental), cancel)
         except InfrastructureError as exc:  # the API's errors, SkipOffer, a cancel
             return False, f"{exc}; moving to another host"
         if rental.conn is not None:
@@ -739,25 +414,6 @@ class Provisioner:
             f"{before:g} to {rental.price_per_day:g} {rental.currency}/day "
             f"({rental.usd_per_hour:.4f} $/h with the renter fee); retrying on the same server"
         )
-
-    def _connect(self, order: Order, cancel: threading.Event) -> SshConnection:
-        endpoint = order.ssh_endpoint
-        assert endpoint is not None  # order.ready guarantees it
-        host, port = endpoint
-        # connect() waits in real time, on its options' clock (not this one, which tests speed
-        # up: the server's sshd does not), so its length is measured on that clock too.
-        ssh = self.options.ssh
-        started = ssh.clock.now()
-        try:
-            return connect(Endpoint(host, port, "root"), self.key, self.host_keys, ssh, cancel)
-        except InfrastructureError as exc:
-            if cancel.is_set():
-                raise ProvisionCancelled(str(exc)) from None
-            waited_s = ssh.clock.now() - started
-            raise SshNeverAnswered(
-                f"sshd never answered on {host}:{port} after {waited_s:.0f} s "
-                f"(order {order.id} on server {order.si}; {exc.message})"
-            ) from None
 
     def _note_fee(self, rental: Rental, order: Order) -> None:
         """The creation fee the order carries, or the account's for its type."""
@@ -778,105 +434,27 @@ class Provisioner:
     def release_all(
         self, rentals: list[Rental], within_s: float | None = None
     ) -> dict[int, float | None]:
-        """Cancel every order first, then confirm them together: with one API call a second,
-        a shutdown that confirmed each order in turn would not end within GitHub's 7.5 s.
-        An order can stay listed a few seconds after its cancel, so the check is repeated with
-        backoff for `within_s` (default `confirm_within_s`) before it counts as unconfirmed.
-        Each rental's final cost, in its parts, lands in its `facts` (`order_*_usd`)."""
-        finals: dict[int, float | None] = {}
-        waiting: dict[int, Rental] = {}
-        for rental in rentals:
-            if rental.conn is not None:
-                rental.conn.close()
-            finals[rental.rental_id] = None
-            if rental.order_id is not None:
-                self._note(rental, "releasing")
-                waiting[rental.order_id] = rental
-        unsent = {order_id for order_id, rental in waiting.items() if not self._cancel(rental)}
-        window_s = self.options.confirm_within_s if within_s is None else within_s
-        deadline = self.clock.now() + window_s
-        pause_s = self.options.first_confirm_pause_s
-        while waiting:
-            for order_id, gone, order in self._check(list(waiting)):
-                rental = waiting[order_id]
-                spend = self._ended_spend(rental, order) if gone else None
-                if spend is None and order is not None:
-                    spend = order.spend
-                if spend is not None:
-                    finals[rental.rental_id] = self._settle(rental, spend)
-                if gone:
-                    self._note(rental, "released")
-                    self._settle_pool(rental.reservation, self._final_usd(rental, finals))
-                    del waiting[order_id]
-            if not waiting or self.clock.now() + pause_s > deadline or self.hurry.is_set():
-                break
-            self.options.pause(pause_s, self.hurry)
-            pause_s = min(pause_s * 2, 8.0)
-            unsent = {i for i in unsent if i in waiting and not self._cancel(waiting[i])}
-        return finals
-
-    def _final_usd(self, rental: Rental, finals: dict[int, float | None]) -> float:
-        final = finals.get(rental.rental_id)
-        if final is not None:
-            return final
-        return rental.estimated_cost(self.clock.time()).total_usd  # no `spend`: our estimate
-
-    def _settle(self, rental: Rental, spend_native: float) -> float:
-        rental.order_cost = rental.billed_cost(spend_native, self.clock.time())
-        return rental.order_cost.total_usd
-
-    def _note(self, rental: Rental, state: State) -> None:
-        """A ledger write while giving back: a failing ledger must not stop the cancels (the
-        row stays open, and `clore-run cleanup` finds the order ended)."""
-        with contextlib.suppress(LedgerError):
-            self.ledger.set_state(rental.rental_id, state)
+        """Cancel every order, then confirm them together (order_release): each one's final
+        cost in USD where the API reported it."""
+        return self._releaser().release_all(rentals, within_s)
 
     def send_cancel(self, rental: Rental) -> bool:
         """Cancel the order of a rental still being set up, if it is known, without waiting
         for its confirmation (its rent's own thread confirms it, and settles its cost)."""
         if rental.order_id is None:
             return False
-        self._note(rental, "releasing")
-        return self._cancel(rental)
+        releaser = self._releaser()
+        releaser.note(rental, "releasing")
+        return releaser.cancel(rental)
 
-    def _cancel(self, rental: Rental) -> bool:
-        """Send the cancel, once; False when it failed (it is sent again while confirming).
-        Already ended, or a hiccup: the my_orders check decides."""
-        assert rental.order_id is not None
-        with self._cancels:
-            if rental.cancel_sent:
-                return True
-            rental.cancel_sent = True  # taken: another thread does not send it too
-            if rental.cancelled_at is None:
-                rental.cancelled_at = self.clock.time()  # billing stops about now
-        try:
-            self.client.cancel_order(rental.order_id, abort=self.hurry)
-        except (api_errors.CloreApiError, RequestAborted):
-            with self._cancels:
-                rental.cancel_sent = False
-            return False
-        return True
-
-    def _check(self, order_ids: list[int]) -> list[tuple[int, bool, Order | None]]:
-        """(order id, gone?, the order as listed) for each, from one my_orders call."""
-        try:
-            orders = {o.id: o for o in self.client.my_orders(return_completed=True)}
-        except api_errors.CloreApiError:
-            return []
-        out: list[tuple[int, bool, Order | None]] = []
-        for order_id in order_ids:
-            order = orders.get(order_id)
-            out.append((order_id, order is None or bool(order.expired), order))
-        return out
-
-    def _ended_spend(self, rental: Rental, order: Order | None) -> float | None:
-        """What an ended order billed at its listed price (native), up to its own end; its
-        lifetime by the API's stamps is kept on the rental (the creation fee hangs on it)."""
-        if order is None:
-            return None
-        price = order.price or rental.price_per_day
-        start = min(order.ct, rental.held_since) if order.ct is not None else None
-        lived_s = bill.ended_lived_s(start, order.order_end, order.spend, price)
-        if order.order_end is not None and lived_s is not None:
-            rental.ended_lived_s = lived_s
-        return bill.ended_spend_native(order.spend, price, lived_s, rental.spot)
+    def _releaser(self) -> Releaser:
+        """The give-back, with the provisioner's ledger and settings as they are now."""
+        return Releaser(
+            self.client,
+            self.ledger,
+            self.clock,
+            self.options,
+            self.hurry,
+            self._cancels,
+            self._settle_pool,
+        )

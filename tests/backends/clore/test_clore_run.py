@@ -690,7 +690,7 @@ def test_a_create_still_waiting_for_its_slot_gives_up_on_cancel(setup: Setup) ->
 
     pipeline = parse_pipeline("jobs:\n  a: {run: echo a, gpu: {type: '3090'}}\n", "p.yml", {})
     backend, ledger = setup.backend(pipeline)
-    offer = backend._offers()[0]
+    offer = backend.market.offers()[0]
     cancel = threading.Event()
     cancel.set()
     with pytest.raises(ProvisionCancelled):
@@ -731,8 +731,8 @@ def test_the_boot_wait_has_its_own_bound_counted_in_the_worst_case(setup: Setup)
     assert job.boot_timeout_s == 120.0
     hand = ByHand(setup, pipeline)
     backend = hand.backend
-    offer = backend._offers()[0]
-    hourly = backend._hourly(job, offer)
+    offer = backend.market.offers()[0]
+    hourly = backend.market.hourly(job, offer)
     fee_usd = backend.provisioner.creation_fee_usd(offer, False)
     from runner.core import money
 

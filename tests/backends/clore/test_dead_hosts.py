@@ -23,7 +23,8 @@ from werkzeug.serving import WSGIRequestHandler
 from runner.backends.clore.api import CloreClient
 from runner.backends.clore.backend import CloreBackend
 from runner.backends.clore.host_memory import HostRecorder
-from runner.backends.clore.provision import Provisioner, ProvisionOptions
+from runner.backends.clore.provision import Provisioner
+from runner.backends.clore.rental import ProvisionOptions
 from runner.backends.clore.settings import CloreSettings
 from runner.backends.ssh.connection import ConnectOptions
 from runner.backends.ssh.keys import ClientKey, HostKeyStore
@@ -239,7 +240,7 @@ def test_stopping_while_two_hedged_boots_are_in_flight_cancels_both(market: Mark
     book = backend.server_book(pipeline.jobs, 3, None, Provisioning.ON_DEMAND, {})
     book.want("train", 1, 3600.0, market.clock.time())
     (first,) = [c for c in book.decide(market.clock.time()) if isinstance(c, RentServer)]
-    quote = backend._live.best(pipeline.jobs[0].gpu, {first.quote.host})  # type: ignore[union-attr]
+    quote = backend.market.live.best(pipeline.jobs[0].gpu, {first.quote.host})  # type: ignore[union-attr]
     assert quote is not None
     hedge = RentServer(first.server + 1, quote, "train", 0.2, hedge_of=first.server)
     created = threading.Semaphore(0)

@@ -16,7 +16,7 @@ from typer.testing import CliRunner, Result
 from runner.backends.clore.api import CloreClient
 from runner.backends.clore.canary_capture import redact
 from runner.backends.clore.doctor import CanaryTools
-from runner.backends.clore.provision import ProvisionOptions
+from runner.backends.clore.rental import ProvisionOptions
 from runner.backends.ssh.connection import ConnectOptions
 from runner.backends.ssh.keys import ClientKey, HostKeyStore
 from runner.cli.doctor import register

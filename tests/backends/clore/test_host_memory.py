@@ -9,12 +9,7 @@ import pytest
 
 from runner.backends.clore.hedge_log import HedgeLog
 from runner.backends.clore.host_memory import HostRecorder
-from runner.backends.clore.provision import (
-    NeverOnline,
-    ProvisionCancelled,
-    Rental,
-    SshNeverAnswered,
-)
+from runner.backends.clore.rental import NeverOnline, ProvisionCancelled, Rental, SshNeverAnswered
 from runner.core.rentals import Quote, RentServer
 from runner.stores.hosts import HostHistoryError, open_hosts
 from tests.backends.clore.test_market import offer

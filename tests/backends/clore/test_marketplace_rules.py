@@ -144,7 +144,7 @@ def test_reported_cost_is_what_the_wallet_lost(setup: Setup, spot: bool, job_s: 
     assert abs(ours - lost) / lost < 0.01, (ours, lost)
     (facts,) = attempt_facts(out, "a")
     # The order is given back after its last attempt ended: its bill is the order's.
-    (given,) = setup.used.orders_given_back  # type: ignore[attr-defined]
+    (given,) = setup.used.spend.given  # type: ignore[attr-defined]
     billed = given.rental.order_cost
     creation = billed.creation_fee_usd
     assert (creation > 0) is (setup.fake.lived_s(order.id) >= 600)

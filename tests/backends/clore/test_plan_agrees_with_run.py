@@ -34,7 +34,7 @@ def _pipeline(
 def _plan(setup: Setup, pipeline: Pipeline) -> dict[str, object]:
     backend, _ = setup.backend(pipeline, "plan")
     fees = backend.provisioner.fees()
-    offers = backend._offers()
+    offers = backend.market.offers()
     setup.clock.advance(10.0)  # the next client's first call keeps to the API's rate
     return plan_offers(
         pipeline,

@@ -18,7 +18,8 @@ from pytest_httpserver import HTTPServer
 from werkzeug.serving import WSGIRequestHandler
 
 from runner.backends.clore.backend import CloreBackend
-from runner.backends.clore.provision import Provisioner, ProvisionOptions
+from runner.backends.clore.provision import Provisioner
+from runner.backends.clore.rental import ProvisionOptions
 from runner.backends.clore.settings import CloreSettings
 from runner.backends.ssh.connection import ConnectOptions
 from runner.backends.ssh.keys import ClientKey, HostKeyStore

@@ -11,7 +11,7 @@ import typer
 from typer.testing import CliRunner
 
 from runner.backends.clore import factory
-from runner.backends.clore.provision import ProvisionOptions
+from runner.backends.clore.rental import ProvisionOptions
 from runner.backends.ssh.keys import ClientKey
 from runner.cli import main
 from runner.cli.cleanup import register
