@@ -268,6 +268,62 @@ def untagged_until_deployed_killed_before_its_id() -> Scenario:
     )  # fmt: skip
 
 
+def rate_limited_create_stamped_late() -> Scenario:
+    """The long run's seed 7016, shortest: the create refused once for the rate limit (it
+    made nothing) and sent again; `ct` stamps the order a minute late, so the bill starts at
+    the create's mark. The mark was the refused send's: the wait between was billed too, the
+    summary over the bill (34 % there)."""
+    return Scenario(
+        seed=-22,
+        replay="--example rate_limited_create_stamped_late",
+        jobs=(_job("train", "RTX 4090", sleep_s=1.0),),
+        hosts=(Host(99170, "RTX 4090", 240.0, 180.0), Host(99171, "RTX 4090", 240.0, 180.0)),
+        api_faults=(ApiFault(0.0, "rate_limited", "create_order"),),
+        currency="USD-Blockchain",
+        concurrency=1,
+        budget_usd=None,
+        boot_s=1.0,
+        cancel_lag_s=0.0,
+        ct_late_s=60.0,
+        order_end_echo=True,  # an on-demand order's end is billed from its start to it
+    )
+
+
+def untagged_stamped_late_killed() -> Scenario:
+    """The long run's seed 7011, shortest: the create answered HTTP 500 yet made the order;
+    the run killed right after; the order's tag is listed only once deployed (its image pulls
+    20 s) and `ct` stamps it a minute late. Its cleanup read it as not ours ("no order was
+    created; marked failed"), exit 0, the order billing on. It may be ours: named, exit 3."""
+    return Scenario(
+        seed=-23,
+        replay="--example untagged_stamped_late_killed",
+        jobs=(_job("train", "RTX 4090", sleep_s=1.0),),
+        hosts=(Host(99170, "RTX 4090", 96.0, 72.0),),
+        api_faults=(ApiFault(0.0, "db_error_but_created", "create_order"),),
+        currency="USD-Blockchain",
+        concurrency=1,
+        budget_usd=None,
+        boot_s=1.0,
+        cancel_lag_s=0.5,
+        signal=("SIGKILL", 0.3),
+        signal_anchor="create_order",
+        cleanup=True,
+        pulls_s=((99170, 20.0),),
+        tag_echo="absent-until-deployed",
+        ct_late_s=60.0,
+    )
+
+
+def dirty_handover() -> Scenario:
+    """chain_of_three, its first job leaving the GPU busy (an nvidia-smi lists a compute
+    process): its server fails the clean handover, goes back and runs no other job; the
+    second job rents a server of its own, which the third (clean after the second) reuses:
+    two orders, none left, each billed as the summary says."""
+    return dataclasses.replace(
+        chain_of_three(), seed=-30, replay="--example dirty_handover", dirty_gpu=("one",)
+    )
+
+
 EXAMPLES = {
     "two_job_leak": two_job_leak,
     "chain_of_three": chain_of_three,
@@ -280,4 +336,7 @@ EXAMPLES = {
     "signal_at_start": signal_at_start,
     "port_http_killed_before_its_id": port_http_killed_before_its_id,
     "untagged_until_deployed_killed_before_its_id": untagged_until_deployed_killed_before_its_id,
+    "rate_limited_create_stamped_late": rate_limited_create_stamped_late,
+    "untagged_stamped_late_killed": untagged_stamped_late_killed,
+    "dirty_handover": dirty_handover,
 }

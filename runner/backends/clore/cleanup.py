@@ -69,15 +69,18 @@ class Action:
     order_id: int | None
     detail: str = ""
     dry_run: bool = False
+    hint: str = ""  # what to do about an error the API explained (a refused key, no network)
 
     @property
     def resolved(self) -> bool:
         """False when the rental is still unreleased and may still be billed."""
         return self.kind not in ("error", "unproven")
 
-    def describe(self) -> str:
+    def describe(self, with_hint: bool = True) -> str:
+        """`released: ...`; `with_hint` False leaves the hint to whoever says it once."""
         text = _DONE_TEXT[self.kind][1 if self.dry_run else 0]
-        return f"{text}: {self.detail}" if self.detail else text
+        said = f"{text}: {self.detail}" if self.detail else text
+        return f"{said} ({self.hint})" if self.hint and with_hint else said
 
 
 def reconcile(
@@ -109,7 +112,8 @@ def reconcile(
     try:
         found = _look_up(client, pending, owned, clock, settle, accepted)
     except CloreApiError as exc:
-        return [_error(r, order_of(r), f"could not list orders: {exc}") for r in pending]
+        listing = f"could not list orders: {exc.message}"
+        return [_error(r, order_of(r), listing, exc.hint) for r in pending]
     if dry_run:
         return [_verdict(r, found[r.id], dry_run=True) for r in pending]
 
@@ -377,5 +381,5 @@ def _live_ids(client: CloreClient) -> set[int]:
     return {o.id for o in client.my_orders() if not o.expired}
 
 
-def _error(rental: Rental, order_id: int | None, detail: str) -> Action:
-    return Action(rental, "error", order_id, detail)
+def _error(rental: Rental, order_id: int | None, detail: str, hint: str = "") -> Action:
+    return Action(rental, "error", order_id, detail, hint=hint)

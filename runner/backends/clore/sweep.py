@@ -3,8 +3,8 @@ server the ledger says is not released yet, and with a coordinator settle what d
 left.
 
 Each failure is raised as a CloreRunError (exit 3, or 2 for a bad --ledger), which the command
-prints as `error: ...`. With nothing to clean up it needs no API key, so an always-run CI step
-after a local run passes.
+prints as `clore-run: ...` and its `hint:`. With nothing to clean up it needs no API key, so an
+always-run CI step after a local run passes.
 """
 
 from __future__ import annotations
@@ -64,9 +64,12 @@ def cleanup(ask: CleanupAsk) -> None:
         )
     left = sum(not a.resolved for a in actions)
     if left:
+        # The API's own hint (a refused key, no network) once, here, not on every rental's line.
+        hints = sorted({a.hint for a in actions if not a.resolved and a.hint})
+        first = f"{'; '.join(hints)}; then " if hints else ""
         raise InfrastructureError(
             f"{left} rental(s) may still be billed",
-            "run `clore-run cleanup` again, or cancel them on clore.ai",
+            f"{first}run `clore-run cleanup` again, or cancel them on clore.ai",
         )
     if running:
         raise InfrastructureError(
@@ -270,4 +273,5 @@ def _reaped_line(done: Reaped) -> str:
 def _line(action: Action) -> str:
     r = action.rental
     order = action.order_id if action.order_id is not None else "-"
-    return f"{r.run_id}/{r.job_id}  server {r.server_id}  order {order}  {action.describe()}"
+    said = action.describe(with_hint=False)  # the hint is said once, under the last line
+    return f"{r.run_id}/{r.job_id}  server {r.server_id}  order {order}  {said}"
