@@ -298,9 +298,7 @@ def _rent_and_install(
         seat = provisioner.seat if whole else None
         if seat is not None:
             provisioner.seat = None  # its reservations go on with the runners' servers
-        driver.give_back()
-    for warning in driver.give_back_warnings:
-        say(f"warning: {warning}")
+        driver.give_back()  # a rental left unconfirmed is said there, with its hint
     if not whole:
         if cancel.is_set():
             raise StartInterrupted("interrupted: every server rented was given back")
