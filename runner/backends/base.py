@@ -215,6 +215,18 @@ class RentingBackend(Protocol):
 
 
 @runtime_checkable
+class HandsOff(Protocol):
+    """A renting backend whose servers can leave the run with their orders live, for what
+    lives on them past the run (a GitHub runner, `runner start`): the run never gives such a
+    server back, and the core's budget keeps counting its worst case for the job."""
+
+    def hand_off(self, place: Place, server: int, job: Job) -> None:
+        """The server `place` is on (server `server`, running `job`) leaves the run. Raises
+        InfrastructureError when it is no longer held."""
+        ...
+
+
+@runtime_checkable
 class HandsOver(Protocol):
     """A backend whose servers run one job after another and can check, between two, that the
     first left nothing behind (runner/backends/ssh/handover.py). `handover_mark` is the

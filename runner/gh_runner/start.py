@@ -474,8 +474,8 @@ class _Installs:
         return Ran(Attempt(number, began, self.clock.time(), code, failure, message, name))
 
     def _hand_over(self, job: Job, place: Place, server: int) -> None:
-        worst_usd = self.backend.provisioner.worst_case_usd(job, self._rental(place).offer)
-        rental = self.backend.hand_over(place, server, worst_usd)
+        rental = self._rental(place)
+        self.backend.hand_off(place, server, job)
         if rental.conn is not None:  # the runner lives on without us
             rental.conn.close()
             rental.conn = None

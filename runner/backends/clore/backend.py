@@ -374,17 +374,18 @@ class CloreBackend:
         held = self._find(place)
         return held.rental if held is not None else None
 
-    def hand_over(self, place: Place, server: int, worst_case_usd: float) -> Rental:
+    def hand_off(self, place: Place, server: int, job: Job) -> None:
         """The rental `place` is on leaves the run with its order live: it is not given back
-        here, ever (neither by `release_server` nor by `shutdown`). Raises when it is no
-        longer held."""
+        here, ever (neither by `release_server` nor by `shutdown`), and may cost all of its
+        worst case for `job`. Raises when it is no longer held."""
+        held = self._find(place)
+        # Priced before the lock is taken: a spot price may read the server's spot book.
+        worst_usd = self.provisioner.worst_case_usd(job, held.rental.offer) if held else 0.0
         with self._lock:
-            held = self._held.pop(int(place.facts.get("rental_id", "-1")), None)
-            if held is None:
+            if held is None or self._held.pop(held.rental.rental_id, None) is None:
                 raise InfrastructureError(f"server {server} is no longer held")
             self._rentals_of.pop(server, None)
-            self._handed[server] = (held.rental.rental_id, worst_case_usd)
-        return held.rental
+            self._handed[server] = (held.rental.rental_id, worst_usd)
 
     def lost(self, server: int) -> bool:
         with self._lock:
