@@ -145,6 +145,10 @@ def test_clore_commands_fail_in_the_one_shape(
         assert "the Clore API refused the key in CLORE_API_KEY" in out + err
     if failure == "bad flag":
         assert f"clore-run: no such option: {BAD_FLAG}\nhint: " in err
+    if command == "run" and failure in ("refused key", "unreachable"):
+        # The hint for the cause the job's line said: not a pointer to another command.
+        said = "check CLORE_API_KEY: " if failure == "refused key" else "check the network, "
+        assert out.rstrip("\n").split("\n")[-1].startswith(f"hint: {said}"), out
     if command == "cleanup" and failure in ("refused key", "unreachable"):
         # Each rental's line says why it is left, the API's hint comes once, under the end.
         assert all(NESTED.search(line) is None for line in out.splitlines()), out
