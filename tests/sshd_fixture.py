@@ -159,8 +159,12 @@ def free_port() -> int:
         return port
 
 
-def start_sshd(folder: Path, client_key: Path | None = None, port: int | None = None) -> SshServer:
-    """Start sshd with its files under `folder`; authorize `client_key` (made if None)."""
+def start_sshd(
+    folder: Path, client_key: Path | None = None, port: int | None = None, *, own_bin: bool = False
+) -> SshServer:
+    """Start sshd with its files under `folder`; authorize `client_key` (made if None).
+    `own_bin`: sessions find commands in `folder`/bin first (a host's own tools, which a test
+    may put there: an nvidia-smi, say)."""
     if not Path(SSHD).exists():
         pytest.skip(f"{SSHD} is not installed (apt-get install openssh-server)")
     folder.mkdir(parents=True, exist_ok=True)
@@ -178,7 +182,8 @@ def start_sshd(folder: Path, client_key: Path | None = None, port: int | None = 
     for _ in range(5):  # a free port can be taken between our probe and sshd's bind
         chosen = port or free_port()
         config = folder / "sshd_config"
-        config.write_text(_CONFIG.format(port=chosen, dir=folder, path=_session_path()))
+        path = f"{folder / 'bin'}:{_session_path()}" if own_bin else _session_path()
+        config.write_text(_CONFIG.format(port=chosen, dir=folder, path=path))
         with (folder / "sshd.log").open("ab") as log_file:  # sshd keeps its own copy of it
             process = subprocess.Popen(
                 [SSHD, "-D", "-e", "-f", str(config)],

@@ -98,6 +98,10 @@ class Hedger(BookPart):
         bound_s = own if own is not None else boot.allowance_s
         return self._policy.after_s(expected, q.fail_chance or 0.0, bound_s)
 
+    def look_soon(self, server_id: int) -> None:
+        """The boot's hedge timer came due: look at it in the next decision."""
+        self._races.hedge_soon((server_id,))
+
     def hedge_due(self, now: float) -> None:
         """Each boot due and still booting for a waiting job gets a second fitting host, if
         the policy, the cap and the budget allow; a slow boot that gets none says why."""

@@ -46,38 +46,31 @@ class Unplaceable:
     message: str
 
 
+@dataclass(slots=True, eq=False)  # slots: one per job, read on every decision about it
 class Known:
     """A job the book holds, everything it keeps about it in one record: one is made for each
     job added and dropped when the job is forgotten, so a job costs one entry of one dict,
     not one in each of eight."""
 
-    __slots__ = (
-        "attempt", "dependents", "end", "ends_known", "expected_s", "job", "key", "needs",
-        "open", "rent_failures", "seq", "settled", "timeout_s", "wanted_at", "worst_end",
-    )  # fmt: skip
-
-    def __init__(
-        self, job: Job, needs: tuple[str, ...], key: Key, expected_s: float | None
-    ) -> None:
-        self.job = job
-        self.needs = needs  # its needs the book holds
-        self.key = key
-        self.expected_s = expected_s  # how long it should run (None: unknown)
-        # The jobs needing it, in the order added (None: none yet; most jobs are leaves, and
-        # an empty dict each is 10,000 more objects for the garbage collector to walk).
-        self.dependents: dict[str, None] | None = None
-        self.open = 0  # how many of those are not settled yet
-        self.ends_known = 0  # how many of its needs have an expected end
-        self.end: float | None = None  # its expected (or actual) end, once known
-        self.worst_end: float | None = None  # and at the latest
-        self.settled = False
-        self.rent_failures: tuple[str, ...] = ()  # this attempt's failed rents: why
-        # While it waits for a server (in `KnownJobs.waiting`): the attempt that waits, its
-        # timeout, and the sequence number of its live entry in the queue.
-        self.attempt = 0
-        self.timeout_s = 0.0
-        self.seq = 0
-        self.wanted_at = 0.0  # when it asked for a server
+    job: Job
+    needs: tuple[str, ...]  # its needs the book holds
+    key: Key
+    expected_s: float | None  # how long it should run (None: unknown)
+    # The jobs needing it, in the order added (None: none yet; most jobs are leaves, and an
+    # empty dict each is 10,000 more objects for the garbage collector to walk).
+    dependents: dict[str, None] | None = None
+    open: int = 0  # how many of those are not settled yet
+    ends_known: int = 0  # how many of its needs have an expected end
+    end: float | None = None  # its expected (or actual) end, once known
+    worst_end: float | None = None  # and at the latest
+    settled: bool = False
+    rent_failures: tuple[str, ...] = ()  # this attempt's failed rents: why
+    # While it waits for a server (in `KnownJobs.waiting`): the attempt that waits, its
+    # timeout, and the sequence number of its live entry in the queue.
+    attempt: int = 0
+    timeout_s: float = 0.0
+    seq: int = 0
+    wanted_at: float = 0.0  # when it asked for a server
 
 
 class KnownJobs:
@@ -235,14 +228,9 @@ class KnownJobs:
         record.seq = seq = next(self._seq)
         self._waiting[job_id] = record
         heapq.heappush(self.queue, (record.key, seq, job_id))
-        # Membership tests before removals: most of these hold nothing for this job, and a
-        # test is cheaper than a call.
-        if job_id in self._retrying:
-            self._retrying.discard(job_id)
-        if job_id in self._retry_at:
-            del self._retry_at[job_id]
-        if record.rent_failures:
-            record.rent_failures = ()
+        self._retrying.discard(job_id)
+        self._retry_at.pop(job_id, None)
+        record.rent_failures = ()
         return record
 
     def pop_waiting(self) -> Entry | None:
@@ -320,13 +308,9 @@ class KnownJobs:
             record.settled = True
             for need in record.needs:
                 known[need].open -= 1
-        # Tests before removals, as in `want`: most of these do not hold the job.
-        if job_id in self._retrying:
-            self._retrying.discard(job_id)
-        if job_id in self._retry_at:
-            del self._retry_at[job_id]
-        if job_id in self._waiting:
-            del self._waiting[job_id]
+        self._retrying.discard(job_id)
+        self._retry_at.pop(job_id, None)
+        self._waiting.pop(job_id, None)
         return record
 
     def forget_settled(self, job_id: str, record: Known) -> None:

@@ -37,12 +37,7 @@ from runner.core.model import Attempt, FailureKind, Job, JobResult, RunStatus
 from runner.core.outcome import NeedOutcome, ordered, run_status
 from runner.core.rentals import (
     CoreCommand,
-    RentFailed,
-    ServerDeploying,
     ServerEvent,
-    ServerLost,
-    ServerReady,
-    ServerReleased,
 )
 from runner.core.retry import backoff_s
 from runner.core.scheduler import Entry, JobState, Phase, Scheduler
@@ -178,8 +173,8 @@ class PlacingCore:
         if type(event) is AttemptEnded:  # most events that get here: tested first
             failure = event.attempt.failure
             self.book.attempt_ended(event.job_id, now, failure in _SERVER_FAILURES)
-        elif type(event) in _SERVER_EVENTS:  # one look-up for the five kinds
-            self.book.handle(event, now)  # type: ignore[arg-type]
+        elif isinstance(event, ServerEvent):
+            self.book.handle(event, now)
             return
         elif isinstance(event, TimerFired):
             if isinstance(event.token, BookTimer):
@@ -190,7 +185,7 @@ class PlacingCore:
                 event = CancelAll(reason, StopCause.TIMED_OUT)
         elif isinstance(event, HoldStarts):
             self.book.hold(event.until)
-        self._take(self._scheduler.handle(event, now), now)  # type: ignore[arg-type]
+        self._take(self._scheduler.handle(event, now), now)
         if self._scheduler.stop_reason is not None and not self._cancelled:
             self._cancelled = True
             self.book.cancel(now)
@@ -238,9 +233,6 @@ def _cancel_all(reason: str, _now: float) -> Event:
 # An attempt that ended so: its server failed under it (the book keeps a rented one that was
 # not reported lost, won back, for the retry).
 _SERVER_FAILURES = (FailureKind.SERVER_LOST, FailureKind.SSH_FAILED)
-
-
-_SERVER_EVENTS = frozenset({ServerReady, ServerLost, RentFailed, ServerReleased, ServerDeploying})
 
 
 class _BookPlacer:

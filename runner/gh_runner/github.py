@@ -20,6 +20,7 @@ from runner import redact
 from runner.errors import UsageError
 from runner.gh_runner import errors as e
 from runner.report.github_api import GitHubApi, GitHubError, RateLimited
+from runner.transport_words import cause_in_words
 
 DEFAULT_GROUP_ID = 1  # a repository's (and an organization's) "Default" runner group
 WORK_FOLDER = "_work"
@@ -150,9 +151,9 @@ class RunnerApi:
         except GitHubError as exc:
             raise self._mapped(exc, group) from None
         except requests.RequestException as exc:
-            raise e.GitHubUnreachable(
-                f"could not reach the GitHub API at {self.api.base_url} ({type(exc).__name__})",
-                "check GITHUB_API_URL and the network",
+            raise e.GitHubUnreachable(  # in our words, never the exception's class name
+                f"cannot reach the GitHub API at {self.api.base_url}: {cause_in_words(exc)}",
+                "check the network, or GITHUB_API_URL",
             ) from None
         if resp.status_code == 204 or not resp.content:
             return {}

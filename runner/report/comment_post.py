@@ -28,9 +28,16 @@ from runner.report.comment import (
 from runner.report.github_actions import append_step_summary, command, is_active
 from runner.report.github_api import GitHubApi, GitHubError, RateLimited, ReadOnly
 from runner.report.markdown import render_markdown
+from runner.transport_words import cause_in_words
 
 if TYPE_CHECKING:
     from runner.report.summary_model import Summary
+
+
+TOKEN_REFUSED = (
+    "pass a token that may write pull-request comments (--token, or GITHUB_TOKEN with "
+    "`pull-requests: write` in the workflow's permissions)"
+)
 
 
 @dataclass(frozen=True)
@@ -118,9 +125,11 @@ def _post(api: GitHubApi, repo: str, env: Mapping[str, str], header: str, body: 
     except RateLimited as exc:
         return Outcome(0, f"GitHub rate limit: no comment posted ({exc.message})")
     except GitHubError as exc:
-        return Outcome(3, f"could not post the PR comment: {exc}", "error")
-    except requests.RequestException as exc:
-        return Outcome(3, f"could not reach the GitHub API: {exc}", "error")
+        hint = TOKEN_REFUSED if exc.status == 401 else ""
+        return Outcome(3, f"could not post the PR comment: {exc}", "error", hint)
+    except requests.RequestException as exc:  # in our words, not requests' nested ones
+        said = f"cannot reach the GitHub API at {api.base_url}: {cause_in_words(exc)}"
+        return Outcome(3, said, "error", "check the network, or GITHUB_API_URL")
     return Outcome(0, f"{posted.action} PR comment {posted.url}".rstrip(), "posted")
 
 

@@ -31,6 +31,11 @@ from typing import Any
 
 RECOVER_ENV = "CHAOS_RECOVER_DELAYS_S"  # a scenario that needs the real schedule sets it
 REAL_SHUTDOWN_ENV = "CHAOS_REAL_SHUTDOWN"  # set: the cancel confirmations keep their defaults
+# Set: each server is checked between jobs as `serve` checks it (a scenario with a job that
+# leaves the GPU busy); a run alone does not check, since no other submission reuses its
+# servers. The mark is one no process carries: only the folder and the GPU are checked.
+HANDOVER_ENV = "CHAOS_HANDOVER"
+HANDOVER_MARK = "CLORE_RUN_CHAOS_HANDOVER=1"
 
 
 def recover_delays_s() -> tuple[float, ...]:
@@ -76,10 +81,24 @@ def shorten_pace() -> None:
     )
 
 
+def check_handovers() -> None:
+    from runner.backends.clore.backend import CloreBackend
+
+    init = CloreBackend.__init__
+
+    def with_mark(self: CloreBackend, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        self.handover_mark = HANDOVER_MARK
+
+    CloreBackend.__init__ = with_mark  # type: ignore[method-assign]
+
+
 def main() -> None:
     # A hung run is asked for its threads' stacks (SIGUSR2, on its stderr) before it is killed.
     faulthandler.register(signal.SIGUSR2, all_threads=True)
     shorten_pace()
+    if os.environ.get(HANDOVER_ENV):
+        check_handovers()
     from runner.launch import main as launch
 
     launch()

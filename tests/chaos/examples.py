@@ -314,6 +314,16 @@ def untagged_stamped_late_killed() -> Scenario:
     )
 
 
+def dirty_handover() -> Scenario:
+    """chain_of_three, its first job leaving the GPU busy (an nvidia-smi lists a compute
+    process): its server fails the clean handover, goes back and runs no other job; the
+    second job rents a server of its own, which the third (clean after the second) reuses:
+    two orders, none left, each billed as the summary says."""
+    return dataclasses.replace(
+        chain_of_three(), seed=-30, replay="--example dirty_handover", dirty_gpu=("one",)
+    )
+
+
 EXAMPLES = {
     "two_job_leak": two_job_leak,
     "chain_of_three": chain_of_three,
@@ -328,4 +338,5 @@ EXAMPLES = {
     "untagged_until_deployed_killed_before_its_id": untagged_until_deployed_killed_before_its_id,
     "rate_limited_create_stamped_late": rate_limited_create_stamped_late,
     "untagged_stamped_late_killed": untagged_stamped_late_killed,
+    "dirty_handover": dirty_handover,
 }

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.chaos.entry import REAL_SHUTDOWN_ENV, RECOVER_ENV
+from tests.chaos.entry import HANDOVER_ENV, REAL_SHUTDOWN_ENV, RECOVER_ENV
 from tests.chaos.market import Market, SshdPool, market
 from tests.chaos.scenario import Scenario
 from tests.fakes.clore_api import API_KEY
@@ -91,6 +91,7 @@ def _env(scenario: Scenario, url: str) -> dict[str, str]:
             "NO_COLOR": "1",
             RECOVER_ENV: ",".join(map(str, recover)) if recover else "",
             REAL_SHUTDOWN_ENV: "1" if scenario.real_shutdown else "",
+            HANDOVER_ENV: "1" if scenario.dirty_gpu else "",
         }
     )
 

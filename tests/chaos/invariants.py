@@ -32,6 +32,7 @@ INVARIANTS = (
     "idle_order",
     "signal",
     "rental_length",
+    "dirty_reuse",
 )
 EXPLAINED = ("ahead of its needs", "as a hedge of a late boot")  # a rent that may run nothing
 # A job that started on a server free first, while one rented for it booted, names that boot
@@ -233,7 +234,32 @@ def _summary_checks(
         idle = _idle_orders(outcome, run, mine, summary)
         if idle:
             out.append(("idle_order", idle))
+    dirty = _dirty_reuses(outcome, summary)
+    if dirty:
+        out.append(("dirty_reuse", dirty))
     return out
+
+
+def _dirty_reuses(outcome: Outcome, summary: dict[str, object]) -> str:
+    """Attempts that started on an order after a job that left its GPU busy ran there: that
+    server failed its clean handover and must have gone back (scenario.py, `dirty_gpu`)."""
+    runs = [
+        (str(a.get("facts", {}).get("order_id")), j.get("id"), a)
+        for j in summary.get("jobs", [])  # type: ignore[attr-defined]
+        for a in j.get("attempt_details", [])
+        if a.get("facts", {}).get("order_id") and a.get("offset_s") is not None
+    ]
+    reused = []
+    for order, job, attempt in runs:
+        if job not in outcome.scenario.dirty_gpu or attempt.get("exit_code") is None:
+            continue  # never ran its script: nothing was left
+        ended = float(attempt["offset_s"]) + float(attempt.get("duration_s") or 0.0)
+        reused += [
+            f"{other} on order {order} after {job}"
+            for o, other, a in runs
+            if o == order and a is not attempt and float(a["offset_s"]) >= ended - 1e-3
+        ]
+    return f"a server that failed its handover ran again: {', '.join(reused)}" if reused else ""
 
 
 def _idle_orders(

@@ -55,7 +55,9 @@ class SshdPool:
         self.servers: list[SshServer] = []
         try:
             for i in range(count):
-                self.servers.append(start_sshd(folder / f"sshd{i}"))
+                # Each host's own bin first: a job that leaves the GPU busy puts an
+                # nvidia-smi there that says so (scenario.py, `dirty_gpu`).
+                self.servers.append(start_sshd(folder / f"sshd{i}", own_bin=True))
         except BaseException:
             self.stop()
             raise

@@ -113,6 +113,10 @@ class Scenario:
     tag_echo: str = "as-sent"
     echo_spot: bool = True
     ct_late_s: float = 0.0
+    # Jobs that leave their server's GPU busy (an nvidia-smi listing a compute process, once):
+    # the run checks each server between jobs as `serve` does (entry.py), so that server must
+    # fail its clean handover, go back, and run no other job. Drawn apart (`_dirty`).
+    dirty_gpu: tuple[str, ...] = ()
 
     def pipeline(self, marker_dir: str) -> str:
         """The pipeline file; a flaky job's first attempt leaves a marker in `marker_dir`."""
@@ -140,7 +144,10 @@ class Scenario:
             lines.append(f"    estimate-minutes: {self.estimate_minutes}")
             if job.always:
                 lines.append("    if: always()")
-            lines.append(f"    run: {_script(job, marker_dir)}")
+            script = _script(job, marker_dir)
+            if job.name in self.dirty_gpu:
+                script = f'"{BUSY_GPU}; {script[1:]}'
+            lines.append(f"    run: {script}")
         return "\n".join(lines) + "\n"
 
     def describe(self) -> str:
@@ -163,6 +170,7 @@ class Scenario:
         if self.order_end_echo or not self.completed_spend:
             slow += f"; order_end {self.order_end_echo}, completed spend {self.completed_spend}"
         slow += "".join(f"; {h} pulls {s:.1f} s" for h, s in self.pulls_s)
+        slow += "".join(f"; {j} leaves the GPU busy" for j in self.dirty_gpu)
         if (self.tag_echo, self.echo_spot, self.ct_late_s) != ("as-sent", True, 0.0):
             slow += f"; tag echoed {self.tag_echo}"
             slow += "" if self.echo_spot else ", no spot key"
@@ -173,6 +181,16 @@ class Scenario:
             f"{self.budget_usd}; {self.currency}; boot {self.boot_s:.1f}s; "
             f"cancel lag {self.cancel_lag_s:.1f}s{slow}"
         )
+
+
+# What a job that leaves the GPU busy runs last: an nvidia-smi in its host's own bin
+# (tests/chaos/market.py) that lists a compute process once, to the handover's query only,
+# then is gone (the next order on the host is a new container).
+BUSY_GPU = (
+    "mkdir -p $HOME/../bin && printf '%s\\\\n' '#!/bin/sh' 'case $* in *query-compute-apps*)"
+    " echo 4242, python3, 1530 MiB; rm -f -- $0;; esac' > $HOME/../bin/nvidia-smi"
+    " && chmod +x $HOME/../bin/nvidia-smi"
+)
 
 
 def _script(job: JobDraw, marker_dir: str) -> str:
@@ -225,7 +243,13 @@ def draw(seed: int, *, small: bool = False) -> Scenario:
         host_ends=ends,
         order_end_echo=order_end,
         completed_spend=completed_spend,
+        dirty_gpu=_dirty(random.Random(f"handover-{seed}"), jobs),
     )
+
+
+def _dirty(rng: random.Random, jobs: tuple[JobDraw, ...]) -> tuple[str, ...]:
+    """In about one scenario in six, one job leaves its server's GPU busy."""
+    return (rng.choice(jobs).name,) if rng.random() < 0.16 else ()
 
 
 def _pulls(rng: random.Random, hosts: tuple[Host, ...]) -> tuple[tuple[int, float], ...]:

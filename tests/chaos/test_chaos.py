@@ -99,6 +99,17 @@ def _named_by_cleanup(verdict: Verdict) -> list[str]:
     return [f"cleanup exit {run.cleanup_code}, the order not named: {run.cleanup_output[-300:]}"]
 
 
+def _dirty_server_given_back(verdict: Verdict) -> list[str]:
+    """The chain ran on two orders (one, had its server passed the handover), all passed, and
+    the first job's order was given back (the reuse itself is the dirty_reuse invariant)."""
+    fake = verdict.outcome.market.fake
+    orders = sorted(fake.orders)
+    problems = _all_pass(verdict)
+    if len(orders) != 2:
+        problems.append(f"{len(orders)} orders: the busy server was reused, or more rented")
+    return problems + [f"order {o} still live" for o in orders if fake.orders[o].live]
+
+
 def _all_pass(verdict: Verdict) -> list[str]:
     codes = verdict.exit_codes
     return [] if codes == [0] else [f"exit codes {codes}: a job failed for want of the host"]
@@ -155,6 +166,10 @@ EXAMPLES: dict[str, tuple[Callable[[], Scenario], tuple[str, ...], Check | None,
     ),
     "untagged_stamped_late_killed": (
         examples.untagged_stamped_late_killed, ("leak", "silent_leak"), _named_by_cleanup, None,
+    ),
+    "dirty_handover": (
+        examples.dirty_handover, ("dirty_reuse", "leak", "cost_vs_bill", "idle_order"),
+        _dirty_server_given_back, None,
     ),
 }  # fmt: skip
 

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from pytest_httpserver import HTTPServer
 
 from runner.backends.clore import api
 from runner.cli import main
@@ -144,6 +145,10 @@ def test_clore_commands_fail_in_the_one_shape(
         assert "the Clore API refused the key in CLORE_API_KEY" in out + err
     if failure == "bad flag":
         assert f"clore-run: no such option: {BAD_FLAG}\nhint: " in err
+    if command == "run" and failure in ("refused key", "unreachable"):
+        # The hint for the cause the job's line said: not a pointer to another command.
+        said = "check CLORE_API_KEY: " if failure == "refused key" else "check the network, "
+        assert out.rstrip("\n").split("\n")[-1].startswith(f"hint: {said}"), out
     if command == "cleanup" and failure in ("refused key", "unreachable"):
         # Each rental's line says why it is left, the API's hint comes once, under the end.
         assert all(NESTED.search(line) is None for line in out.splitlines()), out
@@ -243,3 +248,41 @@ def test_other_commands_bad_input_in_the_one_shape(
     code, out, err = _said(capsys, args)
     _check_shape(code, out, err, 2, ran=False)
     CHECKED.append((args[0], "bad input"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("failure", FAILURES)
+def test_comment_fails_in_the_one_shape(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    httpserver: HTTPServer,
+    tmp_path: Path,
+    failure: str,
+) -> None:
+    """`comment` with no GitHub token, one GitHub refuses, GitHub unreachable, a bad flag."""
+    from runner.report import write_reports
+    from tests.report.fake_github import FakeGitHub
+    from tests.report.records import mixed_record, write_outputs
+
+    write_outputs(tmp_path)
+    write_reports(tmp_path, mixed_record())
+    github = FakeGitHub(httpserver, post_status=401 if failure == "refused key" else 0)
+    event = tmp_path / "event.json"
+    event.write_text('{"pull_request": {"number": 7}}')
+    url = f"http://127.0.0.1:{free_port()}" if failure == "unreachable" else github.api_url
+    for name in ("GITHUB_ACTIONS", "GITHUB_TOKEN", "GITHUB_STEP_SUMMARY"):
+        monkeypatch.delenv(name, raising=False)
+    env = {"GITHUB_REPOSITORY": github.repo, "GITHUB_API_URL": url,
+           "GITHUB_EVENT_NAME": "pull_request", "GITHUB_EVENT_PATH": str(event)}  # fmt: skip
+    if failure != "no key":
+        env["GITHUB_TOKEN"] = "ghs_x"
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    args = ["comment", str(tmp_path / "summary.json")]
+    if failure == "bad flag":
+        args.append(BAD_FLAG)
+    code, out, err = _said(capsys, args)
+    _check_shape(code, out, err, {"no key": 2, "bad flag": 2}.get(failure, 3), ran=False)
+    assert err.rstrip("\n").split("\n")[-1].startswith("hint: "), err
+    assert "Connection" not in err and "Max retries" not in err  # requests' words
+    CHECKED.append(("comment", failure))

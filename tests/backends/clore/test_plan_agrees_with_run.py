@@ -11,6 +11,7 @@ from runner.backends.clore.plan_offers import plan_offers, render_offers
 from runner.core.model import JobStatus, Pipeline, RunRecord
 from runner.core.placing import PlacingCore
 from runner.core.rentals import Provisioning, RentServer
+from runner.engine.server_book import book_for
 from runner.spec.loader import parse_pipeline
 from tests.fakes.clore_on_sshd import Setup
 from tests.fakes.clore_on_sshd import setup as setup  # the fixture
@@ -50,8 +51,13 @@ def _plan(setup: Setup, pipeline: Pipeline) -> dict[str, object]:
 
 def _first_rent(setup: Setup, pipeline: Pipeline) -> RentServer:
     backend, _ = setup.backend(pipeline, "run")
-    book = backend.server_book(
-        pipeline.jobs, pipeline.concurrency, pipeline.budget_usd, Provisioning.ON_DEMAND, {}
+    book = book_for(
+        backend,
+        pipeline.jobs,
+        pipeline.concurrency,
+        setup.clock.time(),
+        pipeline.budget_usd,
+        Provisioning.ON_DEMAND,
     )
     out = PlacingCore(pipeline.jobs, book).start(setup.clock.time())
     backend.shutdown()
