@@ -14,10 +14,11 @@ from runner.core.hedge import HedgePolicy
 from runner.core.known_jobs import Unplaceable
 from runner.core.model import FailureKind, GpuAsk, Job, RunStatus
 from runner.core.rental_length import best_that_holds, holds, outlives
-from runner.core.rentals import BootTimes, Provisioning, Quote
+from runner.core.rentals import BootTimes, Provisioning, Quote, ServerReady
 from runner.core.servers import ServerBook
 from runner.core.simulate_market import MarketModel, ModelMarket, simulate_servers
 from tests.core.book_parts import A3090, BOOT, OFFERS, job, parts, rents, starts
+from tests.core.test_servers import Drive, pipeline
 
 WORST_S = 300.0 + 600.0 + AFTER_SCRIPT_S  # the longest boot, the timeout, fetching files
 SHORT = replace(A3090, max_rental_s=WORST_S - 1.0)  # the cheapest, one second too short
@@ -116,6 +117,21 @@ def test_each_job_is_reserved_and_held_to_lengths_by_its_own_images_boot_bound()
         ("a", "a1", pytest.approx(fits_small.cost_usd(WORST_S))),
         ("b", "a2", pytest.approx(fits_big.cost_usd(big_worst_s))),
     ]
+
+
+def test_a_job_after_one_of_another_image_pulls_its_own_and_is_reserved_for_it() -> None:
+    """A server started with one image is never given a job of another (its image would
+    have to be pulled again): that job rents its own server, reserved for its own image's
+    boot, while the first one's server, free, is no use to it."""
+    boot = replace(BOOT, allowance_s=1500.0, by_image_s={"": 300.0, "big": 1500.0})
+    d = Drive(pipeline(job("a"), job("b", "a", image="big")), boot=boot)
+    d.at(100.0, ServerReady(d.rent_for("a").server))
+    d.finish(400.0, d.start_of("a"))
+    small, big = d.rent_for("a"), d.rent_for("b")
+    assert (small.quote.host, big.quote.host) == ("a1", "a2")  # a1 is still held
+    assert small.worst_case_usd == pytest.approx(A3090.cost_usd(WORST_S))
+    big_worst_s = 1500.0 + 600.0 + AFTER_SCRIPT_S
+    assert big.worst_case_usd == pytest.approx(OFFERS[1].cost_usd(big_worst_s))
 
 
 def _random_jobs(rng: random.Random) -> list[Job]:
