@@ -29,7 +29,7 @@ from runner.core.hedge import HedgePolicy
 from runner.core.hosts import HostMemory
 from runner.core.model import GpuAsk, Job, Pipeline
 from runner.core.predict import Prediction, predict
-from runner.core.pulls import Pulls
+from runner.core.pulls import Pulls, image_allowance_s
 from runner.core.rental_length import best_that_holds, hours_text, passed_over_text, worst_hold_s
 from runner.core.rentals import Quote
 from runner.core.simulate_market import SimulationStuck
@@ -190,8 +190,8 @@ def run_hold_s(job: Job, memory: HostMemory | None = None) -> float:
     host history's pulls of it), a job's `boot-timeout-minutes` where longer."""
     pulls = memory.pulls if memory is not None else Pulls()
     pulls = replace(pulls, default_image=DEFAULT_IMAGE)
-    deploy_s = pulls.deploy_bound_s(job.image or DEFAULT_IMAGE)
-    return worst_hold_s(bill.DEFAULT_BOOT_BOUND_S + deploy_s, job)
+    allowance_s = image_allowance_s(pulls, job.image or DEFAULT_IMAGE, bill.DEFAULT_BOOT_BOUND_S)
+    return worst_hold_s(allowance_s, job)
 
 
 def _passed_over(quote: Quote, hold_s: float) -> str:
