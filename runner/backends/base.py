@@ -215,6 +215,17 @@ class RentingBackend(Protocol):
 
 
 @runtime_checkable
+class ChecksAccess(Protocol):
+    """A backend whose account can be checked before any job waits on it: a long-lived
+    `serve` says a refused key when it starts, not at its first job's failure."""
+
+    def check_access(self) -> str | None:
+        """Raise InfrastructureError if the account refuses this key. A service out of reach
+        may come back: that is returned as a warning to say (None: all is well)."""
+        ...
+
+
+@runtime_checkable
 class HandsOff(Protocol):
     """A renting backend whose servers can leave the run with their orders live, for what
     lives on them past the run (a GitHub runner, `runner start`): the run never gives such a

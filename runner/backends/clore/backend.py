@@ -34,6 +34,7 @@ from runner.backends.base import (
 )
 from runner.backends.clore.api import CloreClient
 from runner.backends.clore.balance import BalanceCheck
+from runner.backends.clore.errors import TransportError
 from runner.backends.clore.hedge_log import HEDGE_REASON, HedgeLog
 from runner.backends.clore.host_memory import HostRecorder
 from runner.backends.clore.live_market import MarketFeed
@@ -209,6 +210,15 @@ class CloreBackend:
 
     def pool_seat(self) -> PoolSeat | None:
         return self.provisioner.seat
+
+    def check_access(self) -> str | None:
+        # The fee read every first rent makes anyway (kept for the run): made early, it costs
+        # no extra call and a refused key is said at once.
+        try:
+            self.provisioner.fees()
+        except TransportError as exc:
+            return f"{exc.message}; jobs that need a rental cannot start until it answers"
+        return None
 
     def _check_ledger(self) -> None:
         """Say so when this run leaves a rental it could not confirm released (an ambiguous
