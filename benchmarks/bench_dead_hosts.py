@@ -241,7 +241,7 @@ def always_ends(seeds: int) -> None:
           "markets each")  # fmt: skip
     seconds = {j.id: j.duration_hint_s for j in single()}
     for dead in (0.6, 0.9, 1.0):
-        runs, most, twice = 0, 0, 0
+        runs, most, total, twice = 0, 0, 0, 0
         for bound_s in (CASE_BOUND_S, BOUND_S):
             for seed in range(seeds):
                 boot = BootTimes(default_s=180.0, allowance_s=bound_s)
@@ -253,9 +253,10 @@ def always_ends(seeds: int) -> None:
                 assert not result.broken, result.broken[:3]
                 runs += 1
                 most = max(most, result.events)
+                total += result.events
                 twice += len(result.rented_hosts) - len(set(result.rented_hosts))
-        print(f"  {dead * 100:3.0f} % dead: {runs} runs ended, at most {most} events in one, "
-              f"{twice} host(s) rented twice in a run")  # fmt: skip
+        print(f"  {dead * 100:3.0f} % dead: {runs} runs ended, {total / runs:.1f} events per run, "
+              f"at most {most} in one, {twice} host(s) rented twice in a run")  # fmt: skip
 
 
 def main() -> None:

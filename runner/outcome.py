@@ -179,10 +179,6 @@ EXIT_HINTS = {
     EXIT_FAILED: "the failed jobs' last lines are above; their whole logs are in {out}logs/",
     EXIT_INFRA: "the cause is on its job's line above; fix it and run again",
 }
-EXIT_HINT_CLORE = (
-    "the cause is on its job's line above; `clore-run doctor` checks the key, the wallet "
-    "and the API, `clore-run offers` lists what fits"
-)
 
 
 def run_exit_code(status: object) -> int:
@@ -202,10 +198,9 @@ def exit_line(code: int, allowed_failures: int = 0) -> str:
     return f"exit {code}: {exit_reason(code, allowed_failures)}"
 
 
-def exit_hint(code: int, out_dir: str = "", backend: str = "") -> str:
-    """What to do after a run that exits `code` ("" when there is nothing to do)."""
-    if code == EXIT_INFRA and backend == "clore":
-        return EXIT_HINT_CLORE
+def exit_hint(code: int, out_dir: str = "") -> str:
+    """What to do after a run that exits `code` ("" when there is nothing to do); a backend
+    may know better for exit 3 (its spec's `exit_hint`)."""
     return EXIT_HINTS.get(code, "").format(out=out_dir)
 
 

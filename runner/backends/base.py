@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
-from runner.core.model import FailureKind, Job, Provisioning
+from runner.core.book_offer import BookOffer
+from runner.core.model import FailureKind, Job
 from runner.core.rentals import RentServer, ServerEvent
-from runner.core.servers import ServerBook
 
 if TYPE_CHECKING:  # psycopg is an extra: only a backend that joined a pool holds a seat
     from runner.stores.pools.seat import PoolSeat
@@ -136,15 +136,10 @@ class Backend(Protocol):
         """How many jobs may run at once on this backend (None: no limit of its own)."""
         ...
 
-    def server_book(
-        self,
-        jobs: Sequence[Job],
-        cap: int,
-        budget_usd: float | None,
-        provisioning: Provisioning,
-        durations_s: Mapping[str, float],
-    ) -> ServerBook:
-        """The book for a run of `jobs`: this backend's market, or its fixed servers."""
+    def book_offer(self, jobs: Sequence[Job], cap: int) -> BookOffer:
+        """What the core builds its book of servers from, for `jobs` at most `cap` at once:
+        this backend's market, or its fixed servers (the book numbers those 1, 2, ... in the
+        order offered)."""
         ...
 
     def rent(
@@ -216,6 +211,29 @@ class RentingBackend(Protocol):
 
     def pool_seat(self) -> PoolSeat | None:
         """The budget pool seat it rents under, if it joined one (--pool)."""
+        ...
+
+
+@runtime_checkable
+class ChecksAccess(Protocol):
+    """A backend whose account can be checked before any job waits on it: a long-lived
+    `serve` says a refused key when it starts, not at its first job's failure."""
+
+    def check_access(self) -> str | None:
+        """Raise InfrastructureError if the account refuses this key. A service out of reach
+        may come back: that is returned as a warning to say (None: all is well)."""
+        ...
+
+
+@runtime_checkable
+class HandsOff(Protocol):
+    """A renting backend whose servers can leave the run with their orders live, for what
+    lives on them past the run (a GitHub runner, `runner start`): the run never gives such a
+    server back, and the core's budget keeps counting its worst case for the job."""
+
+    def hand_off(self, place: Place, server: int, job: Job) -> None:
+        """The server `place` is on (server `server`, running `job`) leaves the run. Raises
+        InfrastructureError when it is no longer held."""
         ...
 
 

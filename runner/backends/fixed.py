@@ -9,19 +9,19 @@ when the run ends. A backend mixes this in and says which servers it has (`fixed
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from runner.backends.base import NO_STAGES, ServerReport, StageSink
-from runner.core.model import Job, Provisioning
+from runner.core.book_offer import BookOffer
+from runner.core.model import Job
 from runner.core.rentals import Quote, RentFailed, RentServer, ServerReleased
-from runner.core.servers import ServerBook
 
 
 class FixedServers:
-    """`server_book`, `rent`, `lost` and `release_server` of a backend that rents nothing.
+    """`book_offer`, `rent`, `lost` and `release_server` of a backend that rents nothing.
 
-    Server ids are the book's: 1, 2, ... in the order `fixed_servers` gives them; `_names`
-    maps each to the name it was given."""
+    Server ids are the book's: 1, 2, ... in the order `fixed_servers` gives them (the core
+    numbers fixed hosts so); `_names` maps each to the name it was given."""
 
     _names: dict[int, str]
 
@@ -30,20 +30,12 @@ class FixedServers:
         machine, unless the backend has servers of its own (hosts)."""
         return [f"slot-{n}" for n in range(1, cap + 1)]
 
-    def server_book(
-        self,
-        jobs: Sequence[Job],
-        cap: int,
-        budget_usd: float | None,
-        provisioning: Provisioning,
-        durations_s: Mapping[str, float],
-    ) -> ServerBook:
+    def book_offer(self, jobs: Sequence[Job], cap: int) -> BookOffer:
         """Every fixed server, ready from the start; `cap` jobs at most run at once. Budget
         and provisioning do not apply: nothing is rented."""
         names = list(self.fixed_servers(cap))
-        book = ServerBook(jobs, cap, fixed_hosts=[Quote(name) for name in names])
-        self._names = {view.id: view.quote.host for view in book.servers()}
-        return book
+        self._names = dict(enumerate(names, start=1))
+        return BookOffer(fixed_hosts=[Quote(name) for name in names])
 
     def server_name(self, server: int) -> str:
         return self._names[server]

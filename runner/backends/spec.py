@@ -7,7 +7,7 @@ that the registry costs a local run nothing it does not use.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
@@ -106,3 +106,6 @@ class BackendSpec:
     # `clore-run cleanup`: give back what the ledger says this backend still holds (a dead
     # run's rentals); a failure is raised as a CloreRunError. None: it rents nothing.
     cleanup: Callable[[CleanupAsk], None] | None = None
+    # `run` exits 3: what to do, from its errored jobs' reasons (the hint under its last line).
+    # None: runner.outcome's hint for any backend.
+    exit_hint: Callable[[Sequence[str]], str] | None = None

@@ -76,8 +76,10 @@ def register(app: typer.Typer, client_factory: ClientFactory | None = None) -> N
             typer.Option(
                 "--cancel-unproven",
                 help="Also cancel the orders that may be ours but cannot be proven (our create "
-                "was sent, yet its tag is absent or unreadable). Only for an API key that no other "
-                "run, machine or person uses: an order of theirs would be cancelled too.",
+                "was sent, yet its tag is absent or unreadable; with --coordinator, a dead "
+                "holder's too; with --runners, a live order a record names and does not prove, "
+                "once it has lived --max-hours). Only for an API key that no other run, machine "
+                "or person uses: an order of theirs would be cancelled too.",
             ),
         ] = False,
         wait: Annotated[

@@ -82,6 +82,7 @@ def run_with(flags: RunFlags, echo: Echo) -> int:
         coordinator=flags.coordinator,
     )
     backend = spec.build(setup)
+    options.exit_hint = spec.exit_hint
     if spec.waits is not None:  # said on stderr until the console takes them over
         options.waits = spec.waits(backend, lambda line: echo(line, err=True))
     _, code = execute(loaded, backend, options)

@@ -72,7 +72,7 @@ class RentAhead(BookPart):
                 free_by, worst_free = ends.end_of(ahead_of_it), ends.worst_of(ahead_of_it)
             elif server.state is BOOTING:
                 free_by = server.since + boot.expected_s
-                worst_free = server.since + boot.allowance_s
+                worst_free = server.since + boot.allowance_for(server.quote.image)
             else:
                 free_by = worst_free = now
             job_s = self._jobs.records[job_id].job.timeout_s + AFTER_SCRIPT_S
@@ -94,7 +94,7 @@ class RentAhead(BookPart):
         record = self._jobs.records[job_id]
         job, fleet, ends = record.job, self._fleet, self._ends
         worst_ready = max((ends.worst_of(n) for n in record.needs), default=now)
-        wait_s = max(boot_allowance_s(fleet.boot.allowance_s, job), worst_ready - now)
+        wait_s = max(boot_allowance_s(fleet.boot, job), worst_ready - now)
         hold_s = wait_s + job.timeout_s + AFTER_SCRIPT_S
         quote, _ = best_that_holds(self._jobs.market, job.gpu, fleet.not_to_rent(), hold_s)
         if quote is None:
@@ -104,4 +104,5 @@ class RentAhead(BookPart):
             return  # ahead is a convenience: it never takes money a ready job may need
         self._renter.rent(job_id, quote, now + hold_s, cost, now, ahead=True)
         boot = fleet.boot
-        ends.plan_end(job_id, max(eta, now + boot.expected_s), now + boot.allowance_s, now)
+        worst = now + boot.allowance_for(job.image)
+        ends.plan_end(job_id, max(eta, now + boot.expected_s), worst, now)

@@ -20,7 +20,7 @@ from runner.core.hedge import HedgePolicy
 from runner.core.known_jobs import Known
 from runner.core.money import usd_text
 from runner.core.pulls import Pulls
-from runner.core.rental_length import best_that_holds, worst_hold_s
+from runner.core.rental_length import best_that_holds, job_hold_s
 from runner.core.rentals import JobNote, Quote
 
 # A late boot that cannot be hedged yet (its job not ready, or its hedge still booting) is
@@ -95,8 +95,12 @@ class Hedger(BookPart):
         expected = q.boot_s if q.boot_s is not None else boot.expected_s
         record = self._jobs.records.get(server.claim or "")
         own = record.job.boot_timeout_s if record is not None else None  # the job's own bound
-        bound_s = own if own is not None else boot.allowance_s
+        bound_s = own if own is not None else boot.allowance_for(q.image)
         return self._policy.after_s(expected, q.fail_chance or 0.0, bound_s)
+
+    def look_soon(self, server_id: int) -> None:
+        """The boot's hedge timer came due: look at it in the next decision."""
+        self._races.hedge_soon((server_id,))
 
     def hedge_due(self, now: float) -> None:
         """Each boot due and still booting for a waiting job gets a second fitting host, if
@@ -162,7 +166,7 @@ class Hedger(BookPart):
         fleet = self._fleet
         why = self._policy.may_hedge(len(fleet.servers), self._cap)
         quote = None
-        hold_s = worst_hold_s(fleet.boot.allowance_s, want.job, want.timeout_s)
+        hold_s = job_hold_s(fleet.boot, want.job, want.timeout_s)
         if why is None:
             quote = self._fresh(want)
             why = "no other host fits" if quote is None else None
@@ -186,7 +190,7 @@ class Hedger(BookPart):
     def _fresh(self, want: Known) -> Quote | None:
         """The best host to race for the job beside those held (None: no other fits)."""
         fleet = self._fleet
-        hold_s = worst_hold_s(fleet.boot.allowance_s, want.job, want.timeout_s)
+        hold_s = job_hold_s(fleet.boot, want.job, want.timeout_s)
         quote, _ = best_that_holds(self._jobs.market, want.job.gpu, fleet.not_to_rent(), hold_s)
         return quote
 

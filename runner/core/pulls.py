@@ -116,6 +116,19 @@ class Pulls:
         return own is not None and own <= CACHED_PULL_S
 
 
+def image_allowance_s(
+    pulls: Pulls, image: str, online_s: float, deploy_s: float | None = None
+) -> float:
+    """The longest a boot of `image` may take, create -> deployed, a job's own bound aside:
+    online within `online_s`, then what its own pull may add (`deploy_s` where the run sets
+    one). What `run`'s book reserves for a rent for a job of `image`, what the adapter waits
+    for it, and what `plan` prices: one figure. Per image, not per host: the adapter gives a
+    boot up at its image's bound on any host, so a host whose cache holds the image is
+    quicker, never bounded shorter. A server is only ever given to jobs of the image it was
+    started with, so a job never pulls on a server of another image: its own rent does."""
+    return online_s + (pulls.deploy_bound_s(image) if deploy_s is None else deploy_s)
+
+
 def boot_bounds(
     pulls: Pulls, image: str, up_s: float, job_bound_s: float | None = None
 ) -> BootBounds:

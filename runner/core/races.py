@@ -56,6 +56,8 @@ class Races:
         self.to_hedge.extend(server_ids)
 
     def take_to_hedge(self) -> list[int]:
-        """The boots to look at for a hedge now; none after this."""
+        """The boots to look at for a hedge now, each once; none after this. A boot may be
+        named twice (its own timer came due as a racer of it left): one look decides for it,
+        and a second would only set its look-again timer twice."""
         due, self.to_hedge = self.to_hedge, []
-        return due
+        return list(dict.fromkeys(due))

@@ -23,23 +23,35 @@ from collections.abc import Set
 
 from runner.core.fleet import AFTER_SCRIPT_S, EPS_S, Server
 from runner.core.model import GpuAsk, Job
-from runner.core.rentals import Market, Quote
+from runner.core.rentals import BootTimes, Market, Quote
 
 
-def boot_allowance_s(allowance_s: float, job: Job) -> float:
-    """The boot a rental for `job` is budgeted for: the book's bound, or the job's own
-    `boot-timeout-minutes` where that is longer (the adapter waits that long for it). A
-    shorter one still counts the book's: the bound leaves room for the SSH probe after the
-    server is online, which the job's figure does not bound."""
-    return max(allowance_s, job.boot_timeout_s or 0.0)
+def boot_allowance_s(boot: BootTimes, job: Job) -> float:
+    """The boot a rental for `job` is budgeted for: the book's bound for the job's own image
+    (its pull, never another job's), or the job's own bound where longer."""
+    return _own_bound_or(boot.allowance_for(job.image), job)
+
+
+def job_hold_s(boot: BootTimes, job: Job, timeout_s: float | None = None) -> float:
+    """`worst_hold_s` with the book's boot bound for `job`'s image: what the core reserves
+    for a rent and holds an offer's maximum rental length to."""
+    return worst_hold_s(boot.allowance_for(job.image), job, timeout_s)
 
 
 def worst_hold_s(allowance_s: float, job: Job, timeout_s: float | None = None) -> float:
-    """The longest a server rented for one attempt of `job` is held: its boot at the longest,
-    the attempt's timeout, and fetching its files after. The budget reserves it, an offer's
-    maximum rental length must hold it, and `plan`'s "at most" is priced over it."""
+    """The longest a server rented for one attempt of `job` is held: its boot at the longest
+    (`allowance_s`: the bound for the job's image), the attempt's timeout, and fetching its
+    files after. The budget reserves it, an offer's maximum rental length must hold it, and
+    `plan`'s "at most" is priced over it."""
     attempt_s = job.timeout_s if timeout_s is None else timeout_s
-    return hold_for_s(boot_allowance_s(allowance_s, job), attempt_s)
+    return hold_for_s(_own_bound_or(allowance_s, job), attempt_s)
+
+
+def _own_bound_or(allowance_s: float, job: Job) -> float:
+    """The job's own `boot-timeout-minutes` where longer than the bound (the adapter waits
+    that long for it). A shorter one still counts the bound: it leaves room for the SSH
+    probe after the server is online, which the job's figure does not bound."""
+    return max(allowance_s, job.boot_timeout_s or 0.0)
 
 
 def hold_for_s(boot_s: float, timeout_s: float) -> float:

@@ -8,8 +8,8 @@ are seconds passed in by the caller.
 
 from __future__ import annotations
 
-from collections.abc import Set
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Set
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from runner.core import money
@@ -97,12 +97,21 @@ class BootTimes:
 
     `expected_s` is what rent-ahead plans with: the default until the run has measured its own
     boots, then their mean. `allowance_s` is the longest a boot may take before the rental is
-    given up: the budget reserves it for every rent.
+    given up: the budget reserves it for every rent. `by_image_s` is that longest boot for
+    each image (its pull is its own: a job's worst case counts its own image's, never the
+    slowest image of the run); an image it does not name takes `allowance_s`.
     """
 
     default_s: float = 180.0
     allowance_s: float = 1200.0
     measured_s: tuple[float, ...] = ()
+    # image ("" the default one, as a server's `Quote.image`) -> its longest boot
+    by_image_s: Mapping[str, float] = field(default_factory=dict, hash=False)
+
+    def allowance_for(self, image: str | None) -> float:
+        """The longest a boot of a server started with `image` may take (None, "": the
+        default image)."""
+        return self.by_image_s.get(image or "", self.allowance_s)
 
     @property
     def expected_s(self) -> float:
@@ -111,7 +120,7 @@ class BootTimes:
         return sum(self.measured_s) / len(self.measured_s)
 
     def with_sample(self, seconds: float) -> BootTimes:
-        return BootTimes(self.default_s, self.allowance_s, (*self.measured_s, max(0.0, seconds)))
+        return replace(self, measured_s=(*self.measured_s, max(0.0, seconds)))
 
 
 # -- commands: the core asks the adapter to ... -------------------------------------------------

@@ -27,9 +27,9 @@ from runner.core.model import FailureKind, Job
 from runner.core.rental_length import (
     best_that_holds,
     boot_allowance_s,
+    job_hold_s,
     outlives,
     passed_over_text,
-    worst_hold_s,
 )
 from runner.core.rentals import Quote, RentFailed
 
@@ -142,7 +142,7 @@ class Renter(BookPart):
 
     def _rent_now(self, job_id: str, want: Known, now: float) -> None:
         fleet, budget = self._fleet, self._budget
-        hold_s = worst_hold_s(fleet.boot.allowance_s, want.job, want.timeout_s)
+        hold_s = job_hold_s(fleet.boot, want.job, want.timeout_s)
         market = self._jobs.market
         quote, passed = best_that_holds(market, want.job.gpu, fleet.not_to_rent(), hold_s)
         if quote is None:
@@ -167,7 +167,8 @@ class Renter(BookPart):
             return
         self.rent(job_id, quote, now + hold_s, cost, now, ahead=False)
         boot = fleet.boot
-        self._ends.plan_end(job_id, now + boot.expected_s, now + boot.allowance_s, now)
+        worst_ready = now + boot.allowance_for(want.job.image)
+        self._ends.plan_end(job_id, now + boot.expected_s, worst_ready, now)
 
     def _wait_for_next_day(
         self, job_id: str, want: Known, quote: Quote, hold_s: float, cost: float, now: float
@@ -192,11 +193,7 @@ class Renter(BookPart):
         if not self._jobs.fits(server.quote, job_id):
             return False
         booting = server.state is BOOTING
-        start = (
-            server.since + boot_allowance_s(self._fleet.boot.allowance_s, want.job)
-            if booting
-            else now
-        )
+        start = server.since + boot_allowance_s(self._fleet.boot, want.job) if booting else now
         return not outlives(server, max(start, now) + want.timeout_s + AFTER_SCRIPT_S)
 
     def _none_left(self, job_id: str, want: Known, passed_over: str = "") -> None:

@@ -267,7 +267,7 @@ class ServerBook(BookView):
         elif what is BookWake.LOOK and isinstance(of, int) and of in self._fleet.servers:
             self._fleet.look_at(of)
         elif what is BookWake.HEDGE and isinstance(of, int) and of in self._fleet.servers:
-            self._fleet.races.hedge_soon((of,))
+            self._hedger.look_soon(of)
         elif what is BookWake.WARM and isinstance(of, int):
             self._warmth.woken(of)  # a window opened or closed, or a new day's idle budget
 

@@ -184,7 +184,7 @@ class Warmth(BookPart):
         if len(fleet.servers) >= self._cap or WaitReason.CAP in jobs.why.values():
             return False  # a ready job's slot is never taken for warmth
         end = pool.window.next_change(now) if pool.window is not None else math.inf
-        until = min(end, now + LOOK_AGAIN_S) + fleet.boot.allowance_s
+        until = min(end, now + LOOK_AGAIN_S) + fleet.boot.allowance_for("")  # the default image
         ask = GpuAsk(type=pool.gpu)
         quote, _ = best_that_holds(jobs.market, ask, fleet.not_to_rent(), until - now)
         if quote is None:

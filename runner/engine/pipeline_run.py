@@ -24,6 +24,7 @@ from runner.engine.attempt import AttemptRunner
 from runner.engine.console import Console
 from runner.engine.driver import Driver, DriverOptions
 from runner.engine.journal import Journal, Journals
+from runner.engine.server_book import book_for
 
 
 def new_run_id() -> str:
@@ -116,9 +117,11 @@ class PipelineRun:
         )
         # The core decides which server runs which job (and, on Clore, which to rent and
         # give back); the backend carries that out.
-        book = backend.server_book(
+        book = book_for(
+            backend,
             pipeline.jobs,
             settings.capacity,
+            clock.time(),
             pipeline.budget_usd,
             pipeline.provisioning,
             settings.durations_s,

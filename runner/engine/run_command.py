@@ -20,7 +20,7 @@ from runner.backends.spec import Waits
 from runner.clock import SYSTEM_CLOCK, Clock
 from runner.collector import startup_over
 from runner.core import graph
-from runner.core.model import WORKSPACE_ALL, Job, Pipeline, RunRecord, RunStatus
+from runner.core.model import WORKSPACE_ALL, Job, JobStatus, Pipeline, RunRecord, RunStatus
 from runner.core.retry import backoff_s
 from runner.engine.console import Console
 from runner.engine.pipeline_run import PipelineRun, RunSettings, new_run_id
@@ -62,6 +62,9 @@ class RunOptions:
     # A renting backend's waits on its API (runner.backends.clore.waits): said on the console
     # once it exists, and what was given up kept as the reports' warnings.
     waits: Waits | None = None
+    # What to do after exit 3, from the errored jobs' reasons: the backend's (its spec's), or
+    # None for runner.outcome's.
+    exit_hint: Callable[[Sequence[str]], str] | None = None
 
 
 def select_jobs(pipeline: Pipeline, names: Sequence[str]) -> Pipeline:
@@ -250,9 +253,17 @@ def execute(
     # Last, why the run exits, in the words summary.md has; the unproven orders' own hints
     # say what to do about them.
     allowed = allowed_failures(record)
-    hint = "" if unproven else exit_hint(code, f"{options.out_dir}{os.sep}", backend.name)
+    hint = "" if unproven else _exit_hint(options, record, code)
     console.run_exit(code, exit_line(code, allowed), hint)
     return record, code
+
+
+def _exit_hint(options: RunOptions, record: RunRecord, code: int) -> str:
+    """What to do after the run: for exit 3 the backend's hint for its errored jobs' causes."""
+    if code == EXIT_INFRA and options.exit_hint is not None:
+        errored = [r.reason for r in record.results if r.status is JobStatus.ERROR]
+        return options.exit_hint(errored)
+    return exit_hint(code, f"{options.out_dir}{os.sep}")
 
 
 def allowed_failures(record: RunRecord) -> int:

@@ -56,6 +56,7 @@ from runner.core.rentals import Quote
 from runner.core.servers import ServerBook
 from runner.engine.attempt import Ran
 from runner.engine.driver import Driver, DriverOptions
+from runner.engine.server_book import book_for
 from runner.errors import CloreRunError, InfrastructureError, JobCannotRun
 from runner.gh_runner.github import DEFAULT_GROUP_ID, Registration, RunnerApi
 from runner.gh_runner.record import PoolClaim, RunnerRecord, RunnerRental
@@ -272,7 +273,9 @@ def _rent_and_install(
     )
     jobs = [_job(label, request) for label in registrations]
     # Twice as many servers as runners: room for a hedge beside every boot.
-    book = backend.server_book(jobs, 2 * len(jobs), request.budget_usd, Provisioning.ON_DEMAND, {})
+    book = book_for(
+        backend, jobs, 2 * len(jobs), tools.clock.time(), request.budget_usd, Provisioning.ON_DEMAND
+    )
     journal = _Journal(say)
     installs = _Installs(backend, request, registrations, tools.clock, say)
     driver = Driver(
@@ -295,9 +298,7 @@ def _rent_and_install(
         seat = provisioner.seat if whole else None
         if seat is not None:
             provisioner.seat = None  # its reservations go on with the runners' servers
-        driver.give_back()
-    for warning in driver.give_back_warnings:
-        say(f"warning: {warning}")
+        driver.give_back()  # a rental left unconfirmed is said there, with its hint
     if not whole:
         if cancel.is_set():
             raise StartInterrupted("interrupted: every server rented was given back")
@@ -473,8 +474,8 @@ class _Installs:
         return Ran(Attempt(number, began, self.clock.time(), code, failure, message, name))
 
     def _hand_over(self, job: Job, place: Place, server: int) -> None:
-        worst_usd = self.backend.provisioner.worst_case_usd(job, self._rental(place).offer)
-        rental = self.backend.hand_over(place, server, worst_usd)
+        rental = self._rental(place)
+        self.backend.hand_off(place, server, job)
         if rental.conn is not None:  # the runner lives on without us
             rental.conn.close()
             rental.conn = None

@@ -26,6 +26,7 @@ from types import FrameType
 from typing import IO
 
 from runner import redact
+from runner.backends.base import Backend, ChecksAccess
 from runner.core.warm_policy import COLD, WarmPolicy
 from runner.errors import InfrastructureError, UsageError
 from runner.file_lock import hold_lock
@@ -108,6 +109,13 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def _say_access(backend: Backend) -> None:
+    """A refused key ends the start (exit 3) before anything is queued; a service out of reach
+    is said once and the server starts (it may come back)."""
+    if isinstance(backend, ChecksAccess) and (warning := backend.check_access()) is not None:
+        print(f"clore-run serve: warning: {warning}", file=sys.stderr, flush=True)
+
+
 def run_server(options: ServeOptions) -> None:
     token = read_token()
     # The database, its WAL (jobs' `env:` values), logs and artifacts: this user's only.
@@ -130,6 +138,7 @@ def run_server(options: ServeOptions) -> None:
     store = open_queue(options.db, lease_ttl_s=options.lease_ttl_s)
     _private(options.db, data_dir_for(options.db, options.data_dir))
     backend, reconcile = build(options.backend, instance)
+    _say_access(backend)
     seat = pool_seat(backend)
     if seat is not None and (queue := shared(store)) is not None:
         queue.claim_slots_from(seat)  # a job and its pool's server slot, claimed together

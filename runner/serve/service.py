@@ -44,7 +44,7 @@ from runner.backends.local_orphans import ENV_NAME
 from runner.backends.spec import Reconcile
 from runner.clock import SYSTEM_CLOCK, Clock
 from runner.core.events import AttemptEnded, CancelJob, Event, HoldStarts
-from runner.core.model import Attempt, FailureKind, Job, JobResult, Provisioning
+from runner.core.model import Attempt, FailureKind, Job, JobResult
 from runner.core.outcome import NeedOutcome, need_outcome
 from runner.core.placing import PlacingCore
 from runner.core.retry import backoff_s
@@ -52,6 +52,7 @@ from runner.core.scheduler import OUT, Entry, Phase
 from runner.core.warm_policy import COLD, WarmPolicy
 from runner.engine.attempt import AttemptRunner
 from runner.engine.driver import Driver, DriverOptions
+from runner.engine.server_book import book_for
 from runner.errors import InfrastructureError
 from runner.serve import views
 from runner.serve.fleet import (
@@ -194,7 +195,7 @@ class Service:
         """The core with servers, for jobs that come over time: rented ones (clore), or the
         backend's hosts or slots."""
         cap = self.options.capacity
-        book = self.backend.server_book((), cap, None, Provisioning.AHEAD, {})
+        book = book_for(self.backend, (), cap, self.clock.time())
         check_on_market(self.options.warmth, book, self.backend.name)
         book.warmth = self.options.warmth
         return PlacingCore(

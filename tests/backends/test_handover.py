@@ -15,7 +15,7 @@ from runner.backends.local_orphans import ENV_NAME
 from runner.backends.ssh import backend as ssh_backend_module
 from runner.backends.ssh import handover as handover_module
 from runner.backends.ssh.backend import SshBackend
-from runner.core.model import Job, Provisioning
+from runner.core.model import Job
 from tests.sshd_fixture import RecordingSink, SshServer, make_request
 
 TOKEN = "handover-test"
@@ -24,7 +24,7 @@ MARK = f"{ENV_NAME}={TOKEN}"
 
 def backend_of(server: SshServer, job: Job) -> SshBackend:
     backend = SshBackend.from_flags([server.target], server.client_key)
-    backend.server_book((job,), 1, None, Provisioning.ON_DEMAND, {})
+    backend.book_offer((job,), 1)
     backend.handover_mark = MARK
     return backend
 

@@ -16,7 +16,7 @@ from runner.backends.ssh.backend import SshBackend, default_identity, parse_host
 from runner.backends.ssh.connection import ConnectOptions, Endpoint, SshConnection
 from runner.backends.ssh.exec import ExecOptions
 from runner.backends.ssh.keys import ClientKey
-from runner.core.model import FailureKind, Job, Provisioning
+from runner.core.model import FailureKind, Job
 from runner.engine.run_command import RunOptions, execute
 from runner.errors import InfrastructureError, RunMustStop, UsageError
 from runner.spec.loader import parse_pipeline
@@ -76,7 +76,7 @@ def _backend(server: SshServer, *targets: str) -> SshBackend:
 def _booked(backend: SshBackend) -> SshBackend:
     """`backend` with its hosts booked as the run's servers 1, 2, ... in the order given, as
     a run's core books them before it places a job."""
-    backend.server_book((JOB,), backend.capacity(), None, Provisioning.ON_DEMAND, {})
+    backend.book_offer((JOB,), backend.capacity() or 1)
     return backend
 
 

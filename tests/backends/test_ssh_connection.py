@@ -16,7 +16,7 @@ from runner.backends.ssh.connection import ConnectOptions, Endpoint, SshConnecti
 from runner.backends.ssh.exec import ExecOptions, run_job
 from runner.backends.ssh.facts import parse_gpu_facts
 from runner.backends.ssh.keys import ClientKey, HostKeyStore
-from runner.core.model import FailureKind, Job, Provisioning
+from runner.core.model import FailureKind, Job
 from runner.errors import InfrastructureError, UsageError
 from tests.sshd_fixture import (
     RecordingSink,
@@ -265,7 +265,7 @@ def test_ssh_backend_checks_the_users_known_hosts(
     monkeypatch.setenv("HOME", str(tmp_path))
     backend = SshBackend.from_flags([sshd_server.target], sshd_server.client_key)
     job = Job(id="j", name="j", run="true")
-    backend.server_book((job,), 1, None, Provisioning.ON_DEMAND, {})  # the host is server 1
+    backend.book_offer((job,), 1)  # the host is server 1
     try:
         with pytest.raises(InfrastructureError, match="known_hosts"):
             backend.place(1, job, threading.Event())

@@ -145,12 +145,58 @@ def test_clore_commands_fail_in_the_one_shape(
         assert "the Clore API refused the key in CLORE_API_KEY" in out + err
     if failure == "bad flag":
         assert f"clore-run: no such option: {BAD_FLAG}\nhint: " in err
+    if command == "run" and failure in ("refused key", "unreachable"):
+        # The hint for the cause the job's line said: not a pointer to another command.
+        said = "check CLORE_API_KEY: " if failure == "refused key" else "check the network, "
+        assert out.rstrip("\n").split("\n")[-1].startswith(f"hint: {said}"), out
     if command == "cleanup" and failure in ("refused key", "unreachable"):
         # Each rental's line says why it is left, the API's hint comes once, under the end.
         assert all(NESTED.search(line) is None for line in out.splitlines()), out
         said = "check CLORE_API_KEY" if failure == "refused key" else "check the network"
         assert said not in out and f"\nhint: {said}" in err, out + err
     CHECKED.append((command, failure))
+
+
+def test_serve_on_clore_with_a_refused_key_ends_at_its_start_in_the_one_shape(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    fake_clore: FakeClore,
+    place: dict[str, str],
+) -> None:
+    """A long-lived server said nothing of a refused key until its first job failed: now it
+    ends before it listens, and no job is ever queued on a key that cannot rent."""
+    monkeypatch.setenv("CLORE_RUN_TOKEN", "t" * 32)
+    monkeypatch.setenv("CLORE_API_URL", fake_clore.url)
+    monkeypatch.setenv("CLORE_API_KEY", "sk-wrong-5d1e")
+    from runner.serve.service import Service  # only this test needs serve's insides
+
+    def started(_self: Service) -> None:  # past the check: fail here rather than serve on
+        raise AssertionError("serve started on a refused key")
+
+    monkeypatch.setattr(Service, "start", started)
+    code, out, err = _said(capsys, ["serve", "--backend", "clore", "--port", "0"])
+    _check_shape(code, out, err, 3, ran=False)
+    assert "the Clore API refused the key in CLORE_API_KEY" in err
+    assert "listening" not in out
+    CHECKED.append(("serve", "refused key"))
+
+
+def test_serve_on_clore_says_an_unreachable_api_once_and_starts(
+    place: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The API out of reach may come back: the start says so as a warning, not an end."""
+    from runner.serve.backends import BackendChoice, build
+
+    monkeypatch.setenv("CLORE_API_KEY", API_KEY)
+    monkeypatch.setenv("CLORE_API_URL", f"http://127.0.0.1:{free_port()}/v1")
+    backend, _reconcile = build(BackendChoice("clore", ledger=Path(place["ledger"])), "i1")
+    try:
+        warning = backend.check_access()  # type: ignore[attr-defined]
+    finally:
+        backend.shutdown()
+    assert warning is not None and "cannot start until it answers" in warning
+    assert not ENDPOINTS.search(warning) and NESTED.search(warning) is None, warning
+    CHECKED.append(("serve", "unreachable"))
 
 
 @pytest.fixture(scope="module")

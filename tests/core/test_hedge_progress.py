@@ -7,14 +7,17 @@ The simulations here are bounded by events (`max_events`): a core caught in a lo
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runner.core.events import TimerFired
+from runner.core.events import BookTimer, BookWake, SetTimer, TimerFired
 from runner.core.hedge import HedgePolicy
 from runner.core.model import RunStatus
-from runner.core.rentals import Quote, ServerReleased
+from runner.core.placing import CoreEvent, PlacingCore
+from runner.core.rentals import CoreCommand, Quote, ServerReleased
 from runner.core.servers import ServerBook
 from runner.core.simulate_market import (
     HEALTHY_BOOT_S,
@@ -154,3 +157,38 @@ def test_a_racer_is_not_given_way_to_in_the_instant_it_was_rented() -> None:
     _fire_confirming(d, 180.0)  # h1 and h2 have run 30 s, not online: they make room
     assert [r.quote.host for r in d.rents()] == ["h0", "h1", "h2", "h3", "h4"]
     assert {r.server for r in d.releases()} == {first.server, h1.server, h2.server}
+
+
+def test_a_late_boot_is_looked_at_again_once_not_once_per_reason(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A boot due a look both by its own timer and by a racer leaving its ring is looked at
+    once: its look-again timer is set once for a time, never twice (each copy was one more
+    event for the run, deciding nothing)."""
+    hedge_timers: list[tuple[float, object]] = []
+    handle = PlacingCore.handle
+
+    def recording(core: PlacingCore, event: CoreEvent, now: float) -> list[CoreCommand]:
+        out = handle(core, event, now)
+        hedge_timers.extend(
+            (c.at, c.token.of)
+            for c in out
+            if isinstance(c, SetTimer)
+            and isinstance(c.token, BookTimer)
+            and c.token.what is BookWake.HEDGE
+        )
+        return out
+
+    monkeypatch.setattr(PlacingCore, "handle", recording)
+    jobs = pipeline(job("a", minutes=10))
+    offers = _offers(12)
+    looked, twice = 0, []
+    for seed in range(12):
+        book = ServerBook(jobs, 3, market=ModelMarket(offers), boot=BOOT, hedge=HedgePolicy())
+        model = MarketModel(tuple(offers), boot_s=HEALTHY_BOOT_S, dead_fraction=0.9)
+        simulate_servers(jobs, book, model, lambda j, a: 600.0, seed=seed)
+        looked += len(hedge_timers)
+        twice += [(seed, timer) for timer, n in Counter(hedge_timers).items() if n > 1]
+        hedge_timers.clear()
+    assert looked  # the runs did look again
+    assert twice == []

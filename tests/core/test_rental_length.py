@@ -14,10 +14,11 @@ from runner.core.hedge import HedgePolicy
 from runner.core.known_jobs import Unplaceable
 from runner.core.model import FailureKind, GpuAsk, Job, RunStatus
 from runner.core.rental_length import best_that_holds, holds, outlives
-from runner.core.rentals import BootTimes, Provisioning, Quote
+from runner.core.rentals import BootTimes, Provisioning, Quote, ServerReady
 from runner.core.servers import ServerBook
 from runner.core.simulate_market import MarketModel, ModelMarket, simulate_servers
-from tests.core.book_parts import A3090, OFFERS, job, parts, rents, starts
+from tests.core.book_parts import A3090, BOOT, OFFERS, job, parts, rents, starts
+from tests.core.test_servers import Drive, pipeline
 
 WORST_S = 300.0 + 600.0 + AFTER_SCRIPT_S  # the longest boot, the timeout, fetching files
 SHORT = replace(A3090, max_rental_s=WORST_S - 1.0)  # the cheapest, one second too short
@@ -97,6 +98,40 @@ def test_a_hedge_is_rented_only_on_a_host_that_holds_the_job() -> None:
     p.fleet.to_hedge.append(1)
     p.hedger.hedge_due(1000.0)
     assert [r.quote.host for r in rents(p.said())] == ["a3"]
+
+
+def test_each_job_is_reserved_and_held_to_lengths_by_its_own_images_boot_bound() -> None:
+    """Two images: the default one boots within 300 s, a large one may pull 20 minutes more.
+    Each job's worst case counts its own image's bound, for the money reserved and for the
+    host lengths that can hold it alike; the slowest image of the run is no other job's."""
+    big_worst_s = 1500.0 + 600.0 + AFTER_SCRIPT_S
+    boot = replace(BOOT, allowance_s=1500.0, by_image_s={"": 300.0, "big": 1500.0})
+    fits_small = replace(A3090, max_rental_s=WORST_S)  # the cheapest: holds the small one only
+    fits_big = replace(OFFERS[1], max_rental_s=big_worst_s)
+    p = parts([job("a"), job("b", image="big")], offers=(fits_small, fits_big), boot=boot)
+    p.want("a")
+    p.want("b")
+    p.renter.rent_for_waiting(0.0)
+    got = [(r.for_job, r.quote.host, r.worst_case_usd) for r in rents(p.said())]
+    assert got == [
+        ("a", "a1", pytest.approx(fits_small.cost_usd(WORST_S))),
+        ("b", "a2", pytest.approx(fits_big.cost_usd(big_worst_s))),
+    ]
+
+
+def test_a_job_after_one_of_another_image_pulls_its_own_and_is_reserved_for_it() -> None:
+    """A server started with one image is never given a job of another (its image would
+    have to be pulled again): that job rents its own server, reserved for its own image's
+    boot, while the first one's server, free, is no use to it."""
+    boot = replace(BOOT, allowance_s=1500.0, by_image_s={"": 300.0, "big": 1500.0})
+    d = Drive(pipeline(job("a"), job("b", "a", image="big")), boot=boot)
+    d.at(100.0, ServerReady(d.rent_for("a").server))
+    d.finish(400.0, d.start_of("a"))
+    small, big = d.rent_for("a"), d.rent_for("b")
+    assert (small.quote.host, big.quote.host) == ("a1", "a2")  # a1 is still held
+    assert small.worst_case_usd == pytest.approx(A3090.cost_usd(WORST_S))
+    big_worst_s = 1500.0 + 600.0 + AFTER_SCRIPT_S
+    assert big.worst_case_usd == pytest.approx(OFFERS[1].cost_usd(big_worst_s))
 
 
 def _random_jobs(rng: random.Random) -> list[Job]:

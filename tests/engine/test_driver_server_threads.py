@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import io
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +27,7 @@ from runner.backends.base import (
     StageSink,
 )
 from runner.clock import SYSTEM_CLOCK
+from runner.core.book_offer import BookOffer
 from runner.core.events import CancelAll, Event, StopCause
 from runner.core.model import Attempt, GpuAsk, Job, JobResult, JobStatus, Provisioning
 from runner.core.placing import CoreEvent, PlacingCore
@@ -92,14 +93,7 @@ class ThreadedMarket:
 
     # -- the core's servers -----------------------------------------------------------------
 
-    def server_book(
-        self,
-        jobs: Sequence[Job],
-        cap: int,
-        budget_usd: float | None,
-        provisioning: Provisioning,
-        durations_s: Mapping[str, float],
-    ) -> ServerBook:
+    def book_offer(self, jobs: Sequence[Job], cap: int) -> BookOffer:
         raise NotImplementedError  # the test makes the book
 
     def rent(

@@ -319,6 +319,15 @@ def test_every_writer_says_why_the_run_exits_alike(
         assert text.count("**exit ") == 1
 
 
+def test_a_runs_word_is_a_participle_for_every_status() -> None:
+    """`errored: 1 errored`, never `error: ...`, which reads as a message of another shape."""
+    from runner.core.model import RunStatus
+
+    assert set(O.RUN_WORDS) == {s.value for s in RunStatus} == set(O.RUN_EXIT_CODES)
+    assert all(word.endswith("ed") for word in O.RUN_WORDS.values())
+    assert O.run_line("error") == "errored"
+
+
 def test_the_exit_reasons_are_one_table() -> None:
     """`--help`, summary.json's schema and the run's end read the same table."""
     from runner.report.summary_model import Summary

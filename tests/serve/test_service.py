@@ -9,7 +9,15 @@ from pathlib import Path
 import pytest
 import requests
 
-from runner.backends.base import NO_STAGES, OutputSink, Place, RunOutcome, RunRequest, StageSink
+from runner.backends.base import (
+    NO_STAGES,
+    AttemptBill,
+    OutputSink,
+    Place,
+    RunOutcome,
+    RunRequest,
+    StageSink,
+)
 from runner.core.model import FailureKind
 from runner.serve import app
 from runner.serve.service import Service
@@ -24,7 +32,10 @@ class BilledBackend(PassingBackend):
     name = "billed"
     where = "rented-1"
     usd_per_hour = 1.0
-    outcome = RunOutcome(0, None, facts={"cost_usd": "2.5"})
+    outcome = RunOutcome(0, None)
+
+    def attempt_done(self, place: Place) -> AttemptBill:
+        return AttemptBill(2.5)  # as a renting backend bills an attempt's share
 
 
 @pytest.mark.slow

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -34,6 +34,7 @@ from runner.backends.base import (
 )
 from runner.backends.clore.api import CloreClient
 from runner.backends.clore.balance import BalanceCheck
+from runner.backends.clore.errors import TransportError
 from runner.backends.clore.hedge_log import HEDGE_REASON, HedgeLog
 from runner.backends.clore.host_memory import HostRecorder
 from runner.backends.clore.live_market import MarketFeed
@@ -45,8 +46,9 @@ from runner.backends.clore.spend import Spend
 from runner.backends.ssh.exec import run_job
 from runner.backends.ssh.handover import hand_over
 from runner.clock import Clock
+from runner.core.book_offer import BookOffer
 from runner.core.hedge import HedgePolicy
-from runner.core.model import FailureKind, Job, Provisioning
+from runner.core.model import FailureKind, Job
 from runner.core.rentals import (
     RentFailed,
     RentServer,
@@ -55,7 +57,6 @@ from runner.core.rentals import (
     ServerReady,
     ServerReleased,
 )
-from runner.core.servers import ServerBook
 from runner.errors import CloreRunError, InfrastructureError, JobCannotRun, RunMustStop
 
 if TYPE_CHECKING:  # psycopg is an extra: only a run that joins a pool imports it
@@ -210,6 +211,15 @@ class CloreBackend:
     def pool_seat(self) -> PoolSeat | None:
         return self.provisioner.seat
 
+    def check_access(self) -> str | None:
+        # The fee read every first rent makes anyway (kept for the run): made early, it costs
+        # no extra call and a refused key is said at once.
+        try:
+            self.provisioner.fees()
+        except TransportError as exc:
+            return f"{exc.message}; jobs that need a rental cannot start until it answers"
+        return None
+
     def _check_ledger(self) -> None:
         """Say so when this run leaves a rental it could not confirm released (an ambiguous
         create whose order never showed, a cancel the API did not confirm): it may bill."""
@@ -229,27 +239,11 @@ class CloreBackend:
 
     # -- the core's adapter ------------------------------------------------------------------
 
-    def server_book(
-        self,
-        jobs: Sequence[Job],
-        cap: int,
-        budget_usd: float | None,
-        provisioning: Provisioning,
-        durations_s: Mapping[str, float],
-    ) -> ServerBook:
-        """The core's book of servers for a run: today's offers, the budget, the cap, and
-        boot times allowed as long as the provisioner waits for one."""
+    def book_offer(self, jobs: Sequence[Job], cap: int) -> BookOffer:
+        """Today's offers, and boot times allowed as long as the provisioner waits for one;
+        the core builds its book from them, with the run's budget and cap."""
         self.provisioner.make_room = lambda: False  # the core decides what is given back
-        offer = self.market.book_offer(jobs, self.hosts, self.hedge)
-        return ServerBook.from_offer(
-            jobs,
-            cap,
-            offer,
-            budget_usd=budget_usd,
-            provisioning=provisioning,
-            durations_s=durations_s,
-            now=self.clock.time(),
-        )
+        return self.market.book_offer(jobs, self.hosts, self.hedge)
 
     def rent(
         self, cmd: RentServer, job: Job, report: ServerReport, stages: StageSink = NO_STAGES
@@ -390,17 +384,18 @@ class CloreBackend:
         held = self._find(place)
         return held.rental if held is not None else None
 
-    def hand_over(self, place: Place, server: int, worst_case_usd: float) -> Rental:
+    def hand_off(self, place: Place, server: int, job: Job) -> None:
         """The rental `place` is on leaves the run with its order live: it is not given back
-        here, ever (neither by `release_server` nor by `shutdown`). Raises when it is no
-        longer held."""
+        here, ever (neither by `release_server` nor by `shutdown`), and may cost all of its
+        worst case for `job`. Raises when it is no longer held."""
+        held = self._find(place)
+        # Priced before the lock is taken: a spot price may read the server's spot book.
+        worst_usd = self.provisioner.worst_case_usd(job, held.rental.offer) if held else 0.0
         with self._lock:
-            held = self._held.pop(int(place.facts.get("rental_id", "-1")), None)
-            if held is None:
+            if held is None or self._held.pop(held.rental.rental_id, None) is None:
                 raise InfrastructureError(f"server {server} is no longer held")
             self._rentals_of.pop(server, None)
-            self._handed[server] = (held.rental.rental_id, worst_case_usd)
-        return held.rental
+            self._handed[server] = (held.rental.rental_id, worst_usd)
 
     def lost(self, server: int) -> bool:
         with self._lock:

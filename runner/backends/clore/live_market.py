@@ -125,12 +125,12 @@ class MarketFeed:
         market.remember(memory, bound_s, images)  # a host whose cache holds them ranks first
         pulls = replace(memory.pulls, default_image=DEFAULT_IMAGE)
         self.provisioner.pulls = pulls
-        # The longest a boot may take, image pull included: what the budget reserves for
-        # each rent (a job's own bound where longer: the core's `boot_allowance_s`).
-        allowance_s = max(
-            (self.provisioner.image_allowance_s(j) for j in jobs),
-            default=self.provisioner.image_allowance_s(_NO_IMAGE_JOB),
-        )
+        # The longest a boot of each image may take, its own pull included: what the budget
+        # reserves for a rent for a job of it (a job's own bound where longer: the core's
+        # `boot_allowance_s`), as `plan` prices it. The slowest is the bound of an image the
+        # core is not told of.
+        allowance = self.provisioner.image_allowance_s
+        by_image_s = {j.image or "": allowance(j) for j in (*jobs, _NO_IMAGE_JOB)}
         expected_s = memory.expected_boot_s() if memory.hosts else DEFAULT_BOOT_S
-        boot = BootTimes(expected_s, allowance_s)
+        boot = BootTimes(expected_s, max(by_image_s.values()), by_image_s=by_image_s)
         return BookOffer(market=market, boot=boot, pulls=pulls, hedge=hedge)

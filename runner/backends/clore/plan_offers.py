@@ -29,9 +29,10 @@ from runner.core.hedge import HedgePolicy
 from runner.core.hosts import HostMemory
 from runner.core.model import GpuAsk, Job, Pipeline
 from runner.core.predict import Prediction, predict
-from runner.core.pulls import Pulls
+from runner.core.pulls import Pulls, image_allowance_s
 from runner.core.rental_length import best_that_holds, hours_text, passed_over_text, worst_hold_s
 from runner.core.rentals import Quote
+from runner.core.simulate_market import SimulationStuck
 from runner.figures import format_duration
 
 _ANY_GPU = GpuAsk()
@@ -60,8 +61,6 @@ def plan_offers(
             ceiling += entry["ceiling_usd"]
             estimate += entry["estimate_usd"]
     budget = pipeline.budget_usd
-    prediction = predict_run(pipeline, offers, memory)
-    makespan, cost = prediction.to_json()
     return {
         "currency": currency,
         "fees": {
@@ -77,8 +76,28 @@ def plan_offers(
         "within_budget": budget is None or ceiling <= budget,
         "refusals": _refusals(jobs, budget),
         "unfit": [job_id for job_id, e in jobs.items() if e["offer"] is None],
+        **_predicted(pipeline, offers, memory),
+    }
+
+
+def _predicted(
+    pipeline: Pipeline, offers: list[Offer], memory: HostMemory | None
+) -> dict[str, Any]:
+    """The plan's `makespan`, `cost`, `prediction_unavailable` and `summary`. A simulation
+    that does not end (the core caught in a loop: `SimulationStuck`) takes nothing from the
+    prices, which stand on their own: `makespan` and `cost` are null, and
+    `prediction_unavailable` says why in one line (null when the prediction is there)."""
+    try:
+        prediction = predict_run(pipeline, offers, memory)
+    except SimulationStuck as exc:
+        why = f"the simulated run did not end: {exc}"
+        summary = f"makespan prediction unavailable: {why}"
+        return {"makespan": None, "cost": None, "prediction_unavailable": why, "summary": summary}
+    makespan, cost = prediction.to_json()
+    return {
         "makespan": makespan,
         "cost": cost | {"servers_rented": prediction.servers_rented, "fits": prediction.fits},
+        "prediction_unavailable": None,
         "summary": render_prediction(prediction),
     }
 
@@ -171,8 +190,8 @@ def run_hold_s(job: Job, memory: HostMemory | None = None) -> float:
     host history's pulls of it), a job's `boot-timeout-minutes` where longer."""
     pulls = memory.pulls if memory is not None else Pulls()
     pulls = replace(pulls, default_image=DEFAULT_IMAGE)
-    deploy_s = pulls.deploy_bound_s(job.image or DEFAULT_IMAGE)
-    return worst_hold_s(bill.DEFAULT_BOOT_BOUND_S + deploy_s, job)
+    allowance_s = image_allowance_s(pulls, job.image or DEFAULT_IMAGE, bill.DEFAULT_BOOT_BOUND_S)
+    return worst_hold_s(allowance_s, job)
 
 
 def _passed_over(quote: Quote, hold_s: float) -> str:

@@ -39,7 +39,7 @@ from runner.backends.ssh.keys import ClientKey, HostKeyStore
 from runner.clock import Clock
 from runner.core import money
 from runner.core.model import Job
-from runner.core.pulls import BootBounds, Pulls, boot_bounds
+from runner.core.pulls import BootBounds, Pulls, boot_bounds, image_allowance_s
 from runner.core.rental_length import worst_hold_s
 from runner.errors import InfrastructureError, RunMustStop
 from runner.stores.ledger import LedgerError, RentalLedger
@@ -208,11 +208,10 @@ class Provisioner:
         """The boot every rent of a book is budgeted for, the job's own bound aside: online
         within the online bound, plus what `job`'s image's pull may add (the core's
         `boot_allowance_s` then takes the job's own bound where longer)."""
-        image = job.image or DEFAULT_IMAGE
-        deploy_s = self.options.deploy_timeout_s
-        if deploy_s is None:
-            deploy_s = self.pulls.deploy_bound_s(image)
-        return self.options.online_timeout_s + deploy_s
+        image, options = job.image or DEFAULT_IMAGE, self.options
+        return image_allowance_s(
+            self.pulls, image, options.online_timeout_s, options.deploy_timeout_s
+        )
 
     def bounds(self, job: Job) -> BootBounds:
         """When a boot of `job` is given up: not online within the online bound (a dead

@@ -6,6 +6,7 @@ The registry that lists this spec is loaded by every run: each function loads th
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from runner.backends.clore.settings import KEYS
@@ -40,6 +41,12 @@ def _waits(backend: Backend, say: Say) -> Waits:
     return wiring.waits(backend, say)
 
 
+def _exit_hint(reasons: Sequence[str]) -> str:
+    from runner.backends.clore import exit_hints  # only a run that exits 3 reads it
+
+    return exit_hints.exit_hint(reasons)
+
+
 def _cleanup(ask: CleanupAsk) -> None:
     from runner.backends.clore import sweep  # Clore's libraries: only for `clore-run cleanup`
 
@@ -57,4 +64,5 @@ SPEC = BackendSpec(
     waits=_waits,
     cleanup=_cleanup,
     keys=KEYS,
+    exit_hint=_exit_hint,
 )

@@ -132,6 +132,7 @@ def plan(pipeline: Pipeline, result: dict[str, Any]) -> tuple[str, bool]:
     # The run simulated on these offers, at the top where a reader of the plan looks first.
     result["makespan"] = result["clore"]["makespan"]
     result["cost"] = result["clore"]["cost"]
+    result["prediction_unavailable"] = result["clore"]["prediction_unavailable"]
     return render_offers(result["clore"]), bool(result["clore"]["unfit"])
 
 

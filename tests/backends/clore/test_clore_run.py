@@ -34,6 +34,7 @@ from runner.core.rentals import (
     StartOn,
 )
 from runner.engine.run_command import RunOptions, execute
+from runner.engine.server_book import book_for
 from runner.errors import InfrastructureError
 from runner.spec.loader import load_pipeline, parse_pipeline
 from tests.fakes.clore_api import FakeClore, Faults
@@ -52,8 +53,13 @@ class ByHand:
         self.backend, self.ledger = setup.backend(pipeline, run_id)
         self.clock = setup.clock
         self.jobs = {j.id: j for j in pipeline.jobs}
-        book = self.backend.server_book(
-            pipeline.jobs, pipeline.concurrency, pipeline.budget_usd, Provisioning.ON_DEMAND, {}
+        book = book_for(
+            self.backend,
+            pipeline.jobs,
+            pipeline.concurrency,
+            self.clock.time(),
+            pipeline.budget_usd,
+            Provisioning.ON_DEMAND,
         )
         self.core = PlacingCore(pipeline.jobs, book)
         self.todo: list[CoreCommand] = list(self.core.start(self.clock.time()))

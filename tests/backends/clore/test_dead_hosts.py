@@ -31,6 +31,7 @@ from runner.backends.ssh.keys import ClientKey, HostKeyStore
 from runner.core.model import Pipeline, Provisioning, RunRecord
 from runner.core.rentals import RentServer
 from runner.engine.run_command import RunOptions, execute
+from runner.engine.server_book import book_for
 from runner.spec.loader import parse_pipeline
 from runner.stores.hosts import open_hosts
 from runner.stores.ledger.sqlite import SqliteLedger
@@ -237,7 +238,7 @@ def test_stopping_while_two_hedged_boots_are_in_flight_cancels_both(market: Mark
     market.fake.never_online = set(HOSTS)
     pipeline = one_job()
     backend, ledger = market.backend(pipeline, "run-1")
-    book = backend.server_book(pipeline.jobs, 3, None, Provisioning.ON_DEMAND, {})
+    book = book_for(backend, pipeline.jobs, 3, market.clock.time(), None, Provisioning.ON_DEMAND)
     book.want("train", 1, 3600.0, market.clock.time())
     (first,) = [c for c in book.decide(market.clock.time()) if isinstance(c, RentServer)]
     quote = backend.market.live.best(pipeline.jobs[0].gpu, {first.quote.host})  # type: ignore[union-attr]

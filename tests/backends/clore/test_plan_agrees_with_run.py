@@ -11,6 +11,7 @@ from runner.backends.clore.plan_offers import plan_offers, render_offers
 from runner.core.model import JobStatus, Pipeline, RunRecord
 from runner.core.placing import PlacingCore
 from runner.core.rentals import Provisioning, RentServer
+from runner.engine.server_book import book_for
 from runner.spec.loader import parse_pipeline
 from tests.fakes.clore_on_sshd import Setup
 from tests.fakes.clore_on_sshd import setup as setup  # the fixture
@@ -49,14 +50,24 @@ def _plan(setup: Setup, pipeline: Pipeline) -> dict[str, object]:
 
 
 def _first_rent(setup: Setup, pipeline: Pipeline) -> RentServer:
+    return _first_rents(setup, pipeline)[0]
+
+
+def _first_rents(setup: Setup, pipeline: Pipeline) -> list[RentServer]:
+    """What run's core rents first, each with what its budget reserved for it."""
     backend, _ = setup.backend(pipeline, "run")
-    book = backend.server_book(
-        pipeline.jobs, pipeline.concurrency, pipeline.budget_usd, Provisioning.ON_DEMAND, {}
+    book = book_for(
+        backend,
+        pipeline.jobs,
+        pipeline.concurrency,
+        setup.clock.time(),
+        pipeline.budget_usd,
+        Provisioning.ON_DEMAND,
     )
     out = PlacingCore(pipeline.jobs, book).start(setup.clock.time())
     backend.shutdown()
     setup.clock.advance(10.0)  # the next client's first call keeps to the API's rate
-    return next(c for c in out if isinstance(c, RentServer))
+    return [c for c in out if isinstance(c, RentServer)]
 
 
 def _run(setup: Setup, pipeline: Pipeline) -> tuple[RunRecord, int, object]:
@@ -74,6 +85,38 @@ def test_plans_at_most_is_the_worst_case_runs_budget_reserves(setup: Setup) -> N
     assert entry["ceiling_usd"] == pytest.approx(rent.worst_case_usd, abs=1e-6)
     # The issue's case: the boot bound and the creation fee are in it, not just the timeout.
     assert entry["ceiling_usd"] > rent.quote.usd_per_hour * 10 / 60 + 0.09
+
+
+TWO_IMAGES = """\
+currency: USD-Blockchain
+concurrency: 2
+jobs:
+  small: {run: echo a, gpu: {type: '3090'}, timeout-minutes: 10}
+  large:
+    run: echo b
+    gpu: {type: '4090'}
+    timeout-minutes: 10
+    image: pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime
+"""
+
+
+def test_with_two_images_each_jobs_at_most_is_what_run_reserves_for_it(setup: Setup) -> None:
+    """Each job's worst case counts its own image's pull: the default image pulls within the
+    online bound, an image never seen may take 20 minutes more. Run reserved the longest
+    image's for every rent; plan priced each job with its own."""
+    pipeline = parse_pipeline(TWO_IMAGES, "p.yml", {})
+    plan = _plan(setup, pipeline)
+    rents = {rent.for_job: rent for rent in _first_rents(setup, pipeline)}
+    assert set(rents) == {"small", "large"}
+    for job_id, rent in rents.items():
+        entry = plan["jobs"][job_id]  # type: ignore[index]
+        assert entry["offer"]["server_id"] == int(rent.quote.host)
+        assert entry["ceiling_usd"] == pytest.approx(rent.worst_case_usd, abs=1e-4)
+    small, large = plan["jobs"]["small"], plan["jobs"]["large"]  # type: ignore[index]
+    assert large["worst_hold_s"] - small["worst_hold_s"] == pytest.approx(20 * 60)
+    assert plan["total_ceiling_usd"] == pytest.approx(
+        sum(r.worst_case_usd for r in rents.values()), abs=1e-4
+    )
 
 
 def test_plan_says_run_will_refuse_and_run_does_at_that_budget_and_not_at_plans_figure(

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from runner.cli import main
+from runner.core import predict as predict_module
 from tests.fakes.clore_api import ALL_COINS, API_KEY, FakeClore, Faults
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
@@ -83,6 +85,7 @@ def test_plan_simulates_the_run_and_gives_makespan_and_cost_ranges(
     plan = json.loads(out)
     makespan, cost = plan["makespan"], plan["cost"]
     assert (makespan, cost) == (plan["clore"]["makespan"], plan["clore"]["cost"])
+    assert plan["prediction_unavailable"] is None
     assert makespan["provision"] == "ahead"
     assert makespan["low_s"] <= makespan["expected_s"] <= makespan["high_s"]
     # 39 estimated minutes on the critical path, plus at least the quickest boot.
@@ -104,6 +107,40 @@ def test_plan_text_gives_the_simulated_makespan_and_cost(
     (line,) = [x for x in text.splitlines() if x.startswith("simulated run")]
     assert line.startswith("simulated run (rented ahead, boots 120-480 s, 2 rental(s)): makespan ")
     assert "cost $" in line and "expected" in line
+
+
+def _stuck_simulation(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The core's simulation of the run, caught short: the real one, given too few events to
+    end, raises SimulationStuck as a core caught in a loop would."""
+    real = predict_module.simulate_servers
+
+    def stuck(*args: Any, **kwargs: Any) -> Any:
+        return real(*args, **kwargs | {"max_events": 3})
+
+    monkeypatch.setattr(predict_module, "simulate_servers", stuck)
+
+
+@pytest.mark.slow
+def test_a_simulation_that_does_not_end_leaves_plans_prices_and_says_why_in_one_line(
+    api_env: FakeClore, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _stuck_simulation(monkeypatch)
+    args = ["plan", str(EXAMPLES / "ml-pipeline.yml"), "--backend", "clore"]
+    code, text, err = run_cli(args, capsys)
+    assert code == 0 and "Traceback" not in text + err
+    assert "prepare: #88028" in text and "at most $" in text  # the prices stand
+    (line,) = [x for x in text.splitlines() if "makespan" in x]
+    assert line.startswith(
+        "makespan prediction unavailable: the simulated run did not end: the simulation made "
+        "3 events and the run has not ended (at "
+    )
+    code, out, err = run_cli([*args, "--json"], capsys)
+    assert code == 0 and "Traceback" not in err
+    plan = json.loads(out)
+    assert plan["makespan"] is None and plan["cost"] is None
+    assert plan["prediction_unavailable"].startswith("the simulated run did not end: ")
+    assert plan["clore"]["prediction_unavailable"] == plan["prediction_unavailable"]
+    assert plan["clore"]["jobs"]["prepare"]["ceiling_usd"] > 0
 
 
 @pytest.mark.slow

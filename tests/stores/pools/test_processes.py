@@ -208,10 +208,15 @@ def test_a_killed_holder_is_reaped_once_by_three_racing_reapers(
     assert cancels == dict.fromkeys(orders, 1)
     usage = PostgresPools(pg_url).usage("org")
     assert (usage.servers, usage.holders) == (0, 0)
-    # The cost recorded is what the API billed: 1108.85 CLORE/day for an hour, plus the fee,
-    # at the rental's own rate (0.1 USD/h for 1000 CLORE/day).
+    # The cost recorded is what the API billed: 1108.85 CLORE/day for an hour at the rental's
+    # own rate (0.1 USD/h for 1000 CLORE/day, the renter's 5 % fee in it), and the creation
+    # fee, which the wallet loses as it is: the renter's fee is on the spend only.
     per_unit = 0.1 * 24 / 1000.0
-    expected = sum((market.spend(o) + market.orders[o].creation_fee) * per_unit for o in orders)
+    fee_rate = market.renter_fee_rates["on_demand"]["CLORE-Blockchain"]
+    expected = sum(
+        market.spend(o) * per_unit + market.orders[o].creation_fee * per_unit / (1 + fee_rate)
+        for o in orders
+    )
     assert usage.billed_usd == pytest.approx(expected, abs=1e-5)
     assert PostgresLedger(pg_url).unreleased() == []
 
