@@ -329,6 +329,15 @@ def _routes(service: Service, tally: ErrorTally) -> APIRouter:
     def job_log(
         job_id: str,
         follow: Annotated[bool, Query(description="Keep streaming until the job settles.")] = False,
+        offset: Annotated[
+            int | None,
+            Query(
+                ge=0,
+                description="Start this many bytes into the log: a follower picking it up "
+                "again after a lost connection. With it the reply is the log's bytes only "
+                "(no notes while the job waits), so the bytes received count the offset.",
+            ),
+        ] = None,
     ) -> StreamingResponse:
         """The job's log, every attempt; with follow=true, streamed as it is written."""
         if store.job(job_id) is None:
@@ -337,7 +346,8 @@ def _routes(service: Service, tally: ErrorTally) -> APIRouter:
         if (elsewhere := service.log_elsewhere(job_id, path)) is not None:
             raise HTTPException(409, elsewhere)  # N servers: the one that runs it has it
         follow_up = _Follow(lambda: _settled(service, job_id), lambda: _waiting(service, job_id))
-        return StreamingResponse(_tail(path, follow, follow_up), media_type="text/plain")
+        tail = _tail(path, follow, follow_up, offset)
+        return StreamingResponse(tail, media_type="text/plain")
 
     @router.get(
         "/jobs/{job_id}/artifacts/{name:path}",
@@ -435,11 +445,15 @@ def _waiting(service: Service, job_id: str) -> str | None:
     return f"[clore-run] {job_id} has not started yet: {why}\n"
 
 
-async def _tail(path: Path, follow: bool, job: _Follow) -> AsyncIterator[bytes]:
-    """The file from the start; when following, more as it grows, until the job settles.
-    Each look is a short call in the thread pool: a follower waiting for a job that has not
-    started holds no thread (40 of them would stop every other route)."""
-    offset = 0
+async def _tail(
+    path: Path, follow: bool, job: _Follow, start: int | None = None
+) -> AsyncIterator[bytes]:
+    """The file from the start (or byte `start`, then no notes); when following, more as it
+    grows, until the job settles. Each look is a short call in the thread pool: a follower
+    waiting for a job that has not started holds no thread (40 of them would stop every other
+    route)."""
+    offset = start or 0
+    notes = start is None
     noted_at: float | None = None
     while True:
         done = not follow or await run_in_threadpool(job.settled)  # first: the last bytes are sent
@@ -449,7 +463,7 @@ async def _tail(path: Path, follow: bool, job: _Follow) -> AsyncIterator[bytes]:
         if done:
             return
         now = anyio.current_time()
-        if offset == 0 and (noted_at is None or now - noted_at >= WAITING_NOTE_S):
+        if notes and offset == 0 and (noted_at is None or now - noted_at >= WAITING_NOTE_S):
             note = await run_in_threadpool(job.waiting)
             if note is not None:
                 noted_at = now

@@ -56,15 +56,19 @@ class Client:
             params["status"] = status
         return self._call("GET", "/jobs", params=params)
 
-    def log(self, job_id: str, follow: bool = False) -> Iterator[bytes]:
+    def log(self, job_id: str, follow: bool = False, offset: int | None = None) -> Iterator[bytes]:
         """The job's log as it comes; following, until the job settles (no read timeout: a
-        quiet job sends nothing for as long as it is quiet)."""
+        quiet job sends nothing for as long as it is quiet). With `offset`, from that byte
+        on, the log's bytes only (no notes while the job waits)."""
         timeout = (TIMEOUT_S, None) if follow else TIMEOUT_S
         path = f"/jobs/{_quote(job_id)}/log"
+        params = {"follow": "true" if follow else "false"}
+        if offset is not None:
+            params["offset"] = str(offset)
         try:
             reply = self.session.get(
                 self.server + path,
-                params={"follow": "true" if follow else "false"},
+                params=params,
                 timeout=timeout,
                 stream=True,
             )

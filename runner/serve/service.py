@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from runner.backends.base import Backend, HandsOver, Place
+from runner.backends.base import Backend, HandsOver, Place, RentingBackend
 from runner.backends.local_orphans import ENV_NAME
 from runner.backends.spec import Reconcile
 from runner.clock import SYSTEM_CLOCK, Clock
@@ -62,7 +62,7 @@ from runner.serve.fleet import (
     log_elsewhere,
     waiting_elsewhere,
 )
-from runner.serve.idle_kept import IdleKept
+from runner.serve.idle_kept import FLUSH_S, IdleKept
 from runner.serve.kept_journal import KeptJournal
 from runner.serve.quiet_console import QuietConsole
 from runner.serve.submit import Prepared, check_known, with_server_ids
@@ -91,6 +91,7 @@ class ServiceOptions:
     on_lease_lost: Callable[[str], None] = lambda why: None  # the server must end
     journal_retry_s: float = 5.0  # writes the store refused are tried again this often
     warmth: WarmPolicy = COLD  # what the core keeps warm (--keep-warm, --warm, --idle-budget)
+    idle_wake_s: float = FLUSH_S  # the loop looks at idle money at least this often (real time)
 
 
 @dataclass(frozen=True)
@@ -173,6 +174,8 @@ class Service:
         journal = self.journal
         self.placing = self._placing_core()
         self.idle = IdleKept(store, options.instance)  # idle money kept across restarts
+        self._idle_timer: threading.Timer | None = None
+        self._stopping = threading.Event()
         self.driver: Driver = Driver(
             self.placing,
             backend,
@@ -215,13 +218,18 @@ class Service:
             self.shared.join(self.options.instance, os.getpid(), self.backend.name, now, ttl_s)
             self._thread.start()  # its jobs come from claims and take-overs, not a reload
             self.fleet.start()
+            self._wake_for_idle()
             return
         self.store.begin_instance(self.options.instance, os.getpid(), self.backend.name, now)
         self._recover(now)
         self._thread.start()
+        self._wake_for_idle()
 
     def stop(self, grace_s: float = SHUTDOWN_GRACE_S) -> None:
         """Kill what runs, hand it to the next start as queued, give every place back."""
+        self._stopping.set()
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
         if self.fleet is not None:
             self.fleet.stop()  # claims nothing more while it hands over
         if self._thread.is_alive():
@@ -327,6 +335,17 @@ class Service:
                 self._keep_idle()
             except Exception:  # a store error must not end the loop: log it, go on
                 log.exception("clore-run serve: scheduling loop error")
+
+    def _wake_for_idle(self) -> None:
+        """The loop looks at idle money at least every FLUSH_S (it may sleep for an hour when
+        nothing happens): an idle stretch going on is written all the same, so a kill -9
+        loses at most that much of it. Only where servers are rented."""
+        if self._stopping.is_set() or not isinstance(self.backend, RentingBackend):
+            return
+        self.driver.post(None)
+        self._idle_timer = threading.Timer(self.options.idle_wake_s, self._wake_for_idle)
+        self._idle_timer.daemon = True
+        self._idle_timer.start()
 
     def _keep_idle(self, force: bool = False) -> None:
         """Idle money into the store when a write is due (loop thread, or after it ended)."""

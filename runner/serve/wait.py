@@ -3,7 +3,13 @@ settles, then write the reports `run` writes, drawn from the server's results.
 
 The jobs are polled (GET /jobs/{id}) and each change of status is one line; with `--logs`, each
 job's log is followed from its start (GET /jobs/{id}/log?follow=true, a thread per job) and its
-lines are shown as `[job] line`, made inert: they come from a rented server. A Ctrl-C (or
+lines are shown as `[job] line`, made inert: they come from a rented server.
+
+A server that stops answering (a restart, a dropped connection) is waited for, up to LOST_S,
+looking again less and less often; the wait says when it lost the server and when it answers
+again. A followed log that is cut off is picked up again from the byte it had reached (the
+server's `offset`), so no line is shown twice or lost; a line cut in the middle is completed.
+Past LOST_S the wait ends with exit 3, saying where the jobs are (they go on there). A Ctrl-C (or
 SIGTERM, SIGHUP) cancels the submission's jobs that have not settled, waits a few seconds for
 the server to say they are, and writes the reports of an interrupted run (exit 130).
 
@@ -36,7 +42,7 @@ from runner.core.model import (
 from runner.core.outcome import run_status
 from runner.errors import CloreRunError, InfrastructureError
 from runner.report import ReportPaths, write_reports
-from runner.serve.client import Client
+from runner.serve.client import Client, ClientError
 from runner.untrusted import console_line
 
 FINAL = frozenset(s.value for s in JobStatus)
@@ -46,6 +52,8 @@ LOG_JOIN_S = 2.0  # for a followed log to finish after its job settled
 # A server that stops answering is waited for this long: a restarted serve loses no job, and a
 # CI job that gave up at the first refused connection would fail for a restart.
 LOST_S = 120.0
+AGAIN_FIRST_S = 0.2  # a lost server or log is looked for again after this, doubling...
+AGAIN_MOST_S = 5.0  # ...up to this
 
 
 @dataclass(frozen=True)
@@ -86,6 +94,7 @@ class Watch:
         logs: bool = False,
         clock: Clock = SYSTEM_CLOCK,
         poll_s: float = POLL_S,
+        lost_s: float = LOST_S,
     ) -> None:
         self.client = client
         self.submission = submission
@@ -93,12 +102,15 @@ class Watch:
         self.logs = logs
         self.clock = clock
         self.poll_s = poll_s
+        self.lost_s = lost_s
         self.interrupted = ""  # why the wait was cut short (a signal), "" while it is not
         self._wake = threading.Event()
         self._print_lock = threading.Lock()
         self._followers: dict[str, threading.Thread] = {}
         self._shown: dict[str, str] = {}
         self._lost_since: float | None = None
+        self._lost_looks = 0  # looks since the server stopped answering
+        self._over = threading.Event()  # the wait is over: followers stop looking again
 
     def interrupt(self, reason: str) -> None:
         """From a signal handler: cancel the submission's jobs, then stop waiting."""
@@ -106,6 +118,12 @@ class Watch:
         self._wake.set()
 
     def run(self) -> dict[str, dict[str, Any]]:
+        try:
+            return self._run()
+        finally:
+            self._over.set()
+
+    def _run(self) -> dict[str, dict[str, Any]]:
         jobs: dict[str, dict[str, Any]] = {}
         deadline: float | None = None
         every = len(self.submission.server_ids)
@@ -118,7 +136,7 @@ class Watch:
                 deadline = self.clock.now() + CANCEL_WAIT_S
             elif deadline is not None and self.clock.now() >= deadline:
                 break
-            self._wake.wait(self.poll_s)
+            self._wake.wait(self._pause())
             self._wake.clear()
         for follower in self._followers.values():
             follower.join(LOG_JOIN_S)
@@ -136,17 +154,27 @@ class Watch:
             self._lost(exc)
             return
         if self._lost_since is not None:
-            self._lost_since = None
-            self.say("the server answers again")
+            self._lost_since, self._lost_looks = None, 0
+            self.say("the server answers again: following the jobs again")
+
+    def _pause(self) -> float:
+        """Until the next look: the poll, or while the server is lost a growing pause."""
+        if self._lost_since is None:
+            return self.poll_s
+        self._lost_looks += 1
+        return _again_s(self._lost_looks - 1, self.poll_s)
 
     def _lost(self, exc: InfrastructureError) -> None:
         now = self.clock.now()
         if self._lost_since is None:
             self._lost_since = now
-            self.say(f"{exc.message}: trying again for {LOST_S:.0f} s (the jobs go on there)")
-        elif now - self._lost_since >= LOST_S:
+            self.say(
+                f"lost the server: {exc.message}: trying again for {self.lost_s:.0f} s "
+                "(the jobs go on there)"
+            )
+        elif now - self._lost_since >= self.lost_s:
             raise InfrastructureError(
-                f"{exc.message}, for {LOST_S:.0f} s: stopped waiting",
+                f"{exc.message}, for {self.lost_s:.0f} s: stopped waiting",
                 f"the jobs go on there: `clore-run status s{self.submission.number}.<job>` "
                 "(a restarted serve keeps them)",
             )
@@ -174,21 +202,69 @@ class Watch:
             follower.start()
 
     def _follow(self, local: str) -> None:
-        pending = b""
-        try:
-            for chunk in self.client.log(self.submission.server_ids[local], follow=True):
-                *lines, pending = (pending + chunk).split(b"\n")
-                for line in lines:
-                    self.say(f"[{local}] {_inert(line)}")
-        except CloreRunError as exc:  # the log is in logs/ at the end all the same
-            self.say(f"[{local}] log not followed: {exc}")
-        if pending:
-            self.say(f"[{local}] {_inert(pending)}")
-        self._wake.set()  # a followed log ends when its job settles: look now, not a poll later
+        log = _Log(local)
+        server_id = self.submission.server_ids[local]
+        cut_since: float | None = None
+        looks = 0
+        while True:
+            try:
+                self._stream(log, server_id, cut_since is not None)
+                if self.client.job(server_id)["status"] in FINAL:
+                    break  # a followed log ends when its job settles
+                why = "the log ended before its job settled"
+            except ClientError as exc:  # refused (no such job, another instance has it)
+                self.say(f"[{local}] log not followed: {exc}")
+                break
+            except InfrastructureError as exc:
+                why = exc.message
+            now = self.clock.now()
+            if cut_since is None:
+                cut_since = now
+                self.say(f"[{local}] log cut off ({why}): picking it up again")
+            elif now - cut_since >= self.lost_s:
+                self.say(f"[{local}] log not followed: {why}, for {self.lost_s:.0f} s")
+                break
+            if self._over.wait(_again_s(looks, self.poll_s)):
+                break
+            looks += 1
+        if log.pending:  # the log is in logs/ at the end all the same
+            self.say(f"[{local}] {_inert(log.pending)}")
+        self._wake.set()  # look now, not a poll later
+
+    def _stream(self, log: _Log, server_id: str, again: bool) -> None:
+        """The log from the byte it had reached, shown line by line as it comes."""
+        for chunk in self.client.log(server_id, follow=True, offset=log.offset):
+            if again:
+                again = False
+                self.say(f"[{log.local}] log picked up again at byte {log.offset}")
+            for line in log.add(chunk):
+                self.say(f"[{log.local}] {_inert(line)}")
+        if again:  # picked up again, with nothing more in it
+            self.say(f"[{log.local}] log picked up again at byte {log.offset}")
 
     def say(self, line: str) -> None:
         with self._print_lock:
             print(line, file=self.out, flush=True)
+
+
+class _Log:
+    """A followed log: the bytes received (where it is picked up again) and the line begun."""
+
+    def __init__(self, local: str) -> None:
+        self.local = local
+        self.offset = 0
+        self.pending = b""
+
+    def add(self, chunk: bytes) -> list[bytes]:
+        """The lines `chunk` completes."""
+        self.offset += len(chunk)
+        *lines, self.pending = (self.pending + chunk).split(b"\n")
+        return lines
+
+
+def _again_s(looks: int, poll_s: float) -> float:
+    """The pause before looking again for a lost server or log, after `looks` looks."""
+    return min(AGAIN_MOST_S, max(poll_s, AGAIN_FIRST_S * (1 << min(looks, 8))))
 
 
 def write_submission_reports(

@@ -233,3 +233,56 @@ def test_a_jobs_own_junit_report_is_merged_as_runs_is(server: ServeProcess, tmp_
     cases = {(c.classname, c.name): c for s in xml for c in s}
     assert {("gpu.tests.test_gpu", "test_bad"), ("gpu.tests.test_gpu", "test_ok")} <= set(cases)
     assert (out / "artifacts" / "gpu" / "reports" / "gpu.xml").is_file()
+
+
+def test_a_serve_restart_mid_log_shows_every_line_once(tmp_path: Path) -> None:
+    """`--logs` across a real serve stopped and started again: the followed log is picked up
+    where it was cut off; what is shown is the server's log, line for line, once (the job's
+    first attempt, interrupted by the stop, and the retry the restarted serve ran)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = str(sock.getsockname()[1])
+    gate = tmp_path / "gate"
+    pipeline = tmp_path / "gated.yml"
+    pipeline.write_text(
+        "jobs:\n  gated:\n    run: |\n      echo first-$CLORE_RUN_ATTEMPT\n"
+        f"      while [ ! -e {gate} ]; do sleep 0.02; done\n      echo second\n"
+    )
+    db, data, out = str(tmp_path / "queue.db"), str(tmp_path / "data"), tmp_path / "out"
+    first = start_serve(db, "--port", port, "--data-dir", data)
+    servers = [first]
+    args = ["submit", str(pipeline), "--server", first.api.url, "--wait", "--logs"]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _ENTRY, *args, "--poll", "0.05", "--out", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=marked_env({"CLORE_RUN_TOKEN": TOKEN, "GITHUB_ACTIONS": ""}),
+    )
+    assert proc.stdout is not None
+    said: list[str] = []
+    try:
+        for line in proc.stdout:  # each step waits for the line that says it is time
+            said.append(line)
+            if line.startswith("[gated] first-1"):
+                first.terminate()  # hands the running job back as queued
+            elif len(servers) == 1 and ("lost the server" in line or "log cut off" in line):
+                servers.append(start_serve(db, "--port", port, "--data-dir", data))
+            elif line.startswith("[gated] first-2"):
+                gate.touch()
+        proc.wait(timeout=60)
+        errors = proc.stderr.read() if proc.stderr else ""
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        stop_and_show(servers)
+    text = "".join(said)
+    assert proc.returncode == 0, text + errors
+    assert "lost the server" in text and "the server answers again" in text
+    assert "[gated] log picked up again at byte" in text
+    shown = [s[len("[gated] ") :].rstrip("\n") for s in said if s.startswith("[gated] ")]
+    shown = [s for s in shown if not s.startswith(("log cut off", "log picked up again"))]
+    logged = (out / "logs" / "gated.log").read_text().splitlines()
+    assert shown == logged, text
+    assert {"first-1", "first-2", "second"} <= set(logged)

@@ -105,6 +105,33 @@ def test_a_restart_shows_the_idle_money_it_had(
             second.stop()
 
 
+def test_a_kill_9_loses_at_most_a_minute_of_an_idle_stretch_going_on(setup: Setup) -> None:
+    """The loop may sleep an hour with nothing to do: it is woken to write a stretch going on
+    (here every 0.05 s of real time; a minute of the fake clock makes the write due)."""
+    first, store = service(setup, "inst-idle-9")
+    first.options.idle_wake_s = 0.05
+    first.start()
+    first.submit(prepare_pipeline("jobs:\n  a:\n    run: echo a\n", ()), "pipeline")
+    wait_until(lambda: _status(store, "s1.a") == "passed", 60, "a to pass")
+    wait_until(lambda: first.servers_held == 1, 10, "the server kept warm")
+    setup.clock.advance(300)  # five idle minutes: no event of the loop's own comes
+    wait_until(lambda: store.idle_money(0), 10, "the stretch going on written")
+    # kill -9: the loop stops, nothing is handed over or given back, no stop is recorded.
+    first._stopping.set()
+    first.driver.quit()
+    first._thread.join(10)
+    ((_, gpu, _, seconds),) = store.idle_money(0)
+    assert "3090" in gpu and seconds >= 300
+    setup.clock.advance(5)
+    second, _ = service(setup, "inst-idle-10")
+    second.start()  # cancels the dead one's warm server through the ledger
+    try:
+        ((_, _, _, shown),) = [(d, g, u, s) for d, g, u, s in second.idle_rows()]
+        assert shown == seconds
+    finally:
+        second.stop()
+
+
 def _status(store: QueueStore, job_id: str) -> str:
     found = store.job(job_id)
     return found[0].status if found is not None else ""
