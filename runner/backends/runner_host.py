@@ -9,15 +9,17 @@ names the backend; tests inject fakes through `RunnerHostTools`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from runner.backends.runner_record import GRACE_S, MAX_LIFE_S
 from runner.core.hedge import HedgePolicy
 
 if TYPE_CHECKING:
     from runner.backends.base import Backend, Place
+    from runner.backends.runner_record import Reaped, Released, RunnerRecord, RunnerRental
     from runner.backends.ssh.connection import SshConnection
     from runner.backends.ssh.keys import ClientKey, HostKeyStore
     from runner.clock import Clock
@@ -118,11 +120,44 @@ class RunnerHost(Protocol):
         """On an error: leave the pool, close the host history (idempotent)."""
 
 
+class Release(Protocol):
+    """`runner stop`: give back one record's server from the record alone (another machine
+    than start's: no ledger row, no connection), proving its order ours first. Never raises
+    for an API error: the result says `error`, and the rental stays for the reaper."""
+
+    def __call__(
+        self, client: Any, rental: RunnerRental, clock: Clock, confirm_within_s: float = 30.0
+    ) -> Released: ...
+
+
+class Reap(Protocol):
+    """`cleanup --runners`: cancel every proven rental of `records` past its cap (and grace),
+    and say what was done; a live order a record names but does not prove is named
+    (`unproven`) and left, or cancelled on a person's word (`cancel_unproven`). `clock`: None,
+    the client's own (the one its calls are paced by)."""
+
+    def __call__(
+        self,
+        records: Iterable[RunnerRecord],
+        client: Any,
+        clock: Clock | None = None,
+        *,
+        dry_run: bool = False,
+        grace_s: float = GRACE_S,
+        max_life_s: float = MAX_LIFE_S,
+        confirm_within_s: float = 30.0,
+        cancel_unproven: bool = False,
+    ) -> list[Reaped]: ...
+
+
 @dataclass(frozen=True)
 class RunnerHosting:
     """A backend that can host runners: its API client and provisioning defaults (each
-    replaced by a test's stand-in), and the host built from them per start."""
+    replaced by a test's stand-in), the host built from them per start, and the give-back
+    from the record start wrote (`runner stop`, the reaper)."""
 
     client: Callable[[], Any]  # from the environment: a missing key fails here, before all else
     options: Callable[[], Any]
     build: Callable[[RunnerHostTools], RunnerHost]
+    release: Release
+    reap: Reap

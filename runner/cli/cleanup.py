@@ -93,7 +93,7 @@ def register(app: typer.Typer, client_factory: ClientFactory | None = None) -> N
     ) -> None:
         """Cancel every order the ledger does not mark released, and say what was done. With a
         coordinator: settle what dead pool holders left (and `--run`'s rentals, if given)."""
-        if runners:  # the cron reaper of `clore-run runner` (runner/gh_runner/reap.py)
+        if runners:  # the cron reaper of `clore-run runner` (runner/gh_runner/reap_cmd.py)
             names = tuple(w.strip() for w in workflows.split(",") if w.strip())
             make = client_factory or _client_from_env
             _reap_runners(make, dry_run, names, max_hours, cancel_unproven)

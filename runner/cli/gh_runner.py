@@ -23,21 +23,18 @@ from runner.cli.boundary import said as said_error
 from runner.cli.boundary import shaped
 from runner.cli.options import CoordinatorOption, LedgerOption, PoolOption, usd_option
 from runner.errors import CloreRunError, UsageError
-from runner.gh_runner.wiring import TOKEN_ENV, Wiring
+from runner.gh_runner.wiring import RUNNER_BACKEND, TOKEN_ENV, Wiring
 
 if TYPE_CHECKING:
     from runner.backends.runner_host import RunnerHosting
+    from runner.backends.runner_record import RunnerRecord
     from runner.gh_runner.github import RunnerApi, Scope
-    from runner.gh_runner.record import RunnerRecord
     from runner.gh_runner.remote import RunnerPackage
     from runner.gh_runner.start import StartRequest
     from runner.gh_runner.stop import Stopped
     from runner.stores.pools.seat import PoolSeat
 
 DEFAULT_RECORD = Path(".clore-run/runner-record.json")
-# The backend a runner is rented on when --backend is not given, and the one `stop` cancels
-# a record's servers on (a record is only ever made there).
-RUNNER_BACKEND = "clore"
 
 
 def register(app: typer.Typer, wiring: Wiring | None = None) -> None:
@@ -254,10 +251,14 @@ def _stop_command(wiring: Wiring) -> Callable[..., None]:
             return wiring.github(token, scope, env)
 
         try:
-            client = wiring.api_client(runner_hosting(RUNNER_BACKEND))
+            hosting = runner_hosting(RUNNER_BACKEND)
+            client = wiring.api_client(hosting)
             scope = _stop_scope(repo, org, wiring)
             stopped = stop_runners(
-                parsed, client, wiring.clock, api_for if token else None, scope=scope
+                parsed,
+                lambda rental: hosting.release(client, rental, wiring.clock),
+                api_for if token else None,
+                scope=scope,
             )
         except CloreRunError as exc:
             typer.echo(said_error(exc), err=True)
@@ -297,7 +298,7 @@ def _settle_pool(record: RunnerRecord, stopped: list[Stopped], coordinator: str 
 
 
 def _read_record(path: Path | None, text: str | None) -> RunnerRecord:
-    from runner.gh_runner.record import parse_record
+    from runner.backends.runner_record import parse_record
 
     if (path is None) == (text is None):
         _usage("give the record once: --record FILE or --record-json TEXT")

@@ -16,8 +16,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from runner.gh_runner.errors import RecordError
-from runner.gh_runner.record import ARTIFACT_PREFIX, RECORD_FILE, RunnerRecord, parse_record
+from runner.backends.runner_record import (
+    ARTIFACT_PREFIX,
+    RECORD_FILE,
+    RecordError,
+    RunnerRecord,
+    parse_record,
+)
 from runner.report.github_api import GitHubApi
 
 MAX_RECORD_BYTES = 256 * 1024

@@ -6,14 +6,13 @@ InfrastructureError (runner.errors, exit 3)
      ├─ RunnerTokenError       the token cannot administer runners (401, 403)
      ├─ RunnerGroupError       no runner group given (422), or one this scope cannot use
      └─ GitHubUnreachable      no answer at all (DNS, refused, timeout)
-UsageError (exit 2)
- └─ RecordError                the rental record handed to `stop` does not parse
 ```
+(A record that does not parse is runner.backends.runner_record.RecordError, exit 2.)
 """
 
 from __future__ import annotations
 
-from runner.errors import InfrastructureError, UsageError
+from runner.errors import InfrastructureError
 
 TOKEN_HINT = (
     "use a fine-grained token with the 'Administration: write' repository permission "
@@ -40,7 +39,3 @@ class RunnerGroupError(RunnerApiError):
 
 class GitHubUnreachable(RunnerApiError):
     """No reply from the GitHub API."""
-
-
-class RecordError(UsageError):
-    """The rental record given to `stop` is not one `start` wrote."""

@@ -22,9 +22,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from runner.backends.runner_record import GRACE_S, RunnerRecord
 from runner.errors import InfrastructureError, UsageError
-from runner.gh_runner.reap import GRACE_S
-from runner.gh_runner.record import RunnerRecord
 
 _GONE = ("cancelled", "ended", "not-listed")  # nothing of the order can bill any more
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import requests
 
-from runner.gh_runner.record import ARTIFACT_PREFIX, RunnerRecord
+from runner.backends.runner_record import ARTIFACT_PREFIX, RunnerRecord
 from runner.gh_runner.report import runners_markdown, started_markdown, total_usd
 from runner.gh_runner.stop import Stopped
 from runner.report.comment import api_url, is_fork_pr, load_event, pr_number, upsert_section

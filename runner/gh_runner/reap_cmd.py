@@ -8,20 +8,23 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import requests
 
-from runner.backends.clore.api import CloreClient
+from runner.backends.registry import runner_hosting
+from runner.backends.runner_host import Reap
+from runner.backends.runner_record import MAX_LIFE_S, Reaped
 from runner.errors import InfrastructureError, UsageError
 from runner.gh_runner.artifacts import DEFAULT_WORKFLOWS, trusted_records
-from runner.gh_runner.reap import MAX_LIFE_S, describe, reap
+from runner.gh_runner.wiring import RUNNER_BACKEND
 from runner.report.comment import api_url
 from runner.report.github_api import GitHubApi, GitHubError
 from runner.untrusted import console_line
 
 
 def reap_from_github(
-    make_client: Callable[[], CloreClient],
+    make_client: Callable[[], Any],
     dry_run: bool,
     say: Callable[[str], None],
     env: Mapping[str, str] | None = None,
@@ -29,8 +32,10 @@ def reap_from_github(
     workflows: tuple[str, ...] = DEFAULT_WORKFLOWS,
     max_life_s: float = MAX_LIFE_S,
     cancel_unproven: bool = False,
+    reap: Reap | None = None,
 ) -> int:
-    """Reap; returns how many rentals may still be billed (an order a record names and does
+    """Reap (`reap`: the runners' backend's, from the registry; with the client `make_client`
+    builds); returns how many rentals may still be billed (an order a record names and does
     not prove, live, among them: it may be ours). Raises InfrastructureError when records
     came from a workflow it was not told to trust (the reaper must fail loudly)."""
     env = os.environ if env is None else env
@@ -58,10 +63,10 @@ def reap_from_github(
         tell(f"no runner records in the artifacts of {repo}: nothing to reap")
     else:
         client = make_client()
+        reap = reap or runner_hosting(RUNNER_BACKEND).reap
         done = reap(
             sources.records,
             client,
-            client.limiter.clock,
             dry_run=dry_run,
             max_life_s=max_life_s,
             cancel_unproven=cancel_unproven,
@@ -78,3 +83,15 @@ def reap_from_github(
             "name every workflow that starts runners: cleanup --runners --workflows FILE,...",
         )
     return left
+
+
+def describe(reaped: Reaped) -> str:
+    """One line of what the reaper did with a record's rental."""
+    r = reaped.rental
+    head = f"{r.label}  server {r.server_id}  order {r.order_id}"
+    if reaped.released is None:
+        return f"{head}  {reaped.note}"
+    rel = reaped.released
+    cost = f"; cost as billed ${rel.cost.total_usd:.4f}" if rel.cost is not None else ""
+    detail = f": {rel.detail}" if rel.detail else ""
+    return f"{head}  {rel.kind}{detail}{cost}"

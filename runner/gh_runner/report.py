@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime, timezone
 
+from runner.backends.runner_record import RunnerRecord
 from runner.core.money import usd_text
 from runner.figures import duration, money, rate
-from runner.gh_runner.record import RunnerRecord
 from runner.gh_runner.stop import Stopped
 from runner.report.markdown import cell, remote
 

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from runner.backends.base import Backend, Place
 from runner.backends.runner_host import HandedServer, RunnerHost
+from runner.backends.runner_record import PoolClaim, RunnerRecord, RunnerRental
 from runner.clock import Clock
 from runner.core.events import CancelAll, Event, StopCause
 from runner.core.known_jobs import WaitReason
@@ -41,7 +42,6 @@ from runner.engine.driver import Driver, DriverOptions
 from runner.engine.server_book import book_for
 from runner.errors import CloreRunError, InfrastructureError, JobCannotRun
 from runner.gh_runner.github import DEFAULT_GROUP_ID, Registration, RunnerApi
-from runner.gh_runner.record import PoolClaim, RunnerRecord, RunnerRental
 from runner.gh_runner.remote import RunnerPackage, install_runner
 
 if TYPE_CHECKING:  # psycopg is an extra: only a start that joins a pool imports it

@@ -2,8 +2,9 @@
 
 Per runner, money first: the registration is looked at and removed when the runner never took a
 job (a JIT runner that ran its job has removed itself), then the order is proven ours and
-cancelled (release.py). A registration that cannot be looked at (no token, no right) does not
-stop the cancel: it is said, and GitHub drops an unused JIT registration by itself.
+cancelled by the backend that hosted it (`RunnerHosting.release`). A registration that cannot
+be looked at (no token, no right) does not stop the cancel: it is said, and GitHub drops an
+unused JIT registration by itself.
 """
 
 from __future__ import annotations
@@ -11,12 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from runner.backends.clore.api import CloreClient
-from runner.clock import Clock
+from runner.backends.runner_record import Released, RunnerRecord, RunnerRental
 from runner.errors import InfrastructureError
 from runner.gh_runner.github import RunnerApi, Scope
-from runner.gh_runner.record import RunnerRecord, RunnerRental
-from runner.gh_runner.release import Released, release
 
 ApiFor = Callable[[Scope], RunnerApi]
 
@@ -33,19 +31,18 @@ class Stopped:
 
 def stop_runners(
     record: RunnerRecord,
-    client: CloreClient,
-    clock: Clock,
+    give_back: Callable[[RunnerRental], Released],
     api_for: ApiFor | None,
-    confirm_within_s: float = 30.0,
     scope: Scope | None = None,
 ) -> list[Stopped]:
-    """Deregister and give back every runner of `record`, in its order. `scope`: where this
+    """Deregister and give back every runner of `record`, in its order (`give_back`: the
+    backend's, proving the order ours from the record alone). `scope`: where this
     stop may remove registrations (the repository it runs for); a record naming another is
     not followed there (the order is still cancelled: that takes the proof, not the scope)."""
     stopped = []
     for rental in record.runners:
         words = _deregister(rental, api_for, scope)
-        stopped.append(Stopped(release(client, rental, clock, confirm_within_s), words))
+        stopped.append(Stopped(give_back(rental), words))
     return stopped
 
 

@@ -18,6 +18,9 @@ if TYPE_CHECKING:
     from runner.gh_runner.github import RunnerApi, Scope
     from runner.report.comment_post import Http
 
+# The backend a runner is rented on without --backend; `runner stop` and the reaper give a
+# record's servers back there (a record is only ever made there).
+RUNNER_BACKEND = "clore"
 TOKEN_ENV = "CLORE_RUNNER_TOKEN"  # the token that may administer runners (not GITHUB_TOKEN)
 
 

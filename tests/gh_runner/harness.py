@@ -24,12 +24,12 @@ import typer
 from typer.testing import CliRunner, Result
 
 from runner.backends.clore.rental import ProvisionOptions
+from runner.backends.runner_record import RunnerRecord, parse_record
 from runner.backends.ssh.connection import ConnectOptions
 from runner.backends.ssh.keys import ClientKey
 from runner.cli.gh_runner import register
 from runner.core.hedge import HedgePolicy
 from runner.gh_runner.github import RunnerApi, Scope
-from runner.gh_runner.record import RunnerRecord, parse_record
 from runner.gh_runner.wiring import Wiring
 from runner.report.comment_post import Http
 from runner.report.github_api import GitHubApi

@@ -118,7 +118,7 @@ def test_the_record_is_uploaded_after_a_start(mode: str, artifact: str, uploads:
 
 
 def test_the_record_file_the_start_writes_is_the_one_the_artifact_holds() -> None:
-    from runner.gh_runner.record import RECORD_FILE
+    from runner.backends.runner_record import RECORD_FILE
 
     run = step_named("Run the pipeline")
     assert run["env"]["CLORE_RUNNER_RECORD_FILE"].endswith("/" + RECORD_FILE)

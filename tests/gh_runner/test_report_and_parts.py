@@ -13,12 +13,12 @@ import requests
 from pytest_httpserver import HTTPServer
 
 from runner.backends.clore import bill
+from runner.backends.clore.runner_reap import reap
+from runner.backends.clore.runner_release import release
+from runner.backends.runner_record import Released, RunnerRecord, RunnerRental
 from runner.gh_runner import errors as e
 from runner.gh_runner.github import JitConfig, RunnerApi, Scope
 from runner.gh_runner.publish import post_section
-from runner.gh_runner.reap import reap
-from runner.gh_runner.record import RunnerRecord, RunnerRental
-from runner.gh_runner.release import Released, release
 from runner.gh_runner.report import runners_markdown
 from runner.gh_runner.stop import Stopped
 from runner.gh_runner.wiring import Wiring
@@ -257,7 +257,7 @@ def test_the_default_wiring_builds_the_real_clients(monkeypatch: pytest.MonkeyPa
 
 
 def test_a_record_goes_to_json_and_back() -> None:
-    from runner.gh_runner.record import parse_record
+    from runner.backends.runner_record import parse_record
 
     record = RunnerRecord(runners=(_rental(),))
     assert parse_record(record.to_json()) == record and record.labels == [_rental().label]

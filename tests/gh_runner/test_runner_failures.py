@@ -13,9 +13,9 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from runner.backends.runner_record import RECORD_FILE
 from runner.cli import cleanup as cleanup_cli
 from runner.gh_runner import start as start_module
-from runner.gh_runner.record import RECORD_FILE
 from runner.stores.ledger.sqlite import SqliteLedger
 from tests.fakes.github_runners import ACTIONS_TOKEN
 from tests.fakes.github_runners import fake_github as fake_github

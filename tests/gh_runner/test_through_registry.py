@@ -1,6 +1,6 @@
-"""`runner start` gets its backend from the registry, as `run` and `serve` do: gh_runner names
-no marketplace, and a backend that cannot host runners is refused (exit 2) before anything is
-built, read or registered."""
+"""`runner start|stop` and the reaper get their backend from the registry, as `run` and `serve`
+do: gh_runner names no marketplace, and a backend that cannot host runners is refused (exit 2)
+before anything is built, read or registered."""
 
 from __future__ import annotations
 
@@ -17,15 +17,6 @@ from runner.gh_runner.wiring import Wiring
 from tests.test_import_cycles import _graph
 
 CLORE = "runner.backends.clore"
-# The give-back from a record (`runner stop`, `cleanup --runners`): proving an order ours,
-# cancelling and billing it from the record alone, still Clore's own code in gh_runner; start,
-# its hand-over and its wiring name no backend.
-STOP_SIDE = {
-    "runner.gh_runner.reap",
-    "runner.gh_runner.reap_cmd",
-    "runner.gh_runner.release",
-    "runner.gh_runner.stop",
-}
 
 
 def clore_imports(graph: dict[str, set[str]]) -> list[str]:
@@ -41,8 +32,7 @@ def clore_imports(graph: dict[str, set[str]]) -> list[str]:
 
 
 def test_gh_runner_imports_no_backend_of_its_own() -> None:
-    graph = {m: t for m, t in _graph().items() if m not in STOP_SIDE}
-    assert clore_imports(graph) == []
+    assert clore_imports(_graph()) == []
 
 
 def test_an_import_of_clore_from_gh_runner_is_named() -> None:

@@ -15,10 +15,10 @@ import re
 
 import pytest
 
+from runner.backends.runner_record import RECORD_FILE, RunnerRecord, RunnerRental
 from runner.errors import InfrastructureError
 from runner.gh_runner.artifacts import MAX_ZIP_BYTES
 from runner.gh_runner.reap_cmd import reap_from_github
-from runner.gh_runner.record import RECORD_FILE, RunnerRecord, RunnerRental
 from tests.fakes.clore_api import FakeClore
 from tests.fakes.github_runners import ACTIONS_TOKEN, REPO, FakeRunnersGitHub
 from tests.fakes.github_runners import fake_github as fake_github

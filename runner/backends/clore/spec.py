@@ -6,15 +6,18 @@ The registry that lists this spec is loaded by every run: each function loads th
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from runner.backends.clore.settings import KEYS
 from runner.backends.runner_host import RunnerHost, RunnerHosting, RunnerHostTools
+from runner.backends.runner_record import GRACE_S, MAX_LIFE_S
 from runner.backends.spec import BackendSpec, CleanupAsk, Reconcile, Say, Setup, Waits
 
 if TYPE_CHECKING:  # the backend's types load with the backend
     from runner.backends.base import Backend
+    from runner.backends.runner_record import Reaped, Released, RunnerRecord, RunnerRental
+    from runner.clock import Clock
     from runner.core.model import Pipeline
 
 
@@ -72,6 +75,39 @@ def _runner_host(tools: RunnerHostTools) -> RunnerHost:
     return runner_host.build(tools)
 
 
+def _release(
+    client: Any, rental: RunnerRental, clock: Clock, confirm_within_s: float = 30.0
+) -> Released:
+    from runner.backends.clore import runner_release  # only for `runner stop`
+
+    return runner_release.release(client, rental, clock, confirm_within_s)
+
+
+def _reap(
+    records: Iterable[RunnerRecord],
+    client: Any,
+    clock: Clock | None = None,
+    *,
+    dry_run: bool = False,
+    grace_s: float = GRACE_S,
+    max_life_s: float = MAX_LIFE_S,
+    confirm_within_s: float = 30.0,
+    cancel_unproven: bool = False,
+) -> list[Reaped]:
+    from runner.backends.clore import runner_reap  # only for `cleanup --runners`
+
+    return runner_reap.reap(
+        records,
+        client,
+        clock,
+        dry_run=dry_run,
+        grace_s=grace_s,
+        max_life_s=max_life_s,
+        confirm_within_s=confirm_within_s,
+        cancel_unproven=cancel_unproven,
+    )
+
+
 SPEC = BackendSpec(
     name="clore",
     summary="servers rented on the Clore.ai marketplace; needs CLORE_API_KEY",
@@ -84,5 +120,7 @@ SPEC = BackendSpec(
     cleanup=_cleanup,
     keys=KEYS,
     exit_hint=_exit_hint,
-    runner_host=RunnerHosting(client=_client, options=_options, build=_runner_host),
+    runner_host=RunnerHosting(
+        client=_client, options=_options, build=_runner_host, release=_release, reap=_reap
+    ),
 )

@@ -13,15 +13,22 @@ unknown keys and wrong types are refused with the key path.
 from __future__ import annotations
 
 import json
-from typing import Literal
+from dataclasses import dataclass
+from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from runner.gh_runner.errors import RecordError
+from runner.errors import UsageError
 
 RECORD_VERSION: Literal[1] = 1
+GRACE_S = 300.0  # past the cap, a stop job may still be cancelling: the reaper leaves it so long
+MAX_LIFE_S = 24 * 3600.0  # no runner lives longer than this from its create, whatever a record says
 ARTIFACT_PREFIX = "clore-runner-record-"  # + the first label: the action's artifact
 RECORD_FILE = "record.json"  # its one file
+
+
+class RecordError(UsageError):
+    """The rental record given to `stop` is not one `start` wrote."""
 
 
 class _Strict(BaseModel):
@@ -97,3 +104,49 @@ def parse_record(text: str, where: str = "the runner record") -> RunnerRecord:
         raise RecordError(
             f"{where}: {path}: {first['msg']}", "use the record `start` wrote"
         ) from None
+
+
+# What became of a record's order when it was given back: cancelled (proven ours), ended by
+# itself, not in the key's orders, not ours (the proof failed: left), still live after its
+# cancel, or an API error (left for the reaper).
+Kind = Literal["cancelled", "ended", "not-listed", "not-ours", "still-live", "error"]
+
+
+class Bill(Protocol):
+    """One order's cost in USD as the wallet loses it, in its parts (the backend's bill)."""
+
+    @property
+    def rental_usd(self) -> float: ...
+    @property
+    def renter_fee_usd(self) -> float: ...
+    @property
+    def creation_fee_usd(self) -> float: ...
+    @property
+    def total_usd(self) -> float: ...
+
+
+@dataclass(frozen=True)
+class Released:
+    """A record's server given back (`runner stop`, the reaper): by the backend that hosted it."""
+
+    rental: RunnerRental
+    kind: Kind
+    detail: str = ""
+    cost: Bill | None = None
+    estimated: bool = False  # the API gave no `spend`: our own figure
+    lived_s: float = 0.0
+
+    @property
+    def settled(self) -> bool:
+        """Nothing of this rental can be billed any more (or it was never ours to cancel)."""
+        return self.kind in ("cancelled", "ended", "not-listed", "not-ours")
+
+
+@dataclass(frozen=True)
+class Reaped:
+    rental: RunnerRental
+    released: Released | None  # None: not cancelled (within its cap, not proven, a dry run)
+    note: str = ""
+    # A live order of this key that a record names but does not prove: it may be ours (the
+    # record's) or another run's on the same key. Named and left, or cancelled on purpose.
+    unproven: bool = False

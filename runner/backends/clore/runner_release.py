@@ -14,33 +14,15 @@ plus the creation fee once the order lived 10 minutes, in USD at the server's ow
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
-from typing import Literal
 
 from runner.backends.clore import bill
 from runner.backends.clore.api import CloreClient
 from runner.backends.clore.errors import CloreApiError
 from runner.backends.clore.models import Order
+from runner.backends.runner_record import Kind, Released, RunnerRental
 from runner.clock import Clock
-from runner.gh_runner.record import RunnerRental
 
-Kind = Literal["cancelled", "ended", "not-listed", "not-ours", "still-live", "error"]
 FIRST_PAUSE_S = 1.0
-
-
-@dataclass(frozen=True)
-class Released:
-    rental: RunnerRental
-    kind: Kind
-    detail: str = ""
-    cost: bill.BilledCost | None = None
-    estimated: bool = False  # the API gave no `spend`: our own figure
-    lived_s: float = 0.0
-
-    @property
-    def settled(self) -> bool:
-        """Nothing of this rental can be billed any more (or it was never ours to cancel)."""
-        return self.kind in ("cancelled", "ended", "not-listed", "not-ours")
 
 
 def proof_mismatch(order: Order, rental: RunnerRental) -> str | None:

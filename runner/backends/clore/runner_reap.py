@@ -26,30 +26,23 @@ from dataclasses import dataclass
 from runner.backends.clore.api import CloreClient
 from runner.backends.clore.errors import CloreApiError
 from runner.backends.clore.models import Order
-from runner.clock import Clock
-from runner.errors import InfrastructureError
-from runner.gh_runner.record import RunnerRecord, RunnerRental
-from runner.gh_runner.release import (
+from runner.backends.clore.runner_release import (
     FIRST_PAUSE_S,
-    Released,
     billed,
     offline_note,
     preempted_note,
     proof_mismatch,
 )
-
-GRACE_S = 300.0  # past the cap, a stop job may still be cancelling: leave it this long
-MAX_LIFE_S = 24 * 3600.0  # no runner lives longer than this from its create, whatever a record says
-
-
-@dataclass(frozen=True)
-class Reaped:
-    rental: RunnerRental
-    released: Released | None  # None: not cancelled (within its cap, not proven, a dry run)
-    note: str = ""
-    # A live order of this key that a record names but does not prove: it may be ours (the
-    # record's) or another run's on the same key. Named and left, or cancelled on purpose.
-    unproven: bool = False
+from runner.backends.runner_record import (
+    GRACE_S,
+    MAX_LIFE_S,
+    Reaped,
+    Released,
+    RunnerRecord,
+    RunnerRental,
+)
+from runner.clock import Clock
+from runner.errors import InfrastructureError
 
 
 @dataclass(frozen=True)
@@ -64,7 +57,7 @@ class _Verdict:
 def reap(
     records: Iterable[RunnerRecord],
     client: CloreClient,
-    clock: Clock,
+    clock: Clock | None = None,
     *,
     dry_run: bool = False,
     grace_s: float = GRACE_S,
@@ -75,7 +68,10 @@ def reap(
     """Cancel every proven rental of `records` past its cap (and grace); say what was done.
     A live order a record names but does not prove may be ours: it is named (`unproven`)
     and left, or, `cancel_unproven` (a person's decision), cancelled once it has lived
-    `max_life_s` from its own creation (see `_on_purpose`)."""
+    `max_life_s` from its own creation (see `_on_purpose`). `clock`: None, the client's own
+    (its calls' pacing runs on it)."""
+    if clock is None:
+        clock = client.limiter.clock
     try:
         listed = {o.id: o for o in client.my_orders(return_completed=True)}
     except CloreApiError as exc:
@@ -209,15 +205,4 @@ def _cancel_all(
         pause_s = min(pause_s * 2, 8.0)
 
 
-def describe(reaped: Reaped) -> str:
-    r = reaped.rental
-    head = f"{r.label}  server {r.server_id}  order {r.order_id}"
-    if reaped.released is None:
-        return f"{head}  {reaped.note}"
-    rel = reaped.released
-    cost = f"; cost as billed ${rel.cost.total_usd:.4f}" if rel.cost is not None else ""
-    detail = f": {rel.detail}" if rel.detail else ""
-    return f"{head}  {rel.kind}{detail}{cost}"
-
-
-__all__ = ["GRACE_S", "MAX_LIFE_S", "Reaped", "describe", "reap"]
+__all__ = ["reap"]
