@@ -16,6 +16,7 @@ from runner.backends.ssh import spec as ssh
 from runner.errors import UsageError, did_you_mean
 
 if TYPE_CHECKING:
+    from runner.backends.runner_host import RunnerHosting
     from runner.core.model import Pipeline
 
 BACKENDS: dict[str, BackendSpec] = {
@@ -46,6 +47,20 @@ def backend_spec(name: str, flag: str = "--backend") -> BackendSpec:
         hint = did_you_mean(name, list(BACKENDS)) or f"one of {choices}"
         raise UsageError(f"{flag} {name}: no such backend (backends: {choices})", hint)
     return spec
+
+
+def runner_hosting(name: str, flag: str = "--backend") -> RunnerHosting:
+    """The runner host of the backend named `name`, or a UsageError that names the backends
+    that can host runners."""
+    hosting = backend_spec(name, flag).runner_host
+    if hosting is None:
+        can = [n for n, spec in BACKENDS.items() if spec.runner_host is not None]
+        raise UsageError(
+            f"{flag} {name}: this backend cannot host GitHub runners "
+            f"(backends that can: {', '.join(can)})",
+            f"pass {flag} {can[0]}",
+        )
+    return hosting
 
 
 def described() -> str:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 if TYPE_CHECKING:
     from runner.backends.base import Backend
+    from runner.backends.runner_host import RunnerHosting
     from runner.core.model import Pipeline
 
 Say = Callable[[str], None]
@@ -109,3 +110,6 @@ class BackendSpec:
     # `run` exits 3: what to do, from its errored jobs' reasons (the hint under its last line).
     # None: runner.outcome's hint for any backend.
     exit_hint: Callable[[Sequence[str]], str] | None = None
+    # `clore-run runner start|stop`: rents servers for GitHub runners and hands them over
+    # (runner/backends/runner_host.py). None: it cannot host runners.
+    runner_host: RunnerHosting | None = None

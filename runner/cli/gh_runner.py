@@ -26,6 +26,7 @@ from runner.errors import CloreRunError, UsageError
 from runner.gh_runner.wiring import TOKEN_ENV, Wiring
 
 if TYPE_CHECKING:
+    from runner.backends.runner_host import RunnerHosting
     from runner.gh_runner.github import RunnerApi, Scope
     from runner.gh_runner.record import RunnerRecord
     from runner.gh_runner.remote import RunnerPackage
@@ -34,6 +35,9 @@ if TYPE_CHECKING:
     from runner.stores.pools.seat import PoolSeat
 
 DEFAULT_RECORD = Path(".clore-run/runner-record.json")
+# The backend a runner is rented on when --backend is not given, and the one `stop` cancels
+# a record's servers on (a record is only ever made there).
+RUNNER_BACKEND = "clore"
 
 
 def register(app: typer.Typer, wiring: Wiring | None = None) -> None:
@@ -88,12 +92,20 @@ def _start_command(wiring: Wiring) -> Callable[..., None]:
         ledger_arg: LedgerOption = None,
         pool: PoolOption = None,
         coordinator: CoordinatorOption = None,
+        backend: Annotated[
+            str, typer.Option(help="The backend that rents the servers (one that hosts runners).")
+        ] = RUNNER_BACKEND,
     ) -> None:
         """Rent server(s), register a just-in-time runner on each, print the label(s)."""
         from runner.backends.clore.settings import CURRENCIES
+        from runner.backends.registry import runner_hosting
         from runner.core.model import GpuAsk
         from runner.gh_runner.start import StartRequest
 
+        try:
+            hosting = runner_hosting(backend)
+        except CloreRunError as exc:
+            _usage(exc.message, exc.hint)
         if currency not in CURRENCIES:
             _usage(f"--currency must be one of {', '.join(CURRENCIES)}")
         if max_minutes <= 0 or runners < 1 or gpu_count < 1:
@@ -118,13 +130,16 @@ def _start_command(wiring: Wiring) -> Callable[..., None]:
             scope = _scope(repo, org, wiring)
         except CloreRunError as exc:
             _usage(str(exc))
-        _do_start(wiring, request, scope, currency, record_file, ledger_arg, pool, coordinator)
+        _do_start(
+            wiring, hosting, request, scope, currency, record_file, ledger_arg, pool, coordinator
+        )
 
     return start
 
 
 def _do_start(
     wiring: Wiring,
+    hosting: RunnerHosting,
     request: StartRequest,
     scope: Scope,
     currency: str,
@@ -133,7 +148,7 @@ def _do_start(
     pool: str | None,
     coordinator: str | None,
 ) -> None:
-    from runner.backends.clore.factory import host_recorder, share_limits
+    from runner.backends.runner_host import RunnerHostTools
     from runner.backends.ssh.keys import HostKeyStore
     from runner.gh_runner.package import cache_folder, fetch_package
     from runner.gh_runner.publish import publish_start, write_record
@@ -144,24 +159,34 @@ def _do_start(
     token = _runner_token(wiring)
     try:
         shared = coordinator_from(coordinator)
-        client = wiring.clore()
+        client = wiring.api_client(hosting)
         ledger_path = ledger_target(ledger_arg, shared, DEFAULT_PATH)
-        share_limits(client, ledger_path)
         key = wiring.key()
-        options = wiring.options()
+        options = wiring.provision_options(hosting)
         with open_ledger(ledger_path) as ledger:
-            seat = _seat(pool, shared, request, options.online_timeout_s)
+            host = hosting.build(
+                RunnerHostTools(
+                    client=client,
+                    clock=wiring.clock,
+                    ledger=ledger,
+                    ledger_path=ledger_path,
+                    run_id=request.run_id,
+                    key=key,
+                    host_keys=HostKeyStore(),
+                    currency=currency,
+                    options=options,
+                    hedge=wiring.hedge,
+                )
+            )
+            try:
+                seat = _seat(pool, shared, request, host.boot_bound_s)
+            except BaseException:
+                host.close()
+                raise
             tools = StartTools(
-                client=client,
+                host=host,
                 clock=wiring.clock,
-                ledger=ledger,
-                key=key,
-                host_keys=HostKeyStore(),
                 github=wiring.github(token, scope, wiring.env),
-                currency=currency,
-                options=options,
-                hosts=host_recorder(ledger_path, request.run_id, wiring.clock),
-                hedge=wiring.hedge,
                 seat=seat,
                 fetch_package=lambda package: fetch_package(package, cache_folder(wiring.env)),
             )
@@ -210,6 +235,7 @@ def _stop_command(wiring: Wiring) -> Callable[..., None]:
         org: Annotated[str | None, typer.Option(help="Or this organization.")] = None,
     ) -> None:
         """Remove the runners' registrations, cancel their servers, report what they cost."""
+        from runner.backends.registry import runner_hosting
         from runner.gh_runner.publish import publish_stop
         from runner.gh_runner.report import runners_markdown
         from runner.gh_runner.stop import stop_runners
@@ -228,7 +254,7 @@ def _stop_command(wiring: Wiring) -> Callable[..., None]:
             return wiring.github(token, scope, env)
 
         try:
-            client = wiring.clore()
+            client = wiring.api_client(runner_hosting(RUNNER_BACKEND))
             scope = _stop_scope(repo, org, wiring)
             stopped = stop_runners(
                 parsed, client, wiring.clock, api_for if token else None, scope=scope

@@ -28,31 +28,13 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from runner.backends.base import Place
-from runner.backends.clore.api import CloreClient
-from runner.backends.clore.backend import CloreBackend
-from runner.backends.clore.host_memory import HostRecorder
-from runner.backends.clore.market import (
-    Offer,
-    describe_ask,
-    explain_no_fit,
-    matching_offers,
-    offers_from_servers,
-)
-from runner.backends.clore.provision import Provisioner
-from runner.backends.clore.quotes import OfferMarket
-from runner.backends.clore.rental import ProvisionOptions, Rental
-from runner.backends.clore.settings import CloreSettings
-from runner.backends.ssh.keys import ClientKey, HostKeyStore
+from runner.backends.base import Backend, Place
+from runner.backends.runner_host import HandedServer, RunnerHost
 from runner.clock import Clock
-from runner.core import money
 from runner.core.events import CancelAll, Event, StopCause
-from runner.core.hedge import HedgePolicy
 from runner.core.known_jobs import WaitReason
 from runner.core.model import Attempt, FailureKind, GpuAsk, Job, JobResult, JobStatus, Provisioning
 from runner.core.placing import PlacingCore
-from runner.core.rental_length import holds, passed_over_text, worst_hold_s
-from runner.core.rentals import Quote
 from runner.core.servers import ServerBook
 from runner.engine.attempt import Ran
 from runner.engine.driver import Driver, DriverOptions
@@ -61,7 +43,6 @@ from runner.errors import CloreRunError, InfrastructureError, JobCannotRun
 from runner.gh_runner.github import DEFAULT_GROUP_ID, Registration, RunnerApi
 from runner.gh_runner.record import PoolClaim, RunnerRecord, RunnerRental
 from runner.gh_runner.remote import RunnerPackage, install_runner
-from runner.stores.ledger import RentalLedger
 
 if TYPE_CHECKING:  # psycopg is an extra: only a start that joins a pool imports it
     from runner.stores.pools.seat import PoolSeat
@@ -92,18 +73,11 @@ class StartRequest:
 class StartTools:
     """What start rents and registers with: injected, so tests use fakes and a fake clock."""
 
-    client: CloreClient
+    # The backend's renting for runners (runner.backends.runner_host), as the registry names
+    # it: the ledger row before every create, hedged boots, the host history.
+    host: RunnerHost
     clock: Clock
-    ledger: RentalLedger
-    key: ClientKey
-    host_keys: HostKeyStore
     github: RunnerApi
-    currency: str
-    options: ProvisionOptions = field(default_factory=ProvisionOptions)
-    # The host history beside the ledger, read for ranking and written as hosts boot or fail
-    # (as `run` keeps it); the default keeps none.
-    hosts: HostRecorder = field(default_factory=HostRecorder)
-    hedge: HedgePolicy = field(default_factory=HedgePolicy)
     # The budget pool this start joined (`--pool`): every rent reserves its worst case there
     # before its create; the runners' reservations outlive the start, and `stop` settles them.
     seat: PoolSeat | None = None
@@ -127,32 +101,24 @@ def start_runners(
     request: StartRequest, tools: StartTools, cancel: threading.Event, say: Say
 ) -> RunnerRecord:
     """Rent, register and start `request.runners` runners; the record of them all."""
-    provisioner = Provisioner(
-        client=tools.client,
-        ledger=tools.ledger,
-        run_id=request.run_id,
-        key=tools.key,
-        host_keys=tools.host_keys,
-        clock=tools.clock,
-        currency=tools.currency,
-        options=tools.options,
-        seat=tools.seat,
-    )
+    host = tools.host
     registrations: dict[str, Registration] = {}
     try:
-        ranked = _fitting_offers(provisioner, tools, request)
+        host.join(tools.seat)
+        check = _job("check", request)
+        # The offers that fit: fewer than runners is refused before anything is registered.
+        host.check_offers(check, request.runners)
         for label in labels_for(request.run_id, request.runners):
             # The unique label only: a label another job could name (`self-hosted`, `linux`,
             # `gpu`) lets a queued stranger's job, a fork's pull request on a public
             # repository, take the rented server (root in its container until the cap).
             registrations[label] = tools.github.generate_jitconfig(label, [label], request.group_id)
             say(f"{label}: registered as runner {registrations[label].runner_id}")
-        _check_budget(provisioner, ranked, request)
+        host.check_budget(check, request.runners, request.budget_usd)
         request = replace(request, package=tools.fetch_package(request.package))
-        handed = _rent_and_install(request, tools, provisioner, registrations, cancel, say)
+        handed = _rent_and_install(request, tools, registrations, cancel, say)
     except BaseException:
-        tools.hosts.close()  # idempotent, as close_pool: a built backend's shutdown closed them
-        provisioner.close_pool()
+        host.close()  # leaves the pool: a built backend's shutdown closed the rest
         _deregister(registrations, tools, say)  # none yet when the offers were refused
         raise
     return RunnerRecord(
@@ -172,73 +138,6 @@ def _claim(seat: PoolSeat | None) -> PoolClaim | None:
     return PoolClaim(name=seat.pool, holder=seat.holder, token=lease.token, ttl_s=lease.ttl_s)
 
 
-def _fitting_offers(
-    provisioner: Provisioner, tools: StartTools, request: StartRequest
-) -> list[Offer]:
-    """The offers that fit, best first; fewer than runners is refused before anything is
-    registered (the core reads the market again to rent, and ranks it the same way)."""
-    rates = provisioner.fees().rates
-    offers = offers_from_servers(tools.client.marketplace().servers, tools.currency, fees=rates)
-    matching = matching_offers(offers, request.ask, memory=tools.hosts.memory())
-    ranked, short = _holding(matching, provisioner, request, tools.currency)
-    if len(ranked) < request.runners:
-        why = (
-            explain_no_fit(offers, request.ask, tools.currency)
-            if not matching
-            else (
-                f"{len(ranked)} servers fit {describe_ask(request.ask, tools.currency)}, "
-                f"{request.runners} runners were asked for"
-            )
-        )
-        if short:
-            why += f"; {short}"
-        raise JobCannotRun(
-            why,
-            "widen the ask (gpu, max-price, spot), lower --max-minutes or ask for fewer runners",
-        )
-    return ranked
-
-
-def _holding(
-    offers: list[Offer], provisioner: Provisioner, request: StartRequest, currency: str
-) -> tuple[list[Offer], str]:
-    """The offers whose host's maximum rental length (`mrl`) holds a runner's worst case (the
-    boot bound, `max-minutes`, fetching its files: the hold its budget reserves), by the
-    core's one rule, and why the others were passed over ("" if none was): the core would
-    not rent them for a runner either."""
-    job = _job("check", request)
-    hold_s = worst_hold_s(provisioner.image_allowance_s(job), job)
-    market = OfferMarket(offers, currency)
-    kept: list[Offer] = []
-    passed: list[Quote] = []
-    for offer in offers:
-        quote = market.quote(offer, request.ask)
-        if quote is not None and not holds(quote, hold_s):
-            passed.append(quote)
-        else:
-            kept.append(offer)
-    return kept, passed_over_text(tuple(passed), hold_s)
-
-
-def _check_budget(provisioner: Provisioner, ranked: list[Offer], request: StartRequest) -> None:
-    """Refused before anything is rented: a budget the best offers cannot fit (each runner's
-    worst case: the boot bound and `max-minutes` at the price with fee, plus the creation
-    fee). The core checks every rent against it again, a hedge's too."""
-    if request.budget_usd is None:
-        return
-    job = _job("check", request)
-    worst = sorted(provisioner.worst_case_usd(job, offer) for offer in ranked)
-    needed = sum(worst[: request.runners])
-    if needed > request.budget_usd:
-        raise JobCannotRun(
-            f"no offer left within the budget: {request.runners} runner(s) may cost "
-            f"{money.usd_text(needed)} at worst (renter fee and creation fee included, over "
-            f"the boot bound and {request.max_minutes:g} min), the budget is "
-            f"{money.usd_text(request.budget_usd)}",
-            "raise --budget, or lower --max-minutes or --max-price",
-        )
-
-
 def _job(label: str, request: StartRequest) -> Job:
     return Job(
         id=label,
@@ -254,30 +153,23 @@ def _job(label: str, request: StartRequest) -> Job:
 def _rent_and_install(
     request: StartRequest,
     tools: StartTools,
-    provisioner: Provisioner,
     registrations: dict[str, Registration],
     cancel: threading.Event,
     say: Say,
-) -> dict[str, Rental]:
+) -> dict[str, HandedServer]:
     """The runners' jobs, driven as `run` drives a pipeline's; each label's rental, handed
     over, once every runner is installed."""
     if cancel.is_set():
         raise StartInterrupted("interrupted: nothing was rented")
-    backend = CloreBackend(
-        client=tools.client,
-        provisioner=provisioner,
-        clock=tools.clock,
-        settings=CloreSettings(currency=tools.currency),
-        hosts=tools.hosts,
-        hedge=tools.hedge,
-    )
+    host = tools.host
+    backend = host.backend
     jobs = [_job(label, request) for label in registrations]
     # Twice as many servers as runners: room for a hedge beside every boot.
     book = book_for(
         backend, jobs, 2 * len(jobs), tools.clock.time(), request.budget_usd, Provisioning.ON_DEMAND
     )
     journal = _Journal(say)
-    installs = _Installs(backend, request, registrations, tools.clock, say)
+    installs = _Installs(host, request, registrations, tools.clock, say)
     driver = Driver(
         PlacingCore(jobs, book),
         backend,
@@ -290,14 +182,13 @@ def _rent_and_install(
     installs.stuck = lambda: driver.call(lambda _now: _budget_stuck(book)).result(timeout=10.0)
     whole = False
     try:
-        _drive(driver, backend, jobs, cancel, tools.clock)
+        _drive(driver, host, jobs, cancel, tools.clock)
     finally:
         whole = not cancel.is_set() and len(installs.handed) == len(jobs)
         if not whole:  # while the pool seat is there to settle their reservations
-            _give_back(provisioner, list(installs.handed.values()), tools, say)
-        seat = provisioner.seat if whole else None
-        if seat is not None:
-            provisioner.seat = None  # its reservations go on with the runners' servers
+            host.give_back_handed(say)
+        # Its reservations go on with the runners' servers.
+        seat = host.keep_seat() if whole else None
         driver.give_back()  # a rental left unconfirmed is said there, with its hint
     if not whole:
         if cancel.is_set():
@@ -314,7 +205,7 @@ def _rent_and_install(
 
 def _drive(
     driver: Driver,
-    backend: CloreBackend,
+    host: RunnerHost,
     jobs: list[Job],
     cancel: threading.Event,
     clock: Clock,
@@ -326,7 +217,7 @@ def _drive(
     def watch() -> None:
         while not over.is_set():
             if cancel.wait(0.1):
-                backend.stop_soon()
+                host.stop_soon()
                 driver.cancel("interrupted", StopCause.INTERRUPTED)
                 return
 
@@ -366,15 +257,6 @@ def _failure(results: list[JobResult]) -> CloreRunError:
     result = failed[0]
     last = result.attempts[-1].message if result.attempts else ""
     return JobCannotRun(f"{result.job_id}: {result.reason or last or result.status.value}")
-
-
-def _give_back(
-    provisioner: Provisioner, rentals: list[Rental], tools: StartTools, say: Say
-) -> None:
-    if rentals:
-        provisioner.release_all(rentals, within_s=tools.options.shutdown_confirm_within_s)
-        for rental in rentals:
-            say(f"{rental.job_id}: order {rental.order_id} cancelled")
 
 
 def _deregister(registrations: dict[str, Registration], tools: StartTools, say: Say) -> None:
@@ -428,18 +310,19 @@ class _Installs:
 
     def __init__(
         self,
-        backend: CloreBackend,
+        host: RunnerHost,
         request: StartRequest,
         registrations: dict[str, Registration],
         clock: Clock,
         say: Say,
     ) -> None:
-        self.backend = backend
+        self.host = host
+        self.backend: Backend = host.backend
         self.request = request
         self.registrations = registrations
         self.clock = clock
         self.say = say
-        self.handed: dict[str, Rental] = {}
+        self.handed: dict[str, HandedServer] = {}
         self.stuck: Callable[[], str] = lambda: ""
         self._installed: set[str] = set()
         self._lock = threading.Lock()
@@ -474,25 +357,13 @@ class _Installs:
         return Ran(Attempt(number, began, self.clock.time(), code, failure, message, name))
 
     def _hand_over(self, job: Job, place: Place, server: int) -> None:
-        rental = self._rental(place)
-        self.backend.hand_off(place, server, job)
-        if rental.conn is not None:  # the runner lives on without us
-            rental.conn.close()
-            rental.conn = None
-        self.handed[job.id] = rental
-
-    def _rental(self, place: Place) -> Rental:
-        rental = self.backend.rental_at(place)
-        if rental is None or rental.conn is None:
-            raise InfrastructureError(f"{place.name}: the server is no longer held")
-        return rental
+        self.handed[job.id] = self.host.hand_over(place, server, job)
 
     def _install(self, job: Job, place: Place) -> None:
-        rental = self._rental(place)
-        assert rental.conn is not None
-        limit_s = rental.held_since + self.request.max_minutes * 60.0 - self.clock.time()
+        held = self.host.held(place)
+        limit_s = held.held_since + self.request.max_minutes * 60.0 - self.clock.time()
         config = self.registrations[job.id].jit_config
-        said = install_runner(rental.conn, job.id, config, self.request.package, limit_s)
+        said = install_runner(held.conn, job.id, config, self.request.package, limit_s)
         self.say(f"{job.id}: {said}")
         with self._lock:
             self._installed.add(job.id)
@@ -514,27 +385,26 @@ class _Installs:
 
 def _rental_of(
     label: str,
-    rental: Rental,
+    handed: HandedServer,
     registration: Registration,
     request: StartRequest,
     tools: StartTools,
 ) -> RunnerRental:
-    assert rental.order_id is not None
     return RunnerRental(
         label=label,
         runner_id=registration.runner_id,
         scope=tools.github.scope.path,
-        order_id=rental.order_id,
-        server_id=rental.offer.server_id,
-        created_unix=int(rental.held_since),
-        cap_unix=rental.held_since + request.max_minutes * 60.0,
+        order_id=handed.order_id,
+        server_id=handed.server_id,
+        created_unix=int(handed.held_since),
+        cap_unix=handed.held_since + request.max_minutes * 60.0,
         run_id=request.run_id,
-        currency=rental.currency,
-        spot=rental.spot,
-        usd_per_unit=rental.usd_per_unit,
-        fee_rate=rental.fee_rate,
-        creation_fee_native=rental.creation_fee_native,
-        usd_per_hour=rental.usd_per_hour,
-        gpus=rental.offer.gpus,
-        reservation_id=rental.reservation.id if rental.reservation is not None else None,
+        currency=handed.currency,
+        spot=handed.spot,
+        usd_per_unit=handed.usd_per_unit,
+        fee_rate=handed.fee_rate,
+        creation_fee_native=handed.creation_fee_native,
+        usd_per_hour=handed.usd_per_hour,
+        gpus=handed.gpus,
+        reservation_id=handed.reservation_id,
     )

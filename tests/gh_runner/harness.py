@@ -84,7 +84,7 @@ class Host:
             return RunnerApi(GitHubApi(self.github.url, token), scope)
 
         return Wiring(
-            clore=self.fake.client,
+            client=self.fake.client,
             github=github,
             clock=clock,
             options=lambda: options,

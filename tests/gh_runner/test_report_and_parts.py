@@ -244,12 +244,15 @@ def test_the_default_wiring_builds_the_real_clients(monkeypatch: pytest.MonkeyPa
     monkeypatch.delenv("CLORE_API_KEY", raising=False)
     wiring = Wiring()
     from runner.backends.clore.errors import MissingApiKeyError
+    from runner.backends.registry import runner_hosting
 
+    hosting = runner_hosting("clore")
     with pytest.raises(MissingApiKeyError):
-        wiring.clore()
+        wiring.api_client(hosting)
     api = wiring.github("t0ken-abcdef", Scope.org("octo"), {"GITHUB_API_URL": "http://x"})
     assert api.scope.words == "organization octo" and api.api.base_url == "http://x"
-    assert wiring.options().online_timeout_s > 0 and wiring.key().public_line
+    options = wiring.provision_options(hosting)
+    assert options.online_timeout_s > 0 and wiring.key().public_line
     assert isinstance(wiring.http(), Http)
 
 

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from runner.backends.clore.settings import KEYS
+from runner.backends.runner_host import RunnerHost, RunnerHosting, RunnerHostTools
 from runner.backends.spec import BackendSpec, CleanupAsk, Reconcile, Say, Setup, Waits
 
 if TYPE_CHECKING:  # the backend's types load with the backend
@@ -53,6 +54,24 @@ def _cleanup(ask: CleanupAsk) -> None:
     sweep.cleanup(ask)
 
 
+def _client() -> Any:
+    from runner.backends.clore.api import CloreClient  # requests: only for a runner command
+
+    return CloreClient.from_env()
+
+
+def _options() -> Any:
+    from runner.backends.clore.rental import ProvisionOptions  # only for `runner start`
+
+    return ProvisionOptions()
+
+
+def _runner_host(tools: RunnerHostTools) -> RunnerHost:
+    from runner.backends.clore import runner_host  # Clore's libraries: only for `runner start`
+
+    return runner_host.build(tools)
+
+
 SPEC = BackendSpec(
     name="clore",
     summary="servers rented on the Clore.ai marketplace; needs CLORE_API_KEY",
@@ -65,4 +84,5 @@ SPEC = BackendSpec(
     cleanup=_cleanup,
     keys=KEYS,
     exit_hint=_exit_hint,
+    runner_host=RunnerHosting(client=_client, options=_options, build=_runner_host),
 )
