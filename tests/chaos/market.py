@@ -66,6 +66,13 @@ class SshdPool:
         for server in self.servers:
             server.kill_all()
 
+    def new_containers(self) -> None:
+        """Before a scenario: what a job of the last one left in a host's own bin (a busy
+        GPU's nvidia-smi, when its run was killed before the check read it) is gone, as a
+        new order's container would be."""
+        for server in self.servers:
+            (server.folder / "bin" / "nvidia-smi").unlink(missing_ok=True)
+
     def stop_sessions(self, index: int) -> None:
         """The host's container stopped: every job on it dies; sshd answers a new container."""
         for pid in descendants(self.servers[index].process.pid):

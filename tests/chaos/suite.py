@@ -55,6 +55,7 @@ def run_scenario(scenario: Scenario, sshds: SshdPool, folder: Path) -> Verdict:
     where = folder / f"seed-{scenario.seed}"
     shutil.rmtree(where, ignore_errors=True)
     started = time.monotonic()
+    sshds.new_containers()
     outcome = play_scenario(scenario, sshds, where)
     violations = check(outcome)
     return Verdict(scenario, outcome, violations, time.monotonic() - started)
