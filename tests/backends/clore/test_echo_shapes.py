@@ -13,24 +13,21 @@ import pytest
 
 from runner.backends.clore import errors as e
 from runner.backends.clore import ownership
-from runner.backends.clore.api import OrderRequest
 from runner.backends.clore.cleanup import reconcile
 from runner.backends.clore.models import Order
 from runner.backends.clore.ownership import (
     Claim,
     ClockOffset,
     EchoReading,
-    LedgerMarks,
     find_ours,
     is_a_tag,
     new_tag,
     read_echo,
 )
 from runner.stores.ledger.sqlite import SqliteLedger
+from tests.backends.clore.killed_create import IMAGE, SERVER, killed_after_an_erring_create, request
 from tests.fakes.clore_api import TAG_ECHOES, FakeClore, Faults
 
-IMAGE = "nvidia/cuda:12.8.0-base-ubuntu22.04"
-SERVER = 88028
 SHAPES = [s for s in TAG_ECHOES if s not in ("absent-until-deployed", "unknown")]
 
 
@@ -38,10 +35,6 @@ SHAPES = [s for s in TAG_ECHOES if s not in ("absent-until-deployed", "unknown")
 def _within_rate_limits(fake_clore: FakeClore) -> Iterator[None]:
     yield
     assert fake_clore.violations == []
-
-
-def request(bid: float | None = None) -> OrderRequest:
-    return OrderRequest(SERVER, IMAGE, "USD-Blockchain", bid, ssh_key="ssh-ed25519 AAAA k")
 
 
 def test_the_echo_is_read_in_every_shape_seen_or_typed() -> None:
@@ -138,11 +131,7 @@ def test_cleanup_after_a_crash_cancels_the_order_in_every_echo_shape(
     the order billing on."""
     fake_clore.tag_echo = shape
     with SqliteLedger(tmp_path / "ledger.db", clock=fake_clore.clock) as ledger:
-        rid = ledger.record_intent("X", "job", SERVER, 2.0, "USD-Blockchain", 0.1, image=IMAGE)
-        fake_clore.fail_next("create_order", Faults.DB_ERROR_BUT_CREATED)
-        with pytest.raises(e.DatabaseError):  # the run died before it looked
-            died = fake_clore.client(recover_delays_s=())
-            died.create_order(request(), journal=LedgerMarks(ledger, rid))
+        killed_after_an_erring_create(fake_clore, ledger)  # the run died before it looked
         fake_clore.clock.advance(120)
         actions = reconcile(ledger, fake_clore.client(), dry_run=False)
     assert [a.kind for a in actions] == ["cancelled"]
@@ -154,11 +143,7 @@ def test_cleanup_never_marks_failed_an_order_with_our_tag_and_a_late_ct(
 ) -> None:
     fake_clore.ct_late_s = 120.0
     with SqliteLedger(tmp_path / "ledger.db", clock=fake_clore.clock) as ledger:
-        rid = ledger.record_intent("X", "job", SERVER, 2.0, "USD-Blockchain", 0.1, image=IMAGE)
-        fake_clore.fail_next("create_order", Faults.DB_ERROR_BUT_CREATED)
-        with pytest.raises(e.DatabaseError):
-            died = fake_clore.client(recover_delays_s=())
-            died.create_order(request(), journal=LedgerMarks(ledger, rid))
+        killed_after_an_erring_create(fake_clore, ledger)
         fake_clore.clock.advance(300)
         actions = reconcile(ledger, fake_clore.client(), dry_run=False)
         assert [a.kind for a in actions] == ["unproven"] and not actions[0].resolved
@@ -188,11 +173,7 @@ def test_cleanup_names_an_unlisted_or_unreadable_tag_stamped_late_never_failed(
     fake_clore.ct_late_s = 60.0
     fake_clore.online_after_s = 3600.0  # its image still pulling through the cleanup
     with SqliteLedger(tmp_path / "ledger.db", clock=fake_clore.clock) as ledger:
-        rid = ledger.record_intent("X", "job", SERVER, 2.0, "USD-Blockchain", 0.1, image=IMAGE)
-        fake_clore.fail_next("create_order", Faults.DB_ERROR_BUT_CREATED)
-        with pytest.raises(e.DatabaseError):
-            died = fake_clore.client(recover_delays_s=())
-            died.create_order(request(), journal=LedgerMarks(ledger, rid))
+        killed_after_an_erring_create(fake_clore, ledger)
         fake_clore.clock.advance(120)
         actions = reconcile(ledger, fake_clore.client(), dry_run=False)
         (made,) = [o.id for o in fake_clore.live_orders()]

@@ -13,19 +13,17 @@ import pytest
 from typer.testing import CliRunner
 
 from runner.backends.clore import errors as e
-from runner.backends.clore.api import OrderRequest
 from runner.backends.clore.cleanup import reconcile
 from runner.backends.clore.ownership import LedgerMarks
 from runner.engine.run_command import RunOptions, execute
 from runner.spec.loader import parse_pipeline
 from runner.stores.ledger.sqlite import SqliteLedger
+from tests.backends.clore.killed_create import IMAGE, SERVER, killed_after_an_erring_create, request
 from tests.backends.clore.test_ownership import cleanup_app
 from tests.fakes.clore_api import FakeClore, Faults
 from tests.fakes.clore_on_sshd import Setup
 from tests.fakes.clore_on_sshd import setup as setup  # the fixture
 
-IMAGE = "nvidia/cuda:12.8.0-base-ubuntu22.04"
-SERVER = 88028
 ONE_JOB = "jobs:\n  a: {run: echo hi, gpu: {type: RTX}}\n"
 
 
@@ -80,10 +78,6 @@ def test_cleanup_never_marks_failed_the_row_of_an_accepted_create_it_cannot_see(
     fake_clore.end_order(next(iter(fake_clore.orders)))  # the fixture checks nothing leaks
 
 
-def request() -> OrderRequest:
-    return OrderRequest(SERVER, IMAGE, "USD-Blockchain", ssh_key="ssh-ed25519 AAAA k")
-
-
 @pytest.mark.parametrize("shape", ["unknown", "absent-until-deployed"])
 def test_cleanup_names_an_unprovable_order_exits_3_and_the_flag_cancels_it(
     fake_clore: FakeClore, tmp_path: Path, shape: str
@@ -94,11 +88,7 @@ def test_cleanup_names_an_unprovable_order_exits_3_and_the_flag_cancels_it(
     fake_clore.never_online.add(SERVER)
     path = tmp_path / "ledger.db"
     with SqliteLedger(path, clock=fake_clore.clock) as ledger:
-        rid = ledger.record_intent("X", "job", SERVER, 2.0, "USD-Blockchain", 0.1, image=IMAGE)
-        fake_clore.fail_next("create_order", Faults.DB_ERROR_BUT_CREATED)
-        with pytest.raises(e.DatabaseError):  # killed before it looked
-            died = fake_clore.client(recover_delays_s=())
-            died.create_order(request(), journal=LedgerMarks(ledger, rid))
+        killed_after_an_erring_create(fake_clore, ledger)  # killed before it looked
     (order,) = fake_clore.live_orders()
     fake_clore.clock.advance(120)
     app = cleanup_app(fake_clore)
@@ -151,11 +141,7 @@ def test_cleanup_waits_a_bounded_while_for_a_deploying_orders_tag(
     fake_clore.tag_echo = "absent-until-deployed"
     fake_clore.online_after_s = 120.0
     with SqliteLedger(tmp_path / "ledger.db", clock=fake_clore.clock) as ledger:
-        rid = ledger.record_intent("X", "job", SERVER, 2.0, "USD-Blockchain", 0.1, image=IMAGE)
-        fake_clore.fail_next("create_order", Faults.DB_ERROR_BUT_CREATED)
-        with pytest.raises(e.DatabaseError):
-            died = fake_clore.client(recover_delays_s=())
-            died.create_order(request(), journal=LedgerMarks(ledger, rid))
+        killed_after_an_erring_create(fake_clore, ledger)
         fake_clore.clock.advance(5)
         actions = reconcile(ledger, fake_clore.client(), dry_run=False)
         assert [a.kind for a in actions] == ["cancelled"], actions
@@ -197,11 +183,7 @@ def test_cleanup_waits_too_while_an_online_order_still_pulls_its_image(
     fake_clore.online_after_s = 1.0
     fake_clore.pull_s_by_server = {SERVER: 120.0}
     with SqliteLedger(tmp_path / "ledger.db", clock=fake_clore.clock) as ledger:
-        rid = ledger.record_intent("X", "job", SERVER, 2.0, "USD-Blockchain", 0.1, image=IMAGE)
-        fake_clore.fail_next("create_order", Faults.DB_ERROR_BUT_CREATED)
-        with pytest.raises(e.DatabaseError):
-            died = fake_clore.client(recover_delays_s=())
-            died.create_order(request(), journal=LedgerMarks(ledger, rid))
+        killed_after_an_erring_create(fake_clore, ledger)
         fake_clore.clock.advance(5)
         actions = reconcile(ledger, fake_clore.client(), dry_run=False)
         assert [a.kind for a in actions] == ["cancelled"], actions
