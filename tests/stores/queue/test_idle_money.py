@@ -4,18 +4,15 @@ and a queue written before the table existed opens with its jobs kept and no idl
 
 from __future__ import annotations
 
-import sqlite3
 from contextlib import closing
 from pathlib import Path
 
-import psycopg
 import pytest
 
-from runner.stores.pg import PgDatabase
-from runner.stores.queue import QueueError, open_queue
+from runner.stores.queue import open_queue
 from runner.stores.queue import postgres as pg_half
 from runner.stores.queue import sqlite as sqlite_half
-from runner.stores.sqlite import prepare
+from tests.stores.queue.old_queues import queue_from_before
 
 
 def test_an_instances_totals_replace_its_last_and_sum_over_instances(store_target: str) -> None:
@@ -37,39 +34,8 @@ def test_an_instances_totals_replace_its_last_and_sum_over_instances(store_targe
         )  # fmt: skip
 
 
-def _old_sqlite(path: Path) -> None:
-    """A queue file as the clore-run before idle money wrote it, holding one queued job."""
-    old = sqlite_half.MIGRATIONS[:4]
-    with closing(sqlite3.connect(path, isolation_level=None)) as db:
-        prepare(db, old, len(old), error=QueueError, name="old queue")
-        db.execute("INSERT INTO submissions (kind, label, submitted_at) VALUES ('job', 'j', 1)")
-        db.execute(
-            "INSERT INTO jobs (id, submission, name, spec, status, priority, submitted_at, trust) "
-            """VALUES ('s1.a', 1, 'a', '{"id": "s1.a", "run": "true"}', 'queued', 'normal', 1, """
-            "'team-a')"
-        )
-
-
-def _old_postgres(url: str) -> None:
-    old = pg_half.MIGRATIONS[:5]
-    PgDatabase(url, what="queue database", error=QueueError).migrate("queue", old)
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(
-            "INSERT INTO queue_submissions (key, kind, label, submitted_at) "
-            "VALUES ('k', 'job', 'j', 1)"
-        )
-        conn.execute(
-            "INSERT INTO queue_jobs (id, submission, name, spec, status, priority, rank, "
-            """submitted_at, trust) VALUES ('s1.a', 1, 'a', '{"id": "s1.a", "run": "true"}', """
-            "'queued', 'normal', 1, 1, 'team-a')"
-        )
-
-
 def test_a_queue_from_before_idle_money_keeps_its_jobs(store_target: str) -> None:
-    if store_target.startswith("postgresql:"):
-        _old_postgres(store_target)
-    else:
-        _old_sqlite(Path(store_target))
+    queue_from_before(store_target, sqlite_steps=4, pg_steps=5, trust="team-a")
     with closing(open_queue(store_target)) as store:
         (old,) = store.unsettled()
         assert (old.job.id, old.row.trust) == ("s1.a", "team-a")

@@ -4,19 +4,13 @@ before the column existed."""
 
 from __future__ import annotations
 
-import sqlite3
 from contextlib import closing
-from pathlib import Path
 
-import psycopg
 import pytest
 
 from runner.core.model import DEFAULT_TRUST, Job
-from runner.stores.pg import PgDatabase
-from runner.stores.queue import QueueError, QueueStore, open_queue, shared
-from runner.stores.queue import postgres as pg_half
-from runner.stores.queue import sqlite as sqlite_half
-from runner.stores.sqlite import prepare
+from runner.stores.queue import QueueStore, open_queue, shared
+from tests.stores.queue.old_queues import queue_from_before
 
 
 def _jobs(number: int, trust: str, *names: str) -> list[Job]:
@@ -45,38 +39,8 @@ def test_a_claimed_job_carries_its_domain(pg_url: str) -> None:
         assert (claimed.row.trust, claimed.job.trust) == ("team-ml", "team-ml")
 
 
-def _old_sqlite(path: Path) -> None:
-    """A queue file as the clore-run before the column wrote it, holding one queued job."""
-    old = sqlite_half.MIGRATIONS[:3]  # before the trust column
-    with closing(sqlite3.connect(path, isolation_level=None)) as db:
-        prepare(db, old, len(old), error=QueueError, name="old queue")
-        db.execute("INSERT INTO submissions (kind, label, submitted_at) VALUES ('job', 'j', 1)")
-        db.execute(
-            "INSERT INTO jobs (id, submission, name, spec, status, priority, submitted_at) "
-            """VALUES ('s1.a', 1, 'a', '{"id": "s1.a", "run": "true"}', 'queued', 'normal', 1)"""
-        )
-
-
-def _old_postgres(url: str) -> None:
-    old = pg_half.MIGRATIONS[:4]  # before the trust column
-    PgDatabase(url, what="queue database", error=QueueError).migrate("queue", old)
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(
-            "INSERT INTO queue_submissions (key, kind, label, submitted_at) "
-            "VALUES ('k', 'job', 'j', 1)"
-        )
-        conn.execute(
-            "INSERT INTO queue_jobs (id, submission, name, spec, status, priority, rank, "
-            """submitted_at) VALUES ('s1.a', 1, 'a', '{"id": "s1.a", "run": "true"}', """
-            "'queued', 'normal', 1, 1)"
-        )
-
-
 def test_jobs_queued_before_the_column_are_of_the_default_domain(store_target: str) -> None:
-    if store_target.startswith("postgresql:"):
-        _old_postgres(store_target)
-    else:
-        _old_sqlite(Path(store_target))
+    queue_from_before(store_target, sqlite_steps=3, pg_steps=4)  # before the trust column
     with closing(open_queue(store_target)) as store:
         (old,) = store.unsettled()
         assert (old.row.trust, old.job.trust) == (DEFAULT_TRUST, DEFAULT_TRUST)
