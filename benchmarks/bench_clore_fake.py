@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from pytest_httpserver import HTTPServer
-from werkzeug.serving import WSGIRequestHandler
 
+from benchmarks.fake_market import fake_market
 from runner.backends.base import (
     NO_STAGES,
     OutputSink,
@@ -131,11 +131,7 @@ def main() -> None:
 
 def run(tmp: Path, http: HTTPServer, ssh_port: int, authorize: Any) -> dict[str, Any]:
     clock = FakeClock()
-    fake = FakeClore(http, clock).install()
-    # Replies' Date header on the fake clock, as the tests' fixture does: the ownership check
-    # measures the API's clock offset from it.
-    WSGIRequestHandler.date_time_string = fake.date_header  # type: ignore[method-assign,assignment]
-    fake.ssh_host, fake.ssh_port = "127.0.0.1", ssh_port
+    fake = fake_market(http, clock, ssh_port)
     pipeline = load_pipeline(EXAMPLE)
     client = fake.client()
     key = ClientKey.generate()
@@ -308,9 +304,7 @@ def measure(
 ) -> Measured:
     http.clear()
     clock = FastClock()
-    fake = FakeClore(http, clock).install()  # type: ignore[arg-type]
-    WSGIRequestHandler.date_time_string = fake.date_header  # type: ignore[method-assign,assignment]
-    fake.ssh_host, fake.ssh_port = "127.0.0.1", ssh_port
+    fake = fake_market(http, clock, ssh_port)
     fake.online_after_s = BOOT_S
     client = fake.client()
     key = ClientKey.generate()

@@ -26,9 +26,8 @@ import time
 from pathlib import Path
 
 from pytest_httpserver import HTTPServer
-from werkzeug.serving import WSGIRequestHandler
 
-from tests.fakes.clore_api import FakeClore
+from benchmarks.fake_market import fake_market
 from tests.fakes.fake_clock import FakeClock
 from tests.fakes.github_runners import FakeRunnersGitHub
 from tests.gh_runner.harness import Host, kill_runner
@@ -43,9 +42,7 @@ def one_round(n: int, tmp: Path, sshd: SshServer) -> dict[str, float]:
         HTTPServer(host="127.0.0.1", port=0) as github_http,
     ):
         clock = FakeClock()
-        fake = FakeClore(clore_http, clock).install()
-        WSGIRequestHandler.date_time_string = fake.date_header  # type: ignore[method-assign,assignment]
-        fake.ssh_host, fake.ssh_port = "127.0.0.1", sshd.port
+        fake = fake_market(clore_http, clock, sshd.port)
         fake.online_after_s = BOOT_S
         github = FakeRunnersGitHub(github_http)
         github.build_package()

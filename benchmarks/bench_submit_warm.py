@@ -28,11 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from pytest_httpserver import HTTPServer
-from werkzeug.serving import WSGIRequestHandler
 
+from benchmarks.fake_market import fake_market
 from runner.core.model import Pipeline
 from runner.core.warm_policy import WarmPolicy
-from tests.fakes.clore_api import FakeClore
 from tests.fakes.clore_on_sshd import Setup
 from tests.fakes.fast_clock import FastClock
 from tests.serve.harness import TOKEN, thread_server
@@ -102,9 +101,7 @@ def main() -> None:
 
 def measure(tmp: Path, http: HTTPServer, sshd: Any, boot_s: float, in_a_row: int) -> None:
     clock = FastClock(speed=1.0)  # real time: the figures are a CI job's seconds
-    fake = FakeClore(http, clock).install()  # type: ignore[arg-type]
-    WSGIRequestHandler.date_time_string = fake.date_header  # type: ignore[method-assign,assignment]
-    fake.ssh_host, fake.ssh_port = "127.0.0.1", sshd.port
+    fake = fake_market(http, clock, sshd.port)
     fake.online_after_s = boot_s
     setup = Setup(fake, clock, sshd, tmp)  # type: ignore[arg-type]
     backend, ledger = setup.backend(Pipeline(name="serve", jobs=(), concurrency=1), "bench")

@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from pytest_httpserver import HTTPServer
-from werkzeug.serving import WSGIRequestHandler
 
+from benchmarks.fake_market import fake_market
 from runner.backends.base import NO_STAGES, OutputSink, Place, RunOutcome, RunRequest, StageSink
 from runner.backends.clore.backend import CloreBackend
 from runner.backends.clore.provision import Provisioner
@@ -46,7 +46,6 @@ from runner.core.simulate_queue import Arrival, simulate_queue
 from runner.core.warm_policy import WarmPolicy, WarmPool, Window
 from runner.serve.what_if import History, table, what_if
 from runner.stores.ledger.sqlite import SqliteLedger
-from tests.fakes.clore_api import FakeClore
 from tests.fakes.fast_clock import SPEED, FastClock
 from tests.serve.harness import FINAL, thread_server
 from tests.sshd_fixture import start_sshd
@@ -83,9 +82,7 @@ class FirstOutput(CloreBackend):
 def backend(tmp: Path, http: HTTPServer, ssh_port: int, authorize: Any) -> tuple[Any, ...]:
     http.clear()
     clock = FastClock()
-    fake = FakeClore(http, clock).install()  # type: ignore[arg-type]
-    WSGIRequestHandler.date_time_string = fake.date_header  # type: ignore[method-assign,assignment]
-    fake.ssh_host, fake.ssh_port = "127.0.0.1", ssh_port
+    fake = fake_market(http, clock, ssh_port)
     fake.online_after_s = BOOT_S
     client = fake.client()
     key = ClientKey.generate()
